@@ -1,0 +1,92 @@
+"""Readers and writers for every file format of the toolchain, exactly as HPCToolkit writes them.
+
+One module per format (formats.md): :mod:`.hpcrun` and :mod:`.hpctrace` (measurements),
+:mod:`.logical` (Python logical-frame metadata), :mod:`.metadb`, :mod:`.profiledb`, :mod:`.cctdb`,
+:mod:`.tracedb` (the v4.0 database) and :mod:`.hpcstruct` (structure XML). Each offers ``sniff``,
+``read``, ``write``, ``to_bytes``, ``dump`` and ``verify``.
+
+This package's entry points detect a file's format from its content (never from its name) by
+asking each module in a fixed order, then delegate::
+
+    obj = pyhpctk.formats.read("profile.db")
+    pyhpctk.formats.write(obj, "copy.db")
+
+This module must never do I/O beyond reading a file's first bytes to detect its format.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import typing
+from types import ModuleType
+
+from pyhpctk.errors import FormatError
+
+# Detection order: binary formats with fixed magics first, XML last (formats.md §1-4).
+FORMAT_NAMES: tuple[str, ...] = (
+    "hpcrun",
+    "hpctrace",
+    "logical",
+    "metadb",
+    "profiledb",
+    "cctdb",
+    "tracedb",
+    "hpcstruct",
+)
+SNIFF_BYTES = 64
+
+
+def module(name: str) -> ModuleType:
+    """The module implementing format ``name`` (one of :data:`FORMAT_NAMES`)."""
+    if name not in FORMAT_NAMES:
+        raise ValueError(f"unknown format {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def detect(head: bytes) -> str | None:
+    """The name of the format whose magic ``head`` (a file's first bytes) carries, or None."""
+    for name in FORMAT_NAMES:
+        if module(name).sniff(head):
+            return name
+    return None
+
+
+def detect_file(path: str | os.PathLike[str]) -> str:
+    """The format of the file at ``path``; a FormatError when it is none we know."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(SNIFF_BYTES)
+    except IsADirectoryError:
+        raise FormatError(path, "file", "is a directory, not a file") from None
+    except OSError as error:
+        raise FormatError(path, "file", error.strerror or str(error)) from None
+    name = detect(head)
+    if name is None:
+        raise FormatError(path, "header", "not a file format pyhpctk knows (unrecognised magic)")
+    return name
+
+
+def read(path: str | os.PathLike[str]) -> object:
+    """Read any supported file, detecting its format from its content."""
+    return module(detect_file(path)).read(path)
+
+
+def _model_type(name: str) -> type:
+    hints = typing.get_type_hints(module(name).read)
+    model = hints["return"]
+    assert isinstance(model, type)
+    return model
+
+
+def format_of(obj: object) -> str:
+    """The name of the format whose model ``obj`` is an instance of."""
+    for name in FORMAT_NAMES:
+        if isinstance(obj, _model_type(name)):
+            return name
+    raise TypeError(f"{type(obj).__name__} is not a model of any pyhpctk file format")
+
+
+def write(obj: object, path: str | os.PathLike[str]) -> None:
+    """Write a model object returned by :func:`read` (or built by a tool) in its own format."""
+    module(format_of(obj)).write(obj, path)

@@ -10,6 +10,7 @@ them with ``tobytes()`` and a reader can take them with ``np.frombuffer`` withou
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,99 @@ DEFAULT_ID_NAMES: tuple[tuple[int, str], ...] = (
 KIND_SUMMARY, KIND_NODE, KIND_RANK, KIND_THREAD = 0, 1, 2, 3
 KIND_GPUDEVICE, KIND_GPUCONTEXT, KIND_GPUSTREAM, KIND_CORE = 4, 5, 6, 7
 INTERP_BOTH_VALID, INTERP_LOGIC_LOCAL, INTERP_LOGIC_GLOBAL, INTERP_LOGIC_ONLY = 0, 1, 2, 3
+
+
+# formats.md §1.5: lm_id values of hpcrun's "outlined range trees" (GPU_ROOT is a second root).
+GPU_ROOT_LM_ID, GPU_RANGE_LM_ID, GPU_CONTEXT_LM_ID = 65533, 65532, 65531
+CCT_ID_RETAINED = 0x1  # formats.md §1.5: bit 0 of a node id marks the leaf of a trace sample
+
+# formats.md §1.6: fields of the 16-byte metric flags block (little-endian C struct).
+METRIC_TYPE_NAMES = {0: "null", 1: "raw", 2: "final", 3: "derived"}
+METRIC_VALTY_NAMES = {0: "null", 1: "inclusive", 2: "exclusive"}
+VALFMT_INT, VALFMT_REAL = 1, 2
+METRIC_VALFMT_NAMES = {0: "null", VALFMT_INT: "int", VALFMT_REAL: "real"}
+METRIC_SHOW_NAMES = {
+    0: "hide",
+    1: "show",
+    2: "show-inclusive",
+    3: "show-exclusive",
+    4: "invisible",
+}
+
+# Id-tuple kind names (formats.md §1.7) and interpretation names (§1.8).
+ID_KIND_NAMES = dict(DEFAULT_ID_NAMES)
+ID_INTERPRETATION_NAMES = {0: "BOTH_VALID", 1: "LOGIC_LOCAL", 2: "LOGIC_GLOBAL", 3: "LOGIC_ONLY"}
+
+# formats.md §1.5 and HPCToolkit's placeholders.c: the 8-character code of each placeholder and
+# the name it is presented under (placeholders.c gives none for the first four and "OMT None";
+# those names here are descriptive).
+PLACEHOLDER_NAMES: dict[str, str] = {
+    "*Unnorm ": "<unnormalized ip>",
+    "^Primary": "<primary root>",
+    "^Partial": "<partial root>",
+    "NoActvty": "<no activity>",
+    "| Main  ": "<program root>",
+    "| Thread": "<thread root>",
+    "OMP Idle": "<omp idle>",
+    "OMPOvrHd": "<omp overhead>",
+    "OMPBarrW": "<omp barrier wait>",
+    "OMPTaskW": "<omp task wait>",
+    "OMPMtexW": "<omp mutex wait>",
+    "OMPUresv": "<omp region unresolved>",
+    "OMTAlloc": "<omp tgt alloc>",
+    "OMTDelte": "<omp tgt delete>",
+    "OMTCpIn ": "<omp tgt copyin>",
+    "OMTCpOut": "<omp tgt copyout>",
+    "OMTKernl": "<omp tgt kernel>",
+    "OMT None": "<omp tgt none>",
+    "GPUCp?2?": "<gpu copy>",
+    "GPUCpH2D": "<gpu copyin>",
+    "GPUCpD2H": "<gpu copyout>",
+    "GPUAlloc": "<gpu alloc>",
+    "GPUDelte": "<gpu delete>",
+    "GPUKernl": "<gpu kernel>",
+    "GPUMemst": "<gpu memset>",
+    "GPU Sync": "<gpu sync>",
+    "GPUTrace": "<gpu kernel>",
+}
+
+
+def metric_flags(
+    type: int = 1,
+    value_type: int = 0,
+    value_format: int = VALFMT_REAL,
+    move_to_proc: bool = False,
+    partner: int = 0,
+    show: int = 1,
+    show_percent: bool = True,
+) -> bytes:
+    """The 16-byte metric flags block (formats.md §1.6), as hpcrun writes it.
+
+    ::
+
+        byte  0     1      2       3          4-5 (LE)  6     7            8-15
+              type  valTy  valFmt  move2proc  partner   show  showPercent  unused (0)
+    """
+    return struct.pack(
+        "<BBBBHBB8x",
+        type,
+        value_type,
+        value_format,
+        int(move_to_proc),
+        partner,
+        show,
+        int(show_percent),
+    )
+
+
+def id_kind(kind: int) -> int:
+    """The kind (bits 0-13) of an id-tuple element's ``kind`` field (formats.md §1.8)."""
+    return kind & 0x3FFF
+
+
+def id_interpretation(kind: int) -> int:
+    """The interpretation (bits 14-15) of an id-tuple element's ``kind`` field."""
+    return (kind >> 14) & 0x3
 
 
 def placeholder_ip(text: str) -> int:
@@ -117,6 +211,15 @@ class MetricDescriptor:
         return self.flags[2] == 2
 
     @property
+    def value_format(self) -> int:
+        """valFmt: 1 (:data:`VALFMT_INT`) integer, 2 (:data:`VALFMT_REAL`) real, 0 null."""
+        return self.flags[2]
+
+    @property
+    def partner(self) -> int:
+        return int.from_bytes(self.flags[4:6], "little")
+
+    @property
     def move_to_proc(self) -> bool:
         """A relation metric: hpcprof attributes it to the call site rather than the leaf."""
         return self.flags[3] != 0
@@ -167,6 +270,44 @@ class HpcrunProfile:
                 return value
         return default
 
+    def node_ids_of_values(self) -> npt.NDArray[np.uint32]:
+        """The CCT node id of each entry of :attr:`values` (native ``uint32``, vectorised)."""
+        n = len(self.values)
+        starts = np.asarray(self.node_starts["start"], dtype=np.int64)
+        if len(starts) == 0:
+            return np.zeros(n, dtype=np.uint32)
+        counts = np.diff(np.append(starts, n))
+        if (counts < 0).any() or starts[0] != 0:
+            raise ValueError("node_starts must be ascending from 0 and within values")
+        return np.repeat(np.asarray(self.node_starts["node_id"], dtype=np.uint32), counts)
+
+    def decoded_values(
+        self, scaled: bool = False
+    ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
+        """``(node_ids, metric, values)``: every stored value decoded by its metric's valFmt.
+
+        Integer metrics (valFmt 1) store a u64, real ones (valFmt 2) the bits of a double
+        (formats.md §1.8). With ``scaled``, each value is multiplied by its metric's period, as
+        hpcprof does. All three arrays are native-endian and as long as :attr:`values`.
+        """
+        metric = np.asarray(self.values["metric"], dtype=np.uint16)
+        bits = np.asarray(self.values["value_bits"], dtype=np.uint64)
+        if len(metric) and int(metric.max()) >= len(self.metrics):
+            raise ValueError("a value names a metric index past the metric table")
+        is_real = np.array([m.value_format == VALFMT_REAL for m in self.metrics], dtype=bool)
+        real = is_real[metric] if len(self.metrics) else np.zeros(len(metric), dtype=bool)
+        decoded = np.where(real, bits.view(np.float64), bits.astype(np.float64))
+        if scaled and len(self.metrics):
+            periods = np.array([float(m.period) for m in self.metrics], dtype=np.float64)
+            decoded = decoded * periods[metric]
+        return self.node_ids_of_values(), metric, decoded
+
+    def __eq__(self, other: object) -> bool:
+        # Arrays compare by content (dataclass == on numpy arrays would be ambiguous).
+        if not isinstance(other, HpcrunProfile):
+            return NotImplemented
+        return profiles_equal(self, other)
+
 
 @dataclass(slots=True)
 class HpctraceFile:
@@ -177,3 +318,57 @@ class HpctraceFile:
         default_factory=lambda: np.zeros(0, dtype=TRACE_RECORD_DTYPE)
     )
     version: str = "01.01"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HpctraceFile):
+            return NotImplemented
+        return traces_equal(self, other)
+
+
+def _same_array(a: npt.NDArray[np.void], b: npt.NDArray[np.void], dtype: np.dtype[np.void]) -> bool:
+    """Equal length and identical bytes once both are in the file layout ``dtype``."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    return bool(a.astype(dtype, copy=False).tobytes() == b.astype(dtype, copy=False).tobytes())
+
+
+def _metric_key(m: MetricDescriptor) -> tuple[object, ...]:
+    # threshold_mean by its bits, so NaN equals NaN and 0.0 differs from -0.0, as in the file.
+    return (
+        m.name,
+        m.description,
+        bytes(m.flags),
+        m.period,
+        m.formula,
+        m.format,
+        m.is_frequency,
+        m.is_multiplexed,
+        np.float64(m.threshold_mean).tobytes(),
+        m.num_samples,
+    )
+
+
+def profiles_equal(a: HpcrunProfile, b: HpcrunProfile) -> bool:
+    """True when ``a`` and ``b`` would be written as the same file (arrays by content)."""
+    return (
+        a.version == b.version
+        and list(a.nvpairs) == list(b.nvpairs)
+        and [(m.id, m.path, m.flags) for m in a.load_modules]
+        == [(m.id, m.path, m.flags) for m in b.load_modules]
+        and [_metric_key(m) for m in a.metrics] == [_metric_key(m) for m in b.metrics]
+        and list(a.id_names) == list(b.id_names)
+        and _same_array(a.cct, b.cct, CCT_NODE_DTYPE)
+        and _same_array(a.id_tuple, b.id_tuple, ID_TUPLE_ELEMENT_DTYPE)
+        and _same_array(a.values, b.values, METRIC_VALUE_DTYPE)
+        and _same_array(a.node_starts, b.node_starts, NODE_START_DTYPE)
+    )
+
+
+def traces_equal(a: HpctraceFile, b: HpctraceFile) -> bool:
+    """True when ``a`` and ``b`` would be written as the same file (records by content)."""
+    return (
+        a.version == b.version
+        and a.flags == b.flags
+        and _same_array(a.records, b.records, TRACE_RECORD_DTYPE)
+    )

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole pipeline on an example, no GPU needed: measure -> structure -> analyze -> view.
+# Usage: bash examples/demo.sh [OUTPUT_DIR]   (make demo runs it with the project's venv on PATH)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${1:-demo-out}"
+rm -rf "$out"
+mkdir -p "$out"
+
+echo "== 1. pyrun: measure every thread of examples/threads_demo.py (CPU time, traces)"
+pyrun -o "$out/measurements" -t python "$here/threads_demo.py"
+
+echo "== 2. pystruct: recover the structure (functions, loops) of the Python sources measured"
+pystruct "$out/measurements"
+
+echo "== 3. pyprof: aggregate the measurements into a database"
+pyprof -o "$out/database" "$out/measurements"
+
+echo "== 4. pyhpctk verify: check the database"
+pyhpctk verify "$out/database"
+
+echo "== 5. pyview: top-down view"
+pyview --depth 12 "$out/database"
+
+echo "== 6. pyview: a GPU database written by HPCToolkit itself (reference data), same viewer"
+ref="$here/../../shared/reference/hpctoolkit-testdata/dbase/loops-cuda-nvidia-t.d"
+if [ -d "$ref" ]; then
+    pyview --depth 8 "$ref"
+fi

@@ -1,0 +1,70 @@
+"""``pyhpctk``: the toolchain's utility command (``dump`` and ``verify`` any file or directory)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from pyhpctk import __version__
+from pyhpctk.cli._common import run_command
+from pyhpctk.formats.inspect import dump_path, verify_path
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pyhpctk")
+def cli() -> None:
+    """pyhpctk utilities: inspect the files the toolchain reads and writes.
+
+    The tools themselves are separate commands: pyrun (measure), pystruct (recover program
+    structure), pyprof / pyprof-mpi (analyze into a database) and pyview (view).
+    """
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def dump(path: Path) -> None:
+    """Print PATH as readable text.
+
+    PATH is any file pyhpctk knows (.hpcrun, .hpctrace, meta.db, profile.db, cct.db, trace.db,
+    .hpcstruct, logical/python.*), a measurement directory or a database directory. The format
+    is detected from the content, not the name.
+
+    \b
+    Examples:
+      pyhpctk dump app-measurements/app-000000-000-7f000101-4242-0.hpcrun
+      pyhpctk dump app-database | less
+    """
+    dump_path(path, sys.stdout)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing; only set the exit status.")
+def verify(path: Path, quiet: bool) -> int:
+    """Check PATH (a file, measurement directory or database) for consistency.
+
+    Each file is checked alone (offsets inside the file, parents before children, sorted sparse
+    indices, ...), then the files of a directory against each other (traces name existing
+    nodes, cct.db is the transpose of profile.db, ...).
+
+    Exit status: 0 clean, 1 problems found, 2 something could not be read.
+    """
+    report = verify_path(path)
+    if not quiet:
+        for line in report.unreadable:
+            click.echo(f"unreadable: {line}", err=True)
+        for line in report.problems:
+            click.echo(f"problem: {line}")
+        if report.exit_code == 0:
+            click.echo(f"{path}: ok ({report.checked} file(s) checked)")
+    return report.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(cli, argv, "pyhpctk")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Model every context of a series and rank them by how badly they will scale.
+
+Ranking puts the worst asymptotic behaviour first: contexts are ordered by the growth of their
+model's lead-order term (polynomial exponent, then logarithm exponent, summed over parameters),
+then by the value predicted at the target scale. Contexts too small to matter (below
+``threshold`` of the whole program at the largest measured configuration) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from pyhpctk.errors import UsageError
+from pyhpctk.model.fit import (
+    FitOptions,
+    FitResult,
+    Segmentation,
+    detect_segments,
+    fit_multi_parameter,
+    fit_single_parameter,
+)
+from pyhpctk.model.pmnf import Model, Term, compare_growth, parse_expectation
+from pyhpctk.model.series import Series
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisOptions:
+    fit: FitOptions = field(default_factory=FitOptions)
+    target: tuple[float, ...] | None = None  # one value per parameter; None: 8x the largest
+    expect: str | None = None  # e.g. "p*log2(p)"
+    threshold: float = 0.001  # fraction of the whole program at the largest configuration
+    segments: bool = True
+
+
+@dataclass(slots=True)
+class ContextModel:
+    """One context's model and what it predicts."""
+
+    path: tuple[str, ...]
+    model: Model
+    smape: float
+    cv_smape: float
+    adjusted_r2: float
+    measured: float  # mean value at the largest configuration
+    predicted: float  # model value at the target configuration
+    growth: tuple[Fraction, int]
+    expectation: str | None = None  # match / approximate / no match
+    segmentation: Segmentation | None = None
+
+
+@dataclass(slots=True)
+class Analysis:
+    series: Series
+    target: tuple[float, ...]
+    contexts: list[ContextModel] = field(default_factory=list)  # ranked
+    dropped: int = 0
+
+
+def _growth(model: Model) -> tuple[Fraction, int]:
+    term = model.lead_term()
+    return term.growth() if term else (Fraction(0), 0)
+
+
+def fit_series(series: Series, options: FitOptions) -> FitResult:
+    if len(series.params) == 1:
+        return fit_single_parameter(series.points[:, 0], series.mean, options, series.params[0])
+    return fit_multi_parameter(series.points, series.mean, series.params, options)
+
+
+def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+    """Fit, predict, compare with the expectation and rank every context of ``series``."""
+    n_params = len(series.params)
+    target = options.target or tuple(float(v) * 8 for v in series.points.max(axis=0))
+    if len(target) != n_params:
+        raise UsageError(f"--target needs {n_params} value(s), one per parameter")
+    expected: Term | None = None
+    if options.expect:
+        try:
+            expected = parse_expectation(options.expect, series.params)
+        except ValueError as error:
+            raise UsageError(f"--expect: {error}") from None
+    largest = int(np.argmax(series.points.prod(axis=1)))
+    measured = series.mean[largest]
+    scale = float(np.abs(measured).max()) if measured.size else 0.0
+    keep = np.flatnonzero(np.abs(measured) >= options.threshold * scale) if scale else np.arange(0)
+    analysis = Analysis(series, target, dropped=series.mean.shape[1] - len(keep))
+    if not len(keep):
+        return analysis
+    sub = Series(
+        series.params,
+        series.points,
+        series.mean[:, keep],
+        series.spread[:, keep],
+        series.repetitions,
+        [series.paths[i] for i in keep],
+        series.metric,
+        series.scope,
+        series.title,
+    )
+    result = fit_series(sub, options.fit)
+    segments = (
+        detect_segments(sub.points[:, 0], sub.mean, options.fit, sub.params[0])
+        if options.segments and n_params == 1
+        else [None] * len(keep)
+    )
+    point = np.array([target], dtype=np.float64)
+    for position, model in enumerate(result.models):
+        growth = _growth(model)
+        analysis.contexts.append(
+            ContextModel(
+                path=sub.paths[position],
+                model=model,
+                smape=float(result.smape[position]),
+                cv_smape=float(result.cv_smape[position]),
+                adjusted_r2=float(result.adjusted_r2[position]),
+                measured=float(sub.mean[largest, position]),
+                predicted=float(model.evaluate(point)[0]),
+                growth=growth,
+                expectation=compare_growth(model.lead_term(), expected) if options.expect else None,
+                segmentation=segments[position],
+            )
+        )
+    analysis.contexts.sort(key=lambda c: (c.growth, c.predicted), reverse=True)
+    return analysis

@@ -1,0 +1,47 @@
+"""Plots of measurements and models (matplotlib, optional: imported only when asked for)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import numpy as np
+
+from pyhpctk.errors import UsageError
+from pyhpctk.model.analyze import Analysis
+
+
+def plot_contexts(analysis: Analysis, directory: Path, count: int = 6) -> list[Path]:
+    """One PNG per top-ranked context: measured means with spread, and the model curve."""
+    try:
+        matplotlib = importlib.import_module("matplotlib")
+        matplotlib.use("Agg")
+        pyplot = importlib.import_module("matplotlib.pyplot")
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
+    series = analysis.series
+    if len(series.params) != 1:
+        raise UsageError("--plot draws single-parameter series only")
+    directory.mkdir(parents=True, exist_ok=True)
+    x = series.points[:, 0]
+    grid = np.geomspace(x.min(), max(x.max(), analysis.target[0]), 200)
+    written = []
+    index = {path: i for i, path in enumerate(series.paths)}
+    for rank, context in enumerate(analysis.contexts[:count], 1):
+        c = index[context.path]
+        figure, axes = pyplot.subplots(figsize=(6, 4))
+        axes.errorbar(x, series.mean[:, c], yerr=series.spread[:, c], fmt="o", label="measured")
+        axes.plot(grid, context.model.evaluate(grid), label=context.model.render(3))
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel(series.params[0])
+        axes.set_ylabel(series.metric)
+        axes.set_title(context.path[-1][:70], fontsize=8)
+        axes.legend(fontsize=7)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", context.path[-1])[:40]
+        path = directory / f"{rank:02d}-{name}.png"
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+        pyplot.close(figure)
+        written.append(path)
+    return written

@@ -1,0 +1,126 @@
+"""Write an analysis: the ranked table, JSON, Extra-P's JSON Lines input, plots.
+
+The Extra-P export holds the measurements themselves (every repetition), one JSON object per
+line: ``{"params": {...}, "callpath": "a->b", "metric": "...", "value": [...]}``, which Extra-P
+reads as its JSON Lines format, so the same data can be modeled there for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TextIO
+
+from pyhpctk.model.analyze import Analysis, ContextModel
+from pyhpctk.model.series import Series
+
+CALLPATH_SEPARATOR = "->"
+
+
+def _short(path: tuple[str, ...], width: int) -> str:
+    text = " / ".join(path[-2:]) if len(path) > 1 else path[0]
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60) -> None:
+    """The ranked table: worst asymptotic behaviour first."""
+    series = analysis.series
+    target = ", ".join(f"{n}={v:g}" for n, v in zip(series.params, analysis.target, strict=True))
+    out.write(
+        f"{series.title}: {series.metric} ({series.scope}), {len(series.points)} configurations, "
+        f"{series.mean.shape[1]} contexts\n"
+    )
+    for note in series.notes:
+        out.write(f"note: {note}\n")
+    if analysis.dropped:
+        out.write(f"note: {analysis.dropped} contexts below the threshold are not modeled\n")
+    has_expect = any(c.expectation for c in analysis.contexts)
+    header = f"{'#':>3}  {'context':<{width}}  {'model':<40} {'SMAPE%':>7} {'adjR2':>6}"
+    header += f" {'at ' + target:>16}" + ("  expectation" if has_expect else "")
+    out.write(header + "\n")
+    for rank, context in enumerate(analysis.contexts[:top], 1):
+        line = (
+            f"{rank:>3}  {_short(context.path, width):<{width}}  {context.model.render(4):<40}"
+            f" {context.cv_smape:>7.2f} {context.adjusted_r2:>6.3f} {context.predicted:>16.4g}"
+        )
+        if has_expect:
+            line += f"  {context.expectation}"
+        if context.segmentation is not None:
+            split = series.points[context.segmentation.split, 0]
+            line += f"  [behaviour changes at {series.params[0]}={split:g}]"
+        out.write(line + "\n")
+    if len(analysis.contexts) > top:
+        out.write(f"... {len(analysis.contexts) - top} more (use --top)\n")
+
+
+def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, object]:
+    model = context.model
+    terms = []
+    for term, coefficient in zip(model.hypothesis.terms, model.coefficients[1:], strict=True):
+        terms.append(
+            {
+                "coefficient": coefficient,
+                "factors": [
+                    {"param": params[f.param], "poly": str(f.poly), "log": f.log}
+                    for f in term.factors
+                ],
+            }
+        )
+    out: dict[str, object] = {
+        "path": list(context.path),
+        "model": model.render(),
+        "constant": model.coefficients[0],
+        "terms": terms,
+        "smape": context.smape,
+        "cv_smape": context.cv_smape,
+        "adjusted_r2": context.adjusted_r2,
+        "measured_at_largest": context.measured,
+        "predicted_at_target": context.predicted,
+        "lead_order": {"poly": str(context.growth[0]), "log": context.growth[1]},
+    }
+    if context.expectation is not None:
+        out["expectation"] = context.expectation
+    if context.segmentation is not None:
+        out["segment_split_index"] = context.segmentation.split
+        out["segments"] = [
+            context.segmentation.before.render(),
+            context.segmentation.after.render(),
+        ]
+    return out
+
+
+def write_json(analysis: Analysis, out: TextIO) -> None:
+    series = analysis.series
+    document = {
+        "title": series.title,
+        "metric": series.metric,
+        "scope": series.scope,
+        "parameters": list(series.params),
+        "points": series.points.tolist(),
+        "repetitions": series.repetitions.tolist(),
+        "target": list(analysis.target),
+        "notes": series.notes,
+        "contexts": [context_json(c, series.params) for c in analysis.contexts],
+    }
+    json.dump(document, out, indent=1)
+    out.write("\n")
+
+
+def write_extrap_jsonl(series: Series, out: TextIO) -> int:
+    """Every measurement in Extra-P's JSON Lines input format; returns the lines written."""
+    lines = 0
+    for k, point in enumerate(series.points):
+        params = {n: float(v) for n, v in zip(series.params, point, strict=True)}
+        repetitions = series.raw[k] if series.raw else series.mean[k : k + 1]
+        for c, path in enumerate(series.paths):
+            record = {
+                "params": params,
+                "callpath": CALLPATH_SEPARATOR.join(
+                    p.replace(CALLPATH_SEPARATOR, "→") for p in path
+                ),
+                "metric": series.metric,
+                "value": [float(v) for v in repetitions[:, c]],
+            }
+            out.write(json.dumps(record) + "\n")
+            lines += 1
+    return lines

@@ -1,0 +1,244 @@
+"""A measurement series: the same program's databases at several parameter values.
+
+Contexts are matched across databases by their calling-context paths (labels from the entry
+point down), values are taken from each database's summary profile (the sum over threads and
+ranks) for one metric and scope, and repetitions of one configuration are averaged with their
+spread kept. Contexts missing from some runs count as zero there, and the series says so.
+This module reads databases; it never writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from pyhpctk.errors import PyhpctkError, UsageError
+from pyhpctk.formats import metadb, profiledb
+from pyhpctk.model.pmnf import FloatArray
+
+WHOLE_PROGRAM = "<whole program>"
+SCOPES = ("point", "function", "lex_aware", "execution")
+SCOPE_ALIASES = {"inclusive": "execution", "exclusive": "lex_aware"}
+
+
+class SeriesError(PyhpctkError):
+    """The databases cannot form one series (different programs, unknown metric, ...)."""
+
+    exit_code = 2
+
+
+@dataclass(slots=True)
+class Series:
+    """Values of every context at every configuration.
+
+    ``points`` (n_points, n_params) are the distinct configurations, ``mean`` / ``spread``
+    (n_points, n_contexts) the mean and standard deviation over repetitions, ``repetitions``
+    the per-configuration run counts; ``paths[c]`` labels context c from its entry point down.
+    """
+
+    params: tuple[str, ...]
+    points: FloatArray
+    mean: FloatArray
+    spread: FloatArray
+    repetitions: npt.NDArray[np.int64]
+    paths: list[tuple[str, ...]]
+    metric: str
+    scope: str
+    title: str
+    raw: list[FloatArray] = field(default_factory=list)  # per point: (reps, n_contexts)
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_param(text: str) -> tuple[str, list[float]]:
+    """``p=2,4,8`` → ("p", [2.0, 4.0, 8.0]); a UsageError naming the problem otherwise."""
+    match = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(.+)", text)
+    if not match:
+        raise UsageError(f"--param {text!r}: expected NAME=V1,V2,... (e.g. p=2,4,8,16,32)")
+    try:
+        values = [float(v) for v in match.group(2).split(",")]
+    except ValueError:
+        raise UsageError(f"--param {text!r}: values must be numbers separated by commas") from None
+    if any(v <= 0 for v in values):
+        raise UsageError(f"--param {text!r}: parameter values must be positive")
+    return match.group(1), values
+
+
+def read_param_csv(path: str | os.PathLike[str]) -> tuple[list[Path], dict[str, list[float]]]:
+    """A CSV with a ``database`` column and one column per parameter (header row required)."""
+    try:
+        with open(path, newline="") as stream:
+            rows = list(csv.DictReader(stream))
+    except OSError as error:
+        raise UsageError(f"{path}: {error.strerror}") from None
+    if not rows or "database" not in rows[0]:
+        raise UsageError(f"{path}: needs a header with a 'database' column and parameter columns")
+    names = [k for k in rows[0] if k != "database"]
+    if not names:
+        raise UsageError(f"{path}: no parameter columns besides 'database'")
+    base = Path(path).parent
+    databases = [base / row["database"] for row in rows]
+    try:
+        values = {n: [float(row[n]) for row in rows] for n in names}
+    except (TypeError, ValueError):
+        raise UsageError(f"{path}: every parameter cell must be a number") from None
+    return databases, values
+
+
+def params_from_titles(titles: Sequence[str], names: Sequence[str]) -> dict[str, list[float]]:
+    """Read ``name=value`` / ``name<value>`` pairs from database titles (e.g. ``app.p16.n1024``)."""
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for title in titles:
+        for name in names:
+            match = re.search(rf"(?:^|[^A-Za-z]){re.escape(name)}[=_.-]?(\d+(?:\.\d+)?)", title)
+            if not match:
+                raise UsageError(f"database title {title!r} names no value for parameter {name!r}")
+            out[name].append(float(match.group(1)))
+    return out
+
+
+def _context_paths(meta: metadb.MetaDB) -> tuple[npt.NDArray[np.uint32], list[tuple[str, ...]]]:
+    index = meta.index()
+    labels: list[tuple[str, ...]] = []
+    for row, node in enumerate(index.nodes):
+        if isinstance(node, metadb.EntryPoint):
+            label = node.pretty_name
+        else:
+            label = metadb.describe(meta, node)
+        parent = int(index.parent_row[row])
+        labels.append((*labels[parent], label) if parent >= 0 else (label,))
+    # ctxId 0, the implicit global context, carries the whole program's values (§3.7).
+    ids = np.concatenate([[0], np.asarray(index.table["ctx_id"], dtype=np.uint32)])
+    return ids.astype(np.uint32), [(WHOLE_PROGRAM,), *labels]
+
+
+def _stat_metric_id(
+    meta: metadb.MetaDB, metric: str | None, scope: str, where: Path
+) -> tuple[int, str]:
+    if not meta.metrics:
+        raise SeriesError(f"{where}: the database has no metrics")
+    chosen = meta.metrics[0] if metric is None else None
+    if metric is not None:
+        exact = [m for m in meta.metrics if m.name == metric]
+        loose = [m for m in meta.metrics if m.name.lower().startswith(metric.lower())]
+        candidates = exact or loose
+        if len(candidates) != 1:
+            names = ", ".join(m.name for m in meta.metrics)
+            what = "no metric" if not candidates else "several metrics"
+            raise SeriesError(f"{where}: {what} named {metric!r}; metrics are: {names}")
+        chosen = candidates[0]
+    assert chosen is not None
+    scope_index = (
+        [s.name for s in meta.scopes].index(scope) if scope in [s.name for s in meta.scopes] else -1
+    )
+    for summary in chosen.summaries:
+        if summary.scope == scope_index and summary.formula == "$$" and summary.combine == 0:
+            return summary.stat_metric_id, chosen.name
+    raise SeriesError(f"{where}: metric {chosen.name!r} has no sum over the {scope!r} scope")
+
+
+def load_series(
+    databases: Sequence[str | os.PathLike[str]],
+    params: dict[str, list[float]],
+    metric: str | None = None,
+    scope: str = "execution",
+    allow_mixed: bool = False,
+) -> Series:
+    """Read a series of databases and the parameter values of each (one value per database)."""
+    scope = SCOPE_ALIASES.get(scope, scope)
+    if scope not in SCOPES:
+        raise UsageError(
+            f"unknown scope {scope!r}: choose from {', '.join(SCOPES)}, inclusive, exclusive"
+        )
+    names = tuple(params)
+    if not names:
+        raise UsageError("give at least one parameter (--param p=2,4,8,16,32)")
+    for name, values in params.items():
+        if len(values) != len(databases):
+            raise UsageError(
+                f"parameter {name!r} has {len(values)} values for {len(databases)} databases"
+            )
+    notes: list[str] = []
+    per_db: list[dict[tuple[str, ...], float]] = []
+    titles: list[str] = []
+    metric_name = ""
+    for path in map(Path, databases):
+        if not (path / "meta.db").is_file() or not (path / "profile.db").is_file():
+            raise SeriesError(f"{path}: not a database (needs meta.db and profile.db)")
+        meta = metadb.read(path / "meta.db")
+        profiles = profiledb.read(path / "profile.db")
+        stat_id, metric_name = _stat_metric_id(meta, metric, scope, path)
+        summary = [i for i, info in enumerate(profiles.profiles) if info.is_summary]
+        if not summary:
+            raise SeriesError(f"{path}: profile.db has no summary profile")
+        block = profiles.block(summary[0])
+        ctx_ids, paths = _context_paths(meta)
+        chosen = block.values["metric_id"] == stat_id
+        ids = block.value_ctx_ids()[chosen]  # ascending: contexts ascend in a block (§3.3)
+        found = np.asarray(block.values["value"][chosen], dtype=np.float64)
+        ctx_values = np.zeros(len(ctx_ids))
+        if len(ids):
+            pos = np.minimum(np.searchsorted(ids, ctx_ids), len(ids) - 1)
+            ctx_values = np.where(ids[pos] == ctx_ids, found[pos], 0.0)
+        mapping: dict[tuple[str, ...], float] = {}
+        for p, v in zip(paths, ctx_values.tolist(), strict=True):
+            mapping[p] = mapping.get(p, 0.0) + v
+        per_db.append(mapping)
+        titles.append(meta.title)
+    if len(set(titles)) > 1 and not allow_mixed:
+        raise SeriesError(
+            "the databases come from different programs ("
+            + ", ".join(sorted(set(titles)))
+            + "); pass --allow-mixed to model them anyway"
+        )
+    all_paths = sorted(set().union(*per_db))
+    matrix = np.array([[m.get(p, 0.0) for p in all_paths] for m in per_db])
+    missing = sum(1 for p in all_paths if any(p not in m for m in per_db))
+    if missing:
+        notes.append(
+            f"{missing} of {len(all_paths)} contexts are missing from some databases: "
+            "counted as zero there"
+        )
+    coords = np.array([[params[n][i] for n in names] for i in range(len(databases))])
+    points, inverse = np.unique(coords, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    reps = np.bincount(inverse, minlength=len(points)).astype(np.int64)
+    mean = np.zeros((len(points), len(all_paths)))
+    spread = np.zeros_like(mean)
+    raw: list[FloatArray] = []
+    for k in range(len(points)):
+        rows = matrix[inverse == k]
+        raw.append(rows)
+        mean[k] = rows.mean(axis=0)
+        spread[k] = rows.std(axis=0)
+    for j, name in enumerate(names):
+        distinct = len(np.unique(points[:, j]))
+        if distinct < 3:
+            raise SeriesError(
+                f"parameter {name!r} has {distinct} distinct values: at least 3 are needed "
+                "(5 recommended)"
+            )
+        if distinct < 5:
+            notes.append(
+                f"parameter {name!r} has only {distinct} distinct values: models are less "
+                "reliable below 5"
+            )
+    return Series(
+        names,
+        points,
+        mean,
+        spread,
+        reps,
+        [tuple(p) for p in all_paths],
+        metric_name,
+        scope,
+        titles[0] if titles else "",
+        raw,
+        notes,
+    )
