@@ -1,0 +1,708 @@
+"""``profile.db`` v4.0: profile-major sparse metric values (formats.md §3.3, §3.6, §3.9).
+
+One file per database. For every profile (index 0: the summary; then one per thread or GPU stream)
+it lists the profile's identity (an id tuple) and a *profile-major sparse value block* (PSVB):
+the contexts with non-zero values, and per context the ``(metric id, value)`` pairs.
+
+Reading is lazy: :func:`read` memory-maps a path, parses the header, the profile infos and the id
+tuples, and checks every pointer; a profile's value block becomes numpy views of the file only
+when :meth:`ProfileDB.block` (or ``db.values[i]``) asks for it, and it is checked then. So a tool
+can show one profile of a multi-GB database without reading the rest.
+
+Writing reproduces hpcprof's layout byte for byte (formats.md §3.6): header, the ProfileInfos
+section at 0x30, IdTuples, then the value blocks 4-aligned in *block order* (hpcprof writes the
+summary block last and the threads in whatever order they finish; :attr:`ProfileDB.block_order`
+keeps it), then the footer. Parallel writers use :func:`layout` (an exclusive scan giving every
+block's offset), then :func:`write_head`, :func:`write_block` per profile (``os.pwrite`` into a
+shared file, so ranks write disjoint slices without talking) and :func:`write_footer`.
+
+Only :func:`to_bytes` holds a whole file in memory; nothing here loops over values in Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TextIO, cast, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from pyhpctk.errors import FormatError
+from pyhpctk.formats import _db
+from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
+
+FORMAT_ID = _db.FORMAT_IDS["profile"]
+FOOTER = _db.FOOTERS[FORMAT_ID]
+
+
+def struct_dtype(fields: Sequence[tuple[str, str, int]], itemsize: int) -> np.dtype[np.void]:
+    """A packed little-endian record layout from ``(name, format, offset)`` and its size."""
+    return np.dtype(
+        {
+            "names": [f[0] for f in fields],
+            "formats": [f[1] for f in fields],
+            "offsets": [f[2] for f in fields],
+            "itemsize": itemsize,
+        }
+    )
+
+
+def as_records(array: npt.NDArray[np.generic]) -> npt.NDArray[np.void]:
+    """Type a structured array read by :mod:`._db` as the records it is."""
+    return cast("npt.NDArray[np.void]", array)
+
+
+# formats.md §3.3, file header: two sections, and the header is 0x30 bytes long.
+HEADER_END = 0x30
+
+# formats.md §3.3, ProfileInfos section header: { {PI}[n]* pProfiles; u32 nProfiles; u8 szProfile }.
+PROFILE_SECTION_DTYPE = struct_dtype(
+    [("p_profiles", "<u8", 0x00), ("n_profiles", "<u4", 0x08), ("sz_profile", "u1", 0x0C)], 0x10
+)
+assert PROFILE_SECTION_DTYPE.itemsize == 16
+
+# formats.md §3.3 and §3.9.1, {PI} profile info: 48 bytes (the prose's "40" is wrong).
+#   0x00 u64 nValues | 0x08 ptr pValues | 0x10 u32 nCtxs | 0x18 ptr pCtxIndices
+#   0x20 ptr pIdTuple (0: summary) | 0x28 u32 flags (bit 0 isSummary)
+_PROFILE_INFO_FIELDS = [
+    ("n_values", "<u8", 0x00),
+    ("p_values", "<u8", 0x08),
+    ("n_ctxs", "<u4", 0x10),
+    ("p_ctx_indices", "<u8", 0x18),
+    ("p_id_tuple", "<u8", 0x20),
+    ("flags", "<u4", 0x28),
+]
+PROFILE_INFO_SIZE = 0x30
+PROFILE_INFO_DTYPE = struct_dtype(_PROFILE_INFO_FIELDS, PROFILE_INFO_SIZE)
+assert PROFILE_INFO_DTYPE.itemsize == 48
+PROFILE_FLAG_SUMMARY = 0x1
+
+# formats.md §3.3, IdTuples: { u16 nIds; 6 bytes padding } then nIds 16-byte elements
+#   0x00 u8 kind | 0x02 u16 flags (bit 0 isPhysical) | 0x04 u32 logicalId | 0x08 u64 physicalId
+ID_TUPLE_HEADER_DTYPE = struct_dtype([("n_ids", "<u2", 0x00)], 8)
+assert ID_TUPLE_HEADER_DTYPE.itemsize == 8
+ID_ELEMENT_DTYPE = struct_dtype(
+    [
+        ("kind", "u1", 0x00),
+        ("flags", "<u2", 0x02),
+        ("logical_id", "<u4", 0x04),
+        ("physical_id", "<u8", 0x08),
+    ],
+    16,
+)
+assert ID_ELEMENT_DTYPE.itemsize == 16
+ID_FLAG_PHYSICAL = 0x1
+
+# formats.md §3.3, PSVB: packed, only 2- or 4-aligned in the file (§3.9.7).
+PROFILE_VALUE_DTYPE = np.dtype([("metric_id", "<u2"), ("value", "<f8")])  # '<Hd'
+assert PROFILE_VALUE_DTYPE.itemsize == 10
+PROFILE_CTX_INDEX_DTYPE = np.dtype([("ctx_id", "<u4"), ("start", "<u8")])  # '<IQ'
+assert PROFILE_CTX_INDEX_DTYPE.itemsize == 12
+
+BLOCK_ALIGN = 4  # formats.md §3.3 / §3.9.7: value blocks are 4-aligned
+KIND_NAMES: dict[int, str] = dict(DEFAULT_ID_NAMES)
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+
+
+@dataclass(frozen=True, slots=True)
+class IdTupleElement:
+    """One level of a profile's identity (formats.md §3.3): ``NODE``, ``THREAD 3``, ..."""
+
+    kind: int
+    is_physical: bool
+    logical_id: int
+    physical_id: int
+
+    def __str__(self) -> str:
+        name = KIND_NAMES.get(self.kind, f"kind{self.kind}")
+        if self.is_physical:
+            return f"{name} {self.logical_id} (physical 0x{self.physical_id:x})"
+        if self.physical_id != self.logical_id:
+            return f"{name} {self.logical_id} (physical {self.physical_id})"
+        return f"{name} {self.logical_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileInfo:
+    """What a profile is: the summary flag and its id tuple (``None``: no tuple, pIdTuple 0)."""
+
+    is_summary: bool = False
+    id_tuple: tuple[IdTupleElement, ...] | None = ()
+
+    def describe(self) -> str:
+        """A one-line label: ``summary`` or the id tuple's elements."""
+        parts = ["summary"] if self.is_summary else []
+        if self.id_tuple is not None:
+            parts.append(" / ".join(str(e) for e in self.id_tuple) or "(empty id tuple)")
+        return ", ".join(parts) or "(no id tuple)"
+
+
+def _same(a: npt.NDArray[np.void], b: npt.NDArray[np.void]) -> bool:
+    """Arrays equal bit for bit (so NaNs and -0.0 compare as the file stores them)."""
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ProfileValues:
+    """A profile-major sparse value block (PSVB, formats.md §3.3).
+
+    ``ctx_indices`` (:data:`PROFILE_CTX_INDEX_DTYPE`) lists the contexts with values, ascending,
+    each with the index of its first pair in ``values`` (:data:`PROFILE_VALUE_DTYPE`), where
+    metric ids ascend within a context. Both may be read-only views of a memory-mapped file.
+    """
+
+    ctx_indices: npt.NDArray[np.void]
+    values: npt.NDArray[np.void]
+
+    def __post_init__(self) -> None:
+        if self.ctx_indices.dtype != PROFILE_CTX_INDEX_DTYPE:
+            raise TypeError("ctx_indices must have dtype PROFILE_CTX_INDEX_DTYPE")
+        if self.values.dtype != PROFILE_VALUE_DTYPE:
+            raise TypeError("values must have dtype PROFILE_VALUE_DTYPE")
+
+    @classmethod
+    def empty(cls) -> ProfileValues:
+        return cls(np.zeros(0, PROFILE_CTX_INDEX_DTYPE), np.zeros(0, PROFILE_VALUE_DTYPE))
+
+    @classmethod
+    def from_triples(
+        cls,
+        ctx_ids: npt.ArrayLike,
+        metric_ids: npt.ArrayLike,
+        values: npt.ArrayLike,
+    ) -> ProfileValues:
+        """Build a block from parallel (context, metric, value) arrays in any order.
+
+        Zeros are dropped (formats.md §3.3: never stored); a repeated (context, metric) pair is
+        an error.
+        """
+        ctx = np.asarray(ctx_ids, dtype=np.uint32).ravel()
+        met = np.asarray(metric_ids, dtype=np.uint16).ravel()
+        val = np.asarray(values, dtype=np.float64).ravel()
+        if not ctx.shape == met.shape == val.shape:
+            raise ValueError("ctx_ids, metric_ids and values must have the same length")
+        keep = val != 0.0
+        ctx, met, val = ctx[keep], met[keep], val[keep]
+        order = np.lexsort((met, ctx))
+        ctx, met, val = ctx[order], met[order], val[order]
+        new_ctx = np.ones(len(ctx), dtype=bool)
+        new_ctx[1:] = ctx[1:] != ctx[:-1]
+        if np.any(~new_ctx[1:] & (met[1:] == met[:-1])):
+            raise ValueError("a (context, metric) pair is given twice")
+        out = np.empty(len(val), PROFILE_VALUE_DTYPE)
+        out["metric_id"] = met
+        out["value"] = val
+        starts = np.flatnonzero(new_ctx)
+        index = np.empty(len(starts), PROFILE_CTX_INDEX_DTYPE)
+        index["ctx_id"] = ctx[starts]
+        index["start"] = starts
+        return cls(index, out)
+
+    @property
+    def n_values(self) -> int:
+        return len(self.values)
+
+    @property
+    def n_contexts(self) -> int:
+        return len(self.ctx_indices)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this block takes in the file, alignment padding included."""
+        return block_size(self.n_values, self.n_contexts)
+
+    def ctx_ids(self) -> npt.NDArray[np.uint32]:
+        return np.asarray(self.ctx_indices["ctx_id"], dtype=np.uint32)
+
+    def bounds(self) -> npt.NDArray[np.uint64]:
+        """``n_contexts + 1`` indices: context ``i`` owns ``values[b[i]:b[i+1]]``."""
+        out = np.empty(self.n_contexts + 1, dtype=np.uint64)
+        out[:-1] = self.ctx_indices["start"]
+        out[-1] = self.n_values
+        return out
+
+    def context(self, ctx_id: int) -> npt.NDArray[np.void]:
+        """The ``(metric_id, value)`` pairs of one context (empty when it has none): a view."""
+        ids = self.ctx_indices["ctx_id"]
+        i = int(np.searchsorted(ids, ctx_id))
+        if i >= len(ids) or int(ids[i]) != ctx_id:
+            return self.values[:0]
+        start = int(self.ctx_indices["start"][i])
+        stop = int(self.ctx_indices["start"][i + 1]) if i + 1 < len(ids) else self.n_values
+        return self.values[start:stop]
+
+    def value_ctx_ids(self) -> npt.NDArray[np.uint32]:
+        """The context id of every value (the block expanded to coordinate form)."""
+        counts = np.asarray(np.diff(self.bounds().astype(np.int64)), dtype=np.int64)
+        return np.repeat(self.ctx_ids(), counts)
+
+    def problems(self) -> list[str]:
+        """Consistency problems of this block (formats.md §3.3), empty when clean."""
+        found: list[str] = []
+        ids = self.ctx_indices["ctx_id"]
+        starts = self.ctx_indices["start"]
+        if np.any(ids[1:] <= ids[:-1]):
+            found.append("context ids are not strictly ascending")
+        if len(starts):
+            if int(starts[0]) != 0:
+                found.append(f"first context starts at value {int(starts[0])}, not 0")
+            if np.any(starts[1:] < starts[:-1]) or int(starts[-1]) > self.n_values:
+                found.append("context start indices are not ascending within the values")
+                return found
+        elif self.n_values:
+            found.append(f"{self.n_values} values but no context owns them")
+            return found
+        # Compare neighbours in place (no widening copies: blocks can hold ~10^8 values).
+        met = self.values["metric_id"]
+        unsorted = met[1:] <= met[:-1]
+        new_ctx = starts[(starts > 0) & (starts < self.n_values)].astype(np.int64) - 1
+        unsorted[new_ctx] = False
+        if np.any(unsorted):
+            found.append("metric ids are not strictly ascending within a context")
+        if np.any(self.values["value"] == 0.0):
+            found.append("a zero value is stored (zeros are never stored)")
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProfileValues):
+            return NotImplemented
+        return _same(self.ctx_indices, other.ctx_indices) and _same(self.values, other.values)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def block_size(n_values: int, n_contexts: int) -> int:
+    """Bytes of a PSVB in hpcprof's layout: values, padding to 4, context indices."""
+    return _db.align(n_values * PROFILE_VALUE_DTYPE.itemsize, BLOCK_ALIGN) + (
+        n_contexts * PROFILE_CTX_INDEX_DTYPE.itemsize
+    )
+
+
+def default_block_order(profiles: Sequence[ProfileInfo]) -> tuple[int, ...]:
+    """hpcprof's order when nothing else is known: non-summary profiles by index, summaries last."""
+    return tuple(i for i, p in enumerate(profiles) if not p.is_summary) + tuple(
+        i for i, p in enumerate(profiles) if p.is_summary
+    )
+
+
+class ProfileDB:
+    """A whole ``profile.db``: profile infos, and per profile its value block (maybe lazy).
+
+    ``values`` is any sequence of :class:`ProfileValues` (a list, or the lazy view :func:`read`
+    builds over a memory map). ``block_order`` is the order of the value blocks in the file
+    (``None``: :func:`default_block_order`). Two databases are equal when they would be written
+    as the same bytes (zero-byte blocks take no room, so their order among themselves is moot).
+    """
+
+    __slots__ = ("_block_order", "profiles", "values")
+
+    def __init__(
+        self,
+        profiles: Sequence[ProfileInfo],
+        values: Sequence[ProfileValues],
+        block_order: Sequence[int] | None = None,
+    ) -> None:
+        self.profiles: tuple[ProfileInfo, ...] = tuple(profiles)
+        self.values: Sequence[ProfileValues] = values
+        if len(values) != len(self.profiles):
+            raise ValueError(f"{len(self.profiles)} profiles but {len(values)} value blocks")
+        if block_order is not None:
+            block_order = tuple(int(i) for i in block_order)
+            if sorted(block_order) != list(range(len(self.profiles))):
+                raise ValueError("block_order must be a permutation of the profile indices")
+        self._block_order: tuple[int, ...] | None = block_order
+
+    @property
+    def block_order(self) -> tuple[int, ...]:
+        """The order of the value blocks in the file."""
+        if self._block_order is None:
+            return default_block_order(self.profiles)
+        return self._block_order
+
+    def block(self, index: int) -> ProfileValues:
+        """Profile ``index``'s value block (read and checked on demand for a file)."""
+        return self.values[index]
+
+    def value_counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(n_values, n_contexts)`` per profile, without loading any value block."""
+        counts = getattr(self.values, "counts", None)
+        if callable(counts):
+            nv, nc = counts()
+            return np.asarray(nv, np.int64), np.asarray(nc, np.int64)
+        nv = np.array([v.n_values for v in self.values], dtype=np.int64)
+        nc = np.array([v.n_contexts for v in self.values], dtype=np.int64)
+        return nv, nc
+
+    def __len__(self) -> int:
+        return len(self.profiles)
+
+    def __iter__(self) -> Iterator[tuple[ProfileInfo, ProfileValues]]:
+        for i, info in enumerate(self.profiles):
+            yield info, self.values[i]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProfileDB):
+            return NotImplemented
+        if self.profiles != other.profiles:
+            return False
+        # The same pointers: zero-byte blocks may be listed in any order among themselves.
+        mine, theirs = layout_of(self), layout_of(other)
+        if (mine.head, mine.footer_at) != (theirs.head, theirs.footer_at):
+            return False
+        return all(self.values[i] == other.values[i] for i in range(len(self.profiles)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        nv, _ = self.value_counts()
+        return f"ProfileDB({len(self.profiles)} profiles, {int(nv.sum())} values)"
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def sniff(head: bytes) -> bool:
+    """Is ``head`` (a file's first bytes) the start of a profile.db?"""
+    return _db.sniff(head, FORMAT_ID)
+
+
+class _FileValues(Sequence[ProfileValues]):
+    """The value blocks of a profile.db in a buffer, made into views (and checked) on demand."""
+
+    __slots__ = ("_buf", "_nc", "_nv", "_path", "_pc", "_pv")
+
+    def __init__(self, buf: _db.Buffer, path: str | None, infos: npt.NDArray[np.void]) -> None:
+        self._buf = buf
+        self._path = path
+        self._nv = infos["n_values"].astype(np.int64)
+        self._nc = infos["n_ctxs"].astype(np.int64)
+        self._pv = infos["p_values"].astype(np.int64)
+        self._pc = infos["p_ctx_indices"].astype(np.int64)
+
+    def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        return self._nv, self._nc
+
+    def __len__(self) -> int:
+        return len(self._nv)
+
+    @overload
+    def __getitem__(self, index: int) -> ProfileValues: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ProfileValues]: ...
+    def __getitem__(self, index: int | slice) -> ProfileValues | Sequence[ProfileValues]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = range(len(self))[index]
+        section = f"profile {i} values"
+        if self._nv[i] == 0 and self._nc[i] == 0:
+            return ProfileValues.empty()
+        ctx = _db.read_array(
+            self._buf,
+            int(self._pc[i]),
+            PROFILE_CTX_INDEX_DTYPE,
+            int(self._nc[i]),
+            self._path,
+            section,
+            "context indices",
+        )
+        values = _db.read_array(
+            self._buf,
+            int(self._pv[i]),
+            PROFILE_VALUE_DTYPE,
+            int(self._nv[i]),
+            self._path,
+            section,
+            "values",
+        )
+        block = ProfileValues(as_records(ctx), as_records(values))
+        found = block.problems()
+        if found:
+            raise FormatError(self._path, section, "; ".join(found))
+        return block
+
+
+def _read_id_tuple(
+    buf: _db.Buffer, offset: int, path: str | None, limit: int
+) -> tuple[IdTupleElement, ...]:
+    n = _db.u16_at(buf, offset, path, "IdTuples")
+    _db.check_range(limit, offset, 8 + 16 * n, path, "IdTuples", f"id tuple of {n} elements")
+    elems = _db.read_array(buf, offset + 8, ID_ELEMENT_DTYPE, n, path, "IdTuples", "id tuple")
+    return tuple(
+        IdTupleElement(int(k), bool(f & ID_FLAG_PHYSICAL), int(lg), int(ph))
+        for k, f, lg, ph in elems.tolist()
+    )
+
+
+def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
+    """Read a profile.db from a path (memory-mapped), a buffer or a binary file object.
+
+    With ``lazy`` (the default) value blocks are checked when first used; ``lazy=False`` checks
+    every block now, so any damage is reported by this call.
+    """
+    buf, path = _db.open_source(source)
+    _, sections = _db.read_header(buf, path, FORMAT_ID, 2)
+    _db.check_footer(buf, path, FOOTER)
+    limit = len(buf) - _db.FOOTER_SIZE  # formats.md §3.1: nothing but the footer after this
+    (infos_size, infos_at), (tuples_size, tuples_at) = sections
+    if infos_size < PROFILE_SECTION_DTYPE.itemsize:
+        raise FormatError(path, "ProfileInfos", f"section is {infos_size} bytes, too small")
+    head = _db.read_record(buf, infos_at, PROFILE_SECTION_DTYPE, path, "ProfileInfos", "header")
+    n, stride = int(head["n_profiles"]), int(head["sz_profile"])
+    if stride < PROFILE_INFO_SIZE:
+        raise FormatError(path, "ProfileInfos", f"szProfile {stride} < {PROFILE_INFO_SIZE}")
+    # formats.md §3.1: use the stored stride, so a newer minor version's longer {PI} still reads.
+    dtype = struct_dtype(_PROFILE_INFO_FIELDS, stride)
+    _db.check_range(limit, int(head["p_profiles"]), n * stride, path, "ProfileInfos", "{PI}[n]")
+    infos = as_records(
+        _db.read_array(buf, int(head["p_profiles"]), dtype, n, path, "ProfileInfos", "{PI}")
+    )
+    # Never dereference a pointer whose count is 0 (formats.md §3.3): empty blocks may alias.
+    # Python integers (object arrays): a corrupt u64 count must not wrap around.
+    vend = infos["p_values"].astype(object) + infos["n_values"].astype(object) * 10
+    cend = infos["p_ctx_indices"].astype(object) + infos["n_ctxs"].astype(object) * 12
+    bad = ((infos["n_values"] > 0) & (vend > limit)) | ((infos["n_ctxs"] > 0) & (cend > limit))
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise FormatError(
+            path, "ProfileInfos", f"profile {i}: value block points past the end of the data"
+        )
+    tuple_limit = min(limit, tuples_at + tuples_size)
+    cache: dict[int, tuple[IdTupleElement, ...]] = {}
+    profiles: list[ProfileInfo] = []
+    for flags, p_tuple in zip(infos["flags"].tolist(), infos["p_id_tuple"].tolist(), strict=True):
+        id_tuple: tuple[IdTupleElement, ...] | None = None
+        if p_tuple:
+            if p_tuple not in cache:
+                cache[p_tuple] = _read_id_tuple(buf, p_tuple, path, tuple_limit)
+            id_tuple = cache[p_tuple]
+        profiles.append(ProfileInfo(bool(flags & PROFILE_FLAG_SUMMARY), id_tuple))
+    # Recover the block order: by file offset; a zero-byte block sits before the block it aliases.
+    nonempty = (infos["n_values"] > 0) | (infos["n_ctxs"] > 0)
+    order = np.lexsort((np.arange(n), nonempty, infos["p_values"]))
+    values = _FileValues(buf, path, infos)
+    if not lazy:
+        values_list = [values[i] for i in range(n)]
+        return ProfileDB(profiles, values_list, order.tolist())
+    return ProfileDB(profiles, values, order.tolist())
+
+
+# --------------------------------------------------------------------------------------------
+# Layout and writing
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileLayout:
+    """Where everything of a profile.db goes (formats.md §3.6), from counts alone.
+
+    ``head`` is the bytes before the first value block (header, ProfileInfos, IdTuples);
+    ``values_at`` / ``ctx_indices_at`` give each profile's pValues / pCtxIndices; the footer goes
+    at ``footer_at`` and the file is ``size`` bytes.
+    """
+
+    head: bytes
+    values_at: npt.NDArray[np.int64]
+    ctx_indices_at: npt.NDArray[np.int64]
+    n_values: npt.NDArray[np.int64]
+    n_contexts: npt.NDArray[np.int64]
+    footer_at: int
+
+    @property
+    def size(self) -> int:
+        return self.footer_at + _db.FOOTER_SIZE
+
+
+def _id_tuples_bytes(profiles: Sequence[ProfileInfo], base: int) -> tuple[bytes, list[int]]:
+    """The IdTuples section (tuples in profile order, each 8-aligned) and each tuple's pointer."""
+    out = bytearray()
+    pointers: list[int] = []
+    for info in profiles:
+        if info.id_tuple is None:
+            pointers.append(0)
+            continue
+        pointers.append(base + len(out))
+        head = np.zeros(1, ID_TUPLE_HEADER_DTYPE)
+        head["n_ids"] = len(info.id_tuple)
+        elems = np.zeros(len(info.id_tuple), ID_ELEMENT_DTYPE)
+        for j, e in enumerate(info.id_tuple):
+            elems[j] = (
+                e.kind,
+                ID_FLAG_PHYSICAL if e.is_physical else 0,
+                e.logical_id,
+                e.physical_id,
+            )
+        out += head.tobytes() + elems.tobytes()
+    return bytes(out), pointers
+
+
+def layout(
+    profiles: Sequence[ProfileInfo],
+    n_values: npt.ArrayLike,
+    n_contexts: npt.ArrayLike,
+    block_order: Sequence[int] | None = None,
+) -> ProfileLayout:
+    """Place every block of a profile.db from per-profile value and context counts.
+
+    The blocks follow ``block_order`` (default :func:`default_block_order`), each 4-aligned; a
+    block's offset is the exclusive prefix sum of the sizes before it, so every writer can find
+    its slice without seeing the others' data. An empty block points where the next one starts.
+    """
+    nv = np.asarray(n_values, dtype=np.int64).reshape(-1)
+    nc = np.asarray(n_contexts, dtype=np.int64).reshape(-1)
+    n = len(profiles)
+    if len(nv) != n or len(nc) != n:
+        raise ValueError("one value count and one context count per profile are needed")
+    order = np.asarray(
+        default_block_order(profiles) if block_order is None else block_order, dtype=np.int64
+    )
+    infos_at = HEADER_END + PROFILE_SECTION_DTYPE.itemsize
+    tuples_at = _db.align(infos_at + n * PROFILE_INFO_SIZE, 8)
+    tuples, tuple_ptrs = _id_tuples_bytes(profiles, tuples_at)
+    first_block = _db.align(tuples_at + len(tuples), BLOCK_ALIGN)
+    values_bytes = (
+        (nv * PROFILE_VALUE_DTYPE.itemsize + BLOCK_ALIGN - 1) // BLOCK_ALIGN * BLOCK_ALIGN
+    )
+    sizes = values_bytes + nc * PROFILE_CTX_INDEX_DTYPE.itemsize
+    # Exclusive scan over the blocks in file order.
+    ends = first_block + np.cumsum(sizes[order])
+    values_at = np.empty(n, dtype=np.int64)
+    values_at[order] = ends - sizes[order]
+    ctx_at = values_at + values_bytes
+    footer_at = int(ends[-1]) if n else first_block
+
+    infos = np.zeros(n, PROFILE_INFO_DTYPE)
+    infos["n_values"] = nv
+    infos["p_values"] = values_at
+    infos["n_ctxs"] = nc
+    infos["p_ctx_indices"] = ctx_at
+    infos["p_id_tuple"] = tuple_ptrs
+    infos["flags"] = [PROFILE_FLAG_SUMMARY if p.is_summary else 0 for p in profiles]
+    section = np.zeros(1, PROFILE_SECTION_DTYPE)
+    section[0] = (infos_at, n, PROFILE_INFO_SIZE)
+    head = bytearray(
+        _db.write_header(
+            FORMAT_ID,
+            [
+                (PROFILE_SECTION_DTYPE.itemsize + n * PROFILE_INFO_SIZE, HEADER_END),
+                (len(tuples), tuples_at),
+            ],
+        )
+    )
+    head += section.tobytes() + infos.tobytes()
+    _db.pad_to(head, 8)
+    head += tuples
+    _db.pad_to(head, BLOCK_ALIGN)
+    assert len(head) == first_block
+    return ProfileLayout(bytes(head), values_at, ctx_at, nv, nc, footer_at)
+
+
+def layout_of(db: ProfileDB) -> ProfileLayout:
+    """The layout of a whole :class:`ProfileDB`."""
+    nv, nc = db.value_counts()
+    return layout(db.profiles, nv, nc, db.block_order)
+
+
+def pwrite_all(fd: int, data: bytes | memoryview | npt.NDArray[np.generic], offset: int) -> None:
+    """``os.pwrite`` all of ``data`` at ``offset`` (looping over short writes)."""
+    if isinstance(data, np.ndarray):
+        view = memoryview(np.ascontiguousarray(data).view(np.uint8).data).cast("B")
+    else:
+        view = memoryview(data).cast("B")
+    while len(view):
+        done = os.pwrite(fd, view, offset)
+        view = view[done:]
+        offset += done
+
+
+def write_head(fd: int, plan: ProfileLayout) -> None:
+    """Write everything before the value blocks, and size the file (holes read as zeros)."""
+    os.ftruncate(fd, plan.size)
+    pwrite_all(fd, plan.head, 0)
+
+
+def write_block(fd: int, plan: ProfileLayout, index: int, block: ProfileValues) -> None:
+    """Write profile ``index``'s value block at its place (any process, any order)."""
+    if block.n_values != plan.n_values[index] or block.n_contexts != plan.n_contexts[index]:
+        raise ValueError(f"profile {index}: block counts differ from the layout's")
+    pwrite_all(fd, block.values, int(plan.values_at[index]))
+    pwrite_all(fd, block.ctx_indices, int(plan.ctx_indices_at[index]))
+
+
+def write_footer(fd: int, plan: ProfileLayout) -> None:
+    """Write the footer last: its presence marks the file complete (formats.md §3.1)."""
+    pwrite_all(fd, FOOTER, plan.footer_at)
+
+
+def to_bytes(obj: ProfileDB) -> bytes:
+    """The whole file as bytes."""
+    plan = layout_of(obj)
+    out = np.zeros(plan.size, dtype=np.uint8)
+    out[: len(plan.head)] = np.frombuffer(plan.head, np.uint8)
+    for i in range(len(obj.profiles)):
+        block = obj.values[i]
+        for arr, at in (
+            (block.values, plan.values_at[i]),
+            (block.ctx_indices, plan.ctx_indices_at[i]),
+        ):
+            raw = np.ascontiguousarray(arr).view(np.uint8)
+            out[int(at) : int(at) + len(raw)] = raw
+    out[plan.footer_at :] = np.frombuffer(FOOTER, np.uint8)
+    return out.tobytes()
+
+
+def write(obj: ProfileDB, dest: _db.Dest) -> None:
+    """Write ``obj`` to a path (block by block with ``os.pwrite``) or to a binary file object."""
+    if not isinstance(dest, str | os.PathLike):
+        dest.write(to_bytes(obj))
+        return
+    plan = layout_of(obj)
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        write_head(fd, plan)
+        for i in range(len(obj.profiles)):
+            write_block(fd, plan, i, obj.values[i])
+        write_footer(fd, plan)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Text and checks
+
+
+def dump(obj: ProfileDB, out: TextIO) -> None:
+    """Readable text: every profile with its id tuple, then its values per context."""
+    nv, nc = obj.value_counts()
+    out.write(f"profile.db: {len(obj.profiles)} profiles, {int(nv.sum())} values\n")
+    out.write(f"block order: {' '.join(str(i) for i in obj.block_order)}\n")
+    for i, info in enumerate(obj.profiles):
+        out.write(f"profile {i}: {info.describe()}: {int(nv[i])} values in {int(nc[i])} contexts\n")
+        block = obj.values[i]
+        bounds = block.bounds().tolist()
+        metric_ids = block.values["metric_id"].tolist()
+        values = block.values["value"].tolist()
+        for j, ctx in enumerate(block.ctx_ids().tolist()):
+            pairs = " ".join(
+                f"m{metric_ids[k]}={values[k]!r}" for k in range(bounds[j], bounds[j + 1])
+            )
+            out.write(f"  ctx {ctx}: {pairs}\n")
+
+
+def verify(obj: ProfileDB) -> list[str]:
+    """Consistency problems (formats.md §3.3), empty when clean."""
+    found: list[str] = []
+    for i, info in enumerate(obj.profiles):
+        if info.id_tuple is None and not info.is_summary:
+            found.append(f"profile {i}: a thread profile without an id tuple")
+        try:
+            block = obj.values[i]
+        except FormatError as error:
+            found.append(f"profile {i}: {error.problem}")
+            continue
+        found.extend(f"profile {i}: {p}" for p in block.problems())
+    return found
