@@ -1,0 +1,306 @@
+"""``pyview``: show a database in the terminal, export views, traces and an HTML report.
+
+A thin click command over :mod:`pyhpctk.present`; see ``docs/pyview.md``. Text goes to stdout
+with colours and tree glyphs when stdout is a terminal, plain text when it is piped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+import click
+
+from pyhpctk.cli._common import run_command
+from pyhpctk.errors import UsageError
+from pyhpctk.present import imbalance, traces
+from pyhpctk.present.api import Database, open_database
+from pyhpctk.present.render import TextStyle, format_value, render_csv, render_json, render_text
+from pyhpctk.present.views import View
+
+
+@dataclass(frozen=True, slots=True)
+class PyviewOptions:
+    """Everything the command line asked for."""
+
+    database: str
+    view: str
+    metrics: tuple[str, ...]
+    sort: str | None
+    derive: tuple[str, ...]
+    depth: int | None
+    threshold: float
+    show_zero: bool
+    color: bool | None
+    tree: str | None  # unicode, ascii, indent; None: unicode on a terminal, indent when piped
+    csv: str | None
+    json: str | None
+    list_metrics: bool
+    context: int | None
+    imbalance: int | None
+    profiles: str
+    trace_summary: bool
+    trace_export: str | None
+    blame: bool
+    html: str | None
+
+
+def _open_out(dest: str) -> TextIO:
+    if dest == "-":
+        return sys.stdout
+    try:
+        return open(dest, "w", encoding="utf-8", newline="")
+    except OSError as error:
+        raise UsageError(f"cannot write {dest}: {error.strerror}") from None
+
+
+def _write(dest: str, writer: Callable[[TextIO], None]) -> None:
+    out = _open_out(dest)
+    try:
+        writer(out)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def _print_spread(db: Database, spread: imbalance.ContextSpread, out: TextIO) -> None:
+    s = spread.stats
+    out.write(f"{spread.metric} at context {spread.ctx_id}: {' > '.join(spread.path)}\n")
+    out.write(
+        f"  {s.count} profiles: min {s.minimum:.4g}  mean {s.mean:.4g}  max {s.maximum:.4g}  "
+        f"stddev {s.stddev:.4g}  cv {s.cv:.3f}  imbalance {100 * s.imbalance:.1f}%\n"
+    )
+    for prof, value in zip(spread.profiles, spread.values.tolist(), strict=True):
+        out.write(f"  {format_value(value, s.total):>18}  {prof.label}\n")
+
+
+def _print_imbalance(spreads: list[imbalance.ContextSpread], metric: str, out: TextIO) -> None:
+    out.write(f"Most imbalanced contexts for {metric} (max/mean - 1, over profiles)\n")
+    out.write("  imbalance      cv        mean         max  context\n")
+    for sp in spreads:
+        s = sp.stats
+        out.write(
+            f"  {100 * s.imbalance:8.1f}%  {s.cv:6.3f}  {s.mean:10.4g}  {s.maximum:10.4g}  "
+            f"{sp.label} [ctx {sp.ctx_id}]\n"
+        )
+    if not spreads:
+        out.write("  (needs at least two profiles with values)\n")
+
+
+def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
+    """Do what the options ask; the library behind the click command."""
+    db = open_database(opts.database)
+    for definition in opts.derive:
+        db.derive(definition)
+    if opts.list_metrics:
+        for metric in db.catalog.metrics:
+            tag = " (derived)" if metric.derived else ""
+            desc = f"  - {metric.description}" if metric.description else ""
+            out.write(f"{metric.name}{tag}{desc}\n")
+        return 0
+    derived = [db.catalog.resolve(d.partition("=")[0].strip()) for d in opts.derive]
+    metrics = list(opts.metrics) or None
+    if metrics is None and derived:
+        metrics = [*db.catalog.default_selection(), *derived]
+    chosen = imbalance.select_profiles(db.experiment, opts.profiles)
+    did_something = False
+    if opts.context is not None:
+        names = db.catalog.select(metrics) if metrics else db.catalog.default_selection(1)
+        for name in names:
+            spread = imbalance.spread(db.catalog, opts.context, name, True, chosen)
+            _print_spread(db, spread, out)
+        did_something = True
+    if opts.imbalance is not None:
+        name = (
+            db.catalog.resolve(opts.sort)
+            if opts.sort
+            else (db.catalog.select(metrics)[0] if metrics else db.catalog.default_selection(1)[0])
+        )
+        found = imbalance.most_imbalanced(db.catalog, name, opts.imbalance, profiles=chosen)
+        _print_imbalance(found, name, out)
+        did_something = True
+    if opts.trace_summary:
+        traces.render_summary(traces.summarize(db.experiment), out)
+        did_something = True
+    if opts.blame:
+        traces.render_blame(traces.gpu_idle_blame(db.experiment), out)
+        did_something = True
+    if opts.trace_export:
+        _write(opts.trace_export, lambda f: traces.write_perfetto(db.experiment, f))
+        did_something = True
+    view: View | None = None
+
+    def get_view() -> View:
+        nonlocal view
+        if view is None:
+            view = db.view(
+                opts.view, metrics, opts.sort, opts.depth, opts.threshold, opts.show_zero
+            )
+        return view
+
+    if opts.html:
+        from pyhpctk.present.html import report_view, write_html
+
+        top = report_view(db, metrics, opts.sort, opts.depth, opts.threshold, opts.show_zero)
+        _write(opts.html, lambda f: write_html(db, top, f))
+        did_something = True
+    if opts.csv:
+        _write(opts.csv, lambda f: render_csv(get_view(), f))
+        did_something = True
+    if opts.json:
+        _write(opts.json, lambda f: render_json(get_view(), f))
+        did_something = True
+    if not did_something:
+        color = opts.color if opts.color is not None else out.isatty()
+        terminal = out.isatty()
+        tree = opts.tree if opts.tree is not None else ("unicode" if terminal else "indent")
+        render_text(get_view(), out, TextStyle(color=color, tree=tree))
+    return 0
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("database", type=click.Path())
+@click.option(
+    "--top-down",
+    "view",
+    flag_value="top-down",
+    default=True,
+    help="Calling context tree (default).",
+)
+@click.option(
+    "--bottom-up",
+    "view",
+    flag_value="bottom-up",
+    help="Callers view: each function's cost split over its callers.",
+)
+@click.option(
+    "--flat",
+    "view",
+    flag_value="flat",
+    help="Flat view: load module > file > function > loop > line.",
+)
+@click.option(
+    "-m",
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="NAME",
+    help="Metric to show (name, name without unit, or glob pattern); repeatable.",
+)
+@click.option("-s", "--sort", metavar="NAME", help="Sort by this metric's inclusive value.")
+@click.option(
+    "--derive",
+    multiple=True,
+    metavar="'NAME = FORMULA'",
+    help="Add a derived metric, e.g. 'util = gker / gpuop'; repeatable.",
+)
+@click.option(
+    "-d",
+    "--depth",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Show N levels (the hot path is always expanded).",
+)
+@click.option(
+    "-t",
+    "--threshold",
+    type=click.FloatRange(0, 100),
+    default=0.0,
+    show_default=True,
+    metavar="PCT",
+    help="Hide scopes below PCT percent of the total.",
+)
+@click.option("--show-zero", is_flag=True, help="Also show scopes whose values are all zero.")
+@click.option("--color/--no-color", default=None, help="Colours (default: when a terminal).")
+@click.option(
+    "--tree",
+    "tree",
+    type=click.Choice(["unicode", "ascii", "indent"]),
+    help="Tree drawing (default: unicode on a terminal, indentation when piped).",
+)
+@click.option("--csv", metavar="FILE", help="Write the view as CSV ('-': stdout).")
+@click.option("--json", "json_out", metavar="FILE", help="Write the view as JSON ('-': stdout).")
+@click.option("--list-metrics", is_flag=True, help="List the metrics and exit.")
+@click.option(
+    "--context",
+    "context",
+    type=int,
+    metavar="CTXID",
+    help="Per-thread values of the shown metrics at context CTXID.",
+)
+@click.option(
+    "--imbalance",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="List the N most imbalanced contexts across threads/ranks.",
+)
+@click.option(
+    "--profiles",
+    type=click.Choice(["all", "cpu", "gpu"]),
+    default="all",
+    show_default=True,
+    help="Which profiles --context/--imbalance compare.",
+)
+@click.option("--trace-summary", is_flag=True, help="Summarize each trace line.")
+@click.option(
+    "--trace-export", metavar="FILE", help="Write the traces as Perfetto / Chrome trace JSON."
+)
+@click.option("--blame", is_flag=True, help="GPU idleness blame over the traces.")
+@click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
+def pyview(
+    database: str,
+    view: str,
+    metrics: tuple[str, ...],
+    sort: str | None,
+    derive: tuple[str, ...],
+    depth: int | None,
+    threshold: float,
+    show_zero: bool,
+    color: bool | None,
+    tree: str | None,
+    csv: str | None,
+    json_out: str | None,
+    list_metrics: bool,
+    context: int | None,
+    imbalance: int | None,
+    profiles: str,
+    trace_summary: bool,
+    trace_export: str | None,
+    blame: bool,
+    html: str | None,
+) -> int:
+    """Show the performance database DATABASE (a pyprof / hpcprof output directory)."""
+    opts = PyviewOptions(
+        database,
+        view,
+        metrics,
+        sort,
+        derive,
+        depth,
+        threshold,
+        show_zero,
+        color,
+        tree,
+        csv,
+        json_out,
+        list_metrics,
+        context,
+        imbalance,
+        profiles,
+        trace_summary,
+        trace_export,
+        blame,
+        html,
+    )
+    return run_pyview(opts, sys.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: ``pyview DATABASE [options]``."""
+    return run_command(pyview, argv, "pyview")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

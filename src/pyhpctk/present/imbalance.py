@@ -1,0 +1,168 @@
+"""Values across threads and ranks: one context's per-profile values and their statistics.
+
+For a context and a metric, cct.db holds one value per profile (thread, GPU stream, rank ×
+thread) that has a non-zero value (formats.md §3.4); profiles it does not list have 0. From those
+this module computes min / mean / max / standard deviation / coefficient of variation over all
+non-summary profiles (or a chosen kind of profile: CPU threads or GPU streams), and ranks the
+contexts whose cost is most unevenly spread — the load imbalance a user wants to see first.
+
+Only plain metrics have per-profile values: a derived metric is a formula over summaries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyhpctk.present.metrics import MetricCatalog, MetricError
+from pyhpctk.present.model import (
+    EXCLUSIVE_SCOPE,
+    INCLUSIVE_SCOPE,
+    Experiment,
+    FloatArray,
+    ProfileInfo,
+)
+from pyhpctk.present.views import context_label
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileStats:
+    """Statistics of one context's values over a set of profiles (zeros included)."""
+
+    count: int
+    minimum: float
+    mean: float
+    maximum: float
+    stddev: float
+    total: float
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation (stddev / mean); 0 for a zero mean."""
+        return self.stddev / self.mean if self.mean else 0.0
+
+    @property
+    def imbalance(self) -> float:
+        """``max / mean - 1``: how much longer the slowest profile took than the average."""
+        return self.maximum / self.mean - 1.0 if self.mean else 0.0
+
+    @classmethod
+    def of(cls, values: FloatArray) -> ProfileStats:
+        if len(values) == 0:
+            return cls(0, math.nan, math.nan, math.nan, math.nan, 0.0)
+        return cls(
+            len(values),
+            float(values.min()),
+            float(values.mean()),
+            float(values.max()),
+            float(values.std()),
+            float(values.sum()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSpread:
+    """One context's per-profile values of one metric, with their statistics."""
+
+    ctx_id: int
+    label: str
+    path: tuple[str, ...]  # labels from the entry point down to this context
+    metric: str
+    inclusive: bool
+    profiles: tuple[ProfileInfo, ...]
+    values: FloatArray  # one per profile in ``profiles`` (zeros included)
+    stats: ProfileStats
+
+
+def select_profiles(exp: Experiment, kind: str = "all") -> tuple[ProfileInfo, ...]:
+    """Non-summary profiles of a kind: ``all``, ``cpu`` (threads) or ``gpu`` (streams)."""
+    if kind == "all":
+        return exp.profiles
+    if kind == "gpu":
+        return tuple(p for p in exp.profiles if p.is_gpu)
+    if kind == "cpu":
+        return tuple(p for p in exp.profiles if not p.is_gpu)
+    raise ValueError(f"unknown profile kind {kind!r}")
+
+
+def _prop_id(catalog: MetricCatalog, metric: str, inclusive: bool) -> int:
+    display = catalog.get(metric)
+    raw = display.raw_metric
+    if raw is None:
+        raise MetricError(f"{metric!r} is derived: it has no per-thread values")
+    prop = catalog.experiment.metric(raw).prop_id(INCLUSIVE_SCOPE if inclusive else EXCLUSIVE_SCOPE)
+    if prop is None:
+        raise MetricError(f"metric {metric!r} has no per-thread values in this database")
+    return prop
+
+
+def context_path(exp: Experiment, node: int) -> tuple[str, ...]:
+    tree = exp.tree
+    out: list[str] = []
+    while node > 0:
+        out.append(context_label(tree, node)[0])
+        node = int(tree.parent[node])
+    return tuple(reversed(out))
+
+
+def spread(
+    catalog: MetricCatalog,
+    ctx_id: int,
+    metric: str,
+    inclusive: bool = True,
+    profiles: tuple[ProfileInfo, ...] | None = None,
+) -> ContextSpread:
+    """Per-profile values of ``metric`` at one context, and their statistics."""
+    exp = catalog.experiment
+    profiles = exp.profiles if profiles is None else profiles
+    prop = _prop_id(catalog, metric, inclusive)
+    where, values = exp.values.context_profiles(ctx_id, prop)
+    dense = np.zeros(len(profiles))
+    slot = {p.index: i for i, p in enumerate(profiles)}
+    for prof, value in zip(where.tolist(), values.tolist(), strict=True):
+        if prof in slot:
+            dense[slot[prof]] = value
+    node = exp.tree.node_of(ctx_id)
+    label = context_label(exp.tree, node)[0] if node >= 0 else f"<hidden context {ctx_id}>"
+    path = context_path(exp, node) if node >= 0 else (label,)
+    return ContextSpread(
+        ctx_id, label, path, metric, inclusive, profiles, dense, ProfileStats.of(dense)
+    )
+
+
+def most_imbalanced(
+    catalog: MetricCatalog,
+    metric: str,
+    count: int = 10,
+    min_share: float = 1.0,
+    profiles: tuple[ProfileInfo, ...] | None = None,
+    inclusive: bool = True,
+) -> list[ContextSpread]:
+    """Contexts holding at least ``min_share`` percent of the total, by imbalance (max/mean-1).
+
+    Ties are broken by the context's share of the total, so the costliest uneven context wins.
+    """
+    exp = catalog.experiment
+    profiles = exp.profiles if profiles is None else profiles
+    if len(profiles) < 2:
+        return []
+    _prop_id(catalog, metric, inclusive)  # fail early for derived metrics
+    column = catalog.column(metric, inclusive)
+    total = float(catalog.column(metric, True)[0])
+    cutoff = abs(total) * min_share / 100.0
+    candidates = np.flatnonzero((np.nan_to_num(column) > 0) & (np.nan_to_num(column) >= cutoff))
+    candidates = candidates[candidates > 0]
+    found = [
+        spread(catalog, int(exp.tree.ctx_id[n]), metric, inclusive, profiles) for n in candidates
+    ]
+    # A chain of contexts with the same per-profile values says one thing: keep its deepest.
+    deepest: dict[bytes, ContextSpread] = {}
+    for s in found:
+        key = s.values.tobytes()
+        if key not in deepest or len(s.path) > len(deepest[key].path):
+            deepest[key] = s
+    found = list(deepest.values())
+    found.sort(key=lambda s: (-round(s.stats.imbalance, 12), -s.stats.total, s.ctx_id))
+    return found[:count]

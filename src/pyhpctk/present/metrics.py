@@ -1,0 +1,254 @@
+"""Which metrics a view shows, and how each is computed from the database's summary statistics.
+
+Every displayed metric is a pair of formulas (inclusive, exclusive) over *inputs*: one summary
+statistic each (metric, propagation scope, per-profile formula, combine; formats.md §3.2 {SS}).
+A plain meta.db metric is ``inclusive = sum of execution``, ``exclusive = sum of lex_aware``
+(the viewer terms of formats.md §3.2); the taxonomy's derived metrics (``GSAMP:UTIL``) and the
+user's ``--derive`` formulas are built the same way, so views that aggregate (flat, bottom-up)
+sum the inputs first and apply the formula after, which keeps ratios right.
+
+Metric names are matched case-insensitively, with or without their unit (``gker`` finds
+``GKER (sec)``), or by shell-style pattern (``GXCOPY:*``); an unknown name is a usage error that
+lists close matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pyhpctk.errors import FormatError, UsageError
+from pyhpctk.present import formula as fx
+from pyhpctk.present.model import (
+    EXCLUSIVE_SCOPE,
+    INCLUSIVE_SCOPE,
+    SCOPE_FUNCTION,
+    Experiment,
+    FloatArray,
+)
+from pyhpctk.present.taxonomy import Input, parse_taxonomy
+
+
+class MetricError(UsageError):
+    """An unknown or ambiguous metric name."""
+
+
+@dataclass(frozen=True, slots=True)
+class DisplayMetric:
+    """A metric as views show it: formulas over inputs for its inclusive and exclusive values."""
+
+    name: str
+    inclusive: fx.Expr | None
+    exclusive: fx.Expr | None
+    inputs: dict[str, Input]
+    description: str = ""
+    format: str | None = None
+    derived: bool = False
+    percent: bool = True
+
+    @property
+    def raw_metric(self) -> str | None:
+        """The meta.db metric behind a plain (non-derived) metric, for per-profile views."""
+        if self.derived or not isinstance(self.inclusive, fx.Ref):
+            return None
+        return self.inputs[self.inclusive.name].metric
+
+
+def _plain(name: str, description: str = "") -> DisplayMetric:
+    inputs = {
+        "#i": Input(name, INCLUSIVE_SCOPE),
+        "#e": Input(name, EXCLUSIVE_SCOPE),
+    }
+    return DisplayMetric(name, fx.Ref("#i"), fx.Ref("#e"), inputs, description)
+
+
+def _short(name: str) -> str:
+    """A metric name without its unit suffix, lower-cased: ``GKER (sec)`` -> ``gker``."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", name).strip().lower()
+
+
+@dataclass
+class MetricCatalog:
+    """The metrics of one experiment, their columns by node (computed on demand and cached)."""
+
+    experiment: Experiment
+    metrics: list[DisplayMetric] = field(default_factory=list)
+    _stat_cache: dict[int, FloatArray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        exp = self.experiment
+        known = {m.name for m in exp.metrics}
+        if exp.taxonomy_text is not None:
+            for tm in parse_taxonomy(exp.taxonomy_text, f"{exp.path}/metrics/default.yaml"):
+                if not all(i.metric in known for i in tm.inputs.values()):
+                    continue  # the taxonomy names a metric this database lacks
+                derived = not (
+                    isinstance(tm.inclusive, fx.Ref)
+                    and tm.inputs[tm.inclusive.name].metric == tm.name
+                )
+                self.metrics.append(
+                    DisplayMetric(
+                        tm.name,
+                        tm.inclusive,
+                        tm.exclusive,
+                        tm.inputs,
+                        tm.description,
+                        tm.format,
+                        derived,
+                        tm.percent and not derived,
+                    )
+                )
+        shown = {m.name for m in self.metrics}
+        self.metrics.extend(
+            _plain(m.name, m.description) for m in exp.metrics if m.name not in shown
+        )
+
+    # -- naming ------------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.metrics]
+
+    def get(self, name: str) -> DisplayMetric:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        raise self._unknown(name)
+
+    def _unknown(self, name: str) -> MetricError:
+        lowered = {n.lower(): n for n in self.names}
+        shorts = {_short(n): n for n in self.names}
+        close = [lowered[c] for c in difflib.get_close_matches(name.lower(), lowered, 3, 0.6)]
+        close += [shorts[c] for c in difflib.get_close_matches(name.lower(), shorts, 3, 0.6)]
+        close = list(dict.fromkeys(close))[:3]
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        return MetricError(f"unknown metric {name!r}{hint} (pyview --list-metrics shows all)")
+
+    def resolve(self, name: str) -> str:
+        """The one metric ``name`` designates (exact, case-insensitive, or without unit)."""
+        if re.fullmatch(r"[#$]\d+", name):
+            index = int(name[1:])
+            if index >= len(self.metrics):
+                raise MetricError(f"metric {name} out of range: there are {len(self.metrics)}")
+            return self.metrics[index].name
+        for test in (
+            lambda n: n == name,
+            lambda n: n.lower() == name.lower(),
+            lambda n: _short(n) == name.lower(),
+        ):
+            found = [n for n in self.names if test(n)]
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                raise MetricError(f"metric name {name!r} is ambiguous: {', '.join(found)}")
+        raise self._unknown(name)
+
+    def select(self, patterns: Iterable[str]) -> list[str]:
+        """Names matching each pattern (a name as in :meth:`resolve`, or a glob), in order."""
+        out: list[str] = []
+        for pattern in patterns:
+            if any(c in pattern for c in "*?["):
+                found = [n for n in self.names if fnmatch.fnmatchcase(n.lower(), pattern.lower())]
+                if not found:
+                    raise MetricError(f"no metric matches {pattern!r}")
+            else:
+                found = [self.resolve(pattern)]
+            out.extend(n for n in found if n not in out)
+        return out
+
+    def default_selection(self, limit: int = 4) -> list[str]:
+        """Metrics with a non-zero total (taxonomy order), at most ``limit``."""
+        out = []
+        for m in self.metrics:
+            total = self.column(m.name, inclusive=True)
+            if total.size and np.nan_to_num(total[0]) != 0:
+                out.append(m.name)
+            if len(out) == limit:
+                break
+        return out or self.names[:1]
+
+    def derive(self, definition: str) -> str:
+        """Add ``NAME = FORMULA``; references resolve to existing metrics. Returns the name."""
+        name, expr = fx.parse_definition(definition)
+        if name in self.names:
+            raise MetricError(f"derived metric {name!r} already exists")
+        inputs: dict[str, Input] = {}
+        mapping_i: dict[str, fx.Expr] = {}
+        mapping_e: dict[str, fx.Expr] = {}
+        for ref in fx.references(expr):
+            try:
+                target = self.get(self.resolve(ref))
+            except MetricError as error:
+                raise fx.FormulaError(definition, str(error)) from None
+            prefix = f"#{len(mapping_i)}."
+            for key, inp in target.inputs.items():
+                inputs[prefix + key] = inp
+            mapping_i[ref] = _rename(target.inclusive, prefix) if target.inclusive else fx.Num(0)
+            mapping_e[ref] = _rename(target.exclusive, prefix) if target.exclusive else fx.Num(0)
+        metric = DisplayMetric(
+            name,
+            _substitute(expr, mapping_i),
+            _substitute(expr, mapping_e),
+            inputs,
+            f"derived: {definition.partition('=')[2].strip()}",
+            derived=True,
+            percent=False,
+        )
+        self.metrics.append(metric)
+        return name
+
+    # -- values ------------------------------------------------------------------------------
+    def input_column(self, inp: Input) -> FloatArray:
+        """The summary statistic ``inp`` by node (zeros when the database lacks it)."""
+        exp = self.experiment
+        try:
+            metric = exp.metric(inp.metric)
+        except FormatError:
+            return np.zeros(exp.tree.size)
+        stat = metric.stat_id(inp.scope, inp.combine, inp.formula)
+        if stat is None:
+            return np.zeros(exp.tree.size)
+        if stat not in self._stat_cache:
+            self._stat_cache[stat] = exp.by_node(exp.values.summary_column(stat))
+        return self._stat_cache[stat]
+
+    def column(self, name: str, inclusive: bool) -> FloatArray:
+        """Inclusive or exclusive values of a metric, by node of the context tree."""
+        metric = self.get(name)
+        expr = metric.inclusive if inclusive else metric.exclusive
+        size = self.experiment.tree.size
+        if expr is None:
+            return np.full(size, np.nan)
+        return fx.evaluate(expr, lambda ref: self.input_column(metric.inputs[ref]), size)
+
+    def exclusive_input(self, inp: Input) -> Input:
+        """The input to decompose into self costs for ``inp`` (its function-scope twin)."""
+        return Input(inp.metric, SCOPE_FUNCTION, inp.formula, inp.combine)
+
+
+def _rename(expr: fx.Expr, prefix: str) -> fx.Expr:
+    if isinstance(expr, fx.Ref):
+        return fx.Ref(prefix + expr.name)
+    if isinstance(expr, fx.Neg):
+        return fx.Neg(_rename(expr.operand, prefix))
+    if isinstance(expr, fx.BinOp):
+        return fx.BinOp(expr.op, _rename(expr.left, prefix), _rename(expr.right, prefix))
+    if isinstance(expr, fx.Call):
+        return fx.Call(expr.function, tuple(_rename(a, prefix) for a in expr.args))
+    return expr
+
+
+def _substitute(expr: fx.Expr, mapping: dict[str, fx.Expr]) -> fx.Expr:
+    if isinstance(expr, fx.Ref):
+        return mapping[expr.name]
+    if isinstance(expr, fx.Neg):
+        return fx.Neg(_substitute(expr.operand, mapping))
+    if isinstance(expr, fx.BinOp):
+        return fx.BinOp(expr.op, _substitute(expr.left, mapping), _substitute(expr.right, mapping))
+    if isinstance(expr, fx.Call):
+        return fx.Call(expr.function, tuple(_substitute(a, mapping) for a in expr.args))
+    return expr

@@ -1,0 +1,227 @@
+"""Open a database directory (meta.db, profile.db, cct.db, trace.db) as an :class:`Experiment`.
+
+This is the only place pyview touches the format readers (:mod:`pyhpctk.formats.metadb`,
+``profiledb``, ``cctdb``, ``tracedb``). They memory-map the files and hand out value blocks as
+numpy views on demand, so opening a multi-GB database reads its headers and the meta.db tree
+only; a metric column reads one summary block, a per-thread view one cct.db block.
+
+Errors a user can cause (not a directory, not a database, a file missing, a damaged file) are
+:class:`~pyhpctk.errors.FormatError` naming the path and the problem.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from pyhpctk.errors import FormatError
+from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.present.model import (
+    LEX_ENTRY,
+    LEX_ROOT,
+    REL_NONE,
+    ContextTree,
+    Experiment,
+    FloatArray,
+    FunctionInfo,
+    MetricInfo,
+    ProfileInfo,
+    SummaryStat,
+    TraceLine,
+)
+
+COMBINE_NAMES = {int(metadb.Combine.SUM): "sum", int(metadb.Combine.MIN): "min", 2: "max"}
+REQUIRED = ("meta.db", "profile.db", "cct.db")
+
+
+def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
+    """The context tree of a meta.db as :class:`ContextTree` arrays (node 0 = ctxId 0)."""
+    index = meta.index()
+    table = index.table
+    n = len(table) + 1
+    entry = table["entry_point"] >= 0
+
+    def col(name: str, fill: int, dtype: type[np.generic] = np.int64) -> npt.NDArray[np.generic]:
+        out = np.empty(n, dtype=dtype)
+        out[0] = fill
+        out[1:] = table[name]
+        return out
+
+    lexical = col("lexical_type", LEX_ROOT, np.int16).astype(np.int8)
+    relation = col("relation", REL_NONE, np.int16).astype(np.int8)
+    raw_lex = table["lexical_type"].astype(np.int16)
+    raw_rel = table["relation"].astype(np.int16)
+    lexical[1:] = np.where(entry, LEX_ENTRY, np.where(raw_lex == metadb.NO_ENUM, 3, raw_lex))
+    relation[1:] = np.where(entry, REL_NONE, np.where(raw_rel == metadb.NO_ENUM, 1, raw_rel))
+    parent = np.empty(n, dtype=np.int64)
+    parent[0] = -1
+    parent[1:] = index.parent_row + 1  # -1 (under the global context) becomes node 0
+    names = [""] + [
+        node.pretty_name if isinstance(node, metadb.EntryPoint) else "" for node in index.nodes
+    ]
+    functions = tuple(
+        FunctionInfo(
+            f.name if f.name is not None else "<unknown function>",
+            -1 if f.module is None else f.module,
+            -1 if f.file is None else f.file,
+            f.line,
+            f.offset,
+        )
+        for f in meta.functions
+    )
+    return ContextTree(
+        ctx_id=col("ctx_id", 0).astype(np.int64),
+        parent=parent,
+        lexical_type=lexical,
+        relation=relation,
+        function=col("function", -1).astype(np.int64),
+        file=col("file", -1).astype(np.int64),
+        line=col("line", 0).astype(np.int64),
+        module=col("module", -1).astype(np.int64),
+        offset=col("offset", 0, np.uint64).astype(np.uint64),
+        names=tuple(names),
+        functions=functions,
+        files=tuple(f.path for f in meta.files),
+        modules=tuple(m.path for m in meta.modules),
+    )
+
+
+def metrics_from_metadb(meta: metadb.MetaDB) -> tuple[MetricInfo, ...]:
+    scope_names = [s.name for s in meta.scopes]
+    return tuple(
+        MetricInfo(
+            m.name,
+            tuple((scope_names[i.scope], i.prop_metric_id) for i in m.scope_insts),
+            tuple(
+                SummaryStat(
+                    scope_names[s.scope],
+                    s.formula,
+                    COMBINE_NAMES.get(int(s.combine), f"combine{s.combine}"),
+                    s.stat_metric_id,
+                )
+                for s in m.summaries
+            ),
+        )
+        for m in meta.metrics
+    )
+
+
+@dataclass
+class DatabaseValues:
+    """:class:`~pyhpctk.present.model.ValueSource` over a lazily read profile.db and cct.db."""
+
+    profiles: profiledb.ProfileDB
+    contexts: cctdb.CctDB
+    _expanded: dict[int, npt.NDArray[np.uint32]] = field(default_factory=dict)
+
+    @property
+    def n_contexts(self) -> int:
+        return self.contexts.n_contexts
+
+    def _column(self, profile: int, metric_id: int) -> FloatArray:
+        out = np.zeros(self.n_contexts)
+        block = self.profiles.block(profile)
+        if block.n_values == 0:
+            return out
+        if profile not in self._expanded:
+            self._expanded[profile] = block.value_ctx_ids()
+        ctx = self._expanded[profile]
+        chosen = block.values["metric_id"] == metric_id
+        ids = ctx[chosen].astype(np.int64)
+        if len(ids) and int(ids.max()) >= len(out):
+            out = np.concatenate([out, np.zeros(int(ids.max()) + 1 - len(out))])
+        out[ids] = block.values["value"][chosen]
+        return out
+
+    def summary_column(self, stat_id: int) -> FloatArray:
+        return self._column(0, stat_id)
+
+    def profile_column(self, profile: int, prop_id: int) -> FloatArray:
+        return self._column(profile, prop_id)
+
+    def context_profiles(
+        self, ctx_id: int, prop_id: int
+    ) -> tuple[npt.NDArray[np.int64], FloatArray]:
+        if ctx_id >= self.n_contexts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        pairs = self.contexts.context(ctx_id).metric(prop_id)
+        return pairs["prof_index"].astype(np.int64), pairs["value"].astype(np.float64)
+
+
+@dataclass
+class DatabaseTraces:
+    """:class:`~pyhpctk.present.model.TraceSource` over a lazily read trace.db."""
+
+    db: tracedb.TraceDB
+    _lines: list[TraceLine] | None = None
+
+    def lines(self) -> Sequence[TraceLine]:
+        if self._lines is None:
+            self._lines = []
+            for line in self.db.lines:
+                self._lines.append(
+                    TraceLine(
+                        line.prof_index,
+                        np.asarray(line.elements["timestamp"], dtype=np.uint64),
+                        np.asarray(line.elements["ctx_id"], dtype=np.uint32),
+                    )
+                )
+        return self._lines
+
+
+def database_dir(path: str | os.PathLike[str]) -> Path:
+    """The database directory ``path`` names (a directory, or a file inside one)."""
+    p = Path(path)
+    if not p.exists():
+        raise FormatError(p, "database", "no such file or directory")
+    if p.is_file():
+        if p.name in (*REQUIRED, "trace.db"):
+            p = p.parent
+        else:
+            raise FormatError(p, "database", "not a database: expected a directory with meta.db")
+    if not (p / "meta.db").is_file():
+        what = "measurements (run pyprof on it first)" if any(p.glob("*.hpcrun")) else "a database"
+        raise FormatError(p, "database", f"not {what}: no meta.db in this directory")
+    missing = [name for name in REQUIRED if not (p / name).is_file()]
+    if missing:
+        raise FormatError(p, "database", f"incomplete database: {', '.join(missing)} missing")
+    return p
+
+
+def open_experiment(path: str | os.PathLike[str]) -> Experiment:
+    """Open a database directory lazily (memory maps) as an :class:`Experiment`."""
+    d = database_dir(path)
+    meta = metadb.read(d / "meta.db")
+    profiles = profiledb.read(d / "profile.db")
+    contexts = cctdb.read(d / "cct.db")
+    if not profiles.profiles or not profiles.profiles[0].is_summary:
+        raise FormatError(d / "profile.db", "ProfileInfos", "profile 0 is not the summary profile")
+    names = meta.id_names
+    infos = []
+    for i, prof in enumerate(profiles.profiles):
+        if i == 0:
+            continue
+        ident = tuple(
+            (names[e.kind] if e.kind < len(names) else f"kind{e.kind}", e.logical_id)
+            for e in (prof.id_tuple or ())
+        )
+        infos.append(ProfileInfo(i, ident))
+    traces = None
+    if (d / "trace.db").is_file():
+        traces = DatabaseTraces(tracedb.read(d / "trace.db"))
+    taxonomy = d / "metrics" / "default.yaml"
+    return Experiment(
+        path=str(d),
+        title=meta.title,
+        tree=tree_from_metadb(meta),
+        metrics=metrics_from_metadb(meta),
+        profiles=tuple(infos),
+        values=DatabaseValues(profiles, contexts),
+        traces=traces,
+        taxonomy_text=taxonomy.read_text(encoding="utf-8") if taxonomy.is_file() else None,
+    )

@@ -1,0 +1,217 @@
+"""Small databases built from a readable description, with values propagated by the book.
+
+Tests and the scale benchmark need databases whose answers are known by construction. A
+:class:`Spec` describes a calling context tree (entry points, functions, inlined functions,
+loops, lines, instructions) with the *point* values each profile measured at each context;
+:func:`build` propagates them into the four scopes exactly as formats.md §3.2 defines them,
+by a direct recursive walk (the slow, obvious oracle of style.md item 10):
+
+* point — the value measured at the context;
+* function — point plus the function values of *lexical* children (stops at call/inlined edges);
+* lex_aware — like function, but a loop leaves out its nested loops;
+* execution — point plus the execution values of all children.
+
+The summary profile is the sum over profiles (the ``sum`` of ``$$`` statistic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pyhpctk.present.model import (
+    LEX_ENTRY,
+    LEX_FUNCTION,
+    LEX_INSTRUCTION,
+    LEX_LINE,
+    LEX_LOOP,
+    LEX_ROOT,
+    REL_CALL,
+    REL_INLINED,
+    REL_LEXICAL,
+    REL_NONE,
+    ContextTree,
+    Experiment,
+    FunctionInfo,
+    InMemoryTraces,
+    InMemoryValues,
+    MetricInfo,
+    ProfileInfo,
+    SummaryStat,
+    TraceLine,
+)
+
+SCOPES = ("point", "function", "lex_aware", "execution")
+_KINDS = {
+    "entry": (LEX_ENTRY, REL_NONE),
+    "function": (LEX_FUNCTION, REL_CALL),
+    "inlined": (LEX_FUNCTION, REL_INLINED),
+    "loop": (LEX_LOOP, REL_LEXICAL),
+    "line": (LEX_LINE, REL_LEXICAL),
+    "instruction": (LEX_INSTRUCTION, REL_CALL),
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One context: its kind, what it names, point values per metric per profile, children."""
+
+    kind: str
+    name: str = ""  # function name or entry-point name
+    file: str = ""
+    line: int = 0
+    module: str = "/bin/app"
+    offset: int = 0
+    values: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    children: tuple[Spec, ...] = ()
+    ctx_id: int | None = None
+    relation: int | None = None  # override (e.g. a lexical instruction)
+
+
+def metric_info(name: str, base: int) -> MetricInfo:
+    """A plain metric as hpcprof writes it: scope k has prop id and sum stat id ``base + k``."""
+    return MetricInfo(
+        name,
+        tuple((scope, base + k) for k, scope in enumerate(SCOPES)),
+        tuple(SummaryStat(scope, "$$", "sum", base + k) for k, scope in enumerate(SCOPES)),
+    )
+
+
+def build(
+    entries: Sequence[Spec],
+    metrics: Sequence[str],
+    profiles: Sequence[tuple[tuple[str, int], ...]],
+    title: str = "synthetic",
+    traces: Sequence[TraceLine] | None = None,
+    taxonomy_text: str | None = None,
+) -> Experiment:
+    """An :class:`Experiment` from specs; ctxIds are assigned in pre-order unless given."""
+    nodes: list[tuple[Spec, int]] = []  # (spec, parent node)
+    stack: list[tuple[Spec, int]] = [(e, 0) for e in reversed(entries)]
+    while stack:
+        spec, above = stack.pop()
+        nodes.append((spec, above))
+        me = len(nodes)
+        stack.extend((c, me) for c in reversed(spec.children))
+    n = len(nodes) + 1
+    modules: list[str] = []
+    files: list[str] = []
+    functions: list[FunctionInfo] = []
+
+    def intern(table: list[str], value: str) -> int:
+        if not value:
+            return -1
+        if value not in table:
+            table.append(value)
+        return table.index(value)
+
+    ctx_id = np.zeros(n, dtype=np.int64)
+    parent = np.full(n, -1, dtype=np.int64)
+    lexical = np.full(n, LEX_ROOT, dtype=np.int8)
+    relation = np.full(n, REL_NONE, dtype=np.int8)
+    function = np.full(n, -1, dtype=np.int64)
+    file = np.full(n, -1, dtype=np.int64)
+    line = np.zeros(n, dtype=np.int64)
+    module = np.full(n, -1, dtype=np.int64)
+    offset = np.zeros(n, dtype=np.uint64)
+    names = [""] * n
+    used = {s.ctx_id for s, _ in nodes if s.ctx_id is not None}
+    next_id = 1
+    for i, (spec, up) in enumerate(nodes, start=1):
+        if spec.ctx_id is not None:
+            ctx_id[i] = spec.ctx_id
+        else:
+            while next_id in used:
+                next_id += 1
+            ctx_id[i] = next_id
+            used.add(next_id)
+        parent[i] = up
+        lex, rel = _KINDS[spec.kind]
+        lexical[i] = lex
+        relation[i] = rel if spec.relation is None else spec.relation
+        if spec.kind == "entry":
+            names[i] = spec.name
+        elif lex == LEX_FUNCTION:
+            functions.append(
+                FunctionInfo(
+                    spec.name,
+                    intern(modules, spec.module),
+                    intern(files, spec.file),
+                    spec.line,
+                    spec.offset,
+                )
+            )
+            function[i] = len(functions) - 1
+        elif lex in (LEX_LOOP, LEX_LINE):
+            file[i] = intern(files, spec.file)
+            line[i] = spec.line
+            if lex == LEX_LOOP:
+                module[i] = intern(modules, spec.module)
+                offset[i] = spec.offset
+        else:
+            module[i] = intern(modules, spec.module)
+            offset[i] = spec.offset
+    tree = ContextTree(
+        ctx_id,
+        parent,
+        lexical,
+        relation,
+        function,
+        file,
+        line,
+        module,
+        offset,
+        tuple(names),
+        tuple(functions),
+        tuple(files),
+        tuple(modules),
+    )
+    n_ctx = int(ctx_id.max()) + 1
+    n_prof = len(profiles)
+    summary: dict[int, np.ndarray] = {}
+    per_profile: dict[int, np.ndarray] = {}
+    infos = []
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        children[int(parent[i])].append(i)
+    for m, metric in enumerate(metrics):
+        point = np.zeros((n_prof, n))
+        for i, (spec, _) in enumerate(nodes, start=1):
+            vals = spec.values.get(metric, ())
+            point[: len(vals), i] = vals
+        scope = {s: np.zeros((n_prof, n)) for s in SCOPES}
+        scope["point"] = point
+        for i in range(n - 1, -1, -1):  # children come after parents: walk backwards
+            lexical_kids = [c for c in children[i] if relation[c] == REL_LEXICAL]
+            scope["execution"][:, i] = point[:, i] + sum(
+                (scope["execution"][:, c] for c in children[i]), np.zeros(n_prof)
+            )
+            scope["function"][:, i] = point[:, i] + sum(
+                (scope["function"][:, c] for c in lexical_kids), np.zeros(n_prof)
+            )
+            if lexical[i] == LEX_LOOP:
+                scope["lex_aware"][:, i] = point[:, i] + sum(
+                    (scope["function"][:, c] for c in lexical_kids if lexical[c] != LEX_LOOP),
+                    np.zeros(n_prof),
+                )
+            else:
+                scope["lex_aware"][:, i] = scope["function"][:, i]
+        for k, s in enumerate(SCOPES):
+            dense = np.zeros((n_prof, n_ctx))
+            dense[:, ctx_id] = scope[s]
+            per_profile[4 * m + k] = dense
+            summary[4 * m + k] = dense.sum(axis=0)
+        infos.append(metric_info(metric, 4 * m))
+    profile_infos = tuple(ProfileInfo(i + 1, ident) for i, ident in enumerate(profiles))
+    return Experiment(
+        path=f"<{title}>",
+        title=title,
+        tree=tree,
+        metrics=tuple(infos),
+        profiles=profile_infos,
+        values=InMemoryValues(n_ctx, summary, per_profile),
+        traces=None if traces is None else InMemoryTraces(tuple(traces)),
+        taxonomy_text=taxonomy_text,
+    )

@@ -1,0 +1,340 @@
+"""Traces: a textual summary per trace line, a Perfetto / Chrome trace export, GPU idleness blame.
+
+A trace.db line (formats.md §3.5) says which context a thread or GPU stream was in from each
+timestamp on; ctxId 0 means idle. Here an element lasts until the next element of its line, and a
+line's last element only closes the line (it has no duration), so a trace that ends in a busy
+context ends at its last timestamp.
+
+* :func:`summarize` — per line: samples, time span, busy time and the contexts it spent most time
+  in.
+* :func:`to_perfetto` — the Chrome trace-event JSON that ui.perfetto.dev and chrome://tracing load:
+  one process for CPU threads and one for GPU streams, one track per line, and the calling
+  context at each instant as nested begin/end slices (entry point, functions, inlined functions,
+  loops), so call-stack depth is slice depth.
+* :func:`gpu_idle_blame` — the GPU idleness analysis of Zhou et al. (SC'21): over the time when
+  every GPU stream is idle and at least one CPU thread is busy, the idle time is shared equally
+  among the busy CPU threads and charged to the CPU function each is running; functions are then
+  ranked by blame.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import numpy as np
+import numpy.typing as npt
+
+from pyhpctk.errors import UsageError
+from pyhpctk.present.model import (
+    LEX_ENTRY,
+    LEX_FUNCTION,
+    LEX_INSTRUCTION,
+    LEX_LOOP,
+    REL_CALL,
+    Experiment,
+    ProfileInfo,
+    TraceLine,
+)
+from pyhpctk.present.views import context_label
+
+IDLE = 0
+
+
+class NoTraceError(UsageError):
+    """The database has no trace.db (or no lines the analysis needs)."""
+
+
+def _lines(exp: Experiment) -> Sequence[TraceLine]:
+    if exp.traces is None:
+        raise NoTraceError(f"{exp.path}: no trace.db: measure with tracing on (pyrun -t)")
+    return exp.traces.lines()
+
+
+def _profile(exp: Experiment, index: int) -> ProfileInfo:
+    for p in exp.profiles:
+        if p.index == index:
+            return p
+    return ProfileInfo(index, ())
+
+
+def durations(line: TraceLine) -> npt.NDArray[np.int64]:
+    """How long each element lasts (the last element: 0)."""
+    t = line.timestamps.astype(np.int64)
+    out = np.zeros(len(t), dtype=np.int64)
+    if len(t) > 1:
+        out[:-1] = np.diff(t)
+    return out
+
+
+def context_frames(exp: Experiment, ctx_id: int) -> list[tuple[int, str]]:
+    """The stack shown for a context: (ctxId, label) of its entry point, functions, inlined
+    functions, call frames and loops, outermost first; the context itself is always last."""
+    tree = exp.tree
+    node = tree.node_of(ctx_id)
+    if node < 0:
+        return [(ctx_id, f"<context {ctx_id}>")]
+    chain: list[int] = []
+    cur = node
+    while cur > 0:
+        lex = int(tree.lexical_type[cur])
+        framed = lex in (LEX_ENTRY, LEX_FUNCTION, LEX_LOOP) or (
+            lex == LEX_INSTRUCTION and int(tree.relation[cur]) == REL_CALL
+        )
+        if framed or cur == node:
+            chain.append(cur)
+        cur = int(tree.parent[cur])
+    return [(int(tree.ctx_id[n]), context_label(tree, n)[0]) for n in reversed(chain)]
+
+
+def function_of(exp: Experiment, ctx_id: int) -> str:
+    """The label of the innermost function (or call frame) enclosing a context."""
+    for ident, label in reversed(context_frames(exp, ctx_id)):
+        node = exp.tree.node_of(ident)
+        if node < 0:
+            return label
+        lex = int(exp.tree.lexical_type[node])
+        if lex in (LEX_FUNCTION, LEX_INSTRUCTION, LEX_ENTRY):
+            return label
+    return f"<context {ctx_id}>"
+
+
+# -- summary -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LineSummary:
+    """What one trace line did."""
+
+    profile: str
+    is_gpu: bool
+    samples: int
+    start_ns: int
+    end_ns: int
+    busy_ns: int
+    top: tuple[tuple[str, int], ...]  # (function label, time ns), longest first
+
+    @property
+    def span_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def summarize(exp: Experiment, top: int = 3) -> list[LineSummary]:
+    out = []
+    for line in _lines(exp):
+        prof = _profile(exp, line.profile)
+        dur = durations(line)
+        busy = line.ctx_ids != IDLE
+        by_fn: dict[str, int] = {}
+        ids, inverse = np.unique(line.ctx_ids[busy], return_inverse=True)
+        per_ctx = np.bincount(inverse, weights=dur[busy], minlength=len(ids))
+        for ctx, spent in zip(ids.tolist(), per_ctx.tolist(), strict=True):
+            name = function_of(exp, int(ctx))
+            by_fn[name] = by_fn.get(name, 0) + int(spent)
+        ranked = sorted(by_fn.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+        ts = line.timestamps
+        out.append(
+            LineSummary(
+                prof.label,
+                prof.is_gpu,
+                len(ts),
+                int(ts[0]) if len(ts) else 0,
+                int(ts[-1]) if len(ts) else 0,
+                int(dur[busy].sum()),
+                tuple(ranked),
+            )
+        )
+    return out
+
+
+def _seconds(ns: int | float) -> str:
+    return f"{ns / 1e9:.6f}s"
+
+
+def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
+    out.write("Trace lines\n")
+    for s in summaries:
+        kind = "GPU stream" if s.is_gpu else "CPU thread"
+        if s.samples == 0:
+            out.write(f"  {s.profile} ({kind}): empty\n")
+            continue
+        share = 100.0 * s.busy_ns / s.span_ns if s.span_ns else 0.0
+        out.write(
+            f"  {s.profile} ({kind}): {s.samples} samples over {_seconds(s.span_ns)}, "
+            f"busy {_seconds(s.busy_ns)} ({share:.1f}%)\n"
+        )
+        for name, spent in s.top:
+            out.write(f"      {_seconds(spent)}  {name}\n")
+
+
+# -- Perfetto / Chrome trace events --------------------------------------------------------------
+CPU_PID, GPU_PID = 1, 2
+
+
+def to_perfetto(exp: Experiment) -> dict[str, Any]:
+    """Chrome trace-event JSON (``{"traceEvents": [...]}``); times in microseconds."""
+    lines = _lines(exp)
+    starts = [int(line.timestamps[0]) for line in lines if len(line.timestamps)]
+    origin = min(starts) if starts else 0
+    events: list[dict[str, Any]] = [
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": CPU_PID,
+            "tid": 0,
+            "args": {"name": "CPU threads"},
+        },
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": GPU_PID,
+            "tid": 0,
+            "args": {"name": "GPU streams"},
+        },
+    ]
+    frames_of: dict[int, list[tuple[int, str]]] = {}
+    for line in lines:
+        prof = _profile(exp, line.profile)
+        pid = GPU_PID if prof.is_gpu else CPU_PID
+        tid = line.profile
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": prof.label}}
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
+        stack: list[tuple[int, str]] = []
+        times = line.timestamps.astype(np.int64)
+        ctxs = line.ctx_ids.astype(np.int64)
+        for i in range(len(times)):
+            ts = (int(times[i]) - origin) / 1000.0
+            ctx = int(ctxs[i])
+            last = i == len(times) - 1
+            if ctx == IDLE or last:
+                want: list[tuple[int, str]] = []
+            else:
+                if ctx not in frames_of:
+                    frames_of[ctx] = context_frames(exp, ctx)
+                want = frames_of[ctx]
+            keep = 0
+            while keep < min(len(stack), len(want)) and stack[keep] == want[keep]:
+                keep += 1
+            for ident, name in reversed(stack[keep:]):
+                events.append(
+                    {
+                        "ph": "E",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": ts,
+                        "name": name,
+                        "args": {"ctx_id": ident},
+                    }
+                )
+            for ident, name in want[keep:]:
+                events.append(
+                    {
+                        "ph": "B",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": ts,
+                        "name": name,
+                        "cat": "gpu" if prof.is_gpu else "cpu",
+                        "args": {"ctx_id": ident},
+                    }
+                )
+            stack = want
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {"title": exp.title, "database": exp.path, "origin_ns": origin},
+    }
+
+
+def write_perfetto(exp: Experiment, out: TextIO) -> None:
+    json.dump(to_perfetto(exp), out, separators=(",", ":"))
+    out.write("\n")
+
+
+# -- GPU idleness blame --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Blame:
+    """Result of :func:`gpu_idle_blame`."""
+
+    gpu_idle_ns: int  # time every GPU stream was idle, within the traced span
+    blamed_ns: int  # the part of it during which at least one CPU thread was busy
+    by_function: tuple[tuple[str, float], ...]  # (function, blamed ns), largest first
+    by_context: tuple[tuple[int, float], ...]  # (ctxId, blamed ns), largest first
+
+
+def _states(line: TraceLine, cuts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The context of ``line`` during each segment ``[cuts[k], cuts[k+1])`` (0 = idle/absent)."""
+    times = line.timestamps.astype(np.int64)
+    where = np.searchsorted(times, cuts[:-1], side="right") - 1
+    valid = (where >= 0) & (where < len(times) - 1)
+    out = np.zeros(len(cuts) - 1, dtype=np.int64)
+    out[valid] = line.ctx_ids.astype(np.int64)[where[valid]]
+    return out
+
+
+def gpu_idle_blame(exp: Experiment) -> Blame:
+    """Share GPU idle time among the CPU functions running while every GPU stream is idle."""
+    lines = [line for line in _lines(exp) if len(line.timestamps)]
+    gpu = [line for line in lines if _profile(exp, line.profile).is_gpu]
+    cpu = [line for line in lines if not _profile(exp, line.profile).is_gpu]
+    if not any(_profile(exp, line.profile).is_gpu for line in _lines(exp)):
+        raise NoTraceError(f"{exp.path}: no GPU stream in the traces: nothing to blame")
+    if not lines:
+        return Blame(0, 0, (), ())
+    cuts = np.unique(np.concatenate([line.timestamps.astype(np.int64) for line in lines]))
+    if len(cuts) < 2:
+        return Blame(0, 0, (), ())
+    length = np.diff(cuts).astype(np.float64)
+    gpu_busy = np.zeros(len(length), dtype=bool)
+    for line in gpu:
+        gpu_busy |= _states(line, cuts) != IDLE
+    idle = ~gpu_busy
+    cpu_states = (
+        np.vstack([_states(line, cuts) for line in cpu]) if cpu else np.zeros((0, len(length)), int)
+    )
+    active = (cpu_states != IDLE).sum(axis=0)
+    blamed = idle & (active > 0)
+    share = np.where(blamed, length / np.maximum(active, 1), 0.0)
+    per_ctx: dict[int, float] = {}
+    for row in cpu_states:
+        hit = blamed & (row != IDLE)
+        if not np.any(hit):
+            continue
+        ids, inverse = np.unique(row[hit], return_inverse=True)
+        sums = np.bincount(inverse, weights=share[hit], minlength=len(ids))
+        for ctx, value in zip(ids.tolist(), sums.tolist(), strict=True):
+            per_ctx[int(ctx)] = per_ctx.get(int(ctx), 0.0) + float(value)
+    per_fn: dict[str, float] = {}
+    for ctx, value in per_ctx.items():
+        name = function_of(exp, ctx)
+        per_fn[name] = per_fn.get(name, 0.0) + value
+    return Blame(
+        int(length[idle].sum()),
+        int(length[blamed].sum()),
+        tuple(sorted(per_fn.items(), key=lambda kv: (-kv[1], kv[0]))),
+        tuple(sorted(per_ctx.items(), key=lambda kv: (-kv[1], kv[0]))),
+    )
+
+
+def render_blame(blame: Blame, out: TextIO, top: int = 20) -> None:
+    out.write(
+        f"GPU idle time: {_seconds(blame.gpu_idle_ns)}; while CPU threads were busy: "
+        f"{_seconds(blame.blamed_ns)}\n"
+    )
+    if not blame.by_function:
+        out.write("  no CPU function to blame\n")
+        return
+    out.write("  blame (s)   share  CPU function\n")
+    for name, value in blame.by_function[:top]:
+        share = 100.0 * value / blame.blamed_ns if blame.blamed_ns else 0.0
+        out.write(f"  {value / 1e9:9.6f}  {share:5.1f}%  {name}\n")
