@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo-out
 
-.PHONY: all demo test lint typecheck unit env clean help
+.PHONY: all demo test lint typecheck unit env clean help browser
 
 help:
 	@echo "make demo   run the whole pipeline on an example (no GPU needed)"
@@ -32,7 +32,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict src
 
-unit: $(STAMP)
+# The HTML report's browser test needs headless Chromium: installed here where apt-get works
+# as root (CI, containers); elsewhere install it yourself (e.g. `apt-get install chromium`).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  command -v google-chrome >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "installing chromium for the browser test"; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    else echo "warning: no Chromium found; the browser test will fail (install chromium)"; fi; }
+
+unit: $(STAMP) browser
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 test: lint typecheck unit

@@ -1,0 +1,70 @@
+"""Input acquisition: find the profiles of measurement directories and read them.
+
+A measurement directory holds one ``.hpcrun`` per thread or GPU stream, an optional ``.hpctrace``
+beside each, and ``structs/*.hpcstruct`` (formats.md §0.1). This module lists them, checks the
+directories exist and are not empty; reading is the format modules' job
+(:mod:`pyhpctk.formats.hpcrun`, :mod:`pyhpctk.formats.hpctrace`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyhpctk.errors import PyhpctkError, UsageError
+
+
+class InputError(PyhpctkError):
+    """A measurement directory is missing, empty or unreadable."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSource:
+    """One profile to aggregate: its ``.hpcrun``, its ``.hpctrace`` (if any), its directory."""
+
+    measurement: Path
+    profile: Path
+    trace: Path | None
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+
+def discover(measurements: tuple[Path, ...] | list[Path]) -> list[ProfileSource]:
+    """Every profile of every measurement directory, in a stable order (directory, then name)."""
+    sources: list[ProfileSource] = []
+    seen: set[Path] = set()
+    for directory in measurements:
+        if not directory.exists():
+            raise InputError(f"{directory}: no such measurement directory")
+        if not directory.is_dir():
+            raise InputError(f"{directory}: not a directory (pyprof reads measurement directories)")
+        real = directory.resolve()
+        if real in seen:
+            raise UsageError(f"{directory}: measurement directory given twice")
+        seen.add(real)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError as error:
+            raise InputError(f"{directory}: cannot list: {error.strerror or error}") from error
+        profiles = [name for name in names if name.endswith(".hpcrun")]
+        if not profiles:
+            raise InputError(f"{directory}: no .hpcrun profiles in this measurement directory")
+        for name in profiles:
+            trace = directory / (name[: -len(".hpcrun")] + ".hpctrace")
+            sources.append(
+                ProfileSource(directory, directory / name, trace if trace.is_file() else None)
+            )
+    return sources
+
+
+def structure_files(measurement: Path) -> list[Path]:
+    """The hpcstruct files pystruct/hpcstruct left in ``MEAS/structs/`` (sorted)."""
+    directory = measurement / "structs"
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.endswith(".hpcstruct"))

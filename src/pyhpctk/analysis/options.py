@@ -1,0 +1,84 @@
+"""The options of one pyprof run, as a typed, frozen object (the CLI only builds one of these)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyhpctk.errors import UsageError
+
+METRIC_MODES = ("sum", "stats")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfOptions:
+    """What to aggregate and how.
+
+    ``measurements``: measurement directories (as hpcrun/pyrun write them).
+    ``output``: the database directory to create; None means ``hpctoolkit-<program>-database``
+    next to the first measurement directory, as hpcprof names it.
+    ``jobs``: worker threads for reading and expanding profiles (1 = serial).
+    ``structs``: extra hpcstruct files (``-S``), used before those in ``MEAS/structs/``.
+    ``ignore_structs``: use no structure file at all (``--ignore-structs``).
+    ``metrics``: ``"sum"`` (the default summary) or ``"stats"`` (adds min / mean / max / std. dev.
+    / coefficient of variation across profiles).
+    ``strict``: a damaged profile is fatal instead of skipped with a warning.
+    ``force``: replace an existing output directory.
+    ``progress``: draw progress bars on stderr (the CLI turns it on only for a terminal).
+    ``copy_sources``: copy the source files that exist into ``DB/src/``.
+    ``title``: the database title (default: the profiled program's name).
+    """
+
+    measurements: tuple[Path, ...]
+    output: Path | None = None
+    jobs: int = 1
+    structs: tuple[Path, ...] = ()
+    ignore_structs: bool = False
+    metrics: str = "sum"
+    strict: bool = False
+    force: bool = False
+    progress: bool = False
+    copy_sources: bool = True
+    title: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.measurements:
+            raise UsageError("no measurement directory given")
+        if self.jobs < 1:
+            raise UsageError(f"-j must be at least 1, got {self.jobs}")
+        if self.ignore_structs and self.structs:
+            raise UsageError("-S and --ignore-structs contradict each other")
+        if self.metrics not in METRIC_MODES:
+            raise UsageError(f"-M must be one of {', '.join(METRIC_MODES)}, got {self.metrics!r}")
+
+    @classmethod
+    def build(
+        cls,
+        measurements: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...],
+        *,
+        output: str | os.PathLike[str] | None = None,
+        jobs: int = 1,
+        structs: tuple[str | os.PathLike[str], ...] | list[str | os.PathLike[str]] = (),
+        ignore_structs: bool = False,
+        metrics: str = "sum",
+        strict: bool = False,
+        force: bool = False,
+        progress: bool = False,
+        copy_sources: bool = True,
+        title: str | None = None,
+    ) -> ProfOptions:
+        """Convenience constructor taking plain strings or paths."""
+        return cls(
+            measurements=tuple(Path(m) for m in measurements),
+            output=None if output is None else Path(output),
+            jobs=jobs,
+            structs=tuple(Path(s) for s in structs),
+            ignore_structs=ignore_structs,
+            metrics=metrics,
+            strict=strict,
+            force=force,
+            progress=progress,
+            copy_sources=copy_sources,
+            title=title,
+        )

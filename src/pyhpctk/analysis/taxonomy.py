@@ -1,0 +1,267 @@
+"""``metrics/default.yaml``: the metric taxonomy hpcviewer reads, written as hpcprof writes it.
+
+The file (formats.md §0.2; reference: ``dbase/*/metrics/default.yaml``) has two parts:
+
+* ``inputs``: one anchored entry per (stored metric, summary partial, scope) the formulas use —
+  the execution, lex_aware and function scopes (the point scope is never shown);
+* ``roots``: one entry per metric of the ``.hpcrun`` table in table order, except invisible ones
+  (``show`` = 4): a stored metric has a ``Sum`` variant whose inclusive formula is its execution
+  input and whose exclusive formula is its lex_aware (``custom``) and function (``standard``)
+  inputs; a derived metric (``.hpcrun`` formula) has a ``""`` variant whose formulas are the
+  formula's expression tree (``{/: [a, b]}``) over those inputs. ``show`` = 0 adds
+  ``visible by default: false``; 2 and 3 keep only the inclusive or exclusive formula.
+
+With ``-M stats`` each stored metric also gets Mean / Min / Max / StdDev / CfVar variants built
+from the summary partials. Anchor names escape every character outside ``[A-Za-z0-9_]`` as
+``x<hex>_``, as hpcprof does. The writer only formats text; it never reads databases.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyhpctk.core.metrics import PARTIALS_STATS, Combine, MetricInfo, Partial
+
+_SHOWN_SCOPES = ("execution", "lex_aware", "function")
+SHOW_HIDE, SHOW_INCLUSIVE, SHOW_EXCLUSIVE, SHOW_INVISIBLE = 0, 2, 3, 4
+
+
+class FormulaError(ValueError):
+    """A derived metric's formula cannot be parsed."""
+
+
+def escape(text: str) -> str:
+    """hpcprof's anchor escaping: ``CPUTIME (sec)`` -> ``CPUTIMEx20_x28_secx29_``."""
+    return "".join(
+        c if c.isascii() and (c.isalnum() or c == "_") else f"x{ord(c):x}_" for c in text
+    )
+
+
+def anchor(metric: str, partial_index: int, partial: Partial, scope: str) -> str:
+    """The anchor of one input: ``NAME-sum-[0x0]-execution``, escaped."""
+    combine = partial.combine.name.lower()
+    return f"{escape(metric)}-{combine}-{escape(f'[{partial_index:#x}]')}-{scope}"
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_($][^\"'#]*$")
+
+
+def scalar(text: str) -> str:
+    """A YAML scalar, plain when that is unambiguous, otherwise double-quoted."""
+    if text and _PLAIN.match(text) and ": " not in text and not text.endswith((":", " ")):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+# --------------------------------------------------------------------------------------------
+# Formulas: #N references, numbers, + - * / ^, unary -, parentheses, min(...), max(...)
+
+Expr = tuple[str, tuple["Expr", ...]] | int | float | str
+
+
+@dataclass(slots=True)
+class _Parser:
+    tokens: list[str]
+    pos: int = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
+        if token is None or (expected is not None and token != expected):
+            raise FormulaError(f"expected {expected or 'more'}, got {token!r}")
+        self.pos += 1
+        return token
+
+    def expression(self) -> Expr:
+        left = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            left = (op, (left, self.term()))
+        return left
+
+    def term(self) -> Expr:
+        left = self.power()
+        while self.peek() in ("*", "/"):
+            op = self.take()
+            left = (op, (left, self.power()))
+        return left
+
+    def power(self) -> Expr:
+        base = self.unary()
+        if self.peek() == "^":
+            self.take()
+            return ("^", (base, self.power()))  # right-associative
+        return base
+
+    def unary(self) -> Expr:
+        if self.peek() == "-":
+            self.take()
+            return ("-", (self.unary(),))
+        return self.atom()
+
+    def atom(self) -> Expr:
+        token = self.take()
+        if token == "(":
+            inner = self.expression()
+            self.take(")")
+            return inner
+        if token in ("min", "max"):
+            self.take("(")
+            args = [self.expression()]
+            while self.peek() == ",":
+                self.take()
+                args.append(self.expression())
+            self.take(")")
+            return (token, tuple(args))
+        if token.startswith("#"):
+            return token
+        try:
+            number = float(token)
+        except ValueError:
+            raise FormulaError(f"unexpected {token!r}") from None
+        return int(number) if number.is_integer() and "." not in token else number
+
+
+_TOKEN = re.compile(r"\s*(#\{[^}]*\}|#\d+|\d+\.?\d*(?:[eE][-+]?\d+)?|min|max|[-+*/^(),])")
+
+
+def parse_formula(formula: str) -> Expr:
+    """Parse a ``.hpcrun`` formula whose ``#N`` were replaced by ``#{metric name}``."""
+    tokens: list[str] = []
+    pos = 0
+    text = formula.strip()
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise FormulaError(f"cannot parse {formula!r} at {text[pos:]!r}")
+        tokens.append(match.group(1))
+        pos = match.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    parser = _Parser(tokens)
+    expr = parser.expression()
+    if parser.peek() is not None:
+        raise FormulaError(f"trailing {parser.peek()!r} in {formula!r}")
+    return expr
+
+
+def render(expr: Expr, scope: str, partial_index: int = 0, partial: Partial | None = None) -> str:
+    """An expression tree as hpcprof's flow-style YAML, inputs taken at ``scope``."""
+    partial = partial or PARTIALS_STATS[0]
+    if isinstance(expr, str):
+        name = expr[2:-1] if expr.startswith("#{") else expr
+        return "*" + anchor(name, partial_index, partial, scope)
+    if isinstance(expr, int | float):
+        return repr(expr)
+    op, args = expr
+    key = '"*"' if op == "*" else op
+    return (
+        "{" + f"{key}: [" + ", ".join(render(a, scope, partial_index, partial) for a in args) + "]}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def default_yaml(
+    metrics: Sequence[MetricInfo],
+    formulas: dict[str, str],
+    partials: Sequence[Partial],
+) -> str:
+    """The whole ``metrics/default.yaml`` text (no trailing newline, like hpcprof's)."""
+    stored = [m for m in metrics if not m.is_derived]
+    lines = ["version: 0", "inputs:"]
+    for metric in stored:
+        for index, partial in enumerate(partials):
+            for scope in _SHOWN_SCOPES:
+                lines += [
+                    f"  - &{anchor(metric.name, index, partial, scope)}",
+                    f"    metric: {scalar(metric.name)}",
+                    f"    scope: {scope}",
+                    f"    formula: {scalar(partial.formula)}",
+                    f"    combine: {partial.combine.name.lower()}",
+                ]
+    lines.append("roots:")
+    for metric in metrics:
+        if metric.show == SHOW_INVISIBLE:
+            continue
+        lines.append(f"  - name: {scalar(metric.name)}")
+        lines.append(f"    description: {scalar(metric.description or metric.name)}")
+        if metric.show == SHOW_HIDE:
+            lines.append("    visible by default: false")
+        if metric.is_derived and metric.format:
+            lines.append(f"    format: {scalar(metric.format)}")
+        lines.append("    variants:")
+        render_list = "[number, percent]" if metric.show_percent else "[number]"
+        if metric.is_derived:
+            expr = parse_formula(formulas.get(metric.name, metric.formula))
+            lines += _variant(
+                '""', render_list, metric.show, {s: render(expr, s) for s in _SHOWN_SCOPES}
+            )
+        else:
+            for index, (title, statistic) in enumerate(_variants(partials)):
+                lines += _variant(
+                    title,
+                    render_list if index == 0 else "[number]",
+                    metric.show,
+                    {s: _stat_formula(metric.name, s, statistic, partials) for s in _SHOWN_SCOPES},
+                )
+    return "\n".join(lines)
+
+
+def _variants(partials: Sequence[Partial]) -> list[tuple[str, str]]:
+    if len(partials) == 1:
+        return [("Sum", "sum")]
+    return [
+        ("Sum", "sum"),
+        ("Mean", "mean"),
+        ("Min", "min"),
+        ("Max", "max"),
+        ("StdDev", "stddev"),
+        ("CfVar", "cfvar"),
+    ]
+
+
+def _stat_formula(metric: str, scope: str, statistic: str, partials: Sequence[Partial]) -> str:
+    def ref(combine: Combine, formula: str) -> str:
+        for index, partial in enumerate(partials):
+            if partial.combine is combine and partial.formula == formula:
+                return "*" + anchor(metric, index, partial, scope)
+        raise KeyError(formula)
+
+    total = ref(Combine.SUM, "$$")
+    if statistic == "sum":
+        return total
+    count = ref(Combine.SUM, "1")
+    mean = f"{{/: [{total}, {count}]}}"
+    if statistic == "mean":
+        return mean
+    if statistic == "min":
+        return ref(Combine.MIN, "$$")
+    if statistic == "max":
+        return ref(Combine.MAX, "$$")
+    squares = ref(Combine.SUM, "$$^2")
+    variance = f"{{-: [{{/: [{squares}, {count}]}}, {{^: [{mean}, 2]}}]}}"
+    stddev = f"{{^: [{variance}, 0.5]}}"
+    if statistic == "stddev":
+        return stddev
+    return f"{{/: [{stddev}, {mean}]}}"
+
+
+def _variant(title: str, render_list: str, show: int, formula: dict[str, str]) -> list[str]:
+    """One variant block; ``formula`` maps a scope name to its rendered expression."""
+    lines = [f"      {title}:", f"        render: {render_list}", "        formula:"]
+    if show != SHOW_EXCLUSIVE:
+        lines += ["          inclusive:", f"            standard: {formula['execution']}"]
+    if show != SHOW_INCLUSIVE:
+        lines += [
+            "          exclusive:",
+            f"            custom: {formula['lex_aware']}",
+            f"            standard: {formula['function']}",
+        ]
+    return lines

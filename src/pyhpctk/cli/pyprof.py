@@ -1,0 +1,135 @@
+"""``pyprof``: aggregate measurement directories into an HPCToolkit database.
+
+A thin click command over :func:`pyhpctk.analysis.pipeline.run`; see ``docs/pyprof.md``. It builds
+a :class:`~pyhpctk.analysis.options.ProfOptions`, draws one progress bar per stage on stderr when
+stderr is a terminal, and prints a short summary (with any skipped profiles) at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import click
+
+from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
+from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli._common import run_command
+
+
+@contextmanager
+def _bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A click progress bar on stderr: count, rate (items/s) and ETA, advanced by the stage."""
+    start = time.monotonic()
+    done = 0
+    rate = [""]
+    bar: click._termui_impl.ProgressBar[int]
+    with click.progressbar(
+        length=max(total, 1),
+        label=f"{label:<22}",
+        file=sys.stderr,
+        show_pos=True,
+        show_percent=False,
+        item_show_func=lambda _item: rate[0],
+    ) as bar:
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            elapsed = max(time.monotonic() - start, 1e-9)
+            rate[0] = f"{done / elapsed:,.0f}/s"
+            bar.update(n)
+
+        yield advance
+
+
+def _progress_for(
+    enabled: bool,
+) -> Callable[[str, int], AbstractContextManager[Callable[[int], None]]] | None:
+    return _bar if enabled else None
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("measurements", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Database directory to create (default: hpctoolkit-<program>-database).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Worker threads for reading and aggregating profiles.",
+)
+@click.option(
+    "-S",
+    "--structure",
+    "structs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="An hpcstruct file to use (before MEAS/structs/); may repeat.",
+)
+@click.option("--ignore-structs", is_flag=True, help="Use no structure file at all.")
+@click.option(
+    "-M",
+    "--metrics",
+    "metric_mode",
+    type=click.Choice(METRIC_MODES),
+    default="sum",
+    show_default=True,
+    help="Summary statistics: sum, or stats (min/mean/max/...).",
+)
+@click.option("--strict", is_flag=True, help="Stop at the first damaged profile.")
+@click.option("--force", is_flag=True, help="Replace an existing output database.")
+@click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bars on stderr (default: when stderr is a terminal).",
+)
+def command(
+    measurements: tuple[Path, ...],
+    output: Path | None,
+    jobs: int,
+    structs: tuple[Path, ...],
+    ignore_structs: bool,
+    metric_mode: str,
+    strict: bool,
+    force: bool,
+    no_sources: bool,
+    progress: bool | None,
+) -> int:
+    """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database."""
+    show = sys.stderr.isatty() if progress is None else progress
+    options = ProfOptions(
+        measurements=measurements,
+        output=output,
+        jobs=jobs,
+        structs=structs,
+        ignore_structs=ignore_structs,
+        metrics=metric_mode,
+        strict=strict,
+        force=force,
+        progress=show,
+        copy_sources=not no_sources,
+    )
+    report = run(options, _progress_for(show))
+    click.echo(report.summary(), err=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run pyprof and return its exit status."""
+    return run_command(command, argv, "pyprof")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

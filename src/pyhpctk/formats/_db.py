@@ -1,0 +1,369 @@
+"""Shared plumbing of the v4.0 database files: meta.db, profile.db, cct.db and trace.db.
+
+formats.md §3.1 gives the four files one frame: a 16-byte header (``HPCTOOLKIT``, a 4-byte format
+id, major and minor version bytes), a table of ``(u64 size, u64 offset)`` section pointers right
+after it, little-endian absolute-offset pointers everywhere, NUL-terminated UTF-8 strings, and an
+8-byte footer that marks the file complete. This module implements that frame once, so each format
+module only declares its own sections. It must never know about any one format's sections, and it
+imports nothing but numpy and :mod:`pyhpctk.errors`.
+
+Every reading helper takes the whole file as a buffer (``bytes``, ``memoryview`` or a memory map)
+plus the ``path`` used in error messages (``None`` means an in-memory buffer), checks bounds
+*before* touching bytes, and raises :class:`~pyhpctk.errors.FormatError` (``PATH: SECTION:
+PROBLEM``) instead of letting ``struct.error``, ``IndexError``, ``ValueError`` or
+``UnicodeDecodeError`` escape.
+
+Stable API (other format modules depend on it; only add to it):
+
+Constants
+    ``MAGIC`` (``b"HPCTOOLKIT"``), ``HEADER_SIZE`` (16), ``SECTION_ENTRY_SIZE`` (16),
+    ``MAJOR`` (4), ``MINOR`` (0, the newest minor this package knows), ``FOOTER_SIZE`` (8),
+    ``FORMAT_IDS`` (short name -> 4-byte id) and ``FOOTERS`` (4-byte id -> 8-byte footer):
+    ``b"meta"``/``b"_meta.db"``, ``b"prof"``/``b"_prof.db"``, ``b"ctxt"``/``b"__ctx.db"``,
+    ``b"trce"``/``b"trace.db"``. ``SECTION_DTYPE``: the ``(size, offset)`` table entry.
+
+Input and output
+    ``open_source(source) -> (buf, path)``: a path is memory-mapped read-only (so multi-GB files
+    are not read into memory); ``bytes``/``bytearray``/``memoryview`` are used as they are; a
+    binary file object is read to its end. ``path`` is the file name for messages, or ``None``.
+    ``write_dest(data, dest)``: write bytes to a path or a binary file object.
+
+Header and footer
+    ``sniff(head, fmt) -> bool``: do these first bytes start a v4 database file of format ``fmt``?
+    ``read_header(buf, path, fmt, n_sections) -> (minor, [(size, offset), ...])``: check the
+    magic, the format id, the major version (other than 4 -> FormatError) and the minor version
+    (newer than ``MINOR`` -> ``FormatWarning``), then return the section table. Each section is
+    bounds-checked against the buffer with :func:`check_range`.
+    ``check_footer(buf, path, footer)``: the last 8 bytes must equal ``footer``.
+    ``write_header(fmt, sections, minor=MINOR) -> bytes``: the header plus section table
+    (``16 + 16 * len(sections)`` bytes).
+
+Bounds-checked access
+    ``check_range(buf_len, offset, size, path, section, what)``: ``[offset, offset+size)`` must
+    lie inside the buffer.
+    ``read_array(buf, offset, dtype, count, path, section, what="array") -> np.ndarray``: a
+    zero-copy ``np.frombuffer`` view of ``count`` records, bounds-checked.
+    ``read_record(buf, offset, dtype, path, section, what="record") -> np.void``: one record.
+    ``u8_at``/``u16_at``/``u32_at``/``u64_at(buf, offset, path, section)``: one scalar.
+    ``cstring_at(buf, offset, path, section, end=None) -> str``: the NUL-terminated UTF-8 string
+    at ``offset``; the NUL must come before ``end`` (default: the end of the buffer).
+
+Writing helpers
+    ``align(n, k) -> int``: ``n`` rounded up to a multiple of ``k``.
+    ``pad_to(out, k)``: append NULs to a ``bytearray`` until its length is a multiple of ``k``.
+    ``StringTable``: a deduplicating NUL-terminated string pool with first-use order (``add``
+    returns the offset of a string relative to the pool start; ``data`` is the pool bytes).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import warnings
+from collections.abc import Sequence
+from typing import BinaryIO, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from pyhpctk.errors import FormatError, FormatWarning
+
+Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+"""Anything the readers accept as the bytes of a whole file."""
+
+Source: TypeAlias = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
+"""What a format module's ``read`` accepts."""
+
+Dest: TypeAlias = str | os.PathLike[str] | BinaryIO
+"""What a format module's ``write`` accepts."""
+
+# formats.md §3.1, file header.
+MAGIC = b"HPCTOOLKIT"
+HEADER_SIZE = 16
+SECTION_ENTRY_SIZE = 16
+MAJOR = 4
+MINOR = 0
+FOOTER_SIZE = 8
+
+FORMAT_IDS: dict[str, bytes] = {
+    "meta": b"meta",
+    "profile": b"prof",
+    "cct": b"ctxt",
+    "trace": b"trce",
+}
+
+# formats.md §3.1, footers.
+FOOTERS: dict[bytes, bytes] = {
+    b"meta": b"_meta.db",
+    b"prof": b"_prof.db",
+    b"ctxt": b"__ctx.db",
+    b"trce": b"trace.db",
+}
+
+# formats.md §3.1: { u64 size; u64 offset } per section, right after the 16-byte header.
+SECTION_DTYPE = np.dtype([("size", "<u8"), ("offset", "<u8")])
+assert SECTION_DTYPE.itemsize == SECTION_ENTRY_SIZE
+
+_U8 = np.dtype("u1")
+_U16 = np.dtype("<u2")
+_U32 = np.dtype("<u4")
+_U64 = np.dtype("<u8")
+
+
+# --------------------------------------------------------------------------------------------
+# Input and output
+
+
+def open_source(source: Source) -> tuple[Buffer, str | None]:
+    """The whole file as a buffer, and its name for error messages (``None`` for buffers).
+
+    A path is memory-mapped read-only; an empty file maps to ``b""`` (mmap refuses length 0).
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        return source, None
+    if isinstance(source, str | os.PathLike):
+        path = os.fspath(source)
+        try:
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size == 0:
+                    return b"", path
+                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), path
+        except OSError as error:
+            raise FormatError(path, "file", f"cannot open: {error.strerror or error}") from error
+    name = getattr(source, "name", None)
+    data = source.read()
+    return data, name if isinstance(name, str) else None
+
+
+def write_dest(data: bytes | bytearray, dest: Dest) -> None:
+    """Write ``data`` to a path (created or truncated) or to a binary file object."""
+    if isinstance(dest, str | os.PathLike):
+        with open(dest, "wb") as handle:
+            handle.write(data)
+    else:
+        dest.write(data)
+
+
+# --------------------------------------------------------------------------------------------
+# Bounds-checked access
+
+
+def check_range(
+    buf_len: int, offset: int, size: int, path: str | None, section: str, what: str
+) -> None:
+    """Raise FormatError unless ``[offset, offset + size)`` lies inside a buffer of ``buf_len``."""
+    if offset < 0 or size < 0 or offset + size > buf_len:
+        raise FormatError(
+            path,
+            section,
+            f"{what} at 0x{offset:x} (+{size} bytes) runs past the end of the file "
+            f"(0x{buf_len:x} bytes)",
+        )
+
+
+def read_array(
+    buf: Buffer,
+    offset: int,
+    dtype: np.dtype[np.void] | np.dtype[np.generic],
+    count: int,
+    path: str | None,
+    section: str,
+    what: str = "array",
+) -> npt.NDArray[np.generic]:
+    """A zero-copy view of ``count`` ``dtype`` records at ``offset``, after a bounds check."""
+    size = count * dtype.itemsize
+    check_range(len(buf), offset, size, path, section, what)
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+
+
+def read_record(
+    buf: Buffer,
+    offset: int,
+    dtype: np.dtype[np.void],
+    path: str | None,
+    section: str,
+    what: str = "record",
+) -> np.void:
+    """One ``dtype`` record at ``offset``, after a bounds check."""
+    rec: np.void = read_array(buf, offset, dtype, 1, path, section, what)[0]
+    return rec
+
+
+def _scalar(
+    buf: Buffer, offset: int, dtype: np.dtype[np.generic], path: str | None, section: str
+) -> int:
+    check_range(len(buf), offset, dtype.itemsize, path, section, f"{dtype.itemsize}-byte field")
+    return int(np.frombuffer(buf, dtype=dtype, count=1, offset=offset)[0])
+
+
+def u8_at(buf: Buffer, offset: int, path: str | None, section: str) -> int:
+    """The u8 at ``offset`` (bounds-checked)."""
+    return _scalar(buf, offset, _U8, path, section)
+
+
+def u16_at(buf: Buffer, offset: int, path: str | None, section: str) -> int:
+    """The little-endian u16 at ``offset`` (bounds-checked)."""
+    return _scalar(buf, offset, _U16, path, section)
+
+
+def u32_at(buf: Buffer, offset: int, path: str | None, section: str) -> int:
+    """The little-endian u32 at ``offset`` (bounds-checked)."""
+    return _scalar(buf, offset, _U32, path, section)
+
+
+def u64_at(buf: Buffer, offset: int, path: str | None, section: str) -> int:
+    """The little-endian u64 at ``offset`` (bounds-checked)."""
+    return _scalar(buf, offset, _U64, path, section)
+
+
+def cstring_at(
+    buf: Buffer, offset: int, path: str | None, section: str, end: int | None = None
+) -> str:
+    """The NUL-terminated UTF-8 string at ``offset``; its NUL must lie before ``end``."""
+    limit = len(buf) if end is None else min(end, len(buf))
+    if offset < 0 or offset >= limit:
+        raise FormatError(path, section, f"string pointer 0x{offset:x} is outside [0, 0x{limit:x})")
+    view = memoryview(buf)[offset:limit]
+    # bytes.find is C speed; memoryview has no find, so search a bytes copy of a bounded window.
+    window = 256
+    start = 0
+    while True:
+        chunk = bytes(view[start : start + window])
+        nul = chunk.find(b"\0")
+        if nul >= 0:
+            raw = bytes(view[: start + nul])
+            break
+        if start + window >= len(view):
+            raise FormatError(
+                path, section, f"string at 0x{offset:x} has no NUL terminator before 0x{limit:x}"
+            )
+        start += window
+        window *= 4
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FormatError(
+            path, section, f"string at 0x{offset:x} is not valid UTF-8 ({error.reason})"
+        ) from error
+
+
+# --------------------------------------------------------------------------------------------
+# Header and footer
+
+
+def sniff(head: bytes, fmt: bytes) -> bool:
+    """Do the first bytes ``head`` (>= 14 of them) start a v4.0-family file of format ``fmt``?"""
+    return len(head) >= 14 and head[:10] == MAGIC and head[10:14] == fmt
+
+
+def read_header(
+    buf: Buffer, path: str | None, fmt: bytes, n_sections: int
+) -> tuple[int, list[tuple[int, int]]]:
+    """Check the common header (formats.md §3.1) and return ``(minor, [(size, offset), ...])``.
+
+    Raises FormatError for a short file, a wrong magic or format id, a major version other than
+    :data:`MAJOR`, or a section that lies outside the file; warns (``FormatWarning``) when the
+    minor version is newer than :data:`MINOR`.
+    """
+    name = fmt.decode("ascii", errors="replace")
+    if len(buf) < HEADER_SIZE:
+        raise FormatError(
+            path, "header", f"file is {len(buf)} bytes, shorter than the {HEADER_SIZE}-byte header"
+        )
+    head = bytes(buf[:HEADER_SIZE])
+    if head[:10] != MAGIC:
+        raise FormatError(path, "header", f"bad magic {head[:10]!r}, expected {MAGIC!r}")
+    if head[10:14] != fmt:
+        raise FormatError(
+            path, "header", f"format id {head[10:14]!r} is not {fmt!r}: not a {name} database file"
+        )
+    major, minor = head[14], head[15]
+    if major != MAJOR:
+        raise FormatError(
+            path,
+            "header",
+            f"unsupported major version {major}.{minor} (this reader knows {MAJOR}.x)",
+        )
+    if minor > MINOR:
+        warnings.warn(
+            f"{path or '<buffer>'}: header: minor version {major}.{minor} is newer than "
+            f"{MAJOR}.{MINOR}; fields added since are ignored",
+            FormatWarning,
+            stacklevel=3,
+        )
+    table = read_array(buf, HEADER_SIZE, SECTION_DTYPE, n_sections, path, "header", "section table")
+    sections = [(int(size), int(offset)) for size, offset in table.tolist()]
+    for index, (size, offset) in enumerate(sections):
+        check_range(len(buf), offset, size, path, "header", f"section {index}")
+    return minor, sections
+
+
+def check_footer(buf: Buffer, path: str | None, footer: bytes) -> None:
+    """Raise FormatError unless the file ends with ``footer`` (formats.md §3.1: else incomplete)."""
+    if len(buf) < FOOTER_SIZE or bytes(buf[len(buf) - FOOTER_SIZE :]) != footer:
+        tail = bytes(buf[max(0, len(buf) - FOOTER_SIZE) :])
+        raise FormatError(
+            path, "footer", f"missing footer {footer!r} (file ends with {tail!r}): incomplete file"
+        )
+
+
+def write_header(fmt: bytes, sections: Sequence[tuple[int, int]], minor: int = MINOR) -> bytes:
+    """The 16-byte header plus the ``(size, offset)`` section table, little-endian."""
+    if len(fmt) != 4:
+        raise ValueError(f"format ids are 4 bytes, got {fmt!r}")
+    table = np.array([(size, offset) for size, offset in sections], dtype=SECTION_DTYPE)
+    return MAGIC + fmt + bytes((MAJOR, minor)) + table.tobytes()
+
+
+# --------------------------------------------------------------------------------------------
+# Writing helpers
+
+
+def align(n: int, k: int) -> int:
+    """``n`` rounded up to a multiple of ``k`` (``k`` > 0)."""
+    return (n + k - 1) // k * k
+
+
+def pad_to(out: bytearray, k: int) -> None:
+    """Append NUL bytes to ``out`` until its length is a multiple of ``k``."""
+    out.extend(b"\0" * (align(len(out), k) - len(out)))
+
+
+class StringTable:
+    """A pool of deduplicated NUL-terminated UTF-8 strings, in first-use order.
+
+    ``add(text)`` returns the offset of ``text`` from the start of the pool, adding it when new;
+    ``data`` is the pool's bytes. A writer places the pool at some file offset ``base`` and stores
+    ``base + add(text)`` as the pointer.
+    """
+
+    __slots__ = ("_data", "_offsets")
+
+    def __init__(self) -> None:
+        self._offsets: dict[str, int] = {}
+        self._data = bytearray()
+
+    def add(self, text: str) -> int:
+        """The pool offset of ``text``, adding it on first use."""
+        found = self._offsets.get(text)
+        if found is not None:
+            return found
+        raw = text.encode("utf-8")
+        if b"\0" in raw:
+            raise ValueError(f"strings in a database cannot contain NUL: {text!r}")
+        offset = len(self._data)
+        self._offsets[text] = offset
+        self._data += raw + b"\0"
+        return offset
+
+    def __contains__(self, text: object) -> bool:
+        return text in self._offsets
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    @property
+    def data(self) -> bytes:
+        """The pool's bytes."""
+        return bytes(self._data)
