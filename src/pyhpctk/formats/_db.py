@@ -22,6 +22,11 @@ Constants
     ``b"meta"``/``b"_meta.db"``, ``b"prof"``/``b"_prof.db"``, ``b"ctxt"``/``b"__ctx.db"``,
     ``b"trce"``/``b"trace.db"``. ``SECTION_DTYPE``: the ``(size, offset)`` table entry.
 
+Types
+    ``Buffer`` (bytes, bytearray, memoryview or mmap: a whole file), ``Source`` (what a format's
+    ``read`` accepts: a path, a buffer or a binary file object), ``Dest`` (a path or a binary
+    file object).
+
 Input and output
     ``open_source(source) -> (buf, path)``: a path is memory-mapped read-only (so multi-GB files
     are not read into memory); ``bytes``/``bytearray``/``memoryview`` are used as they are; a

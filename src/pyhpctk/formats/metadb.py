@@ -1104,7 +1104,7 @@ def _read_contexts(
 
     fn_idx = _resolve_flagged(word(w_file * 0, has_fn), has_fn, fn_table, bad("function"))
     file_idx = _resolve_flagged(word(w_file, has_sl), has_sl, file_table, bad("file"))
-    lines = word(w_file, has_sl) & np.uint64(0xFFFFFFFF)
+    lines = word(w_file + 1, has_sl) & np.uint64(0xFFFFFFFF)
     mod_idx = _resolve_flagged(word(w_mod, has_pt), has_pt, mod_table, bad("module"))
     point_offsets = word(w_mod + 1, has_pt)
     elided = (sz_children == 0) & (p_children != 0)
