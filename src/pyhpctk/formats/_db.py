@@ -66,7 +66,7 @@ import mmap
 import os
 import warnings
 from collections.abc import Sequence
-from typing import BinaryIO, TypeAlias
+from typing import BinaryIO, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -372,3 +372,33 @@ class StringTable:
     def data(self) -> bytes:
         """The pool's bytes."""
         return bytes(self._data)
+
+
+# --- record layouts and positioned writes (shared by the database writers) ---
+def struct_dtype(fields: Sequence[tuple[str, str, int]], itemsize: int) -> np.dtype[np.void]:
+    """A packed little-endian record layout from ``(name, format, offset)`` and its size."""
+    return np.dtype(
+        {
+            "names": [f[0] for f in fields],
+            "formats": [f[1] for f in fields],
+            "offsets": [f[2] for f in fields],
+            "itemsize": itemsize,
+        }
+    )
+
+
+def as_records(array: npt.NDArray[np.generic]) -> npt.NDArray[np.void]:
+    """Type a structured array read by :mod:`._db` as the records it is."""
+    return cast("npt.NDArray[np.void]", array)
+
+
+def pwrite_all(fd: int, data: bytes | memoryview | npt.NDArray[np.generic], offset: int) -> None:
+    """``os.pwrite`` all of ``data`` at ``offset`` (looping over short writes)."""
+    if isinstance(data, np.ndarray):
+        view = memoryview(np.ascontiguousarray(data).view(np.uint8).data).cast("B")
+    else:
+        view = memoryview(data).cast("B")
+    while len(view):
+        done = os.pwrite(fd, view, offset)
+        view = view[done:]
+        offset += done

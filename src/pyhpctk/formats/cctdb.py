@@ -35,13 +35,11 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _db
+from pyhpctk.formats._db import as_records, pwrite_all, struct_dtype
 from pyhpctk.formats.profiledb import (
     ProfileDB,
     ProfileValues,
     _same,
-    as_records,
-    pwrite_all,
-    struct_dtype,
 )
 
 FORMAT_ID = _db.FORMAT_IDS["cct"]

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TextIO
 
 from pyhpctk import formats
-from pyhpctk.formats import metadb
 from pyhpctk.errors import FormatError
+from pyhpctk.formats import metadb
 
 DATABASE_FILES = ("meta.db", "profile.db", "cct.db", "trace.db")
 
@@ -51,7 +51,9 @@ def kind_of(path: Path) -> str:
     if any(path.glob("*.hpcrun")) or any(path.glob("*.hpctrace")):
         return "measurements"
     raise FormatError(
-        path, "directory", "neither a database (no meta.db) nor a measurement directory (no .hpcrun)"
+        path,
+        "directory",
+        "neither a database (no meta.db) nor a measurement directory (no .hpcrun)",
     )
 
 

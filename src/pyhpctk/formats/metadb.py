@@ -95,25 +95,12 @@ SECTION_NAMES = (
 )
 
 
-def _layout(fields: Sequence[tuple[str, str, int]], itemsize: int) -> np.dtype[np.void]:
-    """A packed little-endian record dtype with explicit offsets (the spec's tables, as data)."""
-    dtype: np.dtype[np.void] = np.dtype(
-        {
-            "names": [name for name, _, _ in fields],
-            "formats": [fmt for _, fmt, _ in fields],
-            "offsets": [offset for _, _, offset in fields],
-            "itemsize": itemsize,
-        }
-    )
-    return dtype
-
-
 # formats.md §3.2, General section (expandable).
-GENERAL_DTYPE = _layout([("pTitle", "<u8", 0x00), ("pDescription", "<u8", 0x08)], 0x10)
+GENERAL_DTYPE = _db.struct_dtype([("pTitle", "<u8", 0x00), ("pDescription", "<u8", 0x08)], 0x10)
 # formats.md §3.2, IdNames section header.
-ID_NAMES_DTYPE = _layout([("ppNames", "<u8", 0x00), ("nKinds", "u1", 0x08)], 0x09)
+ID_NAMES_DTYPE = _db.struct_dtype([("ppNames", "<u8", 0x00), ("nKinds", "u1", 0x08)], 0x09)
 # formats.md §3.2, Metrics section header; nScopes is u16 on disk (§3.9 item 4).
-METRICS_HEADER_DTYPE = _layout(
+METRICS_HEADER_DTYPE = _db.struct_dtype(
     [
         ("pMetrics", "<u8", 0x00),
         ("nMetrics", "<u4", 0x08),
@@ -127,7 +114,7 @@ METRICS_HEADER_DTYPE = _layout(
     0x1B,
 )
 # formats.md §3.2, {MD} metric description.
-METRIC_DTYPE = _layout(
+METRIC_DTYPE = _db.struct_dtype(
     [
         ("pName", "<u8", 0x00),
         ("pScopeInsts", "<u8", 0x08),
@@ -138,9 +125,9 @@ METRIC_DTYPE = _layout(
     0x20,
 )
 # formats.md §3.2, {PSI} propagation-scope instance.
-SCOPE_INST_DTYPE = _layout([("pScope", "<u8", 0x00), ("propMetricId", "<u2", 0x08)], 0x10)
+SCOPE_INST_DTYPE = _db.struct_dtype([("pScope", "<u8", 0x00), ("propMetricId", "<u2", 0x08)], 0x10)
 # formats.md §3.2, {SS} summary statistic.
-SUMMARY_DTYPE = _layout(
+SUMMARY_DTYPE = _db.struct_dtype(
     [
         ("pScope", "<u8", 0x00),
         ("pFormula", "<u8", 0x08),
@@ -150,16 +137,16 @@ SUMMARY_DTYPE = _layout(
     0x18,
 )
 # formats.md §3.2, {PS} propagation scope.
-SCOPE_DTYPE = _layout(
+SCOPE_DTYPE = _db.struct_dtype(
     [("pScopeName", "<u8", 0x00), ("type", "u1", 0x08), ("propagationIndex", "u1", 0x09)], 0x10
 )
 # formats.md §3.2: Modules, Files and Functions section headers share one shape.
-TABLE_HEADER_DTYPE = _layout(
+TABLE_HEADER_DTYPE = _db.struct_dtype(
     [("pEntries", "<u8", 0x00), ("nEntries", "<u4", 0x08), ("szEntry", "<u2", 0x0C)], 0x0E
 )
-MODULE_DTYPE = _layout([("flags", "<u4", 0x00), ("pPath", "<u8", 0x08)], 0x10)
-FILE_DTYPE = _layout([("flags", "<u4", 0x00), ("pPath", "<u8", 0x08)], 0x10)
-FUNCTION_DTYPE = _layout(
+MODULE_DTYPE = _db.struct_dtype([("flags", "<u4", 0x00), ("pPath", "<u8", 0x08)], 0x10)
+FILE_DTYPE = _db.struct_dtype([("flags", "<u4", 0x00), ("pPath", "<u8", 0x08)], 0x10)
+FUNCTION_DTYPE = _db.struct_dtype(
     [
         ("pName", "<u8", 0x00),
         ("pModule", "<u8", 0x08),
@@ -171,12 +158,12 @@ FUNCTION_DTYPE = _layout(
     0x28,
 )
 # formats.md §3.2 and §3.9 item 3, Context section header.
-CONTEXTS_HEADER_DTYPE = _layout(
+CONTEXTS_HEADER_DTYPE = _db.struct_dtype(
     [("pEntryPoints", "<u8", 0x00), ("nEntryPoints", "<u2", 0x08), ("szEntryPoint", "u1", 0x0A)],
     0x0B,
 )
 # formats.md §3.2, {Entry} entry point.
-ENTRY_POINT_DTYPE = _layout(
+ENTRY_POINT_DTYPE = _db.struct_dtype(
     [
         ("szChildren", "<u8", 0x00),
         ("pChildren", "<u8", 0x08),
@@ -190,7 +177,7 @@ ENTRY_POINT_DTYPE = _layout(
 #
 #   0x00 szChildren   0x08 pChildren   0x10 ctxId(u32) flags relation lexicalType nFlexWords
 #   0x18 propagation(u16) pad[6]       0x20 flex: [pFunction] [pFile, line|pad] [pModule, offset]
-CONTEXT_DTYPE = _layout(
+CONTEXT_DTYPE = _db.struct_dtype(
     [
         ("szChildren", "<u8", 0x00),
         ("pChildren", "<u8", 0x08),

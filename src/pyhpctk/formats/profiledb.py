@@ -24,34 +24,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TextIO, cast, overload
+from typing import TextIO, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _db
+from pyhpctk.formats._db import as_records, pwrite_all, struct_dtype
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 
 FORMAT_ID = _db.FORMAT_IDS["profile"]
 FOOTER = _db.FOOTERS[FORMAT_ID]
-
-
-def struct_dtype(fields: Sequence[tuple[str, str, int]], itemsize: int) -> np.dtype[np.void]:
-    """A packed little-endian record layout from ``(name, format, offset)`` and its size."""
-    return np.dtype(
-        {
-            "names": [f[0] for f in fields],
-            "formats": [f[1] for f in fields],
-            "offsets": [f[2] for f in fields],
-            "itemsize": itemsize,
-        }
-    )
-
-
-def as_records(array: npt.NDArray[np.generic]) -> npt.NDArray[np.void]:
-    """Type a structured array read by :mod:`._db` as the records it is."""
-    return cast("npt.NDArray[np.void]", array)
 
 
 # formats.md §3.3, file header: two sections, and the header is 0x30 bytes long.
@@ -605,18 +589,6 @@ def layout_of(db: ProfileDB) -> ProfileLayout:
     """The layout of a whole :class:`ProfileDB`."""
     nv, nc = db.value_counts()
     return layout(db.profiles, nv, nc, db.block_order)
-
-
-def pwrite_all(fd: int, data: bytes | memoryview | npt.NDArray[np.generic], offset: int) -> None:
-    """``os.pwrite`` all of ``data`` at ``offset`` (looping over short writes)."""
-    if isinstance(data, np.ndarray):
-        view = memoryview(np.ascontiguousarray(data).view(np.uint8).data).cast("B")
-    else:
-        view = memoryview(data).cast("B")
-    while len(view):
-        done = os.pwrite(fd, view, offset)
-        view = view[done:]
-        offset += done
 
 
 def write_head(fd: int, plan: ProfileLayout) -> None:
