@@ -1,0 +1,164 @@
+"""``pystruct``: recover program structure (hpcstruct XML) from binaries, cubins, Python sources.
+
+A thin click command over :mod:`pyhpctk.structure.driver`; see ``docs/pystruct.md``::
+
+    pystruct [-o OUT] [-j N] [--gpucfg yes|no] [--cache DIR] TARGET
+
+TARGET is an ELF binary or shared library, a CUDA cubin, a Python source file, or a measurement
+directory (then every referenced load module, captured cubin and Python source is written to
+``structs/``). Errors print one line and exit non-zero; in directory mode every target is still
+attempted and the failures are listed at the end (exit status 4).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from pyhpctk.cli._common import run_command
+from pyhpctk.structure.driver import (
+    StructOptions,
+    TargetsFailed,
+    classify,
+    measurement_targets,
+    struct_measurements,
+    struct_target,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PystructOptions:
+    """Everything the command line asked for."""
+
+    target: Path
+    output: Path | None
+    jobs: int
+    gpucfg: bool
+    cache: Path | None
+    nvdisasm: str | None
+    quiet: bool
+    resolve_paths: bool = True
+
+    @property
+    def struct_options(self) -> StructOptions:
+        return StructOptions(self.jobs, self.gpucfg, self.cache, self.nvdisasm, self.resolve_paths)
+
+
+def _run(options: PystructOptions) -> int:
+    kind = classify(options.target)
+    show = not options.quiet and sys.stderr.isatty()
+    if kind != "measurements":
+        with click.progressbar(
+            length=1,
+            label=f"pystruct {options.target.name}",
+            file=sys.stderr,
+            hidden=not show,
+        ) as bar:
+            # The number of procedures is known after the skeleton; the bar learns it then.
+            out = struct_target(
+                options.target,
+                options.output,
+                options.struct_options,
+                progress=bar.update,
+                total=lambda n: setattr(bar, "length", max(1, n)),
+            )
+        if not options.quiet:
+            click.echo(f"wrote {out}", err=True)
+        return 0
+    targets, _ = measurement_targets(options.target)
+    with click.progressbar(
+        length=len(targets), label="pystruct", file=sys.stderr, hidden=not show
+    ) as bar:
+        report = struct_measurements(
+            options.target,
+            options.struct_options,
+            options.output,
+            progress=bar.update,
+            targets=targets,
+        )
+    for result in report.results:
+        if result.status == "failed":
+            click.echo(f"pystruct: error: {result.message}", err=True)
+        elif not options.quiet:
+            where = result.output if result.output is not None else result.message
+            click.echo(f"{result.status:9s} {where}", err=True)
+    if report.failed:
+        raise TargetsFailed(
+            f"{len(report.failed)} of {len(report.results)} targets failed "
+            f"(the others were written)"
+        )
+    return 0
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output file (one target) or directory (measurements; default MEAS/structs).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes: binaries of a measurement directory, or the functions "
+    "of one large binary, in parallel.",
+)
+@click.option(
+    "--gpucfg",
+    type=click.Choice(["yes", "no"]),
+    default="no",
+    show_default=True,
+    help="CUDA cubins: recover CFGs, loops and call sites with nvdisasm.",
+)
+@click.option(
+    "--cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of results keyed by content hash, shared between runs.",
+)
+@click.option(
+    "--nvdisasm",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The nvdisasm to use (default: $NVDISASM, PATH, the nvidia-cuda-nvdisasm wheel).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.option(
+    "--keep-paths",
+    is_flag=True,
+    help="Record source paths as the debug information has them (default: canonical "
+    "paths for files that exist here, as hpcstruct does).",
+)
+def command(
+    target: Path,
+    output: Path | None,
+    jobs: int,
+    gpucfg: str,
+    cache: Path | None,
+    nvdisasm: str | None,
+    quiet: bool,
+    keep_paths: bool,
+) -> int:
+    """Recover program structure from TARGET and write hpcstruct XML (DTD 4.9)."""
+    return _run(
+        PystructOptions(
+            target, output, jobs, gpucfg == "yes", cache, nvdisasm, quiet, not keep_paths
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``pystruct``."""
+    return run_command(command, argv, "pystruct")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

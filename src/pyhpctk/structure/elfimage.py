@@ -1,0 +1,321 @@
+"""Open an ELF load module for structure recovery: header checks, code regions, function symbols.
+
+This module turns a host ELF (x86-64, AArch64) or a CUDA cubin into an :class:`ElfImage`: the
+code regions, the function symbols (with hpcstruct's naming rules) and the raw bytes, so the
+analyses never touch pyelftools directly. Everything a user can get wrong (not an ELF, a truncated
+file, an unknown machine) is raised as :class:`~pyhpctk.errors.FormatError`; it must never let a
+pyelftools or struct exception escape.
+
+CUDA cubins keep every function in its own ``.text.<name>`` section at address 0; like
+hpcstruct (``RelocateCubin.cpp``) we place each section at its file offset so that every function
+gets a distinct address (formats.md §4.4: the ``P v=`` of cubin functions are file offsets).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import SymbolTableSection
+
+from pyhpctk.errors import FormatError
+
+EM_X86_64 = 62
+EM_AARCH64 = 183
+EM_CUDA = 190
+SUPPORTED_MACHINES = {EM_X86_64: "x86-64", EM_AARCH64: "AArch64", EM_CUDA: "CUDA"}
+
+ET_EXEC = 2
+SHF_ALLOC = 0x2
+SHF_EXECINSTR = 0x4
+SHT_NOBITS = 8
+
+# ELF identification: formats are ELF64/ELF32 little or big endian; "\x7fELF" magic.
+ELF_MAGIC = b"\x7fELF"
+
+# x86-64 PLT entries are 16 bytes; the first one (PLT0) is the resolver trampoline.
+PLT_ENTRY_SIZE = {EM_X86_64: 16, EM_AARCH64: 16}
+PLT0_SIZE = {EM_X86_64: 16, EM_AARCH64: 32}
+# Dyninst treats parsed functions without a symbol of at most 32 bytes as PLT stubs (Struct.cpp).
+PLT_STUB_MAX = 32
+
+
+@dataclass(frozen=True, slots=True)
+class CodeRegion:
+    """One executable section: its name, address range and bytes."""
+
+    name: str
+    start: int
+    end: int
+    data: bytes = field(repr=False)
+    index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSymbol:
+    """A function as hpcstruct's skeleton sees it (entry, end, names, symbol-table index)."""
+
+    start: int
+    end: int
+    link_name: str
+    symbol_index: int
+    from_symbol: bool = True
+
+
+@dataclass(slots=True)
+class ElfImage:
+    """An opened ELF file: machine, code regions, functions, and section relocation (cubins)."""
+
+    path: str
+    machine: int
+    is_shared: bool
+    regions: list[CodeRegion]
+    functions: list[FunctionSymbol]
+    elf: Any = field(repr=False)
+    section_base: dict[int, int] = field(default_factory=dict)
+    plt_names: dict[int, str] = field(default_factory=dict)
+    cuda_arch: int = 0
+    raw: bytes = field(default=b"", repr=False)
+    loaded: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+
+    @property
+    def basename(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.machine == EM_CUDA
+
+    def region_of(self, address: int) -> CodeRegion | None:
+        """The code region containing ``address``, if any."""
+        for region in self.regions:
+            if region.start <= address < region.end:
+                return region
+        return None
+
+    def read_data(self, address: int, size: int) -> bytes:
+        """``size`` bytes at ``address`` from any loaded section (jump tables live in .rodata)."""
+        for start, end, offset in self.loaded:
+            if start <= address and address + size <= end:
+                return self.raw[offset + address - start : offset + address - start + size]
+        return b""
+
+    def read(self, start: int, end: int) -> bytes:
+        """The bytes of the code in ``[start, end)`` (clipped to its region)."""
+        region = self.region_of(start)
+        if region is None:
+            return b""
+        hi = min(end, region.end)
+        return region.data[start - region.start : hi - region.start]
+
+
+def sniff(head: bytes) -> bool:
+    """Is this an ELF file (from its first bytes)?"""
+    return head[:4] == ELF_MAGIC
+
+
+def _check_header(data: bytes, path: str) -> int:
+    """Validate the ELF identification and header bounds before pyelftools sees the file.
+
+    Returns the machine (``e_machine``), already checked to be one pystruct supports.
+    """
+    if len(data) < 4 or data[:4] != ELF_MAGIC:
+        raise FormatError(path, "ELF header", "not an ELF file (bad magic)")
+    if len(data) < 16:
+        raise FormatError(path, "ELF header", "truncated identification")
+    ei_class, ei_data = data[4], data[5]
+    if ei_class not in (1, 2) or ei_data not in (1, 2):
+        raise FormatError(path, "ELF header", f"bad class/encoding {ei_class}/{ei_data}")
+    header_size = 64 if ei_class == 2 else 52
+    if len(data) < header_size:
+        raise FormatError(path, "ELF header", f"truncated: {len(data)} of {header_size} bytes")
+    endian = "<" if ei_data == 1 else ">"
+    machine = struct.unpack_from(endian + "H", data, 18)[0]
+    if machine not in SUPPORTED_MACHINES:
+        raise FormatError(path, "ELF header", f"unsupported architecture (e_machine {machine})")
+    if ei_class == 2:
+        shoff = struct.unpack_from(endian + "Q", data, 0x28)[0]
+        shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x3A)
+    else:
+        shoff = struct.unpack_from(endian + "I", data, 0x20)[0]
+        shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x2E)
+    if shoff + shentsize * shnum > len(data):
+        raise FormatError(
+            path,
+            "section headers",
+            f"truncated: table ends at {shoff + shentsize * shnum:#x}, file has {len(data):#x}",
+        )
+    return int(machine)
+
+
+def open_image(source: str | os.PathLike[str] | bytes, name: str | None = None) -> ElfImage:
+    """Open an ELF load module from a path or its bytes; bad input raises FormatError."""
+    if isinstance(source, bytes):
+        data = source
+        path = name or "<buffer>"
+    else:
+        path = os.fspath(source)
+        try:
+            with open(path, "rb") as stream:
+                data = stream.read()
+        except FileNotFoundError:
+            raise FormatError(path, "file", "no such file") from None
+        except IsADirectoryError:
+            raise FormatError(path, "file", "is a directory") from None
+        except OSError as error:
+            raise FormatError(path, "file", error.strerror or str(error)) from None
+    machine = _check_header(data, path)
+    try:
+        return _load(data, path, machine)
+    except FormatError:
+        raise
+    except (ELFError, struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as error:
+        raise FormatError(path, "ELF sections", f"corrupt ELF: {error}") from None
+    except Exception as error:  # pyelftools raises assorted errors on garbage
+        raise FormatError(path, "ELF sections", f"corrupt ELF: {error!r}") from None
+
+
+def _load(data: bytes, path: str, machine: int) -> ElfImage:
+    stream: BinaryIO = io.BytesIO(data)
+    elf = ELFFile(stream)
+    is_cuda = machine == EM_CUDA
+    e_type = str(elf.header["e_type"])
+    is_shared = e_type != "ET_EXEC"
+
+    section_base: dict[int, int] = {}
+    regions: list[CodeRegion] = []
+    for index, section in enumerate(elf.iter_sections()):
+        flags = int(section["sh_flags"])
+        if not flags & SHF_EXECINSTR or section["sh_type"] == "SHT_NOBITS":
+            continue
+        size = int(section["sh_size"])
+        offset = int(section["sh_offset"])
+        if offset + size > len(data):
+            raise FormatError(path, f"section {section.name}", "truncated section data")
+        base = offset if is_cuda else int(section["sh_addr"])
+        section_base[index] = base
+        regions.append(
+            CodeRegion(section.name, base, base + size, data[offset : offset + size], index)
+        )
+    regions.sort(key=lambda r: r.start)
+    loaded = []
+    if not is_cuda:
+        for section in elf.iter_sections():
+            if int(section["sh_flags"]) & SHF_ALLOC and section["sh_type"] != "SHT_NOBITS":
+                start, size = int(section["sh_addr"]), int(section["sh_size"])
+                if int(section["sh_offset"]) + size <= len(data):
+                    loaded.append((start, start + size, int(section["sh_offset"])))
+
+    functions = _function_symbols(elf, regions, section_base, is_cuda)
+    plt_names = _plt_names(elf, machine, regions) if not is_cuda else {}
+    cuda_arch = 0
+    if is_cuda:
+        # e_flags low byte holds the SM version (e.g. 75 for sm_75) in cubins.
+        flags = int(elf.header["e_flags"])
+        cuda_arch = flags & 0xFF
+        if cuda_arch == 0 or cuda_arch > 200:
+            cuda_arch = (flags >> 16) & 0xFF
+    return ElfImage(
+        path=path,
+        machine=machine,
+        is_shared=is_shared,
+        regions=regions,
+        functions=functions,
+        elf=elf,
+        section_base=section_base,
+        plt_names=plt_names,
+        cuda_arch=cuda_arch,
+        raw=data,
+        loaded=loaded,
+    )
+
+
+def _function_symbols(
+    elf: Any, regions: list[CodeRegion], section_base: dict[int, int], is_cuda: bool
+) -> list[FunctionSymbol]:
+    """Function symbols in code regions, aliases merged; zero sizes run to the next function."""
+    symtab = elf.get_section_by_name(".symtab")
+    if not isinstance(symtab, SymbolTableSection):
+        symtab = elf.get_section_by_name(".dynsym")
+    if not isinstance(symtab, SymbolTableSection):
+        return []
+    by_start: dict[int, tuple[int, str, int]] = {}  # start -> (size, name, index)
+    for index, symbol in enumerate(symtab.iter_symbols()):
+        if symbol["st_info"]["type"] != "STT_FUNC":
+            continue
+        shndx = symbol["st_shndx"]
+        if not isinstance(shndx, int) or shndx not in section_base:
+            continue
+        value = int(symbol["st_value"])
+        start = section_base[shndx] + value if is_cuda else value
+        size = int(symbol["st_size"])
+        name = symbol.name
+        if not name:
+            continue
+        old = by_start.get(start)
+        # getFuncNames (Struct.cpp): prefer the longer name, then the alphabetically lower.
+        if old is None:
+            by_start[start] = (size, name, index)
+        else:
+            old_size, old_name, old_index = old
+            better = len(name) > len(old_name) or (len(name) == len(old_name) and name < old_name)
+            by_start[start] = (
+                max(size, old_size),
+                name if better else old_name,
+                min(index, old_index),
+            )
+    starts = sorted(by_start)
+    result: list[FunctionSymbol] = []
+    for position, start in enumerate(starts):
+        size, name, index = by_start[start]
+        region = next((r for r in regions if r.start <= start < r.end), None)
+        if region is None:
+            continue
+        end = start + size
+        following = starts[position + 1] if position + 1 < len(starts) else region.end
+        if size == 0:
+            end = min(following, region.end)
+        elif start < following < end:
+            # Overlapping symbols (cubin kernels enclosing their device functions): a function
+            # ends where the next one begins, as Dyninst's symtab sizes them.
+            end = following
+        # symtab lets some funcs (_init) spill into the next region: clip (Struct.cpp).
+        end = min(end, region.end) if start < region.end < end else end
+        if end <= start:
+            end = start + 1
+        result.append(FunctionSymbol(start, end, name, index))
+    return result
+
+
+def _plt_names(elf: Any, machine: int, regions: list[CodeRegion]) -> dict[int, str]:
+    """Entry address of each ``.plt`` stub -> the name of the symbol its GOT slot resolves."""
+    plt = next((r for r in regions if r.name == ".plt"), None)
+    if plt is None:
+        return {}
+    rela = elf.get_section_by_name(".rela.plt") or elf.get_section_by_name(".rel.plt")
+    if not isinstance(rela, RelocationSection):
+        return {}
+    symtab = elf.get_section(rela["sh_link"]) if rela["sh_link"] else None
+    names: list[str] = []
+    for reloc in rela.iter_relocations():
+        symbol_index = int(reloc["r_info_sym"])
+        name = ""
+        if isinstance(symtab, SymbolTableSection) and symbol_index:
+            name = symtab.get_symbol(symbol_index).name
+        names.append(name)
+    entry = PLT_ENTRY_SIZE.get(machine, 16)
+    first = plt.start + PLT0_SIZE.get(machine, 16)
+    result: dict[int, str] = {}
+    for position, name in enumerate(names):
+        address = first + position * entry
+        if address + entry > plt.end:
+            break
+        if name:
+            result[address] = name
+    return result
