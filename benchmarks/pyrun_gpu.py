@@ -1,0 +1,199 @@
+"""Overhead of pyrun's GPU measurement on a real GPU (issue #6, item 8).
+
+    PYTHONPATH=src python3 benchmarks/pyrun_gpu.py --all [--out results.json]
+
+Workloads (each timed after a warm-up, GPU synchronized at the end of the timed region):
+
+- ``launch``: a launch-bound CuPy loop, 20,000 tiny elementwise kernels;
+- ``compute``: a compute-bound CuPy loop of large (8192²) float32 matrix products;
+- ``torch``: PyTorch training steps of a 4-layer MLP (forward, backward, SGD step).
+
+Modes, each in its own process (CUPTI allows one subscriber per process):
+
+- ``plain``: no measurement;
+- ``pyrun``: a pyrun session (CPU-time sampler at 200 Hz) with ``gpu=nvidia`` installed, as
+  ``pyrun -e CPUTIME -e gpu=nvidia`` runs it; the timed region includes attributing activities
+  at safe points, the final flush and attribution are reported separately (``shutdown_s``);
+- ``torchprof``: ``torch.profiler`` with CUDA activities, on the PyTorch workload only.
+
+The reported ratio is the timed region's wall time over the plain run's (best of ``--repeat``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOADS = ("launch", "compute", "torch")
+
+
+def _launch(cp: object, n: int = 20000) -> None:
+    x = cp.ones(256, dtype=cp.float32)  # type: ignore[attr-defined]
+    for _ in range(n):
+        x = x + 1.0
+    cp.cuda.Device().synchronize()  # type: ignore[attr-defined]
+
+
+def _compute(cp: object, n: int = 20) -> None:
+    a = cp.random.rand(8192, 8192, dtype=cp.float32)  # type: ignore[attr-defined]
+    for _ in range(n):
+        b = a @ a
+    del b
+    cp.cuda.Device().synchronize()  # type: ignore[attr-defined]
+
+
+def _torch_setup() -> tuple[object, ...]:
+    import torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048),
+        torch.nn.ReLU(),
+        torch.nn.Linear(2048, 2048),
+        torch.nn.ReLU(),
+        torch.nn.Linear(2048, 2048),
+        torch.nn.ReLU(),
+        torch.nn.Linear(2048, 10),
+    ).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.randn(512, 2048, device="cuda")
+    target = torch.randint(0, 10, (512,), device="cuda")
+    return torch, model, optimizer, data, target
+
+
+def _torch_steps(setup: tuple[object, ...], n: int = 50) -> None:
+    torch, model, optimizer, data, target = setup
+    loss_fn = torch.nn.functional.cross_entropy  # type: ignore[attr-defined]
+    for _ in range(n):
+        optimizer.zero_grad()  # type: ignore[attr-defined]
+        loss = loss_fn(model(data), target)  # type: ignore[operator]
+        loss.backward()
+        optimizer.step()  # type: ignore[attr-defined]
+    torch.cuda.synchronize()  # type: ignore[attr-defined]
+
+
+def run_one(workload: str, mode: str, repeat: int) -> dict[str, object]:
+    """Time one workload in one mode (this process)."""
+    if workload == "torch":
+        setup = _torch_setup()
+        body = lambda: _torch_steps(setup)  # noqa: E731
+    else:
+        import cupy as cp
+
+        body = (lambda: _launch(cp)) if workload == "launch" else (lambda: _compute(cp))
+    body()  # warm-up: kernels compiled and loaded, pools filled
+    result: dict[str, object] = {"workload": workload, "mode": mode}
+    times: list[float] = []
+    if mode == "pyrun":
+        from pyhpctk.measure import runtime
+        from pyhpctk.measure.gpu import install, shutdown
+
+        out = tempfile.mkdtemp(prefix="pyrun-gpu-bench-")
+        session = runtime.start(out, install_hooks=False)
+        monitor = install(session, "gpu=nvidia")
+        for _ in range(repeat):
+            began = time.perf_counter()
+            body()
+            times.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        stats = shutdown(monitor)
+        runtime.stop(session)
+        result["shutdown_s"] = time.perf_counter() - began
+        result["stats"] = stats.as_dict()
+        result["files"] = len(os.listdir(out))
+    elif mode == "torchprof":
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(repeat):
+                began = time.perf_counter()
+                body()
+                times.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        events = prof.key_averages()
+        result["shutdown_s"] = time.perf_counter() - began
+        result["events"] = len(events)
+        del torch
+    else:
+        for _ in range(repeat):
+            began = time.perf_counter()
+            body()
+            times.append(time.perf_counter() - began)
+    result["times"] = times
+    result["best"] = min(times)
+    return result
+
+
+def run_all(repeat: int, rounds: int = 2) -> list[dict[str, object]]:
+    """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair)."""
+    results = []
+    plan = [
+        (workload, mode)
+        for _ in range(rounds)
+        for workload in WORKLOADS
+        for mode in ["plain", "pyrun"] + (["torchprof"] if workload == "torch" else [])
+    ]
+    for workload, mode in plan:
+        command = [sys.executable, __file__, "--workload", workload, "--mode", mode]
+        command += ["--repeat", str(repeat)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or not lines:
+            results.append({"workload": workload, "mode": mode, "error": done.stderr[-2000:]})
+        else:
+            results.append(json.loads(lines[-1]))
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def table(results: list[dict[str, object]]) -> str:
+    """Markdown: the best time of each (workload, mode) over all rounds, and its ratio."""
+    best: dict[tuple[str, str], dict[str, object]] = {}
+    for r in results:
+        key = (str(r["workload"]), str(r["mode"]))
+        known = best.get(key)
+        if known is None or ("best" in r and float(r["best"]) < float(known.get("best", 1e300))):  # type: ignore[arg-type]
+            best[key] = r
+    plain = {w: r.get("best") for (w, m), r in best.items() if m == "plain"}
+    rows = [
+        "| workload | mode | best wall (s) | ratio to plain | flush+write (s) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in best.values():
+        if "best" not in r:
+            rows.append(f"| {r['workload']} | {r['mode']} | error | | |")
+            continue
+        wall = float(r["best"])  # type: ignore[arg-type]
+        base = plain.get(str(r["workload"]))
+        ratio = f"{wall / float(base):.3f}x" if base else ""  # type: ignore[arg-type]
+        shutdown = f"{float(r['shutdown_s']):.3f}" if "shutdown_s" in r else ""  # type: ignore[arg-type]
+        rows.append(f"| {r['workload']} | {r['mode']} | {wall:.4f} | {ratio} | {shutdown} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true")
+    parser.add_argument("--workload", choices=WORKLOADS)
+    parser.add_argument("--mode", choices=("plain", "pyrun", "torchprof"), default="plain")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if args.all:
+        results = run_all(args.repeat)
+        print(table(results))
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as out:
+                json.dump(results, out, indent=1)
+        return 0
+    print(json.dumps(run_one(args.workload, args.mode, args.repeat)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""pyrun's GPU layer: ``-e gpu=nvidia|amd|simulated[,OPTION[=VALUE]...]`` (hpcrun's syntax).
+
+One entry point for the session: :func:`install` adds the GPU metric kind to a
+:class:`~pyhpctk.measure.session.Session`, starts the monitor and tracing threads and connects
+the backend; :func:`shutdown` flushes the backend, attributes every activity, writes the
+per-stream profiles and traces, and reports what could not be attributed. In between, the
+backend calls the monitor from the application threads (operation entry) and from its own buffer
+thread (activity buffers). See :mod:`pyhpctk.measure.gpu.monitor` for the design and
+``docs/gpu.md`` for the whole story.
+
+Backends: ``nvidia`` (CUPTI through ``cupti-python``), ``amd`` (ROCm's ``roctracer`` Python
+bindings where present), ``simulated`` (replays a recording; options ``recording=PATH``,
+``buffer=N`` records per buffer, ``pending=N`` records before the buffer overflows).
+
+Importing this package is cheap (no numpy): :func:`install` imports the monitor, which uses
+numpy, only when a GPU event is given.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyhpctk.errors import UsageError
+from pyhpctk.measure.gpu.spec import (
+    BACKENDS,
+    ENV_GPU,
+    GpuSpec,
+    is_gpu_event,
+    parse_gpu_event,
+    spec_from_env,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyhpctk.measure.gpu.monitor import GpuMonitor, GpuStats
+    from pyhpctk.measure.session import Session
+
+__all__ = [
+    "BACKENDS",
+    "ENV_GPU",
+    "GpuSpec",
+    "install",
+    "is_gpu_event",
+    "parse_gpu_event",
+    "shutdown",
+    "spec_from_env",
+]
+
+ENV_RECORDING = "PYHPCTK_GPU_RECORDING"  # default recording for gpu=simulated
+#: The recording gpu=simulated replays by default (the H200 fixture, in a source checkout).
+DEFAULT_RECORDING = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)).rsplit(os.sep + "src" + os.sep, 1)[0],
+    "tests",
+    "data",
+    "gpu",
+    "cupy_streams.json",
+)
+
+
+def _backend(spec: GpuSpec) -> object:
+    if spec.backend == "simulated":
+        from pyhpctk.measure.gpu import recording
+        from pyhpctk.measure.gpu.simulated import SimulatedBackend
+
+        path = spec.option("recording") or os.environ.get(ENV_RECORDING, "") or DEFAULT_RECORDING
+        try:
+            replayed = recording.load(path)
+        except OSError as error:
+            raise UsageError(f"gpu=simulated: cannot read the recording {path}: {error}") from None
+        return SimulatedBackend(
+            replayed,
+            buffer_records=spec.int_option("buffer", 256),
+            max_pending=spec.int_option("pending", 0),
+        )
+    if spec.backend == "nvidia":
+        from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
+
+        records = spec.option("records", "raw")
+        if records not in ("raw", "objects"):
+            raise UsageError(f"gpu=nvidia: records={records!r}: say records=raw or records=objects")
+        return CuptiBackend(buffer_bytes=spec.int_option("buffer", 8 << 20), records=records)
+    from pyhpctk.measure.gpu.hip_backend import HipBackend
+
+    return HipBackend()
+
+
+def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
+    """Start GPU measurement in ``session``; call :func:`shutdown` before the session writes."""
+    from pyhpctk.measure.gpu.metrics import gpu_metric_kind
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
+
+    if isinstance(spec, str):
+        spec = parse_gpu_event(spec)
+    backend = _backend(spec)
+    kind = session.add_metric_kind(gpu_metric_kind())
+    monitor = GpuMonitor(session, kind, limits=backend.limits())  # type: ignore[attr-defined]
+    monitor.backend = backend
+    try:
+        backend.start(monitor)  # type: ignore[attr-defined]
+    except BaseException:
+        try:
+            backend.stop()  # type: ignore[attr-defined]
+        finally:
+            monitor.close(write=False)
+        raise
+    return monitor
+
+
+def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
+    """Flush the backend, attribute everything, write stream files; say what went missing."""
+    backend = monitor.backend
+    if backend is not None:
+        try:
+            backend.stop()  # type: ignore[attr-defined]
+        except Exception as error:  # the program's results matter more than ours
+            monitor.errors.append(f"pyrun: gpu: backend stop failed: {error!r}")
+    monitor.close()
+    stats = monitor.stats
+    if report and (stats.unmatched or stats.dropped or stats.trace_overflow or monitor.errors):
+        sys.stderr.write(stats.report() + "\n")
+    return stats

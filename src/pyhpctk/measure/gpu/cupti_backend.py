@@ -1,0 +1,552 @@
+"""The NVIDIA backend: CUPTI callbacks for operations, CUPTI activity buffers for activities.
+
+- **Operations**: a CUPTI subscriber (``cupti-python``) gets a callback on entry to every CUDA
+  runtime and driver API that starts GPU work (launches, copies, memsets, allocations, frees,
+  synchronizations; classified once, by name, from CUPTI's callback-id enums). On entry the
+  callback runs on the application thread and calls :meth:`GpuMonitor.enter` with CUPTI's
+  correlation id; nested calls (runtime → driver) each get their own id and share a placeholder.
+- **GPU binaries**: the resource callback for ``MODULE_LOADED`` hands each cubin to
+  :meth:`GpuMonitor.module_loaded` (saved as ``gpubins/<md5>.gpubin``).
+- **Activities**: ``CONCURRENT_KERNEL``, ``MEMCPY``, ``MEMSET``, ``SYNCHRONIZATION`` and
+  ``MEMORY2`` records. Two ways to read a completed buffer:
+
+  ``raw`` (default): libcupti's own ``cuptiActivityRegisterCallbacks`` through ctypes; the
+  completed buffer is viewed as bytes, records are located with ``cuptiActivityGetNextRecord``
+  and each kind is gathered in one numpy operation using ``cupti-python``'s structured dtypes
+  (``activity_kernel*_dtype``...), never one Python object per record.
+
+  ``objects``: ``cupti-python``'s documented callback, one Python object per record (the
+  fallback, and the oracle the raw path is checked against on the device).
+
+Threads CUPTI creates are not application threads: the buffer thread tells the session to leave
+it out of sampling when the session offers that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import re
+import sys
+import threading
+
+import numpy as np
+
+from pyhpctk.measure.gpu import activity as act
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
+
+# Classification of API names (CUPTI's callback-id enum member names), first match wins.
+_API_RULES: tuple[tuple[str, int | None], ...] = (
+    (r"Graph(Exec)?(Add|Get|Set|Mem|Node|Instantiate|Create|Destroy|Clone|Upload|Debug)", None),
+    (r"GraphLaunch", act.KERNEL),
+    (r"HostFunc|LaunchAttribute|GetAttribute|SetAttribute|Occupancy", None),
+    # Synchronizations, and the event calls that can report one (seen on the H200: EVENT
+    # synchronization records whose correlation id no Synchronize call had).
+    (r"Synchronize|WaitEvent|EventQuery|EventRecord|StreamQuery", act.SYNC),
+    (r"Launch", act.KERNEL),
+    (r"Memcpy", act.COPY),
+    (r"Memset", act.MEMSET),
+    (r"FreeAsync|Free(Host|Array|Mipmapped)?(_|$)|MemFree|MemRelease", act.FREE),
+    (r"Malloc|MemAlloc(?!ationGranularity)|MemCreate|HostAlloc|HostRegister", act.ALLOC),
+    # Loading a module allocates its static device memory (MEMORY2 records of kind
+    # DEVICE_STATIC carry the load call's correlation id).
+    (r"ModuleLoad|LibraryLoad", act.ALLOC),
+)
+_COMPILED = tuple((re.compile(pattern), kind) for pattern, kind in _API_RULES)
+
+
+def classify_api(name: str) -> int | None:
+    """The operation kind a CUDA API starts, from its name (None: not a GPU operation)."""
+    for pattern, kind in _COMPILED:
+        if pattern.search(name):
+            return kind
+    return None
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+class _Gather:
+    """Pull records of one activity kind out of a raw buffer with one numpy gather.
+
+    CUPTI's record versions of a kind (``CUpti_ActivityKernel9`` ... ``13``) only ever append
+    fields, so any version no longer than the records' stride reads the fields used here.
+    """
+
+    def __init__(self, candidates: list[np.dtype]) -> None:
+        self.candidates = sorted(candidates, key=lambda dtype: dtype.itemsize)
+
+    def rows(self, raw: np.ndarray, offsets: np.ndarray, strides: np.ndarray) -> np.ndarray | None:
+        stride = int(strides.min()) if len(strides) else 0
+        fitting = [d for d in self.candidates if d.itemsize <= stride]
+        if not fitting:
+            return None
+        dtype = fitting[-1]
+        index = offsets[:, None] + np.arange(dtype.itemsize)[None, :]
+        return np.ascontiguousarray(raw[index]).view(dtype).reshape(-1)
+
+
+def _field(rows: np.ndarray, *names: str) -> np.ndarray | None:
+    keys = {_key(name): name for name in rows.dtype.names or ()}
+    for name in names:
+        found = keys.get(_key(name))
+        if found is not None:
+            return rows[found]
+    return None
+
+
+class CuptiBackend:
+    """CUPTI through ``cupti-python`` (see the module docstring)."""
+
+    name = "nvidia"
+
+    def __init__(self, buffer_bytes: int = 8 << 20, records: str = "raw") -> None:
+        self.buffer_bytes = buffer_bytes
+        self.records = records
+        self.monitor: GpuMonitor | None = None
+        self.dropped = 0
+        self.record_counts: dict[str, int] = {}
+        self.api_kinds: dict[tuple[int, int], int] = {}
+        self.api_multi: set[tuple[int, int]] = set()  # CUDA graph launches: many activities
+        self._cupti: object = None
+        self._subscriber: object = None
+        self._buffers: dict[int, ctypes.Array[ctypes.c_uint8]] = {}
+        self._callbacks: tuple[object, ...] = ()
+        self._lib: ctypes.CDLL | None = None
+        self._names: dict[int, int] = {}  # kernel name pointer → index in self.functions
+        self.functions: list[str] = []
+        self._limits = act.DeviceLimits(name="NVIDIA (defaults until a kernel runs)")
+        self._limits_known = False
+        self._excluded: set[int] = set()
+        self._kinds: dict[int, int] = {}
+        self._domain_resource = self._enter = self._module_loaded = -1
+        self.unknown_apis = 0  # callback ids CUPTI refused to enable
+        self.record_sizes: dict[int, int] = {}  # CUPTI activity kind → record size in buffers
+        self.fast_walk = True
+        self.checks_left = 1  # buffers walked both ways before the fast walk is trusted alone
+        self.walk_mismatches = 0
+
+    def limits(self) -> act.DeviceLimits:
+        return self._limits
+
+    # -- start / stop --
+
+    def start(self, monitor: GpuMonitor) -> None:
+        from cupti import cupti
+
+        self._cupti = cupti
+        self.monitor = monitor
+        self._operation = monitor.operation
+        for domain, enum in (
+            (cupti.CallbackDomain.RUNTIME_API, cupti.RuntimeApiTraceCbid),
+            (cupti.CallbackDomain.DRIVER_API, cupti.DriverApiTraceCbid),
+        ):
+            for name, member in enum.__members__.items():
+                kind = classify_api(name)
+                if kind is not None and "SIZE" not in name and "INVALID" not in name:
+                    self.api_kinds[(int(domain), int(member))] = kind
+                    if "GraphLaunch" in name:
+                        self.api_multi.add((int(domain), int(member)))
+        self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
+        self._enter = int(cupti.ApiCallbackSite.API_ENTER)
+        self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
+        self._subscriber = cupti.subscribe(self._callback, None)
+        for key in list(self.api_kinds):
+            try:
+                cupti.enable_callback(1, self._subscriber, *key)
+            except cupti.cuptiError:  # an id this libcupti does not know: not ours to watch
+                del self.api_kinds[key]
+                self.unknown_apis += 1
+        cupti.enable_callback(
+            1,
+            self._subscriber,
+            cupti.CallbackDomain.RESOURCE,
+            cupti.CallbackIdResource.MODULE_LOADED,
+        )
+        if self.records == "raw":
+            self._register_raw(cupti)
+        else:
+            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        self._kinds = {
+            int(cupti.ActivityKind.CONCURRENT_KERNEL): act.KERNEL,
+            int(cupti.ActivityKind.MEMCPY): act.COPY,
+            int(cupti.ActivityKind.MEMSET): act.MEMSET,
+            int(cupti.ActivityKind.SYNCHRONIZATION): act.SYNC,
+            int(cupti.ActivityKind.MEMORY2): act.ALLOC,
+        }
+        for kind in self._kinds:
+            cupti.activity_enable(kind)
+
+    def flush(self) -> None:
+        cupti = self._cupti
+        if cupti is not None:
+            cupti.activity_flush_all(1)  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        cupti = self._cupti
+        if cupti is None:
+            return
+        try:
+            self.flush()
+        except Exception as error:  # CUDA may already be torn down
+            if self.monitor is not None:
+                self.monitor.errors.append(f"pyrun: gpu: final CUPTI flush failed: {error!r}")
+        for kind in self._kinds:
+            try:
+                cupti.activity_disable(kind)  # type: ignore[attr-defined]
+            except Exception:  # already disabled, or CUDA torn down
+                continue
+        with contextlib.suppress(Exception):
+            cupti.unsubscribe(self._subscriber)  # type: ignore[attr-defined]
+        self._cupti = None
+
+    # -- callbacks on application threads --
+
+    def _callback(self, userdata: object, domain: int, cbid: int, data: object) -> None:
+        # Called twice per API call (entry and exit) on the application thread: keep it short.
+        if domain == self._domain_resource:
+            if cbid == self._module_loaded:
+                self._module(data)
+            return
+        if data.callback_site != self._enter:  # type: ignore[attr-defined]
+            return
+        key = (domain, cbid)
+        kind = self.api_kinds.get(key)
+        if kind is not None:
+            self._operation(kind, data.correlation_id, key in self.api_multi)  # type: ignore[attr-defined]
+
+    def _module(self, data: object) -> None:
+        """A module was loaded: read its cubin from ``CUpti_ModuleResourceData``.
+
+        ``{u32 moduleId; size_t cubinSize; const char *pCubin;}`` (cupti_callbacks.h), read at
+        its address: the bindings turn ``pCubin`` into a string that stops at the first NUL.
+        """
+        monitor = self.monitor
+        assert monitor is not None
+        try:
+            descriptor = int(data.resource_descriptor)  # type: ignore[attr-defined]
+            size = ctypes.c_uint64.from_address(descriptor + 8).value
+            pointer = ctypes.c_void_p.from_address(descriptor + 16).value
+            cubin = ctypes.string_at(pointer, size) if size and pointer else b""
+        except Exception as error:
+            monitor.errors.append(f"pyrun: gpu: cannot read a loaded module: {error!r}")
+            return
+        if cubin:
+            monitor.module_loaded(cubin)
+
+    # -- activity buffers: cupti-python objects --
+
+    def _buffer_requested(self) -> tuple[int, int]:
+        return self.buffer_bytes, 0
+
+    def _exclude_current(self) -> None:
+        ident = threading.get_ident()
+        if ident not in self._excluded:
+            self._excluded.add(ident)
+            monitor = self.monitor
+            exclude = getattr(monitor.session, "exclude_thread", None) if monitor else None
+            if exclude is not None:
+                exclude(ident)
+
+    def _buffer_completed(self, activities: list[object]) -> None:
+        self._exclude_current()
+        records = act.empty_activities(len(activities))
+        keep = np.zeros(len(activities), dtype=bool)
+        for index, record in enumerate(activities):
+            kind = self._kinds.get(int(record.kind))  # type: ignore[attr-defined]
+            if kind is None:
+                continue
+            keep[index] = True
+            row = records[index]
+            row["kind"] = kind
+            row["correlation"] = record.correlation_id  # type: ignore[attr-defined]
+            row["context"] = getattr(record, "context_id", 0)
+            row["stream"] = getattr(record, "stream_id", 0)
+            row["device"] = getattr(record, "device_id", 0)
+            if kind == act.ALLOC:
+                if int(record.memory_operation_type) == 2:  # type: ignore[attr-defined]
+                    row["kind"] = act.FREE  # CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
+                row["start"] = row["end"] = record.timestamp  # type: ignore[attr-defined]
+                row["bytes"] = record.bytes  # type: ignore[attr-defined]
+                row["memory_kind"] = record.memory_kind  # type: ignore[attr-defined]
+                continue
+            row["start"] = record.start  # type: ignore[attr-defined]
+            row["end"] = record.end  # type: ignore[attr-defined]
+            if kind == act.KERNEL:
+                row["registers"] = record.registers_per_thread  # type: ignore[attr-defined]
+                row["static_smem"] = record.static_shared_memory  # type: ignore[attr-defined]
+                row["dynamic_smem"] = record.dynamic_shared_memory  # type: ignore[attr-defined]
+                row["local_mem"] = record.local_memory_total  # type: ignore[attr-defined]
+                row["block_threads"] = record.block_x * record.block_y * record.block_z  # type: ignore[attr-defined]
+                row["grid_blocks"] = record.grid_x * record.grid_y * record.grid_z  # type: ignore[attr-defined]
+                row["function"] = self._function_index(str(record.name))  # type: ignore[attr-defined]
+            elif kind == act.COPY:
+                row["bytes"] = record.bytes  # type: ignore[attr-defined]
+                row["copy_kind"] = record.copy_kind  # type: ignore[attr-defined]
+            elif kind == act.MEMSET:
+                row["bytes"] = record.bytes  # type: ignore[attr-defined]
+                row["memory_kind"] = record.memory_kind  # type: ignore[attr-defined]
+            elif kind == act.SYNC:
+                row["sync_kind"] = record.type  # type: ignore[attr-defined]
+        self._deliver(records[keep])
+
+    def _function_index(self, name: str) -> int:
+        index = self._names.get(hash(name))
+        if index is None:
+            index = self._names[hash(name)] = len(self.functions)
+            self.functions.append(name)
+        return index
+
+    def _deliver(self, records: np.ndarray) -> None:
+        monitor = self.monitor
+        if monitor is None:
+            return
+        if not self._limits_known and (records["kind"] == act.KERNEL).any():
+            self._learn_limits(int(records["device"][records["kind"] == act.KERNEL][0]))
+        monitor.buffer_completed(records, self.functions, self._take_dropped())
+
+    def _take_dropped(self) -> int:
+        cupti = self._cupti
+        if cupti is None:
+            return 0
+        dropped = ctypes.c_size_t(0)
+        try:
+            cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))  # type: ignore[attr-defined]
+        except Exception:
+            return 0
+        return int(dropped.value)
+
+    def _learn_limits(self, device: int) -> None:
+        self._limits_known = True
+        try:
+            runtime = importlib.import_module("cuda.bindings.runtime")
+            error, props = runtime.cudaGetDeviceProperties(device)
+            if int(error) != 0:
+                return
+            limits = act.DeviceLimits(
+                name=props.name.decode(errors="replace")
+                if isinstance(props.name, bytes)
+                else str(props.name),
+                sm_count=int(props.multiProcessorCount),
+                max_threads_per_sm=int(props.maxThreadsPerMultiProcessor),
+                max_blocks_per_sm=int(props.maxBlocksPerMultiProcessor),
+                registers_per_sm=int(props.regsPerMultiprocessor),
+                shared_per_sm=int(props.sharedMemPerMultiprocessor),
+                warp_size=int(props.warpSize),
+            )
+        except Exception:  # keep the defaults
+            return
+        self._limits = limits
+        if self.monitor is not None:
+            self.monitor.limits = limits
+
+    # -- activity buffers: raw, through libcupti and numpy --
+
+    def _register_raw(self, cupti: object) -> None:
+        path = _loaded_library("libcupti")
+        if path is None:
+            raise OSError("libcupti is not loaded (is cupti-python installed?)")
+        lib = ctypes.CDLL(path)
+        self._lib = lib
+        requested_type = ctypes.CFUNCTYPE(
+            None,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_size_t),
+        )
+        completed_type = ctypes.CFUNCTYPE(
+            None,
+            ctypes.c_void_p,
+            ctypes.c_uint32,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+        )
+        lib.cuptiActivityGetNextRecord.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_void_p),
+        ]
+        lib.cuptiActivityGetNextRecord.restype = ctypes.c_int
+        requested = requested_type(self._raw_requested)
+        completed = completed_type(self._raw_completed)
+        self._callbacks = (requested, completed)
+        status = lib.cuptiActivityRegisterCallbacks(requested, completed)
+        if status != 0:
+            raise OSError(f"cuptiActivityRegisterCallbacks failed with status {status}")
+        names = [name for name in dir(cupti) if name.endswith("_dtype")]
+        self._gathers = {
+            kind: _Gather([getattr(cupti, name) for name in names if re.fullmatch(pattern, name)])
+            for kind, pattern in (
+                (act.KERNEL, r"activity_kernel\d*_dtype"),
+                (act.COPY, r"activity_memcpy\d*_dtype"),
+                (act.MEMSET, r"activity_memset\d*_dtype"),
+                (act.SYNC, r"activity_synchronization\d*_dtype"),
+                (act.ALLOC, r"activity_memory\d+_dtype"),
+            )
+        }
+
+    def _raw_requested(self, buffer: object, size: object, max_records: object) -> None:
+        block = (ctypes.c_uint8 * (self.buffer_bytes + 8))()
+        address = (ctypes.addressof(block) + 7) & ~7  # CUPTI wants 8-byte aligned buffers
+        self._buffers[address] = block
+        buffer[0] = address  # type: ignore[index]
+        size[0] = self.buffer_bytes  # type: ignore[index]
+        max_records[0] = 0  # type: ignore[index]
+
+    def _raw_completed(self, context: int, stream: int, buffer: int, size: int, valid: int) -> None:
+        try:
+            self._exclude_current()
+            block = self._buffers.pop(buffer, None)
+            if not valid or block is None:
+                return
+            self._deliver(self.parse_raw(buffer, valid))
+        except Exception as error:  # never raise into CUPTI
+            if self.monitor is not None:
+                self.monitor.errors.append(f"pyrun: gpu: bad activity buffer: {error!r}")
+            sys.stderr.write(f"pyrun: gpu: bad activity buffer: {error!r}\n")
+
+    def _walk_next_record(self, buffer: int, valid: int) -> np.ndarray:
+        """Record offsets, one ``cuptiActivityGetNextRecord`` call each (learns record sizes)."""
+        lib = self._lib
+        assert lib is not None
+        record = ctypes.c_void_p(0)
+        next_record = lib.cuptiActivityGetNextRecord
+        offsets: list[int] = []
+        append = offsets.append
+        while next_record(buffer, valid, ctypes.byref(record)) == 0:
+            append(int(record.value or 0) - buffer)
+        return np.asarray(offsets, dtype=np.int64)
+
+    def _walk_runs(self, words: np.ndarray, valid: int) -> np.ndarray | None:
+        """Record offsets from learned record sizes, a run of one kind per numpy step.
+
+        None when a kind of unknown size shows up (the caller walks with CUPTI instead).
+        """
+        sizes = self.record_sizes
+        pieces: list[np.ndarray] = []
+        at = 0
+        while valid - at >= 8:
+            kind = int(words[at // 4])
+            size = sizes.get(kind)
+            if size is None:
+                return None
+            count = (valid - at) // size
+            candidates = at + size * np.arange(count, dtype=np.int64)
+            same = words[candidates // 4] == kind
+            run = count if same.all() else int(np.argmin(same))
+            pieces.append(candidates[:run])
+            at += size * run
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+
+    def parse_raw(self, buffer: int, valid: int) -> np.ndarray:
+        """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array."""
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * valid).from_address(buffer))
+        words = raw[: valid - valid % 4].view("<u4")
+        at = self._walk_runs(words, valid) if self.fast_walk else None
+        if at is None or self.checks_left > 0:
+            slow = self._walk_next_record(buffer, valid)
+            kinds_slow = words[slow // 4] if len(slow) else np.zeros(0, np.uint32)
+            for kind, stride in zip(kinds_slow[:-1].tolist(), np.diff(slow).tolist(), strict=True):
+                self.record_sizes.setdefault(int(kind), int(stride))
+            if at is not None and not np.array_equal(at, slow):
+                self.fast_walk = False  # never trust it again in this process
+                self.walk_mismatches += 1
+            self.checks_left -= 1
+            at = slow
+        kinds = words[at // 4] if len(at) else np.zeros(0, np.uint32)
+        strides = np.diff(np.append(at, valid))
+        pieces = []
+        for cupti_kind, kind in self._kinds.items():
+            mask = kinds == cupti_kind
+            if not mask.any():
+                continue
+            name = act.KIND_NAMES[kind]
+            self.record_counts[name] = self.record_counts.get(name, 0) + int(mask.sum())
+            rows = self._gathers[kind].rows(raw, at[mask], strides[mask])
+            if rows is not None:
+                pieces.append(self._convert(kind, rows))
+        return np.concatenate(pieces) if pieces else act.empty_activities()
+
+    def _convert(self, kind: int, rows: np.ndarray) -> np.ndarray:
+        out = act.empty_activities(len(rows))
+        out["kind"] = kind
+        for target, names in (
+            ("correlation", ("correlationId",)),
+            ("device", ("deviceId",)),
+            ("context", ("contextId",)),
+            ("stream", ("streamId",)),
+            ("start", ("start", "timestamp")),
+            ("end", ("end", "timestamp")),
+            ("bytes", ("bytes",)),
+        ):
+            column = _field(rows, *names)
+            if column is not None:
+                out[target] = column
+        if kind == act.KERNEL:
+            for target, names in (
+                ("registers", ("registersPerThread",)),
+                ("static_smem", ("staticSharedMemory",)),
+                ("dynamic_smem", ("dynamicSharedMemory",)),
+                ("local_mem", ("localMemoryTotal",)),
+            ):
+                column = _field(rows, *names)
+                if column is not None:
+                    out[target] = column
+            block = [_field(rows, n) for n in ("blockX", "blockY", "blockZ")]
+            grid = [_field(rows, n) for n in ("gridX", "gridY", "gridZ")]
+            if all(c is not None for c in block):
+                out["block_threads"] = np.prod(np.stack(block).astype(np.int64), axis=0)  # type: ignore[arg-type]
+            if all(c is not None for c in grid):
+                out["grid_blocks"] = np.prod(np.stack(grid).astype(np.int64), axis=0)  # type: ignore[arg-type]
+            pointers = _field(rows, "name")
+            if pointers is not None:
+                out["function"] = [
+                    self._name_index(int(p)) for p in pointers.astype(np.uint64).tolist()
+                ]
+        elif kind == act.COPY:
+            column = _field(rows, "copyKind")
+            if column is not None:
+                out["copy_kind"] = column
+        elif kind == act.MEMSET:
+            column = _field(rows, "memoryKind")
+            if column is not None:
+                out["memory_kind"] = column
+        elif kind == act.SYNC:
+            column = _field(rows, "type")
+            if column is not None:
+                out["sync_kind"] = column
+        elif kind == act.ALLOC:
+            column = _field(rows, "memoryKind")
+            if column is not None:
+                out["memory_kind"] = column
+            operation = _field(rows, "memoryOperationType")
+            if operation is not None:
+                out["kind"] = np.where(operation == 2, act.FREE, act.ALLOC)
+        return out
+
+    def _name_index(self, pointer: int) -> int:
+        index = self._names.get(pointer)
+        if index is None:
+            name = ctypes.string_at(pointer).decode("utf-8", "replace") if pointer else "?"
+            index = self._names[pointer] = len(self.functions)
+            self.functions.append(name)
+        return index
+
+
+def _loaded_library(stem: str) -> str | None:
+    """The path of a shared library this process has loaded (from ``/proc/self/maps``)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if stem in path.rsplit("/", 1)[-1] and path.startswith("/"):
+                    return path
+    except OSError:
+        return None
+    return None

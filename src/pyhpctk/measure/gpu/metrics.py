@@ -1,0 +1,204 @@
+"""The GPU metric kind: hpcrun's 63 GPU activity metrics, names, flags and formulas exactly.
+
+The table below is hpcrun's (``gpu-metrics.c``) as the reference measurement
+``meas/loops-cuda-nvidia-t.m`` records it: order, names, descriptions, value formats,
+``move2proc``, ``show`` and formulas (formats.md §1.6). Static kernel properties (registers,
+shared memory, block and grid sizes, occupancy) are *accumulators* summed over launches together
+with ``GKER:COUNT``, and the visible per-kernel metrics are formulas ``#ACUMU/#COUNT``, so averages
+survive aggregation (Zhou et al. 2021, §4).
+
+Index constants (``GPUOP``, ``GKER``...) are 0-based positions within the kind; the session adds
+the kind's base when it writes the metric table. Standard library only: measured processes import
+this module.
+"""
+
+from __future__ import annotations
+
+from pyhpctk.measure.cct import MetricKind, MetricSpec
+
+#: formats.md §1.6, byte 6 of the flags: show values.
+SHOW, HIDE, SHOW_INCLUSIVE, SHOW_EXCLUSIVE, INVISIBLE = 1, 0, 2, 3, 4
+
+GPU_KIND_NAME = "gpu-activity"
+
+
+class GpuMetricSpec(MetricSpec):
+    """A :class:`MetricSpec` with hpcrun's display formula and format (formats.md §1.6)."""
+
+    __slots__ = ("format", "formula")
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        is_real: bool,
+        show: int = SHOW,
+        show_percent: bool = True,
+        move_to_proc: bool = False,
+        formula: str = "",
+        format: str = "",  # the field's name in the format
+    ) -> None:
+        super().__init__(name, description, is_real, show, show_percent, move_to_proc, 1)
+        self.formula = formula
+        self.format = format
+
+
+_MEMORY_KINDS = (
+    ("UNK", "unknown memory kind"),
+    ("PAG", "pageable memory"),
+    ("PIN", "pinned memory"),
+    ("DEV", "device memory"),
+    ("ARY", "array memory"),
+    ("MAN", "managed memory"),
+    ("DST", "device static memory"),
+    ("MST", "managed static memory"),
+)
+#: GXCOPY direction suffixes in hpcrun's order (CUPTI's CUpti_ActivityMemcpyKind numbering).
+COPY_KINDS = (
+    ("UNK", "unknown kind"),
+    ("H2D", "host to device"),
+    ("D2H", "device to host"),
+    ("H2A", "host to array"),
+    ("A2H", "array to host"),
+    ("A2A", "array to array"),
+    ("A2D", "array to device"),
+    ("D2A", "device to array"),
+    ("D2D", "device to device"),
+    ("H2H", "host to host"),
+    ("P2P", "peer to peer"),
+)
+#: GSYNC kinds in hpcrun's order (CUPTI's CUpti_ActivitySynchronizationType numbering).
+SYNC_KINDS = (
+    ("UNK", "unknown kind"),
+    ("EVT", "event"),
+    ("STRE", "stream event wait"),
+    ("STR", "stream"),
+    ("CTX", "context"),
+)
+_KERNEL_ACCUMULATORS = (
+    ("STMEM", " (B)", "static memory", " (bytes)"),
+    ("DYMEM", " (B)", "dynamic memory", " (bytes)"),
+    ("LMEM", " (B)", "local memory", " (bytes)"),
+    ("FGP_ACT", "", "fine-grain parallelism", ", actual"),
+    ("FGP_MAX", "", "fine-grain parallelism", ", maximum"),
+    ("THR_REG", "", "thread register count", ""),
+    ("BLK_THR", "", "thread count", ""),
+    ("BLK_SM", " (B)", "block local memory", " (bytes)"),
+    ("BLKS", "", "block count", ""),
+)
+
+
+def _table() -> tuple[GpuMetricSpec, ...]:
+    specs: list[GpuMetricSpec] = []
+    times = (
+        ("GPUOP", "all operations"),
+        ("GKER", "kernel execution"),
+        ("GMEM", "memory allocation/deallocation"),
+        ("GMSET", "memory set"),
+        ("GXCOPY", "explicit data copy"),
+        ("GICOPY", "implicit data copy"),
+        ("GSYNC", "synchronization"),
+    )
+    for name, what in times:
+        specs.append(
+            GpuMetricSpec(f"{name} (sec)", f"GPU time: {what} (seconds)", True, move_to_proc=True)
+        )
+    for prefix, what in (("GMEM", "GPU memory alloc/free"), ("GMSET", "GPU memory set")):
+        for suffix, kind in _MEMORY_KINDS:
+            specs.append(GpuMetricSpec(f"{prefix}:{suffix} (B)", f"{what}: {kind} (bytes)", False))
+        specs.append(GpuMetricSpec(f"{prefix}:COUNT", f"{what}: count", False))
+    for suffix, kind in COPY_KINDS:
+        specs.append(
+            GpuMetricSpec(
+                f"GXCOPY:{suffix} (B)", f"GPU explicit memory copy: {kind} (bytes)", False
+            )
+        )
+    specs.append(GpuMetricSpec("GXCOPY:COUNT", "GPU explicit memory copy: count", False))
+    for suffix, kind in SYNC_KINDS:
+        specs.append(
+            GpuMetricSpec(f"GSYNC:{suffix} (sec)", f"GPU synchronizations: {kind}", True, HIDE)
+        )
+    specs.append(GpuMetricSpec("GSYNC:COUNT", "GPU synchronizations: count", True, HIDE))
+    for short, unit, what, _ in _KERNEL_ACCUMULATORS:
+        # hpcrun spells the block-shared-memory accumulator without its unit.
+        acumu_unit = "" if short == "BLK_SM" else unit
+        specs.append(
+            GpuMetricSpec(
+                f"GKER:{short}_ACUMU{acumu_unit}",
+                f"GPU kernel: {what} accumulator [internal use only]",
+                False,
+                INVISIBLE,
+                move_to_proc=True,
+            )
+        )
+    first_accumulator = len(specs) - len(_KERNEL_ACCUMULATORS)
+    count_index = len(specs) + len(_KERNEL_ACCUMULATORS)
+    for offset, (short, unit, what, detail) in enumerate(_KERNEL_ACCUMULATORS):
+        specs.append(
+            GpuMetricSpec(
+                f"GKER:{short}{unit}",
+                f"GPU kernel: {what}{detail}",
+                False,
+                SHOW_EXCLUSIVE,
+                show_percent=False,
+                move_to_proc=True,
+                formula=f"#{first_accumulator + offset}/#{count_index}",
+                format="%6.0f",
+            )
+        )
+    specs.append(GpuMetricSpec("GKER:COUNT", "GPU kernel: launch count", False, move_to_proc=True))
+    fgp_act = first_accumulator + 3
+    specs.append(
+        GpuMetricSpec(
+            "GKER:OCC_THR",
+            "GPU kernel: theoretical occupancy (FGP_ACT / FGP_MAX)",
+            False,
+            SHOW_EXCLUSIVE,
+            show_percent=False,
+            move_to_proc=True,
+            formula=f"100*(#{fgp_act}/#{fgp_act + 1})",
+            format="%6.2f %%",
+        )
+    )
+    return tuple(specs)
+
+
+GPU_METRICS: tuple[GpuMetricSpec, ...] = _table()
+_INDEX = {spec.name: index for index, spec in enumerate(GPU_METRICS)}
+assert len(GPU_METRICS) == 63, "hpcrun writes 63 GPU activity metrics (meas/loops-cuda-nvidia-t.m)"
+
+
+def metric_index(name: str) -> int:
+    """The 0-based index of metric ``name`` within the GPU kind."""
+    return _INDEX[name]
+
+
+GPUOP = _INDEX["GPUOP (sec)"]
+GKER = _INDEX["GKER (sec)"]
+GMEM = _INDEX["GMEM (sec)"]
+GMSET = _INDEX["GMSET (sec)"]
+GXCOPY = _INDEX["GXCOPY (sec)"]
+GSYNC = _INDEX["GSYNC (sec)"]
+GMEM_BYTES = _INDEX["GMEM:UNK (B)"]  # + CUPTI memory kind (0..7)
+GMEM_COUNT = _INDEX["GMEM:COUNT"]
+GMSET_BYTES = _INDEX["GMSET:UNK (B)"]  # + memory kind
+GMSET_COUNT = _INDEX["GMSET:COUNT"]
+GXCOPY_BYTES = _INDEX["GXCOPY:UNK (B)"]  # + copy kind (0..10)
+GXCOPY_COUNT = _INDEX["GXCOPY:COUNT"]
+GSYNC_TIME = _INDEX["GSYNC:UNK (sec)"]  # + sync kind (0..4)
+GSYNC_COUNT = _INDEX["GSYNC:COUNT"]
+GKER_STMEM_ACUMU = _INDEX["GKER:STMEM_ACUMU (B)"]
+GKER_DYMEM_ACUMU = _INDEX["GKER:DYMEM_ACUMU (B)"]
+GKER_LMEM_ACUMU = _INDEX["GKER:LMEM_ACUMU (B)"]
+GKER_FGP_ACT_ACUMU = _INDEX["GKER:FGP_ACT_ACUMU"]
+GKER_FGP_MAX_ACUMU = _INDEX["GKER:FGP_MAX_ACUMU"]
+GKER_THR_REG_ACUMU = _INDEX["GKER:THR_REG_ACUMU"]
+GKER_BLK_THR_ACUMU = _INDEX["GKER:BLK_THR_ACUMU"]
+GKER_BLK_SM_ACUMU = _INDEX["GKER:BLK_SM_ACUMU"]
+GKER_BLKS_ACUMU = _INDEX["GKER:BLKS_ACUMU"]
+GKER_COUNT = _INDEX["GKER:COUNT"]
+
+
+def gpu_metric_kind() -> MetricKind:
+    """A fresh GPU metric kind (each session adds its own; a kind's base is per session)."""
+    return MetricKind(GPU_KIND_NAME, GPU_METRICS)

@@ -1,0 +1,845 @@
+"""The GPU monitor: placeholders at each operation, activities matched back by correlation id.
+
+The paper's design (Zhou et al. 2021; docs/architecture.md "Measurement"), as implemented here:
+
+1. **Application thread T, at a GPU operation I** (the backend calls :meth:`GpuMonitor.operation`
+   or :meth:`~GpuMonitor.enter` from inside the runtime API call, on T): T unwinds its Python
+   stack into its CCT, inserts the placeholder P for the operation kind (``GPUKernl``,
+   ``GPUMemst``...) and pushes the operation (I, P, C_A) on its *operation channel*. At the same
+   safe point it attributes whatever (A, P) pairs wait on its *activity channel*.
+2. **Backend thread** (CUPTI's buffer-completion thread, the simulator's): turns a completed
+   activity buffer into one :data:`~pyhpctk.measure.gpu.activity.ACTIVITY_DTYPE` array and hands
+   it to :meth:`GpuMonitor.buffer_completed`, which queues it and wakes the monitor thread.
+3. **Monitor thread**: for each completed buffer, first drains every operation channel (so every
+   operation issued before the buffer is known), then matches activities to operations by
+   correlation id and sends each thread its batch of (A, P) on its activity channel; with
+   tracing, each stream's records go on that stream's *trace channel*. Activities whose
+   operation is unknown are counted (:attr:`GpuStats.unmatched`) and attributed under a
+   ``GPU?????`` placeholder of a separate CCT, never dropped.
+4. **Tracing thread**: drains trace channels into per-stream CCTs and trace records
+   (:mod:`pyhpctk.measure.gpu.streams`).
+
+An operation is a plain tuple (creating one costs a fraction of a slotted object), indexed by
+the ``OP_*`` constants. Channels are :class:`~pyhpctk.measure.gpu.channels.SpscChannel`. CCT
+changes take :attr:`Session.lock`, as the session requires; on the application thread's path the
+lock is taken only when the call path is new or activities are waiting, never to talk to the
+monitor.
+"""
+
+from __future__ import annotations
+
+import _thread
+import collections
+import os
+import sys
+import threading
+from typing import cast
+
+import numpy as np
+
+from pyhpctk.measure.cct import (
+    MAIN_FENCE,
+    THREAD_FENCE,
+    ThreadCCT,
+    placeholder_ip,
+    python_frame_ips,
+)
+from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import metrics as gm
+from pyhpctk.measure.gpu.channels import SpscChannel
+from pyhpctk.measure.gpu.cubin import kernel_entries, save_gpubin
+from pyhpctk.measure.gpu.streams import StreamTrace, write_stream_files
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import FrameType
+    from typing import Final, TypeAlias
+
+    from pyhpctk.measure.cct import MetricKind
+    from pyhpctk.measure.session import Session
+
+    #: (correlation, kind, call node, placeholder or -1, thread, CCT of the nodes, multi)
+    Operation: TypeAlias = "tuple[int, int, int, int, GpuThread, ThreadCCT, bool]"
+    #: What the monitor sends a thread or a stream: activities, their operations, kernel names.
+    Batch: TypeAlias = "tuple[np.ndarray, list[Operation], list[str]]"
+
+FIRST_STREAM_THREAD = 500  # formats.md §1.3: GPU stream "threads" are numbered from 500
+#: Threads with no Python frames that start GPU work get their own profiles from this number
+#: (below the GPU streams; the session numbers Python threads 1, 2, ...).
+FIRST_FOREIGN_THREAD = 400
+UNKNOWN_PLACEHOLDER = "GPU?????"  # activities with no known operation (counted, reported)
+_SKIP = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # pyhpctk/measure/
+_RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+_UNCACHED = object()  # a "last frame" no frame (nor None) is: the next operation unwinds
+_COPY_PLACEHOLDER = {act.COPY_H2D: "GPUCpH2D", act.COPY_D2H: "GPUCpD2H"}
+# Kinds whose placeholder is inserted when the activity arrives, not at the operation: a copy's
+# placeholder names its direction, which only the activity tells; a synchronization API (or an
+# event query) often needs no synchronization at all, and then no empty placeholder is left.
+_DEFERRED = frozenset({act.COPY, act.SYNC})
+
+# Fields of an operation tuple: (correlation, kind, call node, placeholder node or -1,
+# GpuThread, the CCT the nodes belong to, answered by several activities).
+OP_CORRELATION: Final = 0
+OP_KIND: Final = 1
+OP_CALL: Final = 2
+OP_PLACEHOLDER: Final = 3
+OP_THREAD: Final = 4
+OP_CCT: Final = 5
+OP_MULTI: Final = 6
+
+
+class GpuThread:
+    """One application thread as the GPU monitor sees it: its CCT and its two channels."""
+
+    __slots__ = (
+        "activities",
+        "call",
+        "cct",
+        "consumer",
+        "depth",
+        "frame",
+        "ident",
+        "inbox",
+        "lasti",
+        "live",
+        "main",
+        "operations",
+        "outer",
+        "own",
+        "placeholders",
+        "push",
+        "thread",
+    )
+
+    def __init__(
+        self, ident: int, cct: ThreadCCT, main: bool, thread: threading.Thread | None = None
+    ) -> None:
+        self.ident = ident
+        self.thread = thread  # idents are reused once a thread ends: this tells threads apart
+        self.own = False  # True: a thread with no Python frames; its CCT is the GPU layer's
+        self.cct = cct
+        self.main = main
+        self.operations: SpscChannel[Operation] = SpscChannel("operations")  # T → monitor (C_O)
+        self.push = self.operations.append
+        self.activities: SpscChannel[Batch] = SpscChannel("activities")  # monitor → T (C_A)
+        self.inbox = self.activities.items  # truthy when batches wait (a C-level check)
+        self.live: object = None  # the session's ThreadState whose CCT this state uses
+        self.consumer = _thread.allocate_lock()  # T, or shutdown on T's behalf, consumes C_A
+        self.depth = 0  # nesting of GPU API calls (runtime → driver), enter/exit backends
+        self.outer: Operation | None = None
+        # The last unwound operation site: (frame, instruction) → call node and placeholders.
+        self.frame: object = _UNCACHED
+        self.lasti = -1
+        self.call = -1
+        self.placeholders: dict[int, int] = {}
+
+
+class GpuStats:
+    """What the monitor counted; :meth:`report` is the line pyrun prints at exit."""
+
+    __slots__ = (
+        "activities",
+        "buffers",
+        "dropped",
+        "internal",
+        "matched",
+        "operations",
+        "trace_overflow",
+        "unmatched",
+        "unmatched_operations",
+    )
+
+    def __init__(self) -> None:
+        self.operations = 0
+        self.activities = 0
+        self.matched = 0
+        self.unmatched = 0  # activities whose correlation id no operation had
+        self.internal = 0  # activities with correlation id 0: the driver's own (not an API call)
+        self.unmatched_operations = 0  # operations no activity answered (allocation APIs...)
+        self.buffers = 0
+        self.dropped = 0  # records the backend reported lost (buffer overflow)
+        self.trace_overflow = 0  # trace records refused by a full trace channel
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def report(self) -> str:
+        text = (
+            f"pyrun: gpu: {self.operations} operations, {self.activities} activities in "
+            f"{self.buffers} buffers, {self.matched} attributed to their operation"
+        )
+        problems = []
+        if self.unmatched:
+            problems.append(
+                f"{self.unmatched} activities without a known operation (under <GPU?????>)"
+            )
+        if self.internal:
+            problems.append(
+                f"{self.internal} activities the driver started on its own (under <GPU?????>)"
+            )
+        if self.dropped:
+            problems.append(f"{self.dropped} activity records dropped by the backend")
+        if self.trace_overflow:
+            problems.append(f"{self.trace_overflow} trace records lost to full channels")
+        return text + ("; " + "; ".join(problems) if problems else "")
+
+
+class GpuMonitor:
+    """The GPU measurement of one process (see the module docstring)."""
+
+    def __init__(
+        self,
+        session: Session,
+        kind: MetricKind,
+        limits: act.DeviceLimits | None = None,
+        trace: bool | None = None,
+        trace_capacity: int = 0,
+    ) -> None:
+        self.session = session
+        self.kind = kind
+        self.limits = limits or act.DeviceLimits()
+        self.trace = session.options.trace if trace is None else trace
+        self.trace_capacity = trace_capacity
+        self.stats = GpuStats()
+        self.threads: list[GpuThread] = []  # appended by application threads, read by monitor
+        self._by_ident: dict[int, GpuThread] = {}
+        self._pending: dict[int, Operation] = {}  # correlation → op (monitor-owned)
+        self._completed: collections.deque[
+            tuple[np.ndarray, Sequence[str], int] | threading.Event
+        ] = collections.deque()
+        self._wake = threading.Semaphore(0)
+        self._functions: dict[str, tuple[int, int]] = {}  # kernel name → (lm id, offset)
+        self._module_lock = threading.Lock()
+        self.streams: dict[tuple[int, int, int], StreamTrace] = {}
+        self._trace_wake = threading.Semaphore(0)
+        self._unknown: GpuThread | None = None
+        self._foreign = 0  # threads without Python frames given a CCT of their own
+        self._stopping = False
+        self._monitor_ident: int | None = None
+        self._tracer_ident: int | None = None
+        self._monitor_done = threading.Event()
+        self._tracer_done = threading.Event()
+        self.closed = False
+        self.errors: list[str] = []
+        self.backend: object | None = None  # set by install()
+        self._start_threads()
+
+    # -- threads of the monitor --
+
+    def _start_threads(self) -> None:
+        started = threading.Semaphore(0)
+        _thread.start_new_thread(self._monitor_main, (started,))
+        _thread.start_new_thread(self._tracer_main, (started,))
+        started.acquire()
+        started.acquire()
+
+    def service_idents(self) -> tuple[int, ...]:
+        """Thread idents of the monitor and tracer threads (not application threads)."""
+        return tuple(i for i in (self._monitor_ident, self._tracer_ident) if i is not None)
+
+    def exclude_current_thread(self) -> None:
+        """Tell the session the calling thread is not an application thread (if it can)."""
+        exclude = getattr(self.session, "exclude_thread", None)
+        if exclude is not None:
+            exclude(_thread.get_ident())
+
+    def _monitor_main(self, started: threading.Semaphore) -> None:
+        self._monitor_ident = _thread.get_ident()
+        self.exclude_current_thread()
+        started.release()
+        try:
+            while True:
+                self._wake.acquire()
+                while self._completed:
+                    item = self._completed.popleft()
+                    if isinstance(item, threading.Event):
+                        item.set()  # a flush barrier: everything before it is processed
+                    else:
+                        self._process(*item)
+                if self._stopping:
+                    return
+        except Exception as error:  # never kill the program; say why GPU measurement stopped
+            self.errors.append(f"pyrun: gpu monitor stopped: {error!r}")
+            sys.stderr.write(self.errors[-1] + "\n")
+        finally:
+            self._monitor_done.set()
+
+    def _tracer_main(self, started: threading.Semaphore) -> None:
+        self._tracer_ident = _thread.get_ident()
+        self.exclude_current_thread()
+        started.release()
+        try:
+            while True:
+                self._trace_wake.acquire()
+                self._drain_traces()
+                if self._stopping and self._monitor_done.is_set():
+                    self._drain_traces()
+                    return
+        except Exception as error:
+            self.errors.append(f"pyrun: gpu tracer stopped: {error!r}")
+            sys.stderr.write(self.errors[-1] + "\n")
+        finally:
+            self._tracer_done.set()
+
+    # -- application thread side (the hot path) --
+
+    def _thread_state(self, ident: int, frameless: bool = False) -> GpuThread:
+        """The calling thread's GPU state, created (with its CCT) on first use.
+
+        A new thread that got the ident of one that ended gets a state of its own; the old one
+        stays in :attr:`threads` until its activities are attributed. A thread with no Python
+        frames at all (a runtime's C++ worker, such as PyTorch's autograd thread) that the
+        session does not measure gets a CCT of its own, written as its own profile, rather
+        than being registered with the session, whose sampler would write it out and forget
+        it every time the thread is seen without Python frames.
+        """
+        state = self._by_ident.get(ident)
+        current = threading.current_thread()
+        if state is None or state.thread is not current:
+            session = self.session
+            with session.lock:
+                if frameless and session.states.get(ident) is None:
+                    number = FIRST_FOREIGN_THREAD + self._foreign
+                    self._foreign += 1
+                    cct = session.open_stream(number)
+                    state = GpuThread(ident, cct, False, current)
+                    state.own = True
+                    state.call = cct.fence
+                    state.frame = None  # frameless operations all hang from the fence
+                else:
+                    cct, _ = session.current_context(skip=0)
+                    state = GpuThread(ident, cct, current is threading.main_thread(), current)
+                    state.live = session.states.get(ident)
+                self._by_ident[ident] = state
+                self.threads.append(state)
+        return state
+
+    def operation(self, kind: int, correlation: int, multi: bool = False) -> None:
+        """Application thread T starts GPU operation ``correlation`` (a launch, a copy...).
+
+        Repeated operations from the same bytecode instruction of the same live frame (a launch
+        loop) reuse the unwound call path: a live frame's callers cannot change, so neither can
+        the path (generator and coroutine frames, whose callers can change, are always
+        unwound). Everything else takes the session lock and unwinds.
+        """
+        ident = _thread.get_ident()
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
+            frame = frame.f_back
+        state = self._by_ident.get(ident) or self._thread_state(ident, frame is None)
+        # The fast path: same site as last time, the session still has this thread's CCT
+        # (it may retire and replace it), and no activities wait to be attributed.
+        if (
+            frame is state.frame
+            and not state.inbox
+            and (state.own or self.session.states.get(ident) is state.live)
+            and (frame is None or frame.f_lasti == state.lasti)
+        ):
+            placeholder = -1 if kind in _DEFERRED else state.placeholders.get(kind, -2)
+            if placeholder != -2:
+                state.push((correlation, kind, state.call, placeholder, state, state.cct, multi))
+                return
+        operation = self._slow_operation(state, frame, kind, correlation, multi)
+        operation[OP_THREAD].push(operation)
+
+    def _slow_operation(
+        self,
+        state: GpuThread,
+        frame: FrameType | None,
+        kind: int,
+        correlation: int,
+        multi: bool,
+    ) -> Operation:
+        session = self.session
+        if state.thread is not threading.current_thread():
+            state = self._thread_state(state.ident, frame is None)
+        with session.lock:
+            if len(state.activities):
+                self._attribute_pending(state)
+            if state.own:  # the GPU layer's CCT: unwind into it ourselves
+                cct = state.cct
+                ips = python_frame_ips(frame, session.functions, session.functions.fid_of)
+                call = cct.path(session.python_lm, ips) if ips else cct.fence
+                placeholder = -1
+                if kind not in _DEFERRED:
+                    placeholder = cct.placeholder(call, act.PLACEHOLDER_OF_KIND[kind])
+                if call == cct.fence and placeholder >= 0:
+                    state.placeholders[kind] = placeholder
+                return (correlation, kind, call, placeholder, state, cct, multi)
+            same_site = (
+                frame is state.frame
+                and (frame is None or frame.f_lasti == state.lasti)
+                and session.states.get(state.ident) is state.live
+            )
+            if same_site:
+                cct, call = state.cct, state.call
+            else:
+                cct, call = session.current_context(skip=0)
+                state.cct = cct
+                state.live = session.states.get(state.ident)
+                resumable = frame is not None and frame.f_code.co_flags & _RESUMABLE
+                state.frame = _UNCACHED if resumable else frame
+                state.lasti = frame.f_lasti if frame is not None else -1
+                state.call = call
+                state.placeholders = {}
+            if kind in _DEFERRED:  # placed when (if) an activity comes: see _DEFERRED
+                placeholder = -1
+            else:
+                placeholder = state.placeholders.get(kind, -2)
+                if placeholder == -2:
+                    placeholder = cct.placeholder(call, act.PLACEHOLDER_OF_KIND[kind])
+                    state.placeholders[kind] = placeholder
+        return (correlation, kind, call, placeholder, state, cct, multi)
+
+    def enter(self, kind: int, correlation: int, multi: bool = False) -> None:
+        """T enters a GPU API call (backends that see entry and exit, and nested calls).
+
+        Calls nested inside it (a runtime call making driver calls) share its call path and
+        placeholder: every correlation id of the nest maps to the same place.
+        """
+        ident = _thread.get_ident()
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
+            frame = frame.f_back
+        state = self._by_ident.get(ident) or self._thread_state(ident, frame is None)
+        outer = state.outer
+        if state.depth and outer is not None:
+            placeholder = outer[OP_PLACEHOLDER] if outer[OP_KIND] == kind else -1
+            if placeholder == -1 and kind not in _DEFERRED and kind != act.KERNEL:
+                with self.session.lock:
+                    cct = outer[OP_CCT]
+                    placeholder = cct.placeholder(outer[OP_CALL], act.PLACEHOLDER_OF_KIND[kind])
+            operation = (
+                correlation,
+                kind,
+                outer[OP_CALL],
+                placeholder,
+                state,
+                outer[OP_CCT],
+                multi,
+            )
+        else:
+            operation = self._slow_operation(state, frame, kind, correlation, multi)
+            state = operation[OP_THREAD]
+            state.outer = operation
+        state.depth += 1
+        state.push(operation)
+
+    def exit(self) -> None:
+        """T leaves the GPU API call :meth:`enter` announced."""
+        state = self._by_ident.get(_thread.get_ident())
+        if state is not None and state.depth:
+            state.depth -= 1
+            if not state.depth:
+                state.outer = None
+
+    # -- backend side --
+
+    def buffer_completed(
+        self, records: np.ndarray, functions: Sequence[str] = (), dropped: int = 0
+    ) -> None:
+        """A backend delivers one completed activity buffer (any thread; never blocks)."""
+        self._completed.append((records, functions, dropped))
+        self._wake.release()
+
+    def module_loaded(self, cubin: bytes) -> None:
+        """A GPU binary was loaded: save it under ``gpubins/`` and learn its kernels' entries."""
+        try:
+            path = save_gpubin(self.session.options.output_dir, cubin)
+            entries = kernel_entries(cubin, path)
+        except (OSError, ValueError) as error:
+            self.errors.append(f"pyrun: gpu: cannot save a GPU binary: {error}")
+            return
+        lm_id = self.session.add_load_module(path)
+        with self._module_lock:
+            for name, offset in entries.items():
+                self._functions.setdefault(name, (lm_id, offset))
+
+    # -- monitor thread: matching --
+
+    def _process(self, records: np.ndarray, functions: Sequence[str], dropped: int) -> None:
+        stats = self.stats
+        stats.buffers += 1
+        stats.dropped += dropped
+        stats.activities += len(records)
+        pending = self._pending
+        self._drain_operations()
+        if not len(records):
+            return
+        pop = pending.pop
+        operations = [pop(c, None) for c in records["correlation"].tolist()]
+        per_thread: dict[int, list[int]] = {}
+        unknown: list[int] = []
+        owner = operations[0][OP_THREAD] if operations[0] is not None else None
+        if owner is not None and all(
+            operation is not None and operation[OP_THREAD] is owner and not operation[OP_MULTI]
+            for operation in operations
+        ):
+            per_thread[id(owner)] = list(range(len(operations)))  # the common case: one thread
+        else:
+            for index, operation in enumerate(operations):
+                if operation is None:
+                    unknown.append(index)
+                    continue
+                if operation[OP_MULTI]:
+                    pending[operation[OP_CORRELATION]] = operation  # more activities will come
+                per_thread.setdefault(id(operation[OP_THREAD]), []).append(index)
+        stats.matched += len(records) - len(unknown)
+        names = list(functions)
+        for indices in per_thread.values():
+            if len(indices) == len(records):
+                rows, ops = records, cast("list[Operation]", operations)  # matched: no None
+            else:
+                rows, ops = records[indices], [cast("Operation", operations[i]) for i in indices]
+            ops[0][OP_THREAD].activities.push((rows, ops, names))
+        if unknown:
+            internal = int((records["correlation"][unknown] == 0).sum())
+            stats.internal += internal
+            stats.unmatched += len(unknown) - internal
+            unknown_ops = self._unknown_operations(records[unknown])
+            for position, index in enumerate(unknown):
+                operations[index] = unknown_ops[position]
+            with self.session.lock:
+                self._attribute(records[unknown], unknown_ops, names)
+        if self.trace:
+            self._route_traces(records, operations, names)
+
+    def _drain_operations(self) -> None:
+        pending = self._pending
+        for state in list(self.threads):
+            drained = state.operations.drain()
+            self.stats.operations += len(drained)
+            for operation in drained:
+                pending[operation[OP_CORRELATION]] = operation
+
+    def _unknown_operations(self, records: np.ndarray) -> list[Operation]:
+        with self.session.lock:
+            if self._unknown is None:
+                self._unknown = GpuThread(-1, ThreadCCT(self.session.ids, main=True), main=True)
+            state = self._unknown
+            call = state.cct.placeholder(state.cct.fence, UNKNOWN_PLACEHOLDER)
+        return [
+            (0, int(kind), call, -1, state, state.cct, False) for kind in records["kind"].tolist()
+        ]
+
+    def _route_traces(
+        self, records: np.ndarray, operations: list[Operation | None], names: list[str]
+    ) -> None:
+        keys = np.stack([records["device"], records["context"], records["stream"]], axis=1)
+        unique, inverse = np.unique(keys.astype(np.int64), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for group, key in enumerate(unique.tolist()):
+            indices = np.flatnonzero(inverse == group)
+            stream_key = (int(key[0]), int(key[1]), int(key[2]))
+            stream = self.streams.get(stream_key)
+            if stream is None:
+                number = FIRST_STREAM_THREAD + len(self.streams)
+                cct = ThreadCCT(self.session.ids, main=True, with_no_activity=True)
+                channel: SpscChannel[Batch] = SpscChannel(
+                    f"trace {stream_key}", self.trace_capacity
+                )
+                stream = self.streams[stream_key] = StreamTrace(number, stream_key, cct, channel)
+            batch = (records[indices], [operations[i] for i in indices.tolist()], names)
+            if not stream.channel.push(batch):
+                self.stats.trace_overflow += len(indices)
+        self._trace_wake.release()
+
+    # -- attribution (application thread at a safe point, or shutdown on its behalf) --
+
+    def _attribute_pending(self, state: GpuThread) -> None:
+        """Attribute every batch on ``state``'s activity channel (call with the session lock)."""
+        if not state.consumer.acquire(False):
+            return  # someone else is already attributing this thread's activities
+        try:
+            for item in state.activities.drain():
+                rows, ops, names = item
+                self._attribute(rows, ops, names)
+        finally:
+            state.consumer.release()
+
+    def _live_cct(self, operation: Operation) -> tuple[ThreadCCT, int, int]:
+        """The CCT, call node and placeholder to attribute ``operation`` to now.
+
+        When the session has retired the thread's CCT since the operation (the thread left
+        Python for a while and was written out), the call path is copied into the thread's
+        current CCT so the values land in a profile that will still be written.
+        """
+        cct: ThreadCCT = operation[OP_CCT]
+        state: GpuThread = operation[OP_THREAD]
+        call: int = operation[OP_CALL]
+        placeholder: int = operation[OP_PLACEHOLDER]
+        if state.ident < 0 or state.own:
+            return cct, call, placeholder
+        live = self.session.states.get(state.ident)
+        if live is None or live.cct is cct:
+            return cct, call, placeholder
+        if live.thread is not None and live.thread is not state.thread:
+            return cct, call, placeholder  # the ident now belongs to another thread
+        return live.cct, transplant(cct, call, live.cct, state.main), -1
+
+    def _attribute(self, rows: np.ndarray, ops: Sequence[Operation], names: list[str]) -> None:
+        """Add the metrics of ``rows`` to their operations' CCTs (call with the session lock).
+
+        Activities are grouped by (CCT, call node, placeholder, kind, kernel or copy direction)
+        with numpy; the CCT is consulted once per group, not once per activity.
+        """
+        if not len(ops):
+            return
+        first = ops[0][OP_CCT]
+        if not all(operation[OP_CCT] is first for operation in ops):  # rare: several CCTs
+            groups: dict[int, list[int]] = {}
+            for index, operation in enumerate(ops):
+                groups.setdefault(id(operation[OP_CCT]), []).append(index)
+            for indices in groups.values():
+                self._attribute(rows[indices], [ops[i] for i in indices], names)
+            return
+        # One int64 key per activity: the placeholder (or, for copies, the call node), then the
+        # kind and the kernel / copy direction (a placeholder is its call node's child, so the
+        # call node adds nothing once the placeholder is known).
+        placeholders = np.array([operation[OP_PLACEHOLDER] for operation in ops], dtype=np.int64)
+        calls = np.array([operation[OP_CALL] for operation in ops], dtype=np.int64)
+        copies = placeholders < 0
+        anchor = np.where(copies, calls, placeholders)
+        detail = np.where(rows["kind"] == act.KERNEL, rows["function"], rows["copy_kind"])
+        keys = (
+            (anchor << 24)
+            | (copies.astype(np.int64) << 23)
+            | (rows["kind"].astype(np.int64) << 20)
+            | ((detail.astype(np.int64) + 1) & 0xFFFFF)
+        )
+        _, where, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        kinds = rows["kind"].tolist()
+        details = detail.tolist()
+        cct = first
+        nodes = np.empty(len(where), dtype=np.int64)
+        for group, index in enumerate(where.tolist()):
+            cct, call, placeholder = self._live_cct(ops[index])
+            nodes[group] = self._metric_node(
+                cct, call, placeholder, kinds[index], details[index], names
+            )
+        self._add_metrics(cct, rows, nodes[inverse])
+
+    def _metric_node(
+        self, cct: ThreadCCT, call: int, placeholder: int, kind: int, detail: int, names: list[str]
+    ) -> int:
+        """The node an activity's metrics go to: ``GPUKernl → gpubin@entry`` for kernels."""
+        if kind == act.COPY:
+            name = _COPY_PLACEHOLDER.get(detail, "GPUCp?2?")
+        else:
+            name = act.PLACEHOLDER_OF_KIND.get(kind, UNKNOWN_PLACEHOLDER)
+        if placeholder < 0 or cct.ip[placeholder] != placeholder_ip(name):
+            placeholder = cct.placeholder(call, name)
+        if kind != act.KERNEL:
+            return placeholder
+        entry = self._functions.get(names[detail]) if 0 <= detail < len(names) else None
+        if entry is None:
+            return placeholder
+        kernel = cct.child(placeholder, *entry)
+        if self.trace:  # hpcrun also keeps the traced twin GPUTrace → gpubin@entry, retained
+            traced = cct.child(cct.placeholder(call, act.TRACE_PLACEHOLDER), *entry)
+            cct.retain(traced)
+        return kernel
+
+    def _add_metrics(self, cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray) -> None:
+        """Sum each metric per target node with numpy and add the sums to ``cct``."""
+        nodes, inverse = np.unique(targets, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        width = len(nodes)
+        columns: dict[int, np.ndarray] = {}
+
+        def add(metric: int, mask: np.ndarray | None, values: np.ndarray) -> None:
+            if mask is not None and not mask.any():
+                return
+            selected = inverse if mask is None else inverse[mask]
+            sums = np.bincount(selected, weights=values.astype(np.float64), minlength=width)
+            previous = columns.get(metric)
+            columns[metric] = sums if previous is None else previous + sums
+
+        kinds = rows["kind"]
+        duration = (rows["end"].astype(np.int64) - rows["start"].astype(np.int64)).clip(0) / 1e9
+        add(gm.GPUOP, None, duration)
+        is_kernel = kinds == act.KERNEL
+        if is_kernel.any():
+            kernels = rows[is_kernel]
+            add(gm.GKER, is_kernel, duration[is_kernel])
+            add(gm.GKER_COUNT, is_kernel, np.ones(int(is_kernel.sum())))
+            add(gm.GKER_STMEM_ACUMU, is_kernel, kernels["static_smem"])
+            add(gm.GKER_DYMEM_ACUMU, is_kernel, kernels["dynamic_smem"])
+            add(gm.GKER_LMEM_ACUMU, is_kernel, kernels["local_mem"])
+            active, maximum = act.occupancy(kernels, self.limits)
+            add(gm.GKER_FGP_ACT_ACUMU, is_kernel, active)
+            add(gm.GKER_FGP_MAX_ACUMU, is_kernel, maximum)
+            add(gm.GKER_THR_REG_ACUMU, is_kernel, kernels["registers"])
+            add(gm.GKER_BLK_THR_ACUMU, is_kernel, kernels["block_threads"])
+            shared = kernels["static_smem"].astype(np.int64) + kernels["dynamic_smem"]
+            add(gm.GKER_BLK_SM_ACUMU, is_kernel, shared)
+            add(gm.GKER_BLKS_ACUMU, is_kernel, kernels["grid_blocks"])
+        for kind, time_metric, bytes_metric, count_metric, field, limit in (
+            (act.COPY, gm.GXCOPY, gm.GXCOPY_BYTES, gm.GXCOPY_COUNT, "copy_kind", 11),
+            (act.MEMSET, gm.GMSET, gm.GMSET_BYTES, gm.GMSET_COUNT, "memory_kind", 8),
+            (act.ALLOC, gm.GMEM, gm.GMEM_BYTES, gm.GMEM_COUNT, "memory_kind", 8),
+            (act.FREE, gm.GMEM, gm.GMEM_BYTES, gm.GMEM_COUNT, "memory_kind", 8),
+        ):
+            mask = kinds == kind
+            if not mask.any():
+                continue
+            add(time_metric, mask, duration[mask])
+            add(count_metric, mask, np.ones(int(mask.sum())))
+            sub = np.where(rows[field][mask] < limit, rows[field][mask], 0)
+            for value in np.unique(sub).tolist():
+                part = mask.copy()
+                part[mask] = sub == value
+                add(bytes_metric + int(value), part, rows["bytes"][part])
+        is_sync = kinds == act.SYNC
+        if is_sync.any():
+            add(gm.GSYNC, is_sync, duration[is_sync])
+            add(gm.GSYNC_COUNT, is_sync, np.ones(int(is_sync.sum())))
+            sub = np.where(rows["sync_kind"][is_sync] < 5, rows["sync_kind"][is_sync], 0)
+            for value in np.unique(sub).tolist():
+                part = is_sync.copy()
+                part[is_sync] = sub == value
+                add(gm.GSYNC_TIME + int(value), part, duration[part])
+        node_list = nodes.tolist()
+        store = cct.values_of(self.kind)
+        for metric, sums in columns.items():
+            for slot, value in enumerate(sums.tolist()):
+                if value:
+                    store.add(node_list[slot], metric, value)
+
+    # -- tracing thread --
+
+    def _drain_traces(self) -> None:
+        for stream in list(self.streams.values()):
+            for item in stream.channel.drain():
+                rows, ops, names = item
+                self._trace_batch(stream, rows, ops, names)
+
+    def _trace_batch(
+        self,
+        stream: StreamTrace,
+        rows: np.ndarray,
+        ops: list[Operation],
+        names: list[str],
+    ) -> None:
+        """Copy each operation's calling context into the stream's CCT and record its interval."""
+        cct = stream.cct
+        kinds = rows["kind"].tolist()
+        details = np.where(rows["kind"] == act.KERNEL, rows["function"], rows["copy_kind"]).tolist()
+        nodes: list[int] = []
+        with self.session.lock:
+            for index, operation in enumerate(ops):
+                thread: GpuThread = operation[OP_THREAD]
+                source: ThreadCCT = operation[OP_CCT]
+                call = stream.copy_path(source, operation[OP_CALL], thread.main)
+                node = self._trace_node(cct, call, kinds[index], details[index], names)
+                cct.retain(node)
+                nodes.append(node)
+        stream.record(rows["start"], rows["end"], nodes)
+
+    def _trace_node(
+        self, cct: ThreadCCT, call: int, kind: int, detail: int, names: list[str]
+    ) -> int:
+        """The node a stream trace record points at: ``GPUTrace → gpubin@entry`` for kernels."""
+        if kind == act.KERNEL:
+            placeholder = cct.placeholder(call, act.TRACE_PLACEHOLDER)
+            entry = self._functions.get(names[detail]) if 0 <= detail < len(names) else None
+            return placeholder if entry is None else cct.child(placeholder, *entry)
+        if kind == act.COPY:
+            name = _COPY_PLACEHOLDER.get(detail, "GPUCp?2?")
+        else:
+            name = act.PLACEHOLDER_OF_KIND.get(kind, UNKNOWN_PLACEHOLDER)
+        return cct.placeholder(call, name)
+
+    # -- flush and shutdown --
+
+    def wait_processed(self, timeout: float = 10.0) -> bool:
+        """Block until the monitor has processed every buffer delivered so far."""
+        if self._monitor_done.is_set():
+            return True
+        barrier = threading.Event()
+        self._completed.append(barrier)
+        self._wake.release()
+        return barrier.wait(timeout)
+
+    def thread_ending(self, timeout: float = 10.0) -> None:
+        """The calling thread is about to end and have its profile written: finish its GPU work.
+
+        Flushes the backend (CUPTI delivers every buffer it holds), waits for the monitor to
+        match them, and attributes this thread's activities, so they land in its profile.
+        """
+        state = self._by_ident.get(_thread.get_ident())
+        if state is None or self.closed:
+            return
+        flush = getattr(self.backend, "flush", None)
+        if flush is not None:
+            flush()
+        self.wait_processed(timeout)
+        with self.session.lock:
+            self._attribute_pending(state)
+
+    def attribute_all(self) -> None:
+        """Attribute every thread's waiting activities now (threads that ended, shutdown)."""
+        with self.session.lock:
+            for state in list(self.threads):
+                self._attribute_pending(state)
+
+    def close(self, write: bool = True, timeout: float = 10.0) -> None:
+        """Stop the monitor and tracer threads, attribute everything, write stream files."""
+        if self.closed:
+            return
+        self.wait_processed(timeout)
+        self._stopping = True
+        self._wake.release()
+        self._monitor_done.wait(timeout)
+        self._trace_wake.release()
+        self._tracer_done.wait(timeout)
+        self.attribute_all()
+        self._drain_traces()  # whatever the tracer left (it has stopped: we are the consumer)
+        self._drain_operations()  # operations no buffer came for: counted, not matched
+        stats = self.stats
+        stats.unmatched_operations = sum(not op[OP_MULTI] for op in self._pending.values())
+        stats.trace_overflow = sum(s.channel.overflowed for s in self.streams.values())
+        self.closed = True
+        if write and self.trace:
+            self.write_streams()
+
+    def write_streams(self) -> list[str]:
+        """Write every stream's ``.hpcrun`` and ``.hpctrace`` (formats.md §1, §2)."""
+        written: list[str] = []
+        for stream in self.streams.values():
+            try:
+                written += write_stream_files(self.session, self.kind, stream)
+            except OSError as error:
+                self.errors.append(f"pyrun: gpu: cannot write stream {stream.number}: {error}")
+        return written
+
+    def unknown_cct(self) -> ThreadCCT | None:
+        """The CCT holding activities no operation claimed (None when every one matched)."""
+        return self._unknown.cct if self._unknown is not None else None
+
+    def operation_count(self) -> int:
+        """Operations announced so far (drained by the monitor or still in channels)."""
+        return self.stats.operations
+
+
+def transplant(source: ThreadCCT, node: int, target: ThreadCCT, main: bool) -> int:
+    """The node in ``target`` for ``source``'s call path ending at ``node`` (created as needed).
+
+    The path below the fence is copied frame by frame; it hangs from ``target``'s fence of the
+    same kind (``| Main`` or ``| Thread``).
+    """
+    path: list[tuple[int, int]] = []
+    parent = source.parent
+    walk = node
+    while walk >= 0 and walk != source.fence and parent[walk] >= 0:
+        path.append((source.lm[walk], source.ip[walk]))
+        walk = parent[walk]
+    fence_ip = placeholder_ip(MAIN_FENCE if main else THREAD_FENCE)
+    into = target.fence if target.ip[target.fence] == fence_ip else None
+    if into is None:
+        into = target.placeholder(target.root, MAIN_FENCE if main else THREAD_FENCE)
+    for lm, ip in reversed(path):
+        into = target.child(into, lm, ip)
+    return into

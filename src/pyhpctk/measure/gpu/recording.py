@@ -1,0 +1,193 @@
+"""Recorded GPU activity: the fixture format the simulated backend replays.
+
+A recording is what a real run saw, in the order it saw it: the GPU operations each application
+thread issued (thread, correlation id, kind, call site) and the activity records the GPU
+reported, in the buffers they came in. It is JSON with columnar arrays, small and diffable::
+
+    {"format": "pyhpctk-gpu-recording", "version": 1,
+     "device": {"name": ..., "sm_count": ..., ...},            # DeviceLimits
+     "time_base": 1764480000000000000,                         # ns; record times are relative
+     "functions": ["_Z6kernelPf", ...],                        # kernel names
+     "operations": {"thread": [...], "correlation": [...], "kind": [...], "site": [...]},
+     "activities": {"kind": [...], "correlation": [...], "start": [...], ...},
+     "buffers": [records in buffer 0, records in buffer 1, ...],
+     "dropped": 0, "note": "how it was made"}
+
+Kinds are :mod:`pyhpctk.measure.gpu.activity` names ("kernel", "copy"...). Bad files raise
+:class:`~pyhpctk.errors.FormatError` naming the file, the section and the problem.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import warnings
+
+import numpy as np
+
+from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.measure.gpu import activity as act
+
+FORMAT_NAME = "pyhpctk-gpu-recording"
+VERSION = (1, 0)
+OPERATION_FIELDS = ("thread", "correlation", "kind", "site")
+_TIMES = ("start", "end")
+
+
+class Recording:
+    """Operations and activities of one recorded run (see the module docstring)."""
+
+    __slots__ = ("activities", "buffers", "device", "dropped", "functions", "note", "operations")
+
+    def __init__(
+        self,
+        device: act.DeviceLimits,
+        functions: list[str],
+        operations: np.ndarray,
+        activities: np.ndarray,
+        buffers: list[int],
+        dropped: int = 0,
+        note: str = "",
+    ) -> None:
+        self.device = device
+        self.functions = functions
+        self.operations = operations  # OPERATION_DTYPE
+        self.activities = activities  # ACTIVITY_DTYPE
+        self.buffers = buffers
+        self.dropped = dropped
+        self.note = note
+        if sum(buffers) != len(activities):
+            raise ValueError("buffer sizes do not add up to the number of activities")
+
+    def buffer_slices(self) -> list[slice]:
+        bounds = np.concatenate([[0], np.cumsum(self.buffers, dtype=np.int64)]).tolist()
+        return [slice(a, b) for a, b in itertools.pairwise(bounds)]
+
+    def threads(self) -> list[int]:
+        return sorted(set(self.operations["thread"].tolist()))
+
+
+OPERATION_DTYPE = np.dtype(
+    [("thread", "<u4"), ("correlation", "<u8"), ("kind", "<u1"), ("site", "<u2")]
+)
+
+
+def to_json(recording: Recording) -> str:
+    records = recording.activities
+    base = int(records["start"].min()) if len(records) else 0
+    activities: dict[str, list[int] | list[str]] = {}
+    for field in act.ACTIVITY_DTYPE.names or ():
+        if field == "pad":
+            continue
+        column = records[field].astype(np.int64)
+        if field in _TIMES:
+            column = column - base
+        if field == "kind":
+            activities[field] = [act.KIND_NAMES[int(k)] for k in records["kind"].tolist()]
+        else:
+            activities[field] = column.tolist()
+    operations: dict[str, list[int] | list[str]] = {
+        field: recording.operations[field].astype(np.int64).tolist() for field in OPERATION_FIELDS
+    }
+    operations["kind"] = [act.KIND_NAMES[int(k)] for k in recording.operations["kind"].tolist()]
+    document = {
+        "format": FORMAT_NAME,
+        "version": f"{VERSION[0]}.{VERSION[1]}",
+        "note": recording.note,
+        "device": recording.device.as_dict(),
+        "time_base": base,
+        "functions": recording.functions,
+        "buffers": recording.buffers,
+        "dropped": recording.dropped,
+        "operations": operations,
+        "activities": activities,
+    }
+    return json.dumps(document, separators=(",", ":"))
+
+
+def save(recording: Recording, path: str | os.PathLike[str]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(to_json(recording))
+
+
+def _column(
+    path: str, section: str, table: dict[str, object], field: str, count: int
+) -> list[object]:
+    values = table.get(field)
+    if not isinstance(values, list) or len(values) != count:
+        raise FormatError(path, section, f"column {field!r} is missing or has the wrong length")
+    return values
+
+
+def _kinds(path: str, section: str, values: list[object]) -> np.ndarray:
+    try:
+        return np.array([act.KIND_BY_NAME[str(v)] for v in values], dtype=np.uint8)
+    except KeyError as error:
+        raise FormatError(path, section, f"unknown kind {error.args[0]!r}") from None
+
+
+def loads(text: str | bytes, path: str = "<recording>") -> Recording:
+    """Parse a recording; bad input raises :class:`FormatError`."""
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise FormatError(path, "json", str(error)) from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
+        raise FormatError(path, "header", f"not a {FORMAT_NAME} file")
+    try:
+        major, minor = (int(part) for part in str(document.get("version", "")).split("."))
+    except ValueError:
+        raise FormatError(path, "header", "bad version") from None
+    if major != VERSION[0]:
+        raise FormatError(path, "header", f"version {major}.{minor} is not supported")
+    if minor > VERSION[1]:
+        warnings.warn(f"{path}: recording version {major}.{minor} is newer", FormatWarning, 2)
+    try:
+        functions = [str(name) for name in document["functions"]]
+        buffers = [int(size) for size in document["buffers"]]
+        device = act.DeviceLimits.from_dict(dict(document["device"]))
+        base = int(document["time_base"])
+        op_table = dict(document["operations"])
+        table = dict(document["activities"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise FormatError(path, "header", f"missing or malformed field {error}") from None
+    n_ops = len(op_table.get("correlation", []))
+    operations = np.zeros(n_ops, dtype=OPERATION_DTYPE)
+    for field in OPERATION_FIELDS:
+        column = _column(path, "operations", op_table, field, n_ops)
+        operations[field] = _kinds(path, "operations", column) if field == "kind" else column
+    count = len(table.get("correlation", []))
+    activities = act.empty_activities(count)
+    try:
+        for field in act.ACTIVITY_DTYPE.names or ():
+            if field == "pad":
+                continue
+            column = _column(path, "activities", table, field, count)
+            if field == "kind":
+                activities[field] = _kinds(path, "activities", column)
+            elif field in _TIMES:
+                activities[field] = np.asarray(column, dtype=np.int64) + base
+            else:
+                activities[field] = column
+    except (OverflowError, ValueError, TypeError) as error:
+        raise FormatError(path, "activities", str(error)) from None
+    if sum(buffers) != count:
+        raise FormatError(path, "buffers", "buffer sizes do not add up to the activity count")
+    bad = activities["function"] >= len(functions)
+    if bad.any():
+        raise FormatError(path, "activities", "function index outside the function table")
+    return Recording(
+        device,
+        functions,
+        operations,
+        activities,
+        buffers,
+        int(document.get("dropped", 0)),
+        str(document.get("note", "")),
+    )
+
+
+def load(path: str | os.PathLike[str]) -> Recording:
+    with open(path, "rb") as stream:
+        return loads(stream.read(), os.fspath(path))

@@ -1,0 +1,267 @@
+"""The simulated GPU backend: replays recorded activity through the real monitor code.
+
+CI has no GPU, so this backend plays the GPU runtime's part with a :class:`Recording` made on a
+real one (``tests/data/gpu/``): application threads issue the recorded operations (the monitor's
+:meth:`~GpuMonitor.enter` / :meth:`~GpuMonitor.exit`, exactly as the CUPTI callbacks call them),
+and a *completion thread* (CUPTI's buffer thread in a real run) delivers the recorded activities
+in buffers, each buffer only once every operation it answers has been issued, as on a real GPU.
+
+Buffers can overflow: with ``max_pending`` set, records that find more than that many
+undelivered records ahead of them are dropped and reported with the next buffer, the way CUPTI
+reports dropped records.
+
+Two ways to drive it:
+
+- :meth:`SimulatedBackend.replay_thread` (tests): issue one recorded thread's operations, in
+  order, optionally through a call-site function per recorded site and a pause hook between
+  operations (hypothesis picks interleavings through it);
+- :meth:`SimulatedBackend.launch` & co. (``pyrun -e gpu=simulated``, the demo): a program calls
+  a simulated runtime; each call issues a new operation and takes the next recorded activity of
+  that kind as its answer, shifted to the current time.
+"""
+
+from __future__ import annotations
+
+import _thread
+import collections
+import itertools
+import threading
+import time
+
+import numpy as np
+
+from pyhpctk.measure.gpu import activity as act
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.recording import Recording
+
+
+class SimulatedBackend:
+    """Replays a :class:`Recording` (see the module docstring)."""
+
+    name = "simulated"
+
+    def __init__(
+        self,
+        recording: Recording,
+        buffer_records: int = 0,
+        max_pending: int = 0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.recording = recording
+        self.buffer_records = buffer_records  # 0: the recorded buffer boundaries
+        self.max_pending = max_pending  # 0: never drop
+        self.clock = clock
+        self.monitor: GpuMonitor | None = None
+        self.dropped = 0
+        self._issued: set[int] = set()
+        self._issued_changed = threading.Condition()
+        self._queue: collections.deque[tuple[np.ndarray, int]] = collections.deque()
+        self._lock = threading.Lock()  # the simulated driver's own lock (like CUDA's)
+        self._live: list[np.ndarray] = []
+        self._live_count = 0
+        self._lost = 0
+        self._correlation = itertools.count(1 << 40)  # far above any recorded id
+        self._templates: dict[int, list[np.ndarray]] = {}
+        self._next_template: dict[int, itertools.cycle[np.ndarray]] = {}
+        self._worker: threading.Event | None = None
+        self._stop = False
+        self._wake = threading.Semaphore(0)
+        for kind in np.unique(recording.activities["kind"]).tolist():
+            rows = recording.activities[recording.activities["kind"] == kind]
+            self._next_template[int(kind)] = itertools.cycle(list(rows))
+
+    def limits(self) -> act.DeviceLimits:
+        return self.recording.device
+
+    def functions(self) -> list[str]:
+        return list(self.recording.functions)
+
+    # -- lifecycle --
+
+    def start(self, monitor: GpuMonitor, paused: bool = False) -> None:
+        """Connect to ``monitor``; ``paused`` holds completed buffers until :meth:`resume`."""
+        self.monitor = monitor
+        self._stop = False
+        if not paused:
+            self.resume()
+
+    def resume(self) -> None:
+        """Start the completion thread (buffers completed so far are delivered now)."""
+        if self._worker is not None:
+            return
+        # A raw thread, like CUPTI's own: the program's threading.enumerate() never lists it.
+        self._worker = threading.Event()  # set when the completion thread has ended
+        _thread.start_new_thread(self._completion_main, (self._worker,))
+
+    def _completion_main(self, ended: threading.Event) -> None:
+        """The simulated runtime's buffer thread: deliver queued buffers to the monitor."""
+        monitor = self.monitor
+        assert monitor is not None
+        try:
+            monitor.exclude_current_thread()
+            while True:
+                self._wake.acquire()
+                while self._queue:
+                    records, dropped = self._queue.popleft()
+                    monitor.buffer_completed(records, self.recording.functions, dropped)
+                if self._stop and not self._queue:
+                    return
+        finally:
+            ended.set()
+
+    def flush(self) -> None:
+        """Complete the partly filled buffer and hand every completed buffer to the monitor."""
+        with self._lock:
+            self._complete_live()
+        self.resume()
+        while self._queue:
+            threading.Event().wait(0.0005)
+
+    def stop(self) -> None:
+        """Flush, then end the completion thread (after it delivered everything)."""
+        self.flush()
+        self._stop = True
+        self._wake.release()
+        if self._worker is not None:
+            self._worker.wait(5.0)
+            self._worker = None
+
+    # -- buffers --
+
+    def _deliver(self, records: np.ndarray) -> None:
+        """Append records to the live buffer (call with ``_lock``); complete it when full."""
+        if self.max_pending and self._pending_records() + len(records) > self.max_pending:
+            room = max(0, self.max_pending - self._pending_records())
+            self._lost += len(records) - room
+            self.dropped += len(records) - room
+            records = records[:room]
+        if len(records):
+            self._live.append(records)
+            self._live_count += len(records)
+        if self.buffer_records and self._live_count >= self.buffer_records:
+            self._complete_live()
+
+    def _pending_records(self) -> int:
+        return self._live_count + sum(len(records) for records, _ in self._queue)
+
+    def _complete_live(self) -> None:
+        if not self._live and not self._lost:
+            return
+        records = np.concatenate(self._live) if self._live else act.empty_activities()
+        self._queue.append((records, self._lost))
+        self._live, self._live_count, self._lost = [], 0, 0
+        self._wake.release()
+
+    # -- replay of a recording (tests) --
+
+    def replay_thread(
+        self,
+        thread: int,
+        sites: Sequence[Callable[[Callable[[], None]], None]] = (),
+        pause: Callable[[int], None] | None = None,
+    ) -> int:
+        """Issue recorded thread ``thread``'s operations on the calling thread; return how many.
+
+        ``sites[site % len(sites)]`` is called with a thunk that issues the operation, so each
+        recorded call site gets its own Python calling context. ``pause(i)`` runs before the
+        i-th operation (tests use it to force interleavings).
+        """
+        monitor = self.monitor
+        assert monitor is not None
+        ops = self.recording.operations[self.recording.operations["thread"] == thread]
+        issued = self._issued
+        changed = self._issued_changed
+        for index, (correlation, kind, site) in enumerate(
+            zip(
+                ops["correlation"].tolist(), ops["kind"].tolist(), ops["site"].tolist(), strict=True
+            )
+        ):
+            if pause is not None:
+                pause(index)
+
+            def issue(correlation: int = correlation, kind: int = kind) -> None:
+                monitor.enter(kind, correlation)
+                monitor.exit()
+
+            if sites:
+                sites[site % len(sites)](issue)
+            else:
+                issue()
+            with changed:
+                issued.add(correlation)
+                changed.notify_all()
+        return len(ops)
+
+    def deliver_recorded(self, timeout: float = 30.0) -> None:
+        """Deliver the recorded activities buffer by buffer (the GPU's side of a replay).
+
+        Each buffer waits until every recorded operation it answers has been issued; activities
+        whose correlation id no recorded operation has are delivered as they come (the monitor
+        counts them as unmatched).
+        """
+        recording = self.recording
+        known = set(recording.operations["correlation"].tolist())
+        activities = recording.activities
+        slices = (
+            [
+                slice(i, i + self.buffer_records)
+                for i in range(0, len(activities), self.buffer_records)
+            ]
+            if self.buffer_records
+            else recording.buffer_slices()
+        )
+        deadline = time.monotonic() + timeout
+        for part in slices:
+            rows = activities[part]
+            needed = {c for c in rows["correlation"].tolist() if c in known}
+            with self._issued_changed:
+                while not needed <= self._issued:
+                    if not self._issued_changed.wait(max(0.0, deadline - time.monotonic())):
+                        raise TimeoutError("replayed operations never issued")
+            with self._lock:
+                self._deliver(rows.copy())
+                self._complete_live()
+
+    # -- a simulated runtime for programs (pyrun -e gpu=simulated) --
+
+    def _operation(self, kind: int, stream: int | None = None) -> int:
+        monitor = self.monitor
+        assert monitor is not None
+        correlation = next(self._correlation)
+        monitor.enter(kind, correlation)
+        try:
+            template = next(self._next_template[kind]) if kind in self._next_template else None
+            row = act.empty_activities(1)
+            if template is not None:
+                row[0] = template
+            row["kind"] = kind
+            row["correlation"] = correlation
+            duration = int(row["end"][0]) - int(row["start"][0])
+            now = self.clock()
+            row["start"] = now
+            row["end"] = now + max(duration, 0)
+            if stream is not None:
+                row["stream"] = stream
+            with self._lock:
+                self._deliver(row)
+        finally:
+            monitor.exit()
+        return correlation
+
+    def launch(self, stream: int | None = None) -> int:
+        """A kernel launch answered by the next recorded kernel; its correlation id."""
+        return self._operation(act.KERNEL, stream)
+
+    def copy(self, stream: int | None = None) -> int:
+        return self._operation(act.COPY, stream)
+
+    def memset(self, stream: int | None = None) -> int:
+        return self._operation(act.MEMSET, stream)
+
+    def synchronize(self, stream: int | None = None) -> int:
+        return self._operation(act.SYNC, stream)

@@ -1,0 +1,85 @@
+"""The ``-e gpu=...`` event: parsing and carrying it to child processes (no numpy here).
+
+hpcrun's syntax: ``gpu=nvidia``, ``gpu=amd``; pyhpctk adds ``gpu=simulated``. Options follow
+after commas, ``gpu=BACKEND[,OPTION[=VALUE]...]``: ``buffer=BYTES`` (nvidia: activity buffer
+size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated). Because the options use
+commas, a spec travels to child processes in its own environment variable
+(:data:`ENV_GPU`), not inside the comma-separated event list.
+"""
+
+from __future__ import annotations
+
+from pyhpctk.errors import UsageError
+
+BACKENDS = ("nvidia", "amd", "simulated")
+ENV_GPU = "PYHPCTK_PYRUN_GPU"  # str(GpuSpec) for every process pyrun measures
+
+
+def is_gpu_event(text: str) -> bool:
+    """Whether an ``-e`` argument is a GPU event (``gpu=...``)."""
+    return text.strip().lower().startswith("gpu=")
+
+
+class GpuSpec:
+    """A parsed ``gpu=`` event: the backend and its options (an immutable value)."""
+
+    __slots__ = ("backend", "options")
+
+    def __init__(self, backend: str, options: tuple[tuple[str, str], ...] = ()) -> None:
+        if backend not in BACKENDS:
+            raise UsageError(f"unknown GPU backend {backend!r}; known: {', '.join(BACKENDS)}")
+        self.backend = backend
+        self.options = tuple(options)
+
+    def option(self, name: str, default: str = "") -> str:
+        for key, value in self.options:
+            if key == name:
+                return value
+        return default
+
+    def int_option(self, name: str, default: int) -> int:
+        text = self.option(name, "")
+        try:
+            return int(text) if text else default
+        except ValueError:
+            raise UsageError(
+                f"gpu={self.backend}: option {name}={text!r} is not a number"
+            ) from None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GpuSpec):
+            return NotImplemented
+        return (self.backend, self.options) == (other.backend, other.options)
+
+    def __hash__(self) -> int:
+        return hash((self.backend, self.options))
+
+    def __str__(self) -> str:
+        parts = [self.backend] + [f"{k}={v}" if v else k for k, v in self.options]
+        return "gpu=" + ",".join(parts)
+
+    def __repr__(self) -> str:
+        return f"GpuSpec({self.backend!r}, {self.options!r})"
+
+
+def parse_gpu_event(text: str) -> GpuSpec:
+    """Parse ``gpu=BACKEND[,OPTION[=VALUE]...]`` (also without the ``gpu=`` prefix)."""
+    body = text.strip()
+    if body.lower().startswith("gpu="):
+        body = body[4:]
+    parts = [part.strip() for part in body.split(",") if part.strip()]
+    if not parts:
+        raise UsageError(f"bad GPU event {text!r}: say gpu=nvidia, gpu=amd or gpu=simulated")
+    options = []
+    for part in parts[1:]:
+        key, _, value = part.partition("=")
+        options.append((key.strip().lower(), value.strip()))
+    return GpuSpec(parts[0].lower(), tuple(options))
+
+
+def spec_from_env(env: dict[str, str] | None = None) -> GpuSpec | None:
+    """The GPU spec pyrun left in the environment, or None."""
+    import os
+
+    text = (os.environ if env is None else env).get(ENV_GPU, "")
+    return parse_gpu_event(text) if text else None

@@ -1,0 +1,27 @@
+#!/bin/bash
+# What one device-machine session runs (issue #6): record the fixture, smoke-test the raw CUPTI
+# buffer path against the objects path, run the gpu-marked tests, run the overhead benchmark.
+# Usage (repository root, wheels in .whl/): bash tests/data/gpu/device_session.sh OUTDIR [STEPS]
+out=${1:?output directory}
+steps=${2:-explore,record,raw,tests,bench}
+export PYTHONUNBUFFERED=1
+case ",$steps," in *,explore,*)
+python3 - <<'PY' 2>&1 | tee "$out/explore.txt"
+import numpy, click, sys
+print("python", sys.version.split()[0], "numpy", numpy.__version__, "click", click.__version__)
+from cupti import cupti
+names = sorted(n for n in dir(cupti) if n.startswith("activity_kernel") and n.endswith("_dtype"))
+for n in names + ["activity_memcpy6_dtype", "activity_memset4_dtype", "activity_synchronization2_dtype", "activity_memory4_dtype"]:
+    d = getattr(cupti, n, None)
+    print(n, None if d is None else d.itemsize, None if d is None else d.names)
+print("version", cupti.get_version() if hasattr(cupti, "get_version") else "?")
+PY
+;; esac
+case ",$steps," in *,record,*)
+python3 tests/data/gpu/record_cupy.py "$out/cupy_streams.json" 2>&1 | tee "$out/record.txt" ;; esac
+case ",$steps," in *,raw,*)
+python3 tests/data/gpu/record_cupy.py --raw 2>&1 | tee -a "$out/record.txt" ;; esac
+case ",$steps," in *,tests,*)
+python3 -m pytest -p no:cacheprovider -m gpu -q tests/test_gpu_cupti.py 2>&1 | tee "$out/tests.txt" ;; esac
+case ",$steps," in *,bench,*)
+python3 benchmarks/pyrun_gpu.py --all --repeat 3 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt" ;; esac

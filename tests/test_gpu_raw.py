@@ -1,0 +1,162 @@
+"""The CUPTI backend's pure parts, without a GPU: API classification and raw buffer parsing.
+
+The record layouts here are small stand-ins for cupti-python's ``activity_*_dtype`` (same field
+names, snake case as the bindings spell them); the real layouts were checked on the H200 by
+``tests/data/gpu/record_cupy.py --raw`` (raw and per-object paths agree).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, classify_api
+
+KERNEL_KIND, MEMCPY_KIND = 10, 1  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, _MEMCPY
+
+SMALL_KERNEL = np.dtype(
+    [
+        ("kind", "<u4"),
+        ("registers_per_thread", "<u2"),
+        ("pad0", "<u2"),
+        ("start", "<u8"),
+        ("end", "<u8"),
+        ("device_id", "<u4"),
+        ("context_id", "<u4"),
+        ("stream_id", "<u4"),
+        ("grid_x", "<i4"),
+        ("grid_y", "<i4"),
+        ("grid_z", "<i4"),
+        ("block_x", "<i4"),
+        ("block_y", "<i4"),
+        ("block_z", "<i4"),
+        ("static_shared_memory", "<i4"),
+        ("dynamic_shared_memory", "<i4"),
+        ("local_memory_total", "<u4"),
+        ("correlation_id", "<u4"),
+        ("pad1", "<u4"),
+        ("name", "<u8"),
+    ]
+)
+# A later version of the same record: the same fields, more after them.
+LONG_KERNEL = np.dtype([*SMALL_KERNEL.descr, ("extra", "<u8"), ("extra2", "<u8")])
+MEMCPY = np.dtype(
+    [
+        ("kind", "<u4"),
+        ("copy_kind", "<u1"),
+        ("pad", "<u1", 3),
+        ("bytes", "<u8"),
+        ("start", "<u8"),
+        ("end", "<u8"),
+        ("device_id", "<u4"),
+        ("context_id", "<u4"),
+        ("stream_id", "<u4"),
+        ("correlation_id", "<u4"),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("cuLaunchKernel", act.KERNEL),
+        ("cudaLaunchKernel_v7000", act.KERNEL),
+        ("cuGraphLaunch", act.KERNEL),
+        ("cuMemcpyHtoDAsync_v2", act.COPY),
+        ("cudaMemsetAsync_v3020", act.MEMSET),
+        ("cudaMalloc_v3020", act.ALLOC),
+        ("cuMemHostAlloc", act.ALLOC),
+        ("cuModuleLoadData", act.ALLOC),
+        ("cudaFree_v3020", act.FREE),
+        ("cuMemFreeAsync", act.FREE),
+        ("cudaStreamSynchronize_v3020", act.SYNC),
+        ("cuStreamWaitEvent", act.SYNC),
+        ("cuGraphAddMemcpyNode", None),
+        ("cuLaunchHostFunc", None),
+        ("cuMemGetAllocationGranularity", None),
+        ("cuCtxGetCurrent", None),
+        ("cudaGetDevice_v3020", None),
+    ],
+)
+def test_apis_are_classified_by_name(name: str, kind: int | None) -> None:
+    assert classify_api(name) == kind
+
+
+def _buffer(layout: list[tuple[np.dtype, int]]) -> tuple[np.ndarray, list[int]]:
+    """Records packed one after another (8-byte aligned), as CUPTI fills a buffer."""
+    sizes = [-(-dtype.itemsize // 8) * 8 for dtype, _ in layout]
+    raw = np.zeros(sum(sizes), dtype=np.uint8)
+    offsets = []
+    at = 0
+    for (dtype, kind), size in zip(layout, sizes, strict=True):
+        record = np.zeros(1, dtype=dtype)
+        record["kind"] = kind
+        record["correlation_id"] = len(offsets) + 100
+        raw[at : at + dtype.itemsize] = record.view(np.uint8)
+        offsets.append(at)
+        at += size
+    return raw, offsets
+
+
+def test_record_offsets_follow_runs_of_learned_sizes() -> None:
+    layout = [(SMALL_KERNEL, KERNEL_KIND)] * 3 + [(MEMCPY, MEMCPY_KIND)] * 2
+    layout += [(SMALL_KERNEL, KERNEL_KIND)]
+    raw, offsets = _buffer(layout)
+    backend = CuptiBackend()
+    backend.record_sizes = {KERNEL_KIND: SMALL_KERNEL.itemsize, MEMCPY_KIND: MEMCPY.itemsize}
+    walked = backend._walk_runs(raw.view("<u4"), len(raw))
+    assert walked is not None and walked.tolist() == offsets
+    backend.record_sizes = {KERNEL_KIND: SMALL_KERNEL.itemsize}  # memcpy size not learned yet
+    assert backend._walk_runs(raw.view("<u4"), len(raw)) is None
+
+
+def test_the_longest_record_version_that_fits_the_stride_is_read() -> None:
+    raw, offsets = _buffer([(SMALL_KERNEL, KERNEL_KIND)] * 2)
+    gather = _Gather([LONG_KERNEL, SMALL_KERNEL])
+    at = np.asarray(offsets)
+    rows = gather.rows(raw, at, np.diff(np.append(at, len(raw))))
+    assert rows is not None and rows.dtype == SMALL_KERNEL
+    assert rows["correlation_id"].tolist() == [100, 101]
+    assert gather.rows(raw, at, np.array([8, 8])) is None  # nothing that short
+
+
+def test_kernel_records_become_activities() -> None:
+    names = [ctypes.create_string_buffer(b"kernel_a"), ctypes.create_string_buffer(b"kernel_b")]
+    rows = np.zeros(3, dtype=SMALL_KERNEL)
+    rows["correlation_id"] = [7, 8, 9]
+    rows["start"] = [10, 20, 30]
+    rows["end"] = [15, 26, 37]
+    rows["grid_x"], rows["grid_y"], rows["grid_z"] = 4, 2, 1
+    rows["block_x"], rows["block_y"], rows["block_z"] = 32, 4, 1
+    rows["registers_per_thread"] = 40
+    rows["static_shared_memory"] = 1024
+    rows["name"] = [
+        ctypes.addressof(names[0]),
+        ctypes.addressof(names[1]),
+        ctypes.addressof(names[0]),
+    ]
+    backend = CuptiBackend()
+    out = backend._convert(act.KERNEL, rows)
+    assert out["kind"].tolist() == [act.KERNEL] * 3
+    assert out["correlation"].tolist() == [7, 8, 9]
+    assert (out["end"] - out["start"]).tolist() == [5, 6, 7]
+    assert out["grid_blocks"].tolist() == [8] * 3 and out["block_threads"].tolist() == [128] * 3
+    assert out["registers"].tolist() == [40] * 3 and out["static_smem"].tolist() == [1024] * 3
+    assert [backend.functions[i] for i in out["function"].tolist()] == [
+        "kernel_a",
+        "kernel_b",
+        "kernel_a",
+    ]
+
+
+def test_copy_records_keep_direction_and_bytes() -> None:
+    rows = np.zeros(2, dtype=MEMCPY)
+    rows["copy_kind"] = [1, 2]
+    rows["bytes"] = [4096, 512]
+    rows["stream_id"] = [7, 13]
+    out = CuptiBackend()._convert(act.COPY, rows)
+    assert out["copy_kind"].tolist() == [1, 2] and out["bytes"].tolist() == [4096, 512]
+    assert out["stream"].tolist() == [7, 13] and out["function"].tolist() == [-1, -1]
