@@ -1,0 +1,80 @@
+"""``pyrun``: measure every thread of every Python process a command starts (hpcrun's twin).
+
+A thin click command over :mod:`pyhpctk.measure.launcher`; see ``docs/pyrun.md``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pyhpctk.cli._common import run_command
+from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S
+from pyhpctk.measure.events import event_listing, parse_events
+from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
+
+
+@click.command(
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]}
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    metavar="DIR",
+    help="Measurement directory (default: hpctoolkit-<program>-measurements[-<job>]).",
+)
+@click.option(
+    "-e",
+    "--event",
+    "events",
+    multiple=True,
+    metavar="EVENT[@PERIOD]",
+    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000) or REALTIME.",
+)
+@click.option("-t", "--trace", is_flag=True, help="Also record a trace (.hpctrace) per thread.")
+@click.option("-L", "--list-events", is_flag=True, help="List the events pyrun can sample.")
+@click.option(
+    "--checkpoint",
+    type=float,
+    default=DEFAULT_CHECKPOINT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Rewrite the files this often while running (0: only at the end).",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def pyrun(
+    output: str | None,
+    events: tuple[str, ...],
+    trace: bool,
+    list_events: bool,
+    checkpoint: float,
+    command: tuple[str, ...],
+) -> int:
+    """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts."""
+    if list_events:
+        click.echo(event_listing(), nl=False)
+        return 0
+    options = RunOptions(
+        command=command,
+        output_dir=output,
+        events=parse_events(list(events)),
+        trace=trace,
+        checkpoint_s=checkpoint,
+    )
+    return run(options).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``pyrun`` console script; returns the command's exit status.
+
+    From the real command line (``argv`` None) a command killed by a signal makes pyrun die of
+    the same signal; called with ``argv``, it returns ``128 + signal`` instead.
+    """
+    status = run_command(pyrun, argv, "pyrun")
+    if argv is None and status < 0:
+        return reraise_exit_status(status)
+    return 128 - status if status < 0 else status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

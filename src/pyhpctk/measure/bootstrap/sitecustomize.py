@@ -1,0 +1,52 @@
+"""pyrun's bootstrap: Python imports this at start-up when pyrun put this directory on PYTHONPATH.
+
+It first chains to the ``sitecustomize`` that would have run without pyrun (the next one on
+``sys.path``), then starts measuring this process if pyrun's environment variables ask for it.
+It must never stop the program from running: any failure is one line on stderr and the program
+runs unmeasured. It takes this directory off ``sys.path`` again, so the program does not see it;
+``PYTHONPATH`` keeps it for the processes the program starts.
+"""
+
+import os
+import sys
+
+
+def _chain(here: str) -> None:
+    """Import the next ``sitecustomize`` on the path, as Python would have without pyrun."""
+    ours = sys.modules.pop("sitecustomize", None)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401  # the program's own
+    except ImportError as error:
+        if error.name != "sitecustomize":
+            sys.stderr.write(f"pyrun: the program's sitecustomize failed: {error}\n")
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+    except Exception as error:  # as site.py does: report and go on
+        sys.stderr.write(f"pyrun: the program's sitecustomize failed: {error!r}\n")
+    finally:
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+
+
+def _measure() -> None:
+    if not os.environ.get("PYHPCTK_PYRUN_OUT"):
+        return
+    if sys.version_info < (3, 11):  # noqa: UP036  # a foreign interpreter may be older
+        sys.stderr.write(f"pyrun: not measuring {sys.executable}: pyrun needs Python >= 3.11\n")
+        return
+    try:
+        try:
+            from pyhpctk.measure import runtime
+        except ImportError:
+            root = os.environ.get("PYHPCTK_PYRUN_PACKAGE_ROOT", "")
+            if not root or root in sys.path:
+                raise
+            sys.path.append(root)
+            from pyhpctk.measure import runtime
+        runtime.start_from_env()
+    except Exception as error:
+        sys.stderr.write(f"pyrun: not measuring this process ({sys.executable}): {error!r}\n")
+
+
+_chain(os.path.dirname(os.path.abspath(__file__)))
+_measure()

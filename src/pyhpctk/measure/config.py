@@ -1,0 +1,108 @@
+"""Measurement options and how they travel to every process pyrun measures.
+
+``pyrun`` puts its options into environment variables (``PYHPCTK_PYRUN_*``) next to a bootstrap
+directory on ``PYTHONPATH``; every Python process that inherits that environment (the program,
+its ``subprocess`` and ``multiprocessing`` children, interpreters started by shell scripts, MPI
+ranks) reads them back with :meth:`MeasureOptions.from_env` and measures itself. Standard library
+only: this runs in every measured process.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyhpctk.errors import UsageError
+from pyhpctk.measure.events import EventSpec, events_from_env, format_events, parse_events
+
+TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Mapping, MutableMapping
+
+ENV_OUTPUT = "PYHPCTK_PYRUN_OUT"  # absolute measurement directory; its presence turns pyrun on
+ENV_EVENTS = "PYHPCTK_PYRUN_EVENTS"  # CPUTIME@5000[,REALTIME@...]
+ENV_TRACE = "PYHPCTK_PYRUN_TRACE"  # "1" records traces
+ENV_CHECKPOINT = "PYHPCTK_PYRUN_CHECKPOINT"  # seconds between checkpoint writes, 0 = never
+ENV_BOOTSTRAP = "PYHPCTK_PYRUN_BOOTSTRAP"  # the bootstrap directory put on PYTHONPATH
+ENV_PACKAGE_ROOT = "PYHPCTK_PYRUN_PACKAGE_ROOT"  # where ``import pyhpctk`` finds the package
+ENV_DEBUG = "PYHPCTK_PYRUN_DEBUG"  # "1": say on stderr what the bootstrap does
+
+DEFAULT_CHECKPOINT_S = 10.0
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class MeasureOptions:
+    """What to measure and where to write it (a value; not a dataclass, to import fast)."""
+
+    __slots__ = ("checkpoint_s", "events", "output_dir", "trace")
+
+    def __init__(
+        self,
+        output_dir: str,
+        events: tuple[EventSpec, ...] = (EventSpec("CPUTIME"),),
+        trace: bool = False,
+        checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+    ) -> None:
+        self.output_dir = output_dir
+        self.events = tuple(events)
+        self.trace = trace
+        self.checkpoint_s = checkpoint_s
+        if not self.events:
+            raise UsageError("at least one event is needed")
+        if self.checkpoint_s < 0:
+            raise UsageError("the checkpoint interval cannot be negative")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MeasureOptions):
+            return NotImplemented
+        return (self.output_dir, self.events, self.trace, self.checkpoint_s) == (
+            other.output_dir,
+            other.events,
+            other.trace,
+            other.checkpoint_s,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"MeasureOptions({self.output_dir!r}, {self.events!r}, trace={self.trace}, "
+            f"checkpoint_s={self.checkpoint_s})"
+        )
+
+    @property
+    def period_s(self) -> float:
+        """The sampler's wake-up period: the shortest period of the events."""
+        return min(event.period_us for event in self.events) / 1e6
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> MeasureOptions | None:
+        """The options pyrun left in ``env``, or None when this process is not under pyrun."""
+        output = env.get(ENV_OUTPUT, "")
+        if not output:
+            return None
+        events = events_from_env(env.get(ENV_EVENTS, "")) if env.get(ENV_EVENTS) else None
+        checkpoint = env.get(ENV_CHECKPOINT, "")
+        try:
+            checkpoint_s = float(checkpoint) if checkpoint else DEFAULT_CHECKPOINT_S
+        except ValueError:
+            raise UsageError(f"{ENV_CHECKPOINT}={checkpoint!r} is not a number") from None
+        return cls(
+            output_dir=output,
+            events=events or parse_events([]),
+            trace=env.get(ENV_TRACE, "") == "1",
+            checkpoint_s=checkpoint_s,
+        )
+
+    def export(self, env: MutableMapping[str, str]) -> None:
+        """Put these options and the bootstrap into ``env`` for the processes pyrun starts."""
+        env[ENV_OUTPUT] = os.path.abspath(self.output_dir)
+        env[ENV_EVENTS] = format_events(self.events)
+        env[ENV_TRACE] = "1" if self.trace else "0"
+        env[ENV_CHECKPOINT] = repr(self.checkpoint_s)
+        env[ENV_BOOTSTRAP] = BOOTSTRAP_DIR
+        env[ENV_PACKAGE_ROOT] = PACKAGE_ROOT
+        existing = [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
+        if BOOTSTRAP_DIR not in existing:
+            existing.insert(0, BOOTSTRAP_DIR)
+        env["PYTHONPATH"] = os.pathsep.join(existing)

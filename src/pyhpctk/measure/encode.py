@@ -1,0 +1,361 @@
+"""Turn a thread's CCT into ``.hpcrun``, ``.hpctrace`` and ``logical/python.*`` bytes.
+
+Two roads lead to the same bytes:
+
+- :func:`profile_model` / :func:`trace_model` build the shared model objects of
+  :mod:`pyhpctk.formats.hpcrun_model`, which :mod:`pyhpctk.formats.hpcrun` and
+  :mod:`pyhpctk.formats.hpctrace` write. Tools and tests use this road.
+- :func:`encode_profile` / :func:`encode_trace` / :func:`encode_logical` write the same layout with
+  :mod:`struct` alone. The measurement runtime uses this road, because it runs *inside the
+  measured program*: importing numpy there would add ~80 ms to every measured process, start
+  BLAS thread pools the program never asked for, and change what ``sys.modules`` holds. The
+  tests pin both roads to identical bytes (``test_pyrun_encode.py``), so the format still has one
+  definition: formats.md, as implemented by :mod:`pyhpctk.formats`.
+
+Layouts cite formats.md §1 (profile), §2 (trace) and §1.10 (logical metadata).
+"""
+
+from __future__ import annotations
+
+import struct
+
+TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from pyhpctk.formats.hpcrun_model import HpcrunProfile, HpctraceFile
+    from pyhpctk.measure.cct import FunctionStanza, MetricKind, ThreadCCT
+
+PROFILE_MAGIC = b"HPCRUN-profile____04.00b"  # formats.md §1.3
+TRACE_MAGIC = b"HPCRUN-trace______01.01b"  # formats.md §2
+LOGICAL_MAGIC = b"HPCLOGICAL"  # formats.md §1.10
+FOOTER_MAGIC = 0x48504352554E736D  # formats.md §1.9: "HPCRUNsm"
+SECTION_ALIGN = 1024  # formats.md §1.2: every section after the header starts on 1 KiB
+VALUES_END = 0x656E6421  # formats.md §1.8: "end!" sentinel node id
+
+# formats.md §1.7: the dictionary hpcrun always writes.
+ID_NAMES: tuple[tuple[int, str], ...] = (
+    (0, "SUMMARY"),
+    (1, "NODE"),
+    (2, "RANK"),
+    (3, "THREAD"),
+    (4, "GPUDEVICE"),
+    (5, "GPUCONTEXT"),
+    (6, "GPUSTREAM"),
+    (7, "CORE"),
+)
+KIND_NODE, KIND_RANK, KIND_THREAD = 1, 2, 3
+INTERP_LOGIC_LOCAL, INTERP_LOGIC_ONLY = 1, 3
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_CCT_NODE = struct.Struct(">IIHQB")  # formats.md §1.5, 19 bytes
+_LOAD_MODULE_TAIL = struct.Struct(">Q")
+_METRIC_TAIL = struct.Struct(">HHdQ")  # is_frequency, is_multiplexed, threshold, num_samples
+_ID_ELEMENT = struct.Struct(">HQQ")  # formats.md §1.8, 18 bytes
+_VALUE = struct.Struct(">dH")  # a real value's bits are the IEEE double, big-endian
+_INT_VALUE = struct.Struct(">QH")  # an integer metric's value is a u64 (formats.md §1.6 valFmt)
+_NODE_START = struct.Struct(">IQ")
+_TRACE_RECORD = struct.Struct(">QI")  # formats.md §2, 12 bytes
+
+
+class ProfileIdentity:
+    """What the header nv-pairs and the id tuple say about one thread (formats.md §1.3, §1.8)."""
+
+    __slots__ = (
+        "env_path",
+        "host_id",
+        "job_id",
+        "mpi_rank",
+        "pid",
+        "program_name",
+        "program_path",
+        "thread",
+    )
+
+    def __init__(
+        self,
+        program_name: str,
+        program_path: str,
+        env_path: str,
+        job_id: str,
+        mpi_rank: int | None,
+        thread: int,
+        host_id: int,
+        pid: int,
+    ) -> None:
+        self.program_name = program_name
+        self.program_path = program_path
+        self.env_path = env_path
+        self.job_id = job_id
+        self.mpi_rank = mpi_rank
+        self.thread = thread
+        self.host_id = host_id
+        self.pid = pid
+
+    def nvpairs(self, trace_min: int, trace_max: int) -> list[tuple[str, str]]:
+        """The header nv-pairs in hpcrun's order (formats.md §1.3)."""
+        return [
+            ("program-name", self.program_name),
+            ("program-path", self.program_path),
+            ("env-path", self.env_path),
+            ("job-id", self.job_id),
+            ("mpi-rank", str(self.mpi_rank or 0)),
+            ("thread-id", str(self.thread)),
+            ("host-id", f"{self.host_id:x}"),
+            ("process-id", str(self.pid)),
+            ("trace-min-time", str(trace_min)),
+            ("trace-max-time", str(trace_max)),
+            ("trace-disorder", "0"),
+        ]
+
+    def id_tuple(self) -> list[tuple[int, int, int]]:
+        """``(kind word, physical, logical)`` as hpcrun writes a CPU thread (formats.md §1.8)."""
+        elements = [((INTERP_LOGIC_LOCAL << 14) | KIND_NODE, self.host_id, 0)]
+        if self.mpi_rank is not None:
+            elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_RANK, self.mpi_rank, self.mpi_rank))
+        elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_THREAD, self.thread, self.thread))
+        return elements
+
+
+def _str(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogateescape")
+    return _U32.pack(len(raw)) + raw
+
+
+def _pad_to(chunks: list[bytes], size: int) -> int:
+    """Pad the output to the next section boundary; return the new offset."""
+    start = -(-size // SECTION_ALIGN) * SECTION_ALIGN
+    if start > size:
+        chunks.append(bytes(start - size))
+    return start
+
+
+def _node_values(
+    cct: ThreadCCT, kinds: Sequence[MetricKind]
+) -> list[tuple[int, list[tuple[int, float, bool]]]]:
+    """Per node with values, in file (index) order: ``(metric index, value, is_real)``.
+
+    formats.md §1.8: only non-zero values are stored, metric indices ascending within a node.
+    """
+    per_node: dict[int, list[tuple[int, float, bool]]] = {}
+    for kind in kinds:
+        store = cct.kinds.get(kind.name)
+        if store is None:
+            continue
+        width = kind.width
+        values = store.values
+        real = [spec.is_real for spec in kind.metrics]
+        for node, slot in store.slot_of.items():
+            for metric in range(width):
+                value = values[slot * width + metric]
+                if value != 0.0:
+                    per_node.setdefault(node, []).append((kind.base + metric, value, real[metric]))
+    return [(node, sorted(per_node[node])) for node in sorted(per_node)]
+
+
+def _pack_values(triples: list[tuple[int, float, bool]]) -> list[bytes]:
+    return [
+        _VALUE.pack(value, index) if real else _INT_VALUE.pack(round(value), index)
+        for index, value, real in triples
+    ]
+
+
+def metric_table(kinds: Sequence[MetricKind]) -> bytes:
+    """The metric-table section (formats.md §1.6) for ``kinds`` in base order."""
+    chunks = [_U32.pack(sum(kind.width for kind in kinds))]
+    for kind in kinds:
+        for spec in kind.metrics:
+            chunks += [
+                _str(spec.name),
+                _str(spec.description or spec.name),
+                spec.flags(),
+                _U64.pack(spec.period),
+                _str(getattr(spec, "formula", "")),  # a GPU layer's specs may carry these
+                _str(getattr(spec, "format", "")),
+                _METRIC_TAIL.pack(0, 0, 0.0, 0),
+            ]
+    return b"".join(chunks)
+
+
+def encode_profile(
+    cct: ThreadCCT,
+    identity: ProfileIdentity,
+    load_modules: Sequence[tuple[int, str, int]],
+    kinds: Sequence[MetricKind],
+    trace_span: tuple[int, int] = (0, 0),
+) -> bytes:
+    """The bytes of one ``.hpcrun`` file (formats.md §1.2-§1.9)."""
+    chunks: list[bytes] = []
+    footer: list[int] = []
+    # formats.md §1.3: header.
+    nvpairs = identity.nvpairs(*trace_span)
+    header = [PROFILE_MAGIC, _U32.pack(len(nvpairs))]
+    for name, value in nvpairs:
+        header += [_str(name), _str(value)]
+    size = 0
+
+    def section(body: bytes) -> None:
+        nonlocal size
+        start = _pad_to(chunks, size) if chunks else 0
+        chunks.append(body)
+        size = start + len(body)
+        footer.extend((start, size))
+
+    section(b"".join(header))
+    # formats.md §1.4: load map.
+    section(
+        _U32.pack(len(load_modules))
+        + b"".join(
+            _U16.pack(lm_id) + _str(path) + _LOAD_MODULE_TAIL.pack(flags)
+            for lm_id, path, flags in load_modules
+        )
+    )
+    # formats.md §1.5: CCT, parents before children (node index order guarantees it).
+    written = [cct.written_id(node) for node in range(len(cct))]
+    pack_node = _CCT_NODE.pack
+    section(
+        _U64.pack(len(cct))
+        + b"".join(
+            pack_node(
+                written[node],
+                written[parent] if parent >= 0 else 0,
+                lm,
+                ip,
+                unwound,
+            )
+            for node, (parent, lm, ip, unwound) in enumerate(
+                zip(cct.parent, cct.lm, cct.ip, cct.unwound, strict=True)
+            )
+        )
+    )
+    # formats.md §1.6: metric table (after the CCT).
+    section(metric_table(kinds))
+    # formats.md §1.7: id-tuple dictionary.
+    section(
+        _U16.pack(len(ID_NAMES)) + b"".join(_U16.pack(kind) + _str(name) for kind, name in ID_NAMES)
+    )
+    # formats.md §1.8: this thread's id tuple and sparse values.
+    id_tuple = identity.id_tuple()
+    node_values = _node_values(cct, kinds)
+    n_values = sum(len(triples) for _, triples in node_values)
+    starts: list[bytes] = []
+    pairs: list[bytes] = []
+    for node, triples in node_values:
+        starts.append(_NODE_START.pack(written[node], len(pairs)))
+        pairs += _pack_values(triples)
+    starts.append(_NODE_START.pack(VALUES_END, n_values))
+    section(
+        _U16.pack(len(id_tuple))
+        + b"".join(_ID_ELEMENT.pack(*element) for element in id_tuple)
+        + _U64.pack(n_values)
+        + _U32.pack(len(node_values))
+        + b"".join(pairs)
+        + b"".join(starts)
+    )
+    # formats.md §1.9: footer, itself on a section boundary.
+    footer_start = _pad_to(chunks, size)
+    chunks.append(struct.pack(">14Q", *footer, footer_start, FOOTER_MAGIC))
+    return b"".join(chunks)
+
+
+def encode_trace(cct: ThreadCCT, times: Iterable[int], nodes: Iterable[int]) -> bytes:
+    """The bytes of one ``.hpctrace`` file: header, flags 0, ``(time ns, node id)`` records."""
+    pack = _TRACE_RECORD.pack
+    written = cct.written_id
+    return (
+        TRACE_MAGIC
+        + _U64.pack(0)
+        + b"".join(pack(time, written(node)) for time, node in zip(times, nodes, strict=True))
+    )
+
+
+def encode_logical(stanzas: Iterable[FunctionStanza]) -> bytes:
+    """The bytes of ``logical/python.XXXXXXXX`` (formats.md §1.10)."""
+    chunks = [LOGICAL_MAGIC]
+    for stanza in stanzas:
+        chunks += [
+            _U32.pack(stanza.fid),
+            _str(stanza.funcname),
+            b"\x00",  # mangling: none
+            _str(stanza.filename),
+            _U32.pack(stanza.lineno),
+        ]
+    return b"".join(chunks)
+
+
+def profile_model(
+    cct: ThreadCCT,
+    identity: ProfileIdentity,
+    load_modules: Sequence[tuple[int, str, int]],
+    kinds: Sequence[MetricKind],
+    trace_span: tuple[int, int] = (0, 0),
+) -> HpcrunProfile:
+    """The same profile as :func:`encode_profile`, as the shared model (imports numpy)."""
+    import numpy as np
+
+    from pyhpctk.formats.hpcrun_model import (
+        CCT_NODE_DTYPE,
+        ID_TUPLE_ELEMENT_DTYPE,
+        METRIC_VALUE_DTYPE,
+        NODE_START_DTYPE,
+        HpcrunProfile,
+        LoadModule,
+        MetricDescriptor,
+    )
+
+    written = [cct.written_id(node) for node in range(len(cct))]
+    nodes = np.zeros(len(cct), dtype=CCT_NODE_DTYPE)
+    nodes["id"] = written
+    nodes["parent_id"] = [written[p] if p >= 0 else 0 for p in cct.parent]
+    nodes["lm_id"] = list(cct.lm)
+    nodes["lm_ip"] = list(cct.ip)
+    nodes["flags"] = list(cct.unwound)
+    node_values = _node_values(cct, kinds)
+    triples = [triple for _, node_triples in node_values for triple in node_triples]
+    values = np.zeros(len(triples), dtype=METRIC_VALUE_DTYPE)
+    values["metric"] = [index for index, _, _ in triples]
+    real = np.array([is_real for _, _, is_real in triples], dtype=bool)
+    as_double = np.array([value for _, value, _ in triples], dtype=np.float64)
+    bits = np.where(real, as_double.view(np.uint64), np.rint(as_double).astype(np.uint64))
+    values["value_bits"] = bits
+    starts = np.zeros(len(node_values), dtype=NODE_START_DTYPE)
+    running = 0
+    for index, (node, node_triples) in enumerate(node_values):
+        starts[index] = (written[node], running)
+        running += len(node_triples)
+    metrics = [
+        MetricDescriptor(
+            name=spec.name,
+            description=spec.description or spec.name,
+            flags=spec.flags(),
+            period=spec.period,
+            formula=getattr(spec, "formula", ""),
+            format=getattr(spec, "format", ""),
+        )
+        for kind in kinds
+        for spec in kind.metrics
+    ]
+    return HpcrunProfile(
+        nvpairs=identity.nvpairs(*trace_span),
+        load_modules=[LoadModule(lm_id, path, flags) for lm_id, path, flags in load_modules],
+        cct=nodes,
+        metrics=metrics,
+        id_names=list(ID_NAMES),
+        id_tuple=np.array(identity.id_tuple(), dtype=ID_TUPLE_ELEMENT_DTYPE),
+        values=values,
+        node_starts=starts,
+    )
+
+
+def trace_model(cct: ThreadCCT, times: Sequence[int], nodes: Sequence[int]) -> HpctraceFile:
+    """The same trace as :func:`encode_trace`, as the shared model (imports numpy)."""
+    import numpy as np
+
+    from pyhpctk.formats.hpcrun_model import TRACE_RECORD_DTYPE, HpctraceFile
+
+    records = np.zeros(len(times), dtype=TRACE_RECORD_DTYPE)
+    records["time"] = list(times)
+    records["node_id"] = [cct.written_id(node) for node in nodes]
+    return HpctraceFile(flags=0, records=records)

@@ -1,0 +1,56 @@
+"""The measurement runtime's entry points: what the bootstrap calls, and a Python API.
+
+``start_from_env()`` is called by pyrun's ``sitecustomize`` in every Python process started
+under pyrun. :func:`start` / :func:`stop` let a program (or a test) measure itself without
+pyrun, e.g. to measure only part of a run; threads that already exist are measured too.
+Standard library only: this runs inside the measured program.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyhpctk.errors import UsageError
+from pyhpctk.measure import hooks
+from pyhpctk.measure.config import ENV_DEBUG, MeasureOptions
+from pyhpctk.measure.events import EventSpec
+from pyhpctk.measure.session import Session
+
+
+def start_from_env() -> Session | None:
+    """Start measuring this process as pyrun's environment variables ask; None if they don't."""
+    options = MeasureOptions.from_env(os.environ)
+    if options is None or hooks.current_session() is not None:
+        return None
+    session = hooks.start(Session(options))
+    if os.environ.get(ENV_DEBUG) == "1":
+        sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
+    return session
+
+
+def start(
+    output_dir: str,
+    events: tuple[EventSpec, ...] = (EventSpec("CPUTIME"),),
+    trace: bool = False,
+    checkpoint_s: float = 0.0,
+    install_hooks: bool = True,
+) -> Session:
+    """Measure this process from now on, writing into ``output_dir`` (created if missing)."""
+    if hooks.current_session() is not None:
+        raise UsageError("this process is already being measured")
+    os.makedirs(output_dir, exist_ok=True)
+    options = MeasureOptions(os.path.abspath(output_dir), events, trace, checkpoint_s)
+    session = Session(options)
+    if install_hooks:
+        return hooks.start(session)
+    hooks.start(session, install_hooks=False)
+    return session
+
+
+def stop(session: Session | None = None) -> None:
+    """Stop measuring and write every thread's files."""
+    if session is not None and session is not hooks.current_session():
+        session.finish()
+        return
+    hooks.stop()

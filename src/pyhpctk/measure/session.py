@@ -1,0 +1,712 @@
+"""One process's measurement: the sampler thread, per-thread CCTs, and writing the files.
+
+A :class:`Session` owns a sampler thread that wakes every period, reads
+``sys._current_frames()`` and each thread's own CPU clock, and attributes each thread's CPU-time
+delta (``CPUTIME``) or wall-time delta (``REALTIME``) since the previous sample to that thread's
+current Python stack. Only threads that used CPU since the last sample are unwound under
+``CPUTIME``, which keeps the per-sample work proportional to the busy threads.
+
+Files are written per thread when the thread ends, for every thread at exit, and periodically as
+checkpoints (atomically: write a temporary file, then rename), so a hard crash still leaves the
+last checkpoint. :mod:`pyhpctk.measure.hooks` connects a session to the process (exit, signals,
+fork, ``os._exit``, thread start and end).
+
+Extension points for other monitors (a GPU layer): :meth:`Session.add_metric_kind`,
+:meth:`Session.add_load_module`, :meth:`Session.current_context` (this thread's CCT and the node
+of its current call path, to hang placeholders under) and :meth:`Session.open_stream` (a
+CCT written as its own "thread", e.g. a GPU stream numbered from 500). Take :attr:`Session.lock`
+while changing a CCT from outside the sampler.
+
+Standard library only: this runs inside the measured program.
+"""
+
+from __future__ import annotations
+
+import _thread
+import opcode
+import os
+import sys
+import threading
+import time
+from array import array
+
+from pyhpctk.measure import naming
+from pyhpctk.measure.cct import (
+    FunctionTable,
+    MetricKind,
+    MetricSpec,
+    NodeIdAllocator,
+    ThreadCCT,
+    python_frame_ips,
+)
+from pyhpctk.measure.encode import (
+    ProfileIdentity,
+    encode_logical,
+    encode_profile,
+    encode_trace,
+)
+
+TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    from pyhpctk.measure.config import MeasureOptions
+
+LM_FLAG_ANALYZE = 0x1  # formats.md §1.4
+SAMPLER_KIND = "sampling"
+# The interpreter's own functions: hooks.py wraps the sys attributes for the program.
+_set_switch_interval = sys.setswitchinterval
+_get_switch_interval = sys.getswitchinterval
+_MEASURE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+# A leaf frame whose last instruction returned or yielded has finished since
+# sys._current_frames() was taken (the GIL can change hands while a sample is walked): its
+# parents now show where the thread went on, so that stack is not used.
+_FINISHED_OPCODES = frozenset(
+    opcode.opmap[name]
+    for name in ("RETURN_VALUE", "RETURN_CONST", "YIELD_VALUE")
+    if name in opcode.opmap
+)
+
+
+def thread_cpu_clock(native_id: int) -> int:
+    """Linux's clock id for thread ``native_id``'s CPU time (``MAKE_THREAD_CPUCLOCK``).
+
+    Computing it from the kernel thread id avoids ``pthread_getcpuclockid``, which reads the
+    thread's descriptor and is undefined once the thread has been joined; a dead thread's
+    computed clock just fails with ``EINVAL``.
+    """
+    return ((~native_id) << 3) | 6  # CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED
+
+
+class Clocks:
+    """The clocks and frame source a session reads; tests inject fakes."""
+
+    __slots__ = ("current_frames", "epoch_ns", "thread_cpu", "wall")
+
+    def __init__(
+        self,
+        thread_cpu: Callable[[int], float] = time.clock_gettime,
+        wall: Callable[[], float] = time.monotonic,
+        epoch_ns: Callable[[], int] = time.time_ns,
+        current_frames: Callable[[], dict[int, FrameType]] = sys._current_frames,
+    ) -> None:
+        self.thread_cpu = thread_cpu
+        self.wall = wall
+        self.epoch_ns = epoch_ns
+        self.current_frames = current_frames
+
+
+class ThreadState:
+    """What the sampler keeps for one thread (a plain slotted class: it is made per thread)."""
+
+    __slots__ = (
+        "cct",
+        "clock_id",
+        "ident",
+        "idle",
+        "is_stream",
+        "last_cpu",
+        "last_ips",
+        "last_path_leaf",
+        "last_wall",
+        "number",
+        "stem",
+        "thread",
+        "trace_nodes",
+        "trace_times",
+    )
+
+    def __init__(
+        self,
+        number: int,
+        ident: int,
+        thread: threading.Thread | None,
+        cct: ThreadCCT,
+        clock_id: int | None,
+        last_cpu: float,
+        last_wall: float,
+        is_stream: bool = False,
+    ) -> None:
+        self.number = number
+        self.ident = ident
+        self.thread = thread
+        self.cct = cct
+        self.clock_id = clock_id
+        self.last_cpu = last_cpu
+        self.last_wall = last_wall
+        self.is_stream = is_stream
+        self.trace_times: array[int] = array("Q")
+        self.trace_nodes: array[int] = array("L")
+        self.idle = False
+        self.stem = ""
+        self.last_ips: list[int] = []  # the last sampled path and its leaf (a fast path)
+        self.last_path_leaf = cct.fence
+
+
+class Session:
+    """Measurement of one process (see the module docstring)."""
+
+    def __init__(self, options: MeasureOptions, clocks: Clocks | None = None) -> None:
+        self.options = options
+        self.clocks = clocks or Clocks()
+        self.lock = threading.RLock()
+        self._events = options.events
+        self._cpu_metric = next(
+            (i for i, event in enumerate(self._events) if event.is_cpu_time), -1
+        )
+        self._real_metric = next(
+            (i for i, event in enumerate(self._events) if not event.is_cpu_time), -1
+        )
+        self.sampling_kind = MetricKind(
+            SAMPLER_KIND, tuple(MetricSpec(event.metric_name) for event in self._events)
+        )
+        # The GIL switch interval the program asked for (sys.getswitchinterval reports it), and
+        # the shorter one pyrun uses while the program has one Python thread (see
+        # _tune_switch_interval).
+        self.program_switch_interval = _get_switch_interval()
+        self._fast_interval = max(50e-6, options.period_s / 8)
+        self._fast_switch = False
+        self._reset_process_state()
+
+    # -- process state (everything a forked child starts afresh) ----------------------------
+
+    def _reset_process_state(self) -> None:
+        self.pid = os.getpid()
+        # Serialises file writes (checkpoints, thread ends, exit) so a thread's name is claimed
+        # once; never held while sampling.
+        self._write_lock = threading.Lock()
+        self.ids = NodeIdAllocator()
+        self.functions = FunctionTable(skip_prefixes=(_MEASURE_DIR,))
+        self.kinds: list[MetricKind] = []
+        self.sampling_kind.base = -1
+        self.add_metric_kind(self.sampling_kind)
+        self.logical_path = os.path.join(
+            "logical", f"python.{int.from_bytes(os.urandom(4), 'big'):08x}"
+        )
+        self.load_modules: list[tuple[int, str, int]] = [(1, self.logical_path, LM_FLAG_ANALYZE)]
+        self.python_lm = 1
+        self.states: dict[int, ThreadState] = {}
+        # Threads that wrote their profile but are still winding down: ident -> Thread.
+        self._finished: dict[int, threading.Thread | None] = {}
+        self.streams: list[ThreadState] = []
+        self._main_numbered = False
+        self._last_thread = 0
+        self._sampler_ident: int | None = None
+        self._stop_lock: _thread.LockType | None = None
+        self._stopped_lock: _thread.LockType | None = None
+        self.finished = False
+        self.samples = 0
+        self._mpi_rank: int | None = None
+        self._host_id: int | None = None
+        self._last_checkpoint = self.clocks.wall()
+        self.write_errors: list[str] = []
+
+    def after_fork_in_child(self) -> None:
+        """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
+        self.lock = threading.RLock()
+        self._reset_process_state()
+        self._fast_switch = True
+        self._tune_switch_interval(2)
+        self.register_thread(threading.current_thread(), main=True)
+        self.start_sampler()
+
+    # -- extension points ---------------------------------------------------------------------
+
+    def add_metric_kind(self, kind: MetricKind) -> MetricKind:
+        """Give ``kind`` its place in the metric table of every profile written from now on."""
+        with self.lock:
+            if kind.base < 0:
+                kind.base = sum(k.width for k in self.kinds)
+                self.kinds.append(kind)
+        return kind
+
+    def add_load_module(self, path: str, flags: int = LM_FLAG_ANALYZE) -> int:
+        """The load-map id of ``path`` (formats.md §1.4), adding it on first use."""
+        with self.lock:
+            for lm_id, known, _ in self.load_modules:
+                if known == path:
+                    return lm_id
+            lm_id = len(self.load_modules) + 1
+            self.load_modules.append((lm_id, path, flags))
+            return lm_id
+
+    def current_context(self, skip: int = 1) -> tuple[ThreadCCT, int]:
+        """This thread's CCT and the node of its current Python call path.
+
+        ``skip`` frames of the caller are left out (1: the caller of this method is not part of
+        the context). A GPU layer inserts its placeholders under the returned node.
+        """
+        frame: FrameType | None = sys._getframe(1 + skip)
+        with self.lock:
+            state = self.states.get(threading.get_ident())
+            if state is None:
+                state = self.register_thread(threading.current_thread())
+            ips = python_frame_ips(frame, self.functions, self.functions.fid_of)
+            return state.cct, state.cct.path(self.python_lm, ips)
+
+    def open_stream(self, number: int) -> ThreadCCT:
+        """A CCT written as its own profile with thread id ``number`` (GPU streams: 500...)."""
+        with self.lock:
+            state = ThreadState(
+                number=number,
+                ident=-1,
+                thread=None,
+                cct=ThreadCCT(self.ids, main=False, with_no_activity=self.options.trace),
+                clock_id=None,
+                last_cpu=0.0,
+                last_wall=0.0,
+                is_stream=True,
+            )
+            self.streams.append(state)
+            return state.cct
+
+    # -- threads --------------------------------------------------------------------------------
+
+    def register_thread(
+        self, thread: threading.Thread | None, main: bool = False, ident: int | None = None
+    ) -> ThreadState:
+        """Start measuring a thread (normally called from that thread itself)."""
+        own = ident is None
+        if ident is None:
+            ident = threading.get_ident()
+        clock_id: int | None = None
+        native = getattr(thread, "native_id", None) if thread is not None else None
+        if own:
+            native = threading.get_native_id()
+        if native is not None:
+            clock_id = thread_cpu_clock(native)
+        elif ident is not None:
+            try:
+                clock_id = time.pthread_getcpuclockid(ident)
+            except OSError:
+                clock_id = None
+        if own and not main:
+            self._tune_switch_interval(2)  # a second Python thread: the program's interval
+        with self.lock:
+            if own:
+                self._finished.pop(ident, None)
+            previous = self.states.pop(ident, None)
+            if previous is not None:
+                if previous.thread is None or previous.thread is thread:
+                    # The sampler saw this thread a moment before it registered itself.
+                    previous.thread = thread
+                    if clock_id is not None and previous.clock_id is None:
+                        previous.clock_id = clock_id
+                        previous.last_cpu = self._read_cpu(clock_id)
+                    self.states[ident] = previous
+                    return previous
+                self._retire(previous, final_delta=False)
+            # Thread 0 is the main thread (hpcrun's "| Main" fence); the others are numbered
+            # 1, 2, ... in the order pyrun first sees them.
+            if main and not self._main_numbered:
+                number = 0
+                self._main_numbered = True
+            else:
+                self._last_thread += 1
+                number = self._last_thread
+            state = ThreadState(
+                number=number,
+                ident=ident,
+                thread=thread,
+                cct=ThreadCCT(self.ids, main=number == 0, with_no_activity=self.options.trace),
+                clock_id=clock_id,
+                last_cpu=self._read_cpu(clock_id),
+                last_wall=self.clocks.wall(),
+            )
+            self.states[ident] = state
+        return state
+
+    def thread_finished(self) -> None:
+        """The calling thread is about to end: attribute its last moments and write its files."""
+        ident = threading.get_ident()
+        with self.lock:
+            state = self.states.pop(ident, None)
+            if state is None or self.finished:
+                return
+            self._finished[ident] = state.thread
+            self._final_delta(state)
+            data = self._encode(state)
+        self._write_thread(state, data)
+
+    def _read_cpu(self, clock_id: int | None) -> float:
+        if clock_id is None:
+            return 0.0
+        try:
+            return self.clocks.thread_cpu(clock_id)
+        except OSError:
+            return 0.0
+
+    def _final_delta(self, state: ThreadState) -> None:
+        """Attribute what a thread used since its last sample to the last place it was seen."""
+        cct = state.cct
+        values = cct.values_of(self.sampling_kind)
+        if self._cpu_metric >= 0 and state.clock_id is not None:
+            try:
+                cpu = self.clocks.thread_cpu(state.clock_id)
+            except OSError:
+                cpu = state.last_cpu
+            if cpu > state.last_cpu:
+                values.add(cct.last_leaf, self._cpu_metric, cpu - state.last_cpu)
+            state.last_cpu = cpu
+        if self._real_metric >= 0:
+            now = self.clocks.wall()
+            if now > state.last_wall:
+                values.add(cct.last_leaf, self._real_metric, now - state.last_wall)
+            state.last_wall = now
+
+    def _retire(self, state: ThreadState, final_delta: bool) -> None:
+        """A thread gone without :meth:`thread_finished` (a C thread, a reused ident)."""
+        if final_delta:
+            self._final_delta(state)
+        data = self._encode(state)
+        self._write_thread(state, data)
+
+    # -- sampling -------------------------------------------------------------------------------
+
+    def sample(self) -> None:
+        """Take one sample of every thread (the sampler thread calls this each period)."""
+        clocks = self.clocks
+        frames = clocks.current_frames()
+        now = clocks.wall()
+        now_ns = clocks.epoch_ns() if self.options.trace else 0
+        thread_cpu = clocks.thread_cpu
+        cpu_metric = self._cpu_metric
+        real_metric = self._real_metric
+        tracing = self.options.trace
+        functions = self.functions
+        fid_of = functions.fid_of
+        python_lm = self.python_lm
+        kind = self.sampling_kind
+        active = threading._active  # type: ignore[attr-defined]
+        finished_opcodes = _FINISHED_OPCODES
+        with self.lock:
+            if self.finished:
+                return
+            self.samples += 1
+            states = self.states
+            sampler = self._sampler_ident
+            finished = self._finished
+            for ident, frame in frames.items():
+                if ident == sampler:
+                    continue
+                state = states.get(ident)
+                if state is None:
+                    if ident in finished:
+                        thread = active.get(ident)
+                        if thread is None or thread is finished[ident]:
+                            continue  # it wrote its profile and is ending
+                        del finished[ident]
+                    state = self._adopt(ident, active.get(ident))
+                elif state.thread is not None and active.get(ident, state.thread) is not (
+                    state.thread
+                ):
+                    # The ident was reused: the thread we knew ended without telling us.
+                    states.pop(ident)
+                    self._retire(state, final_delta=False)
+                    state = self._adopt(ident, active.get(ident))
+                cpu_delta = 0.0
+                if cpu_metric >= 0 and state.clock_id is not None:
+                    try:
+                        cpu = thread_cpu(state.clock_id)
+                    except OSError:
+                        cpu = state.last_cpu
+                    cpu_delta = cpu - state.last_cpu
+                    state.last_cpu = cpu
+                real_delta = now - state.last_wall
+                state.last_wall = now
+                if real_metric < 0 and cpu_delta <= 0.0:
+                    if tracing and not state.idle:
+                        state.cct.retain(state.cct.no_activity)
+                        state.trace_times.append(now_ns)
+                        state.trace_nodes.append(state.cct.no_activity)
+                    state.idle = True
+                    continue
+                cct = state.cct
+                try:
+                    leaf_done = frame.f_code.co_code[frame.f_lasti] in finished_opcodes
+                except IndexError:
+                    leaf_done = False
+                if leaf_done:
+                    leaf = cct.last_leaf
+                else:
+                    ips = python_frame_ips(frame, functions, fid_of)
+                    if ips == state.last_ips:  # the same path as last time: a hot loop
+                        leaf = state.last_path_leaf
+                    else:
+                        leaf = cct.path(python_lm, ips)
+                        state.last_ips, state.last_path_leaf = ips, leaf
+                    cct.last_leaf = leaf
+                values = cct.values_of(kind)
+                if cpu_delta > 0.0:
+                    values.add(leaf, cpu_metric, cpu_delta)
+                if real_metric >= 0 and real_delta > 0.0:
+                    values.add(leaf, real_metric, real_delta)
+                state.idle = False
+                if tracing:
+                    cct.retained[leaf] = 1
+                    state.trace_times.append(now_ns)
+                    state.trace_nodes.append(leaf)
+            if finished:
+                for ident in [i for i in finished if i not in frames]:
+                    del finished[ident]
+            if len(states) >= len(frames):
+                for ident in [i for i in states if i not in frames]:
+                    # Gone from sys._current_frames(): either the thread ended without passing
+                    # through threading (write what it had), or it is a native thread between
+                    # two calls into Python (it keeps its CCT). Its CPU clock tells which.
+                    if not self._alive(states[ident]):
+                        self._retire(states.pop(ident), final_delta=False)
+            if sampler is not None:
+                self._tune_switch_interval(len(frames) - (sampler in frames))
+
+    def _tune_switch_interval(self, program_threads: int) -> None:
+        """Let the sampler get the GIL within a fraction of a period in one-thread programs.
+
+        A thread that wants the GIL waits a whole switch interval (5 ms by default) before it
+        asks the running thread to drop it, so a sampler thread would sample a CPU-bound
+        program at most every 5 ms plus its period. While the program has a single Python
+        thread the only waiter is the sampler, so a short interval changes nothing else; as
+        soon as the program runs a second thread the program's own interval is restored (its
+        threads' scheduling is its business). ``sys.getswitchinterval`` keeps reporting the
+        program's value (hooks).
+        """
+        fast = program_threads <= 1 and self._stop_lock is not None and not self.finished
+        if fast != self._fast_switch:
+            self._fast_switch = fast
+            interval = self.program_switch_interval
+            _set_switch_interval(min(interval, self._fast_interval) if fast else interval)
+
+    def set_program_switch_interval(self, interval: float) -> None:
+        """The program called ``sys.setswitchinterval(interval)``."""
+        _set_switch_interval(interval)  # validates, as the program's call would
+        self.program_switch_interval = interval
+        if self._fast_switch:
+            _set_switch_interval(min(interval, self._fast_interval))
+
+    def _alive(self, state: ThreadState) -> bool:
+        """Whether the thread still exists: a dead thread's CPU clock cannot be read."""
+        if state.clock_id is None:
+            return False
+        try:
+            self.clocks.thread_cpu(state.clock_id)
+        except OSError:
+            return False
+        return True
+
+    def _adopt(self, ident: int, thread: threading.Thread | None) -> ThreadState:
+        """A thread seen for the first time by the sampler (it existed before, or is foreign)."""
+        main = thread is not None and thread is threading.main_thread()
+        return self.register_thread(thread, main=main, ident=ident)
+
+    # -- sampler thread -------------------------------------------------------------------------
+
+    def start_sampler(self) -> None:
+        """Start the sampler thread (a raw ``_thread``, invisible to ``threading.enumerate``)."""
+        stop = _thread.allocate_lock()
+        stop.acquire()
+        stopped = _thread.allocate_lock()
+        stopped.acquire()
+        self._stop_lock, self._stopped_lock = stop, stopped
+        started = _thread.allocate_lock()
+        started.acquire()
+        _thread.start_new_thread(self._sampler_main, (stop, stopped, started))
+        started.acquire()
+
+    def _sampler_main(
+        self, stop: _thread.LockType, stopped: _thread.LockType, started: _thread.LockType
+    ) -> None:
+        self._sampler_ident = _thread.get_ident()
+        started.release()
+        period = self.options.period_s
+        checkpoint = self.options.checkpoint_s
+        wall = time.monotonic
+        # Each period gets one wake-up at a random point inside it (stratified sampling): a
+        # strictly periodic sampler aliases with periodic programs and over-samples some phases
+        # of their loops. xorshift32 draws the offsets: ``random`` would cost an import.
+        state = (os.getpid() * 2654435761 + time.monotonic_ns()) & 0xFFFFFFFF or 1
+        window = wall()
+        next_wake = window + period * 0.5
+        failures = 0
+        try:
+            while not stop.acquire(True, max(0.0, next_wake - wall())):
+                try:
+                    self.sample()
+                except Exception as error:  # one bad sample must not end the measurement
+                    failures += 1
+                    if failures == 1:
+                        sys.stderr.write(f"pyrun: a sample failed: {error!r}\n")
+                    if failures >= 100:
+                        raise
+                now = wall()
+                window += period
+                if window + period < now:  # fell behind (a long GIL hold): no burst to catch up
+                    window = now
+                state ^= (state << 13) & 0xFFFFFFFF
+                state ^= state >> 17
+                state ^= (state << 5) & 0xFFFFFFFF
+                next_wake = window + period * (state / 4294967296.0)
+                if checkpoint and now - self._last_checkpoint >= checkpoint:
+                    self._last_checkpoint = now
+                    self.checkpoint()
+        except Exception as error:  # never kill the program; say once why measurement stopped
+            sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
+        finally:
+            stopped.release()
+
+    def stop_sampler(self, timeout: float = 2.0) -> None:
+        """Stop the sampler thread and wait (bounded) for it to finish its current sample."""
+        stop, stopped = self._stop_lock, self._stopped_lock
+        if stop is None or stopped is None:
+            return
+        self._stop_lock = self._stopped_lock = None
+        stop.release()
+        self._tune_switch_interval(2)
+        if _thread.get_ident() != self._sampler_ident:
+            stopped.acquire(True, timeout)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def identity(self, state: ThreadState) -> ProfileIdentity:
+        env = os.environ
+        rank = naming.rank_from_mpi4py()
+        if rank is None:
+            rank = naming.rank_from_env(env)
+        if rank is not None:
+            self._mpi_rank = rank
+        if self._host_id is None:
+            self._host_id = naming.host_id()
+        return ProfileIdentity(
+            program_name=os.path.basename(sys.executable) or "python",
+            program_path=sys.executable,
+            env_path=env.get("PATH", ""),
+            job_id=naming.job_id_from_env(env),
+            mpi_rank=self._mpi_rank,
+            thread=state.number,
+            host_id=self._host_id,
+            pid=self.pid,
+        )
+
+    def _encode(self, state: ThreadState) -> tuple[str, bytes, bytes | None, bytes]:
+        """Encode a thread's files (call with the lock held); returns (base stem, ...)."""
+        identity = self.identity(state)
+        times = state.trace_times
+        span = (min(times), max(times)) if times else (0, 0)
+        profile = encode_profile(state.cct, identity, self.load_modules, self.kinds, span)
+        trace = (
+            encode_trace(state.cct, state.trace_times, state.trace_nodes)
+            if self.options.trace
+            else None
+        )
+        logical = encode_logical(list(self.functions.stanzas))
+        base = naming.file_stem(
+            identity.program_name,
+            identity.mpi_rank or 0,
+            identity.thread,
+            identity.host_id,
+            identity.pid,
+            0,
+        )
+        return base, profile, trace, logical
+
+    def _write_thread(
+        self, state: ThreadState, data: tuple[str, bytes, bytes | None, bytes]
+    ) -> None:
+        with self._write_lock:
+            self._write_files(state, data)
+
+    def _write_files(
+        self, state: ThreadState, data: tuple[str, bytes, bytes | None, bytes]
+    ) -> None:
+        base, profile, trace, logical = data
+        directory = self.options.output_dir
+        try:
+            _atomic_write(os.path.join(directory, self.logical_path), logical)
+            if not state.stem or not state.stem.startswith(base[: base.rfind("-")]):
+                old = state.stem
+                state.stem = _reserve_stem(directory, base, profile)
+                if old:
+                    for suffix in (".hpcrun", ".hpctrace"):
+                        _unlink_quietly(os.path.join(directory, old + suffix))
+            else:
+                _atomic_write(os.path.join(directory, state.stem + ".hpcrun"), profile)
+            if trace is not None:
+                _atomic_write(os.path.join(directory, state.stem + ".hpctrace"), trace)
+        except OSError as error:
+            message = f"pyrun: cannot write measurement files to {directory}: {error}"
+            if message not in self.write_errors:
+                self.write_errors.append(message)
+                sys.stderr.write(message + "\n")
+
+    def checkpoint(self) -> None:
+        """Write every live thread's files now (atomic replace), keeping measurement going."""
+        with self.lock:
+            if self.finished:
+                return
+            encoded = [(state, self._encode(state)) for state in self._all_states()]
+        for state, data in encoded:
+            self._write_thread(state, data)
+
+    def _all_states(self) -> list[ThreadState]:
+        return list(self.states.values()) + self.streams
+
+    def finish(self) -> None:
+        """Stop measuring and write every thread's files (exit, SIGTERM, ``os._exit``, exec)."""
+        if self.finished or self.pid != os.getpid():
+            return
+        self.stop_sampler()
+        with self.lock:
+            if self.finished:
+                return
+            states = self._all_states()
+            for state in states:
+                if not state.is_stream:
+                    self._final_delta(state)
+            encoded = [(state, self._encode(state)) for state in states]
+            self.finished = True
+        for state, data in encoded:
+            self._write_thread(state, data)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: never half a file."""
+    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(data)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "wb") as stream:
+            stream.write(data)
+    os.replace(temporary, path)
+
+
+def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
+    """Claim ``base`` (generation 0) or the first free generation, writing the profile there.
+
+    ``os.link`` of a complete temporary file is an exclusive, atomic create, so two processes
+    with one pid (``exec``) never share a name, which is what hpcrun's generation number is for.
+    """
+    prefix = base[: base.rfind("-")]
+    temporary = os.path.join(directory, f".{prefix}.{threading.get_ident()}.tmp")
+    with open(temporary, "wb") as stream:
+        stream.write(profile)
+    try:
+        generation = 0
+        while True:
+            stem = f"{prefix}-{generation}"
+            try:
+                os.link(temporary, os.path.join(directory, stem + ".hpcrun"))
+                return stem
+            except FileExistsError:
+                generation += 1
+    finally:
+        _unlink_quietly(temporary)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:  # noqa: SIM105  # contextlib is one more import in every measured process
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,370 @@
+"""pyrun's parts in isolation: events, naming, the CCT, the encoder against the format writers,
+and the sampler driven by fake clocks (no sampler thread, no timing dependence).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.errors import UsageError
+from pyhpctk.formats import hpcrun, hpctrace, logical
+from pyhpctk.formats.hpcrun_model import placeholder_text
+from pyhpctk.measure import naming
+from pyhpctk.measure.cct import (
+    FunctionTable,
+    MetricKind,
+    MetricSpec,
+    NodeIdAllocator,
+    ThreadCCT,
+    python_frame_ips,
+)
+from pyhpctk.measure.config import ENV_OUTPUT, MeasureOptions
+from pyhpctk.measure.encode import (
+    ProfileIdentity,
+    encode_logical,
+    encode_profile,
+    encode_trace,
+    profile_model,
+    trace_model,
+)
+from pyhpctk.measure.events import EventSpec, event_listing, parse_event, parse_events
+from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def test_events_use_hpcruns_syntax() -> None:
+    assert parse_events([]) == (EventSpec("CPUTIME", 5000),)
+    assert parse_event("REALTIME@1000") == EventSpec("REALTIME", 1000)
+    assert parse_event("cputime@f100") == EventSpec("CPUTIME", 10000)
+    assert parse_event("CPUTIME").metric_name == "CPUTIME (sec)"
+    assert str(parse_event("REALTIME@250")) == "REALTIME@250"
+    assert "REALTIME" in event_listing()
+
+
+@pytest.mark.parametrize("text", ["CYCLES", "CPUTIME@abc", "CPUTIME@10", "CPUTIME@f0"])
+def test_bad_events_are_usage_errors(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_event(text)
+
+
+def test_an_event_may_be_given_once() -> None:
+    with pytest.raises(UsageError, match="more than once"):
+        parse_events(["CPUTIME", "CPUTIME@100"])
+
+
+def test_options_travel_through_the_environment() -> None:
+    options = MeasureOptions("/tmp/x", parse_events(["REALTIME@2000"]), True, 2.5)
+    env: dict[str, str] = {"PYTHONPATH": "/elsewhere"}
+    options.export(env)
+    assert MeasureOptions.from_env(env) == options
+    assert env["PYTHONPATH"].endswith("/elsewhere")
+    assert env["PYTHONPATH"].split(":")[0].endswith("bootstrap")
+    assert MeasureOptions.from_env({}) is None
+    assert MeasureOptions.from_env({ENV_OUTPUT: "/tmp/y"}) == MeasureOptions("/tmp/y")
+
+
+# -- naming ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "rank"),
+    [
+        ({}, None),
+        ({"SLURM_PROCID": "7"}, 7),
+        ({"PMI_RANK": "3"}, 3),
+        ({"PMIX_RANK": "4"}, 4),
+        ({"OMPI_COMM_WORLD_RANK": "2", "SLURM_PROCID": "0"}, 2),
+        ({"MV2_COMM_WORLD_RANK": "9"}, 9),
+        ({"PMI_RANK": "not-a-number"}, None),
+    ],
+)
+def test_rank_comes_from_the_launcher(env: dict[str, str], rank: int | None) -> None:
+    assert naming.rank_from_env(env) == rank
+
+
+def test_launch_keys_and_job_ids() -> None:
+    assert naming.launch_key({}) == ""
+    assert naming.launch_key({"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "1"}) == "5.1"
+    assert naming.launch_key({"PMIX_NAMESPACE": "ns/1"}) == "ns_1"
+    assert naming.job_id_from_env({"PBS_JOBID": "12.server"}) == "12.server"
+    assert naming.job_id_from_env({}) == ""
+
+
+def test_file_names_and_directory_names() -> None:
+    assert naming.file_stem("python3", 3, 12, 0x11AC0300, 4974, 0) == (
+        "python3-000003-012-11ac0300-4974-0"
+    )
+    assert naming.program_name(["python", "-u", "app.py", "x"]) == "app"
+    assert naming.program_name(["python3.11", "-m", "pkg.tool"]) == "pkg.tool"
+    assert naming.program_name(["./run.sh"]) == "run.sh"
+    assert naming.default_output_dir(["python", "a.py"], {}) == "hpctoolkit-a-measurements"
+    assert naming.default_output_dir(["python", "a.py"], {"SLURM_JOB_ID": "9"}) == (
+        "hpctoolkit-a-measurements-9"
+    )
+
+
+def test_fresh_directories_never_collide(tmp_path: Path) -> None:
+    base = str(tmp_path / "run")
+    assert naming.fresh_directory(base) == base
+    assert naming.fresh_directory(base) == base + "-2"
+    assert naming.fresh_directory(base) == base + "-3"
+
+
+# -- CCT ---------------------------------------------------------------------------------------
+
+
+def test_cct_shape_ids_and_sparse_kinds() -> None:
+    cct = ThreadCCT(NodeIdAllocator(), main=True, with_no_activity=True)
+    assert [placeholder_text(ip) for ip in cct.ip] == ["^Primary", "NoActvty", "| Main  "]
+    assert list(cct.node_id) == [12, 14, 16]
+    leaf = cct.path(1, [(2 << 32) | 7, (1 << 32) | 3])  # innermost first
+    assert cct.path(1, [(2 << 32) | 7, (1 << 32) | 3]) == leaf  # found again, not duplicated
+    assert len(cct) == 5
+    assert cct.parent[leaf] == 3 and cct.parent[3] == cct.fence
+    kind = MetricKind("k", (MetricSpec("A"), MetricSpec("B")), base=0)
+    cct.add(kind, leaf, 1, 2.5)
+    cct.add(kind, leaf, 1, 0.5)
+    store = cct.values_of(kind)
+    assert store.get(leaf, 1) == 3.0 and store.get(leaf, 0) == 0.0
+    assert list(store.slot_of) == [leaf]  # only nodes with values are stored
+    cct.retain(leaf)
+    assert cct.written_id(leaf) == cct.node_id[leaf] + 1
+
+
+def func_lo(ready: threading.Event, release: threading.Event) -> None:
+    ready.set()
+    release.wait()
+
+
+def func_mid(ready: threading.Event, release: threading.Event) -> None:
+    func_lo(ready, release)
+
+
+def func_hi(ready: threading.Event, release: threading.Event) -> None:
+    func_mid(ready, release)
+
+
+@pytest.fixture
+def parked_thread() -> Iterator[threading.Thread]:
+    """A thread parked inside func_hi -> func_mid -> func_lo until the test ends."""
+    ready, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=func_hi, args=(ready, release))
+    thread.start()
+    ready.wait()
+    yield thread
+    release.set()
+    thread.join()
+
+
+def test_python_frames_become_fid_and_line(parked_thread: threading.Thread) -> None:
+    assert parked_thread.ident is not None
+    frame = sys._current_frames()[parked_thread.ident]
+    table = FunctionTable()
+    ips = python_frame_ips(frame, table, table.fid_of)
+    names = [table.stanzas[(ip >> 32) - 1].funcname for ip in ips]
+    lo = names.index("func_lo")  # below it: threading's Event.wait frames
+    assert names[lo : lo + 3] == ["func_lo", "func_mid", "func_hi"]
+    assert ips[lo] & 0xFFFFFFFF == func_lo.__code__.co_firstlineno + 2  # release.wait()
+    assert table.stanzas[(ips[lo] >> 32) - 1].lineno == func_lo.__code__.co_firstlineno
+    assert python_frame_ips(frame, table, table.fid_of) == ips  # fids are stable
+
+
+# -- encoder: the same bytes as the format writers ----------------------------------------------
+
+
+def _sample_cct() -> tuple[ThreadCCT, list[MetricKind]]:
+    sampling = MetricKind("sampling", (MetricSpec("CPUTIME (sec)"),), base=0)
+    gpu = MetricKind(
+        "gpu",
+        (MetricSpec("GKER (sec)", move_to_proc=True), MetricSpec("GKER:COUNT", is_real=False)),
+        base=1,
+    )
+    cct = ThreadCCT(NodeIdAllocator(), main=False, with_no_activity=True)
+    leaf = cct.path(1, [(3 << 32) | 30, (2 << 32) | 20, (1 << 32) | 10])
+    other = cct.path(1, [(4 << 32) | 40, (1 << 32) | 10])
+    kernel = cct.placeholder(leaf, "GPUKernl")
+    cct.add(sampling, leaf, 0, 0.25)
+    cct.add(sampling, other, 0, 0.125)
+    cct.add(gpu, kernel, 0, 1.5e-3)
+    cct.add(gpu, kernel, 1, 12)
+    cct.retain(leaf)
+    cct.retain(cct.no_activity)
+    return cct, [sampling, gpu]
+
+
+IDENTITY = ProfileIdentity("python3", "/usr/bin/python3", "/bin", "77", 2, 1, 0x11AC0300, 4974)
+
+
+def test_profile_bytes_equal_the_format_writers() -> None:
+    cct, kinds = _sample_cct()
+    modules = [(1, "logical/python.0000abcd", 1)]
+    span = (1_700_000_000_000_000_000, 1_700_000_000_500_000_000)
+    ours = encode_profile(cct, IDENTITY, modules, kinds, span)
+    model = profile_model(cct, IDENTITY, modules, kinds, span)
+    assert ours == hpcrun.to_bytes(model)
+    profile = hpcrun.read(ours)
+    assert hpcrun.verify(profile) == []
+    assert profile.header("mpi-rank") == "2" and profile.header("job-id") == "77"
+    assert [m.name for m in profile.metrics] == ["CPUTIME (sec)", "GKER (sec)", "GKER:COUNT"]
+    assert profile.metrics[1].move_to_proc and not profile.metrics[2].is_real
+    node_ids, metrics, values = profile.decoded_values()
+    by_metric = {int(m): float(v) for m, v in zip(metrics, values, strict=True)}
+    assert by_metric[1] == 1.5e-3 and by_metric[2] == 12.0
+    assert sorted(v for m, v in zip(metrics, values, strict=True) if m == 0) == [0.125, 0.25]
+    assert {int(n) % 2 for n in node_ids if int(n) == cct.written_id(2)} <= {1}
+
+
+def test_trace_and_logical_bytes_equal_the_format_writers() -> None:
+    cct, _ = _sample_cct()
+    leaf = next(i for i in range(len(cct)) if cct.retained[i] and cct.lm[i] == 1)
+    times, nodes = [10, 20, 30], [leaf, cct.no_activity, leaf]
+    ours = encode_trace(cct, times, nodes)
+    assert ours == hpctrace.to_bytes(trace_model(cct, times, nodes))
+    trace = hpctrace.read(ours)
+    assert [int(n) for n in trace.records["node_id"]] == [
+        cct.node_id[leaf] + 1,
+        cct.node_id[cct.no_activity] + 1,
+        cct.node_id[leaf] + 1,
+    ]
+    table = FunctionTable()
+    table.register(func_hi.__code__)
+    table.register(compile("x = 1", "/tmp/script.py", "exec"))
+    data = encode_logical(table.stanzas)
+    metadata = logical.read(data)
+    assert logical.to_bytes(metadata) == data
+    assert logical.verify(metadata) == []
+    assert [(s.fid, s.funcname, s.lineno) for s in metadata.stanzas] == [
+        (1, "func_hi", func_hi.__code__.co_firstlineno),
+        (2, "", 0),
+    ]
+
+
+# -- the sampler, on fake clocks ----------------------------------------------------------------
+
+
+class FakeCpuClocks:
+    """Thread CPU clocks that advance by ``step`` seconds on each read of a busy thread."""
+
+    def __init__(self, busy: set[int], step: float) -> None:
+        self.busy, self.step = busy, step
+        self.now: dict[int, float] = {}
+
+    def read(self, clock_id: int) -> float:
+        if clock_id in self.busy:
+            self.now[clock_id] = self.now.get(clock_id, 0.0) + self.step
+        return self.now.get(clock_id, 1.0)
+
+
+def test_sampler_attributes_cpu_deltas_to_each_threads_stack(
+    tmp_path: Path, parked_thread: threading.Thread
+) -> None:
+    assert parked_thread.ident is not None and parked_thread.native_id is not None
+    idle = threading.current_thread()
+    busy_clock = thread_cpu_clock(parked_thread.native_id)
+    cpu = FakeCpuClocks({busy_clock}, 0.005)
+    wall = iter(float(t) for t in range(100))
+    stamps = iter(range(1000, 2000, 10))
+
+    def frames() -> dict[int, object]:
+        current = sys._current_frames()
+        return {i: current[i] for i in (parked_thread.ident, idle.ident) if i is not None}
+
+    clocks = Clocks(
+        thread_cpu=cpu.read,
+        wall=lambda: next(wall),
+        epoch_ns=lambda: next(stamps),
+        current_frames=frames,  # type: ignore[arg-type]
+    )
+    session = Session(MeasureOptions(str(tmp_path), trace=True, checkpoint_s=0), clocks)
+    for _ in range(4):
+        session.sample()
+    session.finish()
+    states = {
+        state: hpcrun.read(path)
+        for state in (0, 1)
+        for path in tmp_path.glob(f"*-{state:03d}-*.hpcrun")
+    }
+    assert set(states) == {0, 1}  # numbered in order of first sight
+    busy = next(p for p in states.values() if len(p.values))
+    node_ids, _, values = busy.decoded_values()
+    # 1 baseline read + 4 samples + 1 final read: 5 deltas of 5 ms, all on the parked stack.
+    assert float(values.sum()) == pytest.approx(0.025)
+    metadata = logical.read(next((tmp_path / "logical").iterdir()))
+    names = {s.fid: s.funcname for s in metadata.stanzas}
+    records = {
+        int(r["id"]): (int(r["parent_id"]), int(r["lm_id"]), int(r["lm_ip"])) for r in busy.cct
+    }
+    for node in {int(n) for n in node_ids}:
+        path = []
+        while node:
+            parent, lm, ip = records[node]
+            path.append(names[ip >> 32] if lm else placeholder_text(ip))
+            node = parent
+        lo = path.index("func_lo")  # innermost first; threading's wait frames below it
+        assert path[lo : lo + 3] == ["func_lo", "func_mid", "func_hi"]
+        assert path[-2:] == ["| Thread", "^Primary"]
+    idle_profile = next(p for p in states.values() if not len(p.values))
+    idle_trace = hpctrace.read(
+        next(tmp_path.glob(f"*-{int(idle_profile.header('thread-id')):03d}-*.hpctrace"))
+    )
+    (only,) = idle_trace.records  # one NoActvty record, not one per sample
+    no_activity = {int(r["id"]) for r in idle_profile.cct if r["lm_id"] == 0}
+    assert int(only["node_id"]) in no_activity
+
+
+def test_a_gpu_layer_can_add_a_kind_placeholders_and_streams(tmp_path: Path) -> None:
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    kind = session.add_metric_kind(
+        MetricKind("gpu-kernel", (MetricSpec("GKER (sec)", move_to_proc=True),))
+    )
+    assert kind.base == 1
+    lm = session.add_load_module("gpubins/0123.gpubin")
+    assert lm == 2 and session.add_load_module("gpubins/0123.gpubin") == 2
+    cct, node = session.current_context(skip=0)
+    kernel = cct.placeholder(node, "GPUKernl")
+    cct.add(kind, cct.child(kernel, lm, 0x1000, unwound=False), 0, 0.5)
+    stream = session.open_stream(500)
+    stream.add(kind, stream.placeholder(stream.fence, "GPUTrace"), 0, 0.25)
+    session.finish()
+    profiles = {int(p.header("thread-id")): p for p in map(hpcrun.read, tmp_path.glob("*.hpcrun"))}
+    assert set(profiles) == {1, 500}  # the test's thread was registered on first use
+    for profile in profiles.values():
+        assert hpcrun.verify(profile) == []
+        assert [m.name for m in profile.metrics] == ["CPUTIME (sec)", "GKER (sec)"]
+    _, metrics, values = profiles[1].decoded_values()
+    assert values[metrics == 1].tolist() == [0.5]
+    _, metrics, values = profiles[500].decoded_values()
+    assert list(zip(metrics.tolist(), values.tolist(), strict=True)) == [(1, 0.25)]
+    text = io.StringIO()
+    hpcrun.dump(profiles[1], text)
+    assert "GPUKernl" in text.getvalue()
+
+
+@pytest.mark.parametrize("alive", [True, False])
+def test_a_thread_missing_from_the_frames_is_kept_while_its_clock_runs(
+    tmp_path: Path, parked_thread: threading.Thread, alive: bool
+) -> None:
+    """A native thread between two calls into Python has no frames but must keep its CCT; a
+    thread that ended without telling pyrun (its CPU clock is gone) is written out."""
+    assert parked_thread.ident is not None and parked_thread.native_id is not None
+    clock = thread_cpu_clock(parked_thread.native_id)
+
+    def thread_cpu(clock_id: int) -> float:
+        if clock_id == clock and not alive:
+            raise OSError("no such thread")
+        return 1.0
+
+    clocks = Clocks(thread_cpu=thread_cpu, current_frames=dict)
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks)
+    session._sampler_ident = -1  # as if the sampler thread were running
+    state = session.register_thread(parked_thread, ident=parked_thread.ident)
+    session.sample()
+    assert (parked_thread.ident in session.states) is alive
+    assert bool(list(tmp_path.glob(f"*-{state.number:03d}-*.hpcrun"))) is not alive
