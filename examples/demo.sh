@@ -22,7 +22,17 @@ pyhpctk verify "$out/database"
 echo "== 5. pyview: top-down view"
 pyview --depth 12 "$out/database"
 
-echo "== 6. pyview: a GPU database written by HPCToolkit itself (reference data), same viewer"
+echo "== 6. GPU: which Python line launched which GPU work (CUPTI with a GPU, else simulated)"
+if python -c "import cupy, sys; sys.exit(cupy.cuda.runtime.getDeviceCount() == 0)" 2>/dev/null; then
+    gpu_event=gpu=nvidia
+else
+    gpu_event=gpu=simulated   # replays activity recorded on an NVIDIA H200
+fi
+pyrun -e "$gpu_event" -t -o "$out/gpu-measurements" python "$here/gpu_demo.py" 20
+pyprof -o "$out/gpu-database" "$out/gpu-measurements"
+pyview --depth 14 -m 'GPUOP (sec)' -m 'GKER (sec)' -m 'GXCOPY (sec)' -m 'GKER:COUNT' "$out/gpu-database"
+
+echo "== 7. pyview: a GPU database written by HPCToolkit itself (reference data), same viewer"
 ref="$here/../../shared/reference/hpctoolkit-testdata/dbase/loops-cuda-nvidia-t.d"
 if [ -d "$ref" ]; then
     pyview --depth 8 "$ref"

@@ -8,8 +8,10 @@ from __future__ import annotations
 import click
 
 from pyhpctk.cli._common import run_command
+from pyhpctk.errors import UsageError
 from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S
 from pyhpctk.measure.events import event_listing, parse_events
+from pyhpctk.measure.gpu.spec import is_gpu_event, parse_gpu_event
 from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
 
 
@@ -29,7 +31,8 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
     "events",
     multiple=True,
     metavar="EVENT[@PERIOD]",
-    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000) or REALTIME.",
+    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000) or REALTIME; "
+    "or measure GPU work: gpu=nvidia (CUPTI), gpu=amd, gpu=simulated (replays a recording).",
 )
 @click.option("-t", "--trace", is_flag=True, help="Also record a trace (.hpctrace) per thread.")
 @click.option("-L", "--list-events", is_flag=True, help="List the events pyrun can sample.")
@@ -54,12 +57,16 @@ def pyrun(
     if list_events:
         click.echo(event_listing(), nl=False)
         return 0
+    gpu_events = [parse_gpu_event(e) for e in events if is_gpu_event(e)]
+    if len(gpu_events) > 1:
+        raise UsageError("give at most one gpu=... event")
     options = RunOptions(
         command=command,
         output_dir=output,
-        events=parse_events(list(events)),
+        events=parse_events([e for e in events if not is_gpu_event(e)]),
         trace=trace,
         checkpoint_s=checkpoint,
+        gpu=str(gpu_events[0]) if gpu_events else None,
     )
     return run(options).returncode
 

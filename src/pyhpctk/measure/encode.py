@@ -162,6 +162,30 @@ def _pack_values(triples: list[tuple[int, float, bool]]) -> list[bytes]:
     ]
 
 
+def _rebase_formula(formula: str, base: int) -> str:
+    """Shift every metric reference ``#N`` of ``formula`` by ``base`` (formats.md §1.6).
+
+    A kind numbers its metrics from 0; in the file, metric N of a kind is ``base + N``. A small
+    scanner rather than :mod:`re`: this module runs in every measured process.
+    """
+    if not base or "#" not in formula:
+        return formula
+    out: list[str] = []
+    i = 0
+    while i < len(formula):
+        char = formula[i]
+        out.append(char)
+        i += 1
+        if char == "#":
+            j = i
+            while j < len(formula) and formula[j].isdigit():
+                j += 1
+            if j > i:
+                out.append(str(int(formula[i:j]) + base))
+                i = j
+    return "".join(out)
+
+
 def metric_table(kinds: Sequence[MetricKind]) -> bytes:
     """The metric-table section (formats.md §1.6) for ``kinds`` in base order."""
     chunks = [_U32.pack(sum(kind.width for kind in kinds))]
@@ -172,7 +196,8 @@ def metric_table(kinds: Sequence[MetricKind]) -> bytes:
                 _str(spec.description or spec.name),
                 spec.flags(),
                 _U64.pack(spec.period),
-                _str(getattr(spec, "formula", "")),  # a GPU layer's specs may carry these
+                # A GPU layer's specs may carry formulas; their #N count within the kind.
+                _str(_rebase_formula(getattr(spec, "formula", ""), kind.base)),
                 _str(getattr(spec, "format", "")),
                 _METRIC_TAIL.pack(0, 0, 0.0, 0),
             ]

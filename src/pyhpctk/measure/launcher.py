@@ -25,6 +25,7 @@ from pyhpctk.errors import PyhpctkError, UsageError
 from pyhpctk.measure import naming
 from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S, MeasureOptions
 from pyhpctk.measure.events import EventSpec
+from pyhpctk.measure.gpu.spec import ENV_GPU
 
 #: Signals pyrun passes on to the command (SIGINT comes from the terminal to both already).
 FORWARDED_SIGNALS: tuple[signal.Signals, ...] = (
@@ -57,6 +58,7 @@ class RunOptions:
     events: tuple[EventSpec, ...] = (EventSpec("CPUTIME"),)
     trace: bool = False
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
+    gpu: str | None = None  # a parsed and re-rendered ``gpu=...`` event (pyhpctk.measure.gpu)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -134,6 +136,10 @@ def run(
     created_fresh = options.output_dir is None or not os.path.exists(options.output_dir)
     output_dir = prepare_output_dir(options.output_dir, options.command, base_env)
     MeasureOptions(output_dir, options.events, options.trace, options.checkpoint_s).export(base_env)
+    if options.gpu is not None:
+        base_env[ENV_GPU] = options.gpu  # its options hold commas: its own variable
+    else:
+        base_env.pop(ENV_GPU, None)
     before = _profiles(output_dir)
     returncode = _run_forwarding_signals(list(options.command), base_env)
     written = sorted(_profiles(output_dir) - before)

@@ -12,7 +12,7 @@ import os
 import sys
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure import hooks
+from pyhpctk.measure import gpu, hooks
 from pyhpctk.measure.config import ENV_DEBUG, MeasureOptions
 from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.session import Session
@@ -24,6 +24,9 @@ def start_from_env() -> Session | None:
     if options is None or hooks.current_session() is not None:
         return None
     session = hooks.start(Session(options))
+    spec = gpu.spec_from_env()
+    if spec is not None:
+        session.gpu = gpu.install(session, spec)
     if os.environ.get(ENV_DEBUG) == "1":
         sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
     return session
@@ -35,16 +38,20 @@ def start(
     trace: bool = False,
     checkpoint_s: float = 0.0,
     install_hooks: bool = True,
+    gpu_event: str | None = None,
 ) -> Session:
-    """Measure this process from now on, writing into ``output_dir`` (created if missing)."""
+    """Measure this process from now on, writing into ``output_dir`` (created if missing).
+
+    ``gpu_event`` (``gpu=nvidia``, ``gpu=simulated,...``) also measures GPU work.
+    """
     if hooks.current_session() is not None:
         raise UsageError("this process is already being measured")
     os.makedirs(output_dir, exist_ok=True)
     options = MeasureOptions(os.path.abspath(output_dir), events, trace, checkpoint_s)
     session = Session(options)
-    if install_hooks:
-        return hooks.start(session)
-    hooks.start(session, install_hooks=False)
+    hooks.start(session, install_hooks=install_hooks)
+    if gpu_event is not None:
+        session.gpu = gpu.install(session, gpu.parse_gpu_event(gpu_event))
     return session
 
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
 
 LM_FLAG_ANALYZE = 0x1  # formats.md §1.4
 SAMPLER_KIND = "sampling"
@@ -168,6 +169,8 @@ class Session:
         self.program_switch_interval = _get_switch_interval()
         self._fast_interval = max(50e-6, options.period_s / 8)
         self._fast_switch = False
+        # The GPU layer (pyhpctk.measure.gpu), when -e gpu=... asked for one.
+        self.gpu: GpuMonitor | None = None
         self._reset_process_state()
 
     # -- process state (everything a forked child starts afresh) ----------------------------
@@ -194,6 +197,9 @@ class Session:
         self._main_numbered = False
         self._last_thread = 0
         self._sampler_ident: int | None = None
+        # Threads that are the toolchain's own (GPU monitor, tracing, CUPTI buffer threads):
+        # never measured as application threads (issue #6, item 2).
+        self._excluded: set[int] = set()
         self._stop_lock: _thread.LockType | None = None
         self._stopped_lock: _thread.LockType | None = None
         self.finished = False
@@ -205,6 +211,7 @@ class Session:
 
     def after_fork_in_child(self) -> None:
         """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
+        self.gpu = None  # the GPU runtime's threads and CUPTI do not survive a fork
         self.lock = threading.RLock()
         self._reset_process_state()
         self._fast_switch = True
@@ -264,6 +271,12 @@ class Session:
 
     # -- threads --------------------------------------------------------------------------------
 
+    def exclude_thread(self, ident: int) -> None:
+        """Never measure thread ``ident`` (one of the toolchain's own threads); forget its CCT."""
+        with self.lock:
+            self._excluded.add(ident)
+            self.states.pop(ident, None)
+
     def register_thread(
         self, thread: threading.Thread | None, main: bool = False, ident: int | None = None
     ) -> ThreadState:
@@ -287,6 +300,7 @@ class Session:
         with self.lock:
             if own:
                 self._finished.pop(ident, None)
+                self._excluded.discard(ident)  # a new thread that reuses an excluded ident
             previous = self.states.pop(ident, None)
             if previous is not None:
                 if previous.thread is None or previous.thread is thread:
@@ -321,6 +335,8 @@ class Session:
     def thread_finished(self) -> None:
         """The calling thread is about to end: attribute its last moments and write its files."""
         ident = threading.get_ident()
+        if self.gpu is not None:
+            self.gpu.thread_ending()  # attribute this thread's GPU activities before writing
         with self.lock:
             state = self.states.pop(ident, None)
             if state is None or self.finished:
@@ -388,8 +404,9 @@ class Session:
             states = self.states
             sampler = self._sampler_ident
             finished = self._finished
+            excluded = self._excluded
             for ident, frame in frames.items():
-                if ident == sampler:
+                if ident == sampler or ident in excluded:
                     continue
                 state = states.get(ident)
                 if state is None:
@@ -655,6 +672,11 @@ class Session:
         """Stop measuring and write every thread's files (exit, SIGTERM, ``os._exit``, exec)."""
         if self.finished or self.pid != os.getpid():
             return
+        monitor, self.gpu = self.gpu, None
+        if monitor is not None:
+            from pyhpctk.measure import gpu
+
+            gpu.shutdown(monitor)  # flush, attribute every activity, write the stream files
         self.stop_sampler()
         with self.lock:
             if self.finished:

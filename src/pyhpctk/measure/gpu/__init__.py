@@ -34,6 +34,7 @@ from pyhpctk.measure.gpu.spec import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyhpctk.measure.gpu.monitor import GpuMonitor, GpuStats
+    from pyhpctk.measure.gpu.simulated import SimulatedBackend
     from pyhpctk.measure.session import Session
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "is_gpu_event",
     "parse_gpu_event",
     "shutdown",
+    "simulated_runtime",
     "spec_from_env",
 ]
 
@@ -105,6 +107,25 @@ def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
             monitor.close(write=False)
         raise
     return monitor
+
+
+def simulated_runtime() -> SimulatedBackend:
+    """The simulated GPU runtime of this process (under ``pyrun -e gpu=simulated``).
+
+    A program without a GPU calls its ``launch()``, ``copy()``, ``memset()`` and
+    ``synchronize()`` where a real one would call CUDA; each call is measured exactly as a CUDA
+    call under ``gpu=nvidia`` (placeholder at the calling Python line, activity answered from the
+    recording). Raises a UsageError when this process is not measured with ``gpu=simulated``.
+    """
+    from pyhpctk.measure import hooks
+    from pyhpctk.measure.gpu.simulated import SimulatedBackend
+
+    session = hooks.current_session()
+    monitor = session.gpu if session is not None else None
+    backend = monitor.backend if monitor is not None else None
+    if not isinstance(backend, SimulatedBackend):
+        raise UsageError("no simulated GPU here: run the program under pyrun -e gpu=simulated")
+    return backend
 
 
 def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
