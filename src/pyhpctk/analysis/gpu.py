@@ -206,7 +206,8 @@ def _function_entry(index: StructureIndex, pc: int) -> int | None:
     return None
 
 
-def _node_weights(raw: RawTree, profiles: list[tuple[int, ProfileData]]) -> npt.NDArray[np.float64]:
+def node_weights(raw: RawTree, profiles: list[tuple[int, ProfileData]]) -> npt.NDArray[np.float64]:
+    """The ``GINS`` samples of ``profiles`` per raw node (the call-edge weights of step 1)."""
     total = np.zeros(len(raw), dtype=np.float64)
     for _, data in profiles:
         names = [m.name for m in data.metrics]
@@ -223,8 +224,13 @@ def reconstruct_gpu_contexts(
     expansion: Expansion,
     classifiers: ModuleClassifiers,
     profiles: list[tuple[int, ProfileData]],
+    weights: npt.NDArray[np.float64] | None = None,
 ) -> Expansion:
-    """Re-attach non-unwound GPU samples along reconstructed device call paths (see module doc)."""
+    """Re-attach non-unwound GPU samples along reconstructed device call paths (see module doc).
+
+    ``weights`` (the ``GINS`` sample count per raw node, summed over every profile) may be given
+    instead of computing them from ``profiles``: pyprof-mpi sums them over its ranks.
+    """
     if not any(classifiers.reconstructs(module) for module in classifiers.structures):
         return expansion
     groups: dict[int, list[int]] = defaultdict(list)
@@ -238,7 +244,8 @@ def reconstruct_gpu_contexts(
             groups[raw.parent[ident]].append(ident)
     if not groups:
         return expansion
-    weights = _node_weights(raw, profiles)
+    if weights is None:
+        weights = node_weights(raw, profiles)
     tree = expansion.tree
     split_node: list[int] = []
     split_leaf: list[int] = []

@@ -39,7 +39,7 @@ from pyhpctk.analysis.structmap import StructureIndex, index_structure
 from pyhpctk.analysis.symbols import read_symbols
 from pyhpctk.analysis.unify import ProfileData, Unified, combine, extract, leaf
 from pyhpctk.core.context import ROOT
-from pyhpctk.core.metrics import N_SCOPES, PARTIALS_STATS, PARTIALS_SUM, MetricInfo
+from pyhpctk.core.metrics import N_SCOPES, PARTIALS_STATS, PARTIALS_SUM, MetricInfo, Partial
 from pyhpctk.errors import FormatError, FormatWarning, PyhpctkError
 from pyhpctk.formats.hpcrun_model import (
     INTERP_BOTH_VALID,
@@ -162,22 +162,26 @@ class MetricTable:
 
     def add(self, data: ProfileData) -> npt.NDArray[np.int64]:
         """Map a profile's metric indices to global ones; ProfileError on a disagreement."""
-        mapping = np.empty(len(data.metrics), dtype=np.int64)
-        for local, metric in enumerate(data.metrics):
+        return self.add_table(data.name, data.metrics)
+
+    def add_table(self, name: str, table: list[MetricInfo]) -> npt.NDArray[np.int64]:
+        """:meth:`add` for profile ``name`` whose metric table is ``table``."""
+        mapping = np.empty(len(table), dtype=np.int64)
+        for local, metric in enumerate(table):
             found = self.by_name.get(metric.name)
             if found is None:
                 found = len(self.metrics)
                 self.by_name[metric.name] = found
                 self.metrics.append(metric)
-                self.origin[metric.name] = data.name
+                self.origin[metric.name] = name
                 if metric.formula:
-                    self.formulas[metric.name] = _named_formula(metric.formula, data.metrics)
+                    self.formulas[metric.name] = _named_formula(metric.formula, table)
             else:
                 known = self.metrics[found]
                 for attr in ("is_real", "period", "move_to_proc", "formula"):
                     if getattr(known, attr) != getattr(metric, attr):
                         raise ProfileError(
-                            f"{data.name}: metric table disagrees with "
+                            f"{name}: metric table disagrees with "
                             f"{self.origin[metric.name]}: metric {metric.name!r} has "
                             f"{attr}={getattr(metric, attr)!r} here and "
                             f"{getattr(known, attr)!r} there"
@@ -436,24 +440,14 @@ def aggregate(options: ProfOptions, progress: Progress | None = None) -> Aggrega
 
     # Stage 4: statistics.
     partials = PARTIALS_STATS if options.metrics == "stats" else PARTIALS_SUM
-    stored = [m for m in table.metrics if not m.is_derived]
-    bases_by_name = {m.name: N_SCOPES * len(partials) * i for i, m in enumerate(stored)}
-    global_base = np.asarray(
-        [bases_by_name.get(m.name, -1) for m in table.metrics] or [0], dtype=np.int64
-    )
-    move = np.asarray([m.move_to_proc for m in table.metrics] or [False], dtype=bool)
+    bases_by_name, global_base, move = metric_bases(table.metrics, partials)
     shape = TreeShape.of(tree)
     visible = tree.visible_ancestor()
     tuples = id_tuples([d.id_tuple for _, d, _ in usable])
 
     def statistics(item: tuple[int, ProfileData, npt.NDArray[np.int64]]) -> SparseValues:
         _, data, mapping = item
-        metric = mapping[data.value_metric] if len(data.value_metric) else data.value_metric
-        keep = global_base[metric] >= 0 if len(metric) else np.zeros(0, dtype=bool)
-        nodes = data.value_node[keep]
-        metric = metric[keep]
-        rows, ctx, value = expansion.place(nodes, move[metric], data.value[keep])
-        return profile_scopes(shape, ctx, metric[rows], value, global_base)
+        return profile_statistics(data, mapping, expansion, shape, global_base, move)
 
     with progress("computing statistics", len(usable)) as advance:
         values = list(parallel_map(statistics, usable, options.jobs, advance))
@@ -493,6 +487,36 @@ def aggregate(options: ProfOptions, progress: Progress | None = None) -> Aggrega
         formulas=table.formulas,
         problems=problems,
     )
+
+
+def metric_bases(
+    metrics: list[MetricInfo], partials: tuple[Partial, ...]
+) -> tuple[dict[str, int], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """(base id by stored metric name, base per global metric index or -1, move-to-proc flags)."""
+    stored = [m for m in metrics if not m.is_derived]
+    bases_by_name = {m.name: N_SCOPES * len(partials) * i for i, m in enumerate(stored)}
+    global_base = np.asarray(
+        [bases_by_name.get(m.name, -1) for m in metrics] or [0], dtype=np.int64
+    )
+    move = np.asarray([m.move_to_proc for m in metrics] or [False], dtype=bool)
+    return bases_by_name, global_base, move
+
+
+def profile_statistics(
+    data: ProfileData,
+    mapping: npt.NDArray[np.int64],
+    expansion: Expansion,
+    shape: TreeShape,
+    global_base: npt.NDArray[np.int64],
+    move: npt.NDArray[np.bool_],
+) -> SparseValues:
+    """Stage 4 for one profile: its point values placed on final contexts, then its scopes."""
+    metric = mapping[data.value_metric] if len(data.value_metric) else data.value_metric
+    keep = global_base[metric] >= 0 if len(metric) else np.zeros(0, dtype=bool)
+    nodes = data.value_node[keep]
+    metric = metric[keep]
+    rows, ctx, value = expansion.place(nodes, move[metric], data.value[keep])
+    return profile_scopes(shape, ctx, metric[rows], value, global_base)
 
 
 def rewrite_trace(

@@ -96,12 +96,13 @@ class TreeShape:
     def closure(self, contexts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """``contexts`` and all their ancestors, sorted (ancestors have smaller ids)."""
         mark = np.zeros(len(self.parent), dtype=bool)
-        frontier = np.unique(contexts)
+        frontier = np.asarray(contexts, dtype=np.int64)
         while len(frontier):
-            frontier = frontier[~mark[frontier]]
+            frontier = frontier[~mark[frontier]]  # repeats are marked twice: harmless
             mark[frontier] = True
             frontier = self.parent[frontier]
-            frontier = np.unique(frontier[frontier >= 0])
+            frontier = frontier[frontier >= 0]
+            frontier = frontier[~mark[frontier]]
         result: npt.NDArray[np.int64] = np.nonzero(mark)[0].astype(np.int64)
         return result
 
@@ -117,21 +118,33 @@ class Propagated:
     execution: npt.NDArray[np.float64]
 
 
+def _present(small: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The distinct values of an array of small non-negative integers, sorted."""
+    if not len(small):
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.bincount(small)).astype(np.int64)
+
+
 def propagate(
     shape: TreeShape,
     ctx: npt.NDArray[np.int64],
     metric: npt.NDArray[np.int64],
     value: npt.NDArray[np.float64],
+    nodes: npt.NDArray[np.int64] | None = None,
 ) -> Propagated:
-    """Inclusive (execution) and function-scope values of one profile's point values."""
+    """Inclusive (execution) and function-scope values of one profile's point values.
+
+    ``nodes`` may give ``shape.closure(ctx)`` when the caller has it already.
+    """
     n_metrics_total = int(metric.max()) + 1 if len(metric) else 1
     keys = ctx * n_metrics_total + metric
     unique_keys, inverse = np.unique(keys, return_inverse=True)
     sums = np.bincount(inverse, weights=value, minlength=len(unique_keys))
     point_ctx = unique_keys // n_metrics_total
     point_metric = unique_keys % n_metrics_total
-    metrics = np.unique(point_metric)
-    nodes = shape.closure(point_ctx)
+    metrics = _present(point_metric)
+    if nodes is None:
+        nodes = shape.closure(point_ctx)
     local = np.full(len(shape), -1, dtype=np.int64)
     local[nodes] = np.arange(len(nodes))
     point = np.zeros((len(nodes), len(metrics)), dtype=np.float64)
@@ -163,13 +176,14 @@ def profile_scopes(
     a block stays under ``budget`` cells, which bounds memory on profiles with many contexts
     and many metrics.
     """
-    metrics = np.unique(metric)
+    metrics = _present(metric)
     if not len(metrics):
         return SparseValues.empty()
-    touched = len(shape.closure(np.unique(ctx)))
+    nodes = shape.closure(ctx)
+    touched = len(nodes)
     per_group = max(1, budget // max(touched, 1))
     if per_group >= len(metrics):
-        return profile_values(propagate(shape, ctx, metric, value), bases)
+        return profile_values(propagate(shape, ctx, metric, value, nodes), bases)
     parts = []
     for start in range(0, len(metrics), per_group):
         group = metrics[start : start + per_group]
@@ -224,9 +238,14 @@ def summarize(
     value = np.concatenate([p.value for p in profiles])
     stride = int(metric.max()) + 1
     keys = ctx * stride + metric
-    order = np.argsort(keys, kind="stable")
-    keys, value = keys[order], value[order]
-    unique_keys, starts = np.unique(keys, return_index=True)
+    if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        keys, value = keys[order], value[order]
+    # Sorted now: the groups start where the key changes.
+    change = np.ones(len(keys), dtype=bool)
+    change[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(change)
+    unique_keys = keys[starts]
     u_ctx, u_metric = unique_keys // stride, unique_keys % stride
     scope = u_metric % N_SCOPES
     base = u_metric - scope

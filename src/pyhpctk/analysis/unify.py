@@ -14,6 +14,7 @@ terms of that tree. Nothing here knows about structure files or databases.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,26 +45,233 @@ RawKey = tuple[str | None, int, bool]
 """``(module path or None for a placeholder, offset or packed placeholder code, unwound)``."""
 
 
-class RawTree:
-    """A forest of frames keyed by ``(parent, RawKey)``; ids are dense in creation order."""
+_MODULE_CODES: dict[str | None, int] = {None: 0}
+_MODULE_NAMES: list[str | None] = [None]
+_MODULE_LOCK = threading.Lock()
 
-    __slots__ = ("_index", "keys", "parent")
+
+def module_code(module: str | None) -> int:
+    """A small integer standing for a module path in this process (None, placeholders: 0)."""
+    code = _MODULE_CODES.get(module)
+    if code is None:
+        with _MODULE_LOCK:
+            code = _MODULE_CODES.get(module)
+            if code is None:
+                code = len(_MODULE_NAMES)
+                _MODULE_NAMES.append(module)
+                _MODULE_CODES[module] = code
+    return code
+
+
+def module_name(code: int) -> str | None:
+    """The module path :func:`module_code` gave ``code`` to."""
+    return _MODULE_NAMES[code]
+
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(
+    parent: npt.NDArray[np.int64],
+    code: npt.NDArray[np.int64],
+    offset: npt.NDArray[np.uint64],
+    unwound: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash of (parent, module code, offset, unwound), vectorised (splitmix-style).
+
+    Only a filter: every hash match is confirmed on the four columns.
+    """
+    with np.errstate(over="ignore"):
+        x = (parent + 1).astype(np.uint64) * _M1
+        x ^= offset.astype(np.uint64)
+        x *= _M2
+        x ^= x >> np.uint64(31)
+        x ^= (code.astype(np.uint64) << np.uint64(1)) | unwound.astype(np.uint64)
+        x *= _M3
+        x ^= x >> np.uint64(29)
+    return x
+
+
+class _Columns:
+    """A tree's nodes as numpy columns plus a sorted hash index, for vectorised lookups."""
+
+    __slots__ = ("code", "hashes", "nodes", "offset", "parent", "unwound")
+
+    def __init__(
+        self,
+        parent: npt.NDArray[np.int64],
+        code: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.uint64],
+        unwound: npt.NDArray[np.bool_],
+    ) -> None:
+        self.parent = parent
+        self.code = code
+        self.offset = offset
+        self.unwound = unwound
+        self.hashes: npt.NDArray[np.uint64] | None = None
+        self.nodes: npt.NDArray[np.int64] | None = None
+
+    @classmethod
+    def of(cls, parent: list[int], keys: list[RawKey]) -> _Columns:
+        return cls(
+            np.asarray(parent, dtype=np.int64),
+            np.fromiter((module_code(k[0]) for k in keys), dtype=np.int64, count=len(keys)),
+            np.fromiter((k[1] for k in keys), dtype=np.uint64, count=len(keys)),
+            np.fromiter((k[2] for k in keys), dtype=bool, count=len(keys)),
+        )
+
+    def index(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """(sorted hashes, node of each)."""
+        if self.hashes is None or self.nodes is None:
+            hashes = _mix(self.parent, self.code, self.offset, self.unwound)
+            order = np.argsort(hashes, kind="stable").astype(np.int64)
+            self.hashes, self.nodes = hashes[order], order
+        return self.hashes, self.nodes
+
+    def find(
+        self,
+        parent: npt.NDArray[np.int64],
+        code: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.uint64],
+        unwound: npt.NDArray[np.bool_],
+    ) -> npt.NDArray[np.int64]:
+        """The node with each (parent, code, offset, unwound), or -1."""
+        hashes, nodes = self.index()
+        result = np.full(len(parent), -1, dtype=np.int64)
+        if not len(hashes) or not len(parent):
+            return result
+        wanted = _mix(parent, code, offset, unwound)
+        at = np.minimum(np.searchsorted(hashes, wanted), len(hashes) - 1)
+        candidate = nodes[at]
+        same_hash = hashes[at] == wanted
+        hit = (
+            same_hash
+            & (self.parent[candidate] == parent)
+            & (self.code[candidate] == code)
+            & (self.offset[candidate] == offset)
+            & (self.unwound[candidate] == unwound)
+        )
+        result[hit] = candidate[hit]
+        # A hash shared by different keys (astronomically rare): scan the run of equal hashes.
+        for i in np.flatnonzero(same_hash & ~hit).tolist():
+            j = int(at[i]) + 1
+            while j < len(hashes) and hashes[j] == wanted[i]:
+                c = int(nodes[j])
+                if (
+                    self.parent[c] == parent[i]
+                    and self.code[c] == code[i]
+                    and self.offset[c] == offset[i]
+                    and self.unwound[c] == unwound[i]
+                ):
+                    result[i] = c
+                    break
+                j += 1
+        return result
+
+    def append(
+        self,
+        parent: npt.NDArray[np.int64],
+        code: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.uint64],
+        unwound: npt.NDArray[np.bool_],
+    ) -> None:
+        base = len(self.parent)
+        if self.hashes is not None and self.nodes is not None:
+            new = _mix(parent, code, offset, unwound)
+            order = np.argsort(new, kind="stable")
+            at = np.searchsorted(self.hashes, new[order], side="right")
+            self.hashes = np.insert(self.hashes, at, new[order])
+            self.nodes = np.insert(self.nodes, at, base + order.astype(np.int64))
+        self.parent = np.concatenate([self.parent, parent])
+        self.code = np.concatenate([self.code, code])
+        self.offset = np.concatenate([self.offset, offset])
+        self.unwound = np.concatenate([self.unwound, unwound])
+
+
+class RawTree:
+    """A forest of frames keyed by ``(parent, RawKey)``; ids are dense in creation order.
+
+    Two representations are kept, each built from the other on demand: Python lists
+    (:attr:`parent`, :attr:`keys`) with a dict for one-at-a-time :meth:`node`, and numpy columns
+    with a sorted hash index for the bulk :meth:`merge`. Whichever path adds nodes drops the
+    other representation.
+    """
+
+    __slots__ = ("_columns", "_index", "_keys", "_parent")
 
     def __init__(self) -> None:
-        self.parent: list[int] = []
-        self.keys: list[RawKey] = []
+        self._parent: list[int] | None = []
+        self._keys: list[RawKey] | None = []
         self._index: dict[tuple[int, RawKey], int] | None = {}
+        self._columns: _Columns | None = None
 
     @classmethod
     def from_arrays(cls, parent: list[int], keys: list[RawKey]) -> RawTree:
         """A tree from parent positions and keys already free of duplicate siblings."""
         tree = cls()
-        tree.parent = parent
-        tree.keys = keys
+        tree._parent = parent
+        tree._keys = keys
         tree._index = None  # built on first insertion
         return tree
 
+    @classmethod
+    def from_columns(
+        cls,
+        parent: npt.NDArray[np.int64],
+        code: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.uint64],
+        unwound: npt.NDArray[np.bool_],
+    ) -> RawTree:
+        """A tree from columns free of duplicate siblings (module codes of :func:`module_code`)."""
+        tree = cls()
+        tree._parent = tree._keys = tree._index = None
+        tree._columns = _Columns(parent, code, offset, unwound)
+        return tree
+
+    def wire(self) -> tuple[object, ...]:
+        """A compact picklable form for another process (module codes are per process)."""
+        columns = self.columns()
+        used, local = np.unique(columns.code, return_inverse=True)
+        names = [module_name(c) for c in used.tolist()]
+        return (columns.parent, local.astype(np.int64), columns.offset, columns.unwound, names)
+
+    @classmethod
+    def from_wire(cls, wire: tuple[object, ...]) -> RawTree:
+        """The tree :meth:`wire` described, in this process's module codes."""
+        parent, local, offset, unwound, names = wire
+        assert isinstance(local, np.ndarray) and isinstance(names, list)
+        table = np.asarray([module_code(n) for n in names] or [0], dtype=np.int64)
+        return cls.from_columns(parent, table[local], offset, unwound)  # type: ignore[arg-type]
+
+    @property
+    def parent(self) -> list[int]:
+        """Each node's parent (-1 for a root), as a list."""
+        if self._parent is None:
+            assert self._columns is not None
+            self._parent = self._columns.parent.tolist()
+        return self._parent
+
+    @property
+    def keys(self) -> list[RawKey]:
+        """Each node's :data:`RawKey`, as a list."""
+        if self._keys is None:
+            assert self._columns is not None
+            columns = self._columns
+            self._keys = list(
+                zip(
+                    [module_name(c) for c in columns.code.tolist()],
+                    columns.offset.tolist(),
+                    columns.unwound.tolist(),
+                    strict=True,
+                )
+            )
+        return self._keys
+
     def __len__(self) -> int:
+        if self._columns is not None:
+            return len(self._columns.parent)
         return len(self.parent)
 
     def _lookup(self) -> dict[tuple[int, RawKey], int]:
@@ -73,23 +281,77 @@ class RawTree:
             )
         return self._index
 
+    def columns(self) -> _Columns:
+        """The nodes as numpy columns (built from the lists on first use)."""
+        if self._columns is None:
+            self._columns = _Columns.of(self.parent, self.keys)
+        return self._columns
+
     def node(self, parent: int, key: RawKey) -> int:
         """The node for ``key`` under ``parent`` (-1 for a root), created on first use."""
         index = self._lookup()
         found = index.get((parent, key))
         if found is not None:
             return found
-        ident = len(self.parent)
+        parents, keys = self.parent, self.keys
+        ident = len(parents)
         index[(parent, key)] = ident
-        self.parent.append(parent)
-        self.keys.append(key)
+        parents.append(parent)
+        keys.append(key)
+        self._columns = None
         return ident
 
     def merge(self, other: RawTree) -> npt.NDArray[np.int64]:
-        """Insert ``other`` into this tree; element ``i`` of the result is where node ``i`` went."""
-        mapping = np.empty(len(other), dtype=np.int64)
-        for ident, (parent, key) in enumerate(zip(other.parent, other.keys, strict=True)):
-            mapping[ident] = self.node(-1 if parent < 0 else int(mapping[parent]), key)
+        """Insert ``other`` into this tree; element ``i`` of the result is where node ``i`` went.
+
+        The result is the one of inserting ``other``'s nodes one by one in its order (new nodes
+        are numbered in that order), but done a depth level at a time with numpy: a level's
+        (parent, key) pairs are looked up in the hash index at once, and a node under a new
+        node is new without a lookup. (``other`` has no duplicate siblings, so none of its nodes
+        can find another of its own.)
+        """
+        n = len(other)
+        mapping = np.full(n, -1, dtype=np.int64)
+        if n == 0:
+            return mapping
+        mine = self.columns()
+        theirs = other.columns()
+        parent = theirs.parent
+        is_new = np.zeros(n, dtype=bool)
+        # Depth of every node (one pass per level over the nodes still climbing), then the
+        # levels as slices of one stable sort by depth.
+        depth = np.zeros(n, dtype=np.int64)
+        climbing = np.flatnonzero(parent >= 0)
+        above = parent[climbing]
+        while len(climbing):
+            depth[climbing] += 1
+            above = parent[above]
+            live = above >= 0
+            climbing, above = climbing[live], above[live]
+        by_depth = np.argsort(depth, kind="stable")
+        cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
+        for d in range(len(cuts) - 1):
+            level = by_depth[cuts[d] : cuts[d + 1]]
+            up = parent[level]
+            rooted = up < 0
+            safe_up = np.maximum(up, 0)
+            orphan = ~rooted & is_new[safe_up]
+            ask = level[~orphan]
+            is_new[level[orphan]] = True
+            if len(ask):
+                asked_up = np.where(rooted, -1, mapping[safe_up])[~orphan]
+                hits = mine.find(
+                    asked_up, theirs.code[ask], theirs.offset[ask], theirs.unwound[ask]
+                )
+                mapping[ask] = hits
+                is_new[ask[hits < 0]] = True
+        new = np.flatnonzero(is_new)
+        if len(new):
+            base = len(self)
+            mapping[new] = base + np.arange(len(new), dtype=np.int64)
+            new_parent = np.where(parent[new] < 0, -1, mapping[np.maximum(parent[new], 0)])
+            mine.append(new_parent, theirs.code[new], theirs.offset[new], theirs.unwound[new])
+            self._parent = self._keys = self._index = None
         return mapping
 
     def paths(self) -> dict[tuple[RawKey, ...], int]:
@@ -100,6 +362,41 @@ class RawTree:
             path = ((cache[parent]) if parent >= 0 else ()) + (key,)
             cache.append(path)
             result[path] = ident
+        return result
+
+
+class _Locator:
+    """hpcrun node id -> position in the file, for many ids at once (-1: no such node)."""
+
+    def __init__(self, ids: npt.NDArray[np.int64]) -> None:
+        n = len(ids)
+        self.duplicates = False
+        self.table: npt.NDArray[np.int64] | None = None
+        low = int(ids.min()) if n else 0
+        high = int(ids.max()) if n else 0
+        if low >= 0 and high < 8 * n + 1024:
+            table = np.full(high + 1, -1, dtype=np.int64)
+            table[ids] = np.arange(n, dtype=np.int64)
+            self.duplicates = int(np.count_nonzero(table >= 0)) != n
+            self.table = table
+        else:
+            self.order = np.argsort(ids, kind="stable")
+            self.sorted = ids[self.order]
+            self.duplicates = n > 1 and bool(np.any(self.sorted[1:] == self.sorted[:-1]))
+
+    def __call__(self, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if self.table is not None:
+            inside = (wanted >= 0) & (wanted < len(self.table))
+            found: npt.NDArray[np.int64] = np.where(
+                inside, self.table[np.where(inside, wanted, 0)], -1
+            )
+            return found
+        if not len(self.sorted):
+            return np.full(len(wanted), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
+        result: npt.NDArray[np.int64] = np.where(
+            self.sorted[at] == wanted, self.order[at], -1
+        ).astype(np.int64)
         return result
 
 
@@ -159,16 +456,16 @@ def extract(
     ips = cct["lm_ip"].astype(np.uint64)
     unwound = (cct["flags"] & CCT_FLAG_UNWOUND) != 0
 
-    # Parent positions, vectorised: node ids -> positions in file order.
+    # Parent positions, vectorised: node ids -> positions in file order. hpcrun numbers nodes
+    # densely (ids below a few times the node count), so a direct table usually does it;
+    # sparse ids fall back to a sorted search.
     n = len(cct)
-    by_id = np.argsort(ids, kind="stable")
-    sorted_ids = ids[by_id]
-    if n > 1 and np.any(sorted_ids[1:] == sorted_ids[:-1]):
+    locate = _Locator(ids)
+    if locate.duplicates:
         raise FormatError(path, "cct", "node ids are not unique")
     is_root = parents == 0
-    where = np.minimum(np.searchsorted(sorted_ids, parents), max(n - 1, 0))
-    parent_pos = np.where(is_root, -1, by_id[where] if n else where)
-    bad = (~is_root) & ((sorted_ids[where] != parents) | (parent_pos >= np.arange(n)))
+    parent_pos = np.where(is_root, -1, locate(np.where(is_root, ids[0] if n else 0, parents)))
+    bad = (~is_root) & ((parent_pos < 0) | (parent_pos >= np.arange(n)))
     if np.any(bad):
         first = int(np.argmax(bad))
         raise FormatError(
@@ -187,18 +484,12 @@ def extract(
                 path, "cct", f"node {bad_node} names load module {lm}, not in load map"
             )
         module_of[lm] = found
-    keys: list[RawKey] = list(
-        zip(
-            [module_of[lm] for lm in lm_ids.tolist()],
-            ips.tolist(),
-            unwound.tolist(),
-            strict=True,
-        )
-    )
-    # Siblings with the same key (rare) are merged by the slow path.
-    sibling_key = np.lexsort((unwound, ips, lm_ids, parent_pos))
+    # Siblings with the same key (rare) are merged by the slow path. Equal keys have equal
+    # hashes, so the exact (slower) comparison runs only when two hashes collide.
     same = np.zeros(n, dtype=bool)
-    if n > 1:
+    hashes = np.sort(_mix(parent_pos, lm_ids, ips, unwound))
+    if n > 1 and np.any(hashes[1:] == hashes[:-1]):
+        sibling_key = np.lexsort((unwound, ips, lm_ids, parent_pos))
         a, b = sibling_key[1:], sibling_key[:-1]
         same[1:] = (
             (parent_pos[a] == parent_pos[b])
@@ -207,25 +498,33 @@ def extract(
             & (unwound[a] == unwound[b])
         )
     if not np.any(same):
-        tree = RawTree.from_arrays(parent_pos.tolist(), keys)
+        codes = {lm: module_code(module) for lm, module in module_of.items()}
+        lm_unique, lm_inverse = np.unique(lm_ids, return_inverse=True)
+        code = np.asarray([codes[lm] for lm in lm_unique.tolist()], dtype=np.int64)[lm_inverse]
+        tree = RawTree.from_columns(parent_pos.astype(np.int64), code, ips, unwound)
         local = np.arange(n, dtype=np.int64)
     else:
+        keys: list[RawKey] = list(
+            zip(
+                [module_of[lm] for lm in lm_ids.tolist()],
+                ips.tolist(),
+                unwound.tolist(),
+                strict=True,
+            )
+        )
         tree = RawTree()
         local = np.empty(n, dtype=np.int64)
         for index in range(n):
             parent = int(parent_pos[index])
             local[index] = tree.node(-1 if parent < 0 else int(local[parent]), keys[index])
 
-    # Sorted (hpcrun id -> raw node) table, for vectorised lookups of values and trace records.
-    sorted_nodes = local[by_id]
-
     def lookup(node_ids: npt.NDArray[np.int64], what: str) -> npt.NDArray[np.int64]:
-        where = np.searchsorted(sorted_ids, node_ids)
-        where = np.minimum(where, max(len(sorted_ids) - 1, 0))
-        if len(node_ids) and (len(sorted_ids) == 0 or np.any(sorted_ids[where] != node_ids)):
-            bad = node_ids[(len(sorted_ids) == 0) | (sorted_ids[where] != node_ids)][0]
+        """Raw nodes of hpcrun node ids (values, trace records), vectorised."""
+        where = locate(node_ids)
+        if len(node_ids) and np.any(where < 0):
+            bad = node_ids[where < 0][0]
             raise FormatError(path, what, f"refers to CCT node {int(bad)}, which does not exist")
-        result: npt.NDArray[np.int64] = sorted_nodes[where]
+        result: npt.NDArray[np.int64] = local[where]
         return result
 
     metrics = [metric_info(d) for d in profile.metrics]
