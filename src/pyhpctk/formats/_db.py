@@ -402,3 +402,75 @@ def pwrite_all(fd: int, data: bytes | memoryview | npt.NDArray[np.generic], offs
         done = os.pwrite(fd, view, offset)
         view = view[done:]
         offset += done
+
+
+# --- sparse value blocks (profile.db PSVB, cct.db context blocks) ---
+#
+# Both files store a block as an index of (key, start) records, ascending by key, into an array of
+# (inner key, value) records (formats.md §3.3, §3.4): profile.db keys contexts and pairs metric
+# ids with values; cct.db keys metrics and pairs profile indices with values.
+
+
+def block_bounds(index: npt.NDArray[np.void], n_values: int) -> npt.NDArray[np.uint64]:
+    """``len(index) + 1`` positions: entry ``i`` owns ``values[b[i]:b[i+1]]``."""
+    out = np.empty(len(index) + 1, dtype=np.uint64)
+    out[:-1] = index["start"]
+    out[-1] = n_values
+    return out
+
+
+def block_entry(
+    index: npt.NDArray[np.void], key_field: str, values: npt.NDArray[np.void], key: int
+) -> npt.NDArray[np.void]:
+    """The values owned by ``key`` (an empty view when it owns none), by binary search."""
+    keys = index[key_field]
+    i = int(np.searchsorted(keys, key))
+    if i >= len(keys) or int(keys[i]) != key:
+        return values[:0]
+    start = int(index["start"][i])
+    stop = int(index["start"][i + 1]) if i + 1 < len(keys) else len(values)
+    return values[start:stop]
+
+
+def block_keys(
+    index: npt.NDArray[np.void], key_field: str, n_values: int
+) -> npt.NDArray[np.generic]:
+    """The owning key of every value (the block expanded to coordinate form)."""
+    counts = np.diff(block_bounds(index, n_values).astype(np.int64)).astype(np.int64)
+    return np.repeat(np.asarray(index[key_field]), counts)
+
+
+def block_problems(
+    index: npt.NDArray[np.void],
+    key_field: str,
+    values: npt.NDArray[np.void],
+    inner_field: str,
+    outer: str,
+    inner: str,
+) -> list[str]:
+    """Consistency problems of one block, empty when clean: keys strictly ascending, starts in
+    order from 0, inner keys strictly ascending within each entry, no stored zeros. ``outer`` and
+    ``inner`` name the two kinds of key in messages (``context`` / ``metric ids``)."""
+    found: list[str] = []
+    n_values = len(values)
+    keys = index[key_field]
+    starts = index["start"]
+    if np.any(keys[1:] <= keys[:-1]):
+        found.append(f"{outer} ids are not strictly ascending")
+    if len(starts):
+        if int(starts[0]) != 0:
+            found.append(f"the first {outer} does not start at value 0")
+        if np.any(starts[1:] < starts[:-1]) or int(starts[-1]) > n_values:
+            found.append(f"{outer} start indices are not ascending within the values")
+            return found
+    elif n_values:
+        found.append(f"values but no {outer} owns them")
+    # Compare neighbours in place (no widening copies: blocks can hold ~10^8 values).
+    inner_keys = values[inner_field]
+    unsorted = inner_keys[1:] <= inner_keys[:-1]
+    unsorted[starts[(starts > 0) & (starts < n_values)].astype(np.int64) - 1] = False
+    if np.any(unsorted):
+        found.append(f"{inner} are not strictly ascending within a {outer}")
+    if np.any(values["value"] == 0.0):
+        found.append("a zero value is stored (zeros are never stored)")
+    return found

@@ -142,50 +142,24 @@ class ContextValues:
 
     def bounds(self) -> npt.NDArray[np.uint64]:
         """``n_metrics + 1`` indices: metric ``i`` owns ``values[b[i]:b[i+1]]``."""
-        out = np.empty(self.n_metrics + 1, dtype=np.uint64)
-        out[:-1] = self.metric_indices["start"]
-        out[-1] = self.n_values
-        return out
+        return _db.block_bounds(self.metric_indices, self.n_values)
 
     def metric(self, metric_id: int) -> npt.NDArray[np.void]:
         """The ``(prof_index, value)`` pairs of one metric (empty when it has none): a view."""
-        ids = self.metric_indices["metric_id"]
-        i = int(np.searchsorted(ids, metric_id))
-        if i >= len(ids) or int(ids[i]) != metric_id:
-            return self.values[:0]
-        start = int(self.metric_indices["start"][i])
-        stop = int(self.metric_indices["start"][i + 1]) if i + 1 < len(ids) else self.n_values
-        return self.values[start:stop]
+        return _db.block_entry(self.metric_indices, "metric_id", self.values, metric_id)
 
     def value_metric_ids(self) -> npt.NDArray[np.uint16]:
         """The metric id of every value (the block expanded to coordinate form)."""
-        counts = np.asarray(np.diff(self.bounds().astype(np.int64)), dtype=np.int64)
-        return np.repeat(self.metric_ids(), counts)
+        return np.asarray(
+            _db.block_keys(self.metric_indices, "metric_id", self.n_values), np.uint16
+        )
 
     def problems(self) -> list[str]:
         """Consistency problems of this block (formats.md §3.4), empty when clean."""
         # The one-block case of packed_problems, kept lean: pyview reads contexts one at a time.
-        found: list[str] = []
-        ids = self.metric_indices["metric_id"]
-        starts = self.metric_indices["start"]
-        if np.any(ids[1:] <= ids[:-1]):
-            found.append("metric ids are not strictly ascending")
-        if len(starts):
-            if int(starts[0]) != 0:
-                found.append("the first metric does not start at value 0")
-            if np.any(starts[1:] < starts[:-1]) or int(starts[-1]) > self.n_values:
-                found.append("metric start indices are not ascending within the values")
-                return found
-        elif self.n_values:
-            found.append("values but no metric owns them")
-        prof = self.values["prof_index"]
-        unsorted = prof[1:] <= prof[:-1]
-        unsorted[starts[(starts > 0) & (starts < self.n_values)].astype(np.int64) - 1] = False
-        if np.any(unsorted):
-            found.append("profile indices are not strictly ascending within a metric")
-        if np.any(self.values["value"] == 0.0):
-            found.append("a zero value is stored (zeros are never stored)")
-        return found
+        return _db.block_problems(
+            self.metric_indices, "metric_id", self.values, "prof_index", "metric", "profile indices"
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ContextValues):

@@ -205,52 +205,21 @@ class ProfileValues:
 
     def bounds(self) -> npt.NDArray[np.uint64]:
         """``n_contexts + 1`` indices: context ``i`` owns ``values[b[i]:b[i+1]]``."""
-        out = np.empty(self.n_contexts + 1, dtype=np.uint64)
-        out[:-1] = self.ctx_indices["start"]
-        out[-1] = self.n_values
-        return out
+        return _db.block_bounds(self.ctx_indices, self.n_values)
 
     def context(self, ctx_id: int) -> npt.NDArray[np.void]:
         """The ``(metric_id, value)`` pairs of one context (empty when it has none): a view."""
-        ids = self.ctx_indices["ctx_id"]
-        i = int(np.searchsorted(ids, ctx_id))
-        if i >= len(ids) or int(ids[i]) != ctx_id:
-            return self.values[:0]
-        start = int(self.ctx_indices["start"][i])
-        stop = int(self.ctx_indices["start"][i + 1]) if i + 1 < len(ids) else self.n_values
-        return self.values[start:stop]
+        return _db.block_entry(self.ctx_indices, "ctx_id", self.values, ctx_id)
 
     def value_ctx_ids(self) -> npt.NDArray[np.uint32]:
         """The context id of every value (the block expanded to coordinate form)."""
-        counts = np.asarray(np.diff(self.bounds().astype(np.int64)), dtype=np.int64)
-        return np.repeat(self.ctx_ids(), counts)
+        return np.asarray(_db.block_keys(self.ctx_indices, "ctx_id", self.n_values), np.uint32)
 
     def problems(self) -> list[str]:
         """Consistency problems of this block (formats.md §3.3), empty when clean."""
-        found: list[str] = []
-        ids = self.ctx_indices["ctx_id"]
-        starts = self.ctx_indices["start"]
-        if np.any(ids[1:] <= ids[:-1]):
-            found.append("context ids are not strictly ascending")
-        if len(starts):
-            if int(starts[0]) != 0:
-                found.append(f"first context starts at value {int(starts[0])}, not 0")
-            if np.any(starts[1:] < starts[:-1]) or int(starts[-1]) > self.n_values:
-                found.append("context start indices are not ascending within the values")
-                return found
-        elif self.n_values:
-            found.append(f"{self.n_values} values but no context owns them")
-            return found
-        # Compare neighbours in place (no widening copies: blocks can hold ~10^8 values).
-        met = self.values["metric_id"]
-        unsorted = met[1:] <= met[:-1]
-        new_ctx = starts[(starts > 0) & (starts < self.n_values)].astype(np.int64) - 1
-        unsorted[new_ctx] = False
-        if np.any(unsorted):
-            found.append("metric ids are not strictly ascending within a context")
-        if np.any(self.values["value"] == 0.0):
-            found.append("a zero value is stored (zeros are never stored)")
-        return found
+        return _db.block_problems(
+            self.ctx_indices, "ctx_id", self.values, "metric_id", "context", "metric ids"
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ProfileValues):
