@@ -313,7 +313,23 @@ def test_realtime_counts_blocked_time_and_cputime_does_not(tmp_path: Path) -> No
     assert cpu.inclusive("burner", "CPUTIME (sec)") == pytest.approx(0.1, abs=0.03)
 
 
-def test_cpu_time_and_a_one_to_three_split_are_accurate(tmp_path: Path) -> None:
+def test_cpu_time_attributed_equals_the_process_cpu_time(tmp_path: Path) -> None:
+    """At the default rate (CPUTIME@5000) the profile holds the process's CPU time within 10%.
+
+    The process's CPU time includes interpreter start-up and pyrun's own sampler thread, which
+    are not the program's; the bar leaves room for them.
+    """
+    out = tmp_path / "m"
+    cpu_file = tmp_path / "process-cpu-seconds"
+    assert pyrun("-o", str(out), PYTHON, str(PROGRAMS / "split.py"), str(cpu_file), "120") == 0
+    (measured,) = read_measurements(out)
+    process_cpu = float(cpu_file.read_text())
+    assert process_cpu > 0.5, "the program must run long enough for a stable answer"
+    attributed = measured.total("CPUTIME (sec)")
+    assert abs(attributed - process_cpu) <= 0.10 * process_cpu, (attributed, process_cpu)
+
+
+def test_a_one_to_three_split_of_cpu_time_comes_out_within_5_points(tmp_path: Path) -> None:
     out = tmp_path / "m"
     cpu_file = tmp_path / "process-cpu-seconds"
     # 1000 samples/s: a share estimated from n samples has a standard deviation of
@@ -322,10 +338,6 @@ def test_cpu_time_and_a_one_to_three_split_are_accurate(tmp_path: Path) -> None:
     program = [PYTHON, str(PROGRAMS / "split.py"), str(cpu_file), "120"]
     assert pyrun("-e", "CPUTIME@1000", "-o", str(out), *program) == 0
     (measured,) = read_measurements(out)
-    process_cpu = float(cpu_file.read_text())
-    assert process_cpu > 0.5, "the program must run long enough for a stable answer"
-    attributed = measured.total("CPUTIME (sec)")
-    assert abs(attributed - process_cpu) <= 0.10 * process_cpu, (attributed, process_cpu)
     light = measured.inclusive("light", "CPUTIME (sec)")
     heavy = measured.inclusive("heavy", "CPUTIME (sec)")
     assert 100 * heavy / (light + heavy) == pytest.approx(75, abs=5), (light, heavy)
@@ -501,3 +513,34 @@ def test_the_command_inherits_the_launchers_descriptors(tmp_path: Path) -> None:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
+
+
+@pytest.mark.mpi
+def test_mpiexec_ranks_share_one_directory_with_their_rank_numbers(tmp_path: Path) -> None:
+    """A real launch: ``mpiexec -n 2 pyrun python app.py`` (the MPICH of the dev environment)."""
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    assert mpiexec.exists(), "the dev environment installs MPICH (pip install mpich)"
+    pyrun_script = Path(sys.executable).parent / "pyrun"
+    out = tmp_path / "m"
+    run = subprocess.run(
+        [
+            str(mpiexec),
+            "-n",
+            "2",
+            str(pyrun_script),
+            "-o",
+            str(out),
+            PYTHON,
+            str(PROGRAMS / "call_chain.py"),
+            "0.02",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    measured = read_measurements(out)
+    ranks = sorted(int(NAME.match(m.path.stem)["rank"]) for m in measured)  # type: ignore[index]
+    assert ranks == [0, 1]
+    assert {m.profile.header("mpi-rank") for m in measured} == {"0", "1"}
+    assert len({m.pid for m in measured}) == 2
