@@ -1,0 +1,436 @@
+"""Benchmark: pyprof-mpi on a synthetic measurement directory, for 1..N MPI ranks.
+
+A generator writes a measurement directory like hpcrun's: thousands of ``.hpcrun`` profiles
+(CPU threads with ``CPUTIME (sec)``, GPU streams with ``GKER (sec)`` and integer ``GINS``), each a
+calling context tree of tens of thousands of nodes drawn from one random recursive tree (so they
+unify into a shared tree with per-profile variation), sparse values on about half the nodes, and
+an ``.hpctrace`` beside every profile. Then, for each rank count of ``--ranks``, the benchmark
+launches ``mpiexec -n N python benchmarks/pyprof.py --worker ...``, whose ranks run
+``pyprof-mpi`` in-process and report wall time and each rank's peak RSS. It prints a table:
+input MB/s (total and per core), profiles/s, peak RSS per rank against ``--memory-limit``,
+database size against a dense layout, and parallel efficiency relative to the first rank count.
+Every database is compared byte for byte with the first one (any rank count must give the same).
+
+Runs with only Python >= 3.11, numpy, click and mpi4py present, from a checkout::
+
+    PYTHONPATH=src python3 benchmarks/pyprof.py --quick --ranks 1,2,4,8,16
+
+The launcher is ``--mpiexec`` (default: the one beside the Python interpreter, else ``mpiexec``
+on PATH); Open MPI gets ``--oversubscribe`` (and ``--allow-run-as-root`` when run as root),
+detected from ``mpiexec --version``. Everything goes to a temporary directory (``--dir``),
+removed at the end unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+from pyhpctk.formats import hpcrun, hpctrace  # noqa: E402
+from pyhpctk.formats.hpcrun_model import (  # noqa: E402
+    CCT_NODE_DTYPE,
+    ID_TUPLE_ELEMENT_DTYPE,
+    METRIC_VALUE_DTYPE,
+    NODE_START_DTYPE,
+    TRACE_RECORD_DTYPE,
+    HpcrunProfile,
+    HpctraceFile,
+    LoadModule,
+    MetricDescriptor,
+    placeholder_ip,
+)
+
+REAL = bytes([1, 0, 2, 0, 0, 0, 1, 1]) + bytes(8)  # raw, real, shown, percent
+INTEGER = bytes([1, 0, 1, 0, 0, 0, 1, 1]) + bytes(8)  # raw, integer
+KIND_RANK, KIND_THREAD, KIND_GPUCONTEXT, KIND_GPUSTREAM = 2, 3, 5, 6
+MODULES = ["/opt/app/bin/app", "/opt/app/lib/libsolver.so", "/usr/lib/libc.so.6"]
+
+SIZES = {
+    "quick": {"profiles": 1024, "nodes": 20_000},
+    "default": {"profiles": 2048, "nodes": 40_000},
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Generator
+
+
+def base_tree(nodes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A random recursive tree (depth ~ ln n): parent, load module (1..3), offset per node."""
+    parent = np.zeros(nodes, dtype=np.int64)
+    parent[0] = -1  # the "| Main" placeholder
+    parent[1:] = (rng.random(nodes - 1) * np.arange(1, nodes)).astype(np.int64)
+    module = rng.integers(1, len(MODULES) + 1, size=nodes)
+    offset = rng.integers(0x1000, 0x400000, size=nodes).astype(np.uint64)
+    depth = np.zeros(nodes, dtype=np.int64)
+    for i in range(1, nodes):  # once per benchmark: fine in Python
+        depth[i] = depth[parent[i]] + 1
+    return parent, module, offset
+
+
+def _closure(keep: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """``keep`` plus every ancestor of a kept node."""
+    frontier = np.flatnonzero(keep)
+    while len(frontier):
+        up = parent[frontier]
+        up = up[up >= 0]
+        up = up[~keep[up]]
+        keep[up] = True
+        frontier = np.unique(up)
+    return keep
+
+
+def make_profile(
+    number: int,
+    tree: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rng: np.random.Generator,
+    gpu: bool,
+    trace_length: int,
+) -> tuple[HpcrunProfile, HpctraceFile]:
+    """One profile: 90% of the base tree's nodes, values on about half, and its trace."""
+    parent, module, offset = tree
+    n = len(parent)
+    keep = _closure(rng.random(n) < 0.9, parent)
+    keep[0] = True
+    nodes = np.flatnonzero(keep)
+    renumber = np.full(n, -1, dtype=np.int64)
+    renumber[nodes] = np.arange(len(nodes))
+    ids = 2 * (np.arange(len(nodes), dtype=np.int64) + 1)
+    cct = np.zeros(len(nodes), CCT_NODE_DTYPE)
+    cct["id"] = ids
+    cct["parent_id"] = np.where(parent[nodes] >= 0, ids[renumber[np.maximum(parent[nodes], 0)]], 0)
+    cct["lm_id"] = np.where(nodes == 0, 0, module[nodes])
+    cct["lm_ip"] = np.where(nodes == 0, np.uint64(placeholder_ip("| Main  ")), offset[nodes])
+    cct["flags"] = 1
+    if gpu:
+        metrics = [
+            MetricDescriptor("GKER (sec)", flags=REAL),
+            MetricDescriptor("GINS", flags=INTEGER),
+        ]
+    else:
+        metrics = [MetricDescriptor("CPUTIME (sec)", flags=REAL)]
+    with_values = np.flatnonzero(rng.random(len(nodes)) < 0.5)
+    with_values = with_values[with_values > 0]
+    per_node = rng.integers(1, len(metrics) + 1, size=len(with_values))
+    value_node = np.repeat(with_values, per_node)
+    first = np.cumsum(per_node) - per_node
+    metric = np.arange(len(value_node)) - np.repeat(first, per_node)
+    values = np.zeros(len(value_node), METRIC_VALUE_DTYPE)
+    values["metric"] = metric
+    real = rng.random(len(value_node)) * 1e-3 + 1e-6
+    integer = rng.integers(1, 1000, size=len(value_node)).astype(np.uint64)
+    is_integer = gpu & (metric == 1)
+    values["value_bits"] = np.where(is_integer, integer, real.view(np.uint64))
+    starts = np.zeros(len(with_values), NODE_START_DTYPE)
+    starts["node_id"] = ids[with_values]
+    starts["start"] = first
+    thread = number
+    if gpu:
+        elements = [(KIND_RANK, 0, 0), (KIND_GPUCONTEXT, 1, 1), (KIND_GPUSTREAM, thread, thread)]
+    else:
+        elements = [(KIND_RANK, 0, 0), (KIND_THREAD, thread, thread)]
+    id_tuple = np.zeros(len(elements), ID_TUPLE_ELEMENT_DTYPE)
+    for i, (kind, physical, logical) in enumerate(elements):
+        id_tuple[i] = (kind, physical, logical)
+    profile = HpcrunProfile(
+        nvpairs=[("program-name", "bench"), ("mpi-rank", "0"), ("thread-id", str(thread))],
+        load_modules=[LoadModule(i + 1, path) for i, path in enumerate(MODULES)],
+        cct=cct,
+        metrics=metrics,
+        id_tuple=id_tuple,
+        values=values,
+        node_starts=starts,
+    )
+    records = np.zeros(trace_length, TRACE_RECORD_DTYPE)
+    records["time"] = 1_700_000_000_000_000_000 + np.cumsum(
+        rng.integers(1000, 100_000, size=trace_length)
+    ).astype(np.uint64)
+    records["node_id"] = ids[rng.choice(with_values, size=trace_length)]
+    return profile, HpctraceFile(flags=0, records=records)
+
+
+def generate(
+    directory: Path,
+    profiles: int,
+    nodes: int,
+    seed: int = 1,
+    gpu_share: float = 0.25,
+    trace_length: int = 2000,
+) -> int:
+    """Write a measurement directory; returns its size in bytes."""
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    tree = base_tree(nodes, rng)
+    total = 0
+    every = max(1, round(1 / gpu_share)) if gpu_share > 0 else 0
+    for number in range(profiles):
+        # As hpcrun names them, each process's GPU streams sort among its threads.
+        gpu = every > 0 and number % every == every - 1
+        profile, trace = make_profile(number, tree, rng, gpu, trace_length)
+        stem = f"bench-000000-{number:03d}-a0000001-4242-0"
+        hpcrun.write(profile, directory / f"{stem}.hpcrun")
+        hpctrace.write(trace, directory / f"{stem}.hpctrace")
+        total += (directory / f"{stem}.hpcrun").stat().st_size
+        total += (directory / f"{stem}.hpctrace").stat().st_size
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# Worker: one rank of an mpiexec launch
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One rank: pyprof-mpi's library on the measurement; rank 0 prints a JSON line (wall
+    time, every rank's peak RSS, rank 0's time per stage)."""
+    import resource
+    from collections.abc import Callable, Iterator
+    from contextlib import contextmanager
+
+    from pyhpctk.analysis.comm import world
+    from pyhpctk.analysis.distributed import run_distributed
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.cli.pyprof_mpi import parse_size
+
+    comm = world()
+    stages: dict[str, float] = {}
+
+    @contextmanager
+    def timed(label: str, total: int) -> Iterator[Callable[[int], None]]:
+        began = time.perf_counter()
+        yield lambda n: None
+        stages[label] = round(time.perf_counter() - began, 3)
+
+    options = ProfOptions.build([args.measurement], output=args.output, copy_sources=False, jobs=1)
+    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    comm.barrier()
+    start = time.perf_counter()
+    run_distributed(options, comm, limit, timed)
+    comm.barrier()
+    wall = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    everyone = comm.gather(rss)
+    if comm.rank == 0:
+        result = {"status": 0, "wall": wall, "rss": everyone, "stages": stages}
+        print("RESULT " + json.dumps(result))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+
+
+def launcher(mpiexec: str) -> list[str]:
+    """The mpiexec command with the options its MPI needs (detected from ``--version``)."""
+    try:
+        version = subprocess.run(
+            [mpiexec, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SystemExit(f"cannot run {mpiexec}: {error}") from error
+    command = [mpiexec]
+    if "Open MPI" in version or "OpenRTE" in version or "open-mpi" in version.lower():
+        command.append("--oversubscribe")
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--allow-run-as-root")
+    return command
+
+
+def default_mpiexec() -> str:
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else "mpiexec"
+
+
+def database_bytes(path: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in path.iterdir() if p.is_file()}
+
+
+def same_database(a: Path, b: Path) -> bool:
+    names = ("meta.db", "profile.db", "cct.db", "trace.db")
+    return all(filecmp.cmp(a / n, b / n, shallow=False) for n in names if (a / n).exists())
+
+
+def dense_bytes(db: Path) -> int:
+    """A dense layout of the same values: (profiles + 1) x contexts x metric ids x 8 bytes,
+    once profile-major and once context-major, as profile.db + cct.db hold them."""
+    from pyhpctk.formats import cctdb, metadb, profiledb
+
+    meta = metadb.read(db / "meta.db")
+    n_profiles = len(profiledb.read(db / "profile.db").profiles)
+    n_contexts = cctdb.read(db / "cct.db").n_contexts
+    ids = sum(len(m.scope_insts) for m in meta.metrics)
+    return 2 * n_profiles * n_contexts * ids * 8
+
+
+def launch(
+    mpiexec: list[str],
+    n: int,
+    measurement: Path,
+    output: Path,
+    limit: str | None,
+    env: dict[str, str],
+) -> dict[str, object]:
+    """One ``mpiexec -n N`` run of the worker; its RESULT line (wall, per-rank peak RSS)."""
+    command = [*mpiexec, "-n", str(n), sys.executable, str(Path(__file__).resolve()), "--worker"]
+    command += ["--output", str(output), "--measurement", str(measurement)]
+    command += ["--memory-limit", limit or ""]
+    t0 = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    outer = time.perf_counter() - t0
+    result = next(
+        (
+            json.loads(line[len("RESULT ") :])
+            for line in done.stdout.splitlines()
+            if line.startswith("RESULT ")
+        ),
+        None,
+    )
+    if done.returncode != 0 or result is None or result["status"] != 0:
+        print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"pyprof-mpi on {n} ranks failed ({done.returncode})")
+    result["outer"] = outer
+    return dict(result)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", default="1,2", help="rank counts, e.g. 1,2,4,8,16")
+    parser.add_argument("--quick", action="store_true", help="the quick size (< 3 min on 16)")
+    parser.add_argument("--profiles", type=int, default=None)
+    parser.add_argument("--nodes", type=int, default=None, help="nodes of the base tree")
+    parser.add_argument("--trace-length", type=int, default=2000)
+    parser.add_argument(
+        "--memory-limit",
+        default="256M",
+        help="--memory-limit of the second, capped run per rank count ('' for none)",
+    )
+    parser.add_argument("--mpiexec", default=None)
+    parser.add_argument("--dir", default=None, help="where the temporary files go")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--measurement", default=None, help="use this directory (no generation)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--output", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.output = Path(args.output)
+        return worker(args)
+
+    size = SIZES["quick" if args.quick else "default"]
+    profiles = args.profiles or size["profiles"]
+    nodes = args.nodes or size["nodes"]
+    ranks = [int(r) for r in args.ranks.split(",") if r.strip()]
+    mpiexec = launcher(args.mpiexec or default_mpiexec())
+    limit = args.memory_limit or None
+    work = Path(tempfile.mkdtemp(prefix="pyprof-bench-", dir=args.dir))
+    try:
+        if args.measurement:
+            measurement = Path(args.measurement)
+            input_bytes = sum(p.stat().st_size for p in measurement.iterdir() if p.is_file())
+            profiles = len(list(measurement.glob("*.hpcrun")))
+        else:
+            measurement = work / "bench.m"
+            t0 = time.perf_counter()
+            input_bytes = generate(measurement, profiles, nodes, trace_length=args.trace_length)
+            print(
+                f"generated {profiles} profiles x ~{int(nodes * 0.9)} nodes, "
+                f"{input_bytes / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s",
+                file=sys.stderr,
+            )
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        rows = []
+        first_db = work / "db-first"
+        for n in ranks:
+            output = work / f"db-{n}"
+            fast = launch(mpiexec, n, measurement, output, None, env)
+            capped = None
+            if limit:
+                capped = launch(mpiexec, n, measurement, work / f"db-{n}-capped", limit, env)
+            same = True
+            if not first_db.exists():
+                output.rename(first_db)
+            else:
+                same = same_database(first_db, output)
+                shutil.rmtree(output)
+            if capped is not None:
+                same = same and same_database(first_db, work / f"db-{n}-capped")
+                shutil.rmtree(work / f"db-{n}-capped")
+            rows.append((n, fast, capped, same))
+            print(
+                f"{n} ranks: {fast['wall']:.2f} s"
+                + (f", capped {capped['wall']:.2f} s" if capped else "")
+                + f"; rank 0's stages: {fast['stages']}",
+                file=sys.stderr,
+            )
+        files = database_bytes(first_db)
+        stored = files.get("profile.db", 0) + files.get("cct.db", 0)
+        dense = dense_bytes(first_db)
+        print()
+        print(
+            f"input: {profiles} profiles, {input_bytes / 1e6:.1f} MB; database: "
+            + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(files.items()))
+            + f"; profile.db + cct.db = {stored / 1e6:.1f} MB vs a dense layout "
+            f"{dense / 1e6:.1f} MB ({stored / dense:.3f} of dense)"
+        )
+        print()
+        head = (
+            "| ranks | wall (s) | MB/s | MB/s per core | profiles/s | efficiency "
+            "| peak RSS/rank (MB) |"
+        )
+        rule = "| --- | --- | --- | --- | --- | --- | --- |"
+        if limit:
+            cap_mb = parse_bytes(limit) / 1e6
+            head += f" capped {limit}: wall (s) | capped: peak RSS/rank (MB) | <= cap + 200 MB |"
+            rule += " --- | --- | --- |"
+        print(head + " same DB |")
+        print(rule + " --- |")
+        base_n, base_wall = rows[0][0], float(rows[0][1]["wall"])  # type: ignore[arg-type]
+        for n, fast, capped, same in rows:
+            wall = float(fast["wall"])  # type: ignore[arg-type]
+            rss = max(fast["rss"]) / 1e6  # type: ignore[call-overload]
+            rate = input_bytes / 1e6 / wall
+            efficiency = (base_wall * base_n) / (wall * n)
+            line = (
+                f"| {n} | {wall:.2f} | {rate:.1f} | {rate / n:.1f} | {profiles / wall:.1f} | "
+                f"{efficiency:.0%} | {rss:.0f} |"
+            )
+            if capped is not None:
+                capped_rss = max(capped["rss"]) / 1e6  # type: ignore[call-overload]
+                ok = capped_rss <= cap_mb + 200
+                line += (
+                    f" {float(capped['wall']):.2f} | {capped_rss:.0f} | {'yes' if ok else 'NO'} |"  # type: ignore[arg-type]
+                )
+            print(line + f" {'yes' if same else 'NO'} |")
+        return 0 if all(r[3] for r in rows) else 1
+    finally:
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def parse_bytes(text: str) -> int:
+    """``512M`` -> bytes (the units of pyprof-mpi's --memory-limit)."""
+    from pyhpctk.cli.pyprof_mpi import parse_size
+
+    return parse_size(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

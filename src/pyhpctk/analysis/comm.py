@@ -1,0 +1,213 @@
+"""The few collective operations pyprof-mpi needs, over mpi4py or within one process.
+
+:class:`Comm` is the interface :mod:`.distributed` is written against; :class:`SerialComm` is a
+world of one process (pyprof-mpi without MPI, and the unit tests of the round-based ``cct.db``
+construction), :class:`MpiComm` wraps an ``mpi4py`` communicator. Python objects travel pickled
+(mpi4py's lower-case methods); integer arrays summed over ranks use ``Allreduce`` on the buffer.
+mpi4py is imported only by :func:`world`, so nothing else here needs it installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+T = TypeVar("T")
+Arrays = tuple[npt.NDArray[Any], ...]
+
+_INT_MAX = 2**31 - 1
+
+
+class Comm(Protocol):
+    """A communicator: ``rank`` in ``0..size-1``, collectives called by every rank in order."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        """``root``'s ``obj`` on every rank."""
+        ...
+
+    def gather(self, obj: T, root: int = 0) -> list[T] | None:
+        """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
+        ...
+
+    def allgather(self, obj: T) -> list[T]:
+        """Every rank's ``obj`` in rank order, on every rank."""
+        ...
+
+    def alltoall(self, objs: list[T]) -> list[T]:
+        """Element ``r`` of ``objs`` goes to rank ``r``; the result holds one from each rank."""
+        ...
+
+    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
+        """:meth:`alltoall` for tuples of numpy arrays (same dtypes in every tuple), sent as
+        raw buffers rather than pickles."""
+        ...
+
+    def send(self, obj: object, dest: int) -> None:
+        """Point-to-point send (pickled)."""
+        ...
+
+    def recv(self, source: int) -> Any:
+        """Point-to-point receive from ``source``."""
+        ...
+
+    def allreduce_sum(self, array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The element-wise sum of every rank's ``array`` (same shape everywhere)."""
+        ...
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        ...
+
+
+class SerialComm:
+    """A world of one rank: every collective is the identity."""
+
+    rank = 0
+    size = 1
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        return obj
+
+    def gather(self, obj: T, root: int = 0) -> list[T] | None:
+        return [obj]
+
+    def allgather(self, obj: T) -> list[T]:
+        return [obj]
+
+    def alltoall(self, objs: list[T]) -> list[T]:
+        if len(objs) != 1:
+            raise ValueError("alltoall needs one object per rank")
+        return list(objs)
+
+    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
+        return self.alltoall(parts)
+
+    def send(self, obj: object, dest: int) -> None:
+        raise RuntimeError("a world of one rank has nobody to send to")
+
+    def recv(self, source: int) -> Any:
+        raise RuntimeError("a world of one rank has nobody to receive from")
+
+    def allreduce_sum(self, array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        return array.copy()
+
+    def barrier(self) -> None:
+        return None
+
+
+class MpiComm:
+    """An ``mpi4py`` communicator seen through :class:`Comm`."""
+
+    def __init__(self, comm: Any) -> None:
+        self._comm = comm
+
+    @property
+    def rank(self) -> int:
+        return int(self._comm.Get_rank())
+
+    @property
+    def size(self) -> int:
+        return int(self._comm.Get_size())
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        result: T = self._comm.bcast(obj, root=root)
+        return result
+
+    def gather(self, obj: T, root: int = 0) -> list[T] | None:
+        result: list[T] | None = self._comm.gather(obj, root=root)
+        return result
+
+    def allgather(self, obj: T) -> list[T]:
+        result: list[T] = self._comm.allgather(obj)
+        return result
+
+    def alltoall(self, objs: list[T]) -> list[T]:
+        result: list[T] = self._comm.alltoall(objs)
+        return result
+
+    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
+        from mpi4py import MPI
+
+        size = self.size
+        if len(parts) != size:
+            raise ValueError("alltoall_arrays needs one tuple per rank")
+        fields = len(parts[0])
+        counts = np.array([[len(a) for a in p] for p in parts], dtype=np.int64).reshape(size, -1)
+        received = np.empty_like(counts)
+        self._comm.Alltoall(counts, received)
+        dtypes = [a.dtype for a in parts[0]]
+        widths = np.array([d.itemsize for d in dtypes], dtype=np.int64)
+        out_bytes = counts * widths
+        in_bytes = received * widths
+        # Counts and displacements are C ints: pickle what would not fit.
+        too_big = max(
+            int(out_bytes.sum(axis=0).max(initial=0)), int(in_bytes.sum(axis=0).max(initial=0))
+        )
+        if self._comm.allreduce(too_big, op=MPI.MAX) > _INT_MAX:
+            return self.alltoall(parts)
+        columns = []
+        for f in range(fields):
+            send = np.ascontiguousarray(np.concatenate([p[f] for p in parts])).view(np.uint8)
+            send_counts = out_bytes[:, f]
+            recv_counts = in_bytes[:, f]
+            recv = np.empty(int(recv_counts.sum()), dtype=np.uint8)
+            self._comm.Alltoallv(
+                [send, (send_counts.tolist(), _starts(send_counts)), MPI.BYTE],
+                [recv, (recv_counts.tolist(), _starts(recv_counts)), MPI.BYTE],
+            )
+            columns.append(recv.view(dtypes[f]))
+        result: list[Arrays] = []
+        starts = np.zeros(fields, dtype=np.int64)
+        for r in range(size):
+            row = []
+            for f in range(fields):
+                n = int(received[r, f])
+                row.append(columns[f][int(starts[f]) : int(starts[f]) + n])
+                starts[f] += n
+            result.append(tuple(row))
+        return result
+
+    def send(self, obj: object, dest: int) -> None:
+        self._comm.send(obj, dest=dest, tag=17)
+
+    def recv(self, source: int) -> Any:
+        return self._comm.recv(source=source, tag=17)
+
+    def allreduce_sum(self, array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        from mpi4py import MPI
+
+        send = np.ascontiguousarray(array, dtype=np.int64)
+        out = np.empty_like(send)
+        self._comm.Allreduce(send, out, op=MPI.SUM)
+        return out
+
+    def barrier(self) -> None:
+        self._comm.Barrier()
+
+    def abort(self, code: int) -> None:
+        """End every rank (after an error only some ranks saw)."""
+        self._comm.Abort(code)
+
+
+def _starts(counts: npt.NDArray[np.int64]) -> list[int]:
+    """Exclusive prefix sums (MPI displacements)."""
+    starts: list[int] = (np.cumsum(counts) - counts).tolist()
+    return starts
+
+
+def world() -> MpiComm:
+    """``MPI.COMM_WORLD`` (initialises MPI on first use)."""
+    from mpi4py import MPI
+
+    return MpiComm(MPI.COMM_WORLD)
+
+
+__all__ = ["Arrays", "Comm", "MpiComm", "SerialComm", "world"]

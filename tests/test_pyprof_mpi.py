@@ -1,0 +1,104 @@
+"""pyprof-mpi under ``mpiexec -n 1, 2, 3`` writes the database pyprof writes, byte for byte.
+
+Each test launches ``.venv/bin/mpiexec`` (the MPICH installed with the ``dev`` extra) on
+HPCToolkit's reference measurements and compares every file with a serial ``pyprof`` run of the
+same options, and with hpcprof's reference database by meaning. Rank counts exceed the number of
+profiles on purpose (idle ranks must still take part in every collective).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.analysis.compare import compare_dirs
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"  # the dev extra's mpich, beside python
+if not MPIEXEC.exists() and shutil.which("mpiexec"):
+    MPIEXEC = Path(str(shutil.which("mpiexec")))
+FILES = ("meta.db", "profile.db", "cct.db", "trace.db", "metrics/default.yaml")
+
+
+def pyprof_mpi(ranks: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``mpiexec -n RANKS python -m pyhpctk.cli.pyprof_mpi ARGS`` (the console script's code)."""
+    if not MPIEXEC.exists():
+        raise FileNotFoundError(f"{MPIEXEC}: no mpiexec (the dev extra installs mpich)")
+    command = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "pyhpctk.cli.pyprof_mpi"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def assert_same_files(expected: Path, actual: Path) -> None:
+    for name in FILES:
+        if (expected / name).exists() or (actual / name).exists():
+            assert filecmp.cmp(expected / name, actual / name, shallow=False), name
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("ranks", "extra", "serial_extra"),
+    [
+        (1, [], {}),
+        (2, ["-M", "stats"], {"metrics": "stats"}),
+        (3, ["--memory-limit", "3k"], {}),
+    ],
+    ids=["n1", "n2-stats", "n3-rounds"],
+)
+def test_ranks_write_pyprofs_database(
+    reference: Path,
+    tmp_path: Path,
+    ranks: int,
+    extra: list[str],
+    serial_extra: dict[str, str],
+) -> None:
+    measurement = reference / "meas" / "loops-cputime-t.m"  # 4 threads, loops, traces
+    serial = tmp_path / "serial"
+    run(ProfOptions.build([measurement], output=serial, **serial_extra))  # type: ignore[arg-type]
+    output = tmp_path / "mpi"
+    done = pyprof_mpi(ranks, "-o", str(output), *extra, str(measurement))
+    assert done.returncode == 0, done.stderr
+    assert f"({ranks} ranks)" in done.stderr and "4 profiles" in done.stderr
+    assert_same_files(serial, output)
+    if not extra or extra[0] != "-M":
+        assert compare_dirs(reference / "dbase" / "loops-cputime-t.d", output) == []
+
+
+@pytest.mark.mpi
+def test_gpu_measurement_on_four_ranks(reference: Path, tmp_path: Path) -> None:
+    """PC samples: the GINS weights of the device call graph are summed over ranks (two of
+    the four ranks have no profile)."""
+    measurement = reference / "meas" / "loops-cuda-nvidiapc-t.m"
+    output = tmp_path / "mpi"
+    done = pyprof_mpi(4, "-o", str(output), str(measurement))
+    assert done.returncode == 0, done.stderr
+    assert compare_dirs(reference / "dbase" / "loops-cuda-nvidiapc-t.d", output) == []
+    serial = tmp_path / "serial"
+    run(ProfOptions.build([measurement], output=serial))
+    assert_same_files(serial, output)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no such measurement directory"),
+        (["--memory-limit", "lots"], "cannot read 'lots' as a size"),
+    ],
+    ids=["missing-input", "bad-size"],
+)
+def test_an_error_is_reported_once_and_every_rank_exits(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    done = pyprof_mpi(2, *args, "-o", str(tmp_path / "db"), str(tmp_path / "nowhere.m"))
+    assert done.returncode == 2
+    assert done.stderr.count(message) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "db").exists()

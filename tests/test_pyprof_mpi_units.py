@@ -1,0 +1,208 @@
+"""pyprof-mpi's parts in one process: rounds under a memory cap, splits, the bulk tree merge.
+
+:func:`run_distributed` over a :class:`SerialComm` runs the whole distributed code path (the
+cct.db rounds, the summary with loop children sent to their parent's owner, the profile.db and
+trace.db blocks written at scanned offsets) without MPI; its files must equal serial pyprof's.
+"""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyhpctk.analysis.comm import SerialComm
+from pyhpctk.analysis.distributed import BYTES_PER_VALUE, plan_rounds, run_distributed, split_even
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run
+from pyhpctk.analysis.unify import RawKey, RawTree
+from pyhpctk.cli.pyprof_mpi import parse_size
+from pyhpctk.errors import UsageError
+from pyhpctk.formats import cctdb
+
+FILES = ("meta.db", "profile.db", "cct.db", "trace.db", "metrics/default.yaml")
+
+
+@pytest.mark.parametrize(
+    ("name", "ignore_structs", "metrics"),
+    [
+        ("loops-cputime-t", False, "sum"),
+        ("loops-cputime-t", True, "stats"),
+        ("loops-cuda-nvidia-t", False, "sum"),
+        ("loops-cuda-nvidiapc-t", False, "sum"),
+        ("small", False, "stats"),
+    ],
+)
+def test_rounds_under_a_tiny_memory_cap_give_pyprofs_files(
+    reference: Path, tmp_path: Path, name: str, ignore_structs: bool, metrics: str
+) -> None:
+    measurement = reference / "meas" / f"{name}.m"
+    serial = tmp_path / "serial"
+    run(
+        ProfOptions.build(
+            [measurement], output=serial, ignore_structs=ignore_structs, metrics=metrics
+        )
+    )
+    capped = tmp_path / "capped"
+    options = ProfOptions.build(
+        [measurement], output=capped, ignore_structs=ignore_structs, metrics=metrics
+    )
+    limit = 3 * BYTES_PER_VALUE  # three values per round: hundreds of rounds, profiles read twice
+    report = run_distributed(options, SerialComm(), memory_limit=limit)
+    n_values = cctdb.read(serial / "cct.db").value_counts()[0]
+    assert len(plan_rounds(np.asarray(n_values), 1, limit)) > 10
+    for file in FILES:
+        if (serial / file).exists() or (capped / file).exists():
+            assert filecmp.cmp(serial / file, capped / file, shallow=False), file
+    assert report.output == capped and report.problems == ()
+
+
+def test_existing_output_is_refused_before_any_work(reference: Path, tmp_path: Path) -> None:
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "notes.txt").write_text("mine")
+    options = ProfOptions.build([reference / "meas" / "small.m"], output=tmp_path / "db")
+    with pytest.raises(Exception, match="already exists"):
+        run_distributed(options, SerialComm())
+    assert (tmp_path / "db" / "notes.txt").read_text() == "mine"
+
+
+counts = st.lists(st.integers(0, 50), min_size=0, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts, st.integers(1, 5), st.integers(1, 40))
+def test_rounds_cover_every_context_once_within_the_budget(
+    values: list[int], ranks: int, per_rank: int
+) -> None:
+    array = np.asarray(values, dtype=np.int64)
+    limit = per_rank * BYTES_PER_VALUE
+    rounds = plan_rounds(array, ranks, limit)
+    covered = [c for start, stop in rounds for c in range(start, stop)]
+    assert covered == list(range(len(values)))
+    for start, stop in rounds:
+        assert stop > start
+        # Over budget only when a single context alone is.
+        assert int(array[start:stop].sum()) <= per_rank * ranks or stop - start == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts, st.integers(1, 6), st.sampled_from([1.0, 0.5, 0.25]))
+def test_split_even_gives_contiguous_balanced_ranges(
+    values: list[int], parts: int, first: float
+) -> None:
+    array = np.asarray(values, dtype=np.int64)
+    bounds = split_even(array, parts, first)
+    assert len(bounds) == parts + 1 and bounds[0] == 0 and bounds[-1] == len(values)
+    assert np.all(np.diff(bounds) >= 0)
+    total = int(array.sum())
+    largest = int(array.max()) if len(values) else 0
+    capacity = [first] + [1.0] * (parts - 1)
+    for r in range(parts):
+        share = int(array[bounds[r] : bounds[r + 1]].sum())
+        assert share <= total * capacity[r] / sum(capacity) + largest + 1e-9
+
+
+keys = st.tuples(st.sampled_from(["/bin/a", "/lib/b.so", None]), st.integers(0, 4), st.booleans())
+forests = st.lists(st.lists(keys, min_size=1, max_size=5).map(tuple), min_size=0, max_size=15)
+
+
+def _tree(paths: list[tuple[RawKey, ...]]) -> RawTree:
+    tree = RawTree()
+    for path in paths:
+        node = -1
+        for key in path:
+            node = tree.node(node, key)
+    return tree
+
+
+@settings(max_examples=80, deadline=None)
+@given(forests, forests)
+def test_bulk_merge_numbers_nodes_as_one_by_one_insertion(
+    left: list[tuple[RawKey, ...]], right: list[tuple[RawKey, ...]]
+) -> None:
+    bulk, expected = _tree(left), _tree(left)
+    other = _tree(right)
+    mapping = bulk.merge(other)
+    # The reference: insert the other tree's nodes one at a time, in its order.
+    one_by_one = []
+    for parent, key in zip(other.parent, other.keys, strict=True):
+        one_by_one.append(expected.node(-1 if parent < 0 else one_by_one[parent], key))
+    assert mapping.tolist() == one_by_one
+    assert bulk.parent == expected.parent and bulk.keys == expected.keys
+
+
+@settings(max_examples=30, deadline=None)
+@given(forests)
+def test_a_tree_survives_the_trip_to_another_rank(paths: list[tuple[RawKey, ...]]) -> None:
+    tree = _tree(paths)
+    back = RawTree.from_wire(tree.wire())
+    assert back.parent == tree.parent and back.keys == tree.keys
+
+
+def test_sizes_are_read_with_binary_units() -> None:
+    assert parse_size("4096") == 4096
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1.5GiB") == 3 << 29
+    assert parse_size("2g") == 2 << 30
+    for bad in ("lots", "-1G", "0"):
+        with pytest.raises(UsageError):
+            parse_size(bad)
+
+
+def test_a_profile_dropped_for_its_metric_table_leaves_no_trace(
+    reference: Path, tmp_path: Path
+) -> None:
+    """The rank folds profiles into its tree while reading; a later veto makes it fold again."""
+    from pyhpctk.formats import hpcrun
+
+    measurement = tmp_path / "m"
+    measurement.mkdir()
+    source = next((reference / "meas" / "loops-cputime-t.m").glob("*-001-*.hpcrun"))
+    good = hpcrun.read(source)
+    hpcrun.write(good, measurement / source.name)
+    odd = hpcrun.read(next((reference / "meas" / "small.m").glob("*.hpcrun")))
+    odd.metrics[0].period = 7  # same metric name, another period: vetoed after reading
+    hpcrun.write(odd, measurement / source.name.replace("-001-", "-002-"))
+    serial = tmp_path / "serial"
+    expected = run(ProfOptions.build([measurement], output=serial, ignore_structs=True))
+    capped = tmp_path / "mpi"
+    options = ProfOptions.build([measurement], output=capped, ignore_structs=True)
+    report = run_distributed(options, SerialComm())
+    assert report.problems == expected.problems and len(report.problems) == 1
+    assert "metric table disagrees" in report.problems[0]
+    for file in FILES:
+        if (serial / file).exists():
+            assert filecmp.cmp(serial / file, capped / file, shallow=False), file
+
+
+def test_extract_merges_sibling_frames_with_the_same_key(reference: Path) -> None:
+    """Two children of one node naming the same frame become one raw node (values summed)."""
+    from pyhpctk.analysis.unify import extract
+    from pyhpctk.formats import hpcrun
+
+    profile = hpcrun.read(next((reference / "meas" / "small.m").glob("*.hpcrun")))
+    plain = extract(profile, None, "p")
+    cct = profile.cct.copy()
+    leaves = np.setdiff1d(cct["id"], cct["parent_id"])
+    twin = cct[cct["id"] == leaves[-1]].copy()
+    twin["id"] = int(cct["id"].max()) + 2  # a new node id, same parent and same frame
+    profile.cct = np.concatenate([cct, twin])
+    doubled = extract(profile, None, "p")
+    assert len(doubled.tree) == len(plain.tree)
+    assert doubled.tree.keys == plain.tree.keys and doubled.tree.parent == plain.tree.parent
+
+
+def test_without_a_limit_rounds_still_keep_messages_under_mpis_int() -> None:
+    from pyhpctk.analysis.distributed import MAX_ROUND_VALUES
+
+    assert plan_rounds(np.asarray([5, 7, 0, 3]), 2, None) == [(0, 4)]
+    big = np.full(10, MAX_ROUND_VALUES // 4, dtype=np.int64)
+    rounds = plan_rounds(big, 1, None)
+    assert len(rounds) >= 3 and rounds[0][0] == 0 and rounds[-1][1] == 10
+    assert all(int(big[a:b].sum()) <= MAX_ROUND_VALUES for a, b in rounds)
+    # 18 bytes a value, pickled, in one message between two ranks: under 2 GiB.
+    assert MAX_ROUND_VALUES * 18 < 2**31
