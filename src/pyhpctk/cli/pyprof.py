@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -52,49 +53,96 @@ def _progress_for(
     return _bar if enabled else None
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
+    """The arguments and options pyprof and pyprof-mpi share (one definition for both)."""
+    where = " per rank" if per_rank else ""
+    decorators = [
+        click.argument("measurements", nargs=-1, required=True, type=click.Path(path_type=Path)),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Database directory to create (default: hpctoolkit-<program>-database).",
+        ),
+        click.option(
+            "-j",
+            "--jobs",
+            type=int,
+            default=1,
+            show_default=True,
+            help=f"Worker threads{where} for reading and aggregating profiles.",
+        ),
+        click.option(
+            "-S",
+            "--structure",
+            "structs",
+            multiple=True,
+            type=click.Path(path_type=Path),
+            help="An hpcstruct file to use (before MEAS/structs/); may repeat.",
+        ),
+        click.option("--ignore-structs", is_flag=True, help="Use no structure file at all."),
+        click.option(
+            "-M",
+            "--metrics",
+            "metric_mode",
+            type=click.Choice(METRIC_MODES),
+            default="sum",
+            show_default=True,
+            help="Summary statistics: sum, or stats (min/mean/max/...).",
+        ),
+        click.option("--strict", is_flag=True, help="Stop at the first damaged profile."),
+        click.option("--force", is_flag=True, help="Replace an existing output database."),
+        click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src."),
+        click.option(
+            "--progress/--no-progress",
+            default=None,
+            help="Progress bars on stderr"
+            + (", rank 0 only" if per_rank else "")
+            + " (default: when stderr is a terminal).",
+        ),
+    ]
+
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def prof_options(
+    measurements: tuple[Path, ...],
+    output: Path | None,
+    jobs: int,
+    structs: tuple[Path, ...],
+    ignore_structs: bool,
+    metric_mode: str,
+    strict: bool,
+    force: bool,
+    no_sources: bool,
+    progress: bool | None,
+) -> ProfOptions:
+    """The options object both commands build from their shared command-line values."""
+    return ProfOptions(
+        measurements=measurements,
+        output=output,
+        jobs=jobs,
+        structs=structs,
+        ignore_structs=ignore_structs,
+        metrics=metric_mode,
+        strict=strict,
+        force=force,
+        progress=sys.stderr.isatty() if progress is None else progress,
+        copy_sources=not no_sources,
+    )
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("measurements", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Database directory to create (default: hpctoolkit-<program>-database).",
-)
-@click.option(
-    "-j",
-    "--jobs",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Worker threads for reading and aggregating profiles.",
-)
-@click.option(
-    "-S",
-    "--structure",
-    "structs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="An hpcstruct file to use (before MEAS/structs/); may repeat.",
-)
-@click.option("--ignore-structs", is_flag=True, help="Use no structure file at all.")
-@click.option(
-    "-M",
-    "--metrics",
-    "metric_mode",
-    type=click.Choice(METRIC_MODES),
-    default="sum",
-    show_default=True,
-    help="Summary statistics: sum, or stats (min/mean/max/...).",
-)
-@click.option("--strict", is_flag=True, help="Stop at the first damaged profile.")
-@click.option("--force", is_flag=True, help="Replace an existing output database.")
-@click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src.")
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bars on stderr (default: when stderr is a terminal).",
-)
+@analysis_options()
 def command(
     measurements: tuple[Path, ...],
     output: Path | None,
@@ -108,20 +156,19 @@ def command(
     progress: bool | None,
 ) -> int:
     """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database."""
-    show = sys.stderr.isatty() if progress is None else progress
-    options = ProfOptions(
-        measurements=measurements,
-        output=output,
-        jobs=jobs,
-        structs=structs,
-        ignore_structs=ignore_structs,
-        metrics=metric_mode,
-        strict=strict,
-        force=force,
-        progress=show,
-        copy_sources=not no_sources,
+    options = prof_options(
+        measurements,
+        output,
+        jobs,
+        structs,
+        ignore_structs,
+        metric_mode,
+        strict,
+        force,
+        no_sources,
+        progress,
     )
-    report = run(options, _progress_for(show))
+    report = run(options, _progress_for(options.progress))
     click.echo(report.summary(), err=True)
     return 0
 

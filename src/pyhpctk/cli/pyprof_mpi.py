@@ -16,9 +16,8 @@ from pathlib import Path
 
 import click
 
-from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
 from pyhpctk.cli._common import run_command
-from pyhpctk.cli.pyprof import _progress_for
+from pyhpctk.cli.pyprof import _progress_for, analysis_options, prof_options
 from pyhpctk.errors import PyhpctkError, UsageError
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -36,48 +35,7 @@ def parse_size(text: str) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("measurements", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Database directory to create (default: hpctoolkit-<program>-database).",
-)
-@click.option(
-    "-j",
-    "--jobs",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Worker threads per rank for reading and aggregating profiles.",
-)
-@click.option(
-    "-S",
-    "--structure",
-    "structs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="An hpcstruct file to use (before MEAS/structs/); may repeat.",
-)
-@click.option("--ignore-structs", is_flag=True, help="Use no structure file at all.")
-@click.option(
-    "-M",
-    "--metrics",
-    "metric_mode",
-    type=click.Choice(METRIC_MODES),
-    default="sum",
-    show_default=True,
-    help="Summary statistics: sum, or stats (min/mean/max/...).",
-)
-@click.option("--strict", is_flag=True, help="Stop at the first damaged profile.")
-@click.option("--force", is_flag=True, help="Replace an existing output database.")
-@click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src.")
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bars on stderr, rank 0 only (default: when stderr is a terminal).",
-)
+@analysis_options(per_rank=True)
 @click.option(
     "--memory-limit",
     default=None,
@@ -106,22 +64,21 @@ def command(
         comm = world()
     except ImportError as error:
         raise UsageError(f"pyprof-mpi needs mpi4py and an MPI library: {error}") from error
-    show = sys.stderr.isatty() if progress is None else progress
     try:
         limit = None if memory_limit is None else parse_size(memory_limit)
-        options = ProfOptions(
-            measurements=measurements,
-            output=output,
-            jobs=jobs,
-            structs=structs,
-            ignore_structs=ignore_structs,
-            metrics=metric_mode,
-            strict=strict,
-            force=force,
-            progress=show,
-            copy_sources=not no_sources,
+        options = prof_options(
+            measurements,
+            output,
+            jobs,
+            structs,
+            ignore_structs,
+            metric_mode,
+            strict,
+            force,
+            no_sources,
+            progress,
         )
-        report = run_distributed(options, comm, limit, _progress_for(show))
+        report = run_distributed(options, comm, limit, _progress_for(options.progress))
     except PyhpctkError as error:
         if comm.rank != 0:  # every rank raises the same error; rank 0 reports it
             raise click.exceptions.Exit(error.exit_code) from error
