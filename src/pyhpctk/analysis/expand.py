@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.analysis.python_loops import PythonLoops
 from pyhpctk.analysis.structmap import Chain, StructureIndex
 from pyhpctk.analysis.unify import RawTree
 from pyhpctk.core.context import (
@@ -161,8 +162,16 @@ class LogicalFunction:
     line: int
 
 
-def logical_steps(stanzas: Mapping[int, LogicalFunction], offset: int) -> Steps:
-    """formats.md §3.8: a Python frame ``lm_ip = fid << 32 | line`` as function / line contexts."""
+def logical_steps(
+    stanzas: Mapping[int, LogicalFunction],
+    offset: int,
+    python_loops: Mapping[str, PythonLoops] | None = None,
+) -> Steps:
+    """formats.md §3.8: a Python frame ``lm_ip = fid << 32 | line`` as function / line contexts.
+
+    With the structure of the function's source file (``python_loops``, from pystruct), the line
+    goes inside the loops that enclose it: function → loop … → line, as for compiled code.
+    """
     fid, line = offset >> 32, offset & 0xFFFFFFFF
     stanza = stanzas.get(fid) if fid else None
     if stanza is None:
@@ -180,7 +189,21 @@ def logical_steps(stanzas: Mapping[int, LogicalFunction], offset: int) -> Steps:
     call = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=function)
     if stanza.file is None or line == 0:
         return (call,)
-    return (call, _line(stanza.file, line))
+    structure = python_loops.get(stanza.file) if python_loops else None
+    if structure is None:
+        return (call, _line(stanza.file, line))
+    loops = tuple(
+        ContextKey(
+            Relation.LEXICAL,
+            LexicalType.LOOP,
+            file=stanza.file,
+            line=header,
+            module=LOGICAL_PYTHON,
+            offset=header,  # lines are a Python source's addresses (structure.python_source)
+        )
+        for header in structure.loops(stanza.name, stanza.line, line)
+    )
+    return (call, *loops, _line(stanza.file, line))
 
 
 @dataclass(slots=True)
@@ -190,6 +213,7 @@ class ModuleClassifiers:
     structures: dict[str, StructureIndex] = field(default_factory=dict)
     symbols: dict[str, tuple[list[Symbol], npt.NDArray[np.uint64]]] = field(default_factory=dict)
     logical: dict[str, Mapping[int, LogicalFunction]] = field(default_factory=dict)
+    python_loops: dict[str, PythonLoops] = field(default_factory=dict)  # by source path
     presented_path: dict[str, str] = field(default_factory=dict)
 
     def reconstructs(self, module: str) -> bool:
@@ -200,7 +224,7 @@ class ModuleClassifiers:
     def steps(self, module: str, offset: int) -> Steps:
         shown = self.presented_path.get(module, module)
         if module in self.logical:
-            return logical_steps(self.logical[module], offset)
+            return logical_steps(self.logical[module], offset, self.python_loops)
         index = self.structures.get(module)
         if index is not None:
             chain = index.lookup(offset)

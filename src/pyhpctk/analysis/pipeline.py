@@ -34,6 +34,7 @@ from pyhpctk.analysis.database import AggregateDatabase, IdElement, ProfileResul
 from pyhpctk.analysis.expand import Expansion, LogicalFunction, ModuleClassifiers, expand
 from pyhpctk.analysis.gpu import reconstruct_gpu_contexts
 from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.python_loops import PythonLoops
 from pyhpctk.analysis.stats import SparseValues, TreeShape, profile_scopes, summarize
 from pyhpctk.analysis.structmap import StructureIndex, index_structure
 from pyhpctk.analysis.symbols import read_symbols
@@ -246,6 +247,9 @@ def id_tuples(raw: list[list[tuple[int, int, int]]]) -> list[tuple[IdElement, ..
 # Structure, symbols, logical metadata
 
 
+PYTHON_SUFFIXES = (".py", ".pyw")
+
+
 def _is_relative(path: str) -> bool:
     return not path.startswith("/")
 
@@ -294,7 +298,13 @@ def load_structures(
     for measurement in dict.fromkeys(s.measurement for s in sources):
         for path in inputs.structure_files(measurement):
             binary = structure_binary(path)
-            if binary is not None and used and not any(_same_binary(m, binary) for m in used):
+            # Python sources are kept: logical frames name them by file, not as load modules.
+            if (
+                binary is not None
+                and used
+                and not binary.endswith(PYTHON_SUFFIXES)
+                and not any(_same_binary(m, binary) for m in used)
+            ):
                 continue
             found += index_structure(hpcstruct.read(path))
     return explicit, found
@@ -345,6 +355,17 @@ def build_classifiers(
             table = read_symbols(measurement / module)
             if table is not None and table[0]:
                 classifiers.symbols[module] = table
+    # Python sources' structure (pystruct): loops for the logical frames of those files.
+    sources = {
+        stanza.file
+        for stanzas in classifiers.logical.values()
+        for stanza in stanzas.values()
+        if stanza.file
+    }
+    for number, index in [*enumerate(explicit), *((-1, index) for index in found)]:
+        if index.path.endswith(PYTHON_SUFFIXES) and index.path in sources:
+            classifiers.python_loops.setdefault(index.path, PythonLoops(index.module))
+            used_explicit.add(number)
     for number, index in enumerate(explicit):
         if number not in used_explicit:
             problems.append(
