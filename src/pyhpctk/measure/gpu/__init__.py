@@ -70,21 +70,47 @@ def _backend(spec: GpuSpec) -> object:
             replayed = recording.load(path)
         except OSError as error:
             raise UsageError(f"gpu=simulated: cannot read the recording {path}: {error}") from None
+        pc = None
+        if spec.option("pc"):
+            from pyhpctk.measure.gpu.pcsampling import load_recording
+
+            pc = load_recording(spec.option("pc"))
         return SimulatedBackend(
             replayed,
             buffer_records=spec.int_option("buffer", 256),
             max_pending=spec.int_option("pending", 0),
+            pc=pc,
         )
     if spec.backend == "nvidia":
         from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
 
         records = spec.option("records", "raw")
+        pc_mode = spec.option("pcmode", "serialized")
+        if pc_mode not in ("serialized", "continuous"):
+            raise UsageError(f"gpu=nvidia: pcmode={pc_mode!r}: say serialized or continuous")
         if records not in ("raw", "objects"):
             raise UsageError(f"gpu=nvidia: records={records!r}: say records=raw or records=objects")
-        return CuptiBackend(buffer_bytes=spec.int_option("buffer", 8 << 20), records=records)
+        return CuptiBackend(
+            buffer_bytes=spec.int_option("buffer", 8 << 20),
+            records=records,
+            pc_period=pc_period(spec),
+            pc_mode=pc_mode,
+        )
     from pyhpctk.measure.gpu.hip_backend import HipBackend
 
     return HipBackend()
+
+
+def pc_period(spec: GpuSpec) -> int:
+    """``gpu=nvidia,pc[,period=N]``: the PC sampling period exponent (2^N cycles), 0 when off."""
+    if not any(key == "pc" for key, _ in spec.options):
+        return 0
+    from pyhpctk.measure.gpu.pcsampling import period_exponent
+
+    try:
+        return period_exponent(spec.int_option("period", 12))
+    except ValueError as error:
+        raise UsageError(f"gpu={spec.backend}: {error}") from None
 
 
 def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
@@ -95,9 +121,26 @@ def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
     if isinstance(spec, str):
         spec = parse_gpu_event(spec)
     backend = _backend(spec)
+    pc_kind = None
+    if any(key == "pc" for key, _ in spec.options):
+        from pyhpctk.measure.gpu.metrics import pc_metric_kind
+
+        # hpcrun's order: the 30 instruction metrics come before the activity metrics.
+        pc_kind = session.add_metric_kind(pc_metric_kind())
     kind = session.add_metric_kind(gpu_metric_kind())
     monitor = GpuMonitor(session, kind, limits=backend.limits())  # type: ignore[attr-defined]
     monitor.backend = backend
+    if pc_kind is not None:
+        recorded = getattr(backend, "pc", None)
+        if recorded is not None:  # gpu=simulated,pc=RECORDING
+            period = 1 << int(recorded.period_exponent)
+            clock = int(recorded.clock_khz)
+            sm_count = int(recorded.sm_count)
+        else:
+            period = 1 << pc_period(spec)
+            clock = int(backend.clock_khz())  # type: ignore[attr-defined]
+            sm_count = 0  # the device's, learned with the first kernel
+        monitor.enable_pc(pc_kind, period, clock, sm_count)
     try:
         backend.start(monitor)  # type: ignore[attr-defined]
     except BaseException:
@@ -140,4 +183,10 @@ def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
     stats = monitor.stats
     if report and (stats.unmatched or stats.dropped or stats.trace_overflow or monitor.errors):
         sys.stderr.write(stats.report() + "\n")
+    pc = monitor.pc_stats
+    if report and monitor.pc_kind is not None and (pc["unmatched"] or pc["dropped"]):
+        sys.stderr.write(
+            f"pyrun: gpu: PC samples: {pc['attributed']} attributed, {pc['unmatched']} with no"
+            f" kernel launch or gpubin to go to, {pc['dropped']} dropped by the hardware\n"
+        )
     return stats

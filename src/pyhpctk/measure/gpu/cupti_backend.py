@@ -105,8 +105,20 @@ class CuptiBackend:
 
     name = "nvidia"
 
-    def __init__(self, buffer_bytes: int = 8 << 20, records: str = "raw") -> None:
+    def __init__(
+        self,
+        buffer_bytes: int = 8 << 20,
+        records: str = "raw",
+        pc_period: int = 0,
+        pc_mode: str = "serialized",
+    ) -> None:
+        self.pc_mode = pc_mode
         self.buffer_bytes = buffer_bytes
+        self.pc_period = pc_period  # issue #7: PC sampling period exponent (2^N cycles); 0 = off
+        self.pc_samplers: dict[int, object] = {}  # CUcontext → pcsampling.PcSampler
+        self.pc_errors: list[str] = []
+        self._exit = -1
+        self._context_created = -1
         self.records = records
         self.monitor: GpuMonitor | None = None
         self.dropped = 0
@@ -155,7 +167,16 @@ class CuptiBackend:
         self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
         self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
+        self._exit = int(cupti.ApiCallbackSite.API_EXIT)
         self._subscriber = cupti.subscribe(self._callback, None)
+        if self.pc_period:
+            self._context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED)
+            cupti.enable_callback(
+                1,
+                self._subscriber,
+                cupti.CallbackDomain.RESOURCE,
+                cupti.CallbackIdResource.CONTEXT_CREATED,
+            )
         for key in list(self.api_kinds):
             try:
                 cupti.enable_callback(1, self._subscriber, *key)
@@ -191,6 +212,8 @@ class CuptiBackend:
         cupti = self._cupti
         if cupti is None:
             return
+        for context in list(self.pc_samplers):
+            self._pc_collect(context, final=True)
         try:
             self.flush()
         except Exception as error:  # CUDA may already be torn down
@@ -212,9 +235,15 @@ class CuptiBackend:
         if domain == self._domain_resource:
             if cbid == self._module_loaded:
                 self._module(data)
+            elif cbid == self._context_created:
+                self._pc_enable(int(data.context))  # type: ignore[attr-defined]
             return
         if data.callback_site != self._enter:  # type: ignore[attr-defined]
+            if self.pc_period and self.api_kinds.get((domain, cbid)) == act.KERNEL:
+                self._pc_collect(int(data.context))  # type: ignore[attr-defined]
             return
+        if self.pc_period and int(data.context) not in self.pc_samplers:  # type: ignore[attr-defined]
+            self._pc_enable(int(data.context))  # type: ignore[attr-defined]
         key = (domain, cbid)
         kind = self.api_kinds.get(key)
         if kind is not None:
@@ -238,6 +267,69 @@ class CuptiBackend:
             return
         if cubin:
             monitor.module_loaded(cubin)
+
+    # -- PC sampling (issue #7) --
+
+    def _pc_enable(self, context: int) -> None:
+        """Start kernel-serialized PC sampling on ``context`` (once per context)."""
+        if not context or context in self.pc_samplers:
+            return
+        from pyhpctk.measure.gpu.pcsampling import PcSampler
+
+        path = _loaded_library("libcupti")
+        sampler = PcSampler(
+            ctypes.CDLL(path or "libcupti.so"),
+            context,
+            self.pc_period,
+            start_stop=False,
+            mode=self.pc_mode,
+        )
+        self.pc_samplers[context] = sampler
+        try:
+            sampler.enable()
+        except Exception as error:
+            self._pc_error(f"pyrun: gpu: PC sampling unavailable: {error}")
+            sampler.enabled = False
+
+    def _pc_collect(self, context: int, final: bool = False) -> None:
+        """Read the samples CUPTI has for ``context`` and hand them to the monitor."""
+        sampler = self.pc_samplers.get(context)
+        monitor = self.monitor
+        if sampler is None or monitor is None or not sampler.enabled:  # type: ignore[attr-defined]
+            return
+        try:
+            batch = sampler.collect()  # type: ignore[attr-defined]
+            if final:
+                rest = sampler.disable()  # type: ignore[attr-defined]
+                if len(rest.rows):
+                    monitor.pc_samples(rest.rows, rest.functions, sampler.reasons, 0)  # type: ignore[attr-defined]
+        except Exception as error:
+            self._pc_error(f"pyrun: gpu: reading PC samples failed: {error}")
+            return
+        if len(batch.rows) or batch.dropped_samples:
+            monitor.pc_samples(
+                batch.rows,
+                batch.functions,
+                sampler.reasons,  # type: ignore[attr-defined]
+                batch.dropped_samples,
+            )
+
+    def _pc_error(self, text: str) -> None:
+        if text not in self.pc_errors:
+            self.pc_errors.append(text)
+            if self.monitor is not None:
+                self.monitor.errors.append(text)
+
+    def clock_khz(self) -> int:
+        """The SM clock of device 0 in kHz (CU_DEVICE_ATTRIBUTE_CLOCK_RATE), 0 if unknown."""
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            value = ctypes.c_int(0)
+            if cuda.cuDeviceGetAttribute(ctypes.byref(value), 13, 0) != 0:
+                return 0
+            return int(value.value)
+        except OSError:
+            return 0
 
     # -- activity buffers: cupti-python objects --
 

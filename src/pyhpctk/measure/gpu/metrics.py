@@ -202,3 +202,129 @@ GKER_COUNT = _INDEX["GKER:COUNT"]
 def gpu_metric_kind() -> MetricKind:
     """A fresh GPU metric kind (each session adds its own; a kind's base is per session)."""
     return MetricKind(GPU_KIND_NAME, GPU_METRICS)
+
+
+# -- issue #7: hpcrun's 30 GPU instruction metrics (PC sampling), before the activity metrics --
+
+#: (name, description, show, real, move_to_proc), as ``meas/loops-cuda-nvidiapc-t.m`` has them
+#: (metric table #0..#29, formats.md §1.6); GINS:LAT_THR carries a formula within this kind.
+_PC_TABLE = (
+    ("GINS:BLK_EXEC_CNT", "GPU basic block execution count", INVISIBLE, False, False),
+    ("GINS:BLK_LAT", "GPU basic block latency", INVISIBLE, False, False),
+    ("GINS:BLK_SIMD_ACT", "GPU basic block active SIMD lanes", INVISIBLE, False, False),
+    ("GINS", "GPU instruction execution count", SHOW, False, False),
+    ("GINS:LAT", "GPU instruction latency", SHOW, False, False),
+    ("GINS:LAT_COV", "GPU instruction covered latency", SHOW, False, False),
+    ("GINS:LAT_UCV", "GPU instruction uncovered latency", SHOW, False, False),
+    ("GINS:LAT_THR", "GPU threads needed to cover latency (1 + UCV/COV)", SHOW, False, False),
+    ("GINS:SIMD_TOT", "GPU instruction total SIMD lanes", SHOW, False, False),
+    ("GINS:SIMD_ACT", "GPU instruction active SIMD lanes", SHOW, False, False),
+    ("GINS:SIMD_WST", "GPU instruction wasted SIMD lanes", SHOW, False, False),
+    (
+        "GINS:SIMD_SLS",
+        "GPU instruction SIMD lanes lost due to scalar instructions",
+        SHOW,
+        False,
+        False,
+    ),
+    ("GINS:STL_ANY", "GPU instruction stalls: any", SHOW, False, False),
+    ("GINS:STL_NONE", "GPU instruction stalls: no stall", HIDE, False, False),
+    (
+        "GINS:STL_IFET",
+        "GPU instruction stalls: await availability of next instruction (fetch or branch delay)",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_IDEP",
+        "GPU instruction stalls: await satisfaction of instruction input dependence",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_GMEM",
+        "GPU instruction stalls: await completion of global memory access",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_TMEM",
+        "GPU instruction stalls: texture memory request queue full",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_SYNC",
+        "GPU instruction stalls: await completion of thread or memory synchronization",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_CMEM",
+        "GPU instruction stalls: await completion of constant or immediate memory access",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_PIPE",
+        "GPU instruction stalls: await completion of required compute resources",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_MTHR",
+        "GPU instruction stalls: global memory request queue full",
+        HIDE,
+        False,
+        False,
+    ),
+    (
+        "GINS:STL_NSEL",
+        "GPU instruction stalls: not selected for issue but ready",
+        HIDE,
+        False,
+        False,
+    ),
+    ("GINS:STL_OTHR", "GPU instruction stalls: other", HIDE, False, False),
+    ("GINS:STL_SLP", "GPU instruction stalls: sleep", HIDE, False, False),
+    ("GSAMP:DRP", "GPU PC samples: dropped", HIDE, False, True),
+    ("GSAMP:EXP", "GPU PC samples: expected", HIDE, False, True),
+    ("GSAMP:TOT", "GPU PC samples: measured", HIDE, False, True),
+    ("GSAMP:PER (cyc)", "GPU PC samples: period (GPU cycles)", HIDE, False, True),
+    ("GSAMP:UTIL", "GPU utilization computed using PC sampling", SHOW, True, True),
+)
+PC_KIND_NAME = "gpu-instruction"
+#: Formulas (#N within this kind) and formats of the reference's metric table.
+_PC_FORMULAS = {
+    "GINS:LAT_THR": ("(#5/#5) + (#6/#5)", "%6.0f"),
+    "GSAMP:UTIL": ("min(100, max(0, 100*#27/#26))", "%6.2f %%"),
+}
+
+
+def _pc_table() -> tuple[GpuMetricSpec, ...]:
+    specs = []
+    for name, description, show, real, move in _PC_TABLE:
+        formula, shape = _PC_FORMULAS.get(name, ("", ""))
+        specs.append(
+            GpuMetricSpec(
+                name, description, real, show, move_to_proc=move, formula=formula, format=shape
+            )
+        )
+    return tuple(specs)
+
+
+PC_METRICS: tuple[GpuMetricSpec, ...] = _pc_table()
+PC_INDEX = {spec.name: index for index, spec in enumerate(PC_METRICS)}
+assert len(PC_METRICS) == 30, "hpcrun writes 30 GPU instruction metrics (meas/...nvidiapc-t.m)"
+
+
+def pc_metric_kind() -> MetricKind:
+    """A fresh GPU instruction (PC sampling) kind; added before :func:`gpu_metric_kind`."""
+    return MetricKind(PC_KIND_NAME, PC_METRICS)

@@ -223,6 +223,16 @@ class GpuMonitor:
         self.closed = False
         self.errors: list[str] = []
         self.backend: object | None = None  # set by install()
+        # PC sampling (issue #7): off unless enable_pc() is called.
+        self.pc_kind: MetricKind | None = None
+        self.pc_period = 0
+        self.pc_clock_khz = 0
+        self.pc_sm_count = 0
+        self.pc_stats = {"rows": 0, "samples": 0, "attributed": 0, "unmatched": 0, "dropped": 0}
+        self._pc_lock = threading.Lock()
+        self._pc_rows: list[tuple[np.ndarray, list[str], list[str], int]] = []
+        self._pc_kernels: dict[int, tuple[ThreadCCT, int, int]] = {}
+        self._pc_last_launch: dict[str, int] = {}  # kernel name → its latest launch
         self._start_threads()
 
     # -- threads of the monitor --
@@ -620,6 +630,17 @@ class GpuMonitor:
                 cct, call, placeholder, kinds[index], details[index], names
             )
         self._add_metrics(cct, rows, nodes[inverse])
+        if self.pc_kind is not None:
+            targets = nodes[inverse]
+            for index in np.flatnonzero(rows["kind"] == act.KERNEL).tolist():
+                duration = int(rows["end"][index]) - int(rows["start"][index])
+                correlation = int(rows["correlation"][index])
+                self._pc_kernels[correlation] = (cct, int(targets[index]), max(duration, 0))
+                function = int(rows["function"][index])
+                if 0 <= function < len(names):  # continuous mode: samples carry no id
+                    self._pc_last_launch[names[function]] = correlation
+            if self._pc_rows:
+                self._attribute_pc()
 
     def _metric_node(
         self, cct: ThreadCCT, call: int, placeholder: int, kind: int, detail: int, names: list[str]
@@ -796,6 +817,9 @@ class GpuMonitor:
         self._trace_wake.release()
         self._tracer_done.wait(timeout)
         self.attribute_all()
+        if self.pc_kind is not None:
+            with self.session.lock:
+                self._attribute_pc(final=True)
         self._drain_traces()  # whatever the tracer left (it has stopped: we are the consumer)
         self._drain_operations()  # operations no buffer came for: counted, not matched
         stats = self.stats
@@ -804,6 +828,100 @@ class GpuMonitor:
         self.closed = True
         if write and self.trace:
             self.write_streams()
+
+    # -- PC sampling (issue #7) --
+
+    def enable_pc(
+        self, kind: MetricKind, period_cycles: int, clock_khz: int = 0, sm_count: int = 0
+    ) -> None:
+        """Attribute PC samples into ``kind`` (:func:`metrics.pc_metric_kind`)."""
+        self.pc_kind = kind
+        self.pc_sm_count = sm_count
+        self.pc_period = period_cycles
+        self.pc_clock_khz = clock_khz
+
+    def pc_samples(
+        self, rows: np.ndarray, functions: Sequence[str], reasons: Sequence[str], dropped: int = 0
+    ) -> None:
+        """A backend delivers PC sample rows (``pcsampling.SAMPLE_DTYPE``; any thread).
+
+        They wait until the kernel launch with their correlation id has been attributed, then
+        go below that launch's ``GPUKernl`` placeholder (:meth:`_attribute_pc`).
+        """
+        with self._pc_lock:
+            self._pc_rows.append((rows, list(functions), list(reasons), dropped))
+            self.pc_stats["rows"] += len(rows)
+            self.pc_stats["samples"] += int(rows["samples"].sum()) if len(rows) else 0
+            self.pc_stats["dropped"] += dropped
+
+    def _attribute_pc(self, final: bool = False) -> None:
+        """Attribute waiting PC samples whose kernel is known (call with the session lock)."""
+        from pyhpctk.measure.gpu import pcsampling as pcs
+
+        kind = self.pc_kind
+        if kind is None:
+            return
+        with self._pc_lock:
+            batches, self._pc_rows = self._pc_rows, []
+        waiting: list[tuple[np.ndarray, list[str], list[str], int]] = []
+        index = gm.PC_INDEX
+        for rows, functions, reasons, dropped in batches:
+            if not rows["correlation"].all():  # continuous collection: the latest launch
+                names = np.array([*functions, "?"], dtype=object)
+                named = names[np.where(rows["function"] >= 0, rows["function"], len(functions))]
+                latest = [self._pc_last_launch.get(str(n), 0) for n in named.tolist()]
+                rows = rows.copy()
+                rows["correlation"] = np.where(
+                    rows["correlation"] == 0, latest, rows["correlation"]
+                )
+            correlations = rows["correlation"]
+            for correlation in np.unique(correlations).tolist():
+                part = rows[correlations == correlation]
+                known = self._pc_kernels.get(int(correlation))
+                if known is None:
+                    if final or not correlation:
+                        self.pc_stats["unmatched"] += int(part["samples"].sum())
+                    else:
+                        waiting.append((part, functions, reasons, 0))
+                    continue
+                cct, kernel, duration = known
+                lm = int(cct.lm[kernel])
+                placeholder = int(cct.parent[kernel])
+                with self._module_lock:
+                    entries = {n: off for n, (m, off) in self._functions.items() if m == lm}
+                if not entries:
+                    self.pc_stats["unmatched"] += int(part["samples"].sum())
+                    continue
+                total = int(part["samples"].sum())
+                expected = pcs.expected_samples(
+                    duration,
+                    self.pc_clock_khz,
+                    self.pc_sm_count or self.limits.sm_count,
+                    self.pc_period,
+                )
+                values = pcs.attribute_samples(
+                    part, reasons, functions, entries, self.pc_period, total, dropped, expected
+                )
+                dropped = 0  # a batch's dropped samples go to its first kernel
+                store = cct.values_of(kind)
+                entry = int(cct.ip[kernel])
+                for (offset, name), value in values.values.items():
+                    node = (
+                        kernel
+                        if offset == entry
+                        else cct.child(placeholder, lm, offset, unwound=False)
+                    )
+                    store.add(node, index[name], value)
+                for name, value in values.kernel_values.items():
+                    metric = index[name]
+                    if name == "GSAMP:PER (cyc)":  # a setting, not a count: as hpcrun, once
+                        value -= int(store.get(kernel, metric))
+                    if value:
+                        store.add(kernel, metric, value)
+                self.pc_stats["attributed"] += total
+        if waiting:
+            with self._pc_lock:
+                self._pc_rows[:0] = waiting
 
     def write_streams(self) -> list[str]:
         """Write every stream's ``.hpcrun`` and ``.hpctrace`` (formats.md §1, §2)."""

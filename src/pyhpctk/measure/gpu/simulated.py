@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.pcsampling import PcRecording
     from pyhpctk.measure.gpu.recording import Recording
 
 
@@ -51,8 +52,16 @@ class SimulatedBackend:
         buffer_records: int = 0,
         max_pending: int = 0,
         clock: Callable[[], int] = time.time_ns,
+        pc: PcRecording | None = None,
     ) -> None:
         self.recording = recording
+        self.pc = pc  # issue #7: PC samples replayed with each launch
+        self._pc_launch = 0
+        self._pc_function = -1
+        if pc is not None:
+            if pc.kernel not in recording.functions:
+                recording.functions.append(pc.kernel)
+            self._pc_function = recording.functions.index(pc.kernel)
         self.buffer_records = buffer_records  # 0: the recorded buffer boundaries
         self.max_pending = max_pending  # 0: never drop
         self.clock = clock
@@ -87,6 +96,9 @@ class SimulatedBackend:
         """Connect to ``monitor``; ``paused`` holds completed buffers until :meth:`resume`."""
         self.monitor = monitor
         self._stop = False
+        if self.pc is not None:
+            for cubin in self.pc.cubins:  # the simulated driver loads the recorded modules
+                monitor.module_loaded(cubin)
         if not paused:
             self.resume()
 
@@ -247,11 +259,30 @@ class SimulatedBackend:
             row["end"] = now + max(duration, 0)
             if stream is not None:
                 row["stream"] = stream
+            pc = self.pc if kind == act.KERNEL else None
+            if pc is not None:
+                row["function"] = self._pc_function
+                row["end"] = now + pc.kernels_ns // max(pc.launches, 1)
             with self._lock:
                 self._deliver(row)
+            if pc is not None:
+                self._replay_pc(pc, correlation)
         finally:
             monitor.exit()
         return correlation
+
+    def _replay_pc(self, pc: PcRecording, correlation: int) -> None:
+        """The recorded samples of the next recorded launch, as this launch's (issue #7)."""
+        monitor = self.monitor
+        assert monitor is not None
+        groups = pc.launch_groups()
+        if not groups:
+            return
+        rows = groups[self._pc_launch % len(groups)].copy()
+        self._pc_launch += 1
+        rows["correlation"] = correlation
+        dropped = pc.dropped_samples // max(len(groups), 1)
+        monitor.pc_samples(rows, pc.functions, pc.reasons, dropped)
 
     def launch(self, stream: int | None = None) -> int:
         """A kernel launch answered by the next recorded kernel; its correlation id."""
