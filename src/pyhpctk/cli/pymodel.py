@@ -11,7 +11,7 @@ import click
 from pyhpctk.cli._common import run_command
 from pyhpctk.errors import UsageError
 from pyhpctk.model.analyze import AnalysisOptions, analyze
-from pyhpctk.model.fit import FitOptions
+from pyhpctk.model.fit import WEIGHTINGS, FitOptions
 from pyhpctk.model.report import write_extrap_jsonl, write_json, write_table
 from pyhpctk.model.series import load_series, params_from_titles, parse_param, read_param_csv
 
@@ -25,6 +25,7 @@ class Options:
     metric: str | None
     scope: str
     terms: int
+    weighting: str
     refine: bool
     expect: str | None
     target: tuple[str, ...]
@@ -64,7 +65,7 @@ def run(options: Options) -> int:
     if not databases:
         raise UsageError("no databases given")
     series = load_series(databases, params, options.metric, options.scope, options.allow_mixed)
-    fit = FitOptions(max_terms=options.terms, refine=options.refine)
+    fit = FitOptions(max_terms=options.terms, refine=options.refine, weighting=options.weighting)
     analysis = analyze(
         series,
         AnalysisOptions(
@@ -125,6 +126,14 @@ def run(options: Options) -> int:
     type=click.IntRange(0, 3),
     help="Most non-constant terms per single-parameter model.",
 )
+@click.option(
+    "--weighting",
+    default="absolute",
+    show_default=True,
+    type=click.Choice(list(WEIGHTINGS)),
+    help="Least-squares weights: absolute (sampled profiles), poisson (1/value), relative "
+    "(1/value^2, for multiplicative noise).",
+)
 @click.option("--refine", is_flag=True, help="Refine exponents by mediant search.")
 @click.option(
     "--expect",
@@ -173,6 +182,7 @@ def cli(
     metric: str | None,
     scope: str,
     terms: int,
+    weighting: str,
     refine: bool,
     expect: str | None,
     target: tuple[str, ...],
@@ -206,6 +216,7 @@ def cli(
             metric,
             scope,
             terms,
+            weighting,
             refine,
             expect,
             target,

@@ -2,7 +2,9 @@
 
 Ranking puts the worst asymptotic behaviour first: contexts are ordered by the growth of their
 model's lead-order term (polynomial exponent, then logarithm exponent, summed over parameters),
-then by the value predicted at the target scale. Contexts too small to matter (below
+then deepest first (an inclusive cost grows like its worst descendant, which is where the
+behaviour originates), then by the value predicted at the target scale. Contexts too small to
+matter (below
 ``threshold`` of the whole program at the largest measured configuration) are left out.
 """
 
@@ -28,7 +30,10 @@ from pyhpctk.model.series import Series
 
 @dataclass(frozen=True, slots=True)
 class AnalysisOptions:
-    fit: FitOptions = field(default_factory=FitOptions)
+    # Profile values carry additive sampling error (a sample's worth at each phase boundary), not
+    # multiplicative noise: ordinary least squares, as Extra-P fits, is the robust default here
+    # (docs/pymodel.md, "Weighting").
+    fit: FitOptions = field(default_factory=lambda: FitOptions(weighting="absolute"))
     target: tuple[float, ...] | None = None  # one value per parameter; None: 8x the largest
     expect: str | None = None  # e.g. "p*log2(p)"
     threshold: float = 0.001  # fraction of the whole program at the largest configuration
@@ -40,6 +45,7 @@ class ContextModel:
     """One context's model and what it predicts."""
 
     path: tuple[str, ...]
+    label: tuple[str, ...]  # the same path, in short display labels
     model: Model
     smape: float
     cv_smape: float
@@ -99,6 +105,7 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
         series.metric,
         series.scope,
         series.title,
+        labels=[series.labels[i] for i in keep] if series.labels else [],
     )
     result = fit_series(sub, options.fit)
     segments = (
@@ -112,6 +119,7 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
         analysis.contexts.append(
             ContextModel(
                 path=sub.paths[position],
+                label=sub.labels[position] if sub.labels else sub.paths[position],
                 model=model,
                 smape=float(result.smape[position]),
                 cv_smape=float(result.cv_smape[position]),
@@ -123,5 +131,7 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
                 segmentation=segments[position],
             )
         )
-    analysis.contexts.sort(key=lambda c: (c.growth, c.predicted), reverse=True)
+    # Worst growth first; among contexts that grow alike, the deepest first: an inclusive cost
+    # grows like its worst descendant, and the descendant is where the behaviour originates.
+    analysis.contexts.sort(key=lambda c: (c.growth, len(c.path), c.predicted), reverse=True)
     return analysis

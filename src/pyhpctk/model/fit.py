@@ -35,6 +35,9 @@ from pyhpctk.model.pmnf import (
 _CHUNK_ELEMENTS = 8_000_000
 
 
+WEIGHTINGS = ("relative", "poisson", "absolute")
+
+
 @dataclass(frozen=True, slots=True)
 class FitOptions:
     """How to search. ``max_terms`` counts non-constant terms of single-parameter hypotheses."""
@@ -45,12 +48,14 @@ class FitOptions:
     tie_tolerance: float = 1e-4  # SMAPE percentage points within which simpler models win
     term_ratio: float = 1.5  # an extra term must cut the CV-SMAPE below best * this to count
     refine: bool = False  # iterative refinement of single-term exponents (mediant search)
-    relative: bool = True  # weight points by 1/y² (multiplicative noise)
+    weighting: str = "relative"  # relative (1/y²), poisson (1/y) or absolute (1): see _weights
     allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
             raise ValueError("max_terms must be between 0 and 3")
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}")
 
 
 @dataclass(slots=True)
@@ -91,14 +96,19 @@ class _Scores:
     rss: FloatArray
 
 
-def _weights(y: FloatArray, relative: bool) -> FloatArray:
-    """Least-squares weights per point and context: 1/y² fits relative errors (noise in
-    performance data is multiplicative), floored so that zeros do not get infinite weight."""
-    if not relative:
+def _weights(y: FloatArray, weighting: str) -> FloatArray:
+    """Least-squares weights per point and context.
+
+    ``relative`` (1/y²) fits relative errors, right for multiplicative noise; ``poisson`` (1/y)
+    suits sampled profiles, whose counts have a variance that grows like their value;
+    ``absolute`` (1) is ordinary least squares. Floored so that zeros get no infinite weight.
+    """
+    if weighting == "absolute":
         return np.ones_like(y)
     magnitude = np.abs(y)
     floor = np.maximum(magnitude.max(axis=0, keepdims=True) * 1e-9, 1e-300)
-    return np.asarray(1.0 / np.maximum(magnitude, floor) ** 2, dtype=np.float64)
+    power = 2.0 if weighting == "relative" else 1.0
+    return np.asarray(1.0 / np.maximum(magnitude, floor) ** power, dtype=np.float64)
 
 
 def _solve(normal: FloatArray, rhs: FloatArray) -> FloatArray:
@@ -125,7 +135,7 @@ def _score(
     negative are not eligible unless ``options.allow_negative``.
     """
     n_points, n_contexts = y.shape
-    weights = _weights(y, options.relative)
+    weights = _weights(y, options.weighting)
     by_size: dict[int, list[int]] = {}
     for index, hypothesis in enumerate(hypotheses):
         by_size.setdefault(len(hypothesis.terms), []).append(index)

@@ -36,9 +36,9 @@ def plot_contexts(analysis: Analysis, directory: Path, count: int = 6) -> list[P
         axes.set_xscale("log", base=2)
         axes.set_xlabel(series.params[0])
         axes.set_ylabel(series.metric)
-        axes.set_title(context.path[-1][:70], fontsize=8)
+        axes.set_title(" > ".join(context.label[-3:])[-90:], fontsize=8)
         axes.legend(fontsize=7)
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", context.path[-1])[:40]
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", context.label[-1])[:40]
         path = directory / f"{rank:02d}-{name}.png"
         figure.tight_layout()
         figure.savefig(path, dpi=100)

@@ -18,7 +18,13 @@ CALLPATH_SEPARATOR = "->"
 
 
 def _short(path: tuple[str, ...], width: int) -> str:
-    text = " / ".join(path[-2:]) if len(path) > 1 else path[0]
+    """The last steps of a context's display path that fit in ``width`` characters."""
+    text = path[-1]
+    for step in reversed(path[:-1]):
+        longer = f"{step} > {text}"
+        if len(longer) > width:
+            break
+        text = longer
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
@@ -40,7 +46,7 @@ def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60)
     out.write(header + "\n")
     for rank, context in enumerate(analysis.contexts[:top], 1):
         line = (
-            f"{rank:>3}  {_short(context.path, width):<{width}}  {context.model.render(4):<40}"
+            f"{rank:>3}  {_short(context.label, width):<{width}}  {context.model.render(4):<40}"
             f" {context.cv_smape:>7.2f} {context.adjusted_r2:>6.3f} {context.predicted:>16.4g}"
         )
         if has_expect:
@@ -68,6 +74,7 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
         )
     out: dict[str, object] = {
         "path": list(context.path),
+        "labels": list(context.label),
         "model": model.render(),
         "constant": model.coefficients[0],
         "terms": terms,
@@ -107,17 +114,25 @@ def write_json(analysis: Analysis, out: TextIO) -> None:
 
 
 def write_extrap_jsonl(series: Series, out: TextIO) -> int:
-    """Every measurement in Extra-P's JSON Lines input format; returns the lines written."""
+    """Every measurement in Extra-P's JSON Lines input format; returns the lines written.
+
+    Call paths are the contexts' short labels joined by ``->``; where two contexts would share
+    one, the later ones get ``#2``, ``#3``... so Extra-P keeps them apart.
+    """
+    names: list[str] = []
+    taken: dict[str, int] = {}
+    for path in series.labels or series.paths:
+        name = CALLPATH_SEPARATOR.join(p.replace(CALLPATH_SEPARATOR, "→") for p in path)
+        taken[name] = taken.get(name, 0) + 1
+        names.append(name if taken[name] == 1 else f"{name}#{taken[name]}")
     lines = 0
     for k, point in enumerate(series.points):
         params = {n: float(v) for n, v in zip(series.params, point, strict=True)}
         repetitions = series.raw[k] if series.raw else series.mean[k : k + 1]
-        for c, path in enumerate(series.paths):
+        for c, name in enumerate(names):
             record = {
                 "params": params,
-                "callpath": CALLPATH_SEPARATOR.join(
-                    p.replace(CALLPATH_SEPARATOR, "→") for p in path
-                ),
+                "callpath": name,
                 "metric": series.metric,
                 "value": [float(v) for v in repetitions[:, c]],
             }

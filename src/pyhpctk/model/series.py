@@ -53,6 +53,7 @@ class Series:
     scope: str
     title: str
     raw: list[FloatArray] = field(default_factory=list)  # per point: (reps, n_contexts)
+    labels: list[tuple[str, ...]] = field(default_factory=list)  # short display paths
     notes: list[str] = field(default_factory=list)
 
 
@@ -103,19 +104,41 @@ def params_from_titles(titles: Sequence[str], names: Sequence[str]) -> dict[str,
     return out
 
 
-def _context_paths(meta: metadb.MetaDB) -> tuple[npt.NDArray[np.uint32], list[tuple[str, ...]]]:
+def _label(meta: metadb.MetaDB, node: metadb.Context) -> str:
+    """A short label for one context, as a table shows it: ``solve``, ``loop at a.py:12``,
+    ``a.py:14``, ``libm.so+0x1a2b``."""
+    where = ""
+    if node.file is not None:
+        where = f"{os.path.basename(meta.files[node.file].path)}:{node.line}"
+    if node.lexical_type == metadb.LexicalType.FUNCTION:
+        function = meta.functions[node.function] if node.function is not None else None
+        return (function.name if function and function.name else None) or "<unknown function>"
+    if node.lexical_type == metadb.LexicalType.LOOP:
+        return f"loop at {where}"
+    if node.lexical_type == metadb.LexicalType.LINE:
+        return where
+    module = os.path.basename(meta.modules[node.module].path) if node.module is not None else "?"
+    return f"{module}+{node.offset:#x}"
+
+
+def _context_paths(
+    meta: metadb.MetaDB,
+) -> tuple[npt.NDArray[np.uint32], list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """ctxIds, their identifying paths (full descriptions) and their display paths."""
     index = meta.index()
+    keys: list[tuple[str, ...]] = []
     labels: list[tuple[str, ...]] = []
     for row, node in enumerate(index.nodes):
         if isinstance(node, metadb.EntryPoint):
-            label = node.pretty_name
+            key = label = node.pretty_name
         else:
-            label = metadb.describe(meta, node)
+            key, label = metadb.describe(meta, node), _label(meta, node)
         parent = int(index.parent_row[row])
+        keys.append((*keys[parent], key) if parent >= 0 else (key,))
         labels.append((*labels[parent], label) if parent >= 0 else (label,))
     # ctxId 0, the implicit global context, carries the whole program's values (§3.7).
     ids = np.concatenate([[0], np.asarray(index.table["ctx_id"], dtype=np.uint32)])
-    return ids.astype(np.uint32), [(WHOLE_PROGRAM,), *labels]
+    return ids.astype(np.uint32), [(WHOLE_PROGRAM,), *keys], [(WHOLE_PROGRAM,), *labels]
 
 
 def _stat_metric_id(
@@ -166,6 +189,7 @@ def load_series(
             )
     notes: list[str] = []
     per_db: list[dict[tuple[str, ...], float]] = []
+    display: dict[tuple[str, ...], tuple[str, ...]] = {}
     titles: list[str] = []
     metric_name = ""
     for path in map(Path, databases):
@@ -178,7 +202,8 @@ def load_series(
         if not summary:
             raise SeriesError(f"{path}: profile.db has no summary profile")
         block = profiles.block(summary[0])
-        ctx_ids, paths = _context_paths(meta)
+        ctx_ids, paths, shown = _context_paths(meta)
+        display.update(zip(paths, shown, strict=True))
         chosen = block.values["metric_id"] == stat_id
         ids = block.value_ctx_ids()[chosen]  # ascending: contexts ascend in a block (§3.3)
         found = np.asarray(block.values["value"][chosen], dtype=np.float64)
@@ -240,5 +265,6 @@ def load_series(
         scope,
         titles[0] if titles else "",
         raw,
+        [display[p] for p in all_paths],
         notes,
     )
