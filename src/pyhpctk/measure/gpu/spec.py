@@ -2,8 +2,10 @@
 
 hpcrun's syntax: ``gpu=nvidia``, ``gpu=amd``; pyhpctk adds ``gpu=simulated``. Options follow
 after commas, ``gpu=BACKEND[,OPTION[=VALUE]...]``: ``buffer=BYTES`` (nvidia: activity buffer
-size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated). Because the options use
-commas, a spec travels to child processes in its own environment variable
+size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period=N]``
+(nvidia: PC sampling inside kernels, 2^N cycles, issue #7; ``pcmode=serialized|continuous``)
+and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``).
+Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """
 

@@ -1,0 +1,107 @@
+"""Overhead of instruction-level GPU measurement on a real GPU (issue #7, item 5).
+
+    PYTHONPATH=src python3 benchmarks/pyrun_gpu_fine.py [--ncu PATH] [--out results.json]
+
+Workload: the ground-truth kernel of ``tests/data/gpu/record_pc.py`` (a chain of noinline
+device functions and loops), ``--launches`` launches after a warm-up. Modes, each in its own
+process (CUPTI allows one PC sampling session per context):
+
+- ``plain``: no measurement (``record_pc.py --no-sampling``);
+- ``pc``: CUPTI PC sampling through :class:`pyhpctk.measure.gpu.pcsampling.PcSampler`
+  (kernel-serialized, period 2^N cycles) — what ``pyrun -e gpu=nvidia,pc`` collects;
+- ``pyrun`` / ``pyrun_pc``: the plain script under ``pyrun -e gpu=nvidia`` and
+  ``pyrun -e gpu=nvidia,pc,period=N`` (whole measurement, files written);
+- ``ncu``: Nsight Compute collecting its instruction-level sampling sections
+  (``SourceCounters`` + ``WarpStateStats``) for the same kernel, on the plain script.
+
+Reported: the process wall time (best of ``--repeat``), and for ``plain``/``pc`` the timed
+region (launches + synchronize + reading the samples) and the GPU time of the launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECORDER = os.path.join(HERE, "..", "tests", "data", "gpu", "record_pc.py")
+
+
+def _run(command: list[str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return wall, done.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ncu", default="")
+    parser.add_argument("--out", default="")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--launches", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=20000)
+    parser.add_argument("--period", type=int, default=12)
+    args = parser.parse_args(argv)
+    common = ["--launches", str(args.launches), "--iters", str(args.iters)]
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        target = os.path.join(scratch, "r.json")
+        modes = {
+            "plain": [sys.executable, RECORDER, target, "--no-sampling", *common],
+            "pc": [sys.executable, RECORDER, target, "--period", str(args.period), *common],
+        }
+        pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun", "-o"]
+        for mode, event in (
+            ("pyrun", "gpu=nvidia"),
+            ("pyrun_pc", f"gpu=nvidia,pc,period={args.period}"),
+        ):
+            modes[mode] = [*pyrun, os.path.join(scratch, mode), "-e", event, *modes["plain"]]
+        if args.ncu:
+            modes["ncu"] = [
+                args.ncu,
+                "--section",
+                "SourceCounters",
+                "--section",
+                "WarpStateStats",
+                "-k",
+                "gt_kernel",
+                *modes["plain"],
+            ]
+        for mode, command in modes.items():
+            best: dict[str, float] = {}
+            for _ in range(args.repeat):
+                wall, stdout = _run(command)
+                row: dict[str, float] = {"process_s": wall}
+                if mode in ("plain", "pyrun", "pyrun_pc"):
+                    row.update(json.loads(stdout.strip().splitlines()[-1]))
+                    subprocess.run(["rm", "-rf", os.path.join(scratch, mode)], check=False)
+                elif mode == "pc":
+                    with open(target, encoding="utf-8") as stream:
+                        row.update(json.load(stream)["timings"])
+                if not best or row["process_s"] < best["process_s"]:
+                    best = row
+            results[mode] = best
+            print(mode, json.dumps(best), flush=True)
+    plain = results["plain"]
+    for row in results.values():
+        row["process_ratio"] = row["process_s"] / plain["process_s"]
+        if "sampled_wall_s" in row:
+            row["region_ratio"] = row["sampled_wall_s"] / plain["sampled_wall_s"]
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as stream:
+            stream.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""PC sampling inside GPU kernels (issue #7): hpcrun's GINS/GSAMP metrics below each kernel.
+
+CI: the metric table against ``meas/loops-cuda-nvidiapc-t.m``, the attribution rules on hand-made
+rows, and ``pyrun -e gpu=simulated,pc=RECORDING`` end to end (a recording made from the
+reference measurement's own gpubin). Tests marked ``gpu`` run on the H200 (``device_pc.sh``):
+CUPTI's PC sampling through ctypes, and ``pyrun -e gpu=nvidia,pc`` on the ground-truth kernel.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyhpctk.errors import FormatError, UsageError
+from pyhpctk.formats import hpcrun
+from pyhpctk.formats.hpcrun_model import placeholder_ip
+from pyhpctk.measure.gpu import parse_gpu_event, pc_period
+from pyhpctk.measure.gpu import pcsampling as pcs
+
+REPO = Path(__file__).resolve().parent.parent
+RECORDER = REPO / "tests" / "data" / "gpu" / "record_pc.py"
+DEMO = REPO / "examples" / "gpu_demo.py"
+PC_MEAS = "meas/loops-cuda-nvidiapc-t.m"
+PERIOD = 4096
+SELECTED = "smsp__pcsamp_warps_issue_stalled_selected"
+LONG_SB = "smsp__pcsamp_warps_issue_stalled_long_scoreboard"
+WAIT_NI = "smsp__pcsamp_warps_issue_stalled_wait_not_issued"
+
+
+def _rows(spec: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """Rows from (pc offset, reason, samples, correlation)."""
+    rows = np.zeros(len(spec), pcs.SAMPLE_DTYPE)
+    for i, (offset, reason, samples, correlation) in enumerate(spec):
+        rows[i] = (1, offset, 0, reason, samples, correlation, 0)
+    return rows
+
+
+def test_the_30_instruction_metrics_are_written_as_hpcrun_writes_them(
+    reference: Path, tmp_path: Path
+) -> None:
+    path = next((reference / PC_MEAS).glob("*-000-*.hpcrun"))
+    theirs = hpcrun.read(path).metrics[:30]
+    profile = _simulated_profile(reference, tmp_path)
+    first = [m.name for m in profile.metrics].index("GINS:BLK_EXEC_CNT")
+    ours = profile.metrics[first : first + 30]
+    for mine, hpcruns in zip(ours, theirs, strict=True):
+        assert (mine.name, mine.description, mine.flags, mine.period) == (
+            hpcruns.name,
+            hpcruns.description,
+            hpcruns.flags,
+            hpcruns.period,
+        )
+        # formulas count metrics from the kind's first one: shift the reference's by ``first``
+        shifted = re.sub(r"#(\d+)", lambda m: f"#{int(m.group(1)) + first}", hpcruns.formula)
+        assert (mine.formula, mine.format) == (shifted, hpcruns.format)
+    assert profile.metrics[first + 30].name == "GPUOP (sec)"  # then the activity metrics
+
+
+def test_stall_reasons_fall_into_hpcruns_categories() -> None:
+    assert pcs.stall_category(SELECTED) == ""
+    assert pcs.stall_category(LONG_SB) == "GMEM"
+    assert pcs.stall_category(WAIT_NI) == "IDEP"
+    assert pcs.stall_category("smsp__pcsamp_warps_issue_stalled_barrier") == "SYNC"
+    assert pcs.stall_category("smsp__pcsamp_warps_issue_stalled_no_instructions") == "IFET"
+    assert pcs.stall_category("smsp__pcsamp_warps_issue_stalled_something_new") == "OTHR"
+
+
+def test_samples_become_gins_and_stalls_times_the_period() -> None:
+    reasons = [SELECTED, LONG_SB, WAIT_NI]
+    rows = _rows([(0x0, 0, 5, 9), (0x10, 1, 3, 9), (0x10, 0, 2, 9), (0x20, 2, 7, 9)])
+    got = pcs.attribute_samples(rows, reasons, ["k"], {"k": 0x300}, PERIOD, 17, 2, 40)
+    assert got.values == {
+        (0x300, "GINS"): 5 * PERIOD,
+        (0x310, "GINS"): 5 * PERIOD,
+        (0x310, "GINS:STL_ANY"): 3 * PERIOD,
+        (0x310, "GINS:STL_GMEM"): 3 * PERIOD,
+        (0x320, "GINS"): 7 * PERIOD,
+        (0x320, "GINS:STL_ANY"): 7 * PERIOD,
+        (0x320, "GINS:STL_IDEP"): 7 * PERIOD,
+    }
+    assert got.kernel_values == {
+        "GSAMP:TOT": 17,
+        "GSAMP:DRP": 2,
+        "GSAMP:EXP": 40,
+        "GSAMP:PER (cyc)": PERIOD,
+    }
+
+
+def test_rows_of_unknown_functions_are_left_out() -> None:
+    rows = _rows([(0x10, 0, 5, 1)])
+    rows["function"] = 1
+    got = pcs.attribute_samples(rows, [SELECTED], ["k", "other"], {"k": 0x300}, PERIOD)
+    assert got.values == {}
+
+
+def test_expected_samples_are_one_per_sm_per_period() -> None:
+    # 1 ms at 2 GHz on 100 SMs with a 1000-cycle period: 2e6 cycles / 1000 * 100 SMs.
+    assert pcs.expected_samples(1_000_000, 2_000_000, 100, 1000) == 200_000
+
+
+def test_the_period_option() -> None:
+    assert pc_period(parse_gpu_event("gpu=nvidia")) == 0
+    assert pc_period(parse_gpu_event("gpu=nvidia,pc")) == 12
+    assert pc_period(parse_gpu_event("gpu=nvidia,pc,period=9")) == 9
+    assert pc_period(parse_gpu_event("gpu=nvidia,pc,period=1024")) == 10
+    for bad in ("period=3", "period=1000", "period=x"):
+        with pytest.raises(UsageError):
+            pc_period(parse_gpu_event(f"gpu=nvidia,pc,{bad}"))
+
+
+def test_a_broken_recording_is_a_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text('{"kernel": "k", "rows": {"samples": [1]}}')
+    with pytest.raises(FormatError, match="PC recording"):
+        pcs.load_recording(str(path))
+    path.write_bytes(b"\xff\x00")
+    with pytest.raises(FormatError, match="PC recording"):
+        pcs.load_recording(str(path))
+
+
+def _reference_recording(reference: Path, path: Path) -> dict[str, object]:
+    """A PC recording of the reference kernel ``_Z8kernmainv`` (2 launches, 3 reasons)."""
+    gpubin = next((reference / PC_MEAS / "gpubins").glob("*.gpubin")).read_bytes()
+    spec = [(0x0, 2, 5, 11), (0x10, 0, 3, 11), (0x10, 1, 4, 11), (0x20, 0, 2, 11)]
+    spec += [(0x10, 1, 6, 12), (0x20, 2, 1, 12)]
+    rows = _rows(spec)
+    recording = {
+        "kernel": "_Z8kernmainv",
+        "launches": 2,
+        "period_exponent": 12,
+        "device": {"sm_count": 132, "clock_khz": 1_980_000},
+        "kernels_ns": 2_000_000,
+        "reasons": [SELECTED, LONG_SB, WAIT_NI],
+        "functions": ["_Z8kernmainv"],
+        "dropped_samples": 4,
+        "rows": {name: rows[name].tolist() for name in pcs.SAMPLE_DTYPE.names or ()},
+        "cubins": [{"base64": base64.b64encode(gpubin).decode()}],
+    }
+    path.write_text(json.dumps(recording))
+    return recording
+
+
+def _gpu_nodes(
+    profile: hpcrun.HpcrunProfile,
+) -> tuple[dict[int, tuple[int, int, int]], dict[tuple[int, str], float]]:
+    """(node id → (parent, ip, flags)) of every node below a GPUKernl placeholder; values."""
+    cct = profile.cct
+    kernl = placeholder_ip("GPUKernl")
+    placeholders = set(cct["id"][cct["lm_ip"] == kernl].tolist())
+    below = {
+        int(r["id"]): (int(r["parent_id"]), int(r["lm_ip"]), int(r["flags"]))
+        for r in cct
+        if int(r["parent_id"]) in placeholders
+    }
+    names = [m.name for m in profile.metrics]
+    nodes, metrics, decoded = profile.decoded_values()
+    values = {
+        (int(n), names[int(m)]): float(v)
+        for n, m, v in zip(nodes.tolist(), metrics.tolist(), decoded.tolist(), strict=True)
+    }
+    return below, values
+
+
+def _simulated_profile(reference: Path, tmp_path: Path) -> hpcrun.HpcrunProfile:
+    """``pyrun -e gpu=simulated,pc=RECORDING`` of one demo step; the main thread's profile."""
+    from pyhpctk.cli.pyrun import main as pyrun_main
+
+    recording = tmp_path / "pc.json"
+    _reference_recording(reference, recording)
+    out = tmp_path / "m"
+    status = pyrun_main(
+        [
+            "-e",
+            f"gpu=simulated,pc={recording}",
+            "-o",
+            str(out),
+            sys.executable,
+            str(DEMO),
+            "1",
+            "--simulated",
+        ]
+    )
+    assert status == 0
+    return hpcrun.read(next(out.glob("*-000-*.hpcrun")))
+
+
+def test_pyrun_simulated_pc_puts_instructions_under_each_kernel(
+    reference: Path, tmp_path: Path
+) -> None:
+    profile = _simulated_profile(reference, tmp_path)
+    below, values = _gpu_nodes(profile)
+    # One step of the demo launches 4 kernels from one line: launches replay 11, 12, 11, 12.
+    kernel = [n for n, (_, ip, flags) in below.items() if flags & 1]
+    assert len(kernel) == 1
+    entry = below[kernel[0]][1]
+    by_offset = {ip - entry: n for n, (_, ip, flags) in below.items() if not flags & 1}
+    assert sorted(by_offset) == [0x10, 0x20]
+    assert all(below[n][2] == 0 for n in by_offset.values())  # "unwound" = 0
+    k, n10, n20 = kernel[0], by_offset[0x10], by_offset[0x20]
+    assert values[(k, "GINS")] == 2 * 5 * PERIOD  # offset 0 shares the kernel's node
+    assert values[(k, "GINS:STL_IDEP")] == 2 * 5 * PERIOD
+    assert values[(n10, "GINS")] == 2 * (3 + 4 + 6) * PERIOD
+    assert values[(n10, "GINS:STL_ANY")] == values[(n10, "GINS:STL_GMEM")] == 2 * 10 * PERIOD
+    assert values[(n20, "GINS")] == 2 * (2 + 1) * PERIOD
+    assert values[(n20, "GINS:STL_IDEP")] == 2 * 1 * PERIOD
+    assert (n20, "GINS:STL_GMEM") not in values
+    assert values[(k, "GSAMP:TOT")] == 2 * (14 + 7)
+    assert values[(k, "GSAMP:DRP")] == 4 * 2
+    assert values[(k, "GSAMP:PER (cyc)")] == PERIOD
+    per_launch = pcs.expected_samples(1_000_000, 1_980_000, 132, PERIOD)
+    assert values[(k, "GSAMP:EXP")] == 4 * per_launch
+    assert values[(k, "GKER:COUNT")] == 4
+
+
+# -- on the H200 ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_cupti_pc_sampling_records_the_ground_truth_kernel(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(RECORDER),
+            str(out),
+            "--period",
+            "10",
+            "--launches",
+            "2",
+            "--iters",
+            "4000",
+        ],
+        check=True,
+    )
+    data = json.loads(out.read_text())
+    recording = pcs.load_recording(str(out))
+    assert len(recording.reasons) >= 20 and SELECTED in recording.reasons
+    assert recording.kernel in recording.functions
+    assert len(recording.rows) and int(recording.rows["samples"].sum()) > 1000
+    crcs = {c["crc"] for c in data["cubins"]}
+    assert set(recording.rows["cubin_crc"].tolist()) <= crcs
+    launches = set(recording.rows["correlation"].tolist())
+    assert len(launches) == 2 and 0 not in launches  # serialized: one id per launch
+
+
+@pytest.mark.gpu
+def test_pyrun_nvidia_pc_samples_instructions_under_the_kernel(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "pyhpctk.cli.pyrun", "-e", "gpu=nvidia,pc,period=10"),
+            *("-o", str(out), sys.executable, str(RECORDER), "x", "--no-sampling"),
+            *("--launches", "3", "--iters", "4000"),
+        ],
+        check=True,
+    )
+    profile = hpcrun.read(next(out.glob("*-000-*.hpcrun")))
+    below, values = _gpu_nodes(profile)
+    kernels = [n for n, (_, _, flags) in below.items() if flags & 1]
+    instructions = [n for n, (_, _, flags) in below.items() if not flags & 1]
+    assert kernels and len(instructions) > 10
+    gins = sum(values.get((n, "GINS"), 0.0) for n in below)
+    measured = sum(values.get((n, "GSAMP:TOT"), 0.0) for n in kernels)
+    # GINS counts the samples of reasons (not CUPTI's counters) in functions of the gpubin
+    assert measured > 0 and 0.9 * measured * 1024 <= gins <= measured * 1024
+    assert all(values.get((n, "GSAMP:PER (cyc)")) == 1024 for n in kernels)
+    assert len(list((out / "gpubins").glob("*.gpubin"))) >= 1
+
+
+H200 = REPO / "tests" / "data" / "gpu" / "pc_gt_h200.json"
+
+
+def test_every_h200_stall_reason_has_a_category() -> None:
+    recording = pcs.load_recording(str(H200))  # the 40 reasons CUPTI reported on the H200
+    categories = {r: pcs.stall_category(r) for r in recording.reasons}
+    assert len(categories) == 40
+    counters = {r for r, c in categories.items() if c == "?"}
+    assert counters == {"smsp__pcsamp_sample_count", "smsp__pcsamp_samples_data_dropped"}
+    issued = {r for r, c in categories.items() if c == ""}
+    assert issued == {SELECTED, SELECTED + "_not_issued"}
+    assert set(categories.values()) - {"?", ""} <= set(pcs.STALL_SUFFIXES)
+
+
+def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> None:
+    """pyrun (simulated, PC samples) → pystruct --gpucfg yes → pyprof on the H200's cubin.
+
+    The cubin and device data were recorded on the H200 (``record_pc.py``); that session's
+    CUPTI returned no samples (docs/gpu.md), so each instruction of ``.text.gt_kernel`` gets
+    one synthetic "selected" sample per launch: the device CCT must hang the chain
+    ``gt_kernel → top → mid → leaf`` below the kernel, with each instruction counted once.
+    """
+    from pyhpctk.analysis.compare import view_of_aggregate
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import aggregate
+    from pyhpctk.cli.pyrun import main as pyrun_main
+    from pyhpctk.cli.pystruct import main as pystruct_main
+    from pyhpctk.measure.gpu.cubin import ELF64_HEADER, ELF64_SECTION, kernel_entries
+
+    data = json.loads(H200.read_text())
+    cubin = base64.b64decode(data["cubins"][0]["base64"])
+    entry = kernel_entries(cubin)["gt_kernel"]
+    header = np.frombuffer(cubin, ELF64_HEADER, count=1)[0]
+    sections = np.frombuffer(
+        cubin, ELF64_SECTION, count=int(header["e_shnum"]), offset=int(header["e_shoff"])
+    )
+    size = int(sections["sh_size"][sections["sh_offset"] == entry][0])
+    offsets = list(range(0, size, 16))  # one sample on every instruction
+    selected = data["reasons"].index(SELECTED)
+    data["functions"] = ["gt_kernel"]
+    data["rows"] = {
+        "cubin_crc": [data["cubins"][0]["crc"]] * len(offsets),
+        "pc_offset": offsets,
+        "function": [0] * len(offsets),
+        "reason": [selected] * len(offsets),
+        "samples": [1] * len(offsets),
+        "correlation": [1] * len(offsets),
+        "range": [0] * len(offsets),
+    }
+    recording = tmp_path / "pc.json"
+    recording.write_text(json.dumps(data))
+    out = tmp_path / "m"
+    demo = [sys.executable, str(DEMO), "1", "--simulated"]
+    assert pyrun_main(["-e", f"gpu=simulated,pc={recording}", "-o", str(out), *demo]) == 0
+    assert pystruct_main(["--gpucfg", "yes", "-q", str(out)]) == 0
+    view = view_of_aggregate(aggregate(ProfOptions.build([str(out)])))
+    paths = view.paths()
+    gins = next(i for i, n in view.metric_names.items() if n == ("GINS", "execution"))
+    inclusive = {
+        int(c): float(v)
+        for c, m, v in zip(
+            view.profiles[1].ctx, view.profiles[1].metric, view.profiles[1].value, strict=True
+        )
+        if m == gins
+    }
+    procedures = {
+        ident: tuple(label[2][0] for label in paths[ident] if label[0] == 1 and label[2])
+        for ident in view.contexts
+    }
+    chain = ("<gpu kernel>", "gt_kernel", "$gt_kernel$top", "$gt_kernel$mid", "$gt_kernel$leaf")
+    own = {i for i in view.contexts if paths[i][-1][0] == 1}  # contexts that are procedures
+    leaf = [i for i, names in procedures.items() if names[-5:] == chain and i in own]
+    assert len(leaf) == 1
+    kernel = [i for i, names in procedures.items() if names[-2:] == chain[:2] and i in own]
+    launches = 4  # one demo step: 4 launches, each answered by the recorded launch
+    total = sum(inclusive.get(i, 0.0) for i in kernel)
+    assert total > 0 and total <= len(offsets) * launches * PERIOD
+    # leaf's instructions (its P scope in the structure file) are all below the chain
+    structure = next((out / "structs").glob("*gpucfg-yes.hpcstruct")).read_text()
+    match = re.search(r'n="\$gt_kernel\$leaf"[^>]*>\s*((?:<S [^>]*/>\s*)+)', structure)
+    assert match is not None
+    ranges = re.findall(r"\[0x([0-9a-f]+)-0x([0-9a-f]+)\)", match.group(1))
+    instructions = sum(len(range(int(a, 16), int(b, 16), 16)) for a, b in ranges)
+    assert inclusive[leaf[0]] == instructions * launches * PERIOD
