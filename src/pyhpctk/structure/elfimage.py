@@ -216,9 +216,12 @@ def _load(data: bytes, path: str, machine: int) -> ElfImage:
     plt_names = _plt_names(elf, machine, regions) if not is_cuda else {}
     cuda_arch = 0
     if is_cuda:
-        # e_flags low byte holds the SM version (e.g. 75 for sm_75) in cubins.
+        # e_flags holds the SM version: in its low byte (e.g. 75 for sm_75) up to ELF ABI
+        # version 7; from ABI version 8 (CUDA 12.8+ cubins, e.g. 0x09005a04 for sm_90) in bits
+        # 8-15, the low byte then holding other flags.
         flags = int(elf.header["e_flags"])
-        cuda_arch = flags & 0xFF
+        abi_version = int(elf.header["e_ident"]["EI_ABIVERSION"])
+        cuda_arch = (flags >> 8) & 0xFF if abi_version >= 8 else flags & 0xFF
         if cuda_arch == 0 or cuda_arch > 200:
             cuda_arch = (flags >> 16) & 0xFF
     return ElfImage(
