@@ -351,10 +351,17 @@ def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> Non
     launches = 4  # one demo step: 4 launches, each answered by the recorded launch
     total = sum(inclusive.get(i, 0.0) for i in kernel)
     assert total > 0 and total <= len(offsets) * launches * PERIOD
-    # leaf's instructions (its P scope in the structure file) are all below the chain
-    structure = next((out / "structs").glob("*gpucfg-yes.hpcstruct")).read_text()
-    match = re.search(r'n="\$gt_kernel\$leaf"[^>]*>\s*((?:<S [^>]*/>\s*)+)', structure)
-    assert match is not None
-    ranges = re.findall(r"\[0x([0-9a-f]+)-0x([0-9a-f]+)\)", match.group(1))
-    instructions = sum(len(range(int(a, 16), int(b, 16), 16)) for a, b in ranges)
+    # leaf's instructions (every statement of its P scope, loops included) are all below the chain
+    from pyhpctk.formats import hpcstruct
+
+    structure = hpcstruct.read(next((out / "structs").glob("*gpucfg-yes.hpcstruct")))
+    leaf_scope = next(
+        s for s in structure.modules[0].walk() if s.tag == "P" and s.name == "$gt_kernel$leaf"
+    )
+    instructions = sum(
+        len(range(lo, hi, 16))
+        for s in leaf_scope.walk()
+        if s.tag in ("S", "C")
+        for lo, hi in s.ranges
+    )
     assert inclusive[leaf[0]] == instructions * launches * PERIOD
