@@ -24,20 +24,20 @@ def spin(seconds: float) -> None:
 
 
 def compute(p: int) -> None:
-    spin(0.040)
+    spin(0.080)
 
 
-# Each pattern also has a fixed cost (latency, set-up): 5 ms, large against sampling error.
+# Each pattern also has a fixed cost (latency, set-up): 10 ms, large against sampling error.
 def halo_exchange(p: int) -> None:
-    spin(0.005 + 0.010 * math.log2(p))
+    spin(0.010 + 0.020 * math.log2(p))
 
 
 def allreduce(p: int) -> None:
-    spin(0.005 + 0.003 * p)
+    spin(0.010 + 0.006 * p)
 
 
 def all_to_all(p: int) -> None:
-    spin(0.005 + 0.0004 * p * p)
+    spin(0.010 + 0.0008 * p * p)
 
 
 def step(p: int) -> None:
