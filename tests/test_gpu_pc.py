@@ -288,19 +288,14 @@ def test_every_h200_stall_reason_has_a_category() -> None:
     assert set(categories.values()) - {"?", ""} <= set(pcs.STALL_SUFFIXES)
 
 
-def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> None:
-    """pyrun (simulated, PC samples) → pystruct --gpucfg yes → pyprof on the H200's cubin.
+def _measure_h200_samples(tmp_path: Path) -> tuple[Path, int]:
+    """pyrun (simulated GPU, PC samples) on the demo with the H200's ground-truth cubin.
 
-    The cubin and device data were recorded on the H200 (``record_pc.py``); that session's
-    CUPTI returned no samples (docs/gpu.md), so each instruction of ``.text.gt_kernel`` gets
-    one synthetic "selected" sample per launch: the device CCT must hang the chain
-    ``gt_kernel → top → mid → leaf`` below the kernel, with each instruction counted once.
+    Each instruction of ``.text.gt_kernel`` gets one synthetic "selected" sample per launch
+    (that session's CUPTI returned no samples, docs/gpu.md). Returns the measurement directory
+    and the number of sampled instructions.
     """
-    from pyhpctk.analysis.compare import view_of_aggregate
-    from pyhpctk.analysis.options import ProfOptions
-    from pyhpctk.analysis.pipeline import aggregate
     from pyhpctk.cli.pyrun import main as pyrun_main
-    from pyhpctk.cli.pystruct import main as pystruct_main
     from pyhpctk.measure.gpu.cubin import ELF64_HEADER, ELF64_SECTION, kernel_entries
 
     data = json.loads(H200.read_text())
@@ -328,6 +323,23 @@ def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> Non
     out = tmp_path / "m"
     demo = [sys.executable, str(DEMO), "1", "--simulated"]
     assert pyrun_main(["-e", f"gpu=simulated,pc={recording}", "-o", str(out), *demo]) == 0
+    return out, len(offsets)
+
+
+def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> None:
+    """pyrun (simulated, PC samples) → pystruct --gpucfg yes → pyprof on the H200's cubin.
+
+    The cubin and device data were recorded on the H200 (``record_pc.py``); that session's
+    CUPTI returned no samples (docs/gpu.md), so each instruction of ``.text.gt_kernel`` gets
+    one synthetic "selected" sample per launch: the device CCT must hang the chain
+    ``gt_kernel → top → mid → leaf`` below the kernel, with each instruction counted once.
+    """
+    from pyhpctk.analysis.compare import view_of_aggregate
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import aggregate
+    from pyhpctk.cli.pystruct import main as pystruct_main
+
+    out, n_offsets = _measure_h200_samples(tmp_path)
     assert pystruct_main(["--gpucfg", "yes", "-q", str(out)]) == 0
     view = view_of_aggregate(aggregate(ProfOptions.build([str(out)])))
     paths = view.paths()
@@ -350,7 +362,7 @@ def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> Non
     kernel = [i for i, names in procedures.items() if names[-2:] == chain[:2] and i in own]
     launches = 4  # one demo step: 4 launches, each answered by the recorded launch
     total = sum(inclusive.get(i, 0.0) for i in kernel)
-    assert total > 0 and total <= len(offsets) * launches * PERIOD
+    assert total > 0 and total <= n_offsets * launches * PERIOD
     # leaf's instructions (every statement of its P scope, loops included) are all below the chain
     from pyhpctk.formats import hpcstruct
 
@@ -365,3 +377,24 @@ def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> Non
         for lo, hi in s.ranges
     )
     assert inclusive[leaf[0]] == instructions * launches * PERIOD
+
+
+def test_without_structure_files_the_captured_cubins_line_map_names_device_code(
+    tmp_path: Path,
+) -> None:
+    """pyprof on a GPU measurement nobody ran pystruct on: the gpubin the program loaded is in
+    the measurement directory, so its DWARF line map gives functions and lines (issue #5, item 6)
+    instead of bare instruction offsets."""
+    from pyhpctk.analysis.compare import view_of_aggregate
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import aggregate
+
+    out, _ = _measure_h200_samples(tmp_path)
+    assert not (out / "structs").exists()
+    database = aggregate(ProfOptions.build([str(out)]))
+    assert any("DWARF line map" in problem for problem in database.problems)
+    view = view_of_aggregate(database)
+    functions = {
+        label[2][0] for _, label in view.contexts.values() if label[0] != "entry" and label[2]
+    }
+    assert {"gt_kernel", "$gt_kernel$leaf", "$gt_kernel$shared_fn"} <= functions

@@ -536,7 +536,9 @@ def run_distributed(
                 if module in used_modules:
                     module_dirs.setdefault(module, Path(measurement))
         explicit, found = load_structures(options, [sources[b.index] for b in usable], used_modules)
-        classifiers = build_classifiers(module_dirs.items(), explicit, found, problems)
+        classifiers = build_classifiers(
+            module_dirs.items(), explicit, found, problems, not options.ignore_structs
+        )
         expansion = expand(raw, classifiers)
         expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, [], weights)
         tree = expansion.tree

@@ -323,8 +323,13 @@ def build_classifiers(
     explicit: list[StructureIndex],
     found: list[StructureIndex],
     problems: list[str],
+    line_maps: bool = True,
 ) -> ModuleClassifiers:
-    """Choose, for every load module the profiles use, how its frames are classified."""
+    """Choose, for every load module the profiles use, how its frames are classified.
+
+    ``line_maps``: captured binaries without a structure file get their DWARF line map (off
+    under ``--ignore-structs``, which asks for hpcrun's raw frames).
+    """
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
     for module, measurement in module_paths:
@@ -351,6 +356,20 @@ def build_classifiers(
         if match is not None:
             classifiers.structures[module] = match
             continue
+        captured = captured_binary(module, measurement)
+        if captured is not None and line_maps:
+            # A binary captured in the measurement directory (gpubins/, vdso/) is the very one
+            # that ran: without a structure file, its DWARF line map still gives functions and
+            # lines. Binaries found elsewhere by path are not used: the analysis machine's copy
+            # may not be the one measured (pystruct MEAS analyzes them on purpose).
+            fallback = line_map_structure(captured, module)
+            if fallback is not None:
+                classifiers.structures[module] = fallback
+                problems.append(
+                    f"{module}: no structure file; used its DWARF line map "
+                    "(run pystruct on the measurements for loops, inlined code and call sites)"
+                )
+                continue
         if _is_relative(module):
             table = read_symbols(measurement / module)
             if table is not None and table[0]:
@@ -373,6 +392,47 @@ def build_classifiers(
                 "(a structure file for another binary?)"
             )
     return classifiers
+
+
+def captured_binary(module: str, measurement: Path) -> Path | None:
+    """The copy in the measurement directory of a binary the profiles name, if there is one.
+
+    hpcrun and pyrun copy GPU binaries and the vDSO into the measurement (``gpubins/``,
+    ``vdso/``) and name them relative to it or by the absolute path they had when measured;
+    both lead here (formats.md §1.4).
+    """
+    if _is_relative(module):
+        path = measurement / module
+    else:
+        where = Path(module)
+        path = measurement / where.parent.name / where.name
+        if where.parent.name not in CAPTURED_DIRECTORIES:
+            return None
+    return path if path.is_file() else None
+
+
+CAPTURED_DIRECTORIES = ("gpubins", "vdso", "cpubins")
+
+
+def line_map_structure(path: Path, module: str) -> StructureIndex | None:
+    """Functions and lines of a captured binary from its DWARF line map, or None without one.
+
+    pystruct's own analysis (``--gpucfg no``), so the contexts are those ``pystruct`` would give;
+    a cubin's functions come from its symbols even without line information.
+    """
+    try:
+        from pyhpctk.structure.driver import StructOptions, analyze_target
+        from pyhpctk.structure.dwarf import read_debug_info
+        from pyhpctk.structure.elfimage import open_image
+
+        image = open_image(path)
+        if not image.is_cuda and not read_debug_info(image).has_lines:
+            return None
+        structure = analyze_target(path, StructOptions(gpucfg=False), lm_name=module)
+    except (ImportError, PyhpctkError, OSError):
+        return None
+    indexes = index_structure(structure)
+    return indexes[0] if indexes else None
 
 
 def _read_logical(path: Path) -> dict[int, LogicalFunction] | None:
@@ -452,7 +512,9 @@ def aggregate(options: ProfOptions, progress: Progress | None = None) -> Aggrega
             if module in used_modules:
                 module_dirs.setdefault(module, Path(measurement))
     explicit, found = load_structures(options, [sources[i] for i, _, _ in usable], used_modules)
-    classifiers = build_classifiers(module_dirs.items(), explicit, found, problems)
+    classifiers = build_classifiers(
+        module_dirs.items(), explicit, found, problems, not options.ignore_structs
+    )
     with progress("expanding contexts", len(raw)) as advance:
         expansion = expand(raw, classifiers)
         expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, unified.profiles)
