@@ -32,7 +32,14 @@ pyrun -e "$gpu_event" -t -o "$out/gpu-measurements" python "$here/gpu_demo.py" 2
 pyprof -o "$out/gpu-database" "$out/gpu-measurements"
 pyview --depth 14 -m 'GPUOP (sec)' -m 'GKER (sec)' -m 'GXCOPY (sec)' -m 'GKER:COUNT' "$out/gpu-database"
 
-echo "== 7. pyview: a GPU database written by HPCToolkit itself (reference data), same viewer"
+echo "== 7. pymodel: run a program at P = 2..32 and rank its calling contexts by how they scale"
+for p in 2 4 8 16 32; do
+    pyrun -e CPUTIME@200 -o "$out/scaling-m$p" python "$here/scaling_demo.py" "$p"
+    pyprof -o "$out/scaling-d$p" "$out/scaling-m$p" 2>/dev/null
+done
+pymodel "$out"/scaling-d{2,4,8,16,32} --param p=2,4,8,16,32 --top 8
+
+echo "== 8. pyview: a GPU database written by HPCToolkit itself (reference data), same viewer"
 ref="$here/../../shared/reference/hpctoolkit-testdata/dbase/loops-cuda-nvidia-t.d"
 if [ -d "$ref" ]; then
     pyview --depth 8 "$ref"
