@@ -9,7 +9,6 @@ import os
 import random
 import re
 import tempfile
-import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,25 +17,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import formats_helpers
+from formats_helpers import (
+    DATABASES,
+    corruption_sweep,
+    patched,
+    truncations,
+    written_in_pieces,
+    yaml_blocks,
+)
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import cctdb, profiledb
 from pyhpctk.formats.cctdb import CctDB, ContextValues
 from pyhpctk.formats.profiledb import ProfileDB, ProfileInfo, ProfileValues
 
-DATABASES = [
-    "small.d",
-    "small.nostruct.d",
-    "loops-cputime-t.d",
-    "loops-cputime-t.nostruct.d",
-    "loops-cuda-nvidia-t.d",
-    "loops-cuda-nvidia-t.nostruct.d",
-    "loops-cuda-nvidiapc-t.d",
-    "loops-cuda-nvidiapc-t.nostruct.d",
-]
-
 
 def db_file(reference: Path, name: str, file: str = "cct.db") -> Path:
-    return reference / "dbase" / name / file
+    return formats_helpers.db_file(reference, name, file)
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,17 +87,7 @@ def test_a_changed_value_breaks_the_transpose(reference: Path) -> None:
 
 def _yaml_contexts(text: str) -> list[dict[tuple[int, int], float]]:
     """Per context, {(metric, profile): value} from hpctesttool's YAML dump."""
-    section = text[text.index("context: !cct.db/v4") : text.index("trace: !trace.db/v4")]
-    out: list[dict[tuple[int, int], float]] = []
-    metric = -1
-    for line in section.splitlines():
-        if "- !cct.db/v4/PerContext" in line:
-            out.append({})
-        elif m := re.match(r"^ {8}(\d+):", line):
-            metric = int(m.group(1))
-        elif m := re.match(r"^ {10}(\d+): ([-+0-9.eE]+)", line):
-            out[-1][metric, int(m.group(1))] = float(m.group(2))
-    return out
+    return yaml_blocks(text, "context: !cct.db/v4", "trace: !trace.db/v4", "cct.db/v4/PerContext")
 
 
 @pytest.mark.parametrize("name", ["small", "small.nostruct"])
@@ -217,20 +204,18 @@ def test_read_of_write_gives_the_same_database(db: ProfileDB) -> None:
 @given(profile_databases(), st.randoms(use_true_random=False))
 def test_blocks_streamed_in_any_order_give_the_same_file(db: ProfileDB, rnd: random.Random) -> None:
     contexts = cctdb.transpose(db)
-    plan = cctdb.layout_of(contexts)
     order = list(range(contexts.n_contexts))
     rnd.shuffle(order)
+    image = written_in_pieces(
+        cctdb.layout_of(contexts),
+        order,
+        cctdb.write_head,
+        lambda fd, plan, c: cctdb.write_block(fd, plan, c, contexts.values[c]),
+        cctdb.write_footer,
+    )
+    assert image == cctdb.to_bytes(contexts)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "cct.db")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            cctdb.write_head(fd, plan)
-            for c in order:
-                cctdb.write_block(fd, plan, c, contexts.values[c])
-            cctdb.write_footer(fd, plan)
-        finally:
-            os.close(fd)
-        assert Path(path).read_bytes() == cctdb.to_bytes(contexts)
         cctdb.write(contexts, path)  # the chunked whole-object writer
         assert Path(path).read_bytes() == cctdb.to_bytes(contexts)
 
@@ -270,11 +255,6 @@ def small(reference: Path) -> bytes:
     return db_file(reference, "small.d").read_bytes()
 
 
-def _patched(image: bytes, offset: int, raw: bytes) -> bytes:
-    offset %= len(image)
-    return image[:offset] + raw + image[offset + len(raw) :]
-
-
 def _full_read(image: bytes) -> CctDB:
     """Read eagerly (one vectorised pass), and check it agrees with the lazy, per-context path."""
     lazy_problems = None
@@ -294,11 +274,9 @@ def _full_read(image: bytes) -> CctDB:
 @pytest.mark.filterwarnings("ignore::pyhpctk.errors.FormatWarning")
 def test_truncation_at_every_offset_is_a_format_error(small: bytes) -> None:
     whole = cctdb.read(small)
-    for cut in range(len(small)):
-        with pytest.raises(FormatError):
-            cctdb.read(small[:cut])
+    for cut in truncations(small, cctdb.read, cctdb.FOOTER):
         with contextlib.suppress(FormatError):
-            assert _full_read(small[:cut] + cctdb.FOOTER) == whole
+            assert _full_read(cut) == whole
 
 
 @pytest.mark.parametrize(
@@ -315,20 +293,20 @@ def test_bad_headers_name_section_and_problem(
     small: bytes, offset: int, raw: bytes, section: str, problem: str
 ) -> None:
     with pytest.raises(FormatError) as caught:
-        cctdb.read(_patched(small, offset, raw))
+        cctdb.read(patched(small, offset, raw))
     assert (caught.value.section, caught.value.path) == (section, "<buffer>")
     assert problem in caught.value.problem
 
 
 def test_newer_minor_version_warns_and_reads(small: bytes) -> None:
     with pytest.warns(FormatWarning):
-        db = cctdb.read(_patched(small, 15, bytes([1])))
+        db = cctdb.read(patched(small, 15, bytes([1])))
     assert db == cctdb.read(small)
 
 
 def test_pointer_past_the_end_is_a_format_error(small: bytes) -> None:
     # context 2's pMetricIndices ({CI} at 0x40 + 32 * c, pMetricIndices at +0x18)
-    image = _patched(small, 0x40 + 2 * 32 + 0x18, (len(small) - 12).to_bytes(8, "little"))
+    image = patched(small, 0x40 + 2 * 32 + 0x18, (len(small) - 12).to_bytes(8, "little"))
     with pytest.raises(FormatError, match="CtxInfos: context 2: block points past the end"):
         cctdb.read(image)
 
@@ -338,7 +316,7 @@ def test_unsorted_metric_ids_are_found_when_the_context_is_read(small: bytes) ->
     c = next(c for c in range(db.n_contexts) if db.context(c).n_metrics >= 2)
     at = int(cctdb.layout_of(db).metric_indices_at[c])
     first, second = small[at : at + 10], small[at + 10 : at + 20]
-    image = _patched(small, at, second[:2] + first[2:] + first[:2] + second[2:])
+    image = patched(small, at, second[:2] + first[2:] + first[:2] + second[2:])
     lazy = cctdb.read(image)
     assert lazy.context(0) == db.context(0)
     with pytest.raises(FormatError, match=f"context {c} values: metric ids are not strictly"):
@@ -355,7 +333,7 @@ def test_unsorted_profile_indices_are_a_format_error(reference: Path) -> None:
         if len(db.context(c).metric(int(db.context(c).metric_ids()[0]))) >= 2
     )
     at = int(cctdb.layout_of(db).values_at[c])
-    image = _patched(image, at, image[at + 12 : at + 24] + image[at : at + 12])
+    image = patched(image, at, image[at + 12 : at + 24] + image[at : at + 12])
     with pytest.raises(FormatError, match="profile indices are not strictly ascending"):
         cctdb.read(image, lazy=False)
 
@@ -369,16 +347,7 @@ def test_every_corrupted_byte_gives_a_format_error_or_a_readable_file(
     infos_end = 0x40 + 32 * n_contexts
     # every byte of the header and context infos; every third byte of the blocks
     offsets = [*range(infos_end), *range(infos_end, len(image), 3), len(image) - 1]
-    errors = 0
-    for offset in offsets:
-        bad = _patched(image, offset, bytes([image[offset] ^ 0xFF]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FormatWarning)
-            try:
-                _full_read(bad)
-            except FormatError:
-                errors += 1
-    assert errors > 0
+    assert corruption_sweep(image, offsets, _full_read) > 0
 
 
 @st.composite

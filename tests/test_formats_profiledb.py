@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,24 +13,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from formats_helpers import (
+    DATABASES,
+    corruption_sweep,
+    db_file,
+    patched,
+    truncations,
+    written_in_pieces,
+    yaml_blocks,
+)
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import profiledb
 from pyhpctk.formats.profiledb import IdTupleElement, ProfileDB, ProfileInfo, ProfileValues
 
-DATABASES = [
-    "small.d",
-    "small.nostruct.d",
-    "loops-cputime-t.d",
-    "loops-cputime-t.nostruct.d",
-    "loops-cuda-nvidia-t.d",
-    "loops-cuda-nvidia-t.nostruct.d",
-    "loops-cuda-nvidiapc-t.d",
-    "loops-cuda-nvidiapc-t.nostruct.d",
-]
-
 
 def profile_db(reference: Path, name: str) -> Path:
-    return reference / "dbase" / name / "profile.db"
+    return db_file(reference, name, "profile.db")
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,18 +76,10 @@ def test_reads_are_lazy_views_of_the_mapped_file(reference: Path) -> None:
 
 
 def _yaml_profiles(text: str) -> list[dict[tuple[int, int], float]]:
-    """The per-profile values of hpctesttool's YAML dump (an independent reader)."""
-    section = text[text.index("profile: !profile.db/v4") : text.index("context: !cct.db/v4")]
-    out: list[dict[tuple[int, int], float]] = []
-    ctx = -1
-    for line in section.splitlines():
-        if "- !profile.db/v4/Profile " in line or "- !profile.db/v4/Profile\t" in line:
-            out.append({})
-        elif m := re.match(r"^ {8}(\d+):", line):
-            ctx = int(m.group(1))
-        elif m := re.match(r"^ {10}(\d+): ([-+0-9.eE]+)", line):
-            out[-1][ctx, int(m.group(1))] = float(m.group(2))
-    return out
+    """Per profile, {(context, metric): value} from hpctesttool's YAML dump."""
+    return yaml_blocks(
+        text, "profile: !profile.db/v4", "context: !cct.db/v4", "profile.db/v4/Profile"
+    )
 
 
 @pytest.mark.parametrize("name", ["small", "small.nostruct"])
@@ -197,23 +185,18 @@ def test_read_of_write_gives_the_same_database(db: ProfileDB) -> None:
 @given(databases(), st.randoms(use_true_random=False))
 def test_blocks_streamed_in_any_order_give_the_same_file(db: ProfileDB, rnd: object) -> None:
     import random
-    import tempfile
 
     assert isinstance(rnd, random.Random)
-    plan = profiledb.layout_of(db)
     indices = list(range(len(db)))
     rnd.shuffle(indices)  # ranks finish in any order
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "profile.db")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            profiledb.write_head(fd, plan)
-            for i in indices:
-                profiledb.write_block(fd, plan, i, db.values[i])
-            profiledb.write_footer(fd, plan)
-        finally:
-            os.close(fd)
-        assert Path(path).read_bytes() == profiledb.to_bytes(db)
+    image = written_in_pieces(
+        profiledb.layout_of(db),
+        indices,
+        profiledb.write_head,
+        lambda fd, plan, i: profiledb.write_block(fd, plan, i, db.values[i]),
+        profiledb.write_footer,
+    )
+    assert image == profiledb.to_bytes(db)
 
 
 def test_layout_is_an_exclusive_scan_of_block_sizes() -> None:
@@ -256,10 +239,6 @@ def small(reference: Path) -> bytes:
     return profile_db(reference, "small.d").read_bytes()
 
 
-def _patched(image: bytes, offset: int, raw: bytes) -> bytes:
-    return image[:offset] + raw + image[offset + len(raw) :]
-
-
 def _full_read(image: bytes) -> ProfileDB:
     db = profiledb.read(image, lazy=False)
     profiledb.verify(db)
@@ -270,13 +249,9 @@ def _full_read(image: bytes) -> ProfileDB:
 @pytest.mark.filterwarnings("ignore::pyhpctk.errors.FormatWarning")
 def test_truncation_at_every_offset_is_a_format_error(small: bytes) -> None:
     whole = profiledb.read(small)
-    for cut in range(len(small)):
-        with pytest.raises(FormatError):
-            profiledb.read(small[:cut])
-        # Put the footer back: now the pointers must catch what is missing.
-        patched = small[:cut] + profiledb.FOOTER
+    for cut in truncations(small, profiledb.read, profiledb.FOOTER):
         with contextlib.suppress(FormatError):
-            assert _full_read(patched) == whole  # only dropped padding can be harmless
+            assert _full_read(cut) == whole  # only dropped padding can be harmless
 
 
 @pytest.mark.parametrize(
@@ -291,7 +266,7 @@ def test_truncation_at_every_offset_is_a_format_error(small: bytes) -> None:
 def test_bad_headers_name_section_and_problem(
     small: bytes, offset: int, raw: bytes, section: str, problem: str
 ) -> None:
-    image = _patched(small, offset % len(small), raw)
+    image = patched(small, offset, raw)
     with pytest.raises(FormatError) as caught:
         profiledb.read(image)
     assert caught.value.section == section
@@ -308,13 +283,13 @@ def test_error_names_the_file(tmp_path: Path, small: bytes) -> None:
 
 def test_newer_minor_version_warns_and_reads(small: bytes) -> None:
     with pytest.warns(FormatWarning, match="minor version"):
-        db = profiledb.read(_patched(small, 15, bytes([1])))
+        db = profiledb.read(patched(small, 15, bytes([1])))
     assert db == profiledb.read(small)
 
 
 def test_pointer_past_the_end_is_a_format_error(small: bytes) -> None:
     # profile 1's pValues (formats.md §3.3: {PI} at 0x40 + 48 * i, pValues at +0x08)
-    image = _patched(small, 0x40 + 48 + 0x08, (len(small) - 20).to_bytes(8, "little"))
+    image = patched(small, 0x40 + 48 + 0x08, (len(small) - 20).to_bytes(8, "little"))
     with pytest.raises(FormatError, match="ProfileInfos: profile 1: value block points past"):
         profiledb.read(image)
 
@@ -324,7 +299,7 @@ def test_unsorted_context_ids_are_found_when_the_block_is_read(small: bytes) -> 
     at = int(profiledb.layout_of(db).ctx_indices_at[1])
     first, second = small[at : at + 12], small[at + 12 : at + 24]
     # swap the ctx ids of the first two entries, keeping their start indices
-    image = _patched(small, at, second[:4] + first[4:] + first[:4] + second[4:])
+    image = patched(small, at, second[:4] + first[4:] + first[:4] + second[4:])
     lazy = profiledb.read(image)  # lazy: the damage is not touched yet
     assert lazy.block(0) == db.block(0)
     with pytest.raises(FormatError, match="profile 1 values: context ids are not strictly"):
@@ -340,7 +315,7 @@ def test_unsorted_metric_ids_are_a_format_error(small: bytes) -> None:
     start = int(block.ctx_indices["start"][ctx])
     at = int(profiledb.layout_of(db).values_at[1]) + 10 * start
     a, b = small[at : at + 10], small[at + 10 : at + 20]
-    image = _patched(small, at, b + a)
+    image = patched(small, at, b + a)
     with pytest.raises(FormatError, match="metric ids are not strictly ascending"):
         profiledb.read(image, lazy=False)
 
@@ -350,18 +325,19 @@ def test_every_corrupted_byte_gives_a_format_error_or_a_readable_file(
     reference: Path, name: str
 ) -> None:
     image = profile_db(reference, name).read_bytes()
-    errors = 0
-    for offset in range(len(image)):
-        bad = _patched(image, offset, bytes([image[offset] ^ (0xFF if offset % 2 else 0x01)]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FormatWarning)
-            lazy_problems = None
-            with contextlib.suppress(FormatError):
-                lazy_problems = profiledb.verify(profiledb.read(bad))
-            try:
-                _full_read(bad)
-            except FormatError as error:
-                errors += 1
-                # a damaged block found by the eager read is a problem for the lazy verify
-                assert error.section.endswith(" values") <= bool(lazy_problems)
-    assert errors > 0
+
+    def swept_read(bad: bytes) -> ProfileDB:
+        lazy_problems = None
+        with contextlib.suppress(FormatError):
+            lazy_problems = profiledb.verify(profiledb.read(bad))
+        try:
+            return _full_read(bad)
+        except FormatError as error:
+            # a damaged block found by the eager read is a problem for the lazy verify
+            assert error.section.endswith(" values") <= bool(lazy_problems)
+            raise
+
+    def flip(offset: int) -> int:
+        return 0xFF if offset % 2 else 0x01
+
+    assert corruption_sweep(image, range(len(image)), swept_read, flip) > 0

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import random
 import re
-import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,24 +14,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from formats_helpers import (
+    DATABASES,
+    corruption_sweep,
+    db_file,
+    patched,
+    truncations,
+    written_in_pieces,
+)
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import tracedb
 from pyhpctk.formats.tracedb import TraceDB, TraceLine
 
-DATABASES = [
-    "small.d",
-    "small.nostruct.d",
-    "loops-cputime-t.d",
-    "loops-cputime-t.nostruct.d",
-    "loops-cuda-nvidia-t.d",
-    "loops-cuda-nvidia-t.nostruct.d",
-    "loops-cuda-nvidiapc-t.d",
-    "loops-cuda-nvidiapc-t.nostruct.d",
-]
-
 
 def trace_db(reference: Path, name: str) -> Path:
-    return reference / "dbase" / name / "trace.db"
+    return db_file(reference, name, "trace.db")
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,20 +142,16 @@ def test_read_of_write_gives_the_same_database(db: TraceDB) -> None:
 @settings(max_examples=25, deadline=None)
 @given(databases(), st.randoms(use_true_random=False))
 def test_lines_streamed_in_any_order_give_the_same_file(db: TraceDB, rnd: random.Random) -> None:
-    plan = tracedb.layout_of(db)
     order = list(range(len(db)))
     rnd.shuffle(order)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "trace.db")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            tracedb.write_head(fd, plan)
-            for i in order:
-                tracedb.write_line(fd, plan, i, db.lines[i].elements)
-            tracedb.write_footer(fd, plan)
-        finally:
-            os.close(fd)
-        assert Path(path).read_bytes() == tracedb.to_bytes(db)
+    image = written_in_pieces(
+        tracedb.layout_of(db),
+        order,
+        tracedb.write_head,
+        lambda fd, plan, i: tracedb.write_line(fd, plan, i, db.lines[i].elements),
+        tracedb.write_footer,
+    )
+    assert image == tracedb.to_bytes(db)
 
 
 def test_layout_gives_8_aligned_lines_with_room() -> None:
@@ -193,11 +183,6 @@ def loops(reference: Path) -> bytes:
     return trace_db(reference, "loops-cputime-t.d").read_bytes()
 
 
-def _patched(image: bytes, offset: int, raw: bytes) -> bytes:
-    offset %= len(image)
-    return image[:offset] + raw + image[offset + len(raw) :]
-
-
 def _full_read(image: bytes) -> TraceDB:
     db = tracedb.read(image, lazy=False)
     tracedb.verify(db, [1, 2, 3])
@@ -209,13 +194,11 @@ def _full_read(image: bytes) -> TraceDB:
 def test_truncation_at_every_offset_is_a_format_error(reference: Path) -> None:
     small = trace_db(reference, "small.d").read_bytes()
     whole = tracedb.read(small)
-    for cut in range(len(small)):
-        with pytest.raises(FormatError):
-            tracedb.read(small[:cut])
+    for cut in truncations(small, tracedb.read, tracedb.FOOTER):
         with contextlib.suppress(FormatError):
-            patched = tracedb.read(small[:cut] + tracedb.FOOTER, lazy=False)
+            back = tracedb.read(cut, lazy=False)
             # what is left must still hold every element
-            assert patched.lines[0] == TraceLine(1, whole.lines[0].elements, patched.lines[0].room)
+            assert back.lines[0] == TraceLine(1, whole.lines[0].elements, back.lines[0].room)
 
 
 @pytest.mark.parametrize(
@@ -232,20 +215,20 @@ def test_bad_headers_name_section_and_problem(
     loops: bytes, offset: int, raw: bytes, section: str, problem: str
 ) -> None:
     with pytest.raises(FormatError) as caught:
-        tracedb.read(_patched(loops, offset, raw))
+        tracedb.read(patched(loops, offset, raw))
     assert (caught.value.section, caught.value.path) == (section, "<buffer>")
     assert problem in caught.value.problem
 
 
 def test_newer_minor_version_warns_and_reads(loops: bytes) -> None:
     with pytest.warns(FormatWarning):
-        db = tracedb.read(_patched(loops, 15, bytes([1])))
+        db = tracedb.read(patched(loops, 15, bytes([1])))
     assert db == tracedb.read(loops)
 
 
 def test_pointer_past_the_end_is_a_format_error(loops: bytes) -> None:
     # line 1's pEnd ({CTH} at 0x40 + 24 * i, pEnd at +0x10)
-    image = _patched(loops, 0x40 + 24 + 0x10, (len(loops) + 4).to_bytes(8, "little"))
+    image = patched(loops, 0x40 + 24 + 0x10, (len(loops) + 4).to_bytes(8, "little"))
     with pytest.raises(FormatError, match="CtxTraces: trace line 1"):
         tracedb.read(image)
 
@@ -257,7 +240,7 @@ def _element_at(db: TraceDB, line: int, index: int) -> int:
 def test_time_going_backwards_is_a_format_error(loops: bytes) -> None:
     db = tracedb.read(loops)
     at = _element_at(db, 2, 5)
-    image = _patched(loops, at, (1).to_bytes(8, "little"))
+    image = patched(loops, at, (1).to_bytes(8, "little"))
     lazy = tracedb.read(image)
     assert lazy.lines[0] == db.lines[0]
     with pytest.raises(FormatError, match="trace line 2: element 5 goes back in time"):
@@ -269,7 +252,7 @@ def test_two_consecutive_idle_elements_are_a_format_error(loops: bytes) -> None:
     db = tracedb.read(loops)
     image = loops
     for j in (7, 8):
-        image = _patched(image, _element_at(db, 1, j) + 8, bytes(4))
+        image = patched(image, _element_at(db, 1, j) + 8, bytes(4))
     with pytest.raises(FormatError, match="trace line 1: elements 7 and 8 are both idle"):
         tracedb.read(image, lazy=False)
 
@@ -277,7 +260,7 @@ def test_two_consecutive_idle_elements_are_a_format_error(loops: bytes) -> None:
 def test_an_unknown_context_is_found_by_verify_not_read(loops: bytes) -> None:
     db = tracedb.read(loops)
     known = set().union(*(set(x.elements["ctx_id"].tolist()) for x in db.lines)) - {0}
-    image = _patched(loops, _element_at(db, 0, 3) + 8, (999_999).to_bytes(4, "little"))
+    image = patched(loops, _element_at(db, 0, 3) + 8, (999_999).to_bytes(4, "little"))
     damaged = tracedb.read(image, lazy=False)
     problems = tracedb.verify(damaged, known)
     assert problems == [
@@ -292,13 +275,4 @@ def test_every_corrupted_byte_gives_a_format_error_or_a_readable_file(
     image = trace_db(reference, name).read_bytes()
     step = max(1, len(image) // 600)  # every header byte, and a spread of element bytes
     offsets = sorted(set(range(0x70)) | set(range(0, len(image), step)) | {len(image) - 1})
-    errors = 0
-    for offset in offsets:
-        bad = _patched(image, offset, bytes([image[offset] ^ 0xFF]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FormatWarning)
-            try:
-                _full_read(bad)
-            except FormatError:
-                errors += 1
-    assert errors > 0
+    assert corruption_sweep(image, offsets, _full_read) > 0

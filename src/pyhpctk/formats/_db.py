@@ -58,6 +58,26 @@ Writing helpers
     ``pad_to(out, k)``: append NULs to a ``bytearray`` until its length is a multiple of ``k``.
     ``StringTable``: a deduplicating NUL-terminated string pool with first-use order (``add``
     returns the offset of a string relative to the pool start; ``data`` is the pool bytes).
+    ``struct_dtype(fields, itemsize)``, ``as_records(array)``, ``pwrite_all(fd, data, offset)``.
+
+profile.db, cct.db and trace.db (what their readers and writers share)
+    ``open_db(source, fmt, n_sections) -> (buf, path, sections, limit)``: open, check header and
+    footer; ``limit`` is where the footer starts.
+    ``RecordTable(...).read(buf, path, limit, (size, offset)) -> (header, records)``: a section
+    header pointing at ``n`` records of a stored stride ({PI}, {CI}, {CTH}).
+    ``arrays_past(limit, (counts, pointers, itemsize), ...)``: which records' non-empty arrays
+    run past ``limit`` (u64-safe; a count of 0 never looks at its pointer).
+    ``FileBlocks(buf, path, label, make, index, values)``: a lazy sequence of sparse value blocks
+    (profile.db's PSVBs, cct.db's context blocks) checked on access; ``counts()``,
+    ``pointers()``, ``raw(i)``.
+    ``block_bounds``/``block_entry``/``block_keys``/``block_problems``/``block_from_triples``:
+    one sparse value block; ``same_bits(a, b)``: arrays equal bit for bit.
+    ``exclusive_scan(first, sizes, order=None) -> (offsets, end)``: place blocks end to end.
+    ``Layout``: mixin of the layout dataclasses (``head``, ``footer_at``, class ``footer``,
+    ``size``); ``write_head(fd, plan)``, ``write_footer(fd, plan)``; ``Piece`` (``(offset,
+    array)``), ``put(out, at, array)``, ``blank_image(plan)``, ``image(plan, pieces) -> bytes``,
+    ``write_file(dest, plan, pieces)`` (pieces by ``os.pwrite`` to a path, or one image to a
+    binary file object).
 """
 
 from __future__ import annotations
@@ -65,8 +85,9 @@ from __future__ import annotations
 import mmap
 import os
 import warnings
-from collections.abc import Sequence
-from typing import BinaryIO, TypeAlias, cast
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO, ClassVar, Generic, Protocol, TypeAlias, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -263,13 +284,14 @@ def sniff(head: bytes, fmt: bytes) -> bool:
 
 
 def read_header(
-    buf: Buffer, path: str | None, fmt: bytes, n_sections: int
+    buf: Buffer, path: str | None, fmt: bytes, n_sections: int, *, stacklevel: int = 3
 ) -> tuple[int, list[tuple[int, int]]]:
     """Check the common header (formats.md §3.1) and return ``(minor, [(size, offset), ...])``.
 
     Raises FormatError for a short file, a wrong magic or format id, a major version other than
     :data:`MAJOR`, or a section that lies outside the file; warns (``FormatWarning``) when the
-    minor version is newer than :data:`MINOR`.
+    minor version is newer than :data:`MINOR` (``stacklevel`` as for :func:`warnings.warn`: the
+    default names the caller of the format module's ``read``).
     """
     name = fmt.decode("ascii", errors="replace")
     if len(buf) < HEADER_SIZE:
@@ -295,7 +317,7 @@ def read_header(
             f"{path or '<buffer>'}: header: minor version {major}.{minor} is newer than "
             f"{MAJOR}.{MINOR}; fields added since are ignored",
             FormatWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     table = read_array(buf, HEADER_SIZE, SECTION_DTYPE, n_sections, path, "header", "section table")
     sections = [(int(size), int(offset)) for size, offset in table.tolist()]
@@ -411,6 +433,44 @@ def pwrite_all(fd: int, data: bytes | memoryview | npt.NDArray[np.generic], offs
 # ids with values; cct.db keys metrics and pairs profile indices with values.
 
 
+def same_bits(a: npt.NDArray[np.generic], b: npt.NDArray[np.generic]) -> bool:
+    """Arrays equal bit for bit (so NaNs and -0.0 compare as the file stores them)."""
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def block_from_triples(
+    keys: npt.NDArray[np.generic],
+    inner: npt.NDArray[np.generic],
+    values: npt.NDArray[np.float64],
+    index_dtype: np.dtype[np.void],
+    value_dtype: np.dtype[np.void],
+    pair: str,
+) -> tuple[npt.NDArray[np.void], npt.NDArray[np.void]]:
+    """``(index, values)`` of one block from parallel 1-D (key, inner key, value) arrays.
+
+    ``index_dtype`` holds ``(key, "start")`` records and ``value_dtype`` ``(inner key,
+    "value")`` records. The triples may come in any order; zeros are dropped (never stored); a
+    repeated (key, inner key) pair is a ValueError naming it as ``pair`` (``(context, metric)``).
+    """
+    key_field, inner_field = index_dtype.names[0], value_dtype.names[0]  # type: ignore[index]
+    keep = values != 0.0
+    keys, inner, values = keys[keep], inner[keep], values[keep]
+    order = np.lexsort((inner, keys))
+    keys, inner, values = keys[order], inner[order], values[order]
+    new_key = np.ones(len(keys), dtype=bool)
+    new_key[1:] = keys[1:] != keys[:-1]
+    if np.any(~new_key[1:] & (inner[1:] == inner[:-1])):
+        raise ValueError(f"a {pair} pair is given twice")
+    out = np.empty(len(values), value_dtype)
+    out[inner_field] = inner
+    out["value"] = values
+    starts = np.flatnonzero(new_key)
+    index = np.empty(len(starts), index_dtype)
+    index[key_field] = keys[starts]
+    index["start"] = starts
+    return index, out
+
+
 def block_bounds(index: npt.NDArray[np.void], n_values: int) -> npt.NDArray[np.uint64]:
     """``len(index) + 1`` positions: entry ``i`` owns ``values[b[i]:b[i+1]]``."""
     out = np.empty(len(index) + 1, dtype=np.uint64)
@@ -474,3 +534,246 @@ def block_problems(
     if np.any(values["value"] == 0.0):
         found.append("a zero value is stored (zeros are never stored)")
     return found
+
+
+# --- opening a database and reading its record tables (shared by the database readers) ---
+
+
+def open_db(
+    source: Source, fmt: bytes, n_sections: int
+) -> tuple[Buffer, str | None, list[tuple[int, int]], int]:
+    """Open a v4 database file of format ``fmt``: ``(buf, path, sections, limit)``.
+
+    Checks the header (:func:`read_header`, whose warnings name the caller of the format
+    module's ``read``) and the footer; ``limit`` is where the footer starts, and formats.md §3.1
+    puts nothing but the footer after it.
+    """
+    buf, path = open_source(source)
+    _, sections = read_header(buf, path, fmt, n_sections, stacklevel=4)
+    check_footer(buf, path, FOOTERS[fmt])
+    return buf, path, sections, len(buf) - FOOTER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTable:
+    """A section made of a header that points at ``n`` records of a stored stride.
+
+    profile.db's ProfileInfos ({PI}), cct.db's CtxInfos ({CI}) and trace.db's CtxTraces ({CTH})
+    share this shape (formats.md §3.3-§3.5): ``header`` has the fields ``pointer``, ``count`` and
+    ``stride``; a record is ``fields`` and at least ``size`` bytes. ``section``, ``stride_name``
+    and ``record`` are the spec's names, used in error messages.
+    """
+
+    section: str
+    header: np.dtype[np.void]
+    pointer: str
+    count: str
+    stride: str
+    stride_name: str
+    record: str
+    fields: Sequence[tuple[str, str, int]]
+    size: int
+
+    def read(
+        self, buf: Buffer, path: str | None, limit: int, where: tuple[int, int]
+    ) -> tuple[np.void, npt.NDArray[np.void]]:
+        """The section header and its records, from the section's ``(size, offset)``."""
+        size, at = where
+        if size < self.header.itemsize:
+            raise FormatError(path, self.section, f"section is {size} bytes, too small")
+        head = read_record(buf, at, self.header, path, self.section, "header")
+        n, stride = int(head[self.count]), int(head[self.stride])
+        if stride < self.size:
+            raise FormatError(path, self.section, f"{self.stride_name} {stride} < {self.size}")
+        # formats.md §3.1: use the stored stride, so a newer minor version's longer records read.
+        dtype = struct_dtype(self.fields, stride)
+        start = int(head[self.pointer])
+        check_range(limit, start, n * stride, path, self.section, f"{self.record}[n]")
+        records = read_array(buf, start, dtype, n, path, self.section, self.record)
+        return head, as_records(records)
+
+
+def arrays_past(
+    limit: int, *arrays: tuple[npt.NDArray[np.generic], npt.NDArray[np.generic], int]
+) -> npt.NDArray[np.bool_]:
+    """Per record, does one of its non-empty arrays run past ``limit``?
+
+    Each of ``arrays`` is ``(counts, pointers, itemsize)`` over the records. A pointer whose
+    count is 0 is never looked at (formats.md §3.3, §3.4: empty blocks may alias); the u64
+    arithmetic cannot wrap around into a false "inside".
+    """
+    bad = np.zeros(len(arrays[0][0]) if arrays else 0, dtype=bool)
+    top = np.uint64(limit)
+    for counts, pointers, itemsize in arrays:
+        n = counts.astype(np.uint64)
+        p = pointers.astype(np.uint64)
+        end = p + n * np.uint64(itemsize)
+        bad |= (n > 0) & ((n > top // np.uint64(itemsize)) | (end > top) | (end < p))
+    return bad
+
+
+class Checked(Protocol):
+    """A block that can list its own consistency problems."""
+
+    def problems(self) -> list[str]: ...
+
+
+BlockT = TypeVar("BlockT", bound=Checked)
+
+
+class FileBlocks(Sequence[BlockT], Generic[BlockT]):
+    """Sparse value blocks in a buffer, made into views (and checked) on demand.
+
+    profile.db (one PSVB per profile) and cct.db (one block per context) store a block alike
+    (formats.md §3.3, §3.4): an index array and a value array, each found by a count and a
+    pointer in the block's info record. ``make(index, values)`` builds the module's block type;
+    ``label`` names a record in errors (``profile 3 values``). The reader has checked every
+    pointer whose count is not 0; a pointer whose count is 0 is never dereferenced.
+    """
+
+    __slots__ = ("_buf", "_idt", "_label", "_make", "_ni", "_nv", "_path", "_pi", "_pv", "_vdt")
+
+    def __init__(
+        self,
+        buf: Buffer,
+        path: str | None,
+        label: str,
+        make: Callable[[npt.NDArray[np.void], npt.NDArray[np.void]], BlockT],
+        index: tuple[npt.NDArray[np.generic], npt.NDArray[np.generic], np.dtype[np.void]],
+        values: tuple[npt.NDArray[np.generic], npt.NDArray[np.generic], np.dtype[np.void]],
+    ) -> None:
+        """``index`` and ``values`` are ``(counts, pointers, dtype)`` over the blocks."""
+        self._buf = buf
+        self._path = path
+        self._label = label
+        self._make = make
+        self._ni, self._pi = index[0].astype(np.int64), index[1].astype(np.int64)
+        self._nv, self._pv = values[0].astype(np.int64), values[1].astype(np.int64)
+        self._idt, self._vdt = index[2], values[2]
+
+    def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(values, index entries)`` per block, without reading any block."""
+        return self._nv, self._ni
+
+    def pointers(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(pointer to the values, pointer to the index)`` per block."""
+        return self._pv, self._pi
+
+    def __len__(self) -> int:
+        return len(self._nv)
+
+    def raw(self, i: int) -> BlockT:
+        """Block ``i`` as views of the buffer, unchecked (a count of 0 reads no pointer)."""
+        ni, nv = int(self._ni[i]), int(self._nv[i])
+        index = np.frombuffer(self._buf, self._idt, ni, int(self._pi[i])) if ni else None
+        values = np.frombuffer(self._buf, self._vdt, nv, int(self._pv[i])) if nv else None
+        return self._make(
+            np.zeros(0, self._idt) if index is None else as_records(index),
+            np.zeros(0, self._vdt) if values is None else as_records(values),
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> BlockT: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[BlockT]: ...
+    def __getitem__(self, index: int | slice) -> BlockT | Sequence[BlockT]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = range(len(self))[index]
+        block = self.raw(i)
+        found = block.problems()
+        if found:
+            raise FormatError(self._path, f"{self._label} {i} values", "; ".join(found))
+        return block
+
+
+# --- layouts and writing (shared by the database writers) ---
+
+
+def exclusive_scan(
+    first: int, sizes: npt.NDArray[np.int64], order: npt.NDArray[np.int64] | None = None
+) -> tuple[npt.NDArray[np.int64], int]:
+    """Where blocks of ``sizes`` go when laid end to end from ``first`` in ``order`` (default:
+    index order), and where the last one ends (``first`` when there are none).
+
+    formats.md §3.6: every writer finds its slice from the sizes alone, without the others' data.
+    """
+    if order is None:
+        ends = first + np.cumsum(sizes)
+        at = ends - sizes
+    else:
+        ends = first + np.cumsum(sizes[order])
+        at = np.empty(len(sizes), np.int64)
+        at[order] = ends - sizes[order]
+    return at, int(ends[-1]) if len(ends) else first
+
+
+class Layout:
+    """Mixin of the database layout dataclasses: where the head, blocks and footer go.
+
+    A layout has ``head`` (every byte before the first block), ``footer_at`` and, as a class
+    attribute, its file's ``footer``.
+    """
+
+    __slots__ = ()
+    footer: ClassVar[bytes]
+    head: bytes
+    footer_at: int
+
+    @property
+    def size(self) -> int:
+        """The file's size in bytes."""
+        return self.footer_at + FOOTER_SIZE
+
+
+def write_head(fd: int, plan: Layout) -> None:
+    """Write everything before the blocks, and size the file (holes read as zeros)."""
+    os.ftruncate(fd, plan.size)
+    pwrite_all(fd, plan.head, 0)
+
+
+def write_footer(fd: int, plan: Layout) -> None:
+    """Write the footer last: its presence marks the file complete (formats.md §3.1)."""
+    pwrite_all(fd, plan.footer, plan.footer_at)
+
+
+Piece: TypeAlias = tuple[int, npt.NDArray[np.generic]]
+"""An array to be written at a file offset."""
+
+
+def put(out: npt.NDArray[np.uint8], at: int, array: npt.NDArray[np.generic]) -> None:
+    """Copy ``array``'s bytes into ``out`` from index ``at``."""
+    raw = np.ascontiguousarray(array).view(np.uint8)
+    out[at : at + len(raw)] = raw
+
+
+def blank_image(plan: Layout) -> npt.NDArray[np.uint8]:
+    """A whole file's bytes: the head and footer in place, zeros where the blocks go."""
+    out = np.zeros(plan.size, dtype=np.uint8)
+    out[: len(plan.head)] = np.frombuffer(plan.head, np.uint8)
+    out[plan.footer_at :] = np.frombuffer(plan.footer, np.uint8)
+    return out
+
+
+def image(plan: Layout, pieces: Iterable[Piece]) -> bytes:
+    """The whole file as bytes: the head, the ``pieces`` at their offsets, the footer."""
+    out = blank_image(plan)
+    for at, array in pieces:
+        put(out, at, array)
+    return out.tobytes()
+
+
+def write_file(dest: Dest, plan: Layout, pieces: Iterable[Piece]) -> None:
+    """Write a database to a path, piece by piece with ``os.pwrite`` (the head first, the
+    footer last), or as one :func:`image` to a binary file object."""
+    if not isinstance(dest, str | os.PathLike):
+        dest.write(image(plan, pieces))
+        return
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        write_head(fd, plan)
+        for at, array in pieces:
+            pwrite_all(fd, array, at)
+        write_footer(fd, plan)
+    finally:
+        os.close(fd)

@@ -26,21 +26,17 @@ This module never loops over values in Python (only over contexts).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TextIO, overload
+from typing import ClassVar, TextIO, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _db
-from pyhpctk.formats._db import as_records, pwrite_all, struct_dtype
-from pyhpctk.formats.profiledb import (
-    ProfileDB,
-    ProfileValues,
-    _same,
-)
+from pyhpctk.formats._db import pwrite_all, struct_dtype
+from pyhpctk.formats.profiledb import ProfileDB, ProfileValues
 
 FORMAT_ID = _db.FORMAT_IDS["cct"]
 FOOTER = _db.FOOTERS[FORMAT_ID]
@@ -66,6 +62,17 @@ _CTX_INFO_FIELDS = [
 CTX_INFO_SIZE = 0x20
 CTX_INFO_DTYPE = struct_dtype(_CTX_INFO_FIELDS, CTX_INFO_SIZE)
 assert CTX_INFO_DTYPE.itemsize == 32
+_CTX_INFOS = _db.RecordTable(
+    "CtxInfos",
+    CTX_SECTION_DTYPE,
+    "p_ctxs",
+    "n_ctxs",
+    "sz_ctx",
+    "szCtx",
+    "{CI}",
+    _CTX_INFO_FIELDS,
+    CTX_INFO_SIZE,
+)
 
 # formats.md §3.4, the context-major block: packed, 2- or 4-aligned (§3.9.7).
 CCT_VALUE_DTYPE = np.dtype([("prof_index", "<u4"), ("value", "<f8")])  # '<Id'
@@ -112,22 +119,11 @@ class ContextValues:
         val = np.asarray(values, dtype=np.float64).ravel()
         if not met.shape == prof.shape == val.shape:
             raise ValueError("metric_ids, prof_indices and values must have the same length")
-        keep = val != 0.0
-        met, prof, val = met[keep], prof[keep], val[keep]
-        order = np.lexsort((prof, met))
-        met, prof, val = met[order], prof[order], val[order]
-        new_metric = np.ones(len(met), dtype=bool)
-        new_metric[1:] = met[1:] != met[:-1]
-        if np.any(~new_metric[1:] & (prof[1:] == prof[:-1])):
-            raise ValueError("a (metric, profile) pair is given twice")
-        out = np.empty(len(val), CCT_VALUE_DTYPE)
-        out["prof_index"] = prof
-        out["value"] = val
-        starts = np.flatnonzero(new_metric)
-        index = np.empty(len(starts), CCT_METRIC_INDEX_DTYPE)
-        index["metric_id"] = met[starts]
-        index["start"] = starts
-        return cls(index, out)
+        return cls(
+            *_db.block_from_triples(
+                met, prof, val, CCT_METRIC_INDEX_DTYPE, CCT_VALUE_DTYPE, "(metric, profile)"
+            )
+        )
 
     @property
     def n_values(self) -> int:
@@ -164,7 +160,9 @@ class ContextValues:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ContextValues):
             return NotImplemented
-        return _same(self.metric_indices, other.metric_indices) and _same(self.values, other.values)
+        return _db.same_bits(self.metric_indices, other.metric_indices) and _db.same_bits(
+            self.values, other.values
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -373,87 +371,36 @@ def sniff(head: bytes) -> bool:
     return _db.sniff(head, FORMAT_ID)
 
 
-class _FileContexts(Sequence[ContextValues]):
-    """The context blocks of a cct.db in a buffer, made into views (and checked) on demand."""
-
-    __slots__ = ("_buf", "_nm", "_nv", "_path", "_pm", "_pv")
-
-    def __init__(self, buf: _db.Buffer, path: str | None, infos: npt.NDArray[np.void]) -> None:
-        self._buf = buf
-        self._path = path
-        self._nv = infos["n_values"].astype(np.int64)
-        self._nm = infos["n_metrics"].astype(np.int64)
-        self._pv = infos["p_values"].astype(np.int64)
-        self._pm = infos["p_metric_indices"].astype(np.int64)
-
-    def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        return self._nv, self._nm
-
-    def pointers(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """``(pValues, pMetricIndices)`` per context."""
-        return self._pv, self._pm
-
-    def __len__(self) -> int:
-        return len(self._nv)
-
-    def raw(self, c: int) -> ContextValues:
-        """Context ``c``'s block as views, unchecked (the bounds were checked by :func:`read`)."""
-        nv, nm = int(self._nv[c]), int(self._nm[c])
-        if nv == 0 and nm == 0:
-            return ContextValues.empty()
-        return ContextValues(
-            np.frombuffer(self._buf, CCT_METRIC_INDEX_DTYPE, nm, int(self._pm[c])),
-            np.frombuffer(self._buf, CCT_VALUE_DTYPE, nv, int(self._pv[c])),
-        )
-
-    @overload
-    def __getitem__(self, index: int) -> ContextValues: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[ContextValues]: ...
-    def __getitem__(self, index: int | slice) -> ContextValues | Sequence[ContextValues]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        c = range(len(self))[index]
-        block = self.raw(c)
-        found = block.problems()
-        if found:
-            raise FormatError(self._path, f"context {c} values", "; ".join(found))
-        return block
-
-
 def read(source: _db.Source, *, lazy: bool = True) -> CctDB:
     """Read a cct.db from a path (memory-mapped), a buffer or a binary file object.
 
     With ``lazy`` (the default) context blocks are checked when first used; ``lazy=False`` checks
     every block now, so any damage is reported by this call.
     """
-    buf, path = _db.open_source(source)
-    _, sections = _db.read_header(buf, path, FORMAT_ID, 1)
-    _db.check_footer(buf, path, FOOTER)
-    limit = len(buf) - _db.FOOTER_SIZE
-    ((section_size, section_at),) = sections
-    if section_size < CTX_SECTION_DTYPE.itemsize:
-        raise FormatError(path, "CtxInfos", f"section is {section_size} bytes, too small")
-    head = _db.read_record(buf, section_at, CTX_SECTION_DTYPE, path, "CtxInfos", "header")
-    n, stride = int(head["n_ctxs"]), int(head["sz_ctx"])
-    if stride < CTX_INFO_SIZE:
-        raise FormatError(path, "CtxInfos", f"szCtx {stride} < {CTX_INFO_SIZE}")
-    dtype = struct_dtype(_CTX_INFO_FIELDS, stride)  # formats.md §3.1: stored stride
-    _db.check_range(limit, int(head["p_ctxs"]), n * stride, path, "CtxInfos", "{CI}[n]")
-    infos = as_records(_db.read_array(buf, int(head["p_ctxs"]), dtype, n, path, "CtxInfos", "{CI}"))
+    buf, path, (where,), limit = _db.open_db(source, FORMAT_ID, 1)
+    _, infos = _CTX_INFOS.read(buf, path, limit, where)
+    n = len(infos)
     # Never dereference a pointer whose count is 0 (formats.md §3.4): empty blocks may alias.
     nv, nm = infos["n_values"], infos["n_metrics"].astype(np.uint64)
     if np.any(nv > np.uint64(limit)):
         c = int(np.flatnonzero(nv > np.uint64(limit))[0])
         raise FormatError(path, "CtxInfos", f"context {c}: nValues {int(nv[c])} is impossible")
-    vend = infos["p_values"] + nv * np.uint64(CCT_VALUE_DTYPE.itemsize)
-    mend = infos["p_metric_indices"] + nm * np.uint64(CCT_METRIC_INDEX_DTYPE.itemsize)
-    bad = (nv > 0) & ((vend > limit) | (vend < infos["p_values"]))
-    bad |= (nm > 0) & ((mend > limit) | (mend < infos["p_metric_indices"]))
+    bad = _db.arrays_past(
+        limit,
+        (nv, infos["p_values"], CCT_VALUE_DTYPE.itemsize),
+        (nm, infos["p_metric_indices"], CCT_METRIC_INDEX_DTYPE.itemsize),
+    )
     if np.any(bad):
         c = int(np.flatnonzero(bad)[0])
         raise FormatError(path, "CtxInfos", f"context {c}: block points past the end of the data")
-    contexts = _FileContexts(buf, path, infos)
+    contexts = _db.FileBlocks(
+        buf,
+        path,
+        "context",
+        ContextValues,
+        (nm, infos["p_metric_indices"], CCT_METRIC_INDEX_DTYPE),
+        (nv, infos["p_values"], CCT_VALUE_DTYPE),
+    )
     if lazy:
         return CctDB(contexts)
     nv64, nm64 = contexts.counts()
@@ -476,7 +423,7 @@ def read(source: _db.Source, *, lazy: bool = True) -> CctDB:
 
 
 @dataclass(frozen=True, slots=True)
-class CctLayout:
+class CctLayout(_db.Layout):
     """Where everything of a cct.db goes (formats.md §3.6), from per-context counts alone."""
 
     head: bytes
@@ -485,10 +432,7 @@ class CctLayout:
     n_values: npt.NDArray[np.int64]
     n_metrics: npt.NDArray[np.int64]
     footer_at: int
-
-    @property
-    def size(self) -> int:
-        return self.footer_at + _db.FOOTER_SIZE
+    footer: ClassVar[bytes] = FOOTER
 
 
 def block_size(n_values: int, n_metrics: int) -> int:
@@ -509,10 +453,8 @@ def layout(n_values: npt.ArrayLike, n_metrics: npt.ArrayLike) -> CctLayout:
     first = _db.align(infos_at + n * CTX_INFO_SIZE, BLOCK_ALIGN)
     values_bytes = nv * CCT_VALUE_DTYPE.itemsize  # a multiple of 4: no padding before indices
     sizes = values_bytes + (nm * CCT_METRIC_INDEX_DTYPE.itemsize + 3) // 4 * 4
-    ends = first + np.cumsum(sizes)
-    values_at = ends - sizes
+    values_at, footer_at = _db.exclusive_scan(first, sizes)
     metrics_at = values_at + values_bytes
-    footer_at = int(ends[-1]) if n else first
     infos = np.zeros(n, CTX_INFO_DTYPE)
     infos["n_values"] = nv
     infos["p_values"] = values_at
@@ -534,10 +476,8 @@ def layout_of(db: CctDB) -> CctLayout:
     return layout(nv, nm)
 
 
-def write_head(fd: int, plan: CctLayout) -> None:
-    """Write the header and context infos, and size the file (holes read as zeros)."""
-    os.ftruncate(fd, plan.size)
-    pwrite_all(fd, plan.head, 0)
+write_head = _db.write_head  # size the file, write the header and context infos
+write_footer = _db.write_footer  # last: the footer marks the file complete
 
 
 def write_block(fd: int, plan: CctLayout, ctx_id: int, block: ContextValues) -> None:
@@ -548,11 +488,6 @@ def write_block(fd: int, plan: CctLayout, ctx_id: int, block: ContextValues) -> 
         pwrite_all(fd, block.values, int(plan.values_at[ctx_id]))
     if block.n_metrics:
         pwrite_all(fd, block.metric_indices, int(plan.metric_indices_at[ctx_id]))
-
-
-def write_footer(fd: int, plan: CctLayout) -> None:
-    """Write the footer last: its presence marks the file complete (formats.md §3.1)."""
-    pwrite_all(fd, FOOTER, plan.footer_at)
 
 
 def _fill(
@@ -580,26 +515,35 @@ def _fill(
         return
     for c in np.flatnonzero(plan.n_values[lo:hi] | plan.n_metrics[lo:hi]).tolist():
         block = db.values[lo + c]
-        for arr, at in (
-            (block.values, plan.values_at[lo + c]),
-            (block.metric_indices, plan.metric_indices_at[lo + c]),
-        ):
-            raw = np.ascontiguousarray(arr).view(np.uint8)
-            start = int(at) - base
-            out[start : start + len(raw)] = raw
+        _db.put(out, int(plan.values_at[lo + c]) - base, block.values)
+        _db.put(out, int(plan.metric_indices_at[lo + c]) - base, block.metric_indices)
 
 
 def to_bytes(obj: CctDB) -> bytes:
     """The whole file as bytes (header bytes 0x20-0x2f zero)."""
     plan = layout_of(obj)
-    out = np.zeros(plan.size, dtype=np.uint8)
-    out[: len(plan.head)] = np.frombuffer(plan.head, np.uint8)
+    out = _db.blank_image(plan)
     _fill(out, 0, plan, obj, 0, obj.n_contexts)
-    out[plan.footer_at :] = np.frombuffer(FOOTER, np.uint8)
     return out.tobytes()
 
 
 _CHUNK_BYTES = 64 << 20
+
+
+def _chunks(obj: CctDB, plan: CctLayout) -> Iterator[_db.Piece]:
+    """The blocks in runs of consecutive contexts of about :data:`_CHUNK_BYTES` each."""
+    n = obj.n_contexts
+    # Blocks are contiguous in ctxId order, so gather runs of contexts into one buffer.
+    ends = np.append(plan.values_at[1:], plan.footer_at) if n else np.zeros(0, np.int64)
+    lo = 0
+    while lo < n:
+        base = int(plan.values_at[lo])
+        hi = int(np.searchsorted(ends, base + _CHUNK_BYTES, side="right"))
+        hi = max(hi, lo + 1)
+        out = np.zeros(int(ends[hi - 1]) - base, dtype=np.uint8)
+        _fill(out, base, plan, obj, lo, hi)
+        yield base, out
+        lo = hi
 
 
 def write(obj: CctDB, dest: _db.Dest) -> None:
@@ -608,24 +552,7 @@ def write(obj: CctDB, dest: _db.Dest) -> None:
         dest.write(to_bytes(obj))
         return
     plan = layout_of(obj)
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        write_head(fd, plan)
-        n = obj.n_contexts
-        # Blocks are contiguous in ctxId order, so gather runs of contexts into one buffer.
-        ends = np.append(plan.values_at[1:], plan.footer_at) if n else np.zeros(0, np.int64)
-        lo = 0
-        while lo < n:
-            base = int(plan.values_at[lo])
-            hi = int(np.searchsorted(ends, base + _CHUNK_BYTES, side="right"))
-            hi = max(hi, lo + 1)
-            out = np.zeros(int(ends[hi - 1]) - base, dtype=np.uint8)
-            _fill(out, base, plan, obj, lo, hi)
-            pwrite_all(fd, out, base)
-            lo = hi
-        write_footer(fd, plan)
-    finally:
-        os.close(fd)
+    _db.write_file(dest, plan, _chunks(obj, plan))
 
 
 def normalise(image: bytes) -> bytes:

@@ -21,17 +21,16 @@ Only :func:`to_bytes` holds a whole file in memory; nothing here loops over valu
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TextIO, overload
+from typing import ClassVar, TextIO
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _db
-from pyhpctk.formats._db import as_records, pwrite_all, struct_dtype
+from pyhpctk.formats._db import pwrite_all, struct_dtype
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 
 FORMAT_ID = _db.FORMAT_IDS["profile"]
@@ -62,6 +61,18 @@ PROFILE_INFO_SIZE = 0x30
 PROFILE_INFO_DTYPE = struct_dtype(_PROFILE_INFO_FIELDS, PROFILE_INFO_SIZE)
 assert PROFILE_INFO_DTYPE.itemsize == 48
 PROFILE_FLAG_SUMMARY = 0x1
+
+_PROFILE_INFOS = _db.RecordTable(
+    "ProfileInfos",
+    PROFILE_SECTION_DTYPE,
+    "p_profiles",
+    "n_profiles",
+    "sz_profile",
+    "szProfile",
+    "{PI}",
+    _PROFILE_INFO_FIELDS,
+    PROFILE_INFO_SIZE,
+)
 
 # formats.md §3.3, IdTuples: { u16 nIds; 6 bytes padding } then nIds 16-byte elements
 #   0x00 u8 kind | 0x02 u16 flags (bit 0 isPhysical) | 0x04 u32 logicalId | 0x08 u64 physicalId
@@ -126,11 +137,6 @@ class ProfileInfo:
         return ", ".join(parts) or "(no id tuple)"
 
 
-def _same(a: npt.NDArray[np.void], b: npt.NDArray[np.void]) -> bool:
-    """Arrays equal bit for bit (so NaNs and -0.0 compare as the file stores them)."""
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class ProfileValues:
     """A profile-major sparse value block (PSVB, formats.md §3.3).
@@ -170,22 +176,11 @@ class ProfileValues:
         val = np.asarray(values, dtype=np.float64).ravel()
         if not ctx.shape == met.shape == val.shape:
             raise ValueError("ctx_ids, metric_ids and values must have the same length")
-        keep = val != 0.0
-        ctx, met, val = ctx[keep], met[keep], val[keep]
-        order = np.lexsort((met, ctx))
-        ctx, met, val = ctx[order], met[order], val[order]
-        new_ctx = np.ones(len(ctx), dtype=bool)
-        new_ctx[1:] = ctx[1:] != ctx[:-1]
-        if np.any(~new_ctx[1:] & (met[1:] == met[:-1])):
-            raise ValueError("a (context, metric) pair is given twice")
-        out = np.empty(len(val), PROFILE_VALUE_DTYPE)
-        out["metric_id"] = met
-        out["value"] = val
-        starts = np.flatnonzero(new_ctx)
-        index = np.empty(len(starts), PROFILE_CTX_INDEX_DTYPE)
-        index["ctx_id"] = ctx[starts]
-        index["start"] = starts
-        return cls(index, out)
+        return cls(
+            *_db.block_from_triples(
+                ctx, met, val, PROFILE_CTX_INDEX_DTYPE, PROFILE_VALUE_DTYPE, "(context, metric)"
+            )
+        )
 
     @property
     def n_values(self) -> int:
@@ -224,7 +219,9 @@ class ProfileValues:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ProfileValues):
             return NotImplemented
-        return _same(self.ctx_indices, other.ctx_indices) and _same(self.values, other.values)
+        return _db.same_bits(self.ctx_indices, other.ctx_indices) and _db.same_bits(
+            self.values, other.values
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -325,61 +322,6 @@ def sniff(head: bytes) -> bool:
     return _db.sniff(head, FORMAT_ID)
 
 
-class _FileValues(Sequence[ProfileValues]):
-    """The value blocks of a profile.db in a buffer, made into views (and checked) on demand."""
-
-    __slots__ = ("_buf", "_nc", "_nv", "_path", "_pc", "_pv")
-
-    def __init__(self, buf: _db.Buffer, path: str | None, infos: npt.NDArray[np.void]) -> None:
-        self._buf = buf
-        self._path = path
-        self._nv = infos["n_values"].astype(np.int64)
-        self._nc = infos["n_ctxs"].astype(np.int64)
-        self._pv = infos["p_values"].astype(np.int64)
-        self._pc = infos["p_ctx_indices"].astype(np.int64)
-
-    def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        return self._nv, self._nc
-
-    def __len__(self) -> int:
-        return len(self._nv)
-
-    @overload
-    def __getitem__(self, index: int) -> ProfileValues: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[ProfileValues]: ...
-    def __getitem__(self, index: int | slice) -> ProfileValues | Sequence[ProfileValues]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        i = range(len(self))[index]
-        section = f"profile {i} values"
-        if self._nv[i] == 0 and self._nc[i] == 0:
-            return ProfileValues.empty()
-        ctx = _db.read_array(
-            self._buf,
-            int(self._pc[i]),
-            PROFILE_CTX_INDEX_DTYPE,
-            int(self._nc[i]),
-            self._path,
-            section,
-            "context indices",
-        )
-        values = _db.read_array(
-            self._buf,
-            int(self._pv[i]),
-            PROFILE_VALUE_DTYPE,
-            int(self._nv[i]),
-            self._path,
-            section,
-            "values",
-        )
-        block = ProfileValues(as_records(ctx), as_records(values))
-        found = block.problems()
-        if found:
-            raise FormatError(self._path, section, "; ".join(found))
-        return block
-
-
 def _read_id_tuple(
     buf: _db.Buffer, offset: int, path: str | None, limit: int
 ) -> tuple[IdTupleElement, ...]:
@@ -398,28 +340,16 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
     With ``lazy`` (the default) value blocks are checked when first used; ``lazy=False`` checks
     every block now, so any damage is reported by this call.
     """
-    buf, path = _db.open_source(source)
-    _, sections = _db.read_header(buf, path, FORMAT_ID, 2)
-    _db.check_footer(buf, path, FOOTER)
-    limit = len(buf) - _db.FOOTER_SIZE  # formats.md §3.1: nothing but the footer after this
-    (infos_size, infos_at), (tuples_size, tuples_at) = sections
-    if infos_size < PROFILE_SECTION_DTYPE.itemsize:
-        raise FormatError(path, "ProfileInfos", f"section is {infos_size} bytes, too small")
-    head = _db.read_record(buf, infos_at, PROFILE_SECTION_DTYPE, path, "ProfileInfos", "header")
-    n, stride = int(head["n_profiles"]), int(head["sz_profile"])
-    if stride < PROFILE_INFO_SIZE:
-        raise FormatError(path, "ProfileInfos", f"szProfile {stride} < {PROFILE_INFO_SIZE}")
-    # formats.md §3.1: use the stored stride, so a newer minor version's longer {PI} still reads.
-    dtype = struct_dtype(_PROFILE_INFO_FIELDS, stride)
-    _db.check_range(limit, int(head["p_profiles"]), n * stride, path, "ProfileInfos", "{PI}[n]")
-    infos = as_records(
-        _db.read_array(buf, int(head["p_profiles"]), dtype, n, path, "ProfileInfos", "{PI}")
-    )
+    buf, path, sections, limit = _db.open_db(source, FORMAT_ID, 2)
+    infos_at, (tuples_size, tuples_at) = sections
+    _, infos = _PROFILE_INFOS.read(buf, path, limit, infos_at)
+    n = len(infos)
     # Never dereference a pointer whose count is 0 (formats.md §3.3): empty blocks may alias.
-    # Python integers (object arrays): a corrupt u64 count must not wrap around.
-    vend = infos["p_values"].astype(object) + infos["n_values"].astype(object) * 10
-    cend = infos["p_ctx_indices"].astype(object) + infos["n_ctxs"].astype(object) * 12
-    bad = ((infos["n_values"] > 0) & (vend > limit)) | ((infos["n_ctxs"] > 0) & (cend > limit))
+    bad = _db.arrays_past(
+        limit,
+        (infos["n_values"], infos["p_values"], PROFILE_VALUE_DTYPE.itemsize),
+        (infos["n_ctxs"], infos["p_ctx_indices"], PROFILE_CTX_INDEX_DTYPE.itemsize),
+    )
     if np.any(bad):
         i = int(np.flatnonzero(bad)[0])
         raise FormatError(
@@ -438,7 +368,14 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
     # Recover the block order: by file offset; a zero-byte block sits before the block it aliases.
     nonempty = (infos["n_values"] > 0) | (infos["n_ctxs"] > 0)
     order = np.lexsort((np.arange(n), nonempty, infos["p_values"]))
-    values = _FileValues(buf, path, infos)
+    values = _db.FileBlocks(
+        buf,
+        path,
+        "profile",
+        ProfileValues,
+        (infos["n_ctxs"], infos["p_ctx_indices"], PROFILE_CTX_INDEX_DTYPE),
+        (infos["n_values"], infos["p_values"], PROFILE_VALUE_DTYPE),
+    )
     if not lazy:
         values_list = [values[i] for i in range(n)]
         return ProfileDB(profiles, values_list, order.tolist())
@@ -450,7 +387,7 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileLayout:
+class ProfileLayout(_db.Layout):
     """Where everything of a profile.db goes (formats.md §3.6), from counts alone.
 
     ``head`` is the bytes before the first value block (header, ProfileInfos, IdTuples);
@@ -464,10 +401,7 @@ class ProfileLayout:
     n_values: npt.NDArray[np.int64]
     n_contexts: npt.NDArray[np.int64]
     footer_at: int
-
-    @property
-    def size(self) -> int:
-        return self.footer_at + _db.FOOTER_SIZE
+    footer: ClassVar[bytes] = FOOTER
 
 
 def _id_tuples_bytes(profiles: Sequence[ProfileInfo], base: int) -> tuple[bytes, list[int]]:
@@ -521,12 +455,8 @@ def layout(
         (nv * PROFILE_VALUE_DTYPE.itemsize + BLOCK_ALIGN - 1) // BLOCK_ALIGN * BLOCK_ALIGN
     )
     sizes = values_bytes + nc * PROFILE_CTX_INDEX_DTYPE.itemsize
-    # Exclusive scan over the blocks in file order.
-    ends = first_block + np.cumsum(sizes[order])
-    values_at = np.empty(n, dtype=np.int64)
-    values_at[order] = ends - sizes[order]
+    values_at, footer_at = _db.exclusive_scan(first_block, sizes, order)
     ctx_at = values_at + values_bytes
-    footer_at = int(ends[-1]) if n else first_block
 
     infos = np.zeros(n, PROFILE_INFO_DTYPE)
     infos["n_values"] = nv
@@ -560,10 +490,8 @@ def layout_of(db: ProfileDB) -> ProfileLayout:
     return layout(db.profiles, nv, nc, db.block_order)
 
 
-def write_head(fd: int, plan: ProfileLayout) -> None:
-    """Write everything before the value blocks, and size the file (holes read as zeros)."""
-    os.ftruncate(fd, plan.size)
-    pwrite_all(fd, plan.head, 0)
+write_head = _db.write_head  # size the file, write everything before the value blocks
+write_footer = _db.write_footer  # last: the footer marks the file complete
 
 
 def write_block(fd: int, plan: ProfileLayout, index: int, block: ProfileValues) -> None:
@@ -574,42 +502,23 @@ def write_block(fd: int, plan: ProfileLayout, index: int, block: ProfileValues) 
     pwrite_all(fd, block.ctx_indices, int(plan.ctx_indices_at[index]))
 
 
-def write_footer(fd: int, plan: ProfileLayout) -> None:
-    """Write the footer last: its presence marks the file complete (formats.md §3.1)."""
-    pwrite_all(fd, FOOTER, plan.footer_at)
+def _pieces(obj: ProfileDB, plan: ProfileLayout) -> Iterator[_db.Piece]:
+    for i in range(len(obj.profiles)):
+        block = obj.values[i]
+        yield int(plan.values_at[i]), block.values
+        yield int(plan.ctx_indices_at[i]), block.ctx_indices
 
 
 def to_bytes(obj: ProfileDB) -> bytes:
     """The whole file as bytes."""
     plan = layout_of(obj)
-    out = np.zeros(plan.size, dtype=np.uint8)
-    out[: len(plan.head)] = np.frombuffer(plan.head, np.uint8)
-    for i in range(len(obj.profiles)):
-        block = obj.values[i]
-        for arr, at in (
-            (block.values, plan.values_at[i]),
-            (block.ctx_indices, plan.ctx_indices_at[i]),
-        ):
-            raw = np.ascontiguousarray(arr).view(np.uint8)
-            out[int(at) : int(at) + len(raw)] = raw
-    out[plan.footer_at :] = np.frombuffer(FOOTER, np.uint8)
-    return out.tobytes()
+    return _db.image(plan, _pieces(obj, plan))
 
 
 def write(obj: ProfileDB, dest: _db.Dest) -> None:
     """Write ``obj`` to a path (block by block with ``os.pwrite``) or to a binary file object."""
-    if not isinstance(dest, str | os.PathLike):
-        dest.write(to_bytes(obj))
-        return
     plan = layout_of(obj)
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        write_head(fd, plan)
-        for i in range(len(obj.profiles)):
-            write_block(fd, plan, i, obj.values[i])
-        write_footer(fd, plan)
-    finally:
-        os.close(fd)
+    _db.write_file(dest, plan, _pieces(obj, plan))
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,20 +18,16 @@ here). Parallel writers use :func:`layout`, :func:`write_head`, :func:`write_lin
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TextIO, cast, overload
+from typing import ClassVar, TextIO, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _db
-from pyhpctk.formats._db import as_records, pwrite_all, struct_dtype
-from pyhpctk.formats.profiledb import (
-    _same,
-)
+from pyhpctk.formats._db import pwrite_all, struct_dtype
 
 FORMAT_ID = _db.FORMAT_IDS["trace"]
 FOOTER = _db.FOOTERS[FORMAT_ID]
@@ -61,6 +57,17 @@ _TRACE_HEADER_FIELDS = [
 TRACE_HEADER_SIZE = 0x18
 TRACE_HEADER_DTYPE = struct_dtype(_TRACE_HEADER_FIELDS, TRACE_HEADER_SIZE)
 assert TRACE_HEADER_DTYPE.itemsize == 24
+_CTX_TRACES = _db.RecordTable(
+    "CtxTraces",
+    TRACE_SECTION_DTYPE,
+    "p_traces",
+    "n_traces",
+    "sz_trace",
+    "szTrace",
+    "{CTH}",
+    _TRACE_HEADER_FIELDS,
+    TRACE_HEADER_SIZE,
+)
 
 # formats.md §3.5, elements: { u64 timestamp; u32 ctxId }, packed ('<QI').
 TRACE_ELEMENT_DTYPE = np.dtype([("timestamp", "<u8"), ("ctx_id", "<u4")])
@@ -134,7 +141,7 @@ class TraceLine:
         return (
             self.prof_index == other.prof_index
             and self.room == other.room
-            and _same(self.elements, other.elements)
+            and _db.same_bits(self.elements, other.elements)
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -213,7 +220,8 @@ class TraceDB:
         if (mine.head, mine.footer_at) != (theirs.head, theirs.footer_at):
             return False
         return all(
-            _same(self.lines[i].elements, other.lines[i].elements) for i in range(len(self.lines))
+            _db.same_bits(self.lines[i].elements, other.lines[i].elements)
+            for i in range(len(self.lines))
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -290,22 +298,10 @@ def read(source: _db.Source, *, lazy: bool = True) -> TraceDB:
     With ``lazy`` (the default) lines are checked when first used; ``lazy=False`` checks every
     line now, so any damage is reported by this call.
     """
-    buf, path = _db.open_source(source)
-    _, sections = _db.read_header(buf, path, FORMAT_ID, 1)
-    _db.check_footer(buf, path, FOOTER)
-    limit = len(buf) - _db.FOOTER_SIZE
-    ((section_size, section_at),) = sections
-    if section_size < TRACE_SECTION_DTYPE.itemsize:
-        raise FormatError(path, "CtxTraces", f"section is {section_size} bytes, too small")
-    head = _db.read_record(buf, section_at, TRACE_SECTION_DTYPE, path, "CtxTraces", "header")
-    n, stride = int(head["n_traces"]), int(head["sz_trace"])
-    if stride < TRACE_HEADER_SIZE:
-        raise FormatError(path, "CtxTraces", f"szTrace {stride} < {TRACE_HEADER_SIZE}")
-    dtype = struct_dtype(_TRACE_HEADER_FIELDS, stride)  # formats.md §3.1
-    _db.check_range(limit, int(head["p_traces"]), n * stride, path, "CtxTraces", "{CTH}[n]")
-    headers = as_records(
-        _db.read_array(buf, int(head["p_traces"]), dtype, n, path, "CtxTraces", "{CTH}")
-    )
+    buf, path, (where,), limit = _db.open_db(source, FORMAT_ID, 1)
+    section_size, section_at = where
+    head, headers = _CTX_TRACES.read(buf, path, limit, where)
+    n = len(headers)
     start, end = headers["p_start"], headers["p_end"]
     bad = (end < start) | (end > np.uint64(limit)) | ((end - start) % np.uint64(12) != 0)
     bad |= (end > start) & (start < np.uint64(section_at + section_size))
@@ -337,17 +333,14 @@ def read(source: _db.Source, *, lazy: bool = True) -> TraceDB:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceLayout:
+class TraceLayout(_db.Layout):
     """Where everything of a trace.db goes (formats.md §3.6), from per-line rooms alone."""
 
     head: bytes
     lines_at: npt.NDArray[np.int64]
     rooms: npt.NDArray[np.int64]
     footer_at: int
-
-    @property
-    def size(self) -> int:
-        return self.footer_at + _db.FOOTER_SIZE
+    footer: ClassVar[bytes] = FOOTER
 
 
 def layout(
@@ -371,10 +364,7 @@ def layout(
     headers_at = HEADER_END + TRACE_SECTION_DTYPE.itemsize
     first = _db.align(headers_at + n * TRACE_HEADER_SIZE, LINE_ALIGN)
     sizes = (room * TRACE_ELEMENT_DTYPE.itemsize + LINE_ALIGN - 1) // LINE_ALIGN * LINE_ALIGN
-    ends = first + np.cumsum(sizes[order])
-    lines_at = np.empty(n, np.int64)
-    lines_at[order] = ends - sizes[order]
-    footer_at = int(ends[-1]) if n else first
+    lines_at, footer_at = _db.exclusive_scan(first, sizes, order)
     headers = np.zeros(n, TRACE_HEADER_DTYPE)
     headers["prof_index"] = prof_indices
     headers["p_start"] = lines_at
@@ -401,10 +391,8 @@ def layout_of(db: TraceDB) -> TraceLayout:
     return layout(prof, counts, db.rooms(), db.min_timestamp, db.max_timestamp, db.line_order)
 
 
-def write_head(fd: int, plan: TraceLayout) -> None:
-    """Write the header and trace headers, and size the file (holes read as zeros)."""
-    os.ftruncate(fd, plan.size)
-    pwrite_all(fd, plan.head, 0)
+write_head = _db.write_head  # size the file, write the header and trace headers
+write_footer = _db.write_footer  # last: the footer marks the file complete
 
 
 def write_line(fd: int, plan: TraceLayout, index: int, elements: npt.NDArray[np.void]) -> None:
@@ -415,38 +403,21 @@ def write_line(fd: int, plan: TraceLayout, index: int, elements: npt.NDArray[np.
         pwrite_all(fd, elements, int(plan.lines_at[index]))
 
 
-def write_footer(fd: int, plan: TraceLayout) -> None:
-    """Write the footer last: its presence marks the file complete (formats.md §3.1)."""
-    pwrite_all(fd, FOOTER, plan.footer_at)
+def _pieces(obj: TraceDB, plan: TraceLayout) -> Iterator[_db.Piece]:
+    for i in range(len(obj.lines)):
+        yield int(plan.lines_at[i]), obj.lines[i].elements
 
 
 def to_bytes(obj: TraceDB) -> bytes:
     """The whole file as bytes."""
     plan = layout_of(obj)
-    out = np.zeros(plan.size, dtype=np.uint8)
-    out[: len(plan.head)] = np.frombuffer(plan.head, np.uint8)
-    for i in range(len(obj.lines)):
-        raw = np.ascontiguousarray(obj.lines[i].elements).view(np.uint8)
-        at = int(plan.lines_at[i])
-        out[at : at + len(raw)] = raw
-    out[plan.footer_at :] = np.frombuffer(FOOTER, np.uint8)
-    return out.tobytes()
+    return _db.image(plan, _pieces(obj, plan))
 
 
 def write(obj: TraceDB, dest: _db.Dest) -> None:
     """Write ``obj`` to a path (line by line with ``os.pwrite``) or to a binary file object."""
-    if not isinstance(dest, str | os.PathLike):
-        dest.write(to_bytes(obj))
-        return
     plan = layout_of(obj)
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        write_head(fd, plan)
-        for i in range(len(obj.lines)):
-            write_line(fd, plan, i, obj.lines[i].elements)
-        write_footer(fd, plan)
-    finally:
-        os.close(fd)
+    _db.write_file(dest, plan, _pieces(obj, plan))
 
 
 # --------------------------------------------------------------------------------------------
