@@ -78,7 +78,7 @@ from pyhpctk.analysis.pipeline import (
 from pyhpctk.analysis.stats import SparseValues, TreeShape, summarize
 from pyhpctk.analysis.taxonomy import default_yaml
 from pyhpctk.analysis.unify import ProfileData, RawTree
-from pyhpctk.analysis.write import build_metadb, copy_sources, prepare_output
+from pyhpctk.analysis.write import build_metadb, copy_sources, make_staging, prepare_output
 from pyhpctk.core.context import ContextTree
 from pyhpctk.core.metrics import (
     N_SCOPES,
@@ -570,7 +570,7 @@ def run_distributed(
     # metrics/default.yaml and src/ on a thread while every rank goes on with its profiles.
     def stage_files() -> Path:
         prepare_output(plan.output, options.force)
-        staging = Path(tempfile.mkdtemp(prefix=f".{plan.output.name}.", dir=plan.output.parent))
+        staging = make_staging(plan.output)
         for name in ("profile.db", "cct.db"):
             os.close(os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
         return staging

@@ -53,6 +53,11 @@ def discover(measurements: tuple[Path, ...] | list[Path]) -> list[ProfileSource]
             raise InputError(f"{directory}: cannot list: {error.strerror or error}") from error
         profiles = [name for name in names if name.endswith(".hpcrun")]
         if not profiles:
+            if "meta.db" in names:
+                raise InputError(
+                    f"{directory}: a database, not measurements (pyview shows it; pyprof reads "
+                    "the directory pyrun or hpcrun wrote)"
+                )
             raise InputError(f"{directory}: no .hpcrun profiles in this measurement directory")
         for name in profiles:
             trace = directory / (name[: -len(".hpcrun")] + ".hpctrace")

@@ -15,8 +15,8 @@ an existing database is replaced only when asked (``force``).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 from pyhpctk.analysis.database import AggregateDatabase
@@ -177,6 +177,8 @@ def prepare_output(output: Path, force: bool) -> None:
     if not output.exists():
         if not output.parent.exists():
             raise OutputError(f"{output}: parent directory {output.parent} does not exist")
+        if not output.parent.is_dir():
+            raise OutputError(f"{output}: {output.parent} is not a directory")
         return
     if not force:
         raise OutputError(f"{output}: already exists; choose another -o or pass --force")
@@ -205,12 +207,32 @@ def copy_sources(db: AggregateDatabase, directory: Path) -> None:
             db.copied_files.add(name)
 
 
+def make_staging(output: Path) -> Path:
+    """A new empty directory beside ``output`` to assemble the database in.
+
+    Created by ``mkdir`` so it gets the user's umask (0755 usually), as hpcprof's directories
+    do: ``tempfile.mkdtemp`` would make it 0700, and the renamed database would be unreadable
+    for the rest of a project group.
+    """
+    while True:
+        staging = output.parent / f".{output.name}.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:  # e.g. no write permission in the parent directory
+            raise OutputError(
+                f"{output}: cannot create the database here: {error.strerror or error}"
+            ) from None
+        return staging
+
+
 def write_database(
     db: AggregateDatabase, output: Path, force: bool = False, copy: bool = True
 ) -> None:
     """Write the whole database directory ``output`` (atomically replaced)."""
     prepare_output(output, force)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    staging = make_staging(output)
     try:
         if copy:
             copy_sources(db, staging)
@@ -239,5 +261,6 @@ __all__ = [
     "build_metadb",
     "build_profiledb",
     "build_tracedb",
+    "make_staging",
     "write_database",
 ]

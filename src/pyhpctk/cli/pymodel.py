@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -40,21 +42,46 @@ class Options:
 def _parse_target(texts: tuple[str, ...], names: tuple[str, ...]) -> tuple[float, ...] | None:
     if not texts:
         return None
-    given = dict(parse_param(t) for t in texts)
+    given = dict(parse_param(t, "--target") for t in texts)
     missing = [n for n in names if n not in given]
     if missing:
         raise UsageError(f"--target needs a value for {', '.join(missing)}")
     return tuple(given[n][0] for n in names)
 
 
+def _open_out(path: Path, option: str) -> TextIO:
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"{option} {path}: cannot write: {error.strerror or error}") from None
+
+
 def run(options: Options) -> int:
     databases = list(options.databases)
+    sources = [
+        name
+        for name, given in (
+            ("--csv", options.csv is not None),
+            ("--param", bool(options.params)),
+            ("--param-from-title", bool(options.param_names)),
+        )
+        if given
+    ]
+    if len(sources) > 1:
+        raise UsageError(f"{' and '.join(sources)} both give the parameter values: choose one")
+    if options.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib: pip install matplotlib")
     if options.csv is not None:
         if databases:
             raise UsageError("give databases either on the command line or in --csv, not both")
         databases, params = read_param_csv(options.csv)
     elif options.params:
-        params = dict(parse_param(p) for p in options.params)
+        parsed = [parse_param(p) for p in options.params]
+        names = [name for name, _ in parsed]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise UsageError(f"--param {', '.join(twice)} given more than once")
+        params = dict(parsed)
     elif options.param_names:
         from pyhpctk.formats import metadb
 
@@ -77,10 +104,10 @@ def run(options: Options) -> int:
     )
     write_table(analysis, sys.stdout, top=options.top)
     if options.json_out is not None:
-        with open(options.json_out, "w") as stream:
+        with _open_out(options.json_out, "--json") as stream:
             write_json(analysis, stream)
     if options.extrap_out is not None:
-        with open(options.extrap_out, "w") as stream:
+        with _open_out(options.extrap_out, "--extrap") as stream:
             write_extrap_jsonl(series, stream)
     if options.plot is not None:
         from pyhpctk.model.plot import plot_contexts
@@ -150,7 +177,7 @@ def run(options: Options) -> int:
     "--threshold",
     default=0.001,
     show_default=True,
-    type=float,
+    type=click.FloatRange(0, 1),
     help="Skip contexts below this fraction of the whole program.",
 )
 @click.option(

@@ -5,6 +5,8 @@ A thin click command over :mod:`pyhpctk.measure.launcher`; see ``docs/pyrun.md``
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from pyhpctk.cli._common import run_command
@@ -60,6 +62,11 @@ def pyrun(
     gpu_events = [parse_gpu_event(e) for e in events if is_gpu_event(e)]
     if len(gpu_events) > 1:
         raise UsageError("give at most one gpu=... event")
+    for spec in gpu_events:  # recordings the simulated backend replays: check them up front
+        for key in ("recording", "pc") if spec.backend == "simulated" else ():
+            path = spec.option(key)
+            if path and not os.path.isfile(path):
+                raise UsageError(f"gpu=simulated: {key}={path}: no such file")
     options = RunOptions(
         command=command,
         output_dir=output,

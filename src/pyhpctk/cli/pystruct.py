@@ -79,6 +79,12 @@ def _run(options: PystructOptions) -> int:
             progress=bar.update,
             targets=targets,
         )
+    if not report.results and not options.quiet:
+        click.echo(
+            f"pystruct: nothing to analyze in {options.target}: its profiles name no binary, "
+            "cubin or Python source file (code run with python -c or from stdin has none)",
+            err=True,
+        )
     for result in report.results:
         if result.status == "failed":
             click.echo(f"pystruct: error: {result.message}", err=True)

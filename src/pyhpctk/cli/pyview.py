@@ -105,8 +105,13 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
     if metrics is None and derived:
         metrics = [*db.catalog.default_selection(), *derived]
     chosen = imbalance.select_profiles(db.experiment, opts.profiles)
+    if not chosen and (opts.context is not None or opts.imbalance is not None):
+        raise UsageError(f"--profiles {opts.profiles}: {opts.database} has no such profiles")
     did_something = False
     if opts.context is not None:
+        ctx = opts.context
+        if db.experiment.tree.node_of(ctx) < 0 and not 0 <= ctx < db.experiment.values.n_contexts:
+            raise UsageError(f"--context {ctx}: no such context in {opts.database}")
         names = db.catalog.select(metrics) if metrics else db.catalog.default_selection(1)
         for name in names:
             spread = imbalance.spread(db.catalog, opts.context, name, True, chosen)
@@ -162,24 +167,12 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("database", type=click.Path())
+@click.option("--top-down", is_flag=True, help="Calling context tree (default).")
 @click.option(
-    "--top-down",
-    "view",
-    flag_value="top-down",
-    default=True,
-    help="Calling context tree (default).",
+    "--bottom-up", is_flag=True, help="Callers view: each function's cost split over its callers."
 )
 @click.option(
-    "--bottom-up",
-    "view",
-    flag_value="bottom-up",
-    help="Callers view: each function's cost split over its callers.",
-)
-@click.option(
-    "--flat",
-    "view",
-    flag_value="flat",
-    help="Flat view: load module > file > function > loop > line.",
+    "--flat", is_flag=True, help="Flat view: load module > file > function > loop > line."
 )
 @click.option(
     "-m",
@@ -251,7 +244,9 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
 @click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
 def pyview(
     database: str,
-    view: str,
+    top_down: bool,
+    bottom_up: bool,
+    flat: bool,
     metrics: tuple[str, ...],
     sort: str | None,
     derive: tuple[str, ...],
@@ -272,6 +267,14 @@ def pyview(
     html: str | None,
 ) -> int:
     """Show the performance database DATABASE (a pyprof / hpcprof output directory)."""
+    views = [
+        name
+        for name, given in (("top-down", top_down), ("bottom-up", bottom_up), ("flat", flat))
+        if given
+    ]
+    if len(views) > 1:
+        raise UsageError(f"--{' and --'.join(views)} contradict each other: choose one view")
+    view = views[0] if views else "top-down"
     opts = PyviewOptions(
         database,
         view,

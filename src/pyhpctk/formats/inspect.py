@@ -126,8 +126,17 @@ def verify_path(path: str | os.PathLike[str]) -> Report:
 
 
 def _verify_measurement_links(read: dict[Path, tuple[str, object]], report: Report) -> None:
-    """Each trace must name only nodes of its sibling profile (formats.md §2)."""
+    """Each trace must name only nodes of its sibling profile (formats.md §2); each profile's
+    ``logical/`` load module (a path relative to the directory, pyrun's Python frames) must exist.
+    """
     verify_trace: Callable[[object, object], list[str]] = formats.module("hpctrace").verify_trace
+    for file, (name, profile) in read.items():
+        if name != "hpcrun":
+            continue
+        for module in getattr(profile, "load_modules", ()):
+            rel = str(module.path)
+            if rel.startswith("logical/") and not (file.parent / rel).is_file():
+                report.problems.append(f"{file}: load module {rel} is missing")
     for file, (name, trace) in read.items():
         if name != "hpctrace":
             continue

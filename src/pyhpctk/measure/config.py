@@ -51,6 +51,8 @@ class MeasureOptions:
             raise UsageError("at least one event is needed")
         if self.checkpoint_s < 0:
             raise UsageError("the checkpoint interval cannot be negative")
+        if self.checkpoint_s != self.checkpoint_s:
+            raise UsageError("the checkpoint interval must be a number of seconds, not nan")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeasureOptions):

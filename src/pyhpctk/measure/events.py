@@ -27,6 +27,8 @@ KNOWN_EVENTS: dict[str, tuple[str, str]] = {
 
 #: The smallest period accepted: below 100 us a Python sampler thread cannot keep up.
 MIN_PERIOD_US = 100
+#: The largest: one hour (longer periods overflow the sampler's timed waits).
+MAX_PERIOD_US = 3_600_000_000
 
 
 class EventSpec:
@@ -52,6 +54,11 @@ class EventSpec:
             raise UsageError(
                 f"event {self.name}: period {self.period_us} us is below the minimum "
                 f"{MIN_PERIOD_US} us"
+            )
+        if self.period_us > MAX_PERIOD_US:
+            raise UsageError(
+                f"event {self.name}: period {self.period_us} us is above the maximum "
+                f"{MAX_PERIOD_US} us (one hour)"
             )
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -63,6 +63,8 @@ class RunOptions:
     def __post_init__(self) -> None:
         if not self.command:
             raise UsageError("no command given: pyrun [OPTIONS] COMMAND [ARGS...]")
+        if self.output_dir == "":
+            raise UsageError("-o: the measurement directory name is empty")
 
 
 @dataclass(slots=True)
@@ -133,6 +135,8 @@ def run(
     """Run the command under measurement and return its exit status and what was written."""
     base_env = dict(os.environ if env is None else env)
     resolve_command(options.command, base_env)
+    # Check the options before anything is created, so a bad value leaves no directory behind.
+    MeasureOptions(options.output_dir or ".", options.events, options.trace, options.checkpoint_s)
     created_fresh = options.output_dir is None or not os.path.exists(options.output_dir)
     output_dir = prepare_output_dir(options.output_dir, options.command, base_env)
     MeasureOptions(output_dir, options.events, options.trace, options.checkpoint_s).export(base_env)
@@ -143,7 +147,20 @@ def run(
     before = _profiles(output_dir)
     returncode = _run_forwarding_signals(list(options.command), base_env)
     written = sorted(_profiles(output_dir) - before)
-    if not written:
+    if not written and returncode < 0:
+        out = stderr if stderr is not None else sys.stderr
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        out.write(
+            f"pyrun: {options.command[0]} was killed by {name} before any measured process "
+            "wrote its profile, so nothing was measured (profiles are written when a process "
+            f"exits, on SIGTERM, and every --checkpoint seconds).\n"
+        )
+        if created_fresh:
+            _remove_if_empty(output_dir)
+    elif not written:
         out = stderr if stderr is not None else sys.stderr
         out.write(
             f"pyrun: {options.command[0]} ran (exit status {returncode}) but started no Python "

@@ -10,6 +10,7 @@ This module reads databases; it never writes.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -57,27 +58,30 @@ class Series:
     notes: list[str] = field(default_factory=list)
 
 
-def parse_param(text: str) -> tuple[str, list[float]]:
+def parse_param(text: str, option: str = "--param") -> tuple[str, list[float]]:
     """``p=2,4,8`` → ("p", [2.0, 4.0, 8.0]); a UsageError naming the problem otherwise."""
     match = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(.+)", text)
     if not match:
-        raise UsageError(f"--param {text!r}: expected NAME=V1,V2,... (e.g. p=2,4,8,16,32)")
+        raise UsageError(f"{option} {text!r}: expected NAME=V1,V2,... (e.g. p=2,4,8,16,32)")
     try:
         values = [float(v) for v in match.group(2).split(",")]
     except ValueError:
-        raise UsageError(f"--param {text!r}: values must be numbers separated by commas") from None
-    if any(v <= 0 for v in values):
-        raise UsageError(f"--param {text!r}: parameter values must be positive")
+        raise UsageError(f"{option} {text!r}: values must be numbers separated by commas") from None
+    if not all(0 < v < math.inf for v in values):  # also refuses nan
+        raise UsageError(f"{option} {text!r}: parameter values must be positive and finite")
     return match.group(1), values
 
 
 def read_param_csv(path: str | os.PathLike[str]) -> tuple[list[Path], dict[str, list[float]]]:
     """A CSV with a ``database`` column and one column per parameter (header row required)."""
     try:
-        with open(path, newline="") as stream:
+        # utf-8-sig: spreadsheets save CSV with a byte-order mark before the header.
+        with open(path, newline="", encoding="utf-8-sig") as stream:
             rows = list(csv.DictReader(stream))
     except OSError as error:
         raise UsageError(f"{path}: {error.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise UsageError(f"{path}: not a CSV text file ({error})") from None
     if not rows or "database" not in rows[0]:
         raise UsageError(f"{path}: needs a header with a 'database' column and parameter columns")
     names = [k for k in rows[0] if k != "database"]
@@ -89,6 +93,8 @@ def read_param_csv(path: str | os.PathLike[str]) -> tuple[list[Path], dict[str, 
         values = {n: [float(row[n]) for row in rows] for n in names}
     except (TypeError, ValueError):
         raise UsageError(f"{path}: every parameter cell must be a number") from None
+    if not all(0 < v < math.inf for column in values.values() for v in column):
+        raise UsageError(f"{path}: parameter values must be positive and finite")
     return databases, values
 
 

@@ -133,7 +133,10 @@ class MetricCatalog:
         if re.fullmatch(r"[#$]\d+", name):
             index = int(name[1:])
             if index >= len(self.metrics):
-                raise MetricError(f"metric {name} out of range: there are {len(self.metrics)}")
+                raise MetricError(
+                    f"metric {name} out of range: there are {len(self.metrics)}, "
+                    f"numbered from {name[0]}0 in --list-metrics order"
+                )
             return self.metrics[index].name
         for test in (
             lambda n: n == name,
@@ -175,7 +178,9 @@ class MetricCatalog:
         """Add ``NAME = FORMULA``; references resolve to existing metrics. Returns the name."""
         name, expr = fx.parse_definition(definition)
         if name in self.names:
-            raise MetricError(f"derived metric {name!r} already exists")
+            raise MetricError(
+                f"a metric named {name!r} already exists: give the new one another name"
+            )
         inputs: dict[str, Input] = {}
         mapping_i: dict[str, fx.Expr] = {}
         mapping_e: dict[str, fx.Expr] = {}

@@ -160,19 +160,42 @@ def write_structure(structure: StructureFile, output: str | os.PathLike[str]) ->
     from pyhpctk.formats import hpcstruct
 
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         hpcstruct.write(structure, tmp)
         os.replace(tmp, out)
     except OSError as error:
-        raise PyhpctkError(f"{out}: cannot write: {error.strerror or error}") from None
+        culprit = error.filename
+        where = f" ({culprit})" if culprit not in (None, os.fspath(out), os.fspath(tmp)) else ""
+        raise PyhpctkError(f"{out}: cannot write: {error.strerror or error}{where}") from None
     return out
 
 
 def default_output(path: Path, options: StructOptions) -> Path:
     """hpcstruct's default output name: ``<basename>.hpcstruct`` in the current directory."""
     return Path(path.name + ".hpcstruct")
+
+
+def _refuse_clobber(target: Path, out: Path) -> None:
+    """Refuse an ``-o`` that would overwrite the target itself or a file that is not hpcstruct.
+
+    hpcstruct replaces its output file; an existing structure file (or an empty file) still is,
+    but ``pystruct app.py -o app.py`` would have destroyed the source it was asked to read.
+    """
+    from pyhpctk.formats import hpcstruct
+
+    if not out.is_file():
+        return  # absent (written), or a directory (write_structure reports it)
+    if target.exists() and os.path.samefile(target, out):
+        raise UsageError(f"{out}: is TARGET itself; give -o another file")
+    try:
+        with out.open("rb") as stream:
+            head = stream.read(64)
+    except OSError as error:
+        raise UsageError(f"{out}: cannot read: {error.strerror or error}") from None
+    if head and not hpcstruct.sniff(head):
+        raise UsageError(f"{out}: exists and is not an hpcstruct file; not overwriting it")
 
 
 def struct_target(
@@ -186,6 +209,7 @@ def struct_target(
     options = options or StructOptions()
     target = Path(path)
     out = Path(output) if output is not None else default_output(target, options)
+    _refuse_clobber(target, out)
     if options.cache is not None and classify(target) != "measurements":
         key = content_key(target, options)
         cached = _cache_lookup(options.cache, key, os.path.abspath(target))
@@ -338,11 +362,22 @@ def struct_measurements(
     if not root.is_dir():
         raise FormatError(root, "measurement directory", "not a directory")
     if not any(root.glob("*.hpcrun")) and not any(root.glob("gpubins/*.gpubin")):
+        if (root / "meta.db").is_file():
+            raise FormatError(
+                root,
+                "measurement directory",
+                "a database, not measurements: run pystruct on the directory pyrun or hpcrun wrote",
+            )
         raise FormatError(root, "measurement directory", "no .hpcrun profiles and no gpubins/")
     found, missing = measurement_targets(root)
     work = list(targets) if targets is not None else found
     out_dir = Path(output_dir) if output_dir is not None else root / "structs"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"{out_dir}: cannot make the structure directory: {error.strerror or error}"
+        ) from None
     manifest_path = out_dir / MANIFEST
     try:
         manifest: dict[str, str] = json.loads(manifest_path.read_text())
@@ -374,7 +409,9 @@ def struct_measurements(
     results: list[TargetResult] = []
     if options.jobs > 1 and len(pending) > 1 and "fork" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=options.jobs, mp_context=context) as pool:
+        # Never more workers than targets: with fork every worker is started up front.
+        workers = min(options.jobs, len(pending))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [pool.submit(_run_target, t, o, options, k) for t, o, k in pending]
             for future in as_completed(futures):
                 results.append(future.result())

@@ -77,7 +77,8 @@ def map_functions(
         parts = slices(procs, jobs * 8)
         results: dict[int, list[Result]] = {}
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        # Never more workers than slices: with fork every worker is started up front.
+        with ProcessPoolExecutor(max_workers=min(jobs, len(parts)), mp_context=context) as pool:
             futures = {pool.submit(_work, part): part for part in parts}
             for future in as_completed(futures):
                 lo, scopes = future.result()

@@ -14,6 +14,12 @@ from __future__ import annotations
 from pyhpctk.errors import UsageError
 
 BACKENDS = ("nvidia", "amd", "simulated")
+#: The options each backend reads (pyhpctk.measure.gpu._backend); any other is a typo.
+OPTIONS = {
+    "nvidia": ("buffer", "records", "pc", "period", "pcmode"),
+    "amd": (),
+    "simulated": ("recording", "buffer", "pending", "pc"),
+}
 ENV_GPU = "PYHPCTK_PYRUN_GPU"  # str(GpuSpec) for every process pyrun measures
 
 
@@ -30,6 +36,10 @@ class GpuSpec:
     def __init__(self, backend: str, options: tuple[tuple[str, str], ...] = ()) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"unknown GPU backend {backend!r}; known: {', '.join(BACKENDS)}")
+        for key, _ in options:
+            if key not in OPTIONS[backend]:
+                known = ", ".join(OPTIONS[backend]) or "none"
+                raise UsageError(f"gpu={backend}: unknown option {key!r} (known: {known})")
         self.backend = backend
         self.options = tuple(options)
 
