@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats._whole import Buffer, Source, read_whole
 from pyhpctk.formats.hpcrun_model import (
     CCT_FLAG_UNWOUND,
     CCT_ID_RETAINED,
@@ -93,8 +94,6 @@ __all__ = [
     "write",
 ]
 
-Source = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
-Buffer = bytes | bytearray | memoryview
 
 # formats.md §1.3: 18-byte magic, 5-byte version, 1-byte endianness marker.
 MAGIC = b"HPCRUN-profile____"
@@ -136,19 +135,6 @@ _PRIMARY_ROOT_IP = placeholder_ip("^Primary")
 
 # --------------------------------------------------------------------------------------------
 # Input helpers
-
-
-def _load(source: Source) -> tuple[Buffer, str | None]:
-    """The whole file as a buffer, and its name for error messages (None for a buffer)."""
-    if isinstance(source, bytes | bytearray | memoryview):
-        return source, None
-    if isinstance(source, str | os.PathLike):
-        try:
-            return Path(source).read_bytes(), os.fspath(source)
-        except OSError as error:
-            raise FormatError(source, "file", error.strerror or str(error)) from None
-    name = getattr(source, "name", None)
-    return source.read(), name if isinstance(name, str) else None
 
 
 def _encode(text: str) -> bytes:
@@ -392,7 +378,7 @@ def read(source: Source) -> HpcrunProfile:
 
     Bulk arrays of the result are read-only views of the file's bytes.
     """
-    buf, path = _load(source)
+    buf, path = read_whole(source)
     # The prefix first: a newer major version may have another footer.
     version = _check_prefix(buf, path)
     footer = _read_footer(buf, path)

@@ -27,6 +27,7 @@ from typing import BinaryIO, TextIO
 import numpy as np
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun import parse_version
 from pyhpctk.formats.hpcrun_model import (
     CCT_ID_RETAINED,
@@ -68,29 +69,15 @@ FLAG_NAMES = {
     TRACE_FLAG_CALL_TRACE: "call-trace",
 }
 
-Source = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
-
 
 def sniff(head: bytes) -> bool:
     """Is this the start of an ``.hpctrace`` file?"""
     return head.startswith(MAGIC)
 
 
-def _load(source: Source) -> tuple[bytes | bytearray | memoryview, str | None]:
-    if isinstance(source, bytes | bytearray | memoryview):
-        return source, None
-    if isinstance(source, str | os.PathLike):
-        try:
-            return Path(source).read_bytes(), os.fspath(source)
-        except OSError as error:
-            raise FormatError(source, "file", error.strerror or str(error)) from None
-    name = getattr(source, "name", None)
-    return source.read(), name if isinstance(name, str) else None
-
-
 def read(source: Source) -> HpctraceFile:
     """Read a whole trace from a path, a buffer or a binary stream."""
-    buf, path = _load(source)
+    buf, path = read_whole(source)
     size = len(buf)
     if size < HEADER_SIZE_1_00:
         raise FormatError(path, "header", f"truncated: {size} bytes, need at least 24")

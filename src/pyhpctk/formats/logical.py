@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats._whole import Source, read_whole
 
 __all__ = [
     "MAGIC",
@@ -40,8 +41,6 @@ MAGIC = b"HPCLOGICAL"
 MANGLING_NONE, MANGLING_CXX = 0, 1
 MANGLING_NAMES = {MANGLING_NONE: "none", MANGLING_CXX: "C++"}
 UNKNOWN_FID = 0  # formats.md §1.10: fid 0 is reserved for "unknown"
-
-Source = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,21 +78,10 @@ def sniff(head: bytes) -> bool:
     return head.startswith(MAGIC)
 
 
-def _load(source: Source) -> tuple[bytes, str | None]:
-    if isinstance(source, bytes | bytearray | memoryview):
-        return bytes(source), None
-    if isinstance(source, str | os.PathLike):
-        try:
-            return Path(source).read_bytes(), os.fspath(source)
-        except OSError as error:
-            raise FormatError(source, "file", error.strerror or str(error)) from None
-    name = getattr(source, "name", None)
-    return source.read(), name if isinstance(name, str) else None
-
-
 def read(source: Source) -> LogicalMetadata:
     """Read a logical metadata file from a path, a buffer or a binary stream."""
-    buf, path = _load(source)
+    whole, path = read_whole(source)
+    buf = bytes(whole)
     if not buf.startswith(MAGIC):
         raise FormatError(path, "header", f"bad magic {buf[:10]!r}, not a logical metadata file")
     pos, end = len(MAGIC), len(buf)
