@@ -1,8 +1,10 @@
 """pymodel against Extra-P on the same synthetic series: speed and model choices.
 
 Generates N contexts of one parameter (five values, five repetitions, multiplicative noise) from
-known PMNF functions, models them with pymodel's batched search and with Extra-P's default
-modeler on the very same measurements (exported in Extra-P's JSON Lines format), and prints both
+known PMNF functions (``pyhpctk.model.synthetic``: the issue's generator by default, the older one
+with ``--values 4,8,16,32,64 --anchor largest``), models them with pymodel's batched search (means
+and the repetitions' spread, as pymodel models a series) and with Extra-P's default modeler on the
+very same measurements (every repetition, exported in Extra-P's JSON Lines format), and prints both
 times, their ratio, and how often each found the true lead-order term. Extra-P pins numpy < 2 and
 pulls a GUI toolkit, so it lives in its own environment: pass its ``extrap`` executable with
 ``--extrap`` (create one with ``python3 -m venv /tmp/extrap && /tmp/extrap/bin/pip install
@@ -24,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pyhpctk.model.fit import FitOptions, fit_single_parameter
+from pyhpctk.model.fit import FitOptions, Repetitions, fit_single_parameter
 from pyhpctk.model.report import write_extrap_jsonl
 from pyhpctk.model.series import Series
-from pyhpctk.model.synthetic import make_case, random_model
+from pyhpctk.model.synthetic import ANCHORS, DEFAULT_VALUES, make_case, random_model
 
 _TERM = re.compile(r"p\^\((?P<poly>[\d/.-]+)\)|log2\(p\)\^\((?P<log>[\d/.-]+)\)")
 
@@ -51,11 +53,19 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, default=2000)
     parser.add_argument("--noise", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--values", default=",".join(f"{v:g}" for v in DEFAULT_VALUES), help="parameter values"
+    )
+    parser.add_argument("--anchor", choices=ANCHORS, default="smallest")
     parser.add_argument("--extrap", help="path of Extra-P's extrap executable")
     args = parser.parse_args()
 
+    values = tuple(float(v) for v in args.values.split(","))
     rng = np.random.default_rng(args.seed)
-    cases = [make_case(rng, random_model(rng, ("p",), 1), args.noise) for _ in range(args.contexts)]
+    cases = [
+        make_case(rng, random_model(rng, ("p",), 1, values, args.anchor), args.noise, values=values)
+        for _ in range(args.contexts)
+    ]
     points = cases[0].points
     series = Series(
         params=("p",),
@@ -73,13 +83,17 @@ def main() -> None:
     truth_growth = [t.growth() if t else (Fraction(0), 0) for t in truth]
 
     start = time.perf_counter()
-    result = fit_single_parameter(points[:, 0], series.mean, FitOptions())
+    runs = Repetitions(series.repetitions, series.spread)
+    result = fit_single_parameter(points[:, 0], series.mean, FitOptions(), repetitions=runs)
     ours = time.perf_counter() - start
     our_growth = [
         m.lead_term().growth() if m.lead_term() else (Fraction(0), 0) for m in result.models
     ]
     our_right = np.mean([a == b for a, b in zip(our_growth, truth_growth, strict=True)])
-    print(f"contexts {args.contexts}, noise {args.noise:.0%}, 5 points x 5 repetitions")
+    print(
+        f"contexts {args.contexts}, noise {args.noise:.0%}, p = {args.values} x 5 repetitions, "
+        f"terms anchored at the {args.anchor} value"
+    )
     print(f"pymodel   {ours:8.2f} s   lead-order term right {our_right:6.1%}")
 
     extrap = args.extrap or shutil.which("extrap")

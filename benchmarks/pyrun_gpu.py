@@ -12,7 +12,9 @@ Modes, each in its own process (CUPTI allows one subscriber per process):
 
 - ``plain``: no measurement;
 - ``pyrun``: a pyrun session (CPU-time sampler at 200 Hz) with ``gpu=nvidia`` installed, as
-  ``pyrun -e CPUTIME -e gpu=nvidia`` runs it; the timed region includes attributing activities
+  ``pyrun -e CPUTIME -e gpu=nvidia`` runs it (the C CUPTI hook, ``hook=c``);
+- ``pyrun-pyhook``: the same with ``gpu=nvidia,hook=python`` (cupti-python's callbacks);
+  the timed region includes attributing activities
   at safe points, the final flush and attribution are reported separately (``shutdown_s``);
 - ``torchprof``: ``torch.profiler`` with CUDA activities, on the PyTorch workload only.
 
@@ -88,17 +90,21 @@ def run_one(workload: str, mode: str, repeat: int) -> dict[str, object]:
     body()  # warm-up: kernels compiled and loaded, pools filled
     result: dict[str, object] = {"workload": workload, "mode": mode}
     times: list[float] = []
-    if mode == "pyrun":
+    if mode in ("pyrun", "pyrun-pyhook"):
         from pyhpctk.measure import runtime
         from pyhpctk.measure.gpu import install, shutdown
 
         out = tempfile.mkdtemp(prefix="pyrun-gpu-bench-")
         session = runtime.start(out, install_hooks=False)
-        monitor = install(session, "gpu=nvidia")
+        hook = "c" if mode == "pyrun" else "python"
+        monitor = install(session, f"gpu=nvidia,hook={hook}")
         for _ in range(repeat):
             began = time.perf_counter()
             body()
             times.append(time.perf_counter() - began)
+        native = getattr(monitor.backend, "native", None)
+        if native is not None:
+            result["hook"] = native.stats()
         began = time.perf_counter()
         stats = shutdown(monitor)
         runtime.stop(session)
@@ -136,7 +142,8 @@ def run_all(repeat: int, rounds: int = 2) -> list[dict[str, object]]:
         (workload, mode)
         for _ in range(rounds)
         for workload in WORKLOADS
-        for mode in ["plain", "pyrun"] + (["torchprof"] if workload == "torch" else [])
+        for mode in ["plain", "pyrun", "pyrun-pyhook"]
+        + (["torchprof"] if workload == "torch" else [])
     ]
     for workload, mode in plan:
         command = [sys.executable, __file__, "--workload", workload, "--mode", mode]
@@ -180,7 +187,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true")
     parser.add_argument("--workload", choices=WORKLOADS)
-    parser.add_argument("--mode", choices=("plain", "pyrun", "torchprof"), default="plain")
+    parser.add_argument(
+        "--mode", choices=("plain", "pyrun", "pyrun-pyhook", "torchprof"), default="plain"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out")
     args = parser.parse_args()

@@ -9,10 +9,19 @@ process (CUPTI allows one PC sampling session per context):
 - ``plain``: no measurement (``record_pc.py --no-sampling``);
 - ``pc``: CUPTI PC sampling through :class:`pyhpctk.measure.gpu.pcsampling.PcSampler`
   (kernel-serialized, period 2^N cycles) — what ``pyrun -e gpu=nvidia,pc`` collects;
-- ``pyrun`` / ``pyrun_pc``: the plain script under ``pyrun -e gpu=nvidia`` and
-  ``pyrun -e gpu=nvidia,pc,period=N`` (whole measurement, files written);
+- ``inst``: CUPTI SASS metrics through :class:`pyhpctk.measure.gpu.sassmetrics.SassCounter`
+  (exact per-instruction counts, a synchronize + flush after every launch) — what
+  ``pyrun -e gpu=nvidia,inst`` collects;
+- ``pyrun`` / ``pyrun_pc`` / ``pyrun_inst``: the plain script under ``pyrun -e gpu=nvidia``,
+  ``pyrun -e gpu=nvidia,pc,period=N`` and ``pyrun -e gpu=nvidia,inst`` (whole measurement,
+  files written);
 - ``ncu``: Nsight Compute collecting its instruction-level sampling sections
-  (``SourceCounters`` + ``WarpStateStats``) for the same kernel, on the plain script.
+  (``SourceCounters`` + ``WarpStateStats``) for the same kernel, on the plain script;
+  ``ncu_inst``: Nsight Compute collecting per-instruction execution counts (``SourceCounters``
+  + ``InstructionStats``, SASS patching like ``inst``).
+
+A mode that fails (e.g. ``pyrun_inst`` before the backend drives SassCounter) is reported with
+its error and the others still run; ``--modes`` picks a subset.
 
 Reported: the process wall time (best of ``--repeat``), and for ``plain``/``pc`` the timed
 region (launches + synchronize + reading the samples) and the GPU time of the launches.
@@ -49,19 +58,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=20)
     parser.add_argument("--iters", type=int, default=20000)
     parser.add_argument("--period", type=int, default=12)
+    parser.add_argument("--reps", type=int, default=1, help="record_pc.py --reps")
+    parser.add_argument("--modes", default="", help="comma-separated subset of the modes")
     args = parser.parse_args(argv)
     common = ["--launches", str(args.launches), "--iters", str(args.iters)]
+    common += ["--reps", str(args.reps)]
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         target = os.path.join(scratch, "r.json")
         modes = {
             "plain": [sys.executable, RECORDER, target, "--no-sampling", *common],
             "pc": [sys.executable, RECORDER, target, "--period", str(args.period), *common],
+            "inst": [sys.executable, RECORDER, target, "--inst", *common],
         }
         pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun", "-o"]
         for mode, event in (
             ("pyrun", "gpu=nvidia"),
             ("pyrun_pc", f"gpu=nvidia,pc,period={args.period}"),
+            ("pyrun_inst", "gpu=nvidia,inst"),
         ):
             modes[mode] = [*pyrun, os.path.join(scratch, mode), "-e", event, *modes["plain"]]
         if args.ncu:
@@ -75,27 +89,49 @@ def main(argv: list[str] | None = None) -> int:
                 "gt_kernel",
                 *modes["plain"],
             ]
+            modes["ncu_inst"] = [
+                args.ncu,
+                "--section",
+                "SourceCounters",
+                "--section",
+                "InstructionStats",
+                "-k",
+                "gt_kernel",
+                *modes["plain"],
+            ]
+        wanted = {m for m in args.modes.split(",") if m} | {"plain"}
+        failed: dict[str, str] = {}
         for mode, command in modes.items():
+            if args.modes and mode not in wanted:
+                continue
             best: dict[str, float] = {}
             for _ in range(args.repeat):
-                wall, stdout = _run(command)
+                try:
+                    wall, stdout = _run(command)
+                except RuntimeError as error:
+                    if mode == "plain":
+                        raise
+                    failed[mode] = str(error)[-600:]
+                    print(mode, "FAILED", failed[mode], flush=True)
+                    break
                 row: dict[str, float] = {"process_s": wall}
                 if mode in ("plain", "pyrun", "pyrun_pc"):
                     row.update(json.loads(stdout.strip().splitlines()[-1]))
                     subprocess.run(["rm", "-rf", os.path.join(scratch, mode)], check=False)
-                elif mode == "pc":
+                elif mode in ("pc", "inst"):
                     with open(target, encoding="utf-8") as stream:
                         row.update(json.load(stream)["timings"])
                 if not best or row["process_s"] < best["process_s"]:
                     best = row
-            results[mode] = best
-            print(mode, json.dumps(best), flush=True)
+            if best:
+                results[mode] = best
+                print(mode, json.dumps(best), flush=True)
     plain = results["plain"]
     for row in results.values():
         row["process_ratio"] = row["process_s"] / plain["process_s"]
         if "sampled_wall_s" in row:
             row["region_ratio"] = row["sampled_wall_s"] / plain["sampled_wall_s"]
-    text = json.dumps(results, indent=1)
+    text = json.dumps({**results, "failed": failed} if failed else results, indent=1)
     print(text)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as stream:

@@ -31,7 +31,8 @@ PC_MEAS = "meas/loops-cuda-nvidiapc-t.m"
 PERIOD = 4096
 SELECTED = "smsp__pcsamp_warps_issue_stalled_selected"
 LONG_SB = "smsp__pcsamp_warps_issue_stalled_long_scoreboard"
-WAIT_NI = "smsp__pcsamp_warps_issue_stalled_wait_not_issued"
+WAIT = "smsp__pcsamp_warps_issue_stalled_wait"
+WAIT_NI = WAIT + "_not_issued"
 
 
 def _rows(spec: list[tuple[int, int, int, int]]) -> np.ndarray:
@@ -73,18 +74,28 @@ def test_stall_reasons_fall_into_hpcruns_categories() -> None:
 
 
 def test_samples_become_gins_and_stalls_times_the_period() -> None:
-    reasons = [SELECTED, LONG_SB, WAIT_NI]
-    rows = _rows([(0x0, 0, 5, 9), (0x10, 1, 3, 9), (0x10, 0, 2, 9), (0x20, 2, 7, 9)])
+    reasons = [SELECTED, LONG_SB, WAIT, WAIT_NI]
+    rows = _rows(
+        [(0x0, 0, 5, 9), (0x10, 1, 3, 9), (0x10, 0, 2, 9), (0x20, 2, 7, 9), (0x20, 3, 4, 9)]
+    )
     got = pcs.attribute_samples(rows, reasons, ["k"], {"k": 0x300}, PERIOD, 17, 2, 40)
     assert got.values == {
         (0x300, "GINS"): 5 * PERIOD,
         (0x310, "GINS"): 5 * PERIOD,
         (0x310, "GINS:STL_ANY"): 3 * PERIOD,
         (0x310, "GINS:STL_GMEM"): 3 * PERIOD,
+        (0x310, "GINS:LAT"): 3 * PERIOD,
+        (0x310, "GINS:LAT_COV"): 3 * PERIOD,  # no not-issued sample: all of it covered
+        # 7 samples of warps waiting at 0x20, 4 of them on cycles nothing issued: GINS counts
+        # the 7 once (the _not_issued variant is a subset, not more samples)
         (0x320, "GINS"): 7 * PERIOD,
         (0x320, "GINS:STL_ANY"): 7 * PERIOD,
         (0x320, "GINS:STL_IDEP"): 7 * PERIOD,
+        (0x320, "GINS:LAT"): 7 * PERIOD,
+        (0x320, "GINS:LAT_UCV"): 4 * PERIOD,
+        (0x320, "GINS:LAT_COV"): 3 * PERIOD,
     }
+    assert pcs.sample_count(rows, reasons) == 5 + 3 + 2 + 7
     assert got.kernel_values == {
         "GSAMP:TOT": 17,
         "GSAMP:DRP": 2,
@@ -137,7 +148,7 @@ def _reference_recording(reference: Path, path: Path) -> dict[str, object]:
         "period_exponent": 12,
         "device": {"sm_count": 132, "clock_khz": 1_980_000},
         "kernels_ns": 2_000_000,
-        "reasons": [SELECTED, LONG_SB, WAIT_NI],
+        "reasons": [SELECTED, LONG_SB, WAIT],
         "functions": ["_Z8kernmainv"],
         "dropped_samples": 4,
         "rows": {name: rows[name].tolist() for name in pcs.SAMPLE_DTYPE.names or ()},
@@ -398,3 +409,145 @@ def test_without_structure_files_the_captured_cubins_line_map_names_device_code(
         label[2][0] for _, label in view.contexts.values() if label[0] != "entry" and label[2]
     }
     assert {"gt_kernel", "$gt_kernel$leaf", "$gt_kernel$shared_fn"} <= functions
+
+
+# -- recordings of the ground-truth kernel with recursion (record_pc.py, device_pc.sh) --------
+
+DENSE = REPO / "tests" / "data" / "gpu" / "pc_gt_dense_h200.json"
+
+
+def _sampled_recordings() -> list[Path]:
+    """Recordings of the current ground-truth kernel that hold samples (skipped until then)."""
+    found = []
+    for path in (H200, DENSE):
+        if path.exists():
+            data = json.loads(path.read_text())
+            if data["rows"]["samples"] and "rec->rec" in data.get("calls_per_thread", {}):
+                found.append(path)
+    return found
+
+
+def check_accounting(recording: pcs.PcRecording) -> None:
+    """cupti_pcsampling.h: totalSamples = user samples (each once) + non-user + dropped."""
+    acc = recording.accounting()
+    assert acc["total"] > 0
+    assert acc["base"] + acc["non_user"] + acc["dropped"] == acc["total"], acc
+    assert acc["not_issued"] <= acc["base"], acc
+    # per instruction and reason, the not-issued samples are a subset of the reason's
+    rows, reasons = recording.rows, recording.reasons
+    by_key = {
+        (int(r["pc_offset"]), int(r["correlation"]), reasons[int(r["reason"])]): int(r["samples"])
+        for r in rows
+    }
+    for (pc, correlation, reason), samples in by_key.items():
+        if pcs.is_not_issued(reason):
+            base = by_key.get((pc, correlation, reason[: -len("_not_issued")]), 0)
+            assert samples <= base, (hex(pc), reason)
+
+
+@pytest.mark.parametrize("path", _sampled_recordings() or [None], ids=lambda p: str(p))
+def test_recorded_samples_add_up_to_cuptis_total(path: Path | None) -> None:
+    if path is None:
+        pytest.skip("no H200 recording of the recursion kernel yet (device_pc.sh record)")
+    check_accounting(pcs.load_recording(str(path)))
+
+
+def check_edge_weights_within(recording_path: Path, tmp_path: Path, tolerance: float) -> None:
+    """pyrun (replay) → pystruct → pyprof: shared_fn's B:A split within ``tolerance`` of 3:1."""
+    from pyhpctk.cli.pyrun import main as pyrun_main
+    from test_gpu_inst import _tree
+
+    out = tmp_path / "m"
+    demo = [sys.executable, str(DEMO), "1", "--simulated"]
+    assert pyrun_main(["-e", f"gpu=simulated,pc={recording_path}", "-o", str(out), *demo]) == 0
+    tree = _tree(out)
+    site = {k[-2]: v for k, v in tree.items() if k[1:2] == ("gt_kernel",) and k[-1] == "shared_fn"}
+    assert len(site) == 2, site
+    a, b = (site[line] for line in sorted(site, key=lambda s: int(s.split()[1])))
+    calls = json.loads(recording_path.read_text())["calls_per_thread"]
+    truth = calls["gt_kernel->shared_fn@B"] / calls["gt_kernel->shared_fn@A"]
+    assert abs((b / a) / truth - 1) <= tolerance, (b / a, truth)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in _sampled_recordings() if p == DENSE] or [None], ids=lambda p: str(p)
+)
+def test_pc_samples_rebuild_the_1_to_3_edge_weights_within_10_percent(
+    path: Path | None, tmp_path: Path
+) -> None:
+    if path is None:
+        pytest.skip("no dense H200 recording of the recursion kernel yet (device_pc.sh record)")
+    check_edge_weights_within(path, tmp_path, 0.10)
+
+
+@pytest.mark.gpu
+def test_h200_dense_samples_add_up_and_rebuild_edge_weights(tmp_path: Path) -> None:
+    """On the device: record densely (period 2^8, many calls), then the two checks above."""
+    out = tmp_path / "dense.json"
+    subprocess.run(
+        [
+            *(sys.executable, str(RECORDER), str(out), "--period", "8", "--launches", "6"),
+            *("--iters", "16", "--reps", "400"),
+        ],
+        check=True,
+    )
+    check_accounting(pcs.load_recording(str(out)))
+    check_edge_weights_within(out, tmp_path, 0.10)
+
+
+def test_pc_replay_of_the_recursion_kernel_checks_edge_weights(tmp_path: Path) -> None:
+    """CI for the 10% check's path: samples proportional to the synthetic exact counts
+    (tests/test_gpu_inst.py) on the nvcc cubin, as one "selected" sample per thread-level
+    execution / warps, replayed as PC samples."""
+    from test_gpu_inst import synthetic_recording
+
+    counts = synthetic_recording(tmp_path / "inst.json", tmp_path)
+    columns = counts["rows"]  # type: ignore[index]
+    warps = 264 * 128 // 32
+    n = len(columns["inst"])
+    recording = {
+        **{k: counts[k] for k in ("kernel", "calls_per_thread", "launches", "cubins", "device")},
+        "period_exponent": 12,
+        "kernels_ns": 2_000_000,
+        "reasons": [SELECTED, SELECTED + "_not_issued"],
+        "functions": counts["functions"],
+        "rows": {
+            "cubin_crc": columns["cubin_crc"],
+            "pc_offset": columns["pc_offset"],
+            "function": [0] * n,
+            "reason": [0] * n,
+            "samples": [c // warps for c in columns["inst"]],
+            "correlation": columns["correlation"],
+            "range": [0] * n,
+        },
+    }
+    path = tmp_path / "pc.json"
+    path.write_text(json.dumps(recording))
+    check_edge_weights_within(path, tmp_path, 1e-9)
+
+
+def test_the_warp_issue_rate_is_a_taxonomy_formula_over_gins(reference: Path) -> None:
+    """Issue #7 item 5: (samples - stalled samples) / samples, opt-in beside hpcprof's roots."""
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import aggregate
+    from pyhpctk.analysis.taxonomy import WARP_ISSUE_RATE, default_yaml
+    from pyhpctk.present import formula as fx
+    from pyhpctk.present.taxonomy import parse_taxonomy
+
+    db = aggregate(ProfOptions.build([str(reference / PC_MEAS)]))
+    plain = default_yaml(db.metrics, db.formulas, db.partials)
+    text = default_yaml(db.metrics, db.formulas, db.partials, extra=[WARP_ISSUE_RATE])
+    assert text.startswith(plain) and len(text) > len(plain)  # hpcprof's part unchanged
+    roots = {m.name: m for m in parse_taxonomy(text)}
+    assert {"GSAMP:UTIL", "GKER:OCC_THR"} <= set(roots)  # utilization, occupancy: hpcrun's own
+    issue = roots[WARP_ISSUE_RATE.name]
+    assert {inp.metric for inp in issue.inputs.values()} == {"GINS", "GINS:STL_ANY"}
+    assert issue.inclusive is not None
+    data = {"GINS": np.array([400.0, 10.0]), "GINS:STL_ANY": np.array([300.0, 10.0])}
+    columns = {ref: data[inp.metric] for ref, inp in issue.inputs.items()}
+    assert fx.evaluate(issue.inclusive, columns.__getitem__, 2).tolist() == [25.0, 0.0]
+    # without PC sampling metrics the root is not written
+    cpu = aggregate(ProfOptions.build([str(reference / "meas" / "small.m")]))
+    assert default_yaml(cpu.metrics, cpu.formulas, cpu.partials, extra=[WARP_ISSUE_RATE]) == (
+        default_yaml(cpu.metrics, cpu.formulas, cpu.partials)
+    )

@@ -106,11 +106,52 @@ def test_record_offsets_follow_runs_of_learned_sizes() -> None:
     layout += [(SMALL_KERNEL, KERNEL_KIND)]
     raw, offsets = _buffer(layout)
     backend = CuptiBackend()
-    backend.record_sizes = {KERNEL_KIND: SMALL_KERNEL.itemsize, MEMCPY_KIND: MEMCPY.itemsize}
-    walked = backend._walk_runs(raw.view("<u4"), len(raw))
-    assert walked is not None and walked.tolist() == offsets
-    backend.record_sizes = {KERNEL_KIND: SMALL_KERNEL.itemsize}  # memcpy size not learned yet
-    assert backend._walk_runs(raw.view("<u4"), len(raw)) is None
+    sizes = {KERNEL_KIND: _padded(SMALL_KERNEL), MEMCPY_KIND: _padded(MEMCPY)}
+    backend.record_sizes = dict(sizes)
+    runs = backend._runs(raw.view("<u4"), len(raw))
+    assert runs == [
+        (KERNEL_KIND, 0, 3, sizes[KERNEL_KIND]),
+        (MEMCPY_KIND, offsets[3], 2, sizes[MEMCPY_KIND]),
+        (KERNEL_KIND, offsets[5], 1, sizes[KERNEL_KIND]),
+    ]
+    backend.record_sizes = {KERNEL_KIND: sizes[KERNEL_KIND]}  # memcpy's size not learned
+    assert backend._runs(raw.view("<u4"), len(raw)) is None  # and no CUPTI to ask
+
+
+def _padded(dtype: np.dtype) -> int:
+    return -(-dtype.itemsize // 8) * 8
+
+
+def _parsing_backend() -> CuptiBackend:
+    backend = CuptiBackend()
+    backend.record_sizes = {KERNEL_KIND: _padded(SMALL_KERNEL), MEMCPY_KIND: _padded(MEMCPY)}
+    backend.checks_left = 0  # no libcupti here to walk the buffer with
+    backend._kinds = {KERNEL_KIND: act.KERNEL, MEMCPY_KIND: act.COPY}
+    backend._gathers = {act.KERNEL: _Gather([SMALL_KERNEL]), act.COPY: _Gather([MEMCPY])}
+    return backend
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        [KERNEL_KIND] * 9000 + [MEMCPY_KIND] * 3 + [KERNEL_KIND] * 2,  # runs past the lookahead
+        [KERNEL_KIND, MEMCPY_KIND] * 700,  # alternating kinds
+        [MEMCPY_KIND],
+    ],
+)
+def test_a_raw_buffer_is_read_in_place_run_by_run(pattern: list[int]) -> None:
+    dtypes = {KERNEL_KIND: SMALL_KERNEL, MEMCPY_KIND: MEMCPY}
+    raw, _ = _buffer([(dtypes[kind], kind) for kind in pattern])
+    backend = _parsing_backend()
+    out = backend.parse_raw(raw.ctypes.data, len(raw))
+    correlations = np.arange(len(pattern)) + 100  # what _buffer wrote, record by record
+    kinds = np.array(pattern)
+    expected = np.concatenate(
+        [correlations[kinds == KERNEL_KIND], correlations[kinds == MEMCPY_KIND]]
+    )
+    assert out["correlation"].tolist() == expected.tolist()
+    assert (out["kind"] == act.KERNEL).sum() == (kinds == KERNEL_KIND).sum()
+    assert backend.record_counts.get("copy", 0) == (kinds == MEMCPY_KIND).sum()
 
 
 def test_the_longest_record_version_that_fits_the_stride_is_read() -> None:
@@ -160,3 +201,45 @@ def test_copy_records_keep_direction_and_bytes() -> None:
     out = CuptiBackend()._convert(act.COPY, rows)
     assert out["copy_kind"].tolist() == [1, 2] and out["bytes"].tolist() == [4096, 512]
     assert out["stream"].tolist() == [7, 13] and out["function"].tolist() == [-1, -1]
+
+
+class FakeCupti:
+    """``cuptiActivityGetNextRecord`` over a buffer of known record sizes (libcupti's walk)."""
+
+    def __init__(self, sizes: dict[int, int]) -> None:
+        self.sizes = sizes
+        self.calls = 0
+
+    def cuptiActivityGetNextRecord(self, buffer: int, valid: int, record: object) -> int:
+        self.calls += 1
+        pointer: ctypes.c_void_p = record._obj  # type: ignore[attr-defined]
+        current = pointer.value
+        if not current:
+            following = buffer
+        else:
+            following = current + self.sizes[ctypes.c_uint32.from_address(current).value]
+        if following - buffer >= valid:
+            return 3  # CUPTI_ERROR_MAX_LIMIT_REACHED
+        pointer.value = following
+        return 0
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_sizes_are_learned_from_cupti_and_the_first_buffer_is_checked(wrong: bool) -> None:
+    pattern = [KERNEL_KIND] * 300 + [MEMCPY_KIND] * 5 + [KERNEL_KIND] * 4
+    dtypes = {KERNEL_KIND: SMALL_KERNEL, MEMCPY_KIND: MEMCPY}
+    raw, _ = _buffer([(dtypes[kind], kind) for kind in pattern])
+    backend = _parsing_backend()
+    truth = dict(backend.record_sizes)
+    backend.record_sizes = {KERNEL_KIND: truth[KERNEL_KIND] + 8} if wrong else {}
+    fake = FakeCupti(truth)
+    backend._lib = fake  # type: ignore[assignment]
+    backend.checks_left = 1
+    out = backend.parse_raw(raw.ctypes.data, len(raw))
+    assert sorted(out["correlation"].tolist()) == list(range(100, 100 + len(pattern)))
+    assert backend.record_sizes == truth  # learned, or corrected by CUPTI's own walk
+    if not wrong:
+        assert backend.fast_walk and backend.walk_mismatches == 0
+        assert fake.calls <= 256 + 1 + 2  # the checked prefix and one call per new kind
+    again = backend.parse_raw(raw.ctypes.data, len(raw))  # now in place, run by run
+    assert again["correlation"].tolist() == out["correlation"].tolist()

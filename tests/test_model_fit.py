@@ -1,4 +1,9 @@
-"""pymodel's modelers on synthetic series from known PMNF functions (issue: accuracy bars)."""
+"""pymodel's modelers on synthetic series from known PMNF functions (issue: accuracy bars).
+
+The issue's generator (``pyhpctk.model.synthetic`` defaults): five points per parameter, p = 2 ..
+32, five repetitions, uniform multiplicative noise, each term 1 to 100 times the constant at the
+smallest configuration; docs/pymodel.md says why, and what the older, harder generator gives.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pyhpctk.model.fit import FitOptions, detect_segments, fit_multi_parameter, fit_single_parameter
+from pyhpctk.model.fit import (
+    FitOptions,
+    Repetitions,
+    _f_critical,
+    detect_segments,
+    fit_multi_parameter,
+    fit_single_parameter,
+)
 from pyhpctk.model.pmnf import (
     Factor,
     Hypothesis,
@@ -17,20 +29,40 @@ from pyhpctk.model.pmnf import (
     parse_expectation,
     single,
 )
-from pyhpctk.model.synthetic import Case, make_case, random_model
+from pyhpctk.model.synthetic import DEFAULT_VALUES, Case, make_case, random_model
+
+# The generator before this one (docs/pymodel.md): points 4 .. 64, each term 1 to 100 times the
+# constant at the largest configuration, so steep terms hide under the constant at most points.
+OLD_VALUES = (4.0, 8.0, 16.0, 32.0, 64.0)
 
 
-def _cases(seed: int, params: tuple[str, ...], n_terms: int, noise: float, n: int) -> list[Case]:
+def _cases(
+    seed: int,
+    params: tuple[str, ...],
+    n_terms: int,
+    noise: float,
+    n: int,
+    values: tuple[float, ...] = DEFAULT_VALUES,
+    anchor: str = "smallest",
+) -> list[Case]:
     rng = np.random.default_rng(seed)
-    return [make_case(rng, random_model(rng, params, n_terms), noise) for _ in range(n)]
+    return [
+        make_case(rng, random_model(rng, params, n_terms, values, anchor), noise, values=values)
+        for _ in range(n)
+    ]
 
 
 def _fit(cases: list[Case], options: FitOptions) -> list[Model]:
+    """Model the cases as pymodel models a series: means, with the repetitions behind them."""
     y = np.stack([c.mean for c in cases], axis=1)
     points = cases[0].points
+    runs = Repetitions(
+        np.full(len(points), cases[0].repetitions.shape[1], dtype=np.int64),
+        np.stack([c.spread for c in cases], axis=1),
+    )
     if points.shape[1] == 1:
-        return fit_single_parameter(points[:, 0], y, options).models
-    return fit_multi_parameter(points, y, cases[0].truth.params, options).models
+        return fit_single_parameter(points[:, 0], y, options, repetitions=runs).models
+    return fit_multi_parameter(points, y, cases[0].truth.params, options, runs).models
 
 
 def _lead_per_parameter(model: Model) -> dict[int, tuple[Fraction, int]]:
@@ -47,19 +79,30 @@ def _same_coefficients(found: Model, truth: Model) -> bool:
     return bool(np.allclose(found.coefficients, truth.coefficients, rtol=5e-7, atol=0.0))
 
 
+GENERATORS = [
+    pytest.param(DEFAULT_VALUES, "smallest", id="issue-generator"),
+    pytest.param(OLD_VALUES, "largest", id="old-generator"),
+]
+
+
+@pytest.mark.parametrize(("values", "anchor"), GENERATORS)
+@pytest.mark.parametrize("selection", ["f-test", "cv-smape"])
 @pytest.mark.parametrize("n_terms", [1, 2])
 def test_noise_free_single_parameter_recovers_terms_exponents_and_coefficients(
-    n_terms: int,
+    n_terms: int, selection: str, values: tuple[float, ...], anchor: str
 ) -> None:
-    cases = _cases(11 + n_terms, ("p",), n_terms, 0.0, 150)
-    models = _fit(cases, FitOptions(max_terms=n_terms))
+    cases = _cases(11 + n_terms, ("p",), n_terms, 0.0, 300 // n_terms, values, anchor)
+    models = _fit(cases, FitOptions(max_terms=n_terms, selection=selection))
     for found, case in zip(models, cases, strict=True):
         assert found.hypothesis == case.truth.hypothesis, (found.render(), case.truth.render())
         assert _same_coefficients(found, case.truth), (found.render(), case.truth.render())
 
 
-def test_noise_free_two_parameters_recovers_terms_exponents_and_coefficients() -> None:
-    cases = _cases(21, ("p", "n"), 1, 0.0, 120)
+@pytest.mark.parametrize(("values", "anchor"), GENERATORS)
+def test_noise_free_two_parameters_recovers_terms_exponents_and_coefficients(
+    values: tuple[float, ...], anchor: str
+) -> None:
+    cases = _cases(21, ("p", "n"), 1, 0.0, 150, values, anchor)
     models = _fit(cases, FitOptions())
     for found, case in zip(models, cases, strict=True):
         assert found.hypothesis == case.truth.hypothesis, (found.render(), case.truth.render())
@@ -81,24 +124,102 @@ def _lead_rates(cases: list[Case], models: list[Model]) -> tuple[float, float]:
     return exact / len(cases), close / len(cases)
 
 
-# The bars below are the figures measured and reported in docs/pymodel.md; each test fails when
-# accuracy drops below them.
+ISSUE_BAR = 0.90  # "with 5% noise the lead-order term is right in at least 90% of cases"
+
+
+# The bars below sit just under the figures measured and reported in docs/pymodel.md, so each
+# test fails when accuracy drops; at 5 % noise on the issue's generator the issue's own bar must
+# hold too. 1000 functions of one parameter and 600 of two: at 200 a rate near 92 % has a
+# standard error of 2 points, too coarse to tell a pass from a fail.
 @pytest.mark.parametrize(
-    ("params", "noise", "exact_bar", "close_bar"),
+    ("params", "noise", "n", "exact_bar", "close_bar"),
     [
-        (("p",), 0.01, 0.90, 0.97),
-        (("p",), 0.05, 0.55, 0.84),
-        (("p", "n"), 0.01, 0.82, 0.93),
-        (("p", "n"), 0.05, 0.42, 0.74),
+        (("p",), 0.01, 1000, 0.99, 0.99),
+        (("p",), 0.05, 1000, 0.95, 0.985),
+        (("p", "n"), 0.01, 600, 0.98, 0.985),
+        (("p", "n"), 0.05, 600, 0.905, 0.955),
     ],
 )
 def test_lead_order_term_under_noise(
+    params: tuple[str, ...], noise: float, n: int, exact_bar: float, close_bar: float
+) -> None:
+    cases = _cases(31, params, 1, noise, n)
+    exact, close = _lead_rates(cases, _fit(cases, FitOptions()))
+    assert exact >= exact_bar, f"lead-order term exactly right in {exact:.1%} of cases"
+    assert close >= close_bar, f"lead-order term right or adjacent in {close:.1%} of cases"
+    if noise == 0.05:
+        assert exact >= ISSUE_BAR, f"the issue's bar: {exact:.1%} < {ISSUE_BAR:.0%}"
+
+
+# The old generator, where a steep term is under the noise at all but the last points: no choice
+# by goodness of fit reaches the issue's bar there (docs/pymodel.md), but what was reached must
+# not be lost.
+@pytest.mark.parametrize(
+    ("params", "noise", "exact_bar", "close_bar"),
+    [
+        (("p",), 0.01, 0.92, 0.98),
+        (("p",), 0.05, 0.58, 0.84),
+        (("p", "n"), 0.01, 0.87, 0.98),
+        (("p", "n"), 0.05, 0.53, 0.83),
+    ],
+)
+def test_lead_order_term_under_noise_on_the_old_generator(
     params: tuple[str, ...], noise: float, exact_bar: float, close_bar: float
 ) -> None:
-    cases = _cases(31, params, 1, noise, 200)
+    cases = _cases(31, params, 1, noise, 200 if len(params) == 2 else 400, OLD_VALUES, "largest")
     exact, close = _lead_rates(cases, _fit(cases, FitOptions()))
-    assert exact >= exact_bar, f"lead-order term exactly right in {exact:.0%} of cases"
-    assert close >= close_bar, f"lead-order term right or adjacent in {close:.0%} of cases"
+    assert exact >= exact_bar, f"lead-order term exactly right in {exact:.1%} of cases"
+    assert close >= close_bar, f"lead-order term right or adjacent in {close:.1%} of cases"
+
+
+def test_the_f_test_quantiles_match_the_tables() -> None:
+    # F distribution upper quantiles, as printed in every statistics table.
+    assert _f_critical(1, 3, 0.05) == pytest.approx(10.128, abs=1e-3)
+    assert _f_critical(1, 20, 0.01) == pytest.approx(8.096, abs=1e-3)
+    assert _f_critical(2, 23, 0.05) == pytest.approx(3.422, abs=1e-3)
+    assert _f_critical(3, 5, 0.01) == pytest.approx(12.06, abs=1e-2)
+
+
+def test_repetitions_weight_points_by_their_run_counts() -> None:
+    # Fitting means weighted by run counts is fitting every run: the same coefficients.
+    rng = np.random.default_rng(3)
+    p = np.array([2.0, 4, 8, 16, 32])
+    runs = [
+        5.0 + 2.0 * v * (1 + rng.uniform(-0.05, 0.05, size=(k, 1)))
+        for v, k in zip(p, (1, 4, 2, 7, 3), strict=True)
+    ]
+    every_run = np.repeat(p, [len(r) for r in runs])
+    options = FitOptions(weighting="absolute")
+    whole = fit_single_parameter(every_run, np.concatenate(runs), options).models[0]
+    means = np.stack([r.mean(axis=0) for r in runs])
+    averaged = fit_single_parameter(p, means, options, repetitions=Repetitions.of(runs))
+    assert averaged.models[0].hypothesis == whole.hypothesis
+    assert averaged.models[0].coefficients == pytest.approx(whole.coefficients, rel=1e-9)
+
+
+def test_the_best_of_many_hypotheses_must_beat_noise_for_all_of_them() -> None:
+    # A sampled context from a real series (tests/test_pymodel_series.py), two runs per scale:
+    # noise, but of 56 one-term hypotheses p^3 * log2(p)^2 fits it well enough to pass a single
+    # F-test at 5 %; against all 56 at once (Bonferroni) it does not.
+    p = np.array([2.0, 4, 8, 16, 32])
+    means = np.array([[0.0002], [0.0008], [0.0003], [0.0004], [0.0012]])
+    spread = np.array([[0.0002], [0.0002], [0.0], [0.0001], [0.0001]])
+    runs = Repetitions(np.full(5, 2, dtype=np.int64), spread)
+    model = fit_single_parameter(p, means, FitOptions(weighting="absolute"), repetitions=runs)
+    assert model.models[0].hypothesis == Hypothesis(())
+
+
+def test_runs_that_agree_better_than_the_means_do_not_earn_terms() -> None:
+    # Five runs per scale agree to 0.3 %, but the means wander by 3 % from scale to scale
+    # (what back-to-back runs on one loaded machine look like): the pure error would call that
+    # wandering significant, so where no model fits the means to within it, the means' own
+    # residual is the yardstick.
+    rng = np.random.default_rng(0)
+    p = np.array([2.0, 4, 8, 16, 32])
+    means = 100 * (1 + rng.uniform(-0.03, 0.03, size=(5, 200)))
+    runs = Repetitions(np.full(5, 5, dtype=np.int64), np.full((5, 200), 0.3))
+    models = fit_single_parameter(p, means, repetitions=runs).models
+    assert sum(m.hypothesis == Hypothesis(()) for m in models) >= 190
 
 
 def test_constant_data_gives_the_constant_model() -> None:
@@ -109,13 +230,15 @@ def test_constant_data_gives_the_constant_model() -> None:
     assert model.coefficients == pytest.approx((7.5,))
 
 
-def test_pure_noise_around_a_constant_falls_back_to_the_constant_model() -> None:
+@pytest.mark.parametrize("repetitions", [1, 5])
+def test_pure_noise_around_a_constant_falls_back_to_the_constant_model(repetitions: int) -> None:
     rng = np.random.default_rng(5)
     p = np.array([2.0, 4, 8, 16, 32])
-    y = 100.0 * (1 + rng.uniform(-0.01, 0.01, size=(5, 50)))
-    models = fit_single_parameter(p, y).models
+    raw = 100.0 * (1 + rng.uniform(-0.05, 0.05, size=(5, repetitions, 200)))
+    runs = Repetitions.of(list(raw))
+    models = fit_single_parameter(p, raw.mean(axis=1), repetitions=runs).models
     constant = sum(m.hypothesis == Hypothesis(()) for m in models)
-    assert constant >= 45
+    assert constant >= 190  # the F-test's 5 % is for all hypotheses together
 
 
 def test_refinement_finds_an_exponent_outside_the_search_space() -> None:

@@ -1,8 +1,10 @@
 """pystruct on a cubin built by CUDA 13 for the H200 (sm_90, ELF ABI version 8 e_flags).
 
-The cubin is the ground-truth kernel captured on the H200 (tests/data/gpu/pc_gt_h200.json):
-``gt_kernel`` calls ``top`` once and ``shared_fn`` from two sites, ``top`` calls ``mid``, ``mid``
-calls ``leaf`` (all ``__noinline__``); ``nvdisasm`` shows the five ``CALL.REL.NOINC``.
+The cubin is the ground-truth kernel captured on the H200 (tests/data/gpu/pc_gt_h200.json, source
+in tests/data/gpu/record_pc.py): ``gt_kernel`` calls ``top`` once, ``shared_fn`` from two sites,
+``rec`` and ``ping``; ``top`` calls ``mid``, ``mid`` calls ``leaf``, ``rec`` calls itself,
+``ping`` and ``pong`` call each other (all ``__noinline__``): ten ``CALL.REL.NOINC`` in
+``nvdisasm``'s listing, one per edge of record_pc's ground-truth table.
 """
 
 from __future__ import annotations
@@ -15,7 +17,20 @@ from pyhpctk.formats.hpcstruct_model import CALL, PROCEDURE
 from pyhpctk.structure.driver import StructOptions, analyze_target
 from pyhpctk.structure.elfimage import open_image
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "gpu" / "pc_gt_h200.json"
+DATA = Path(__file__).resolve().parent / "data" / "gpu"
+FIXTURE = DATA / "pc_gt_h200.json"
+
+
+def calls_per_thread(depth: int, turns: int, reps: int) -> dict[str, int]:
+    """record_pc.py's ground-truth call edges (it is a script, loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_pc", DATA / "record_pc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    edges: dict[str, int] = module.calls_per_thread(depth, turns, reps)
+    return edges
 
 
 def _cubin(tmp_path: Path) -> Path:
@@ -39,15 +54,8 @@ def test_gpucfg_finds_every_device_call_of_an_sm90_cubin(tmp_path: Path) -> None
     }
     calls = [scope for scope in module.walk() if scope.tag == CALL]
     targets = sorted(scope.call_target for scope in calls if scope.call_target is not None)
-    expected = sorted(
-        entries[name]
-        for name in (
-            "$gt_kernel$top",
-            "$gt_kernel$shared_fn",
-            "$gt_kernel$shared_fn",
-            "$gt_kernel$mid",
-            "$gt_kernel$leaf",
-        )
-    )
+    callees = [edge.split("->")[1].split("@")[0] for edge in calls_per_thread(1, 1, 1)]
+    expected = sorted(entries[f"$gt_kernel${name}"] for name in callees)
+    assert len(expected) == 10
     assert targets == expected
     assert {scope.attrs.get("d") for scope in calls} == {"NVIDIA sm_90"}

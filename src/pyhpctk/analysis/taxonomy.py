@@ -168,12 +168,41 @@ def render(expr: Expr, scope: str, partial_index: int = 0, partial: Partial | No
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class DerivedRoot:
+    """A derived metric of the taxonomy only (no ``.hpcrun`` table entry): ``#{name}`` refs."""
+
+    name: str
+    description: str
+    formula: str
+    format: str = "%6.2f %%"
+    needs: tuple[str, ...] = ()  # stored metrics it reads: written only when all are present
+
+
+#: Issue #7, item 5: warp issue rate = (samples - stalled samples) / samples, from PC sampling
+#: (GINS = samples x period, GINS:STL_ANY = stalled samples x period). GPU utilization
+#: (``GSAMP:UTIL``) and theoretical occupancy (``GKER:OCC_THR``) are hpcrun's own derived
+#: metrics and come with the ``.hpcrun`` table; hpcprof writes no issue rate, so this root is
+#: opt-in (``default_yaml(..., extra=...)``): the reference databases stay byte-identical.
+WARP_ISSUE_RATE = DerivedRoot(
+    "GINS:ISSUE (%)",
+    "GPU warp issue rate: samples of issuing warps over all samples (PC sampling)",
+    "100*(#{GINS} - #{GINS:STL_ANY})/#{GINS}",
+    needs=("GINS", "GINS:STL_ANY"),
+)
+
+
 def default_yaml(
     metrics: Sequence[MetricInfo],
     formulas: dict[str, str],
     partials: Sequence[Partial],
+    extra: Sequence[DerivedRoot] = (),
 ) -> str:
-    """The whole ``metrics/default.yaml`` text (no trailing newline, like hpcprof's)."""
+    """The whole ``metrics/default.yaml`` text (no trailing newline, like hpcprof's).
+
+    ``extra``: derived roots appended after the table's, each only when the stored metrics it
+    ``needs`` are in the table.
+    """
     stored = [m for m in metrics if not m.is_derived]
     lines = ["version: 0", "inputs:"]
     for metric in stored:
@@ -211,6 +240,16 @@ def default_yaml(
                     metric.show,
                     {s: _stat_formula(metric.name, s, statistic, partials) for s in _SHOWN_SCOPES},
                 )
+    names = {m.name for m in stored}
+    for root in extra:
+        if not set(root.needs) <= names:
+            continue
+        lines.append(f"  - name: {scalar(root.name)}")
+        lines.append(f"    description: {scalar(root.description)}")
+        lines.append(f"    format: {scalar(root.format)}")
+        lines.append("    variants:")
+        expr = parse_formula(root.formula)
+        lines += _variant('""', "[number]", 1, {s: render(expr, s) for s in _SHOWN_SCOPES})
     return "\n".join(lines)
 
 

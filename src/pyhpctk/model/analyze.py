@@ -19,6 +19,7 @@ from pyhpctk.errors import UsageError
 from pyhpctk.model.fit import (
     FitOptions,
     FitResult,
+    Repetitions,
     Segmentation,
     detect_segments,
     fit_multi_parameter,
@@ -71,9 +72,14 @@ def _growth(model: Model) -> tuple[Fraction, int]:
 
 
 def fit_series(series: Series, options: FitOptions) -> FitResult:
+    """Fit every context of ``series``: its means, weighted by their run counts, with the runs'
+    spread as the pure error model choice measures gains against."""
+    runs = Repetitions(series.repetitions, series.spread)
     if len(series.params) == 1:
-        return fit_single_parameter(series.points[:, 0], series.mean, options, series.params[0])
-    return fit_multi_parameter(series.points, series.mean, series.params, options)
+        return fit_single_parameter(
+            series.points[:, 0], series.mean, options, series.params[0], runs
+        )
+    return fit_multi_parameter(series.points, series.mean, series.params, options, runs)
 
 
 def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Analysis:

@@ -1,17 +1,27 @@
 """Batched PMNF model search: every context of a series is modeled at once.
 
 For a fixed set of measurement points the design matrix of a hypothesis is the same for every
-context, so one pseudo-inverse per hypothesis fits all contexts together (``pinv(X) @ Y`` with one
-column of ``Y`` per context), and the hypotheses of one size are stacked into a single batched
-``pinv``. Model choice follows Extra-P: the hypothesis with the smallest leave-one-out
-cross-validated SMAPE wins, and among hypotheses within ``tie_tolerance`` of the best the simplest
-is taken (fewest terms, then lowest order) — so the constant model is the fallback when nothing
-explains the data better. This module does no I/O.
+context, so the weighted normal equations of all hypotheses of one size and all contexts are
+stacked and solved together. Fitting the means with each point weighted by its number of runs is
+fitting every run (the means are sufficient), and the runs' spread around their means is the
+pure error that model choice measures improvements against:
+
+- ``f-test`` (default): within a number of terms the hypothesis with the smallest weighted
+  residual sum of squares wins (least squares is the maximum-likelihood choice among models with
+  as many coefficients); a larger number of terms is kept only when it cuts that sum by more than
+  the noise explains (the extra-sum-of-squares F-test at ``significance``, with the variance
+  estimated from the repetitions' pure error plus the larger model's residual).
+- ``cv-smape``: Extra-P's criterion, the smallest leave-one-out cross-validated SMAPE.
+
+Exact ties go to the simplest hypothesis (fewest terms, then lowest order), so the constant model
+is the fallback when nothing explains the data better. This module does no I/O.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -36,6 +46,11 @@ _CHUNK_ELEMENTS = 8_000_000
 
 
 WEIGHTINGS = ("relative", "poisson", "absolute")
+SELECTIONS = ("f-test", "cv-smape")
+
+# Relative size below which residuals are rounding, not noise: noise-free data then still tells
+# a true model (residual ~1e-15) from a wrong one.
+_ROUNDING = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +60,10 @@ class FitOptions:
     max_terms: int = 1
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS
-    tie_tolerance: float = 1e-4  # SMAPE percentage points within which simpler models win
-    term_ratio: float = 1.5  # an extra term must cut the CV-SMAPE below best * this to count
+    selection: str = "f-test"  # f-test or cv-smape: see the module docstring
+    significance: float = 0.05  # f-test: chance that noise alone earns an extra term
+    tie_tolerance: float = 1e-4  # cv-smape: SMAPE percentage points within which simpler wins
+    term_ratio: float = 1.5  # cv-smape: an extra term must cut the CV-SMAPE below best * this
     refine: bool = False  # iterative refinement of single-term exponents (mediant search)
     weighting: str = "relative"  # relative (1/y²), poisson (1/y) or absolute (1): see _weights
     allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
@@ -56,6 +73,33 @@ class FitOptions:
             raise ValueError("max_terms must be between 0 and 3")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
+        if not 0 < self.significance < 1:
+            raise ValueError("significance must be between 0 and 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Repetitions:
+    """The runs behind each point's mean: how many (``counts``, per point) and their standard
+    deviation around the mean (``spread``, points x contexts, population: divided by the count),
+    as :class:`~pyhpctk.model.series.Series` keeps them."""
+
+    counts: npt.NDArray[np.int64]
+    spread: FloatArray
+
+    def __post_init__(self) -> None:
+        if self.counts.ndim != 1 or (self.counts < 1).any():
+            raise ValueError("counts must be one positive run count per point")
+        if self.spread.ndim != 2 or self.spread.shape[0] != self.counts.shape[0]:
+            raise ValueError("spread must be (points, contexts), one row per count")
+
+    @classmethod
+    def of(cls, runs: Sequence[FloatArray]) -> Repetitions:
+        """From the runs of every point: ``runs[i]`` is (runs at point i, contexts)."""
+        counts = np.array([len(r) for r in runs], dtype=np.int64)
+        spread = np.stack([np.asarray(r, dtype=np.float64).std(axis=0) for r in runs])
+        return cls(counts, spread)
 
 
 @dataclass(slots=True)
@@ -92,8 +136,9 @@ class _Scores:
     hypotheses: list[Hypothesis]
     coefficients: list[FloatArray]  # per hypothesis: (1 + terms, contexts)
     smape: FloatArray  # (hypotheses, contexts)
-    cv_smape: FloatArray
-    rss: FloatArray
+    cv_smape: FloatArray  # inf where the hypothesis is not eligible
+    rss: FloatArray  # unweighted, of the means
+    wrss: FloatArray  # weighted and run-counted: the least-squares objective; inf if not eligible
 
 
 def _weights(y: FloatArray, weighting: str) -> FloatArray:
@@ -112,11 +157,37 @@ def _weights(y: FloatArray, weighting: str) -> FloatArray:
 
 
 def _solve(normal: FloatArray, rhs: FloatArray) -> FloatArray:
-    """Solve stacked normal equations, with a whisper of ridge so exact fits never go singular."""
+    """Solve stacked normal equations, with a whisper of ridge so exact fits never go singular.
+
+    The equations are equilibrated first (unit diagonal): relative weights make a steep term's
+    column and the constant's differ by many orders of magnitude, and unscaled normal equations
+    would lose the constant to rounding.
+    """
     size = normal.shape[-1]
-    trace = np.trace(normal, axis1=-2, axis2=-1)[..., None, None]
-    ridge = np.eye(size) * (trace * 1e-14 / size + 1e-300)
-    return np.asarray(np.linalg.solve(normal + ridge, rhs[..., None])[..., 0], dtype=np.float64)
+    diagonal = np.sqrt(np.maximum(np.diagonal(normal, axis1=-2, axis2=-1), 1e-300))  # (..., k)
+    right = rhs / diagonal
+    one = 1.0 + 1e-14  # the unit diagonal with its ridge
+    if size == 1:
+        solved = right / one
+    elif size == 2:  # the usual case, constant + one term: Cramer's rule beats a batched LAPACK
+        rho = normal[..., 0, 1] / (diagonal[..., 0] * diagonal[..., 1])
+        determinant = one * one - rho * rho
+        first = (one * right[..., 0] - rho * right[..., 1]) / determinant
+        second = (one * right[..., 1] - rho * right[..., 0]) / determinant
+        solved = np.stack([first, second], axis=-1)
+    else:
+        unit = normal / (diagonal[..., :, None] * diagonal[..., None, :])
+        unit = unit + np.eye(size) * 1e-14
+        solved = np.linalg.solve(unit, right[..., None])[..., 0]
+    return np.asarray(solved / diagonal, dtype=np.float64)
+
+
+def _counts(repetitions: Repetitions | None, n_points: int) -> FloatArray:
+    if repetitions is None:
+        return np.ones(n_points)
+    if repetitions.counts.shape[0] != n_points:
+        raise ValueError(f"{repetitions.counts.shape[0]} run counts for {n_points} points")
+    return repetitions.counts.astype(np.float64)
 
 
 def _score(
@@ -125,17 +196,21 @@ def _score(
     hypotheses: Sequence[Hypothesis],
     options: FitOptions,
     cross_validate: bool = True,
+    counts: FloatArray | None = None,
 ) -> _Scores:
     """Fit every hypothesis to every column of ``y`` (points x contexts) and score it.
 
     Weighted least squares through the normal equations, batched over hypotheses of one size and
-    over contexts; leaving point i out is a rank-one downdate of the same equations, so the
-    leave-one-out scores cost little more than the fit. Without ``cross_validate`` (segments too
-    short for it) the CV score is the in-sample one. Hypotheses whose term coefficients come out
-    negative are not eligible unless ``options.allow_negative``.
+    over contexts; each point's weight is multiplied by its run count (``counts``), which makes
+    the fit of the means the fit of every run. Leaving point i out is a rank-one downdate of the
+    same equations, so the leave-one-out scores cost little more than the fit. Without
+    ``cross_validate`` (segments too short for it) the CV score is the in-sample one. Hypotheses
+    whose term coefficients come out negative are not eligible unless ``options.allow_negative``.
     """
     n_points, n_contexts = y.shape
     weights = _weights(y, options.weighting)
+    if counts is not None:
+        weights = weights * counts[:, None]
     by_size: dict[int, list[int]] = {}
     for index, hypothesis in enumerate(hypotheses):
         by_size.setdefault(len(hypothesis.terms), []).append(index)
@@ -143,6 +218,7 @@ def _score(
     fit = np.full((total, n_contexts), np.inf)
     cv = np.full((total, n_contexts), np.inf)
     rss = np.full((total, n_contexts), np.inf)
+    wrss = np.full((total, n_contexts), np.inf)
     coefficients: list[FloatArray] = [np.zeros(0)] * total
     for size, indices in by_size.items():
         if n_points < size + (2 if cross_validate else 1):
@@ -164,6 +240,7 @@ def _score(
             residual = predicted - y_part[None]
             fit[indices, part] = smape(y_part[None], predicted, axis=1)
             rss[indices, part] = (residual**2).sum(axis=1)
+            wrss[indices, part] = (w_part[None] * residual**2).sum(axis=1)
             group_coefficients[:, :, part] = (beta / scale).transpose(0, 2, 1)
             if cross_validate:
                 loo = np.empty_like(predicted)
@@ -179,12 +256,116 @@ def _score(
             if not options.allow_negative and size:
                 negative = (beta[:, :, 1:] < 0).any(axis=2)  # (H, C)
                 cv[indices, part] = np.where(negative, np.inf, cv[indices, part])
+                wrss[indices, part] = np.where(negative, np.inf, wrss[indices, part])
         for position, index in enumerate(indices):
             coefficients[index] = group_coefficients[position]
-    return _Scores(list(hypotheses), coefficients, fit, cv, rss)
+    return _Scores(list(hypotheses), coefficients, fit, cv, rss, wrss)
 
 
-def _choose(scores: _Scores, options: FitOptions) -> npt.NDArray[np.intp]:
+def _choose(
+    scores: _Scores,
+    options: FitOptions,
+    y: FloatArray,
+    repetitions: Repetitions | None = None,
+) -> npt.NDArray[np.intp]:
+    """The chosen hypothesis of every context (an index into ``scores.hypotheses``)."""
+    if options.selection == "cv-smape":
+        return _choose_cv_smape(scores, options)
+    return _choose_f_test(scores, options, y, repetitions)
+
+
+def _complexity_rank(hypotheses: Sequence[Hypothesis]) -> FloatArray:
+    order = sorted(range(len(hypotheses)), key=lambda i: hypotheses[i].complexity)
+    rank = np.empty(len(order), dtype=np.float64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+def _choose_f_test(
+    scores: _Scores,
+    options: FitOptions,
+    y: FloatArray,
+    repetitions: Repetitions | None,
+) -> npt.NDArray[np.intp]:
+    """Per context: the fewest terms that no larger number of terms beats significantly, then
+    the least-squares best hypothesis of that size, near-ties going to the lowest order.
+
+    A larger size beats a smaller one when its best hypothesis cuts the weighted residual by more
+    than the F-test allows at ``significance`` divided by the number of hypotheses of the larger
+    size (the best of many is not one test: Bonferroni). The yardstick is the variance of one run
+    (:func:`_run_variance`), from the repetitions' pure error where they have any, so the test no
+    longer rests on the two or three residual degrees of freedom that five means leave. A floor
+    at rounding level keeps noise-free data deciding for the exact model.
+    """
+    n_points, n_contexts = y.shape
+    counts = _counts(repetitions, n_points)
+    weights = _weights(y, options.weighting) * counts[:, None]
+    runs = float(counts.sum())
+    pure = np.zeros(n_contexts)
+    if repetitions is not None:
+        pure = (weights * repetitions.spread**2).sum(axis=0)
+    floor = _ROUNDING**2 * (weights * y**2).sum(axis=0) / runs + 1e-300
+    sizes = np.array([len(h.terms) for h in scores.hypotheses])
+    present = sorted(set(sizes.tolist()))
+    best = {s: scores.wrss[sizes == s].min(axis=0) for s in present}
+    chosen = np.full(n_contexts, -1)
+    pure_dof = runs - n_points
+    for small in present:
+        beaten = ~np.isfinite(best[small])
+        for large in (s for s in present if s > small):
+            variance, dof = _run_variance(best[large], pure, n_points, pure_dof, large + 1, options)
+            # The larger size's best is the best of many hypotheses: Bonferroni keeps the chance
+            # that noise alone makes any of them pass at ``significance``.
+            alpha = options.significance / int((sizes == large).sum())
+            critical = np.full(n_contexts, np.inf)
+            for value in np.unique(dof[dof >= 1]):
+                level = _f_critical(large - small, float(value), alpha)
+                critical = np.where(dof == value, level, critical)
+            finite = np.isfinite(best[large]) & (dof >= 1)
+            gain = np.where(finite, best[small] - np.where(finite, best[large], 0.0), 0.0)
+            yardstick = np.where(finite, critical * np.maximum(variance, floor), np.inf)
+            beaten |= finite & (gain / (large - small) > yardstick)
+        chosen = np.where((chosen < 0) & ~beaten, small, chosen)
+    chosen = np.where(chosen < 0, present[-1], chosen)
+    in_size = sizes[:, None] == chosen[None, :]
+    wrss = np.where(in_size, scores.wrss, np.inf)
+    size_min = wrss.min(axis=0)
+    eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
+    rank = _complexity_rank(scores.hypotheses)
+    return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
+
+
+def _run_variance(
+    residual: FloatArray,
+    pure: FloatArray,
+    n_points: int,
+    pure_dof: float,
+    n_coefficients: int,
+    options: FitOptions,
+) -> tuple[FloatArray, FloatArray]:
+    """The variance of one run under a model with ``n_coefficients`` and weighted residual
+    ``residual``, and its degrees of freedom, per context.
+
+    Where the model explains the means to within their runs' scatter (the lack-of-fit F-test
+    passes), pure error and residual are pooled over every run. Where it does not, the runs
+    agree more closely than the model and the means do — behaviour between configurations that
+    repetitions cannot see (one run's warm cache, a sampled phase boundary) — and only the
+    residual of the means is a fair yardstick, with its few degrees of freedom.
+    """
+    lack_dof = n_points - n_coefficients
+    pooled_dof = lack_dof + pure_dof
+    if pooled_dof < 1:
+        return np.zeros_like(residual), np.zeros_like(residual)
+    pooled = (pure + residual) / pooled_dof
+    if lack_dof < 1 or pure_dof < 1:
+        return pooled, np.full_like(residual, pooled_dof)
+    critical = _f_critical(lack_dof, pure_dof, options.significance)
+    adequate = residual / lack_dof <= critical * pure / pure_dof
+    variance = np.where(adequate, pooled, residual / lack_dof)
+    return variance, np.where(adequate, float(pooled_dof), float(lack_dof))
+
+
+def _choose_cv_smape(scores: _Scores, options: FitOptions) -> npt.NDArray[np.intp]:
     """Per context: first the fewest terms whose best CV-SMAPE is within ``term_ratio`` of the
     overall best (an extra term must earn its place), then the best hypothesis of that size,
     exact ties going to the lowest order."""
@@ -195,14 +376,60 @@ def _choose(scores: _Scores, options: FitOptions) -> npt.NDArray[np.intp]:
     for size in sorted(set(sizes.tolist()), reverse=True):
         size_best = scores.cv_smape[sizes == size].min(axis=0)
         chosen_size = np.where(size_best <= allowed, size, chosen_size)
-    order = sorted(range(len(scores.hypotheses)), key=lambda i: scores.hypotheses[i].complexity)
-    rank = np.empty(len(order), dtype=np.float64)
-    rank[order] = np.arange(len(order))
+    rank = _complexity_rank(scores.hypotheses)
     in_size = sizes[:, None] == chosen_size[None, :]
     cv = np.where(in_size, scores.cv_smape, np.inf)
     size_min = cv.min(axis=0)
     eligible = cv <= size_min[None, :] * (1 + 1e-9) + options.tie_tolerance * 1e-3
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
+
+
+@functools.lru_cache(maxsize=256)
+def _f_critical(dfn: int, dfd: float, significance: float) -> float:
+    """The upper ``significance`` quantile of the F distribution, by bisection on its CDF."""
+    low, high = 0.0, 1.0
+    while _f_cdf(high, dfn, dfd) < 1 - significance:
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        if _f_cdf(middle, dfn, dfd) < 1 - significance:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _f_cdf(value: float, dfn: float, dfd: float) -> float:
+    return _incomplete_beta(dfn / 2, dfd / 2, dfn * value / (dfn * value + dfd))
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1 - x)
+    log_front = a * math.log(x) + b * math.log1p(-x) - math.log(a)
+    log_front -= math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * result
 
 
 def _results(
@@ -239,15 +466,20 @@ def fit_single_parameter(
     y: FloatArray,
     options: FitOptions = FitOptions(),
     name: str = "p",
+    repetitions: Repetitions | None = None,
 ) -> FitResult:
-    """Model every column of ``y`` (points x contexts) as a function of one parameter."""
+    """Model every column of ``y`` (points x contexts) as a function of one parameter.
+
+    ``y`` holds each point's mean; ``repetitions``, when given, the runs behind the means (their
+    counts weight the fit, their spread is the pure error the F-test measures gains against).
+    """
     x = np.asarray(values, dtype=np.float64).reshape(-1, 1)
     y = _as_matrix(y, x.shape[0])
     hypotheses = single_parameter_hypotheses(0, options)
-    scores = _score(x, y, hypotheses, options)
-    result = _results(x, y, scores, _choose(scores, options), (name,))
+    scores = _score(x, y, hypotheses, options, counts=_counts(repetitions, x.shape[0]))
+    result = _results(x, y, scores, _choose(scores, options, y, repetitions), (name,))
     if options.refine:
-        result = refine(x, y, result, options)
+        result = refine(x, y, result, options, repetitions)
     return result
 
 
@@ -265,7 +497,13 @@ def _as_matrix(y: FloatArray, n_points: int) -> FloatArray:
 # --- iterative refinement (mediant search over simple fractions) -------------------------------
 
 
-def refine(x: FloatArray, y: FloatArray, result: FitResult, options: FitOptions) -> FitResult:
+def refine(
+    x: FloatArray,
+    y: FloatArray,
+    result: FitResult,
+    options: FitOptions,
+    repetitions: Repetitions | None = None,
+) -> FitResult:
     """Refine the polynomial exponent of single-term models by mediant (Stern-Brocot) search.
 
     Starting from the chosen exponent a, its neighbours in the search space bound an interval; each
@@ -275,6 +513,7 @@ def refine(x: FloatArray, y: FloatArray, result: FitResult, options: FitOptions)
     """
     grid = sorted(set(options.poly_exponents))
     n_contexts = y.shape[1]
+    counts = _counts(repetitions, y.shape[0])
     models = list(result.models)
     cv = result.cv_smape.copy()
     for c in range(n_contexts):
@@ -294,7 +533,7 @@ def refine(x: FloatArray, y: FloatArray, result: FitResult, options: FitOptions)
             if not candidates:
                 break
             hyps = [Hypothesis((single(0, f, factor.log),)) for f in candidates]
-            scores = _score(x, y[:, c : c + 1], hyps, options)
+            scores = _score(x, y[:, c : c + 1], hyps, options, counts=counts)
             which = int(np.argmin(scores.cv_smape[:, 0]))
             if scores.cv_smape[which, 0] >= cv[c] * 0.99:
                 break
@@ -324,6 +563,7 @@ def fit_multi_parameter(
     y: FloatArray,
     names: tuple[str, ...],
     options: FitOptions = FitOptions(),
+    repetitions: Repetitions | None = None,
 ) -> FitResult:
     """Model each column of ``y`` as a function of several parameters (Extra-P's heuristic).
 
@@ -338,8 +578,9 @@ def fit_multi_parameter(
         raise ValueError("points must be (n_points, n_params) with one name per parameter")
     y = _as_matrix(y, points.shape[0])
     if len(names) == 1:
-        return fit_single_parameter(points[:, 0], y, options, names[0])
-    per_param = [_parameter_terms(points, y, p, options) for p in range(len(names))]
+        return fit_single_parameter(points[:, 0], y, options, names[0], repetitions)
+    counts = _counts(repetitions, points.shape[0])
+    per_param = [_parameter_terms(points, y, p, options, counts) for p in range(len(names))]
     n_contexts = y.shape[1]
     # Contexts with the same candidate factors share one hypothesis set: fit them together.
     groups: dict[tuple[tuple[Factor, ...], ...], list[int]] = {}
@@ -354,24 +595,39 @@ def fit_multi_parameter(
             shapes.update(_combinations(list(choice)))
         hypotheses = sorted(shapes, key=lambda h: h.complexity)
         columns = np.asarray(members)
-        scores = _score(points, y[:, columns], hypotheses, options)
-        part = _results(points, y[:, columns], scores, _choose(scores, options), names)
+        scores = _score(points, y[:, columns], hypotheses, options, counts=counts)
+        chosen = _choose(scores, options, y[:, columns], _columns(repetitions, columns))
+        part = _results(points, y[:, columns], scores, chosen, names)
         for position, c in enumerate(members):
             models[c] = part.models[position]
         figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
     return FitResult([m for m in models if m is not None], *figures)
 
 
+def _columns(repetitions: Repetitions | None, columns: npt.NDArray[np.intp]) -> Repetitions | None:
+    if repetitions is None:
+        return None
+    return Repetitions(repetitions.counts, repetitions.spread[:, columns])
+
+
 def _parameter_terms(
-    points: FloatArray, y: FloatArray, param: int, options: FitOptions, keep: int = 2
+    points: FloatArray,
+    y: FloatArray,
+    param: int,
+    options: FitOptions,
+    counts: FloatArray,
+    keep: int = 2,
 ) -> list[list[Factor]]:
     """Per context, the ``keep`` best factors of parameter ``param`` over the grid's lines.
 
     Every single-term hypothesis of the parameter is scored on every line (the points where only
-    this parameter varies); a hypothesis's score is its CV-SMAPE summed over lines, each line
-    weighted by its share of the context's total value, since lines with larger values carry the
-    asymptotic behaviour. The constant is a candidate too (an empty list entry is never returned:
-    a context whose best is the constant gets its best non-constant factors after it).
+    this parameter varies), each line with its own coefficients: a product ``c0 + c·g(p)·h(n)``
+    and a sum ``c0 + a·g(p) + b·h(n)`` both reduce to ``c0' + c'·g(p)`` along a line of fixed n.
+    With ``f-test`` selection a hypothesis's score is its weighted residual summed over lines,
+    the least-squares fit of all lines at once; with ``cv-smape`` its CV-SMAPE summed over lines,
+    each line weighted by its share of the context's total value. The constant is a candidate too
+    (an empty list entry is never returned: a context whose best is the constant gets its best
+    non-constant factors after it).
     """
     others = np.delete(points, param, axis=1)
     keys, line_of = np.unique(others, axis=0, return_inverse=True)
@@ -381,9 +637,18 @@ def _parameter_terms(
     n_contexts = y.shape[1]
     total = np.zeros((len(hypotheses), n_contexts))
     magnitude = np.abs(y).sum(axis=0) + 1e-300
+    least_squares = options.selection == "f-test"
+    if least_squares:
+        # Lines only shortlist factors: a line where this parameter's term is buried under the
+        # others may fit it with a negative slope, and that must not veto the factor everywhere.
+        single_options = replace(single_options, allow_negative=True)
     for line in range(len(keys)):
         rows = np.flatnonzero(line_of == line)
         if len(np.unique(points[rows, param])) < 4:
+            continue
+        if least_squares:
+            scores = _score(points[rows], y[rows], hypotheses, single_options, False, counts[rows])
+            total += np.where(np.isfinite(scores.wrss), scores.wrss, 1e300)
             continue
         scores = _score(points[rows], y[rows], hypotheses, single_options)
         weight = np.abs(y[rows]).sum(axis=0) / magnitude
@@ -480,5 +745,6 @@ def _fit_in_sample(x: FloatArray, y: FloatArray, options: FitOptions, name: str)
     """Fit by in-sample SMAPE (segments are too short for cross-validation)."""
     xs = x.reshape(-1, 1)
     hypotheses = [h for h in single_parameter_hypotheses(0, options) if len(h.terms) + 1 < len(x)]
-    scores = _score(xs, y, hypotheses, options, cross_validate=False)
-    return _results(xs, y, scores, _choose(scores, options), (name,))
+    in_sample = replace(options, selection="cv-smape")
+    scores = _score(xs, y, hypotheses, in_sample, cross_validate=False)
+    return _results(xs, y, scores, _choose(scores, in_sample, y), (name,))

@@ -2,7 +2,10 @@
 
 A :class:`Case` holds the true function and the (noisy, repeated) measurements drawn from it.
 Noise is multiplicative and uniform: each repetition is ``f(x) * (1 + u)``, ``u ~ U(-noise,
-noise)``, as in Extra-P's evaluations. Everything is drawn from a seeded generator.
+noise)``. (Extra-P's own training-data generator, ``extrap/modelers/single_parameter/adaptive/
+data_generator.py``, calls the width of that interval the noise level: our 5 % is its 10 %.)
+Everything is drawn from a seeded generator; docs/pymodel.md ("Accuracy on synthetic data") says
+why the defaults are what they are.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from pyhpctk.model.pmnf import (
     Term,
 )
 
-DEFAULT_VALUES: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0, 64.0)
+# The scales of the project's own series (README, examples/scaling_demo.py): five doublings from 2,
+# so that log2(p) runs from 1 to 5 and a logarithm bends visibly where a power does not.
+DEFAULT_VALUES: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0)
+
+# Where a term's size is set against the constant: at the smallest configuration (the term is at
+# least the constant at every measured point) or at the largest (the term may be buried under the
+# constant at all but the last points: the harder, older generator).
+ANCHORS = ("smallest", "largest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,11 @@ class Case:
     @property
     def mean(self) -> FloatArray:
         return np.asarray(self.repetitions.mean(axis=1), dtype=np.float64)
+
+    @property
+    def spread(self) -> FloatArray:
+        """Standard deviation of the repetitions at each point (population, as a Series keeps)."""
+        return np.asarray(self.repetitions.std(axis=1), dtype=np.float64)
 
 
 def _round(value: float, digits: int = 3) -> float:
@@ -57,9 +72,18 @@ def random_model(
     params: tuple[str, ...],
     n_terms: int = 1,
     values: tuple[float, ...] = DEFAULT_VALUES,
+    anchor: str = "smallest",
 ) -> Model:
     """A random PMNF function: for one parameter ``n_terms`` distinct terms; for two, a product
-    or a sum of one factor per parameter."""
+    or a sum of one factor per parameter.
+
+    Exponents are drawn uniformly from Extra-P's default search space (a pure logarithm one time
+    in ten), the constant uniformly from [1, 100], and each term's coefficient so that the term
+    is 1 to 100 times the constant (log-uniformly) at the ``anchor`` configuration: the smallest
+    (every parameter at its smallest value) or the largest.
+    """
+    if anchor not in ANCHORS:
+        raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}")
     if len(params) == 1:
         terms: set[Term] = set()
         while len(terms) < n_terms:
@@ -71,14 +95,18 @@ def random_model(
             hypothesis = Hypothesis((Term(tuple(factors)),))
         else:
             hypothesis = Hypothesis(tuple(sorted(Term((f,)) for f in factors)))
-    # Each term is measurable: at the largest point it is 1 to 100 times the constant (drawn
-    # log-uniformly), so the behaviour the model must find is not drowned by the constant.
+    # Each term is measurable: at the anchor it is 1 to 100 times the constant, so the behaviour
+    # the model must find is not drowned by the constant.
     constant = _round(float(rng.uniform(1.0, 100.0)))
-    top = np.full((1, len(params)), max(values))
+    at = min(values) if anchor == "smallest" else max(values)
+    anchor_point = np.full((1, len(params)), at)
     coefficients = [constant]
     for term in hypothesis.terms:
         share = float(np.exp(rng.uniform(0.0, np.log(100.0))))
-        coefficients.append(_round(constant * share / float(term.evaluate(top)[0])))
+        size = float(term.evaluate(anchor_point)[0])
+        if size <= 0:  # log2(1) = 0: a logarithm vanishes at 1
+            raise ValueError(f"term {term.render(params)} is zero at {at:g}: anchor elsewhere")
+        coefficients.append(_round(constant * share / size))
     return Model(hypothesis, tuple(coefficients), params)
 
 

@@ -1,10 +1,16 @@
 #!/bin/bash
-# What one device-machine session runs (issue #6): record the fixture, smoke-test the raw CUPTI
-# buffer path against the objects path, run the gpu-marked tests, run the overhead benchmark.
-# Usage (repository root, wheels in .whl/): bash tests/data/gpu/device_session.sh OUTDIR [STEPS]
+# What one device-machine session runs (issue #6): build the C CUPTI hook, record the fixture,
+# smoke-test the raw CUPTI buffer path against the objects path, run the gpu-marked tests, the
+# in-process cost breakdown and the overhead benchmark.
+# Usage (repository root, wheels installed into /tmp/site):
+#   bash tests/data/gpu/device_session.sh OUTDIR [STEPS]
 out=${1:?output directory}
-steps=${2:-explore,record,raw,tests,bench}
-export PYTHONUNBUFFERED=1
+steps=${2:-build,explore,record,raw,tests,breakdown,bench}
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+case ",$steps," in *,build,*)
+{ bash tests/data/gpu/build_hook.sh python3 && python3 -c \
+  'from pyhpctk.measure.gpu.cupti_backend import load_hook; print("hook:", load_hook())'; } \
+  2>&1 | tee "$out/build.txt" ;; esac
 case ",$steps," in *,explore,*)
 python3 - <<'PY' 2>&1 | tee "$out/explore.txt"
 import numpy, click, sys
@@ -22,6 +28,10 @@ python3 tests/data/gpu/record_cupy.py "$out/cupy_streams.json" 2>&1 | tee "$out/
 case ",$steps," in *,raw,*)
 python3 tests/data/gpu/record_cupy.py --raw 2>&1 | tee -a "$out/record.txt" ;; esac
 case ",$steps," in *,tests,*)
-python3 -m pytest -p no:cacheprovider -m gpu -q tests/test_gpu_cupti.py 2>&1 | tee "$out/tests.txt" ;; esac
+timeout 300 python3 -m pytest -p no:cacheprovider -m gpu -q -x --timeout 150 \
+  tests/test_gpu_cupti.py tests/test_gpu_e2e.py 2>&1 | tee "$out/tests.txt" ;; esac
+case ",$steps," in *,breakdown,*)
+timeout 100 python3 benchmarks/gpu_breakdown.py --repeat 4 2>&1 | tee "$out/breakdown.txt" ;; esac
 case ",$steps," in *,bench,*)
-python3 benchmarks/pyrun_gpu.py --all --repeat 3 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt" ;; esac
+timeout 240 python3 benchmarks/pyrun_gpu.py --all --repeat 3 --out "$out/bench.json" 2>&1 \
+  | tee "$out/bench.txt" ;; esac

@@ -61,6 +61,7 @@ DEFAULT_RECORDING = os.path.join(
 
 
 def _backend(spec: GpuSpec) -> object:
+    inst = inst_counting(spec)
     if spec.backend == "simulated":
         from pyhpctk.measure.gpu import recording
         from pyhpctk.measure.gpu.simulated import SimulatedBackend
@@ -75,11 +76,18 @@ def _backend(spec: GpuSpec) -> object:
             from pyhpctk.measure.gpu.pcsampling import load_recording
 
             pc = load_recording(spec.option("pc"))
+        counts = None
+        if inst:
+            from pyhpctk.measure.gpu.sassmetrics import load_inst_recording
+
+            counts = load_inst_recording(spec.option("inst"))
         return SimulatedBackend(
             replayed,
             buffer_records=spec.int_option("buffer", 256),
             max_pending=spec.int_option("pending", 0),
             pc=pc,
+            inst=counts,
+            hook=_hook_option(spec),
         )
     if spec.backend == "nvidia":
         from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
@@ -90,15 +98,47 @@ def _backend(spec: GpuSpec) -> object:
             raise UsageError(f"gpu=nvidia: pcmode={pc_mode!r}: say serialized or continuous")
         if records not in ("raw", "objects"):
             raise UsageError(f"gpu=nvidia: records={records!r}: say records=raw or records=objects")
+        hook = _hook_option(spec)
         return CuptiBackend(
             buffer_bytes=spec.int_option("buffer", 8 << 20),
             records=records,
             pc_period=pc_period(spec),
             pc_mode=pc_mode,
+            hook=hook,
+            inst=inst,
         )
     from pyhpctk.measure.gpu.hip_backend import HipBackend
 
     return HipBackend()
+
+
+ENV_HOOK = "PYHPCTK_GPU_HOOK"  # the default of hook= (c, python, auto)
+
+
+def _hook_option(spec: GpuSpec) -> str:
+    """``hook=c|python|auto``: how GPU API calls are seen (the C CUPTI hook where built)."""
+    hook = spec.option("hook", os.environ.get(ENV_HOOK, "") or "auto")
+    if hook not in ("auto", "c", "python"):
+        raise UsageError(f"gpu={spec.backend}: hook={hook!r}: say hook=c, hook=python or hook=auto")
+    return hook
+
+
+def inst_counting(spec: GpuSpec) -> bool:
+    """``gpu=nvidia,inst`` / ``gpu=simulated,inst=RECORDING``: exact instruction counts.
+
+    Refused together with ``pc``: CUPTI's SASS metrics API needs ``cuptiProfilerInitialize``,
+    which blocks its PC sampling API, and ``GINS`` would mix counts with samples.
+    """
+    keys = {key for key, _ in spec.options}
+    if "inst" not in keys:
+        return False
+    if "pc" in keys:
+        raise UsageError(f"gpu={spec.backend}: pc and inst exclude each other (one per run)")
+    if spec.backend == "simulated" and not spec.option("inst"):
+        raise UsageError("gpu=simulated: say inst=RECORDING (from record_pc.py --inst)")
+    if spec.backend == "nvidia" and spec.option("inst"):
+        raise UsageError("gpu=nvidia: inst takes no value")
+    return True
 
 
 def pc_period(spec: GpuSpec) -> int:
@@ -122,7 +162,7 @@ def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
         spec = parse_gpu_event(spec)
     backend = _backend(spec)
     pc_kind = None
-    if any(key == "pc" for key, _ in spec.options):
+    if any(key in ("pc", "inst") for key, _ in spec.options):
         from pyhpctk.measure.gpu.metrics import pc_metric_kind
 
         # hpcrun's order: the 30 instruction metrics come before the activity metrics.
@@ -130,7 +170,9 @@ def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
     kind = session.add_metric_kind(gpu_metric_kind())
     monitor = GpuMonitor(session, kind, limits=backend.limits())  # type: ignore[attr-defined]
     monitor.backend = backend
-    if pc_kind is not None:
+    if pc_kind is not None and inst_counting(spec):
+        monitor.enable_pc(pc_kind, 0)  # counts: no sampling period, no GSAMP metrics
+    elif pc_kind is not None:
         recorded = getattr(backend, "pc", None)
         if recorded is not None:  # gpu=simulated,pc=RECORDING
             period = 1 << int(recorded.period_exponent)
@@ -188,5 +230,10 @@ def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
         sys.stderr.write(
             f"pyrun: gpu: PC samples: {pc['attributed']} attributed, {pc['unmatched']} with no"
             f" kernel launch or gpubin to go to, {pc['dropped']} dropped by the hardware\n"
+        )
+    if report and monitor.pc_kind is not None and pc.get("inst_unmatched", 0):
+        sys.stderr.write(
+            f"pyrun: gpu: instruction counts: {pc.get('inst_attributed', 0)} warp instructions"
+            f" attributed, {pc['inst_unmatched']} with no kernel launch or gpubin to go to\n"
         )
     return stats

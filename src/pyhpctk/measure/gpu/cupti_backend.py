@@ -24,6 +24,7 @@ it out of sampling when the session offers that.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import importlib
@@ -34,6 +35,7 @@ import threading
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu.monitor import SKIP
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,6 +82,7 @@ class _Gather:
 
     def __init__(self, candidates: list[np.dtype]) -> None:
         self.candidates = sorted(candidates, key=lambda dtype: dtype.itemsize)
+        self._padded: dict[int, np.dtype | None] = {}
 
     def rows(self, raw: np.ndarray, offsets: np.ndarray, strides: np.ndarray) -> np.ndarray | None:
         stride = int(strides.min()) if len(strides) else 0
@@ -89,6 +92,28 @@ class _Gather:
         dtype = fitting[-1]
         index = offsets[:, None] + np.arange(dtype.itemsize)[None, :]
         return np.ascontiguousarray(raw[index]).view(dtype).reshape(-1)
+
+    def padded(self, stride: int) -> np.dtype | None:
+        """The longest version fitting ``stride``, padded to it (a strided view's dtype)."""
+        if stride not in self._padded:
+            fitting = [d for d in self.candidates if d.itemsize <= stride]
+            padded = None
+            if fitting:
+                fields: dict[str, tuple[np.dtype, int]] = dict(fitting[-1].fields or {})  # type: ignore[arg-type]
+                padded = np.dtype(
+                    {
+                        "names": list(fields),
+                        "formats": [fields[n][0] for n in fields],
+                        "offsets": [int(fields[n][1]) for n in fields],
+                        "itemsize": stride,
+                    }
+                )
+            self._padded[stride] = padded
+        return self._padded[stride]
+
+
+_LOOKAHEAD = 4096  # records checked per numpy step of the fast walk
+_CHECKED = 256  # records of the first buffer also walked with CUPTI
 
 
 def _field(rows: np.ndarray, *names: str) -> np.ndarray | None:
@@ -111,7 +136,16 @@ class CuptiBackend:
         records: str = "raw",
         pc_period: int = 0,
         pc_mode: str = "serialized",
+        hook: str = "auto",
+        inst: bool = False,
     ) -> None:
+        self.inst = inst  # issue #7: exact instruction counts (cuptiSassMetrics*)
+        self.inst_counters: dict[int, object] = {}  # CUcontext → sassmetrics.SassCounter
+        self._last_launch: dict[int, int] = {}  # CUcontext → its latest launch's correlation
+        self._fine_busy = threading.local()  # inside a counter's own CUDA calls
+        self.hook = hook  # "c": the C callback (_cuptihook), "python": cupti-python's; "auto"
+        self.native: object | None = None  # the _cuptihook module once subscribed through it
+        self._modules: collections.deque[bytes] = collections.deque()  # cubins (Python hook)
         self.pc_mode = pc_mode
         self.buffer_bytes = buffer_bytes
         self.pc_period = pc_period  # issue #7: PC sampling period exponent (2^N cycles); 0 = off
@@ -168,27 +202,17 @@ class CuptiBackend:
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
         self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
         self._exit = int(cupti.ApiCallbackSite.API_EXIT)
-        self._subscriber = cupti.subscribe(self._callback, None)
-        if self.pc_period:
-            self._context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED)
-            cupti.enable_callback(
-                1,
-                self._subscriber,
-                cupti.CallbackDomain.RESOURCE,
-                cupti.CallbackIdResource.CONTEXT_CREATED,
+        monitor.take_modules = self.take_modules
+        native = None if self.hook == "python" else load_hook()
+        if native is None and self.hook == "c":
+            raise OSError(
+                "gpu=nvidia,hook=c: the C hook pyhpctk.measure.gpu._cuptihook is not built "
+                "(reinstall pyhpctk where a C compiler and the Python headers are present)"
             )
-        for key in list(self.api_kinds):
-            try:
-                cupti.enable_callback(1, self._subscriber, *key)
-            except cupti.cuptiError:  # an id this libcupti does not know: not ours to watch
-                del self.api_kinds[key]
-                self.unknown_apis += 1
-        cupti.enable_callback(
-            1,
-            self._subscriber,
-            cupti.CallbackDomain.RESOURCE,
-            cupti.CallbackIdResource.MODULE_LOADED,
-        )
+        if native is not None:
+            self._start_native(cupti, native, monitor)
+        else:
+            self._start_python(cupti)
         if self.records == "raw":
             self._register_raw(cupti)
         else:
@@ -203,6 +227,155 @@ class CuptiBackend:
         for kind in self._kinds:
             cupti.activity_enable(kind)
 
+    def _start_native(self, cupti: object, native: object, monitor: GpuMonitor) -> None:
+        """Subscribe the C callback: repeated operations never enter Python (_cuptihook.c)."""
+        fine = self.fine
+        pc = int(fine)  # PC sampling and instruction counts are read at kernel exits
+        entries = [
+            (key[0], key[1], kind, int(key in self.api_multi), pc)
+            for key, kind in self.api_kinds.items()
+        ]
+        context_created = (
+            int(cupti.CallbackIdResource.CONTEXT_CREATED)  # type: ignore[attr-defined]
+            if fine
+            else _NO_CBID
+        )
+        self._context_created = context_created if fine else -1
+        every = self._native_every if fine else None
+        native.configure(  # type: ignore[attr-defined]
+            entries, monitor.operation_token, every, self._module_loaded, context_created, SKIP
+        )
+        cupti.get_timestamp()  # type: ignore[attr-defined]  # loads libcupti
+        path = _loaded_library("libcupti")
+        if path is None:
+            raise OSError("libcupti is not loaded (is cupti-python installed?)")
+        self.unknown_apis = int(native.subscribe(path))  # type: ignore[attr-defined]
+        self.native = native
+        monitor.native_drain = native.drain  # type: ignore[attr-defined]
+        monitor.native_bump = native.bump  # type: ignore[attr-defined]
+        monitor.native_reset = native.reset  # type: ignore[attr-defined]
+
+    def _start_python(self, cupti: object) -> None:
+        """Subscribe cupti-python's callback (one Python call per API entry and exit)."""
+        self._subscriber = cupti.subscribe(self._callback, None)  # type: ignore[attr-defined]
+        if self.fine:
+            self._context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED)  # type: ignore[attr-defined]
+            cupti.enable_callback(  # type: ignore[attr-defined]
+                1,
+                self._subscriber,
+                cupti.CallbackDomain.RESOURCE,  # type: ignore[attr-defined]
+                cupti.CallbackIdResource.CONTEXT_CREATED,  # type: ignore[attr-defined]
+            )
+        for key in list(self.api_kinds):
+            try:
+                cupti.enable_callback(1, self._subscriber, *key)  # type: ignore[attr-defined]
+            except cupti.cuptiError:  # type: ignore[attr-defined]  # an id this libcupti lacks
+                del self.api_kinds[key]
+                self.unknown_apis += 1
+        cupti.enable_callback(  # type: ignore[attr-defined]
+            1,
+            self._subscriber,
+            cupti.CallbackDomain.RESOURCE,  # type: ignore[attr-defined]
+            cupti.CallbackIdResource.MODULE_LOADED,  # type: ignore[attr-defined]
+        )
+
+    def take_modules(self) -> list[bytes]:
+        """The cubins loaded since the last call (the monitor saves them on its own thread)."""
+        native = self.native
+        taken: list[bytes] = native.take_modules() if native is not None else []  # type: ignore[attr-defined]
+        modules = self._modules
+        while modules:
+            taken.append(modules.popleft())
+        return taken
+
+    def _native_every(
+        self, domain: int, cbid: int, site: int, correlation: int, context: int
+    ) -> None:
+        """The C hook hands over every call while PC sampling is on (as :meth:`_callback`)."""
+        if getattr(self._fine_busy, "on", False):
+            return  # a CUDA call of the counters themselves (cuCtxSynchronize)
+        if domain == self._domain_resource:
+            if cbid == self._context_created:
+                self._fine_enable(context)
+            return
+        key = (domain, cbid)
+        kind = self.api_kinds.get(key)
+        if site != self._enter:
+            if kind == act.KERNEL:
+                self._fine_collect(context, correlation)
+            return
+        self._fine_enable(context)
+        if kind is not None:
+            self._operation(kind, correlation, key in self.api_multi)
+
+    @property
+    def fine(self) -> bool:
+        """PC sampling or instruction counting: every API call is seen in Python."""
+        return bool(self.pc_period or self.inst)
+
+    def _fine_enable(self, context: int) -> None:
+        if self.pc_period and context not in self.pc_samplers:
+            self._pc_enable(context)
+        if self.inst and context and context not in self.inst_counters:
+            self._inst_enable(context)
+
+    def _fine_collect(self, context: int, correlation: int) -> None:
+        if self.pc_period:
+            self._pc_collect(context)
+        if self.inst:
+            self._inst_collect(context, correlation)
+
+    # -- instruction counts (issue #7) --
+
+    def _inst_enable(self, context: int) -> None:
+        """Start exact instruction counting on ``context`` (once per context)."""
+        from pyhpctk.measure.gpu.sassmetrics import SassCounter
+
+        path = _loaded_library("libcupti")
+        counter = SassCounter(ctypes.CDLL(path or "libcupti.so"), context, self._device_of(context))
+        self.inst_counters[context] = counter
+        self._fine_busy.on = True
+        try:
+            counter.enable()
+        except Exception as error:
+            self._pc_error(f"pyrun: gpu: instruction counting unavailable: {error}")
+            counter.enabled = False
+        finally:
+            self._fine_busy.on = False
+
+    def _device_of(self, context: int) -> int:
+        """The device ordinal of ``context`` (cuCtxGetDevice on the current context; 0)."""
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            device = ctypes.c_int(0)
+            if cuda.cuCtxGetDevice(ctypes.byref(device)) == 0:
+                return int(device.value)
+        except OSError:
+            pass
+        return 0
+
+    def _inst_collect(self, context: int, correlation: int, final: bool = False) -> None:
+        """After a launch: wait for the kernel, read its counts, hand them to the monitor."""
+        counter = self.inst_counters.get(context)
+        monitor = self.monitor
+        if counter is None or monitor is None or not counter.enabled:  # type: ignore[attr-defined]
+            return
+        self._fine_busy.on = True
+        try:
+            if final:
+                batch = counter.disable(correlation)  # type: ignore[attr-defined]
+            else:
+                counter.synchronize()  # type: ignore[attr-defined]
+                batch = counter.collect(correlation)  # type: ignore[attr-defined]
+        except Exception as error:
+            self._pc_error(f"pyrun: gpu: reading instruction counts failed: {error}")
+            return
+        finally:
+            self._fine_busy.on = False
+        self._last_launch[context] = correlation
+        if len(batch.rows):
+            monitor.inst_counts(batch.rows, batch.functions)
+
     def flush(self) -> None:
         cupti = self._cupti
         if cupti is not None:
@@ -214,6 +387,15 @@ class CuptiBackend:
             return
         for context in list(self.pc_samplers):
             self._pc_collect(context, final=True)
+        for context in list(self.inst_counters):
+            self._inst_collect(context, self._last_launch.get(context, 0), final=True)
+        released: set[int] = set()
+        for counter in self.inst_counters.values():
+            device = int(counter.device)  # type: ignore[attr-defined]
+            if device not in released:
+                released.add(device)
+                with contextlib.suppress(Exception):
+                    counter.release()  # type: ignore[attr-defined]
         try:
             self.flush()
         except Exception as error:  # CUDA may already be torn down
@@ -224,8 +406,22 @@ class CuptiBackend:
                 cupti.activity_disable(kind)  # type: ignore[attr-defined]
             except Exception:  # already disabled, or CUDA torn down
                 continue
-        with contextlib.suppress(Exception):
-            cupti.unsubscribe(self._subscriber)  # type: ignore[attr-defined]
+        native = self.native
+        if native is not None:
+            try:
+                native.unsubscribe()  # type: ignore[attr-defined]
+            except OSError as error:
+                if self.monitor is not None:
+                    self.monitor.errors.append(f"pyrun: gpu: {error}")
+            counts = native.stats()  # type: ignore[attr-defined]
+            if self.monitor is not None and (counts["errors"] or counts["lost"]):
+                self.monitor.errors.append(
+                    f"pyrun: gpu: the C hook lost {counts['lost']} operations (out of memory) "
+                    f"and its Python slow path failed {counts['errors']} times"
+                )
+        else:
+            with contextlib.suppress(Exception):
+                cupti.unsubscribe(self._subscriber)  # type: ignore[attr-defined]
         self._cupti = None
 
     # -- callbacks on application threads --
@@ -236,14 +432,19 @@ class CuptiBackend:
             if cbid == self._module_loaded:
                 self._module(data)
             elif cbid == self._context_created:
-                self._pc_enable(int(data.context))  # type: ignore[attr-defined]
+                self._fine_enable(int(data.context))  # type: ignore[attr-defined]
             return
-        if data.callback_site != self._enter:  # type: ignore[attr-defined]
-            if self.pc_period and self.api_kinds.get((domain, cbid)) == act.KERNEL:
-                self._pc_collect(int(data.context))  # type: ignore[attr-defined]
+        if self.fine:
+            if getattr(self._fine_busy, "on", False):
+                return  # a CUDA call of the counters themselves (cuCtxSynchronize)
+            context = int(data.context)  # type: ignore[attr-defined]
+            if data.callback_site != self._enter:  # type: ignore[attr-defined]
+                if self.api_kinds.get((domain, cbid)) == act.KERNEL:
+                    self._fine_collect(context, int(data.correlation_id))  # type: ignore[attr-defined]
+                return
+            self._fine_enable(context)
+        elif data.callback_site != self._enter:  # type: ignore[attr-defined]
             return
-        if self.pc_period and int(data.context) not in self.pc_samplers:  # type: ignore[attr-defined]
-            self._pc_enable(int(data.context))  # type: ignore[attr-defined]
         key = (domain, cbid)
         kind = self.api_kinds.get(key)
         if kind is not None:
@@ -265,8 +466,8 @@ class CuptiBackend:
         except Exception as error:
             monitor.errors.append(f"pyrun: gpu: cannot read a loaded module: {error!r}")
             return
-        if cubin:
-            monitor.module_loaded(cubin)
+        if cubin:  # saved on the monitor thread: no lock is taken inside the driver's callback
+            self._modules.append(cubin)
 
     # -- PC sampling (issue #7) --
 
@@ -445,28 +646,14 @@ class CuptiBackend:
             raise OSError("libcupti is not loaded (is cupti-python installed?)")
         lib = ctypes.CDLL(path)
         self._lib = lib
-        requested_type = ctypes.CFUNCTYPE(
-            None,
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.POINTER(ctypes.c_size_t),
-        )
-        completed_type = ctypes.CFUNCTYPE(
-            None,
-            ctypes.c_void_p,
-            ctypes.c_uint32,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_size_t,
-        )
         lib.cuptiActivityGetNextRecord.argtypes = [
             ctypes.c_void_p,
             ctypes.c_size_t,
             ctypes.POINTER(ctypes.c_void_p),
         ]
         lib.cuptiActivityGetNextRecord.restype = ctypes.c_int
-        requested = requested_type(self._raw_requested)
-        completed = completed_type(self._raw_completed)
+        requested = BUFFER_REQUESTED(self._raw_requested)
+        completed = BUFFER_COMPLETED(self._raw_completed)
         self._callbacks = (requested, completed)
         status = lib.cuptiActivityRegisterCallbacks(requested, completed)
         if status != 0:
@@ -503,8 +690,8 @@ class CuptiBackend:
                 self.monitor.errors.append(f"pyrun: gpu: bad activity buffer: {error!r}")
             sys.stderr.write(f"pyrun: gpu: bad activity buffer: {error!r}\n")
 
-    def _walk_next_record(self, buffer: int, valid: int) -> np.ndarray:
-        """Record offsets, one ``cuptiActivityGetNextRecord`` call each (learns record sizes)."""
+    def _walk_next_record(self, buffer: int, valid: int, limit: int = 0) -> np.ndarray:
+        """Record offsets, one ``cuptiActivityGetNextRecord`` call each (``limit``: at most)."""
         lib = self._lib
         assert lib is not None
         record = ctypes.c_void_p(0)
@@ -513,49 +700,115 @@ class CuptiBackend:
         append = offsets.append
         while next_record(buffer, valid, ctypes.byref(record)) == 0:
             append(int(record.value or 0) - buffer)
+            if limit and len(offsets) >= limit:
+                break
         return np.asarray(offsets, dtype=np.int64)
 
-    def _walk_runs(self, words: np.ndarray, valid: int) -> np.ndarray | None:
-        """Record offsets from learned record sizes, a run of one kind per numpy step.
+    def _learn_size(self, buffer: int, valid: int, at: int) -> int | None:
+        """The size of the record at offset ``at``: where CUPTI puts the next one (one call)."""
+        lib = self._lib
+        if lib is None:
+            return None
+        record = ctypes.c_void_p(buffer + at)
+        if lib.cuptiActivityGetNextRecord(buffer, valid, ctypes.byref(record)) != 0:
+            return valid - at if at else None  # the last record: it ends the valid bytes
+        size = int(record.value or 0) - buffer - at
+        return size if size > 0 else None
 
-        None when a kind of unknown size shows up (the caller walks with CUPTI instead).
+    def _runs(
+        self, words: np.ndarray, valid: int, buffer: int = 0
+    ) -> list[tuple[int, int, int, int]] | None:
+        """The buffer as runs of one record kind: ``(kind, offset, count, size)``, in order.
+
+        Record sizes are learned once per kind (from CUPTI, one call at the first record of a
+        kind not seen before); None when a size cannot be learned (the caller walks with
+        CUPTI record by record). Each step looks ahead at most ``_LOOKAHEAD`` records, so a
+        buffer of alternating kinds costs no more than one of long runs.
         """
         sizes = self.record_sizes
-        pieces: list[np.ndarray] = []
+        runs: list[tuple[int, int, int, int]] = []
         at = 0
         while valid - at >= 8:
             kind = int(words[at // 4])
             size = sizes.get(kind)
             if size is None:
-                return None
+                # Only kinds this backend enabled are asked about: a kind word that is none of
+                # them means the walk is lost, and CUPTI must not be handed a non-record.
+                known = buffer and kind in self._kinds
+                learned = self._learn_size(buffer, valid, at) if known else None
+                if learned is None or learned % 8 or at + learned > valid:
+                    return None
+                size = sizes[kind] = learned
             count = (valid - at) // size
-            candidates = at + size * np.arange(count, dtype=np.int64)
-            same = words[candidates // 4] == kind
-            run = count if same.all() else int(np.argmin(same))
-            pieces.append(candidates[:run])
+            run = 0
+            while run < count:
+                ahead = min(count - run, _LOOKAHEAD)
+                first = (at + run * size) // 4
+                same = words[first : first + ahead * (size // 4) : size // 4] == kind
+                if same.all():
+                    run += ahead
+                    continue
+                run += int(np.argmin(same))
+                break
+            if run == 0:
+                return None
+            runs.append((kind, at, run, size))
             at += size * run
-        return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+        return runs
 
     def parse_raw(self, buffer: int, valid: int) -> np.ndarray:
-        """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array."""
+        """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array.
+
+        The records of a run of one kind are read in place through a strided numpy view (no
+        per-record Python work); the first buffer is also walked with CUPTI for its first
+        ``_CHECKED`` records, and a disagreement turns the fast walk off for the process.
+        """
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * valid).from_address(buffer))
         words = raw[: valid - valid % 4].view("<u4")
-        at = self._walk_runs(words, valid) if self.fast_walk else None
-        if at is None or self.checks_left > 0:
-            slow = self._walk_next_record(buffer, valid)
-            kinds_slow = words[slow // 4] if len(slow) else np.zeros(0, np.uint32)
-            for kind, stride in zip(kinds_slow[:-1].tolist(), np.diff(slow).tolist(), strict=True):
-                self.record_sizes.setdefault(int(kind), int(stride))
-            if at is not None and not np.array_equal(at, slow):
+        runs = self._runs(words, valid, buffer) if self.fast_walk else None
+        if runs is not None and self.checks_left > 0:
+            self.checks_left -= 1
+            slow = self._walk_next_record(buffer, valid, _CHECKED)
+            fast = np.concatenate(
+                [start + size * np.arange(count, dtype=np.int64) for _, start, count, size in runs]
+                or [np.zeros(0, np.int64)]
+            )[: len(slow)]
+            if not np.array_equal(fast, slow):
                 self.fast_walk = False  # never trust it again in this process
                 self.walk_mismatches += 1
-            self.checks_left -= 1
-            at = slow
-        kinds = words[at // 4] if len(at) else np.zeros(0, np.uint32)
+                runs = None
+        if runs is None:
+            return self._parse_walked(raw, words, buffer, valid)
+        pieces = []
+        for cupti_kind, kind in self._kinds.items():
+            mine = [run for run in runs if run[0] == cupti_kind]
+            if not mine:
+                continue
+            name = act.KIND_NAMES[kind]
+            self.record_counts[name] = self.record_counts.get(name, 0) + sum(r[2] for r in mine)
+            gather = self._gathers[kind]
+            views = []
+            for _, start, count, size in mine:
+                dtype = gather.padded(size)
+                if dtype is not None:
+                    views.append(np.ndarray((count,), dtype=dtype, buffer=raw, offset=start))
+            if views:
+                rows = views[0] if len(views) == 1 else np.concatenate(views)
+                pieces.append(self._convert(kind, rows))
+        return np.concatenate(pieces) if pieces else act.empty_activities()
+
+    def _parse_walked(
+        self, raw: np.ndarray, words: np.ndarray, buffer: int, valid: int
+    ) -> np.ndarray:
+        """:meth:`parse_raw` with every record located by CUPTI (unknown or untrusted sizes)."""
+        at = self._walk_next_record(buffer, valid)
+        kinds_slow = words[at // 4] if len(at) else np.zeros(0, np.uint32)
+        for kind, stride in zip(kinds_slow[:-1].tolist(), np.diff(at).tolist(), strict=True):
+            self.record_sizes[int(kind)] = int(stride)  # CUPTI's own walk: the truth
         strides = np.diff(np.append(at, valid))
         pieces = []
         for cupti_kind, kind in self._kinds.items():
-            mask = kinds == cupti_kind
+            mask = kinds_slow == cupti_kind
             if not mask.any():
                 continue
             name = act.KIND_NAMES[kind]
@@ -597,10 +850,10 @@ class CuptiBackend:
             if all(c is not None for c in grid):
                 out["grid_blocks"] = np.prod(np.stack(grid).astype(np.int64), axis=0)  # type: ignore[arg-type]
             pointers = _field(rows, "name")
-            if pointers is not None:
-                out["function"] = [
-                    self._name_index(int(p)) for p in pointers.astype(np.uint64).tolist()
-                ]
+            if pointers is not None:  # a few distinct names: look each up once
+                unique, inverse = np.unique(pointers.astype(np.uint64), return_inverse=True)
+                known = np.array([self._name_index(int(p)) for p in unique.tolist()], np.int64)
+                out["function"] = known[inverse.reshape(-1)]
         elif kind == act.COPY:
             column = _field(rows, "copyKind")
             if column is not None:
@@ -629,6 +882,28 @@ class CuptiBackend:
             index = self._names[pointer] = len(self.functions)
             self.functions.append(name)
         return index
+
+
+_NO_CBID = 0xFFFFFFFF  # "no such callback" for the C hook's configure()
+#: cuptiActivityRegisterCallbacks' two callbacks (cupti_activity.h): a buffer is wanted
+#: (buffer, size, maxNumRecords out) / a buffer is complete (ctx, streamId, buffer, size, valid).
+BUFFER_REQUESTED = ctypes.CFUNCTYPE(
+    None,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.POINTER(ctypes.c_size_t),
+    ctypes.POINTER(ctypes.c_size_t),
+)
+BUFFER_COMPLETED = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t
+)
+
+
+def load_hook() -> object | None:
+    """The C CUPTI hook (``_cuptihook``), None where it was not built (no compiler at install)."""
+    try:
+        return importlib.import_module("pyhpctk.measure.gpu._cuptihook")
+    except ImportError:
+        return None
 
 
 def _loaded_library(stem: str) -> str | None:

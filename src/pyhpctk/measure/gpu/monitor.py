@@ -52,7 +52,7 @@ from pyhpctk.measure.gpu.streams import StreamTrace, write_stream_files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from types import FrameType
     from typing import Final, TypeAlias
 
@@ -69,7 +69,9 @@ FIRST_STREAM_THREAD = 500  # formats.md §1.3: GPU stream "threads" are numbered
 #: (below the GPU streams; the session numbers Python threads 1, 2, ...).
 FIRST_FOREIGN_THREAD = 400
 UNKNOWN_PLACEHOLDER = "GPU?????"  # activities with no known operation (counted, reported)
-_SKIP = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # pyhpctk/measure/
+#: Frames of files under pyhpctk/measure/ are the measurement's own: operations belong to the
+#: program's frame below them (the C hook looks through the same frames).
+SKIP = _SKIP = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 _UNCACHED = object()  # a "last frame" no frame (nor None) is: the next operation unwinds
 _COPY_PLACEHOLDER = {act.COPY_H2D: "GPUCpH2D", act.COPY_D2H: "GPUCpD2H"}
@@ -77,6 +79,8 @@ _COPY_PLACEHOLDER = {act.COPY_H2D: "GPUCpH2D", act.COPY_D2H: "GPUCpD2H"}
 # placeholder names its direction, which only the activity tells; a synchronization API (or an
 # event query) often needs no synchronization at all, and then no empty placeholder is left.
 _DEFERRED = frozenset({act.COPY, act.SYNC})
+#: What the native hook's drain() returns: one (correlation id, token) pair per operation.
+_NATIVE_RECORD = np.dtype([("correlation", "<u8"), ("token", "<i8")])
 
 # Fields of an operation tuple: (correlation, kind, call node, placeholder node or -1,
 # GpuThread, the CCT the nodes belong to, answered by several activities).
@@ -223,6 +227,15 @@ class GpuMonitor:
         self.closed = False
         self.errors: list[str] = []
         self.backend: object | None = None  # set by install()
+        # A native hook (the C CUPTI callback, _cuptihook) records repeated operations itself:
+        # drain() gives (correlation, token) pairs, bump() invalidates its per-thread caches,
+        # and cubins it captured wait in take_modules() (set by the backend; see operation_token).
+        self.native_drain: Callable[[], bytes] | None = None
+        self.native_bump: Callable[[], int] | None = None
+        self.native_reset: Callable[[], None] | None = None  # after the last drain (close)
+        self.take_modules: Callable[[], list[bytes]] | None = None
+        self._sites: list[Operation] = []  # token → operation prototype (correlation 0)
+        self._token_of: dict[tuple[int, int, int, int, int, bool], int] = {}
         # PC sampling (issue #7): off unless enable_pc() is called.
         self.pc_kind: MetricKind | None = None
         self.pc_period = 0
@@ -402,6 +415,41 @@ class GpuMonitor:
                     state.placeholders[kind] = placeholder
         return (correlation, kind, call, placeholder, state, cct, multi)
 
+    def operation_token(self, kind: int, correlation: int, multi: bool = False) -> int:
+        """The native hook's slow path: record operation ``correlation``; return its token.
+
+        Called by the C callback (``_cuptihook``) on the application thread when the thread's
+        top frame or instruction changed since its last operation of this kind, or the epoch
+        did. The operation goes on the thread's channel as :meth:`operation` sends it; the
+        returned token names its (kind, call node, placeholder, thread, CCT) so that the hook
+        can record later operations from the same site as (correlation, token) pairs without
+        entering Python. -1: do not cache (a generator's or coroutine's frame).
+        """
+        caller = sys._getframe(0).f_back  # the hook calls from C: the program's own frame
+        frame = caller
+        while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
+            frame = frame.f_back
+        ident = _thread.get_ident()
+        state = self._by_ident.get(ident) or self._thread_state(ident, frame is None)
+        operation = self._slow_operation(state, frame, kind, correlation, multi)
+        state = operation[OP_THREAD]
+        state.push(operation)
+        if state.frame is _UNCACHED and not state.own:
+            return -1
+        key = (
+            kind,
+            operation[OP_CALL],
+            operation[OP_PLACEHOLDER],
+            id(state),
+            id(operation[OP_CCT]),
+            multi,
+        )
+        token = self._token_of.get(key)
+        if token is None:
+            token = self._token_of[key] = len(self._sites)
+            self._sites.append((0, *operation[1:]))
+        return token
+
     def enter(self, kind: int, correlation: int, multi: bool = False) -> None:
         """T enters a GPU API call (backends that see entry and exit, and nested calls).
 
@@ -503,6 +551,8 @@ class GpuMonitor:
             else:
                 rows, ops = records[indices], [cast("Operation", operations[i]) for i in indices]
             ops[0][OP_THREAD].activities.push((rows, ops, names))
+        if self.native_bump is not None:
+            self.native_bump()  # each thread's next operation takes the slow path: attributes
         if unknown:
             internal = int((records["correlation"][unknown] == 0).sum())
             stats.internal += internal
@@ -516,12 +566,29 @@ class GpuMonitor:
             self._route_traces(records, operations, names)
 
     def _drain_operations(self) -> None:
+        take = self.take_modules
+        if take is not None:  # cubins the backend captured: known before their kernels match
+            for cubin in take():
+                self.module_loaded(cubin)
         pending = self._pending
         for state in list(self.threads):
             drained = state.operations.drain()
             self.stats.operations += len(drained)
             for operation in drained:
                 pending[operation[OP_CORRELATION]] = operation
+        drain = self.native_drain
+        if drain is not None:
+            raw = np.frombuffer(drain(), dtype=_NATIVE_RECORD)
+            if len(raw):
+                self.stats.operations += len(raw)
+                sites = self._sites
+                for correlation, token in zip(
+                    raw["correlation"].tolist(), raw["token"].tolist(), strict=True
+                ):
+                    operation = sites[token]
+                    if operation[OP_MULTI]:  # re-queued by correlation: it needs its own id
+                        operation = (correlation, *operation[1:])
+                    pending[correlation] = operation
 
     def _unknown_operations(self, records: np.ndarray) -> list[Operation]:
         with self.session.lock:
@@ -822,6 +889,13 @@ class GpuMonitor:
                 self._attribute_pc(final=True)
         self._drain_traces()  # whatever the tracer left (it has stopped: we are the consumer)
         self._drain_operations()  # operations no buffer came for: counted, not matched
+        if self.native_reset is not None:  # the hook's records are all here: free it
+            self.native_drain = self.native_bump = None
+            try:
+                self.native_reset()
+            except RuntimeError as error:  # still subscribed: the backend did not stop
+                self.errors.append(f"pyrun: gpu: {error}")
+            self.native_reset = None
         stats = self.stats
         stats.unmatched_operations = sum(not op[OP_MULTI] for op in self._pending.values())
         stats.trace_overflow = sum(s.channel.overflowed for s in self.streams.values())
@@ -834,7 +908,10 @@ class GpuMonitor:
     def enable_pc(
         self, kind: MetricKind, period_cycles: int, clock_khz: int = 0, sm_count: int = 0
     ) -> None:
-        """Attribute PC samples into ``kind`` (:func:`metrics.pc_metric_kind`)."""
+        """Attribute PC samples or instruction counts into ``kind`` (``pc_metric_kind``).
+
+        ``period_cycles`` is 0 for instruction counts (``gpu=...,inst``): no GSAMP metrics.
+        """
         self.pc_kind = kind
         self.pc_sm_count = sm_count
         self.pc_period = period_cycles
@@ -848,15 +925,32 @@ class GpuMonitor:
         They wait until the kernel launch with their correlation id has been attributed, then
         go below that launch's ``GPUKernl`` placeholder (:meth:`_attribute_pc`).
         """
+        from pyhpctk.measure.gpu.pcsampling import sample_count
+
         with self._pc_lock:
             self._pc_rows.append((rows, list(functions), list(reasons), dropped))
             self.pc_stats["rows"] += len(rows)
-            self.pc_stats["samples"] += int(rows["samples"].sum()) if len(rows) else 0
+            self.pc_stats["samples"] += sample_count(rows, reasons)
             self.pc_stats["dropped"] += dropped
 
+    def inst_counts(self, rows: np.ndarray, functions: Sequence[str]) -> None:
+        """A backend delivers instruction counts (``sassmetrics.INST_DTYPE``; any thread).
+
+        Like :meth:`pc_samples`: the rows wait for the launch with their correlation id, then
+        go below its ``GPUKernl`` placeholder as hpcrun's instrumentation metrics (``GINS``,
+        ``GINS:SIMD_*``). They share the PC queue; their dtype tells them apart.
+        """
+        with self._pc_lock:
+            self._pc_rows.append((rows, list(functions), [], 0))
+            self.pc_stats["rows"] += len(rows)
+            self.pc_stats["instructions"] = self.pc_stats.get("instructions", 0) + int(
+                rows["inst"].astype(np.int64).sum()
+            )
+
     def _attribute_pc(self, final: bool = False) -> None:
-        """Attribute waiting PC samples whose kernel is known (call with the session lock)."""
+        """Attribute waiting PC samples / counts whose kernel is known (with the session lock)."""
         from pyhpctk.measure.gpu import pcsampling as pcs
+        from pyhpctk.measure.gpu import sassmetrics as sm
 
         kind = self.pc_kind
         if kind is None:
@@ -865,8 +959,10 @@ class GpuMonitor:
             batches, self._pc_rows = self._pc_rows, []
         waiting: list[tuple[np.ndarray, list[str], list[str], int]] = []
         index = gm.PC_INDEX
+        stats = self.pc_stats
         for rows, functions, reasons, dropped in batches:
-            if not rows["correlation"].all():  # continuous collection: the latest launch
+            counts = rows.dtype == sm.INST_DTYPE
+            if not counts and not rows["correlation"].all():  # continuous: the latest launch
                 names = np.array([*functions, "?"], dtype=object)
                 named = names[np.where(rows["function"] >= 0, rows["function"], len(functions))]
                 latest = [self._pc_last_launch.get(str(n), 0) for n in named.tolist()]
@@ -877,10 +973,16 @@ class GpuMonitor:
             correlations = rows["correlation"]
             for correlation in np.unique(correlations).tolist():
                 part = rows[correlations == correlation]
+                amount = (
+                    int(part["inst"].astype(np.int64).sum())
+                    if counts
+                    else pcs.sample_count(part, reasons)
+                )
+                unmatched = "inst_unmatched" if counts else "unmatched"
                 known = self._pc_kernels.get(int(correlation))
                 if known is None:
                     if final or not correlation:
-                        self.pc_stats["unmatched"] += int(part["samples"].sum())
+                        stats[unmatched] = stats.get(unmatched, 0) + amount
                     else:
                         waiting.append((part, functions, reasons, 0))
                     continue
@@ -890,19 +992,21 @@ class GpuMonitor:
                 with self._module_lock:
                     entries = {n: off for n, (m, off) in self._functions.items() if m == lm}
                 if not entries:
-                    self.pc_stats["unmatched"] += int(part["samples"].sum())
+                    stats[unmatched] = stats.get(unmatched, 0) + amount
                     continue
-                total = int(part["samples"].sum())
-                expected = pcs.expected_samples(
-                    duration,
-                    self.pc_clock_khz,
-                    self.pc_sm_count or self.limits.sm_count,
-                    self.pc_period,
-                )
-                values = pcs.attribute_samples(
-                    part, reasons, functions, entries, self.pc_period, total, dropped, expected
-                )
-                dropped = 0  # a batch's dropped samples go to its first kernel
+                if counts:
+                    values = sm.attribute_counts(part, functions, entries)
+                else:
+                    expected = pcs.expected_samples(
+                        duration,
+                        self.pc_clock_khz,
+                        self.pc_sm_count or self.limits.sm_count,
+                        self.pc_period,
+                    )
+                    values = pcs.attribute_samples(
+                        part, reasons, functions, entries, self.pc_period, amount, dropped, expected
+                    )
+                    dropped = 0  # a batch's dropped samples go to its first kernel
                 store = cct.values_of(kind)
                 entry = int(cct.ip[kernel])
                 for (offset, name), value in values.values.items():
@@ -918,7 +1022,8 @@ class GpuMonitor:
                         value -= int(store.get(kernel, metric))
                     if value:
                         store.add(kernel, metric, value)
-                self.pc_stats["attributed"] += total
+                attributed = "inst_attributed" if counts else "attributed"
+                stats[attributed] = stats.get(attributed, 0) + amount
         if waiting:
             with self._pc_lock:
                 self._pc_rows[:0] = waiting

@@ -168,6 +168,20 @@ def _check(name: str, status: int) -> None:
         raise PcSamplingError(f"{name} failed with CUPTI status {status}")
 
 
+def function_index(pointer: int, by_pointer: dict[int, int], names: list[str]) -> int:
+    """The index in ``names`` of the function name CUPTI hands out at ``pointer`` (added once)."""
+    index = by_pointer.get(pointer)
+    if index is None:
+        name = ctypes.string_at(pointer).decode("utf-8", "replace") if pointer else "?"
+        if name in names:
+            index = names.index(name)
+        else:
+            index = len(names)
+            names.append(name)
+        by_pointer[pointer] = index
+    return index
+
+
 def period_exponent(value: int) -> int:
     """``period=N``: N in 5..31 is CUPTI's exponent (2^N cycles); a power of two is cycles."""
     if 5 <= value <= 31:
@@ -380,16 +394,7 @@ class PcSampler:
         return rows
 
     def _function(self, pointer: int) -> int:
-        index = self._names.get(pointer)
-        if index is None:
-            name = ctypes.string_at(pointer).decode("utf-8", "replace") if pointer else "?"
-            if name in self._functions:
-                index = self._functions.index(name)
-            else:
-                index = len(self._functions)
-                self._functions.append(name)
-            self._names[pointer] = index
-        return index
+        return function_index(pointer, self._names, self._functions)
 
     def disable(self) -> SampleBatch:
         """Disable PC sampling; CUPTI copies the records it still holds to the config buffer."""
@@ -406,6 +411,8 @@ class PcSampler:
         count = min(int(data["total_num_pcs"]), self.collect_pcs)
         batch.total_samples = int(data["total_samples"])
         batch.dropped_samples = int(data["dropped_samples"])
+        batch.non_user_samples = int(data["non_user_kernels_total_samples"])
+        batch.hardware_buffer_full = bool(data["hardware_buffer_full"])
         if count:
             batch.rows = self._rows(buffer, count, int(data["range_id"]))
         return batch
@@ -463,6 +470,35 @@ def stall_category(reason: str) -> str:
     return "OTHR"
 
 
+def is_not_issued(reason: str) -> bool:
+    """Whether a reason is a ``_not_issued`` variant (a subset of its base reason's samples).
+
+    On Hopper CUPTI reports each reason X twice: ``..._stalled_X`` counts every sample whose
+    warp was in state X; ``..._stalled_X_not_issued`` counts the samples among those taken on
+    a cycle when the warp's scheduler issued no instruction at all (Nsight Compute's "Warp
+    Stall Sampling (Not-issued Samples)"): stall cycles no other warp covered. Each sample has
+    exactly one base reason, so the base reasons alone sum to the samples; adding the variants
+    would count samples twice.
+    """
+    return reason.endswith("_not_issued")
+
+
+def counted_reasons(reasons: Sequence[str]) -> np.ndarray:
+    """Mask over ``reasons``: the base reasons, whose samples add up to the samples taken."""
+    return np.array(
+        [stall_category(r) != "?" and not is_not_issued(r) for r in reasons], dtype=bool
+    )
+
+
+def sample_count(rows: np.ndarray, reasons: Sequence[str]) -> int:
+    """The samples ``rows`` stand for: the sum over base reasons (no variant, no counter)."""
+    if not len(rows):
+        return 0
+    mask = np.append(counted_reasons(reasons), False)
+    reason = np.where(rows["reason"] >= 0, rows["reason"], len(reasons))
+    return int(rows["samples"][mask[reason]].astype(np.int64).sum())
+
+
 @dataclass(frozen=True, slots=True)
 class InstructionValues:
     """Metric sums for one instruction node: ``(offset, metric name) → value``."""
@@ -486,8 +522,18 @@ def attribute_samples(
     ``entries`` maps function names to their ``.text.<name>`` file offsets in the gpubin
     (:func:`pyhpctk.measure.gpu.cubin.kernel_entries`); rows of a function not there are
     skipped. ``kernel_values`` holds the GSAMP metrics that go to the kernel's node.
+
+    Base reasons (:func:`counted_reasons`) give ``GINS`` (every sample) and ``GINS:STL_*``
+    (samples of a stalled warp: every reason but ``selected``). The ``_not_issued`` variants
+    of stall reasons give the latency split hpcrun's instruction metrics have room for:
+    ``GINS:LAT`` = stalled samples (stall cycles of warps at the instruction),
+    ``GINS:LAT_UCV`` = their not-issued subset (stall cycles on which the scheduler issued
+    nothing: latency not covered by other warps) and ``GINS:LAT_COV`` = LAT - LAT_UCV
+    (covered), so hpcrun's ``GINS:LAT_THR`` = 1 + UCV/COV reads "warps needed to cover the
+    latency". All x period, as hpcrun scales samples.
     """
     category = np.array([stall_category(r) for r in reasons] + ["?"], dtype=object)
+    variant = np.array([is_not_issued(r) for r in reasons] + [False], dtype=bool)
     base = np.array([entries.get(name, -1) for name in functions] + [-1], dtype=np.int64)
     function = np.where(rows["function"] >= 0, rows["function"], len(functions))
     offsets = base[function]
@@ -496,9 +542,10 @@ def attribute_samples(
     samples = rows["samples"][keep].astype(np.int64) * period_cycles
     reason = np.where(rows["reason"][keep] >= 0, rows["reason"][keep], len(reasons))
     cats = category[reason]
+    not_issued = variant[reason]
     values: dict[tuple[int, str], int] = {}
 
-    def add(where: np.ndarray, name: str) -> None:
+    def add(where: np.ndarray, name: str, sign: int = 1) -> None:
         if not where.any():
             return
         unique, inverse = np.unique(offsets[where], return_inverse=True)
@@ -506,14 +553,23 @@ def attribute_samples(
         for offset, value in zip(unique.tolist(), sums.tolist(), strict=True):
             if value:
                 key = (offset, name)
-                values[key] = values.get(key, 0) + int(value)
+                total = values.get(key, 0) + sign * int(value)
+                if total:
+                    values[key] = total
+                else:
+                    values.pop(key, None)
 
-    counted = cats != "?"
+    counted = (cats != "?") & ~not_issued
     add(counted, "GINS")
     stalled = counted & (cats != "")
     add(stalled, "GINS:STL_ANY")
     for suffix in STALL_SUFFIXES:
         add(stalled & (cats == suffix), f"GINS:STL_{suffix}")
+    uncovered = (cats != "?") & (cats != "") & not_issued
+    add(stalled, "GINS:LAT")
+    add(stalled, "GINS:LAT_COV")
+    add(uncovered, "GINS:LAT_COV", -1)
+    add(uncovered, "GINS:LAT_UCV")
     kernel = {
         "GSAMP:TOT": total_samples,
         "GSAMP:DRP": dropped_samples,
@@ -547,6 +603,27 @@ class PcRecording:
     clock_khz: int
     dropped_samples: int = 0
     calls_per_thread: dict[str, int] = field(default_factory=dict)
+    total_samples: int = 0  # CUPTI's totalSamples over the recorded range(s)
+    non_user_samples: int = 0  # CUPTI's nonUsrKernelsTotalSamples
+
+    def accounting(self) -> dict[str, int]:
+        """Where CUPTI's ``totalSamples`` went (``cupti_pcsampling.h``, CUpti_PCSamplingData).
+
+        ``totalSamples`` "includes samples for user modules, samples for non-user kernels and
+        dropped samples", counted once per sample, so ``base + non_user + dropped == total``,
+        where ``base`` sums the base reasons of the PC records; ``not_issued`` (the variants'
+        sum) is a subset of ``base`` and stays out of that sum.
+        """
+        variant = np.array([is_not_issued(r) for r in self.reasons] + [False], dtype=bool)
+        reason = np.where(self.rows["reason"] >= 0, self.rows["reason"], len(self.reasons))
+        counted = self.rows[variant[reason] & (self.rows["reason"] >= 0)]
+        return {
+            "base": sample_count(self.rows, self.reasons),
+            "not_issued": int(counted["samples"].astype(np.int64).sum()),
+            "non_user": self.non_user_samples,
+            "dropped": self.dropped_samples,
+            "total": self.total_samples,
+        }
 
     def launch_groups(self) -> list[np.ndarray]:
         """The rows of each recorded launch (by correlation id), in launch order."""
@@ -589,6 +666,8 @@ def load_recording(path: str) -> PcRecording:
             clock_khz=int(device["clock_khz"]),
             dropped_samples=int(data.get("dropped_samples", 0)),
             calls_per_thread={str(k): int(v) for k, v in data.get("calls_per_thread", {}).items()},
+            total_samples=int(data.get("total_samples", 0)),
+            non_user_samples=int(data.get("non_user_samples", 0)),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as error:
         raise FormatError(path, "PC recording", f"bad field: {error!r}") from None

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
     from pyhpctk.measure.gpu.monitor import GpuMonitor
     from pyhpctk.measure.gpu.pcsampling import PcRecording
     from pyhpctk.measure.gpu.recording import Recording
+    from pyhpctk.measure.gpu.sassmetrics import InstRecording
+
+
+_DRIVER = 2  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
+_FIRST_CBID = 3000  # + the operation kind: callback ids no CUDA API has
 
 
 class SimulatedBackend:
@@ -53,15 +58,24 @@ class SimulatedBackend:
         max_pending: int = 0,
         clock: Callable[[], int] = time.time_ns,
         pc: PcRecording | None = None,
+        hook: str = "python",
+        inst: InstRecording | None = None,
     ) -> None:
         self.recording = recording
+        # "c" / "auto": operations go through the C CUPTI hook (_cuptihook) as under gpu=nvidia,
+        # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
+        self.hook = hook
+        self.native: object | None = None
         self.pc = pc  # issue #7: PC samples replayed with each launch
         self._pc_launch = 0
         self._pc_function = -1
-        if pc is not None:
-            if pc.kernel not in recording.functions:
-                recording.functions.append(pc.kernel)
-            self._pc_function = recording.functions.index(pc.kernel)
+        self.inst = inst  # issue #7: instruction counts replayed with each launch
+        self._inst_launch = 0
+        fine = pc or inst
+        if fine is not None:  # launches are the recorded kernel's
+            if fine.kernel not in recording.functions:
+                recording.functions.append(fine.kernel)
+            self._pc_function = recording.functions.index(fine.kernel)
         self.buffer_records = buffer_records  # 0: the recorded buffer boundaries
         self.max_pending = max_pending  # 0: never drop
         self.clock = clock
@@ -74,7 +88,7 @@ class SimulatedBackend:
         self._live: list[np.ndarray] = []
         self._live_count = 0
         self._lost = 0
-        self._correlation = itertools.count(1 << 40)  # far above any recorded id
+        self._correlation = itertools.count(1 << 31)  # far above recorded ids; CUPTI ids are u32
         self._templates: dict[int, list[np.ndarray]] = {}
         self._next_template: dict[int, itertools.cycle[np.ndarray]] = {}
         self._worker: threading.Event | None = None
@@ -96,11 +110,42 @@ class SimulatedBackend:
         """Connect to ``monitor``; ``paused`` holds completed buffers until :meth:`resume`."""
         self.monitor = monitor
         self._stop = False
-        if self.pc is not None:
-            for cubin in self.pc.cubins:  # the simulated driver loads the recorded modules
+        if self.hook != "python":
+            self._start_native(monitor)
+        fine = self.pc or self.inst
+        if fine is not None:
+            for cubin in fine.cubins:  # the simulated driver loads the recorded modules
                 monitor.module_loaded(cubin)
         if not paused:
             self.resume()
+
+    def _start_native(self, monitor: GpuMonitor) -> None:
+        from pyhpctk.measure.gpu.cupti_backend import load_hook
+        from pyhpctk.measure.gpu.monitor import SKIP
+
+        native = load_hook()
+        if native is None:
+            if self.hook == "c":
+                raise OSError("gpu=simulated,hook=c: the C hook _cuptihook is not built")
+            return
+        entries = [(_DRIVER, _FIRST_CBID + kind, kind, 0, 0) for kind in act.KIND_NAMES]
+        native.configure(entries, monitor.operation_token, None, 0xFFFFFFFF, 0xFFFFFFFF, SKIP)  # type: ignore[attr-defined]
+        self.native = native
+        monitor.native_drain = native.drain  # type: ignore[attr-defined]
+        monitor.native_bump = native.bump  # type: ignore[attr-defined]
+        monitor.native_reset = native.reset  # type: ignore[attr-defined]
+
+    def _issue(self, kind: int, correlation: int) -> None:
+        """The runtime API call of one operation, as the monitor sees it."""
+        native = self.native
+        if native is not None:
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)  # type: ignore[attr-defined]
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)  # type: ignore[attr-defined]
+            return
+        monitor = self.monitor
+        assert monitor is not None
+        monitor.enter(kind, correlation)
+        monitor.exit()
 
     def resume(self) -> None:
         """Start the completion thread (buffers completed so far are delivered now)."""
@@ -142,6 +187,7 @@ class SimulatedBackend:
         if self._worker is not None:
             self._worker.wait(5.0)
             self._worker = None
+        self.native = None  # the monitor drains the hook's last records, then resets it
 
     # -- buffers --
 
@@ -197,8 +243,7 @@ class SimulatedBackend:
                 pause(index)
 
             def issue(correlation: int = correlation, kind: int = kind) -> None:
-                monitor.enter(kind, correlation)
-                monitor.exit()
+                self._issue(kind, correlation)
 
             if sites:
                 sites[site % len(sites)](issue)
@@ -245,7 +290,11 @@ class SimulatedBackend:
         monitor = self.monitor
         assert monitor is not None
         correlation = next(self._correlation)
-        monitor.enter(kind, correlation)
+        native = self.native
+        if native is not None:
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)  # type: ignore[attr-defined]
+        else:
+            monitor.enter(kind, correlation)
         try:
             template = next(self._next_template[kind]) if kind in self._next_template else None
             row = act.empty_activities(1)
@@ -260,15 +309,20 @@ class SimulatedBackend:
             if stream is not None:
                 row["stream"] = stream
             pc = self.pc if kind == act.KERNEL else None
-            if pc is not None:
+            inst = self.inst if kind == act.KERNEL else None
+            fine = pc or inst
+            if fine is not None:
                 row["function"] = self._pc_function
-                row["end"] = now + pc.kernels_ns // max(pc.launches, 1)
+                row["end"] = now + fine.kernels_ns // max(fine.launches, 1)
             with self._lock:
                 self._deliver(row)
             if pc is not None:
                 self._replay_pc(pc, correlation)
+            if inst is not None:
+                self._replay_inst(inst, correlation)
         finally:
-            monitor.exit()
+            if native is None:
+                monitor.exit()
         return correlation
 
     def _replay_pc(self, pc: PcRecording, correlation: int) -> None:
@@ -283,6 +337,18 @@ class SimulatedBackend:
         rows["correlation"] = correlation
         dropped = pc.dropped_samples // max(len(groups), 1)
         monitor.pc_samples(rows, pc.functions, pc.reasons, dropped)
+
+    def _replay_inst(self, inst: InstRecording, correlation: int) -> None:
+        """The recorded counts of the next recorded launch, as this launch's (issue #7)."""
+        monitor = self.monitor
+        assert monitor is not None
+        groups = inst.launch_groups()
+        if not groups:
+            return
+        rows = groups[self._inst_launch % len(groups)].copy()
+        self._inst_launch += 1
+        rows["correlation"] = correlation
+        monitor.inst_counts(rows, inst.functions)
 
     def launch(self, stream: int | None = None) -> int:
         """A kernel launch answered by the next recorded kernel; its correlation id."""

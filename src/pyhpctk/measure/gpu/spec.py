@@ -4,7 +4,10 @@ hpcrun's syntax: ``gpu=nvidia``, ``gpu=amd``; pyhpctk adds ``gpu=simulated``. Op
 after commas, ``gpu=BACKEND[,OPTION[=VALUE]...]``: ``buffer=BYTES`` (nvidia: activity buffer
 size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period=N]``
 (nvidia: PC sampling inside kernels, 2^N cycles, issue #7; ``pcmode=serialized|continuous``)
-and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``).
+and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``);
+``inst`` (nvidia: exact instruction counts, CUPTI's SASS metrics) and ``inst=RECORDING``
+(simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
+each other.
 Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """
@@ -16,9 +19,9 @@ from pyhpctk.errors import UsageError
 BACKENDS = ("nvidia", "amd", "simulated")
 #: The options each backend reads (pyhpctk.measure.gpu._backend); any other is a typo.
 OPTIONS = {
-    "nvidia": ("buffer", "records", "pc", "period", "pcmode"),
+    "nvidia": ("buffer", "records", "pc", "inst", "period", "pcmode", "hook"),
     "amd": (),
-    "simulated": ("recording", "buffer", "pending", "pc"),
+    "simulated": ("recording", "buffer", "pending", "pc", "inst", "hook"),
 }
 ENV_GPU = "PYHPCTK_PYRUN_GPU"  # str(GpuSpec) for every process pyrun measures
 

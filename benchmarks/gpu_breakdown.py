@@ -1,0 +1,217 @@
+"""Per-launch cost of GPU measurement, layer by layer, inside one process (issue #6, item 8).
+
+    PYTHONPATH=src python3 benchmarks/gpu_breakdown.py [--launches 20000] [--repeat 5]
+
+Separate processes differ by up to 30% on the device machine (plain runs of the same loop); here
+each layer is added to the same process in turn, and the launch-bound CuPy loop of
+``pyrun_gpu.py`` is timed after each (best of ``--repeat``):
+
+1. ``plain``;
+2. ``+activity``: CUPTI kernel activity on, buffers handed back unread (raw ctypes callbacks);
+3. ``+hook``: the C CUPTI hook subscribed, its slow path a constant (no monitor);
+
+then, in a child process, a whole pyrun session (``gpu=nvidia``, C hook) with the time spent in
+the monitor's buffer processing and attribution, and the hook's fast/slow counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+
+def _loop(cp: object, launches: int) -> float:
+    x = cp.ones(256, dtype=cp.float32)  # type: ignore[attr-defined]
+    cp.cuda.Device().synchronize()  # type: ignore[attr-defined]
+    began = time.perf_counter()
+    for _ in range(launches):
+        x = x + 1.0
+    cp.cuda.Device().synchronize()  # type: ignore[attr-defined]
+    return time.perf_counter() - began
+
+
+def _best(cp: object, launches: int, repeat: int) -> float:
+    return min(_loop(cp, launches) for _ in range(repeat))
+
+
+def layers(launches: int, repeat: int) -> dict[str, float]:
+    import cupy as cp
+    from cupti import cupti
+
+    from pyhpctk.measure.gpu.cupti_backend import (
+        BUFFER_COMPLETED,
+        BUFFER_REQUESTED,
+        _loaded_library,
+        load_hook,
+    )
+
+    _loop(cp, 1000)
+    out = {"plain": _best(cp, launches, repeat)}
+    cupti.get_timestamp()
+    lib = ctypes.CDLL(_loaded_library("libcupti") or "libcupti.so")
+    blocks: dict[int, object] = {}
+
+    def requested(buffer: object, size: object, most: object) -> None:
+        block = (ctypes.c_uint8 * (8 << 20))()
+        blocks[ctypes.addressof(block)] = block
+        buffer[0] = ctypes.addressof(block)  # type: ignore[index]
+        size[0] = 8 << 20  # type: ignore[index]
+        most[0] = 0  # type: ignore[index]
+
+    def completed(context: int, stream: int, buffer: int, size: int, valid: int) -> None:
+        blocks.pop(buffer, None)
+
+    keep = (BUFFER_REQUESTED(requested), BUFFER_COMPLETED(completed))
+    lib.cuptiActivityRegisterCallbacks(*keep)
+    cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+    out["+activity"] = _best(cp, launches, repeat)
+    hook = load_hook()
+    if hook is not None:
+        entries = [
+            (domain, int(m), 1, 0, 0)
+            for domain, enum in ((1, cupti.RuntimeApiTraceCbid), (2, cupti.DriverApiTraceCbid))
+            for n, m in enum.__members__.items()
+            if "Launch" in n and "SIZE" not in n and "INVALID" not in n and int(m) < 4096
+        ]
+        hook.configure(entries, lambda *a: 0, None, 6, 0xFFFFFFFF)
+        out["refused"] = hook.subscribe(_loaded_library("libcupti"))
+        out["+hook"] = _best(cp, launches, repeat)
+        out["hook_stats"] = hook.stats()  # type: ignore[assignment]
+        hook.unsubscribe()
+    cupti.activity_flush_all(1)
+    return out
+
+
+def _timed(owner: type, name: str, spent: dict[str, float], counts: dict[str, int]) -> None:
+    original = getattr(owner, name)
+
+    def timed(*args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - began
+            counts[name] = counts.get(name, 0) + 1
+
+    setattr(owner, name, timed)
+
+
+def _torch_loop(steps: int) -> Callable[[], float]:
+    import torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10)
+    ).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.randn(512, 2048, device="cuda")
+    target = torch.randint(0, 10, (512,), device="cuda")
+
+    def run() -> float:
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(data), target)
+            loss.backward()
+            optimizer.step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - began
+
+    return run
+
+
+def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, object]:
+    from pyhpctk.measure import runtime
+    from pyhpctk.measure.gpu import install, shutdown
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.session import Session
+
+    spent: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name in ("_process", "_attribute_pending", "operation_token", "_slow_operation"):
+        _timed(GpuMonitor, name, spent, counts)
+    _timed(Session, "current_context", spent, counts)
+    if workload == "torch":
+        body = _torch_loop(50)
+    else:
+        import cupy as cp
+
+        body = lambda: _loop(cp, launches)  # noqa: E731
+    body()
+    plain = min(body() for _ in range(repeat))
+    out = tempfile.mkdtemp(prefix="pyrun-gpu-breakdown-")
+    measured = runtime.start(out, install_hooks=False)
+    monitor = install(measured, "gpu=nvidia")
+    backend = monitor.backend
+    parse = backend.parse_raw  # type: ignore[attr-defined]
+
+    def timed_parse(*args: object) -> object:
+        began = time.perf_counter()
+        result = parse(*args)
+        spent["parse"] = spent.get("parse", 0.0) + time.perf_counter() - began
+        return result
+
+    backend.parse_raw = timed_parse  # type: ignore[attr-defined]
+    times = [body() for _ in range(repeat)]
+    native = getattr(backend, "native", None)
+    stats = native.stats() if native is not None else {}
+    began = time.perf_counter()
+    gpu = shutdown(monitor)
+    runtime.stop(measured)
+    return {
+        "plain": plain,
+        "times": times,
+        "ratio": min(times) / plain,
+        "shutdown_s": time.perf_counter() - began,
+        "hook": stats,
+        "spent_s": spent,
+        "calls": counts,
+        "threads": len(monitor.threads),
+        "gpu": gpu.as_dict(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=20000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--child", choices=("layers", "session", "torch"))
+    args = parser.parse_args()
+    if args.child == "layers":
+        print(json.dumps(layers(args.launches, args.repeat)))
+        return
+    if args.child in ("session", "torch"):
+        workload = "torch" if args.child == "torch" else "launch"
+        print(json.dumps(session(args.launches, args.repeat, workload)))
+        return
+    for child in ("layers", "session", "torch", "layers", "session", "torch"):
+        command = [sys.executable, __file__, "--child", child]
+        command += ["--launches", str(args.launches), "--repeat", str(args.repeat)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or not lines:
+            print(child, "failed:", done.stderr[-3000:])
+            continue
+        result = json.loads(lines[-1])
+        if child == "layers":
+            plain = result["plain"]
+            for name in ("plain", "+activity", "+hook"):
+                if name in result:
+                    extra = (result[name] - plain) / args.launches * 1e6
+                    print(
+                        f"{name:10} {result[name]:.4f} s  {result[name] / plain:.3f}x  "
+                        f"{extra:+.2f} µs/launch"
+                    )
+            print("hook", result.get("hook_stats"))
+        else:
+            print(child, json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The C CUPTI hook (``pyhpctk.measure.gpu._cuptihook``), called as CUPTI would call it.
+
+No GPU: ``invoke()`` runs the C callback with a ``CUpti_CallbackData`` it fills in, on the
+calling thread. ``make test`` builds the extension (setup.py), so a missing build fails here.
+The monitor side of the same path (tokens, drains, attribution) runs in every simulated test
+that goes through ``install()`` (``hook=auto`` picks the C hook); the end-to-end comparison of
+both hooks is at the bottom.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyhpctk.measure.config import MeasureOptions
+from pyhpctk.measure.gpu import install, shutdown
+from pyhpctk.measure.gpu import metrics as gm
+from pyhpctk.measure.gpu.cupti_backend import load_hook
+from pyhpctk.measure.session import Session
+
+DRIVER, RESOURCE = 2, 3
+LAUNCH, COPY = 307, 279  # any callback ids: the table says what they are
+MODULE_LOADED = 6
+KERNEL_KIND, COPY_KIND = 1, 2
+RECORD = np.dtype([("correlation", "<u8"), ("token", "<i8")])
+FIXTURE = Path(__file__).parent / "data" / "gpu" / "cupy_streams.json"
+
+
+@pytest.fixture
+def hook() -> Iterator[object]:
+    native = load_hook()
+    assert native is not None, "the C hook is not built: make env builds it (setup.py)"
+    native.reset()  # type: ignore[attr-defined]
+    yield native
+    native.reset()  # type: ignore[attr-defined]
+
+
+class SlowPath:
+    """A stand-in for GpuMonitor.operation_token: one token per (thread, caller line)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int]] = []
+        self.tokens: dict[tuple[str, int, int], int] = {}
+        self.token_site: dict[int, tuple[str, int, int]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, kind: int, correlation: int, multi: int) -> int:
+        import sys
+
+        frame = sys._getframe(1)  # the hook calls from C: this is the program's frame
+        key = (threading.current_thread().name, frame.f_lineno, kind)  # idents are reused
+        with self.lock:
+            self.calls.append((kind, correlation, multi))
+            token = self.tokens.setdefault(key, len(self.tokens))
+            self.token_site[token] = key
+        return token
+
+
+def configure(native: object, slow: Callable[..., int], prefix: str | None = None) -> None:
+    native.configure(  # type: ignore[attr-defined]
+        [(DRIVER, LAUNCH, KERNEL_KIND, 0, 0), (DRIVER, COPY, COPY_KIND, 0, 0)],
+        slow,
+        None,
+        MODULE_LOADED,
+        0xFFFFFFFF,
+        prefix,
+    )
+
+
+def drained(native: object) -> np.ndarray:
+    return np.frombuffer(native.drain(), dtype=RECORD)  # type: ignore[attr-defined]
+
+
+def test_a_launch_loop_enters_python_once(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    for correlation in range(1, 1001):
+        hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+        hook.invoke(DRIVER, LAUNCH, 1, correlation)  # exit: ignored  # type: ignore[attr-defined]
+    assert [c for _, c, _ in slow.calls] == [1]  # the first operation, recorded by Python
+    records = drained(hook)
+    assert records["correlation"].tolist() == list(range(2, 1001))
+    assert set(records["token"].tolist()) == {0}
+    assert hook.stats()["fast"] == 999 and hook.stats()["slow"] == 1  # type: ignore[attr-defined]
+    assert len(drained(hook)) == 0  # drained once
+
+
+def test_each_site_and_kind_gets_its_own_token(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    for correlation in range(0, 600, 3):
+        hook.invoke(DRIVER, LAUNCH, 0, correlation + 1)  # type: ignore[attr-defined]
+        hook.invoke(DRIVER, COPY, 0, correlation + 2)  # type: ignore[attr-defined]
+        hook.invoke(DRIVER, LAUNCH, 0, correlation + 3)  # type: ignore[attr-defined]
+    # Three call sites in one frame: the instruction changes at every call, so every call
+    # is a new site (a cache of one site per thread, as the Python path has).
+    records = drained(hook)
+    seen = {c for _, c, _ in slow.calls} | set(records["correlation"].tolist())
+    assert seen == set(range(1, 601))
+    kinds = {token: slow.token_site[token][2] for token in slow.token_site}
+    lines = {slow.token_site[t][1] for t in slow.token_site}
+    assert len(lines) == 3 and sorted(kinds.values()).count(COPY_KIND) == 1
+
+
+def test_unknown_callbacks_and_exits_do_nothing(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    hook.invoke(DRIVER, 999, 0, 5)  # type: ignore[attr-defined]
+    hook.invoke(1, LAUNCH, 0, 6)  # the runtime domain has no entry  # type: ignore[attr-defined]
+    hook.invoke(DRIVER, LAUNCH, 1, 7)  # type: ignore[attr-defined]
+    hook.invoke(RESOURCE, 1, 0, 0)  # type: ignore[attr-defined]
+    assert slow.calls == [] and len(drained(hook)) == 0
+
+
+def test_a_new_epoch_sends_the_next_operation_to_python(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    for correlation in range(1, 31):
+        if correlation in (11, 21):
+            hook.bump()  # type: ignore[attr-defined]
+        hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+    assert [c for _, c, _ in slow.calls] == [1, 11, 21]
+    assert len(drained(hook)) == 27
+
+
+def test_a_gpu_call_made_by_the_slow_path_is_not_re_entered(hook: object) -> None:
+    slow = SlowPath()
+
+    def nested(kind: int, correlation: int, multi: int) -> int:
+        hook.invoke(DRIVER, LAUNCH, 0, correlation + 1000)  # type: ignore[attr-defined]
+        return slow(kind, correlation, multi)
+
+    configure(hook, nested)
+    hook.invoke(DRIVER, LAUNCH, 0, 1)  # type: ignore[attr-defined]
+    assert hook.stats()["nested"] == 1 and len(slow.calls) == 1  # type: ignore[attr-defined]
+
+
+def test_frames_under_the_skip_prefix_are_looked_through(hook: object, tmp_path: Path) -> None:
+    namespace: dict[str, object] = {}
+    fake = str(tmp_path / "measure") + "/"
+    source = "def one(f, *a):\n    f(*a)\n\ndef two(f, *a):\n    f(*a)\n"
+    exec(compile(source, fake + "wrapper.py", "exec"), namespace)
+    wrappers: list[Callable[..., None]] = [namespace["one"], namespace["two"]]  # type: ignore[list-item]
+    for prefix, expected_slow in ((fake, 1), (None, 2)):
+        hook.reset()  # type: ignore[attr-defined]
+        slow = SlowPath()
+        configure(hook, slow, prefix)
+        # Two wrappers in turn: looked through, one program frame and line (one site); not
+        # looked through, each wrapper's line is a site of its own.
+        for correlation in range(1, 51):
+            wrappers[correlation % 2](hook.invoke, DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+        assert len(slow.calls) == expected_slow, prefix
+
+
+def library_launch(hook: object, correlation: int) -> None:
+    """A library's Python wrapper: a new frame at every call, the same code and instruction."""
+    hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+
+
+def test_a_new_wrapper_frame_at_the_same_site_is_recognised_by_its_callers(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    for correlation in range(1, 101):
+        library_launch(hook, correlation)
+    stats = hook.stats()  # type: ignore[attr-defined]
+    assert len(slow.calls) == 1 and stats["chain"] == 99 and len(drained(hook)) == 99
+    hook.reset()  # type: ignore[attr-defined]
+    slow = SlowPath()
+    configure(hook, slow)
+    for correlation in range(1, 101, 2):  # the same wrapper called from two lines in turn
+        library_launch(hook, correlation)
+        library_launch(hook, correlation + 1)
+    assert len(slow.calls) == 2  # two sites (one set, two ways), each recognised thereafter
+    for correlation in range(1000, 1060, 6):  # six callers of one wrapper: more than the ways
+        six_callers(hook, correlation)
+    assert len(slow.calls) > 2 + 6  # sites pushed out of the set are recomputed, not confused
+    records = drained(hook)
+    everything = sorted(records["correlation"].tolist() + [c for _, c, _ in slow.calls])
+    assert everything == list(range(1, 101)) + list(range(1000, 1060))
+
+
+def six_callers(hook: object, base: int) -> None:
+    library_launch(hook, base)
+    library_launch(hook, base + 1)
+    library_launch(hook, base + 2)
+    library_launch(hook, base + 3)
+    library_launch(hook, base + 4)
+    library_launch(hook, base + 5)
+
+
+def test_threads_record_concurrently_while_the_monitor_drains(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    per_thread = 9000  # more than two chunks of 4096 records each
+    threads_n = 4
+    taken: list[np.ndarray] = []
+    stop = threading.Event()
+
+    def monitor() -> None:
+        while not stop.is_set():
+            taken.append(drained(hook))
+
+    def producer(base: int) -> None:
+        for index in range(per_thread):
+            hook.invoke(DRIVER, LAUNCH, 0, base + index)  # type: ignore[attr-defined]
+
+    consumer = threading.Thread(target=monitor)
+    consumer.start()
+    producers = [threading.Thread(target=producer, args=(n * 100_000,)) for n in range(threads_n)]
+    for thread in producers:
+        thread.start()
+    for thread in producers:
+        thread.join()
+    stop.set()
+    consumer.join()
+    taken.append(drained(hook))
+    records = np.concatenate(taken)
+    in_python = [c for _, c, _ in slow.calls]
+    everything = sorted(records["correlation"].tolist() + in_python)
+    assert everything == sorted(
+        n * 100_000 + i for n in range(threads_n) for i in range(per_thread)
+    )
+    # Each record carries its own thread's token, and a thread's records stay in order.
+    for token in set(records["token"].tolist()):
+        name = slow.token_site[token][0]
+        mine = records["correlation"][records["token"] == token]
+        assert (np.diff(mine.astype(np.int64)) > 0).all()
+        assert len({int(c) // 100_000 for c in mine}) == 1, name
+    assert hook.stats()["lost"] == 0  # type: ignore[attr-defined]
+
+
+def test_loaded_modules_are_copied_for_the_monitor(hook: object) -> None:
+    configure(hook, SlowPath())
+    hook.invoke(RESOURCE, MODULE_LOADED, 0, 0, 0, b"\x7fELF-one")  # type: ignore[attr-defined]
+    hook.invoke(RESOURCE, MODULE_LOADED, 0, 0, 0, b"\x7fELF-two")  # type: ignore[attr-defined]
+    assert hook.take_modules() == [b"\x7fELF-one", b"\x7fELF-two"]  # type: ignore[attr-defined]
+    assert hook.take_modules() == []  # type: ignore[attr-defined]
+
+
+def test_reset_drops_what_an_earlier_configuration_recorded(hook: object) -> None:
+    configure(hook, SlowPath())
+    for correlation in range(1, 10):
+        hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+    hook.reset()  # type: ignore[attr-defined]
+    assert len(drained(hook)) == 0
+    with pytest.raises(TypeError):
+        hook.configure([], SlowPath(), None, 0, 0, 42)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        hook.configure([(DRIVER, 99999, 1, 0, 0)], SlowPath(), None, 0, 0)  # type: ignore[attr-defined]
+
+
+def _launch_loop(gpu: object, launches: int) -> None:
+    for _ in range(launches):
+        gpu.launch()  # type: ignore[attr-defined]
+        gpu.copy()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("hook_name", ["c", "python"])
+def test_both_hooks_attribute_the_same_metrics(hook_name: str, tmp_path: Path) -> None:
+    """A launch loop through each hook: every activity matched, the same totals and nodes."""
+    session = Session(MeasureOptions(str(tmp_path), trace=False, checkpoint_s=0))
+    session.register_thread(threading.current_thread(), main=True)
+    monitor = install(session, f"gpu=simulated,recording={FIXTURE},buffer=64,hook={hook_name}")
+    backend = monitor.backend
+    assert (getattr(backend, "native", None) is not None) == (hook_name == "c")
+    _launch_loop(backend, 500)
+    stats = shutdown(monitor, report=False)
+    assert stats.operations == 1000 and stats.matched == 1000 and stats.unmatched == 0
+    cct = session.states[threading.get_ident()].cct
+    kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
+    store = cct.kinds[kind.name]
+    counts = sorted(
+        store.get(node, gm.GKER_COUNT) for node in store.slot_of if store.get(node, gm.GKER_COUNT)
+    )
+    copies = sorted(
+        store.get(node, gm.GXCOPY_COUNT)
+        for node in store.slot_of
+        if store.get(node, gm.GXCOPY_COUNT)
+    )
+    assert sum(counts) == 500 and sum(copies) == 500
+    assert len(counts) == 1  # one kernel node: every launch under the same line
