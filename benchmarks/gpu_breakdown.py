@@ -208,7 +208,13 @@ def main() -> None:
                         f"{name:10} {result[name]:.4f} s  {result[name] / plain:.3f}x  "
                         f"{extra:+.2f} µs/launch"
                     )
-            print("hook", result.get("hook_stats"))
+            stats = result.get("hook_stats") or {}
+            print("hook", stats, "refused", result.get("refused"))
+            if "+hook" in result and not (stats.get("fast") or stats.get("slow")):
+                print(
+                    "  (+hook: no callback reached the hook in this layer: the row measures "
+                    "nothing; the session rows below are the hook's real cost)"
+                )
         else:
             print(child, json.dumps(result))
 

@@ -368,3 +368,13 @@ def test_a_thread_missing_from_the_frames_is_kept_while_its_clock_runs(
     session.sample()
     assert (parked_thread.ident in session.states) is alive
     assert bool(list(tmp_path.glob(f"*-{state.number:03d}-*.hpcrun"))) is not alive
+
+
+def test_the_event_listing_names_every_gpu_backend_and_option() -> None:
+    from pyhpctk.measure.gpu.spec import OPTIONS
+
+    text = event_listing()
+    for backend, options in OPTIONS.items():
+        assert f"gpu={backend}" in text
+        for option in options:
+            assert option in text, (backend, option)

@@ -34,7 +34,8 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
     multiple=True,
     metavar="EVENT[@PERIOD]",
     help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000) or REALTIME; "
-    "or measure GPU work: gpu=nvidia (CUPTI), gpu=amd, gpu=simulated (replays a recording).",
+    "or measure GPU work: gpu=nvidia (CUPTI), gpu=amd, gpu=simulated (replays a recording), "
+    "with options such as gpu=nvidia,pc (pyrun -L lists them).",
 )
 @click.option("-t", "--trace", is_flag=True, help="Also record a trace (.hpctrace) per thread.")
 @click.option("-L", "--list-events", is_flag=True, help="List the events pyrun can sample.")

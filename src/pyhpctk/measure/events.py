@@ -142,4 +142,20 @@ def event_listing() -> str:
         lines.append(f"  {'':<10} metric: {metric}; default period {DEFAULT_PERIOD_US} us")
     lines.append("")
     lines.append(f"Default: -e CPUTIME@{DEFAULT_PERIOD_US} (200 samples per second).")
+    lines += [
+        "",
+        "GPU work (at most one; combines with the events above and -t; docs/gpu.md):",
+        "",
+        "  gpu=nvidia[,OPTION...]     kernels, copies, memsets, syncs and allocations through",
+        "                             CUPTI, under the Python line that issued them",
+        "      pc[,period=N]          also PC samples with stall reasons (2^N cycles, default 12)",
+        "      inst                   also exact instruction counts (CUPTI SASS metrics)",
+        "      hook=c|python|auto     how API calls are seen: the C hook (built by pip",
+        "                             install where a C compiler is present) or cupti-python's",
+        "                             Python callbacks; auto (default) picks the C hook if built",
+        "      buffer=BYTES, records=raw|objects, pcmode=serialized|continuous",
+        "  gpu=simulated[,OPTION...]  replays activity recorded on an H200 (no GPU needed):",
+        "      recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=...",
+        "  gpu=amd                    HIP (refused with a reason where ROCm tracing is absent)",
+    ]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,120 @@
+"""What pyrun's GPU layer costs per operation on the CPU, hook against hook (issue #6, item 8).
+
+    python benchmarks/gpu_hook_cost.py [--operations 200000] [--repeat 5]
+
+No GPU: the simulated backend issues operations the way CUPTI reports them, inside a real
+session and monitor, from a loop of the shapes that matter:
+
+- ``loop``: one line launching repeatedly (a launch loop);
+- ``wrapper``: a library's Python wrapper between the loop and the launch (a new frame object
+  at every call, as CuPy's and PyTorch's Python layers have);
+- ``sites``: four lines in turn, each through the wrapper (a model's forward pass).
+
+For each shape and each hook (``c``: the C CUPTI hook, called through ``invoke()`` as CUPTI would
+call it; ``python``: ``GpuMonitor.operation``, which cupti-python's callback calls, without the
+bindings' own cost per call) the time per operation is printed above a baseline measured in the
+same run: the same loop calling a C function that does nothing. The activities are not
+delivered (that cost is the same for both hooks; ``gpu_breakdown.py`` measures it on the device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+from pyhpctk.measure.config import MeasureOptions
+from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import metrics as gm
+from pyhpctk.measure.gpu import recording as rec
+from pyhpctk.measure.gpu.monitor import GpuMonitor
+from pyhpctk.measure.gpu.simulated import SimulatedBackend
+from pyhpctk.measure.session import Session
+
+FIXTURE = "tests/data/gpu/cupy_streams.json"
+
+
+def wrapper(issue: Callable[[int], object], correlation: int) -> None:
+    issue(correlation)
+
+
+def shape_loop(issue: Callable[[int], object], n: int) -> None:
+    for correlation in range(n):
+        issue(correlation)
+
+
+def shape_wrapper(issue: Callable[[int], object], n: int) -> None:
+    for correlation in range(n):
+        wrapper(issue, correlation)
+
+
+def shape_sites(issue: Callable[[int], object], n: int) -> None:
+    for correlation in range(0, n, 4):
+        wrapper(issue, correlation)
+        wrapper(issue, correlation + 1)
+        wrapper(issue, correlation + 2)
+        wrapper(issue, correlation + 3)
+
+
+SHAPES = {"loop": shape_loop, "wrapper": shape_wrapper, "sites": shape_sites}
+
+
+def measure(hook: str, shape: str, n: int, repeat: int) -> float:
+    """Best seconds per operation of ``shape`` through ``hook`` ("none": the bare loop)."""
+    with tempfile.TemporaryDirectory() as directory:
+        session = Session(MeasureOptions(directory, trace=False, checkpoint_s=0))
+        session.register_thread(threading.current_thread(), main=True)
+        recording = rec.load(FIXTURE)
+        backend = SimulatedBackend(recording, hook="c" if hook == "c" else "python")
+        monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()))
+        monitor.backend = backend
+        backend.start(monitor, paused=True)
+        native = backend.native
+        # functools.partial is C: no Python frame between the program's frame and the hook,
+        # as when CUPTI calls from inside the CUDA library the program called.
+        if hook == "c":
+            assert native is not None, "the C hook is not built (pip install -e .)"
+            cbid = 3000 + act.KERNEL  # the simulated backend's made-up launch callback id
+            issue: Callable[[int], object] = functools.partial(native.invoke, 2, cbid, 0)  # type: ignore[attr-defined]
+        elif hook == "python":  # what cupti-python's callback calls (less the bindings' cost)
+            issue = functools.partial(monitor.operation, act.KERNEL)
+        else:
+            issue = int  # a C call that does nothing worth measuring
+
+        best = float("inf")
+        for _ in range(repeat):
+            began = time.perf_counter()
+            SHAPES[shape](issue, n)
+            best = min(best, time.perf_counter() - began)
+            monitor._drain_operations()  # what the monitor thread does between buffers
+            monitor._pending.clear()
+        if native is not None:
+            native.reset()  # type: ignore[attr-defined]
+        backend.native = None
+        return best / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--operations", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{'shape':8} {'bare (ns)':>10} {'c (ns)':>8} {'python (ns)':>12} {'python/c':>9}")
+    for shape in SHAPES:
+        bare, c, python = (
+            measure(hook, shape, args.operations, args.repeat) * 1e9
+            for hook in ("none", "c", "python")
+        )
+        extra_c, extra_python = c - bare, python - bare
+        print(
+            f"{shape:8} {bare:10.0f} {extra_c:8.0f} {extra_python:12.0f} "
+            f"{extra_python / max(extra_c, 1e-9):9.1f}"
+        )
+    print("(c / python: nanoseconds per operation above the bare loop)")
+
+
+if __name__ == "__main__":
+    main()
