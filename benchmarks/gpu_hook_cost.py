@@ -13,8 +13,11 @@ session and monitor, from a loop of the shapes that matter:
 For each shape and each hook (``c``: the C CUPTI hook, called through ``invoke()`` as CUPTI would
 call it; ``python``: ``GpuMonitor.operation``, which cupti-python's callback calls, without the
 bindings' own cost per call) the time per operation is printed above a baseline measured in the
-same run: the same loop calling a C function that does nothing. The activities are not
-delivered (that cost is the same for both hooks; ``gpu_breakdown.py`` measures it on the device).
+same run: the same loop calling a C function that does nothing. Then the monitor's work per
+activity record: one buffer of kernels matched to the operations each hook recorded and
+attributed at the thread's safe point (the C hook's tokens are matched as arrays; the Python
+path's operations one tuple each). Reading CUPTI's buffers is the same for both hooks and is
+measured on the device by ``gpu_breakdown.py``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,49 @@ def measure(hook: str, shape: str, n: int, repeat: int) -> float:
         return best / n
 
 
+def attribution(hook: str, n: int, repeat: int) -> float:
+    """Best seconds per activity record to match and attribute a buffer of ``n`` kernels."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as directory:
+        session = Session(MeasureOptions(directory, trace=False, checkpoint_s=0))
+        session.register_thread(threading.current_thread(), main=True)
+        recording = rec.load(FIXTURE)
+        backend = SimulatedBackend(recording, hook=hook)
+        monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()))
+        monitor.backend = backend
+        backend.start(monitor, paused=True)
+        if hook == "c":
+            issue: Callable[[int], object] = functools.partial(
+                backend.native.invoke,  # type: ignore[union-attr]
+                2,
+                3000 + act.KERNEL,
+                0,
+            )
+        else:
+            issue = functools.partial(monitor.operation, act.KERNEL)
+        template = recording.activities[recording.activities["kind"] == act.KERNEL][0]
+        state = None
+        best = float("inf")
+        for round_ in range(repeat + 1):
+            base = 1 + round_ * n
+            for correlation in range(base, base + n):  # not timed: the operations to match
+                issue(correlation)
+            rows = act.empty_activities(n)
+            rows[:] = template
+            rows["correlation"] = np.arange(base, base + n)
+            began = time.perf_counter()
+            monitor._process(rows, recording.functions, 0)
+            state = state or monitor.threads[0]
+            with session.lock:
+                monitor._attribute_pending(state)
+            if round_:  # the first round creates the nodes
+                best = min(best, time.perf_counter() - began)
+        if backend.native is not None:
+            backend.native.reset()  # type: ignore[attr-defined]
+        return best / n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--operations", type=int, default=200_000)
@@ -114,6 +160,8 @@ def main() -> None:
             f"{extra_python / max(extra_c, 1e-9):9.1f}"
         )
     print("(c / python: nanoseconds per operation above the bare loop)")
+    c, python = (attribution(hook, args.operations, args.repeat) * 1e9 for hook in ("c", "python"))
+    print(f"matching + attribution per activity record: c {c:.0f} ns, python {python:.0f} ns")
 
 
 if __name__ == "__main__":

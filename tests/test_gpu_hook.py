@@ -283,3 +283,117 @@ def test_both_hooks_attribute_the_same_metrics(hook_name: str, tmp_path: Path) -
     )
     assert sum(counts) == 500 and sum(copies) == 500
     assert len(counts) == 1  # one kernel node: every launch under the same line
+
+
+# -- the monitor's side of the C hook: tokens matched and attributed as arrays --------------
+
+
+def _hooked_monitor(tmp_path: Path, trace: bool = False) -> tuple[Session, object, object]:
+    """A session and monitor whose operations come through the C hook, buffers by hand."""
+    from pyhpctk.measure.gpu import recording as rec
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.simulated import SimulatedBackend
+
+    session = Session(MeasureOptions(str(tmp_path), trace=trace, checkpoint_s=0))
+    session.register_thread(threading.current_thread(), main=True)
+    backend = SimulatedBackend(rec.load(str(FIXTURE)), hook="c")
+    monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()), trace=trace)
+    monitor.backend = backend
+    backend.start(monitor, paused=True)
+    assert backend.native is not None
+    native = backend.native
+    native.configure(  # type: ignore[attr-defined]
+        [(DRIVER, LAUNCH, KERNEL_KIND, 0, 0), (DRIVER, COPY, KERNEL_KIND, 1, 0)],
+        monitor.operation_token,
+        None,
+        0xFFFFFFFF,
+        0xFFFFFFFF,
+        None,
+    )
+    return session, monitor, native
+
+
+def _kernel_rows(correlations: list[int], start: int = 1000) -> np.ndarray:
+    from pyhpctk.measure.gpu import activity as act
+
+    rows = act.empty_activities(len(correlations))
+    rows["kind"] = act.KERNEL
+    rows["correlation"] = correlations
+    rows["start"] = start + 100 * np.arange(len(correlations))
+    rows["end"] = rows["start"] + 50
+    rows["stream"] = 7
+    return rows
+
+
+def _kernel_counts(session: Session) -> dict[str, float]:
+    """GKER:COUNT per CCT (by thread) and under the unknown placeholder, from the stores."""
+    kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
+    out: dict[str, float] = {}
+    for ident, state in session.states.items():
+        store = state.cct.kinds.get(kind.name)
+        if store is not None:
+            out[str(ident)] = sum(store.get(n, gm.GKER_COUNT) for n in store.slot_of)
+    return out
+
+
+def launch_here(hook: object, correlation: int) -> None:
+    hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+
+
+def graph_here(hook: object, correlation: int) -> None:
+    hook.invoke(DRIVER, COPY, 0, correlation)  # type: ignore[attr-defined]
+
+
+def test_hooked_operations_known_unknown_and_from_threads_in_one_buffer(tmp_path: Path) -> None:
+    from pyhpctk.formats import hpctrace
+    from pyhpctk.measure.gpu import shutdown
+
+    session, monitor, native = _hooked_monitor(tmp_path, trace=True)
+    for correlation in range(1, 101):  # one site: 1 through Python, 99 through the hook
+        launch_here(native, correlation)
+    idents: list[int] = []
+    launched, finish = threading.Event(), threading.Event()
+
+    def worker() -> None:  # alive until its activities are attributed, as under pyrun
+        session.register_thread(threading.current_thread())
+        idents.append(threading.get_ident())
+        for correlation in range(1001, 1051):
+            launch_here(native, correlation)
+        launched.set()
+        finish.wait(30)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert launched.wait(30)
+    # One buffer: both threads' kernels, and 3 activities no operation announced.
+    monitor.buffer_completed(_kernel_rows([*range(1, 101), *range(1001, 1051), 5001, 5002, 5003]))
+    assert monitor.wait_processed()
+    stats = shutdown(monitor, report=False)
+    counts = _kernel_counts(session)
+    finish.set()
+    thread.join()
+    assert stats.operations == 150 and stats.matched == 150 and stats.unmatched == 3
+    assert counts[str(threading.get_ident())] == 100
+    assert counts[str(idents[0])] == 50
+    unknown = monitor.unknown_cct()  # type: ignore[attr-defined]
+    assert unknown is not None
+    session.finish()
+    traced = 0
+    for path in tmp_path.glob("*-5[0-9][0-9]-*.hpctrace"):
+        traced += len(hpctrace.read(path).records)
+    assert traced == 2 * 153  # every activity, the unknown ones too: a start and an end each
+
+
+def test_a_hooked_operation_answered_by_several_activities_stays_pending(tmp_path: Path) -> None:
+    from pyhpctk.measure.gpu import shutdown
+
+    session, monitor, native = _hooked_monitor(tmp_path)
+    for correlation in (1, 2, 3):  # "graph launches": each answered by several kernels
+        graph_here(native, correlation)
+    monitor.buffer_completed(_kernel_rows([1, 2, 3, 1, 2]))
+    monitor.buffer_completed(_kernel_rows([3, 1, 2, 3], start=9000))
+    assert monitor.wait_processed()
+    stats = shutdown(monitor, report=False)
+    assert stats.matched == 9 and stats.unmatched == 0
+    assert stats.unmatched_operations == 0  # a graph launch is never "unanswered"
+    assert _kernel_counts(session)[str(threading.get_ident())] == 9

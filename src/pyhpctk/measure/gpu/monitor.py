@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import _thread
 import collections
+import dataclasses
 import os
 import sys
 import threading
@@ -61,8 +62,9 @@ if TYPE_CHECKING:
 
     #: (correlation, kind, call node, placeholder or -1, thread, CCT of the nodes, multi)
     Operation: TypeAlias = "tuple[int, int, int, int, GpuThread, ThreadCCT, bool]"
-    #: What the monitor sends a thread or a stream: activities, their operations, kernel names.
-    Batch: TypeAlias = "tuple[np.ndarray, list[Operation], list[str]]"
+    #: What the monitor sends a thread or a stream: activities, their operations, kernel names
+    #: (and each activity's C-hook token, -1 where a Python path recorded the operation).
+    Batch: TypeAlias = "tuple[np.ndarray, list[Operation], list[str], np.ndarray | None]"
 
 FIRST_STREAM_THREAD = 500  # formats.md §1.3: GPU stream "threads" are numbered from 500
 #: Threads with no Python frames that start GPU work get their own profiles from this number
@@ -91,6 +93,23 @@ OP_PLACEHOLDER: Final = 3
 OP_THREAD: Final = 4
 OP_CCT: Final = 5
 OP_MULTI: Final = 6
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SiteTable:
+    """The C hook's tokens as numpy columns: what matching and attribution need per token."""
+
+    objects: np.ndarray  # token → the operation prototype (an object array of tuples)
+    call: np.ndarray
+    placeholder: np.ndarray
+    thread: np.ndarray  # token → the monitor's number for its GpuThread
+    cct: np.ndarray  # token → a number for its CCT (the same number: the same CCT)
+    multi: np.ndarray
+
+    @staticmethod
+    def empty() -> _SiteTable:
+        none = np.zeros(0, dtype=np.int64)
+        return _SiteTable(np.zeros(0, dtype=object), none, none, none, none, none.astype(bool))
 
 
 class GpuThread:
@@ -235,6 +254,10 @@ class GpuMonitor:
         self.native_reset: Callable[[], None] | None = None  # after the last drain (close)
         self.take_modules: Callable[[], list[bytes]] | None = None
         self._sites: list[Operation] = []  # token → operation prototype (correlation 0)
+        self._table = _SiteTable.empty()  # the same as arrays (monitor thread)
+        self._native_pending = np.zeros(0, dtype=_NATIVE_RECORD)  # the hook's unmatched ops
+        self._thread_numbers: dict[int, int] = {}
+        self._numbered: list[GpuThread] = []
         self._token_of: dict[tuple[int, int, int, int, int, bool], int] = {}
         # PC sampling (issue #7): off unless enable_pc() is called.
         self.pc_kind: MetricKind | None = None
@@ -525,36 +548,55 @@ class GpuMonitor:
         self._drain_operations()
         if not len(records):
             return
-        pop = pending.pop
-        operations = [pop(c, None) for c in records["correlation"].tolist()]
-        per_thread: dict[int, list[int]] = {}
+        correlations = records["correlation"]
+        tokens = self._match_native(correlations)
+        table = self._site_table()
+        operations: list[Operation | None] = (
+            table.objects[np.maximum(tokens, 0)].tolist()
+            if len(table.objects)
+            else [None] * len(records)
+        )
+        owners = table.thread[np.maximum(tokens, 0)] if len(table.objects) else tokens.copy()
+        owners[tokens < 0] = -1
         unknown: list[int] = []
-        owner = operations[0][OP_THREAD] if operations[0] is not None else None
-        if owner is not None and all(
-            operation is not None and operation[OP_THREAD] is owner and not operation[OP_MULTI]
-            for operation in operations
-        ):
-            per_thread[id(owner)] = list(range(len(operations)))  # the common case: one thread
-        else:
-            for index, operation in enumerate(operations):
+        if (tokens < 0).any():  # operations the Python paths recorded (new sites, hook=python)
+            pop = pending.pop
+            token_of = self._token_of
+            for index in np.flatnonzero(tokens < 0).tolist():
+                operation = pop(int(correlations[index]), None)
+                operations[index] = operation
                 if operation is None:
                     unknown.append(index)
                     continue
                 if operation[OP_MULTI]:
                     pending[operation[OP_CORRELATION]] = operation  # more activities will come
-                per_thread.setdefault(id(operation[OP_THREAD]), []).append(index)
+                owners[index] = self._thread_number(operation[OP_THREAD])
+                key = (  # the C hook's slow path gave this site a token (operation_token)
+                    operation[OP_KIND],
+                    operation[OP_CALL],
+                    operation[OP_PLACEHOLDER],
+                    id(operation[OP_THREAD]),
+                    id(operation[OP_CCT]),
+                    operation[OP_MULTI],
+                )
+                tokens[index] = token_of.get(key, -1)
+            self._site_table()  # tokens newer than the table: rebuilt now, not per batch
         stats.matched += len(records) - len(unknown)
         names = list(functions)
-        for indices in per_thread.values():
-            if len(indices) == len(records):
-                rows, ops = records, cast("list[Operation]", operations)  # matched: no None
+        known = owners >= 0
+        threads = np.unique(owners[known])
+        for number in threads.tolist():
+            if len(threads) == 1 and not unknown:  # the common case: one thread, all matched
+                rows, ops, mine = records, cast("list[Operation]", operations), tokens
             else:
-                rows, ops = records[indices], [cast("Operation", operations[i]) for i in indices]
-            ops[0][OP_THREAD].activities.push((rows, ops, names))
+                indices = np.flatnonzero(owners == number)
+                rows, mine = records[indices], tokens[indices]
+                ops = [cast("Operation", operations[i]) for i in indices.tolist()]
+            ops[0][OP_THREAD].activities.push((rows, ops, names, mine))
         if self.native_bump is not None:
             self.native_bump()  # each thread's next operation takes the slow path: attributes
         if unknown:
-            internal = int((records["correlation"][unknown] == 0).sum())
+            internal = int((correlations[unknown] == 0).sum())
             stats.internal += internal
             stats.unmatched += len(unknown) - internal
             unknown_ops = self._unknown_operations(records[unknown])
@@ -564,6 +606,66 @@ class GpuMonitor:
                 self._attribute(records[unknown], unknown_ops, names)
         if self.trace:
             self._route_traces(records, operations, names)
+
+    def _match_native(self, correlations: np.ndarray) -> np.ndarray:
+        """Each record's token from the C hook's operations (-1: none), with numpy.
+
+        Matched operations leave the pending array, except those several activities answer
+        (CUDA graph launches), which stay for the buffers to come.
+        """
+        waiting = self._native_pending
+        tokens = np.full(len(correlations), -1, dtype=np.int64)
+        if not len(waiting):
+            return tokens
+        order = np.argsort(waiting["correlation"], kind="stable")
+        ordered = waiting["correlation"][order]
+        at = np.minimum(np.searchsorted(ordered, correlations), len(ordered) - 1)
+        hit = ordered[at] == correlations
+        tokens[hit] = waiting["token"][order[at[hit]]]
+        multi = self._site_table().multi
+        taken = order[at[hit]]
+        taken = taken[~multi[waiting["token"][taken]]]
+        if len(taken):
+            keep = np.ones(len(waiting), dtype=bool)
+            keep[taken] = False
+            self._native_pending = waiting[keep]
+        return tokens
+
+    def _thread_number(self, state: GpuThread) -> int:
+        number = self._thread_numbers.get(id(state))
+        if number is None:
+            number = self._thread_numbers[id(state)] = len(self._thread_numbers)
+            self._numbered.append(state)  # keeps the id from being reused
+        return number
+
+    def _site_table(self) -> _SiteTable:
+        """The C hook's sites as arrays (rebuilt when new sites appeared; sites are few)."""
+        table = self._table
+        sites = self._sites
+        if len(table.objects) != len(sites):
+            count = len(sites)
+            objects = np.empty(count, dtype=object)
+            for index in range(count):
+                objects[index] = sites[index]
+            ccts: dict[int, int] = {}
+            table = _SiteTable(
+                objects=objects,
+                call=np.array([site[OP_CALL] for site in sites[:count]], dtype=np.int64),
+                placeholder=np.array(
+                    [site[OP_PLACEHOLDER] for site in sites[:count]], dtype=np.int64
+                ),
+                thread=np.array(
+                    [self._thread_number(site[OP_THREAD]) for site in sites[:count]],
+                    dtype=np.int64,
+                ),
+                cct=np.array(
+                    [ccts.setdefault(id(site[OP_CCT]), len(ccts)) for site in sites[:count]],
+                    dtype=np.int64,
+                ),
+                multi=np.array([site[OP_MULTI] for site in sites[:count]], dtype=bool),
+            )
+            self._table = table
+        return table
 
     def _drain_operations(self) -> None:
         take = self.take_modules
@@ -581,14 +683,8 @@ class GpuMonitor:
             raw = np.frombuffer(drain(), dtype=_NATIVE_RECORD)
             if len(raw):
                 self.stats.operations += len(raw)
-                sites = self._sites
-                for correlation, token in zip(
-                    raw["correlation"].tolist(), raw["token"].tolist(), strict=True
-                ):
-                    operation = sites[token]
-                    if operation[OP_MULTI]:  # re-queued by correlation: it needs its own id
-                        operation = (correlation, *operation[1:])
-                    pending[correlation] = operation
+                waiting = self._native_pending
+                self._native_pending = np.concatenate([waiting, raw]) if len(waiting) else raw
 
     def _unknown_operations(self, records: np.ndarray) -> list[Operation]:
         with self.session.lock:
@@ -617,7 +713,7 @@ class GpuMonitor:
                     f"trace {stream_key}", self.trace_capacity
                 )
                 stream = self.streams[stream_key] = StreamTrace(number, stream_key, cct, channel)
-            batch = (records[indices], [operations[i] for i in indices.tolist()], names)
+            batch = (records[indices], [operations[i] for i in indices.tolist()], names, None)
             if not stream.channel.push(batch):
                 self.stats.trace_overflow += len(indices)
         self._trace_wake.release()
@@ -630,8 +726,8 @@ class GpuMonitor:
             return  # someone else is already attributing this thread's activities
         try:
             for item in state.activities.drain():
-                rows, ops, names = item
-                self._attribute(rows, ops, names)
+                rows, ops, names, tokens = item
+                self._attribute(rows, ops, names, tokens)
         finally:
             state.consumer.release()
 
@@ -655,27 +751,49 @@ class GpuMonitor:
             return cct, call, placeholder  # the ident now belongs to another thread
         return live.cct, transplant(cct, call, live.cct, state.main), -1
 
-    def _attribute(self, rows: np.ndarray, ops: Sequence[Operation], names: list[str]) -> None:
+    def _attribute(
+        self,
+        rows: np.ndarray,
+        ops: Sequence[Operation],
+        names: list[str],
+        tokens: np.ndarray | None = None,
+    ) -> None:
         """Add the metrics of ``rows`` to their operations' CCTs (call with the session lock).
 
         Activities are grouped by (CCT, call node, placeholder, kind, kernel or copy direction)
-        with numpy; the CCT is consulted once per group, not once per activity.
+        with numpy; the CCT is consulted once per group, not once per activity. ``tokens`` (the
+        C hook's, -1 where a Python path recorded the operation) let the columns come from the
+        site table instead of one tuple per activity.
         """
         if not len(ops):
             return
-        first = ops[0][OP_CCT]
-        if not all(operation[OP_CCT] is first for operation in ops):  # rare: several CCTs
+        table = self._table
+        if tokens is not None and ((tokens < 0).any() or tokens.max() >= len(table.objects)):
+            tokens = None  # some operations have no token: read them all from their tuples
+        if tokens is not None:
+            cct_numbers = table.cct[tokens]
+            several = bool((cct_numbers != cct_numbers[0]).any())
+        else:
+            first_cct = ops[0][OP_CCT]
+            several = not all(operation[OP_CCT] is first_cct for operation in ops)
+        if several:  # rare: several CCTs
             groups: dict[int, list[int]] = {}
             for index, operation in enumerate(ops):
                 groups.setdefault(id(operation[OP_CCT]), []).append(index)
             for indices in groups.values():
-                self._attribute(rows[indices], [ops[i] for i in indices], names)
+                part = None if tokens is None else tokens[indices]
+                self._attribute(rows[indices], [ops[i] for i in indices], names, part)
             return
+        first = ops[0][OP_CCT]
         # One int64 key per activity: the placeholder (or, for copies, the call node), then the
         # kind and the kernel / copy direction (a placeholder is its call node's child, so the
         # call node adds nothing once the placeholder is known).
-        placeholders = np.array([operation[OP_PLACEHOLDER] for operation in ops], dtype=np.int64)
-        calls = np.array([operation[OP_CALL] for operation in ops], dtype=np.int64)
+        if tokens is not None:
+            placeholders = table.placeholder[tokens]
+            calls = table.call[tokens]
+        else:
+            placeholders = np.array([op[OP_PLACEHOLDER] for op in ops], dtype=np.int64)
+            calls = np.array([op[OP_CALL] for op in ops], dtype=np.int64)
         copies = placeholders < 0
         anchor = np.where(copies, calls, placeholders)
         detail = np.where(rows["kind"] == act.KERNEL, rows["function"], rows["copy_kind"])
@@ -801,7 +919,7 @@ class GpuMonitor:
     def _drain_traces(self) -> None:
         for stream in list(self.streams.values()):
             for item in stream.channel.drain():
-                rows, ops, names = item
+                rows, ops, names, _ = item
                 self._trace_batch(stream, rows, ops, names)
 
     def _trace_batch(
@@ -898,6 +1016,9 @@ class GpuMonitor:
             self.native_reset = None
         stats = self.stats
         stats.unmatched_operations = sum(not op[OP_MULTI] for op in self._pending.values())
+        waiting = self._native_pending
+        if len(waiting):
+            stats.unmatched_operations += int((~self._site_table().multi[waiting["token"]]).sum())
         stats.trace_overflow = sum(s.channel.overflowed for s in self.streams.values())
         self.closed = True
         if write and self.trace:
