@@ -397,3 +397,27 @@ def test_a_hooked_operation_answered_by_several_activities_stays_pending(tmp_pat
     assert stats.matched == 9 and stats.unmatched == 0
     assert stats.unmatched_operations == 0  # a graph launch is never "unanswered"
     assert _kernel_counts(session)[str(threading.get_ident())] == 9
+
+
+def test_a_forked_child_records_nothing(hook: object) -> None:
+    import os
+
+    slow = SlowPath()
+    configure(hook, slow)
+    hook.invoke(DRIVER, LAUNCH, 0, 1)  # type: ignore[attr-defined]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the hook forgot its configuration (no monitor survives a fork)
+        try:
+            for correlation in range(2, 50):
+                hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+            os.write(write, b"%d %d" % (len(slow.calls), len(drained(hook))))
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 64).decode()
+    os.waitpid(pid, 0)
+    assert answer == "1 0", answer  # the parent's slow call was before the fork; none after
+    for correlation in (50, 51):  # the parent goes on as before: a new site, then the hook
+        hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+    assert len(slow.calls) == 2 and drained(hook)["correlation"].tolist() == [51]

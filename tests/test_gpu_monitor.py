@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,8 @@ from pyhpctk.measure.gpu.simulated import SimulatedBackend
 from pyhpctk.measure.session import Session
 
 FIXTURE = Path(__file__).parent / "data" / "gpu" / "cupy_streams.json"
+#: Both ways of seeing operations: monitor.enter() (cupti-python's path) and the C hook.
+HOOKS = ("python", "c")
 
 
 def _session(directory: Path, trace: bool = False) -> Session:
@@ -36,8 +39,10 @@ def _session(directory: Path, trace: bool = False) -> Session:
     return session
 
 
-def _start(session: Session, recording: rec.Recording, **options: int) -> GpuMonitor:
-    backend = SimulatedBackend(recording, **options)
+def _start(
+    session: Session, recording: rec.Recording, hook: str = "python", **options: int
+) -> GpuMonitor:
+    backend = SimulatedBackend(recording, hook=hook, **options)  # type: ignore[arg-type]
     kind = session.add_metric_kind(gm.gpu_metric_kind())
     monitor = GpuMonitor(session, kind, recording.device)
     monitor.backend = backend
@@ -127,10 +132,13 @@ def _assert_close(observed: dict[str, float], expected: dict[str, float]) -> Non
         assert abs(observed[key] - value) <= 1e-9 * max(1.0, abs(value)), (key, observed, expected)
 
 
-def test_replayed_h200_activity_lands_on_the_thread_that_issued_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_replayed_h200_activity_lands_on_the_thread_that_issued_it(
+    tmp_path: Path, hook: str
+) -> None:
     recording = rec.load(FIXTURE)
     session = _session(tmp_path)
-    monitor = _start(session, recording)
+    monitor = _start(session, recording, hook)
     idents = _replay(session, monitor)
     stats = shutdown(monitor, report=False)
     ops = recording.operations
@@ -158,10 +166,11 @@ def test_replayed_h200_activity_lands_on_the_thread_that_issued_it(tmp_path: Pat
     assert not _totals(session, main).any()  # the replaying threads did all the work
 
 
-def test_each_call_site_gets_its_own_placeholder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_each_call_site_gets_its_own_placeholder(tmp_path: Path, hook: str) -> None:
     recording = rec.load(FIXTURE)
     session = _session(tmp_path)
-    monitor = _start(session, recording)
+    monitor = _start(session, recording, hook)
     idents = _replay(session, monitor)
     shutdown(monitor, report=False)
     ops = recording.operations
@@ -221,13 +230,14 @@ def _scenarios(draw: st.DrawFn) -> tuple[rec.Recording, list[tuple[int, int]]]:
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.parametrize("hook", HOOKS)
 @given(scenario=_scenarios())
 def test_interleaved_producers_are_each_attributed_exactly(
-    tmp_path: Path, scenario: tuple[rec.Recording, list[tuple[int, int]]]
+    tmp_path: Path, hook: str, scenario: tuple[rec.Recording, list[tuple[int, int]]]
 ) -> None:
     recording, pauses = scenario
     session = _session(tmp_path)
-    monitor = _start(session, recording)
+    monitor = _start(session, recording, hook)
     waits = {(thread, index) for thread, index in pauses}
 
     def pause(thread: int, index: int) -> None:

@@ -828,9 +828,22 @@ static struct PyModuleDef module_def = {
     NULL, NULL, NULL, NULL,
 };
 
+/* A forked child has no GPU monitor (CUDA and CUPTI do not survive a fork): the callback,
+ * if CUPTI still calls it there, does nothing. References are left as they are (no GIL). */
+static void after_fork_in_child(void) {
+    memset(table, 0, sizeof(table));
+    memset(exit_wanted, 0, sizeof(exit_wanted));
+    module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    slow_path = NULL;
+    every_call = NULL;
+    subscriber = NULL;
+}
+
 PyMODINIT_FUNC PyInit__cuptihook(void) {
     if (pthread_key_create(&ring_key, ring_destructor) != 0)
         return PyErr_Format(PyExc_OSError, "pthread_key_create failed");
+    if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0)
+        return PyErr_Format(PyExc_OSError, "pthread_atfork failed");
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
     return PyModule_Create(&module_def);
 }
