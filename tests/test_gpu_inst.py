@@ -26,6 +26,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -382,8 +383,9 @@ def test_call_instruction_counts_are_the_ground_truth_call_counts(
         assert values[offset]["GINS"] == expected, edge
 
 
-def _tree(out: Path) -> dict[tuple[str, ...], float]:
-    """Inclusive GINS of every context of pyprof's database, keyed by its path of names."""
+def gins_view(out: Path) -> tuple[Any, dict[int, Any], dict[int, float]]:
+    """pystruct --gpucfg yes, then pyprof, on measurement ``out``: the view, each context's path
+    of labels and its inclusive GINS (the summary profile's)."""
     from pyhpctk.analysis.compare import view_of_aggregate
     from pyhpctk.analysis.options import ProfOptions
     from pyhpctk.analysis.pipeline import aggregate
@@ -391,15 +393,19 @@ def _tree(out: Path) -> dict[tuple[str, ...], float]:
 
     assert pystruct_main(["--gpucfg", "yes", "-q", str(out)]) == 0
     view = view_of_aggregate(aggregate(ProfOptions.build([str(out)])))
-    paths = view.paths()
     gins = next(i for i, n in view.metric_names.items() if n == ("GINS", "execution"))
+    summary = view.profiles[1]
     inclusive = {
         int(c): float(v)
-        for c, m, v in zip(
-            view.profiles[1].ctx, view.profiles[1].metric, view.profiles[1].value, strict=True
-        )
+        for c, m, v in zip(summary.ctx, summary.metric, summary.value, strict=True)
         if m == gins
     }
+    return view, view.paths(), inclusive
+
+
+def _tree(out: Path) -> dict[tuple[str, ...], float]:
+    """Inclusive GINS of every context of pyprof's database, keyed by its path of names."""
+    view, paths, inclusive = gins_view(out)
 
     def name(label: tuple[object, ...]) -> str:
         if label[0] != "entry" and label[2]:

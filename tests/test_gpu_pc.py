@@ -340,28 +340,15 @@ def _measure_h200_samples(tmp_path: Path) -> tuple[Path, int]:
 def test_h200_cubin_samples_rebuild_the_device_call_chain(tmp_path: Path) -> None:
     """pyrun (simulated, PC samples) → pystruct --gpucfg yes → pyprof on the H200's cubin.
 
-    The cubin and device data were recorded on the H200 (``record_pc.py``); that session's
-    CUPTI returned no samples (docs/gpu.md), so each instruction of ``.text.gt_kernel`` gets
-    one synthetic "selected" sample per launch: the device CCT must hang the chain
-    ``gt_kernel → top → mid → leaf`` below the kernel, with each instruction counted once.
+    The cubin and device data were recorded on the H200 (``record_pc.py``); each instruction of
+    ``.text.gt_kernel`` gets one synthetic "selected" sample per launch (so every count below is
+    known exactly): the device CCT must hang the chain ``gt_kernel → top → mid → leaf`` below
+    the kernel, with each instruction counted once.
     """
-    from pyhpctk.analysis.compare import view_of_aggregate
-    from pyhpctk.analysis.options import ProfOptions
-    from pyhpctk.analysis.pipeline import aggregate
-    from pyhpctk.cli.pystruct import main as pystruct_main
+    from test_gpu_inst import gins_view
 
     out, n_offsets = _measure_h200_samples(tmp_path)
-    assert pystruct_main(["--gpucfg", "yes", "-q", str(out)]) == 0
-    view = view_of_aggregate(aggregate(ProfOptions.build([str(out)])))
-    paths = view.paths()
-    gins = next(i for i, n in view.metric_names.items() if n == ("GINS", "execution"))
-    inclusive = {
-        int(c): float(v)
-        for c, m, v in zip(
-            view.profiles[1].ctx, view.profiles[1].metric, view.profiles[1].value, strict=True
-        )
-        if m == gins
-    }
+    view, paths, inclusive = gins_view(out)
     procedures = {
         ident: tuple(label[2][0] for label in paths[ident] if label[0] == 1 and label[2])
         for ident in view.contexts
