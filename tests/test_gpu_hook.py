@@ -421,3 +421,21 @@ def test_a_forked_child_records_nothing(hook: object) -> None:
     for correlation in (50, 51):  # the parent goes on as before: a new site, then the hook
         hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
     assert len(slow.calls) == 2 and drained(hook)["correlation"].tolist() == [51]
+
+
+def test_operations_no_activity_answers_leave_the_searched_array(tmp_path: Path) -> None:
+    from pyhpctk.measure.gpu import shutdown
+
+    session, monitor, native = _hooked_monitor(tmp_path)
+    for correlation in range(1, 101):
+        launch_here(native, correlation)
+    for buffer in range(6):  # buffers of other work: these 100 operations wait, then age
+        monitor.buffer_completed(_kernel_rows([9000 + buffer]))
+    assert monitor.wait_processed()
+    waiting = monitor._native_pending  # type: ignore[attr-defined]
+    assert len(waiting) == 0 and len(monitor._pending) == 100  # 1 from Python, 99 aged  # type: ignore[attr-defined]
+    monitor.buffer_completed(_kernel_rows(list(range(1, 101))))  # the late activities
+    assert monitor.wait_processed()
+    stats = shutdown(monitor, report=False)
+    assert stats.matched == 100 and stats.unmatched == 6 and stats.unmatched_operations == 0
+    assert _kernel_counts(session)[str(threading.get_ident())] == 100

@@ -83,6 +83,9 @@ _COPY_PLACEHOLDER = {act.COPY_H2D: "GPUCpH2D", act.COPY_D2H: "GPUCpD2H"}
 _DEFERRED = frozenset({act.COPY, act.SYNC})
 #: What the native hook's drain() returns: one (correlation id, token) pair per operation.
 _NATIVE_RECORD = np.dtype([("correlation", "<u8"), ("token", "<i8")])
+#: The monitor's waiting C-hook operations: the pair and the buffer count when drained.
+_PENDING = np.dtype([("correlation", "<u8"), ("token", "<i8"), ("born", "<i8")])
+_NATIVE_AGE = 4  # buffers an operation waits in the array before it moves to the dict
 
 # Fields of an operation tuple: (correlation, kind, call node, placeholder node or -1,
 # GpuThread, the CCT the nodes belong to, answered by several activities).
@@ -255,7 +258,7 @@ class GpuMonitor:
         self.take_modules: Callable[[], list[bytes]] | None = None
         self._sites: list[Operation] = []  # token → operation prototype (correlation 0)
         self._table = _SiteTable.empty()  # the same as arrays (monitor thread)
-        self._native_pending = np.zeros(0, dtype=_NATIVE_RECORD)  # the hook's unmatched ops
+        self._native_pending = np.zeros(0, dtype=_PENDING)  # the hook's operations, unmatched
         self._thread_numbers: dict[int, int] = {}
         self._numbered: list[GpuThread] = []
         self._token_of: dict[tuple[int, int, int, int, int, bool], int] = {}
@@ -625,9 +628,21 @@ class GpuMonitor:
         multi = self._site_table().multi
         taken = order[at[hit]]
         taken = taken[~multi[waiting["token"][taken]]]
-        if len(taken):
-            keep = np.ones(len(waiting), dtype=bool)
-            keep[taken] = False
+        keep = np.ones(len(waiting), dtype=bool)
+        keep[taken] = False
+        # Operations no activity answered within _NATIVE_AGE buffers (nested driver calls of a
+        # runtime call, event queries...) move to the dict of Python-recorded operations, so
+        # the array searched at every buffer stays the size of the recent operations.
+        old = keep & (waiting["born"] < self.stats.buffers - _NATIVE_AGE)
+        if old.any():
+            sites = self._sites
+            pending = self._pending
+            for correlation, token in zip(
+                waiting["correlation"][old].tolist(), waiting["token"][old].tolist(), strict=True
+            ):
+                pending[correlation] = (correlation, *sites[token][1:])
+            keep &= ~old
+        if not keep.all():
             self._native_pending = waiting[keep]
         return tokens
 
@@ -683,8 +698,12 @@ class GpuMonitor:
             raw = np.frombuffer(drain(), dtype=_NATIVE_RECORD)
             if len(raw):
                 self.stats.operations += len(raw)
+                fresh = np.empty(len(raw), dtype=_PENDING)
+                fresh["correlation"] = raw["correlation"]
+                fresh["token"] = raw["token"]
+                fresh["born"] = self.stats.buffers
                 waiting = self._native_pending
-                self._native_pending = np.concatenate([waiting, raw]) if len(waiting) else raw
+                self._native_pending = np.concatenate([waiting, fresh]) if len(waiting) else fresh
 
     def _unknown_operations(self, records: np.ndarray) -> list[Operation]:
         with self.session.lock:
