@@ -538,3 +538,24 @@ def test_the_warp_issue_rate_is_a_taxonomy_formula_over_gins(reference: Path) ->
     assert default_yaml(cpu.metrics, cpu.formulas, cpu.partials, extra=[WARP_ISSUE_RATE]) == (
         default_yaml(cpu.metrics, cpu.formulas, cpu.partials)
     )
+
+
+def test_pyprof_derived_writes_the_issue_rate_and_pyview_computes_it(
+    reference: Path, tmp_path: Path
+) -> None:
+    """``pyprof --derived`` on hpcrun's PC-sampling measurement: the rate is in the database's
+    taxonomy and pyview's value at the root is 100 (GINS - GINS:STL_ANY) / GINS of its own
+    columns; without the flag the taxonomy is hpcprof's (the exact tests check its bytes)."""
+    from pyhpctk.cli.pyprof import main as pyprof_main
+    from pyhpctk.present.api import open_database
+
+    plain, derived = tmp_path / "plain", tmp_path / "derived"
+    assert pyprof_main(["-o", str(plain), str(reference / PC_MEAS)]) == 0
+    assert pyprof_main(["-o", str(derived), "--derived", str(reference / PC_MEAS)]) == 0
+    assert "GINS:ISSUE (%)" not in (plain / "metrics" / "default.yaml").read_text()
+    assert "GINS:ISSUE (%)" in (derived / "metrics" / "default.yaml").read_text()
+    database = open_database(derived)
+    arrays = database.arrays(["GINS", "GINS:STL_ANY", "GINS:ISSUE (%)"])
+    gins, stalled = arrays["GINS (I)"][0], arrays["GINS:STL_ANY (I)"][0]
+    assert gins > 0
+    assert arrays["GINS:ISSUE (%) (I)"][0] == pytest.approx(100 * (gins - stalled) / gins)

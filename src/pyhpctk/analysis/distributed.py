@@ -76,7 +76,7 @@ from pyhpctk.analysis.pipeline import (
     rewrite_trace,
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, summarize
-from pyhpctk.analysis.taxonomy import default_yaml
+from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import build_metadb, copy_sources, make_staging, prepare_output
 from pyhpctk.core.context import ContextTree
@@ -595,7 +595,13 @@ def run_distributed(
             metadb.write(build_metadb(db), staging / "meta.db")
             (staging / "metrics").mkdir()
             (staging / "metrics" / "default.yaml").write_text(
-                default_yaml(table.metrics, table.formulas, partials), encoding="utf-8"
+                default_yaml(
+                    table.metrics,
+                    table.formulas,
+                    partials,
+                    EXTRA_ROOTS if options.derived else (),
+                ),
+                encoding="utf-8",
             )
         except BaseException as error:  # re-raised by finish()
             meta_errors.append(error)

@@ -28,6 +28,9 @@ class ProfOptions:
     ``progress``: draw progress bars on stderr (the CLI turns it on only for a terminal).
     ``copy_sources``: copy the source files that exist into ``DB/src/``.
     ``title``: the database title (default: the profiled program's name).
+    ``derived``: also write pyhpctk's own derived metrics into ``metrics/default.yaml``
+    (:data:`~pyhpctk.analysis.taxonomy.EXTRA_ROOTS`: the GPU warp issue rate); without it the
+    taxonomy is hpcprof's, byte for byte.
     """
 
     measurements: tuple[Path, ...]
@@ -41,6 +44,7 @@ class ProfOptions:
     progress: bool = False
     copy_sources: bool = True
     title: str | None = None
+    derived: bool = False
 
     def __post_init__(self) -> None:
         if not self.measurements:
@@ -67,6 +71,7 @@ class ProfOptions:
         progress: bool = False,
         copy_sources: bool = True,
         title: str | None = None,
+        derived: bool = False,
     ) -> ProfOptions:
         """Convenience constructor taking plain strings or paths."""
         return cls(
@@ -81,4 +86,5 @@ class ProfOptions:
             progress=progress,
             copy_sources=copy_sources,
             title=title,
+            derived=derived,
         )

@@ -670,7 +670,9 @@ def run(options: ProfOptions, progress: Progress | None = None) -> RunReport:
     db = aggregate(options, progress)
     output = options.output or default_output(options, db.title)
     with (progress or _no_progress)("writing database", 1) as advance:
-        write_database(db, output, force=options.force, copy=options.copy_sources)
+        write_database(
+            db, output, force=options.force, copy=options.copy_sources, derived=options.derived
+        )
         advance(1)
     return RunReport(
         output=output,

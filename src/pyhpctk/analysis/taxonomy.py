@@ -190,6 +190,8 @@ WARP_ISSUE_RATE = DerivedRoot(
     "100*(#{GINS} - #{GINS:STL_ANY})/#{GINS}",
     needs=("GINS", "GINS:STL_ANY"),
 )
+#: What ``pyprof --derived`` adds to hpcprof's taxonomy (each only where its inputs exist).
+EXTRA_ROOTS: tuple[DerivedRoot, ...] = (WARP_ISSUE_RATE,)
 
 
 def default_yaml(

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from pyhpctk.analysis.database import AggregateDatabase
-from pyhpctk.analysis.taxonomy import default_yaml
+from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.core.context import ENTRY_POINT_NAMES, ContextKey, Function, Relation
 from pyhpctk.core.metrics import N_SCOPES
 from pyhpctk.errors import PyhpctkError
@@ -228,7 +228,11 @@ def make_staging(output: Path) -> Path:
 
 
 def write_database(
-    db: AggregateDatabase, output: Path, force: bool = False, copy: bool = True
+    db: AggregateDatabase,
+    output: Path,
+    force: bool = False,
+    copy: bool = True,
+    derived: bool = False,
 ) -> None:
     """Write the whole database directory ``output`` (atomically replaced)."""
     prepare_output(output, force)
@@ -245,7 +249,8 @@ def write_database(
             tracedb.write(traces, staging / "trace.db")
         (staging / "metrics").mkdir()
         (staging / "metrics" / "default.yaml").write_text(
-            default_yaml(db.metrics, db.formulas, db.partials), encoding="utf-8"
+            default_yaml(db.metrics, db.formulas, db.partials, EXTRA_ROOTS if derived else ()),
+            encoding="utf-8",
         )
         if output.exists():
             shutil.rmtree(output)

@@ -98,6 +98,12 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
         click.option("--force", is_flag=True, help="Replace an existing output database."),
         click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src."),
         click.option(
+            "--derived",
+            is_flag=True,
+            help="Also write pyhpctk's own derived metrics (GPU warp issue rate) into the "
+            "metric taxonomy; without it the taxonomy is hpcprof's.",
+        ),
+        click.option(
             "--progress/--no-progress",
             default=None,
             help="Progress bars on stderr"
@@ -125,6 +131,7 @@ def prof_options(
     force: bool,
     no_sources: bool,
     progress: bool | None,
+    derived: bool = False,
 ) -> ProfOptions:
     """The options object both commands build from their shared command-line values."""
     return ProfOptions(
@@ -138,6 +145,7 @@ def prof_options(
         force=force,
         progress=sys.stderr.isatty() if progress is None else progress,
         copy_sources=not no_sources,
+        derived=derived,
     )
 
 
@@ -153,6 +161,7 @@ def command(
     strict: bool,
     force: bool,
     no_sources: bool,
+    derived: bool,
     progress: bool | None,
 ) -> int:
     """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database."""
@@ -167,6 +176,7 @@ def command(
         force,
         no_sources,
         progress,
+        derived,
     )
     report = run(options, _progress_for(options.progress))
     click.echo(report.summary(), err=True)

@@ -53,6 +53,7 @@ def command(
     strict: bool,
     force: bool,
     no_sources: bool,
+    derived: bool,
     progress: bool | None,
     memory_limit: str | None,
 ) -> int:
@@ -77,6 +78,7 @@ def command(
             force,
             no_sources,
             progress,
+            derived,
         )
         report = run_distributed(options, comm, limit, _progress_for(options.progress))
     except PyhpctkError as error:
