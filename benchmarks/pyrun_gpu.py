@@ -18,7 +18,10 @@ Modes, each in its own process (CUPTI allows one subscriber per process):
   at safe points, the final flush and attribution are reported separately (``shutdown_s``);
 - ``torchprof``: ``torch.profiler`` with CUDA activities, on the PyTorch workload only.
 
-The reported ratio is the timed region's wall time over the plain run's (best of ``--repeat``).
+The reported ratio is the timed region's wall time over the plain run's (best of ``--repeat``):
+a table of the best of all rounds, then the median and range of the ratios to the plain run of
+the same round (``--rounds``; ``--cpus 2-5`` pins every run to the same processors, since
+plain runs alone differ by up to 30 % between processes on the device machine).
 """
 
 from __future__ import annotations
@@ -135,27 +138,78 @@ def run_one(workload: str, mode: str, repeat: int) -> dict[str, object]:
     return result
 
 
-def run_all(repeat: int, rounds: int = 2) -> list[dict[str, object]]:
-    """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair)."""
+def run_all(
+    repeat: int,
+    rounds: int = 2,
+    workloads: tuple[str, ...] = WORKLOADS,
+    cpus: str = "",
+) -> list[dict[str, object]]:
+    """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair).
+
+    ``cpus`` ("2-5", "3,4"): the processors every child is pinned to, so that plain and
+    measured runs do not land on different cores (``os.sched_setaffinity``).
+    """
     results = []
     plan = [
-        (workload, mode)
-        for _ in range(rounds)
-        for workload in WORKLOADS
+        (round_, workload, mode)
+        for round_ in range(rounds)
+        for workload in workloads
         for mode in ["plain", "pyrun", "pyrun-pyhook"]
         + (["torchprof"] if workload == "torch" else [])
     ]
-    for workload, mode in plan:
+    for round_, workload, mode in plan:
         command = [sys.executable, __file__, "--workload", workload, "--mode", mode]
-        command += ["--repeat", str(repeat)]
+        command += ["--repeat", str(repeat)] + (["--cpus", cpus] if cpus else [])
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode or not lines:
-            results.append({"workload": workload, "mode": mode, "error": done.stderr[-2000:]})
+            result = {"workload": workload, "mode": mode, "error": done.stderr[-2000:]}
         else:
-            results.append(json.loads(lines[-1]))
-        print(json.dumps(results[-1]), flush=True)
+            result = json.loads(lines[-1])
+        result["round"] = round_
+        results.append(result)
+        print(json.dumps(result), flush=True)
     return results
+
+
+def paired(results: list[dict[str, object]]) -> str:
+    """Markdown: each mode's ratio to the plain run of the same round, median and range."""
+    plain = {
+        (r["round"], r["workload"]): float(r["best"])  # type: ignore[arg-type]
+        for r in results
+        if r["mode"] == "plain" and "best" in r
+    }
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for r in results:
+        base = plain.get((r["round"], r["workload"]))
+        if r["mode"] != "plain" and "best" in r and base:
+            key = (str(r["workload"]), str(r["mode"]))
+            ratios.setdefault(key, []).append(float(r["best"]) / base)  # type: ignore[arg-type]
+    rows = [
+        "| workload | mode | rounds | median ratio | min | max |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (workload, mode), values in ratios.items():
+        values.sort()
+        median = (
+            values[len(values) // 2]
+            if len(values) % 2
+            else sum(values[len(values) // 2 - 1 : len(values) // 2 + 1]) / 2
+        )
+        rows.append(
+            f"| {workload} | {mode} | {len(values)} | {median:.3f}x | {values[0]:.3f}x "
+            f"| {values[-1]:.3f}x |"
+        )
+    return "\n".join(rows)
+
+
+def _cpu_list(text: str) -> set[int]:
+    """``2-5,8`` → {2, 3, 4, 5, 8}."""
+    out: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
 
 
 def table(results: list[dict[str, object]]) -> str:
@@ -191,11 +245,22 @@ def main() -> int:
         "--mode", choices=("plain", "pyrun", "pyrun-pyhook", "torchprof"), default="plain"
     )
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (--all)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="subset (--all)")
+    parser.add_argument("--cpus", default="", help="pin every run to these CPUs, e.g. 2-5")
     parser.add_argument("--out")
     args = parser.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, _cpu_list(args.cpus))
     if args.all:
-        results = run_all(args.repeat)
+        chosen = tuple(w for w in args.workloads.split(",") if w)
+        unknown = set(chosen) - set(WORKLOADS)
+        if unknown:
+            parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
+        results = run_all(args.repeat, args.rounds, chosen, args.cpus)
         print(table(results))
+        print()
+        print(paired(results))
         if args.out:
             with open(args.out, "w", encoding="utf-8") as out:
                 json.dump(results, out, indent=1)

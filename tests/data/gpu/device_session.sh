@@ -33,5 +33,6 @@ timeout 300 python3 -m pytest -p no:cacheprovider -m gpu -q -x --timeout 150 \
 case ",$steps," in *,breakdown,*)
 timeout 100 python3 benchmarks/gpu_breakdown.py --repeat 4 2>&1 | tee "$out/breakdown.txt" ;; esac
 case ",$steps," in *,bench,*)
-timeout 240 python3 benchmarks/pyrun_gpu.py --all --repeat 3 --out "$out/bench.json" 2>&1 \
+timeout 400 python3 benchmarks/pyrun_gpu.py --all --repeat 3 --rounds 4 --cpus 2-7 \
+  --out "$out/bench.json" 2>&1 \
   | tee "$out/bench.txt" ;; esac
