@@ -439,3 +439,34 @@ def test_operations_no_activity_answers_leave_the_searched_array(tmp_path: Path)
     stats = shutdown(monitor, report=False)
     assert stats.matched == 100 and stats.unmatched == 6 and stats.unmatched_operations == 0
     assert _kernel_counts(session)[str(threading.get_ident())] == 100
+
+
+def _generator_launches(hook: object) -> Iterator[None]:
+    correlation = 0
+    while True:
+        correlation += 1
+        hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+        yield
+
+
+def resume_here(generator: Iterator[None]) -> None:
+    next(generator)
+
+
+def resume_there(generator: Iterator[None]) -> None:
+    next(generator)
+
+
+def test_a_generator_resumed_from_two_callers_is_two_sites(hook: object) -> None:
+    slow = SlowPath()
+    configure(hook, slow)
+    generator = _generator_launches(hook)
+    for index in range(20):  # one generator frame, one instruction, two callers in turn
+        (resume_here if index % 2 else resume_there)(generator)
+    # Each caller's path once; then the hook tells them apart. (Python 3.11 moves a call's
+    # instruction offset when it specializes the call, after 8 runs: once more each there.)
+    assert len(slow.calls) in (2, 4), slow.calls
+    records = drained(hook)
+    assert len(records) == 20 - len(slow.calls) and len(set(records["token"].tolist())) == 1
+    # (the stand-in keys tokens on the generator's own line; the monitor test checks that
+    # the monitor's tokens put each caller's kernels under that caller)

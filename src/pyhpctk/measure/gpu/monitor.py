@@ -449,7 +449,7 @@ class GpuMonitor:
         did. The operation goes on the thread's channel as :meth:`operation` sends it; the
         returned token names its (kind, call node, placeholder, thread, CCT) so that the hook
         can record later operations from the same site as (correlation, token) pairs without
-        entering Python. -1: do not cache (a generator's or coroutine's frame).
+        entering Python.
         """
         caller = sys._getframe(0).f_back  # the hook calls from C: the program's own frame
         frame = caller
@@ -460,8 +460,8 @@ class GpuMonitor:
         operation = self._slow_operation(state, frame, kind, correlation, multi)
         state = operation[OP_THREAD]
         state.push(operation)
-        if state.frame is _UNCACHED and not state.own:
-            return -1
+        # A generator's or coroutine's frame is cached too: the hook compares every frame down
+        # to a non-resumable anchor, so a generator resumed from elsewhere is another site.
         key = (
             kind,
             operation[OP_CALL],
