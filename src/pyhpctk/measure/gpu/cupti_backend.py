@@ -230,9 +230,8 @@ class CuptiBackend:
     def _start_native(self, cupti: object, native: object, monitor: GpuMonitor) -> None:
         """Subscribe the C callback: repeated operations never enter Python (_cuptihook.c)."""
         fine = self.fine
-        pc = int(fine)  # PC sampling and instruction counts are read at kernel exits
-        entries = [
-            (key[0], key[1], kind, int(key in self.api_multi), pc)
+        entries = [  # PC samples and instruction counts are read at kernel launches' exits
+            (key[0], key[1], kind, int(key in self.api_multi), int(fine and kind == act.KERNEL))
             for key, kind in self.api_kinds.items()
         ]
         context_created = (
