@@ -1,19 +1,28 @@
 """The NVIDIA backend: CUPTI callbacks for operations, CUPTI activity buffers for activities.
 
-- **Operations**: a CUPTI subscriber (``cupti-python``) gets a callback on entry to every CUDA
-  runtime and driver API that starts GPU work (launches, copies, memsets, allocations, frees,
-  synchronizations; classified once, by name, from CUPTI's callback-id enums). On entry the
-  callback runs on the application thread and calls :meth:`GpuMonitor.enter` with CUPTI's
-  correlation id; nested calls (runtime → driver) each get their own id and share a placeholder.
-- **GPU binaries**: the resource callback for ``MODULE_LOADED`` hands each cubin to
-  :meth:`GpuMonitor.module_loaded` (saved as ``gpubins/<md5>.gpubin``).
+- **Operations**: a CUPTI subscriber gets a callback on entry to every CUDA runtime and driver
+  API that starts GPU work (launches, copies, memsets, allocations, frees, synchronizations;
+  classified once, by name, from CUPTI's callback-id enums). Two subscribers (``hook=``):
+
+  ``c`` (default where built): the C hook ``_cuptihook`` records repeated operations of a call
+  site without entering Python and calls :meth:`GpuMonitor.operation_token` for new ones
+  (docs/gpu.md, "The C hook").
+
+  ``python``: cupti-python's ``subscribe``; the callback runs on the application thread and
+  calls :meth:`GpuMonitor.operation` with CUPTI's correlation id.
+
+  Nested calls (runtime → driver) each get their own id.
+- **GPU binaries**: the resource callback for ``MODULE_LOADED`` copies each cubin; the monitor
+  thread saves it as ``gpubins/<md5>.gpubin`` (:meth:`take_modules`), never inside the driver's
+  callback.
 - **Activities**: ``CONCURRENT_KERNEL``, ``MEMCPY``, ``MEMSET``, ``SYNCHRONIZATION`` and
   ``MEMORY2`` records. Two ways to read a completed buffer:
 
   ``raw`` (default): libcupti's own ``cuptiActivityRegisterCallbacks`` through ctypes; the
-  completed buffer is viewed as bytes, records are located with ``cuptiActivityGetNextRecord``
-  and each kind is gathered in one numpy operation using ``cupti-python``'s structured dtypes
-  (``activity_kernel*_dtype``...), never one Python object per record.
+  completed buffer is viewed as bytes, cut into runs of one record kind (record sizes learned
+  from ``cuptiActivityGetNextRecord``) and each run read in place through a strided view with
+  ``cupti-python``'s structured dtypes (``activity_kernel*_dtype``...), never one Python object
+  per record.
 
   ``objects``: ``cupti-python``'s documented callback, one Python object per record (the
   fallback, and the oracle the raw path is checked against on the device).
