@@ -113,8 +113,11 @@ def test_jobs_beyond_the_targets_start_no_idle_workers(
     monkeypatch.setattr(driver, "ProcessPoolExecutor", Recording)
     assert main([str(meas), "-j", "1000", "-q"]) == 0
     written = sorted(p.name for p in (meas / "structs").glob("*.hpcstruct"))
-    assert written == ["app.py.hpcstruct", "helper.py.hpcstruct"]
-    assert asked == [2]
+    # The program's two files; a sample can also land in threading.py while the interpreter
+    # shuts down (threading._shutdown), and then that file is a target too.
+    assert {"app.py.hpcstruct", "helper.py.hpcstruct"} <= set(written)
+    assert set(written) <= {"app.py.hpcstruct", "helper.py.hpcstruct", "threading.py.hpcstruct"}
+    assert asked == [len(written)]  # one worker per target, not 1000
 
 
 def test_output_under_a_file_is_a_one_line_error(
