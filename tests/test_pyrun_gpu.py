@@ -108,3 +108,20 @@ def test_bad_gpu_events_are_refused_before_the_program_runs(
     assert pyrun_main(["-e", "gpu=simulated", "-e", "gpu=nvidia", *program]) == 2
     assert "at most one gpu" in capsys.readouterr().err
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("how", "status"), [("exception", 1), ("exit", 3), ("sigterm", 128 + 15), ("os_exit", 5)]
+)
+def test_gpu_work_survives_every_way_of_ending(tmp_path: Path, how: str, status: int) -> None:
+    """Nothing lost: every kernel launched before the program died is in its profile."""
+    program = Path(__file__).resolve().parent / "programs" / "gpu_ending.py"
+    out = tmp_path / "m"
+    launches = 300
+    argv = ["-e", "gpu=simulated", "-t", "-o", str(out), sys.executable, str(program), how]
+    assert pyrun_main([*argv, str(launches)]) == status
+    assert pyhpctk_main(["verify", str(out)]) == 0
+    db = tmp_path / "db"
+    pipeline.run(ProfOptions.build([str(out)], output=str(db)))
+    arrays = open_database(db).arrays(["GKER:COUNT"])
+    assert arrays["GKER:COUNT (I)"][0] == launches
