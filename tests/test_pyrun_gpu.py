@@ -107,7 +107,16 @@ def test_bad_gpu_events_are_refused_before_the_program_runs(
     assert "unknown GPU backend" in capsys.readouterr().err
     assert pyrun_main(["-e", "gpu=simulated", "-e", "gpu=nvidia", *program]) == 2
     assert "at most one gpu" in capsys.readouterr().err
-    assert not marker.exists()
+    for event, message in (
+        ("gpu=simulated,hook=bogus", "hook='bogus'"),
+        ("gpu=nvidia,pcmode=sideways", "pcmode='sideways'"),
+        ("gpu=nvidia,pc,period=3", "period"),
+        ("gpu=nvidia,pc,inst", "exclude each other"),
+        (f"gpu=simulated,inst={tmp_path / 'nope.json'}", "no such file"),
+    ):
+        assert pyrun_main(["-e", event, "-o", str(tmp_path / "m"), *program]) == 2, event
+        assert message in capsys.readouterr().err, event
+    assert not marker.exists() and not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,13 @@ A thin click command over :mod:`pyhpctk.measure.launcher`; see ``docs/pyrun.md``
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from pyhpctk.cli._common import run_command
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S
 from pyhpctk.measure.events import event_listing, parse_events
+from pyhpctk.measure.gpu import check as check_gpu_spec
 from pyhpctk.measure.gpu.spec import is_gpu_event, parse_gpu_event
 from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
 
@@ -63,11 +62,8 @@ def pyrun(
     gpu_events = [parse_gpu_event(e) for e in events if is_gpu_event(e)]
     if len(gpu_events) > 1:
         raise UsageError("give at most one gpu=... event")
-    for spec in gpu_events:  # recordings the simulated backend replays: check them up front
-        for key in ("recording", "pc") if spec.backend == "simulated" else ():
-            path = spec.option(key)
-            if path and not os.path.isfile(path):
-                raise UsageError(f"gpu=simulated: {key}={path}: no such file")
+    for spec in gpu_events:  # option values and recordings: refused before the command runs
+        check_gpu_spec(spec)
     options = RunOptions(
         command=command,
         output_dir=output,

@@ -92,19 +92,13 @@ def _backend(spec: GpuSpec) -> object:
     if spec.backend == "nvidia":
         from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
 
-        records = spec.option("records", "raw")
-        pc_mode = spec.option("pcmode", "serialized")
-        if pc_mode not in ("serialized", "continuous"):
-            raise UsageError(f"gpu=nvidia: pcmode={pc_mode!r}: say serialized or continuous")
-        if records not in ("raw", "objects"):
-            raise UsageError(f"gpu=nvidia: records={records!r}: say records=raw or records=objects")
-        hook = _hook_option(spec)
+        records, pc_mode = _nvidia_options(spec)
         return CuptiBackend(
             buffer_bytes=spec.int_option("buffer", 8 << 20),
             records=records,
             pc_period=pc_period(spec),
             pc_mode=pc_mode,
-            hook=hook,
+            hook=_hook_option(spec),
             inst=inst,
         )
     from pyhpctk.measure.gpu.hip_backend import HipBackend
@@ -113,6 +107,34 @@ def _backend(spec: GpuSpec) -> object:
 
 
 ENV_HOOK = "PYHPCTK_GPU_HOOK"  # the default of hook= (c, python, auto)
+
+
+def check(spec: GpuSpec) -> None:
+    """Refuse bad option values and missing recordings now (pyrun, before the command runs).
+
+    The same checks run again where the backend is made; here nothing is loaded or started.
+    """
+    _hook_option(spec)
+    inst_counting(spec)
+    pc_period(spec)
+    if spec.backend == "nvidia":
+        _nvidia_options(spec)
+    if spec.backend == "simulated":
+        for key in ("recording", "pc", "inst"):
+            path = spec.option(key)
+            if path and not os.path.isfile(path):
+                raise UsageError(f"gpu=simulated: {key}={path}: no such file")
+
+
+def _nvidia_options(spec: GpuSpec) -> tuple[str, str]:
+    """``records=raw|objects`` and ``pcmode=serialized|continuous``."""
+    records = spec.option("records", "raw")
+    pc_mode = spec.option("pcmode", "serialized")
+    if pc_mode not in ("serialized", "continuous"):
+        raise UsageError(f"gpu=nvidia: pcmode={pc_mode!r}: say serialized or continuous")
+    if records not in ("raw", "objects"):
+        raise UsageError(f"gpu=nvidia: records={records!r}: say records=raw or records=objects")
+    return records, pc_mode
 
 
 def _hook_option(spec: GpuSpec) -> str:

@@ -6,11 +6,11 @@
  * with a thread that holds the GIL and waits for that lock. Here:
  *
  * - API entry of a GPU operation (launch, copy, memset, sync, alloc, free): the calling thread
- *   looks at its top Python frame and instruction. When both are those of its previous
- *   operation of that kind (a launch loop) and nothing changed since (the epoch), the
+ *   looks up its call site (Site, below: the program's frames down to an anchor) among the
+ *   sites it remembers. A known site with a token for this kind, in the current epoch: the
  *   operation (correlation id, token) goes into the thread's own lock-free chunk list and no
  *   Python runs at all. Otherwise the Python slow path (GpuMonitor.operation_token) unwinds,
- *   records the operation itself and returns the token to cache (-1: do not cache).
+ *   records the operation itself and returns the token to remember (-1: none).
  * - MODULE_LOADED: the cubin is copied into a queue; Python takes it on the monitor thread.
  * - Everything else the Python side asked for (PC sampling needs context creation and kernel
  *   exits) goes to a Python callable, with the GIL.
@@ -368,6 +368,15 @@ static long long call_slow(int kind, int multi, uint64_t correlation) {
     return token;
 }
 
+/* A thread without Python frames: its one site's token, pushed (1), or not known yet (0). */
+static int frameless_hit(int kind, uint64_t correlation, int64_t now) {
+    if (!cache.frameless_ready || cache.frameless_epoch != now || cache.frameless_token[kind] < 0)
+        return 0;
+    push(correlation, cache.frameless_token[kind]);
+    __atomic_add_fetch(&n_fast, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 /* With the GIL: the slow path of a thread without Python frames; caches its token. */
 static void frameless_slow(int kind, int multi, uint64_t correlation, int64_t now) {
     long long token = call_slow(kind, multi, correlation);
@@ -457,12 +466,8 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
     int64_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
     if (PyGILState_GetThisThreadState() == NULL) {
         /* A thread Python has never seen (a runtime's C++ worker): no frames, one site. */
-        if (cache.frameless_ready && cache.frameless_epoch == now &&
-            cache.frameless_token[kind] >= 0) {
-            push(correlation, cache.frameless_token[kind]);
-            __atomic_add_fetch(&n_fast, 1, __ATOMIC_RELAXED);
+        if (frameless_hit(kind, correlation, now))
             return;
-        }
         PyGILState_STATE gil = PyGILState_Ensure();
         frameless_slow(kind, multi, correlation, now);
         PyGILState_Release(gil);
@@ -474,13 +479,8 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         gil = PyGILState_Ensure();
     PyObject *frame = program_frame();
     if (frame == NULL) { /* a Python thread state, no Python frame: the frameless site */
-        if (cache.frameless_ready && cache.frameless_epoch == now &&
-            cache.frameless_token[kind] >= 0) {
-            push(correlation, cache.frameless_token[kind]);
-            __atomic_add_fetch(&n_fast, 1, __ATOMIC_RELAXED);
-        } else {
+        if (!frameless_hit(kind, correlation, now))
             frameless_slow(kind, multi, correlation, now);
-        }
     } else {
         PyCodeObject *code = PyFrame_GetCode((PyFrameObject *)frame);
         int set = site_set((PyObject *)code, PyFrame_GetLasti((PyFrameObject *)frame));

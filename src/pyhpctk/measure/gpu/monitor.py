@@ -444,9 +444,9 @@ class GpuMonitor:
     def operation_token(self, kind: int, correlation: int, multi: bool = False) -> int:
         """The native hook's slow path: record operation ``correlation``; return its token.
 
-        Called by the C callback (``_cuptihook``) on the application thread when the thread's
-        top frame or instruction changed since its last operation of this kind, or the epoch
-        did. The operation goes on the thread's channel as :meth:`operation` sends it; the
+        Called by the C callback (``_cuptihook``) on the application thread for a call site the
+        thread does not remember (or has no token for this kind in the current epoch). The
+        operation goes on the thread's channel as :meth:`operation` sends it; the
         returned token names its (kind, call node, placeholder, thread, CCT) so that the hook
         can record later operations from the same site as (correlation, token) pairs without
         entering Python.
@@ -462,14 +462,7 @@ class GpuMonitor:
         state.push(operation)
         # A generator's or coroutine's frame is cached too: the hook compares every frame down
         # to a non-resumable anchor, so a generator resumed from elsewhere is another site.
-        key = (
-            kind,
-            operation[OP_CALL],
-            operation[OP_PLACEHOLDER],
-            id(state),
-            id(operation[OP_CCT]),
-            multi,
-        )
+        key = _site_key(operation)
         token = self._token_of.get(key)
         if token is None:
             token = self._token_of[key] = len(self._sites)
@@ -574,15 +567,8 @@ class GpuMonitor:
                 if operation[OP_MULTI]:
                     pending[operation[OP_CORRELATION]] = operation  # more activities will come
                 owners[index] = self._thread_number(operation[OP_THREAD])
-                key = (  # the C hook's slow path gave this site a token (operation_token)
-                    operation[OP_KIND],
-                    operation[OP_CALL],
-                    operation[OP_PLACEHOLDER],
-                    id(operation[OP_THREAD]),
-                    id(operation[OP_CCT]),
-                    operation[OP_MULTI],
-                )
-                tokens[index] = token_of.get(key, -1)
+                # The C hook's slow path gave this site a token (operation_token).
+                tokens[index] = token_of.get(_site_key(operation), -1)
             self._site_table()  # tokens newer than the table: rebuilt now, not per batch
         stats.matched += len(records) - len(unknown)
         names = list(functions)
@@ -1185,6 +1171,18 @@ class GpuMonitor:
     def operation_count(self) -> int:
         """Operations announced so far (drained by the monitor or still in channels)."""
         return self.stats.operations
+
+
+def _site_key(operation: Operation) -> tuple[int, int, int, int, int, bool]:
+    """What names a C-hook token: everything of an operation but its correlation id."""
+    return (
+        operation[OP_KIND],
+        operation[OP_CALL],
+        operation[OP_PLACEHOLDER],
+        id(operation[OP_THREAD]),
+        id(operation[OP_CCT]),
+        operation[OP_MULTI],
+    )
 
 
 def transplant(source: ThreadCCT, node: int, target: ThreadCCT, main: bool) -> int:
