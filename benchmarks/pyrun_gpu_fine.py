@@ -10,7 +10,8 @@ process (CUPTI allows one PC sampling session per context):
 - ``pc``: CUPTI PC sampling through :class:`pyhpctk.measure.gpu.pcsampling.PcSampler`
   (kernel-serialized, period 2^N cycles) — what ``pyrun -e gpu=nvidia,pc`` collects;
 - ``inst``: CUPTI SASS metrics through :class:`pyhpctk.measure.gpu.sassmetrics.SassCounter`
-  (exact per-instruction counts, a synchronize + flush after every launch) — what
+  (exact per-instruction counts: CUPTI's one counting window over the launches, one flush;
+  region = the counted launches, the first one patching the kernel) — what
   ``pyrun -e gpu=nvidia,inst`` collects;
 - ``pyrun`` / ``pyrun_pc`` / ``pyrun_inst``: the plain script under ``pyrun -e gpu=nvidia``,
   ``pyrun -e gpu=nvidia,pc,period=N`` and ``pyrun -e gpu=nvidia,inst`` (whole measurement,
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             ("pyrun_pc", f"gpu=nvidia,pc,period={args.period}"),
             ("pyrun_inst", "gpu=nvidia,inst"),
         ):
-            modes[mode] = [*pyrun, os.path.join(scratch, mode), "-e", event, *modes["plain"]]
+            program = [*modes["plain"], *(["--profiler-start"] if mode == "pyrun_inst" else [])]
+            modes[mode] = [*pyrun, os.path.join(scratch, mode), "-e", event, *program]
         if args.ncu:
             modes["ncu"] = [
                 args.ncu,
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(mode, "FAILED", failed[mode], flush=True)
                     break
                 row: dict[str, float] = {"process_s": wall}
-                if mode in ("plain", "pyrun", "pyrun_pc"):
+                if mode in ("plain", "pyrun", "pyrun_pc", "pyrun_inst"):
                     row.update(json.loads(stdout.strip().splitlines()[-1]))
                     subprocess.run(["rm", "-rf", os.path.join(scratch, mode)], check=False)
                 elif mode in ("pc", "inst"):
@@ -129,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     plain = results["plain"]
     for row in results.values():
         row["process_ratio"] = row["process_s"] / plain["process_s"]
-        if "sampled_wall_s" in row:
-            row["region_ratio"] = row["sampled_wall_s"] / plain["sampled_wall_s"]
+        region = row.get("sampled_wall_s", row.get("counted_wall_s"))
+        if region is not None:
+            row["region_ratio"] = region / plain["sampled_wall_s"]
     text = json.dumps({**results, "failed": failed} if failed else results, indent=1)
     print(text)
     if args.out:

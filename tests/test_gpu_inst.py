@@ -18,6 +18,7 @@ come from ``nvdisasm``, independently of pystruct. Tests marked ``gpu`` record o
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import json
 import re
@@ -465,48 +466,63 @@ def test_exact_counts_rebuild_the_gpu_cct_with_exact_edge_weights(
 
 @pytest.mark.gpu
 def test_cupti_sass_metrics_count_the_ground_truth_kernel_exactly(tmp_path: Path) -> None:
-    """``record_pc.py --inst``: every launch gives the same counts, call sites = ground truth."""
-    out = tmp_path / "inst.json"
-    subprocess.run(
-        [sys.executable, str(RECORDER), str(out), "--inst", "--launches", "2", "--iters", "64"],
-        check=True,
-    )
-    recording = sm.load_inst_recording(str(out))
-    first, second = recording.launch_groups()
-    assert len(first) > 50 and first["inst"].tolist() == second["inst"].tolist()
-    assert first["threads"].tolist() == second["threads"].tolist()
-    _, calls = disassembly(recording.cubins[-1], tmp_path)
-    counts = {int(r["pc_offset"]): int(r["inst"]) for r in first}
+    """``record_pc.py --inst``: one launch's counts are the ground truth at every call site,
+    and three launches in the counting window count three times as much everywhere."""
+
+    def record(launches: int) -> sm.InstRecording:
+        out = tmp_path / f"inst{launches}.json"
+        subprocess.run(
+            [
+                *(sys.executable, str(RECORDER), str(out), "--inst"),
+                *("--launches", str(launches), "--iters", "64"),
+            ],
+            check=True,
+        )
+        return sm.load_inst_recording(str(out))
+
+    one, three = record(1), record(3)
+    (single,) = one.launch_groups()
+    (triple,) = three.launch_groups()
+    assert len(single) > 50
+    _, calls = disassembly(one.cubins[-1], tmp_path)
+    counts = {int(r["pc_offset"]): int(r["inst"]) for r in single}
     for offset, edge in edge_names(calls).items():
-        assert counts[offset] == recording.warps * recording.calls_per_thread[edge], edge
-    threads = {int(r["pc_offset"]): int(r["threads"]) for r in first}
+        assert counts[offset] == one.warps * one.calls_per_thread[edge], edge
+    threads = {int(r["pc_offset"]): int(r["threads"]) for r in single}
     assert all(threads[o] == 32 * counts[o] for o in edge_names(calls))
+    assert {int(r["pc_offset"]): int(r["inst"]) for r in triple} == {
+        o: 3 * c for o, c in counts.items()
+    }
 
 
 @pytest.mark.gpu
 def test_pyrun_nvidia_inst_counts_instructions_under_the_kernel(tmp_path: Path) -> None:
-    import inspect
-
-    from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
-
-    if "inst" not in inspect.signature(CuptiBackend).parameters:
-        pytest.xfail("the CUPTI backend does not drive SassCounter yet (docs/gpu.md)")
+    """pyrun counts from cudaProfilerStart() on: the recorder's warm-up and 3 launches."""
     out = tmp_path / "m"
-    subprocess.run(
+    result = subprocess.run(
         [
             *(sys.executable, "-m", "pyhpctk.cli.pyrun", "-e", "gpu=nvidia,inst"),
             *("-o", str(out), sys.executable, str(RECORDER), "x", "--no-sampling"),
-            *("--launches", "3", "--iters", "64"),
+            *("--profiler-start", "--launches", "3", "--iters", "64"),
         ],
         check=True,
+        capture_output=True,
+        text=True,
     )
+    assert "CUPTI counted gt_kernel (" in result.stderr, result.stderr
+    assert "while 4 kernel launches ran" in result.stderr, result.stderr
     values, _ = _instruction_values(out)
     gins = {o: v["GINS"] for o, v in values.items() if "GINS" in v}
     assert len(gins) > 50
-    warps = GRID[0] * GRID[1] // 32
     launches = 1 + 3  # the recorder's warm-up launch and the 3 timed ones
-    counts = Counter(int(v) for v in gins.values())
-    assert counts.most_common(1)[0][0] % (warps * launches) == 0
+    warps = GRID[0] * GRID[1] // 32
+    calls = None
+    for gpubin in (out / "gpubins").glob("*.gpubin"):
+        with contextlib.suppress(ValueError):  # not the module of gt_kernel
+            calls = disassembly(gpubin.read_bytes(), tmp_path)[1]
+    assert calls is not None
+    for offset, edge in edge_names(calls).items():
+        assert gins[offset] == warps * record_pc.CALLS[edge] * launches, edge
 
 
 def test_ctypes_structures_are_what_cupti_reads() -> None:

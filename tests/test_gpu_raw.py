@@ -85,6 +85,38 @@ def test_apis_are_classified_by_name(name: str, kind: int | None) -> None:
     assert classify_api(name) == kind
 
 
+NAMES = {  # CUPTI callback-id names → ids, as in cupti-python's enums (ids made up)
+    "cuLaunchKernel": 1,
+    "cuGraphLaunch": 2,
+    "cuMemcpyHtoD_v2": 3,
+    "cuMemsetD8_v2": 4,
+    "cuCtxSynchronize": 5,
+    "cuProfilerStart": 6,
+    "cudaProfilerStart_v4000": 7,
+    "SIZE": 8,
+    "cuCtxGetCurrent": 9,
+}
+
+
+@pytest.mark.parametrize("inst", [False, True])
+def test_callbacks_are_learned_from_their_names(inst: bool) -> None:
+    """Graph launches are multi-activity; with inst, copies and memsets are not traced and
+    the profiler starts (where counting begins) are watched."""
+    backend = CuptiBackend(inst=inst)
+    backend.learn_apis(2, NAMES)
+    kinds = {name: backend.api_kinds.get((2, cbid)) for name, cbid in NAMES.items()}
+    assert kinds["cuLaunchKernel"] == kinds["cuGraphLaunch"] == act.KERNEL
+    assert kinds["cuCtxSynchronize"] == act.SYNC
+    assert kinds["SIZE"] is kinds["cuCtxGetCurrent"] is kinds["cuProfilerStart"] is None
+    assert backend.api_multi == {(2, 2)}
+    if inst:
+        assert kinds["cuMemcpyHtoD_v2"] is kinds["cuMemsetD8_v2"] is None
+        assert backend._profiler_starts == {(2, 6), (2, 7)}
+    else:
+        assert (kinds["cuMemcpyHtoD_v2"], kinds["cuMemsetD8_v2"]) == (act.COPY, act.MEMSET)
+        assert backend._profiler_starts == set()
+
+
 def _buffer(layout: list[tuple[np.dtype, int]]) -> tuple[np.ndarray, list[int]]:
     """Records packed one after another (8-byte aligned), as CUPTI fills a buffer."""
     sizes = [-(-dtype.itemsize // 8) * 8 for dtype, _ in layout]

@@ -1,5 +1,11 @@
 """Why does cuptiSassMetricsGetDataProperties report no records? (issue #7 device diagnosis)
 
+Answered on the H200 (2026-12-01): the variants that zero their output (``cupy.zeros``,
+``cuMemsetD8``) between SetConfig and the kernel's first launch count nothing; with the zeroing
+left out (``nomemset``, ``driver_cubin+nomemset``) CUPTI counts. The full rules (one kernel per
+window, one flush, the activity kinds that stop it) are in docs/gpu.md and ``sassmetrics``;
+``probe_from_python.py`` (``PFP_STEPS``, ``PFP_ACTIVITY``) tests them one step at a time.
+
 Run on the device, from the repository root::
 
     PYTHONPATH=/tmp/site:$PWD/src python3 tests/data/gpu/diagnose_inst.py [--only NAME,...]
@@ -36,7 +42,7 @@ BLOCKS, THREADS = 264, 128
 ITERS, DEPTH, TURNS, REPS = 64, 5, 3, 1
 LAUNCHES = 2
 PER_VARIANT_S = 25
-TOTAL_S = 170
+TOTAL_S = 240
 
 BASE: dict[str, Any] = {
     "sub": True,  # cupti-python subscriber (MODULE_LOADED) present, as in the recorder
@@ -46,16 +52,86 @@ BASE: dict[str, Any] = {
     "lazy": 1,
     "ctxarg": "ctx",  # ctx | null: what Enable/GetDataProperties/Flush/Disable get
     "ctx": "primary",  # primary (cupy) | created (cuCtxCreate_v2, as NVIDIA's sample)
+    # | driver_primary (cuDevicePrimaryCtxRetain: with loader=driver, cupy is never imported)
     "sync": "cuCtx",  # cuCtx | cudaDevice
     "gran": 0,  # CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU=0, SM=1, SMSP=2
     "metrics": ["smsp__sass_inst_executed", "smsp__sass_thread_inst_executed"],
     "flush": "each",  # each | once (after all launches)
     "loader": "cupy",  # cupy (RawModule, NVRTC) | driver (cuModuleLoadData of gt_sm90.cubin)
+    "configs": "kept",  # kept (alive until UnsetConfig) | zeroed | freed, right after SetConfig
+    "cupti_python": True,  # import cupti-python (else libcupti is found on disk)
+    "memset": True,  # the output zeroed (cuMemsetD8 / cupy.zeros) between Enable and launch
+    "cupti_mode": "local",  # local | global: how this file's ctypes loads libcupti
+    "cupti_when": "after_cuinit",  # after_cuinit | before_cuinit: when libcupti is loaded
+    "query": False,  # cuptiProfilerDeviceSupported(SASS_METRICS) before the chip name
+    # steps done by sass_probe.cu's library (PROBE_LIB, default /tmp/libsass_probe.so) instead
+    # of this file's ctypes: "setup" (init..Enable), "launch" (its own kernel), "collect";
+    # with loader=driver: "cload" (it loads gt_sm90.cubin), "claunch" (it launches gt_kernel),
+    # "rtinit" (its static CUDA runtime initialized before the module load)
+    "cside": [],
     "env": {},
 }
 ONE = ["smsp__sass_inst_executed"]
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("base", {}),
+    ("configs_zeroed", {"configs": "zeroed"}),
+    ("configs_freed", {"configs": "freed"}),
+    ("no_cupti_python", {"sub": False, "cupti_python": False}),
+    ("query", {"query": True}),
+    ("c_all", {"cside": ["setup", "launch", "collect"]}),
+    ("c_setup", {"cside": ["setup"]}),
+    ("c_launch", {"cside": ["launch"]}),
+    ("c_collect", {"cside": ["collect"]}),
+    ("c_setup+launch", {"cside": ["setup", "launch"]}),
+    ("c_launch+collect", {"cside": ["launch", "collect"]}),
+    ("c_setup+collect", {"cside": ["setup", "collect"]}),
+    ("c_cubin", {"loader": "driver", "cside": ["cload", "claunch"]}),
+    ("c_cubin_load", {"loader": "driver", "cside": ["cload"]}),
+    ("c_cubin_launch", {"loader": "driver", "cside": ["claunch"]}),
+    ("driver_cubin+rtinit", {"loader": "driver", "cside": ["rtinit"]}),
+    ("global_cupti", {"cupti_mode": "global", "sub": False, "cupti_python": False}),
+    (
+        "global_cupti+driver_cubin",
+        {"cupti_mode": "global", "sub": False, "cupti_python": False, "loader": "driver"},
+    ),
+    (
+        "cupti_before_cuinit+driver_cubin",
+        {"cupti_when": "before_cuinit", "sub": False, "cupti_python": False, "loader": "driver"},
+    ),
+    ("preload_cupti", {"env": {"LD_PRELOAD": "@cupti"}}),
+    ("preload_cupti+driver_cubin", {"env": {"LD_PRELOAD": "@cupti"}, "loader": "driver"}),
+    (
+        "preload_toolkit_cupti",
+        {"env": {"LD_PRELOAD": "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"}},
+    ),
+    ("driver_cubin+nomemset", {"loader": "driver", "memset": False}),
+    ("nomemset", {"memset": False}),
+    ("preload_cuda+driver_cubin", {"env": {"LD_PRELOAD": "libcuda.so.1"}, "loader": "driver"}),
+    (
+        "preload_both+driver_cubin",
+        {"env": {"LD_PRELOAD": "libcuda.so.1 @cupti"}, "loader": "driver"},
+    ),
+    ("c_setup+c_cubin", {"loader": "driver", "cside": ["setup", "cload", "claunch"]}),
+    ("one_metric+driver_cubin", {"loader": "driver", "metrics": ONE}),
+    ("one_metric+c_cubin", {"loader": "driver", "metrics": ONE, "cside": ["cload", "claunch"]}),
+    (
+        "nocupy+c_cubin",
+        {
+            **{"ctx": "driver_primary", "loader": "driver", "sub": False},
+            **{"cupti_python": False, "cside": ["cload", "claunch"]},
+        },
+    ),
+    (
+        "nocupy+c_setup+c_cubin",
+        {
+            **{"ctx": "driver_primary", "loader": "driver", "sub": False},
+            **{"cupti_python": False, "cside": ["setup", "cload", "claunch"]},
+        },
+    ),
+    (
+        "nocupy+driver_cubin",
+        {"ctx": "driver_primary", "loader": "driver", "sub": False, "cupti_python": False},
+    ),
     ("lazy0", {"lazy": 0}),
     ("after_load", {"enable": "after_load"}),
     ("after_load+lazy0", {"enable": "after_load", "lazy": 0}),
@@ -102,25 +178,31 @@ class Stop(Exception):
     """The variant cannot go on (reason in the message)."""
 
 
-def _find_libcupti() -> tuple[ctypes.CDLL, str]:
-    """The libcupti this process loaded (cupti-python's), else the first one found on disk."""
-    try:
-        from cupti import cupti
+def _cupti_on_disk() -> list[str]:
+    """libcupti files on disk, the pip wheels' (cupti-python's choice) first."""
+    candidates: list[str] = []
+    for entry in sys.path:
+        candidates += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "lib", "libcupti.so*")))
+    return candidates + sorted(glob.glob("/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*"))
 
-        getattr(cupti, "get_version", lambda: None)()  # makes cupti-python load its libcupti
-    except Exception as error:
-        print(f"cupti-python: {type(error).__name__}: {error}", file=sys.stderr)
+
+def _find_libcupti(cupti_python: bool = True, mode: str = "local") -> tuple[ctypes.CDLL, str]:
+    """The libcupti this process loaded (cupti-python's), else the first one found on disk."""
+    if cupti_python:
+        try:
+            from cupti import cupti
+
+            cupti.get_timestamp()  # makes cupti-python load its libcupti
+        except Exception as error:
+            print(f"cupti-python: {type(error).__name__}: {error}", file=sys.stderr)
     from pyhpctk.measure.gpu.cupti_backend import _loaded_library
 
     path = _loaded_library("libcupti")
-    candidates = [path] if path else []
-    for entry in sys.path:
-        candidates += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "lib", "libcupti.so*")))
-    candidates += sorted(glob.glob("/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*"))
-    candidates += ["libcupti.so.13", "libcupti.so"]
+    candidates = ([path] if path else []) + _cupti_on_disk() + ["libcupti.so.13", "libcupti.so"]
+    flags = ctypes.RTLD_GLOBAL if mode == "global" else ctypes.RTLD_LOCAL
     for candidate in candidates:
         try:
-            return ctypes.CDLL(candidate), candidate
+            return ctypes.CDLL(candidate, mode=flags), candidate
         except OSError:
             continue
     raise Stop("no libcupti")
@@ -134,6 +216,10 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as error:
         raise Stop(f"no GPU ({error})") from None
+    early = None
+    if opts["cupti_when"] == "before_cuinit":
+        early = _find_libcupti(opts["cupti_python"], opts["cupti_mode"])
+        log.append("libcupti loaded before cuInit")
     st = int(cuda.cuInit(0))
     log.append(f"cuInit={st}")
     count = ctypes.c_int(0)
@@ -161,8 +247,9 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
         cupti.enable_callback(
             1, subscriber, cupti.CallbackDomain.RESOURCE, cupti.CallbackIdResource.MODULE_LOADED
         )
-    lib, path = _find_libcupti()
+    lib, path = early or _find_libcupti(opts["cupti_python"], opts["cupti_mode"])
     result["lib"] = path
+    keep: list[object] = []  # what must outlive SetConfig (opts["configs"] == "kept")
 
     def call(name: str, fn_name: str, params: ctypes.Structure) -> int:
         status = int(getattr(lib, fn_name)(ctypes.byref(params)))
@@ -170,11 +257,44 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
         return status
 
     metric_ids: dict[int, str] = {}
+    probe: Any = None
+    if opts["cside"]:
+        try:
+            probe = ctypes.CDLL(os.environ.get("PROBE_LIB", "/tmp/libsass_probe.so"))
+        except OSError as error:
+            raise Stop(f"no probe library ({error})") from None
+        probe.probe_collect.restype = ctypes.c_longlong
+        probe.probe_load_cubin.restype = ctypes.c_void_p
+        probe.probe_load_cubin.argtypes = [ctypes.c_char_p]
+        probe.probe_launch_function.argtypes = [ctypes.c_void_p, ctypes.c_int]
+
+    class _Supported(ctypes.Structure):  # CUpti_Profiler_DeviceSupported_Params
+        _fields_ = [("structSize", ctypes.c_size_t), ("pPriv", ctypes.c_void_p)] + [
+            (name, ctypes.c_int)
+            for name in [
+                "cuDevice",
+                "isSupported",
+                "architecture",
+                "sli",
+                "vGpu",
+                "cc",
+                "cmp",
+                "wsl",
+                "api",
+            ]
+        ]
 
     def configure() -> None:
+        if "setup" in opts["cside"]:
+            log.append(f"probe_setup={probe.probe_setup(int(opts['lazy']), 1)}")
+            return
         if opts["init"]:
             init = sm._sized(sm._Initialize, "CUpti_Profiler_Initialize_Params")
             call("init", "cuptiProfilerInitialize", init)
+        if opts["query"]:
+            supported = _Supported(structSize=_Supported.api.offset + 4, api=2)  # SASS_METRICS
+            call("supported", "cuptiProfilerDeviceSupported", supported)
+            log.append(f"isSupported={supported.isSupported}")
         chip = sm._sized(sm._ChipName, "CUpti_Device_GetChipName_Params")
         chip.deviceIndex = 0
         if call("chip", "cuptiDeviceGetChipName", chip) != 0:
@@ -196,19 +316,36 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
         config.pConfigs = configs
         config.deviceIndex = 0
         call("setconfig", "cuptiSassMetricsSetConfig", config)
+        log.append("ids=" + "/".join(str(c.metricId) for c in configs))
+        if opts["configs"] == "kept":
+            keep.append(configs)
+        elif opts["configs"] == "zeroed":
+            ctypes.memset(configs, 0, ctypes.sizeof(configs))
+
+    def configure_then_free() -> None:
+        configure()
+        if opts["configs"] == "freed":  # reuse the freed array's memory (same size class)
+            size = ctypes.sizeof(sm._Config) * len(opts["metrics"])
+            keep.append([ctypes.create_string_buffer(b"\xff" * size, size) for _ in range(256)])
 
     if opts["setconfig"] == "before_ctx":
-        configure()
-    import cupy
-
-    result["cupy"] = cupy.__version__
+        configure_then_free()
     context = ctypes.c_void_p(0)
+    if opts["ctx"] == "driver_primary":
+        cupy: Any = None
+        st = int(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0))
+        st2 = int(cuda.cuCtxSetCurrent(context))
+        log.append(f"cuDevicePrimaryCtxRetain={st} cuCtxSetCurrent={st2}")
+    else:
+        import cupy
+
+        result["cupy"] = cupy.__version__
     if opts["ctx"] == "created":
         st = int(cuda.cuCtxCreate_v2(ctypes.byref(context), 0, 0))
         log.append(f"cuCtxCreate={st}")
         if st != 0:
             raise Stop("cuCtxCreate_v2 failed")
-    else:
+    elif opts["ctx"] == "primary":
         cupy.cuda.Device(0).use()
         cupy.cuda.runtime.free(0)
         cuda.cuCtxGetCurrent(ctypes.byref(context))
@@ -216,10 +353,12 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
     if not ctx:
         raise Stop("no current context")
     if opts["setconfig"] == "after_ctx":
-        configure()
+        configure_then_free()
     ctxarg = ctx if opts["ctxarg"] == "ctx" else None
 
     def enable() -> None:
+        if "setup" in opts["cside"]:
+            return
         params = sm._sized(sm._Enable, "CUpti_SassMetricsEnable_Params")
         params.ctx = ctxarg
         params.enableLazyPatching = int(opts["lazy"])
@@ -228,7 +367,18 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
     # the module and a launcher
     launch: Any
     read_out: Any
-    if opts["loader"] == "cupy":
+    if "launch" in opts["cside"]:
+
+        def load() -> None:
+            nonlocal launch, read_out
+
+            def launch() -> None:
+                log.append(f"probe_launch={probe.probe_launch(1000)}")
+
+            def read_out() -> float:
+                return 0.0
+
+    elif opts["loader"] == "cupy":
 
         def load() -> None:
             nonlocal launch, read_out
@@ -236,7 +386,8 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
             from record_pc import KERNEL, SOURCE  # type: ignore[import-not-found]
 
             kernel = cupy.RawModule(code=SOURCE, options=("-lineinfo",)).get_function(KERNEL)
-            out = cupy.zeros(BLOCKS * THREADS, dtype=cupy.float32)
+            make = cupy.zeros if opts["memset"] else cupy.empty
+            out = make(BLOCKS * THREADS, dtype=cupy.float32)
             args = (out, *(np.int32(v) for v in (ITERS, DEPTH, TURNS, REPS)))
 
             def launch() -> None:
@@ -251,18 +402,26 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
             nonlocal launch, read_out
             if not CUBIN.exists():
                 raise Stop(f"{CUBIN} missing")
+            if "rtinit" in opts["cside"]:
+                log.append(f"probe_runtime_init={probe.probe_runtime_init()}")
             image = CUBIN.read_bytes()
             module, function = ctypes.c_void_p(0), ctypes.c_void_p(0)
-            st = int(cuda.cuModuleLoadData(ctypes.byref(module), image))
-            log.append(f"cuModuleLoadData={st}")
-            st2 = int(cuda.cuModuleGetFunction(ctypes.byref(function), module, b"gt_kernel"))
-            log.append(f"cuModuleGetFunction={st2}")
+            if "cload" in opts["cside"]:
+                function = ctypes.c_void_p(probe.probe_load_cubin(str(CUBIN).encode()))
+                st = st2 = 0 if function.value else 1
+                log.append(f"probe_load_cubin={function.value is not None}")
+            else:
+                st = int(cuda.cuModuleLoadData(ctypes.byref(module), image))
+                log.append(f"cuModuleLoadData={st}")
+                st2 = int(cuda.cuModuleGetFunction(ctypes.byref(function), module, b"gt_kernel"))
+                log.append(f"cuModuleGetFunction={st2}")
             if st or st2:
                 raise Stop("module load failed")
             dptr = ctypes.c_uint64(0)
             size = BLOCKS * THREADS * 4
             cuda.cuMemAlloc_v2(ctypes.byref(dptr), ctypes.c_size_t(size))
-            cuda.cuMemsetD8_v2(dptr, ctypes.c_ubyte(0), ctypes.c_size_t(size))
+            if opts["memset"]:
+                cuda.cuMemsetD8_v2(dptr, ctypes.c_ubyte(0), ctypes.c_size_t(size))
             ints = [ctypes.c_int(v) for v in (ITERS, DEPTH, TURNS, REPS)]
             keep = [dptr, *ints]
             params = (ctypes.c_void_p * 5)(*(ctypes.addressof(v) for v in keep))
@@ -276,6 +435,11 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
             ]
 
             def launch() -> None:
+                if "claunch" in opts["cside"]:
+                    log.append(
+                        f"probe_launch_function={probe.probe_launch_function(function, ITERS)}"
+                    )
+                    return
                 st = int(
                     cuda.cuLaunchKernel(
                         function, BLOCKS, 1, 1, THREADS, 1, 1, 0, None, params, None
@@ -303,6 +467,11 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
 
     def properties_and_flush(do_flush: bool) -> None:
         nonlocal flushed
+        if "collect" in opts["cside"]:
+            count = int(probe.probe_collect())
+            result["gdp"].append(f"{count}xC")
+            flushed += max(count, 0)
+            return
         props = sm._sized(sm._DataProperties, "CUpti_SassMetricsGetDataProperties_Params")
         props.ctx = ctxarg
         st = int(lib.cuptiSassMetricsGetDataProperties(ctypes.byref(props)))
@@ -408,6 +577,9 @@ def main(argv: list[str]) -> int:
             continue
         opts = {**BASE, **change}
         env = {**os.environ, **opts["env"], "PYTHONUNBUFFERED": "1"}
+        for key, value in opts["env"].items():  # "@cupti": the libcupti cupti-python loads
+            if "@cupti" in value:
+                env[key] = value.replace("@cupti", (_cupti_on_disk() or ["libcupti.so.13"])[0])
         t0 = time.monotonic()
         try:
             proc = subprocess.run(

@@ -3,7 +3,7 @@
 Run on the device (``tests/data/gpu/device_pc.sh``)::
 
     python3 tests/data/gpu/record_pc.py OUT.json [--period 12] [--launches 4] [--iters 256]
-    python3 tests/data/gpu/record_pc.py OUT.json --inst [--launches 2]     # instruction counts
+    python3 tests/data/gpu/record_pc.py OUT.json --inst [--launches 1]     # instruction counts
 
 The kernel (compiled at run time with cupy.RawModule / NVRTC) has a chain of ``__noinline__``
 device functions (``top → mid → leaf``), a function called from two sites 1:3 (``shared_fn``:
@@ -16,9 +16,10 @@ PC mode (default) records everything pyrun's PC sampling path sees: the stall re
 sample rows (:data:`pyhpctk.measure.gpu.pcsampling.SAMPLE_DTYPE`, as lists), CUPTI's totals,
 each loaded cubin (base64) with its md5 and CUPTI CRC, the kernel's duration and the device's
 SM count and clock, and the known call counts per thread. ``--inst`` records exact counts
-instead (:data:`pyhpctk.measure.gpu.sassmetrics.INST_DTYPE` rows, one group per launch with
-correlation ids 1, 2, ...), as ``gpu=simulated,inst=PATH`` replays them. nvcc builds the same
-source for CI (``tests/data/gpu/gt_sm90.cubin``, see ``tests/test_gpu_inst.py``).
+instead (:data:`pyhpctk.measure.gpu.sassmetrics.INST_DTYPE` rows: the totals of ``--launches``
+launches, CUPTI's one counting window, as one group with correlation id 1); with
+``--launches 1`` that group is one launch's, as ``gpu=simulated,inst=PATH`` replays it. nvcc
+builds the same source for CI (``tests/data/gpu/gt_sm90.cubin``, see ``tests/test_gpu_inst.py``).
 """
 
 from __future__ import annotations
@@ -185,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=264)
     parser.add_argument("--threads", type=int, default=128)
     parser.add_argument("--no-sampling", action="store_true", help="plain timing only")
+    parser.add_argument(
+        "--profiler-start",
+        action="store_true",
+        help="with --no-sampling: cudaProfilerStart() before the first launch (where"
+        " pyrun -e gpu=nvidia,inst starts counting)",
+    )
     parser.add_argument("--inst", action="store_true", help="instruction counts, not samples")
     parser.add_argument("--mode", default="serialized", choices=("serialized", "continuous"))
     parser.add_argument("--no-start-stop", action="store_true", help="sample enable..disable")
@@ -202,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         module = cupy.RawModule(code=SOURCE, options=("-lineinfo",))
         kernel = module.get_function(KERNEL)
         out = cupy.zeros(args.blocks * args.threads, dtype=cupy.float32)
+        if args.profiler_start:
+            cupy.cuda.runtime.deviceSynchronize()
+            cupy.cuda.runtime.profilerStart()
         kernel(grid, block, (out, *values))
         cupy.cuda.runtime.deviceSynchronize()
         t0 = time.perf_counter()
@@ -244,60 +254,61 @@ def _record_inst(
     cubins: list[bytes],
     values: tuple[object, ...],
 ) -> dict[str, object]:
-    """Exact counts per launch: enable, then per launch synchronize + collect (flush)."""
+    """Exact counts of ``--launches`` launches: CUPTI's one counting window.
+
+    CUPTI counts only the first kernel launched after Enable, adds its later launches to the
+    same counters, stops at the first flush, and counts nothing when other GPU work runs
+    between Enable and that launch (``sassmetrics``' docstring). So everything the kernel
+    needs (module, zeroed output) is made and the GPU is idle before Enable; then the launches,
+    one synchronize, one collect: the rows are the totals of the launches (one group,
+    correlation 1). The kernel is never launched before Enable (a kernel that ran before was
+    not counted in any later window on the H200), so its duration is the counted launches'
+    wall time, patching included.
+    """
     import cupy
-    import numpy as np
 
     from pyhpctk.measure.gpu import sassmetrics as sm
 
-    counter = sm.SassCounter(lib, context)
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    counter.enable()
-    timings["enable_s"] = time.perf_counter() - t0
-    try:
-        available = [name for name, _ in counter.available()]
-    except OSError as error:  # only informative: the recording does not need it
-        available = [f"error: {error}"]
     module = cupy.RawModule(code=SOURCE, options=("-lineinfo",))
     kernel = module.get_function(KERNEL)
     out = cupy.zeros(args.blocks * args.threads, dtype=cupy.float32)
     grid, block = (args.blocks,), (args.threads,)
-    kernel(grid, block, (out, *values))  # warm-up: patches the kernel (lazy patching)
+    counter = sm.SassCounter(lib, context)
+    timings: dict[str, float] = {}
     counter.synchronize()
-    warm = counter.collect(0)
-    parts = []
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    elapsed_ms = 0.0
     t0 = time.perf_counter()
-    for launch in range(args.launches):
-        start.record()
+    counter.enable()
+    timings["enable_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(args.launches):
         kernel(grid, block, (out, *values))
-        end.record()
-        counter.synchronize()
-        elapsed_ms += cupy.cuda.get_elapsed_time(start, end)
-        parts.append(counter.collect(launch + 1).rows)
-    timings["sampled_wall_s"] = time.perf_counter() - t0
-    timings["kernels_ms"] = elapsed_ms
+    counter.synchronize()
+    timings["counted_wall_s"] = time.perf_counter() - t0
+    batch = counter.collect(1)
     rest = counter.disable()
     counter.release()
-    rows = np.concatenate(parts) if parts else np.zeros(0, sm.INST_DTYPE)
+    try:
+        available = [name for name, _ in counter.available()]
+    except OSError as error:  # only informative: the recording does not need it
+        available = [f"error: {error}"]
+    rows = batch.rows
     print(
-        f"inst: rows={len(rows)} per launch={[len(p) for p in parts]}"
-        f" warm-up rows={len(warm.rows)} left at disable={len(rest.rows)}"
-        f" dropped={counter.dropped_records} functions={warm.functions}"
+        f"inst: rows={len(rows)} launches={args.launches} left at disable={len(rest.rows)}"
+        f" dropped={counter.dropped_records} functions={batch.functions}"
         f" warp inst={int(rows['inst'].sum())} thread inst={int(rows['threads'].sum())}"
         f" chip={counter.chip} cubins={[len(c) for c in cubins]} timings={timings}"
         f" statuses={counter.statuses}"
     )
+    if not len(rows):
+        print("inst: CUPTI counted nothing", file=sys.stderr)
     return {
         "format": "inst",
         "metrics": [name for name, _ in counter.metrics],
         "available_metrics": available,
         "chip": counter.chip,
-        "kernels_ns": int(elapsed_ms * 1e6),
-        "functions": list(warm.functions),
-        "warmup_rows": len(warm.rows),
+        "kernels_ns": int(timings["counted_wall_s"] * 1e9),
+        "functions": list(batch.functions),
+        "counted_launches": args.launches,  # the rows are the totals of this many launches
         "rows_left_at_disable": len(rest.rows),
         "dropped_records": counter.dropped_records,
         "statuses": counter.statuses,

@@ -253,6 +253,14 @@ def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
             f"pyrun: gpu: PC samples: {pc['attributed']} attributed, {pc['unmatched']} with no"
             f" kernel launch or gpubin to go to, {pc['dropped']} dropped by the hardware\n"
         )
+    if report and monitor.pc_kind is not None and pc.get("inst_launches", 0) > 1:
+        sys.stderr.write(  # CUPTI's counting window (sassmetrics): say what the counts cover
+            f"pyrun: gpu: instruction counts: CUPTI counted"
+            f" {', '.join(monitor.inst_functions) or 'no function'}"
+            f" ({pc.get('instructions', 0)} warp instructions) while"
+            f" {pc['inst_launches']} kernel launches ran; the counts are their totals,"
+            " attributed to the first launch's calling context (docs/gpu.md)\n"
+        )
     if report and monitor.pc_kind is not None and pc.get("inst_unmatched", 0):
         sys.stderr.write(
             f"pyrun: gpu: instruction counts: {pc.get('inst_attributed', 0)} warp instructions"

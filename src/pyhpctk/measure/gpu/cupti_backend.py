@@ -16,7 +16,8 @@
   thread saves it as ``gpubins/<md5>.gpubin`` (:meth:`take_modules`), never inside the driver's
   callback.
 - **Activities**: ``CONCURRENT_KERNEL``, ``MEMCPY``, ``MEMSET``, ``SYNCHRONIZATION`` and
-  ``MEMORY2`` records. Two ways to read a completed buffer:
+  ``MEMORY2`` records (with ``inst``: ``KERNEL``, ``SYNCHRONIZATION`` and ``MEMORY2``, the only
+  kinds under which CUPTI's SASS counters work). Two ways to read a completed buffer:
 
   ``raw`` (default): libcupti's own ``cuptiActivityRegisterCallbacks`` through ctypes; the
   completed buffer is viewed as bytes, cut into runs of one record kind (record sizes learned
@@ -150,7 +151,9 @@ class CuptiBackend:
     ) -> None:
         self.inst = inst  # issue #7: exact instruction counts (cuptiSassMetrics*)
         self.inst_counters: dict[int, object] = {}  # CUcontext → sassmetrics.SassCounter
-        self._last_launch: dict[int, int] = {}  # CUcontext → its latest launch's correlation
+        self._inst_first: dict[int, int] = {}  # CUcontext → the counted window's first launch
+        self._profiler_starts: set[tuple[int, int]] = set()  # cu/cudaProfilerStart (inst)
+        self.inst_launches: dict[int, int] = {}  # CUcontext → kernel launches while counting
         self._fine_busy = threading.local()  # inside a counter's own CUDA calls
         self.hook = hook  # "c": the C callback (_cuptihook), "python": cupti-python's; "auto"
         self.native: object | None = None  # the _cuptihook module once subscribed through it
@@ -191,6 +194,24 @@ class CuptiBackend:
 
     # -- start / stop --
 
+    def learn_apis(self, domain: int, members: dict[str, int]) -> None:
+        """Which callbacks of ``domain`` (CUPTI's callback-id names → ids) start what.
+
+        Fills :attr:`api_kinds` (kind of each GPU operation's API), :attr:`api_multi` (graph
+        launches: several activities per call) and, with ``inst``, the profiler starts where
+        counting begins; with ``inst``, copies and memsets are left out (not traced: start()).
+        """
+        for name, cbid in members.items():
+            kind = classify_api(name)
+            if self.inst and kind in (act.COPY, act.MEMSET):
+                continue
+            if kind is not None and "SIZE" not in name and "INVALID" not in name:
+                self.api_kinds[(domain, cbid)] = kind
+                if "GraphLaunch" in name:
+                    self.api_multi.add((domain, cbid))
+            elif self.inst and name.startswith(("cuProfilerStart", "cudaProfilerStart")):
+                self._profiler_starts.add((domain, cbid))
+
     def start(self, monitor: GpuMonitor) -> None:
         from cupti import cupti
 
@@ -201,12 +222,7 @@ class CuptiBackend:
             (cupti.CallbackDomain.RUNTIME_API, cupti.RuntimeApiTraceCbid),
             (cupti.CallbackDomain.DRIVER_API, cupti.DriverApiTraceCbid),
         ):
-            for name, member in enum.__members__.items():
-                kind = classify_api(name)
-                if kind is not None and "SIZE" not in name and "INVALID" not in name:
-                    self.api_kinds[(int(domain), int(member))] = kind
-                    if "GraphLaunch" in name:
-                        self.api_multi.add((int(domain), int(member)))
+            self.learn_apis(int(domain), {n: int(m) for n, m in enum.__members__.items()})
         self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
         self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
@@ -226,13 +242,20 @@ class CuptiBackend:
             self._register_raw(cupti)
         else:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        # Instruction counting (issue #7): with CONCURRENT_KERNEL activity on, CUPTI's SASS
+        # counters read zero, and with MEMCPY or MEMSET activity on it counts nothing at all
+        # (H200, CUPTI 13.0: tests/data/gpu/probe_from_python.py, PFP_ACTIVITY). The KERNEL
+        # kind (serialized kernels, the same records) leaves them intact: inst traces kernels,
+        # synchronizations and allocations, not copies or memsets.
+        kernels = cupti.ActivityKind.KERNEL if self.inst else cupti.ActivityKind.CONCURRENT_KERNEL
         self._kinds = {
-            int(cupti.ActivityKind.CONCURRENT_KERNEL): act.KERNEL,
-            int(cupti.ActivityKind.MEMCPY): act.COPY,
-            int(cupti.ActivityKind.MEMSET): act.MEMSET,
+            int(kernels): act.KERNEL,
             int(cupti.ActivityKind.SYNCHRONIZATION): act.SYNC,
             int(cupti.ActivityKind.MEMORY2): act.ALLOC,
         }
+        if not self.inst:
+            self._kinds[int(cupti.ActivityKind.MEMCPY)] = act.COPY
+            self._kinds[int(cupti.ActivityKind.MEMSET)] = act.MEMSET
         for kind in self._kinds:
             cupti.activity_enable(kind)
 
@@ -243,6 +266,9 @@ class CuptiBackend:
             (key[0], key[1], kind, int(key in self.api_multi), int(fine and kind == act.KERNEL))
             for key, kind in self.api_kinds.items()
         ]
+        # instruction counting starts at a profiler start's exit (its kind is never used: in
+        # fine mode every call goes to _native_every, which takes these first)
+        entries += [(key[0], key[1], act.SYNC, 0, 1) for key in self._profiler_starts]
         context_created = (
             int(cupti.CallbackIdResource.CONTEXT_CREATED)  # type: ignore[attr-defined]
             if fine
@@ -280,6 +306,11 @@ class CuptiBackend:
             except cupti.cuptiError:  # type: ignore[attr-defined]  # an id this libcupti lacks
                 del self.api_kinds[key]
                 self.unknown_apis += 1
+        for key in list(self._profiler_starts):
+            try:
+                cupti.enable_callback(1, self._subscriber, *key)  # type: ignore[attr-defined]
+            except cupti.cuptiError:  # type: ignore[attr-defined]
+                self._profiler_starts.discard(key)
         cupti.enable_callback(  # type: ignore[attr-defined]
             1,
             self._subscriber,
@@ -307,6 +338,10 @@ class CuptiBackend:
                 self._fine_enable(context)
             return
         key = (domain, cbid)
+        if key in self._profiler_starts:
+            if site != self._enter:
+                self._inst_start(context)
+            return
         kind = self.api_kinds.get(key)
         if site != self._enter:
             if kind == act.KERNEL:
@@ -324,19 +359,35 @@ class CuptiBackend:
     def _fine_enable(self, context: int) -> None:
         if self.pc_period and context not in self.pc_samplers:
             self._pc_enable(context)
-        if self.inst and context and context not in self.inst_counters:
+
+    def _inst_start(self, context: int) -> None:
+        """At the exit of the program's first cu/cudaProfilerStart: counting starts (once)."""
+        if not context:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            current = ctypes.c_void_p(0)
+            if cuda.cuCtxGetCurrent(ctypes.byref(current)) == 0:
+                context = int(current.value or 0)
+        if context and not self.inst_counters:
             self._inst_enable(context)
 
     def _fine_collect(self, context: int, correlation: int) -> None:
         if self.pc_period:
             self._pc_collect(context)
-        if self.inst:
-            self._inst_collect(context, correlation)
+        if self.inst and context in self.inst_counters:
+            self._inst_first.setdefault(context, correlation)
+            self.inst_launches[context] = self.inst_launches.get(context, 0) + 1
 
     # -- instruction counts (issue #7) --
 
     def _inst_enable(self, context: int) -> None:
-        """Start exact instruction counting on ``context`` (once per context)."""
+        """Start counting on ``context``: at the exit of the program's profiler start (once).
+
+        CUPTI counts only the first device work after SetConfig — which must be a kernel, in
+        an enabled window — and nothing when that is a memset or a kernel launched before
+        Enable; enabling inside the launch's own API callback gave records with zero counts
+        on the H200 (``sassmetrics``' docstring). So the program says where: the kernel it
+        launches next after ``cudaProfilerStart()`` is counted, with its later launches.
+        """
         from pyhpctk.measure.gpu.sassmetrics import SassCounter
 
         path = _loaded_library("libcupti")
@@ -344,6 +395,7 @@ class CuptiBackend:
         self.inst_counters[context] = counter
         self._fine_busy.on = True
         try:
+            counter.synchronize()
             counter.enable()
         except Exception as error:
             self._pc_error(f"pyrun: gpu: instruction counting unavailable: {error}")
@@ -362,27 +414,27 @@ class CuptiBackend:
             pass
         return 0
 
-    def _inst_collect(self, context: int, correlation: int, final: bool = False) -> None:
-        """After a launch: wait for the kernel, read its counts, hand them to the monitor."""
+    def _inst_collect(self, context: int) -> None:
+        """At the end: wait for the kernels, read the window's totals (one flush), disable.
+
+        The totals go to the monitor as the window's first launch's (its calling context).
+        """
         counter = self.inst_counters.get(context)
         monitor = self.monitor
         if counter is None or monitor is None or not counter.enabled:  # type: ignore[attr-defined]
             return
+        correlation = self._inst_first.get(context, 0)
         self._fine_busy.on = True
         try:
-            if final:
-                batch = counter.disable(correlation)  # type: ignore[attr-defined]
-            else:
-                counter.synchronize()  # type: ignore[attr-defined]
-                batch = counter.collect(correlation)  # type: ignore[attr-defined]
+            counter.synchronize()  # type: ignore[attr-defined]
+            batch = counter.disable(correlation)  # type: ignore[attr-defined]
         except Exception as error:
             self._pc_error(f"pyrun: gpu: reading instruction counts failed: {error}")
             return
         finally:
             self._fine_busy.on = False
-        self._last_launch[context] = correlation
         if len(batch.rows):
-            monitor.inst_counts(batch.rows, batch.functions)
+            monitor.inst_counts(batch.rows, batch.functions, self.inst_launches.get(context, 0))
 
     def flush(self) -> None:
         cupti = self._cupti
@@ -396,7 +448,13 @@ class CuptiBackend:
         for context in list(self.pc_samplers):
             self._pc_collect(context, final=True)
         for context in list(self.inst_counters):
-            self._inst_collect(context, self._last_launch.get(context, 0), final=True)
+            self._inst_collect(context)
+        if self.inst and not self.inst_counters:
+            self._pc_error(
+                "pyrun: gpu: instruction counts: none — counting starts when the program calls"
+                " cudaProfilerStart() (cupy.cuda.runtime.profilerStart(),"
+                " torch.cuda.profiler.start()) right before the kernel to count (docs/gpu.md)"
+            )
         released: set[int] = set()
         for counter in self.inst_counters.values():
             device = int(counter.device)  # type: ignore[attr-defined]
@@ -446,6 +504,10 @@ class CuptiBackend:
             if getattr(self._fine_busy, "on", False):
                 return  # a CUDA call of the counters themselves (cuCtxSynchronize)
             context = int(data.context)  # type: ignore[attr-defined]
+            if (domain, cbid) in self._profiler_starts:
+                if data.callback_site != self._enter:  # type: ignore[attr-defined]
+                    self._inst_start(context)
+                return
             if data.callback_site != self._enter:  # type: ignore[attr-defined]
                 if self.api_kinds.get((domain, cbid)) == act.KERNEL:
                     self._fine_collect(context, int(data.correlation_id))  # type: ignore[attr-defined]

@@ -268,6 +268,7 @@ class GpuMonitor:
         self.pc_clock_khz = 0
         self.pc_sm_count = 0
         self.pc_stats = {"rows": 0, "samples": 0, "attributed": 0, "unmatched": 0, "dropped": 0}
+        self.inst_functions: list[str] = []  # the device functions instruction counts came from
         self._pc_lock = threading.Lock()
         self._pc_rows: list[tuple[np.ndarray, list[str], list[str], int]] = []
         self._pc_kernels: dict[int, tuple[ThreadCCT, int, int]] = {}
@@ -1059,19 +1060,24 @@ class GpuMonitor:
             self.pc_stats["samples"] += sample_count(rows, reasons)
             self.pc_stats["dropped"] += dropped
 
-    def inst_counts(self, rows: np.ndarray, functions: Sequence[str]) -> None:
+    def inst_counts(self, rows: np.ndarray, functions: Sequence[str], launches: int = 1) -> None:
         """A backend delivers instruction counts (``sassmetrics.INST_DTYPE``; any thread).
 
         Like :meth:`pc_samples`: the rows wait for the launch with their correlation id, then
         go below its ``GPUKernl`` placeholder as hpcrun's instrumentation metrics (``GINS``,
-        ``GINS:SIMD_*``). They share the PC queue; their dtype tells them apart.
+        ``GINS:SIMD_*``). They share the PC queue; their dtype tells them apart. ``launches``:
+        how many kernel launches ran while CUPTI counted (its counts are their totals).
         """
         with self._pc_lock:
             self._pc_rows.append((rows, list(functions), [], 0))
-            self.pc_stats["rows"] += len(rows)
-            self.pc_stats["instructions"] = self.pc_stats.get("instructions", 0) + int(
+            stats = self.pc_stats
+            stats["rows"] += len(rows)
+            stats["instructions"] = stats.get("instructions", 0) + int(
                 rows["inst"].astype(np.int64).sum()
             )
+            stats["inst_launches"] = stats.get("inst_launches", 0) + launches
+            counted = sorted({functions[f] for f in rows["function"].tolist() if f >= 0})
+            self.inst_functions.extend(n for n in counted if n not in self.inst_functions)
 
     def _attribute_pc(self, final: bool = False) -> None:
         """Attribute waiting PC samples / counts whose kernel is known (with the session lock)."""

@@ -20,9 +20,25 @@ Two halves, as in :mod:`pyhpctk.measure.gpu.pcsampling`:
   size, ``GINS:SIMD_WST`` = TOT - ACT. ``GINS:BLK_EXEC_CNT`` needs basic blocks, which only
   pystruct knows: not written. Pure numpy: CI runs it on recorded rows.
 
-CUPTI's records carry no correlation id: counts accumulate in CUPTI's buffers until
-:meth:`SassCounter.collect` flushes them, so collecting after each kernel has *finished*
-attributes each launch exactly; the caller passes the launch's correlation id.
+What CUPTI counts, as measured on the H200 (CUPTI 13.0, driver 580; ``tests/data/gpu/``
+``sass_probe.cu``, ``probe_from_python.py`` and ``diagnose_inst.py``, 2026-12-01) — far
+narrower than its header says, with every call returning success throughout:
+
+- Only the first kernel run after ``cuptiSassMetricsSetConfig`` is counted, if Enable came
+  before it; its later launches add to the same counters (three launches, three times the
+  counts); no other kernel is counted. Any other device work first — a ``cuMemsetD8``,
+  ``cupy.zeros``, even before Enable, or a launch before Enable — leaves nothing counted.
+  (Why every earlier attempt read 0 records: the recorder zeroed its output after Enable.)
+- ``cuptiSassMetricsFlushData`` ends the window: nothing later is counted, not after Disable
+  + Enable, and a SetConfig after UnsetConfig returns ``CUPTI_ERROR_OUT_OF_MEMORY``.
+- With ``CONCURRENT_KERNEL`` activity tracing on the counts are all 0, with ``MEMCPY`` or
+  ``MEMSET`` activity on nothing is counted; ``KERNEL``, ``SYNCHRONIZATION`` and ``MEMORY2``
+  activity are harmless. Enabling inside the launch's own API-entry callback gives zeros.
+
+So counting is one window: :meth:`SassCounter.enable` right before the kernel's first launch
+(synchronized, nothing else in between), one :meth:`SassCounter.collect` when counting ends.
+The counts are totals over every launch of that kernel in the window; CUPTI's records carry no
+correlation id, and the caller says which launch they are attributed to.
 
 Never combine with PC sampling: ``cuptiProfilerInitialize`` (required here) blocks CUPTI's
 PC sampling API, and ``GINS`` would mix counts with samples; ``gpu=...,pc,inst`` is refused.
@@ -291,23 +307,19 @@ class InstBatch:
 class SassCounter:
     """Exact per-instruction execution counts on one CUDA context.
 
-    How the CUPTI backend uses it (it owns the callbacks, this class owns the API):
+    How the CUPTI backend uses it (it owns the callbacks, this class owns the API), shaped by
+    what CUPTI counts (module docstring):
 
-    - ``SassCounter(lib, context, device).enable()`` once per context, when the context is
-      created (``CONTEXT_CREATED`` resource callback, or the first launch in a context that
-      existed before pyrun), on the thread that runs that callback. The first counter of a
-      device also sets the device's configuration (``cuptiSassMetricsSetConfig``); later ones
-      find it set. Lazy patching: a function is patched at its first launch after enable().
-    - after each kernel launch, at the launch API's *exit* callback, on the launching thread:
-      ``counter.synchronize()`` then ``counter.collect(correlation)``. The counters live in
-      device memory and are complete only when the kernel has finished; the launch API returns
-      before that, so the context must be synchronized first (``cuCtxSynchronize``; its own
-      API callback fires — the backend must not treat it as the program's synchronization).
-      This serializes kernels with the host, which is the price of exact per-launch counts.
-      ``collect`` flushes CUPTI's buffer, so the next launch starts from zero.
-    - at shutdown or context destruction: ``counter.disable()`` (flushes what is left, then
-      ``cuptiSassMetricsDisable``; the rows it returns belong to the last launch), and once per
-      device ``counter.release()`` (``cuptiSassMetricsUnsetConfig``).
+    - at the API *exit* of the program's first ``cu/cudaProfilerStart``, on that thread:
+      ``counter.synchronize()`` (nothing in flight), then ``counter.enable()``: SetConfig for
+      the device (once; a later counter finds it set), Enable with lazy patching; CUPTI
+      patches the kernel the program launches next.
+    - each later launch is only counted by the backend (CUPTI adds it to the same counters
+      when it is the same kernel).
+    - at shutdown: ``counter.synchronize()``, ``counter.disable(correlation)`` — one flush (the
+      totals, as the first launch's rows), then ``cuptiSassMetricsDisable`` — and once per
+      device ``counter.release()`` (``cuptiSassMetricsUnsetConfig``). Its CUDA calls run with
+      the backend's busy flag set, so their own callbacks are not taken for the program's.
     """
 
     lib: ctypes.CDLL
@@ -406,10 +418,18 @@ class SassCounter:
         self.enabled = True
 
     def synchronize(self) -> None:
-        """``cuCtxSynchronize`` on the calling thread's current context (the kernel is done)."""
+        """``cuCtxSynchronize`` of this counter's context (pushed current for the call)."""
         if self._cuda is None:
             self._cuda = ctypes.CDLL("libcuda.so.1")
-        status = int(self._cuda.cuCtxSynchronize())
+        cuda = self._cuda
+        pushed = (
+            bool(self.context) and int(cuda.cuCtxPushCurrent_v2(ctypes.c_void_p(self.context))) == 0
+        )
+        try:
+            status = int(cuda.cuCtxSynchronize())
+        finally:
+            if pushed:
+                cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p(0)))
         if status != 0:
             raise SassMetricsError(f"cuCtxSynchronize failed with CUDA status {status}")
 
@@ -513,6 +533,28 @@ def rows_of_records(
         np.add.at(sums, owner[mask], flat[mask])
         rows[column] = sums
     return rows
+
+
+def summed_rows(rows: np.ndarray) -> np.ndarray:
+    """:data:`INST_DTYPE` rows summed per instruction (cubin, function, pc), as CUPTI sums
+    the launches of one counting window; the correlation is the first row's."""
+    if not len(rows):
+        return rows.copy()
+    keys = np.zeros(len(rows), [("crc", "<u8"), ("function", "<i4"), ("pc", "<u8")])
+    keys["crc"], keys["function"], keys["pc"] = (
+        rows["cubin_crc"],
+        rows["function"],
+        rows["pc_offset"],
+    )
+    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    result = rows[first].copy()
+    for column in ("inst", "threads"):
+        sums = np.zeros(len(unique), np.uint64)  # exact integer sums
+        np.add.at(sums, inverse, rows[column])
+        result[column] = sums
+    result["correlation"] = rows["correlation"][0]
+    return result
 
 
 # -- hpcrun's metrics ------------------------------------------------------------------------

@@ -71,6 +71,8 @@ class SimulatedBackend:
         self._pc_function = -1
         self.inst = inst  # issue #7: instruction counts replayed with each launch
         self._inst_launch = 0
+        self._inst_rows: list[np.ndarray] = []  # the counting window's launches (CUPTI's way)
+        self._inst_first = 0
         fine = pc or inst
         if fine is not None:  # launches are the recorded kernel's
             if fine.kernel not in recording.functions:
@@ -182,6 +184,7 @@ class SimulatedBackend:
     def stop(self) -> None:
         """Flush, then end the completion thread (after it delivered everything)."""
         self.flush()
+        self._flush_inst()
         self._stop = True
         self._wake.release()
         if self._worker is not None:
@@ -339,16 +342,29 @@ class SimulatedBackend:
         monitor.pc_samples(rows, pc.functions, pc.reasons, dropped)
 
     def _replay_inst(self, inst: InstRecording, correlation: int) -> None:
-        """The recorded counts of the next recorded launch, as this launch's (issue #7)."""
-        monitor = self.monitor
-        assert monitor is not None
+        """The recorded counts of the next recorded launch join the counting window (#7).
+
+        As CUPTI does (``sassmetrics``' docstring), the counts add up over the launches and
+        reach the monitor once, at :meth:`stop`, as the first launch's.
+        """
         groups = inst.launch_groups()
         if not groups:
             return
-        rows = groups[self._inst_launch % len(groups)].copy()
+        if not self._inst_rows:
+            self._inst_first = correlation
+        self._inst_rows.append(groups[self._inst_launch % len(groups)])
         self._inst_launch += 1
-        rows["correlation"] = correlation
-        monitor.inst_counts(rows, inst.functions)
+
+    def _flush_inst(self) -> None:
+        from pyhpctk.measure.gpu.sassmetrics import summed_rows
+
+        monitor, inst, parts = self.monitor, self.inst, self._inst_rows
+        if monitor is None or inst is None or not parts:
+            return
+        self._inst_rows = []
+        rows = summed_rows(np.concatenate(parts))
+        rows["correlation"] = self._inst_first
+        monitor.inst_counts(rows, inst.functions, len(parts))
 
     def launch(self, stream: int | None = None) -> int:
         """A kernel launch answered by the next recorded kernel; its correlation id."""
