@@ -1,10 +1,14 @@
 """Overhead of instruction-level GPU measurement on a real GPU (issue #7, item 5).
 
     PYTHONPATH=src python3 benchmarks/pyrun_gpu_fine.py [--ncu PATH] [--out results.json]
+                                                        [--workload gt|stencil]
 
-Workload: the ground-truth kernel of ``tests/data/gpu/record_pc.py`` (a chain of noinline
-device functions and loops), ``--launches`` launches after a warm-up. Modes, each in its own
-process (CUPTI allows one PC sampling session per context):
+Workloads: ``gt`` (default), the ground-truth kernel of ``tests/data/gpu/record_pc.py`` (a
+chain of noinline device functions and loops), ``--launches`` launches after a warm-up; and
+``stencil``, a CuPy Jacobi stencil (``benchmarks/gpu_stencil.py``, ``--launches`` steps of a
+``--n`` x ``--n`` grid), the real workload, for which ``pc`` and ``inst`` (the recorder's own
+modes) do not apply. Modes, each in its own process (CUPTI allows one PC sampling session per
+context):
 
 - ``plain``: no measurement (``record_pc.py --no-sampling``);
 - ``pc``: CUPTI PC sampling through :class:`pyhpctk.measure.gpu.pcsampling.PcSampler`
@@ -40,6 +44,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDER = os.path.join(HERE, "..", "tests", "data", "gpu", "record_pc.py")
+STENCIL = os.path.join(HERE, "gpu_stencil.py")
 
 
 def _run(command: list[str]) -> tuple[float, str]:
@@ -61,17 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=int, default=12)
     parser.add_argument("--reps", type=int, default=1, help="record_pc.py --reps")
     parser.add_argument("--modes", default="", help="comma-separated subset of the modes")
+    parser.add_argument("--workload", default="gt", choices=("gt", "stencil"))
+    parser.add_argument("--n", type=int, default=4096, help="stencil: grid points per side")
     args = parser.parse_args(argv)
     common = ["--launches", str(args.launches), "--iters", str(args.iters)]
     common += ["--reps", str(args.reps)]
+    kernel_name = "gt_kernel"
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         target = os.path.join(scratch, "r.json")
-        modes = {
-            "plain": [sys.executable, RECORDER, target, "--no-sampling", *common],
-            "pc": [sys.executable, RECORDER, target, "--period", str(args.period), *common],
-            "inst": [sys.executable, RECORDER, target, "--inst", *common],
-        }
+        if args.workload == "stencil":
+            stencil = [sys.executable, STENCIL, "--n", str(args.n), "--steps", str(args.launches)]
+            modes = {"plain": stencil}
+            kernel_name = "jacobi"
+        else:
+            modes = {
+                "plain": [sys.executable, RECORDER, target, "--no-sampling", *common],
+                "pc": [sys.executable, RECORDER, target, "--period", str(args.period), *common],
+                "inst": [sys.executable, RECORDER, target, "--inst", *common],
+            }
         pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun", "-o"]
         for mode, event in (
             ("pyrun", "gpu=nvidia"),
@@ -88,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--section",
                 "WarpStateStats",
                 "-k",
-                "gt_kernel",
+                kernel_name,
                 *modes["plain"],
             ]
             modes["ncu_inst"] = [
@@ -98,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--section",
                 "InstructionStats",
                 "-k",
-                "gt_kernel",
+                kernel_name,
                 *modes["plain"],
             ]
         wanted = {m for m in args.modes.split(",") if m} | {"plain"}
