@@ -480,3 +480,24 @@ def test_the_unwinding_cache_never_confuses_sites_or_resumed_generators(tmp_path
     assert kernels_under(caller_two.__code__) == 15
     totals = _totals(session, cct)
     assert totals[gm.GKER_COUNT] == 30 + 20 and totals[gm.GXCOPY_COUNT] == 10
+
+
+def test_activities_of_the_backends_own_calls_are_left_out(tmp_path: Path) -> None:
+    """A counter's cuCtxSynchronize (own_call) brings a SYNCHRONIZATION record with an id
+    no program operation has: left out of the profile, not put under <GPU?????>."""
+    ops = np.zeros(1, dtype=rec.OPERATION_DTYPE)
+    ops["correlation"] = [1]
+    ops["kind"] = act.KERNEL
+    rows = act.empty_activities(3)
+    rows["kind"] = [act.KERNEL, act.SYNC, act.SYNC]
+    rows["correlation"] = [1, 7, 8]  # 7: the backend's own call; 8: unknown to everyone
+    rows["start"] = [1000, 2000, 3000]
+    rows["end"] = rows["start"] + 10
+    recording = rec.Recording(act.DeviceLimits(), [], ops, rows, [3])
+    session = _session(tmp_path)
+    monitor = _start(session, recording)
+    monitor.own_call(7)
+    _replay(session, monitor)
+    stats = shutdown(monitor, report=False)
+    assert (stats.matched, stats.own, stats.unmatched) == (1, 1, 1)
+    assert stats.activities == 3

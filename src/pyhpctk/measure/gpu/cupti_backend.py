@@ -331,8 +331,10 @@ class CuptiBackend:
         self, domain: int, cbid: int, site: int, correlation: int, context: int
     ) -> None:
         """The C hook hands over every call while PC sampling is on (as :meth:`_callback`)."""
-        if getattr(self._fine_busy, "on", False):
-            return  # a CUDA call of the counters themselves (cuCtxSynchronize)
+        if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
+            if self.monitor is not None:
+                self.monitor.own_call(correlation)
+            return
         if domain == self._domain_resource:
             if cbid == self._context_created:
                 self._fine_enable(context)
@@ -501,8 +503,10 @@ class CuptiBackend:
                 self._fine_enable(int(data.context))  # type: ignore[attr-defined]
             return
         if self.fine:
-            if getattr(self._fine_busy, "on", False):
-                return  # a CUDA call of the counters themselves (cuCtxSynchronize)
+            if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
+                if self.monitor is not None:
+                    self.monitor.own_call(int(data.correlation_id))  # type: ignore[attr-defined]
+                return
             context = int(data.context)  # type: ignore[attr-defined]
             if (domain, cbid) in self._profiler_starts:
                 if data.callback_site != self._enter:  # type: ignore[attr-defined]

@@ -171,6 +171,7 @@ class GpuStats:
         "internal",
         "matched",
         "operations",
+        "own",
         "trace_overflow",
         "unmatched",
         "unmatched_operations",
@@ -182,6 +183,7 @@ class GpuStats:
         self.matched = 0
         self.unmatched = 0  # activities whose correlation id no operation had
         self.internal = 0  # activities with correlation id 0: the driver's own (not an API call)
+        self.own = 0  # activities of the backend's own CUDA calls (left out of the profile)
         self.unmatched_operations = 0  # operations no activity answered (allocation APIs...)
         self.buffers = 0
         self.dropped = 0  # records the backend reported lost (buffer overflow)
@@ -269,6 +271,7 @@ class GpuMonitor:
         self.pc_sm_count = 0
         self.pc_stats = {"rows": 0, "samples": 0, "attributed": 0, "unmatched": 0, "dropped": 0}
         self.inst_functions: list[str] = []  # the device functions instruction counts came from
+        self._own_calls: set[int] = set()  # correlation ids of the backend's own CUDA calls
         self._pc_lock = threading.Lock()
         self._pc_rows: list[tuple[np.ndarray, list[str], list[str], int]] = []
         self._pc_kernels: dict[int, tuple[ThreadCCT, int, int]] = {}
@@ -521,6 +524,12 @@ class GpuMonitor:
         self._completed.append((records, functions, dropped))
         self._wake.release()
 
+    def own_call(self, correlation: int) -> None:
+        """A backend's own CUDA call (a counter's synchronize): its activities are not the
+        program's and are left out of the profile, counted in ``stats.own`` (any thread)."""
+        if correlation:
+            self._own_calls.add(correlation)
+
     def module_loaded(self, cubin: bytes) -> None:
         """A GPU binary was loaded: save it under ``gpubins/`` and learn its kernels' entries."""
         try:
@@ -543,6 +552,12 @@ class GpuMonitor:
         stats.activities += len(records)
         pending = self._pending
         self._drain_operations()
+        own = self._own_calls
+        if own and len(records):  # the backend's own CUDA calls (PC sampling, counting)
+            mine = np.isin(records["correlation"], np.fromiter(own, np.uint64, len(own)))
+            if mine.any():
+                stats.own += int(mine.sum())
+                records = records[~mine]
         if not len(records):
             return
         correlations = records["correlation"]
