@@ -7,6 +7,7 @@ smallest configuration; docs/pymodel.md says why, and what the older, harder gen
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -16,6 +17,7 @@ from pyhpctk.model.fit import (
     FitOptions,
     Repetitions,
     _f_critical,
+    auto_weightings,
     detect_segments,
     fit_multi_parameter,
     fit_single_parameter,
@@ -283,3 +285,83 @@ def test_expectations_parse_and_compare() -> None:
 def test_too_few_points_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 3 points"):
         fit_single_parameter([2.0, 4.0], np.ones((2, 1)))
+
+
+def _scattered(kind: str, seed: int = 3) -> tuple[np.ndarray, Repetitions, list[Model]]:
+    """Means and repetitions of 300 generator models under one kind of noise (5 runs)."""
+    rng = np.random.default_rng(seed)
+    models = [random_model(rng, ("p",), 1, DEFAULT_VALUES, "smallest") for _ in range(300)]
+    grid = np.array(DEFAULT_VALUES)[:, None]
+    exact = np.stack([m.evaluate(grid) for m in models], axis=1)
+    shape = (len(DEFAULT_VALUES), 5, len(models))
+    if kind == "multiplicative":
+        runs = exact[:, None, :] * (1 + rng.uniform(-0.05, 0.05, size=shape))
+    elif kind == "additive":
+        runs = exact[:, None, :] + rng.normal(size=shape) * 0.02 * exact.max(axis=0)
+    else:  # counting: ~400 samples at the largest point
+        scale = 400 / exact.max(axis=0)
+        runs = rng.poisson(exact[:, None, :] * scale, size=shape) / scale
+    return runs.mean(axis=1), Repetitions(np.full(len(grid), 5), runs.std(axis=1)), models
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("multiplicative", "relative"), ("additive", "absolute"), ("counting", "poisson")],
+)
+def test_auto_weighting_reads_the_kind_of_noise_from_the_repetitions(
+    kind: str, expected: str
+) -> None:
+    mean, repetitions, _ = _scattered(kind)
+    chosen = auto_weightings(mean, repetitions)
+    assert chosen.count(expected) >= 0.85 * len(chosen), Counter(chosen)
+
+
+def test_auto_weighting_without_repetitions_or_variation_is_ordinary_least_squares() -> None:
+    mean, repetitions, _ = _scattered("multiplicative")
+    assert set(auto_weightings(mean, None)) == {"absolute"}
+    once = Repetitions(np.ones(len(DEFAULT_VALUES), dtype=np.int64), repetitions.spread)
+    assert set(auto_weightings(mean, once)) == {"absolute"}
+    flat = np.full((len(DEFAULT_VALUES), 1), 7.0) * (1 + 0.01 * np.arange(5))[:, None]
+    assert auto_weightings(flat, Repetitions(once.counts * 5, flat * 0.05)) == ["absolute"]
+
+
+def test_auto_fits_each_context_as_its_own_weighting_would() -> None:
+    """A multiplicative and an additive series side by side: auto gives each the models its
+    own weighting gives it alone, and finds the lead term as often as the best fixed one."""
+    mult, mult_runs, mult_models = _scattered("multiplicative")
+    add, add_runs, _ = _scattered("additive")
+    y = np.concatenate([mult, add], axis=1)
+    runs = Repetitions(
+        mult_runs.counts, np.concatenate([mult_runs.spread, add_runs.spread], axis=1)
+    )
+    auto = fit_single_parameter(DEFAULT_VALUES, y, FitOptions(weighting="auto"), repetitions=runs)
+    chosen = np.array(auto_weightings(y, runs))
+    for weighting in set(chosen.tolist()):
+        columns = np.flatnonzero(chosen == weighting)
+        alone = fit_single_parameter(
+            DEFAULT_VALUES,
+            y[:, columns],
+            FitOptions(weighting=weighting),
+            repetitions=Repetitions(runs.counts, runs.spread[:, columns]),
+        )
+        assert [str(auto.models[c]) for c in columns] == [str(m) for m in alone.models]
+        assert np.array_equal(auto.smape[columns], alone.smape)
+    n = mult.shape[1]
+
+    def right(models: list[Model]) -> float:
+        return float(
+            np.mean(
+                [
+                    compare_growth(m.lead_term(), t.lead_term()) == "match"
+                    for m, t in zip(models, mult_models, strict=True)
+                ]
+            )
+        )
+
+    relative = fit_single_parameter(
+        DEFAULT_VALUES, mult, FitOptions(weighting="relative"), repetitions=mult_runs
+    )
+    absolute = fit_single_parameter(
+        DEFAULT_VALUES, mult, FitOptions(weighting="absolute"), repetitions=mult_runs
+    )
+    assert right(auto.models[:n]) >= right(relative.models) - 0.02 > right(absolute.models)

@@ -155,11 +155,12 @@ def run(options: Options) -> int:
 )
 @click.option(
     "--weighting",
-    default="absolute",
+    default="auto",
     show_default=True,
     type=click.Choice(list(WEIGHTINGS)),
-    help="Least-squares weights: absolute (sampled profiles), poisson (1/value), relative "
-    "(1/value^2, for multiplicative noise).",
+    help="Least-squares weights: auto (per context, from how its repeated runs scatter: "
+    "absolute when each configuration ran once), absolute (additive error, as sampled "
+    "profiles have), poisson (1/value), relative (1/value^2, for multiplicative noise).",
 )
 @click.option("--refine", is_flag=True, help="Refine exponents by mediant search.")
 @click.option(

@@ -31,10 +31,10 @@ from pyhpctk.model.series import Series
 
 @dataclass(frozen=True, slots=True)
 class AnalysisOptions:
-    # Profile values carry additive sampling error (a sample's worth at each phase boundary), not
-    # multiplicative noise: ordinary least squares, as Extra-P fits, is the robust default here
-    # (docs/pymodel.md, "Weighting").
-    fit: FitOptions = field(default_factory=lambda: FitOptions(weighting="absolute"))
+    # Per context, the weighting its repetitions' scatter calls for; with one run per
+    # configuration, ordinary least squares (profile values carry additive sampling error, a
+    # sample's worth at each phase boundary: docs/pymodel.md, "Weighting").
+    fit: FitOptions = field(default_factory=lambda: FitOptions(weighting="auto"))
     target: tuple[float, ...] | None = None  # one value per parameter; None: 8x the largest
     expect: str | None = None  # e.g. "p*log2(p)"
     threshold: float = 0.001  # fraction of the whole program at the largest configuration

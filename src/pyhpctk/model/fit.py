@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -45,7 +45,7 @@ from pyhpctk.model.pmnf import (
 _CHUNK_ELEMENTS = 8_000_000
 
 
-WEIGHTINGS = ("relative", "poisson", "absolute")
+WEIGHTINGS = ("relative", "poisson", "absolute", "auto")
 SELECTIONS = ("f-test", "cv-smape")
 
 # Relative size below which residuals are rounding, not noise: noise-free data then still tells
@@ -65,7 +65,8 @@ class FitOptions:
     tie_tolerance: float = 1e-4  # cv-smape: SMAPE percentage points within which simpler wins
     term_ratio: float = 1.5  # cv-smape: an extra term must cut the CV-SMAPE below best * this
     refine: bool = False  # iterative refinement of single-term exponents (mediant search)
-    weighting: str = "relative"  # relative (1/y²), poisson (1/y) or absolute (1): see _weights
+    weighting: str = "relative"  # relative (1/y²), poisson (1/y), absolute (1), or auto:
+    # per context, the one its repetitions' scatter calls for (auto_weightings)
     allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
 
     def __post_init__(self) -> None:
@@ -141,13 +142,76 @@ class _Scores:
     wrss: FloatArray  # weighted and run-counted: the least-squares objective; inf if not eligible
 
 
+def auto_weightings(y: FloatArray, repetitions: Repetitions | None) -> list[str]:
+    """Per context (column of ``y``, the means), the weighting its runs' scatter calls for.
+
+    Least squares weighs a point by one over its variance. The runs' standard deviation at each
+    point against the mean, on log scales, has slope b when the deviation grows like ``y**b``:
+    b near 1 is multiplicative noise (``relative``, 1/y²), near 1/2 counting noise (``poisson``,
+    1/y), near 0 additive noise (``absolute``). Without repetitions (one run per point, a
+    sampled profile's additive error) or where the mean varies less than twofold or fewer than
+    three points scatter (the weights would barely differ): ``absolute``.
+    """
+    n_contexts = y.shape[1]
+    if repetitions is None or (repetitions.counts < 2).all():
+        return ["absolute"] * n_contexts
+    spread = repetitions.spread
+    usable = (spread > 0) & (np.abs(y) > 0)
+    log_y = np.log(np.where(usable, np.abs(y), 1.0))
+    log_s = np.log(np.where(usable, spread, 1.0))
+    n = usable.sum(axis=0)
+    safe = np.maximum(n, 1)
+    mean_y = (log_y * usable).sum(axis=0) / safe
+    mean_s = (log_s * usable).sum(axis=0) / safe
+    dy = (log_y - mean_y) * usable
+    variance = (dy**2).sum(axis=0)
+    slope = (dy * (log_s - mean_s)).sum(axis=0) / np.maximum(variance, 1e-300)
+    low = np.where(usable, log_y, np.inf).min(axis=0)
+    high = np.where(usable, log_y, -np.inf).max(axis=0)
+    decided = (n >= 3) & (high - low >= np.log(2.0))
+    names = np.where(slope >= 0.75, "relative", np.where(slope >= 0.25, "poisson", "absolute"))
+    return [
+        str(w) if ok else "absolute" for w, ok in zip(names.tolist(), decided.tolist(), strict=True)
+    ]
+
+
+def _by_weighting(
+    y: FloatArray,
+    options: FitOptions,
+    repetitions: Repetitions | None,
+    fit: Callable[[FloatArray, FitOptions, Repetitions | None], FitResult],
+) -> FitResult:
+    """``weighting="auto"``: each context fitted with its own weighting, results in order."""
+    chosen = np.array(auto_weightings(y, repetitions))
+    n_contexts = y.shape[1]
+    models: list[Model | None] = [None] * n_contexts
+    figures = np.zeros((4, n_contexts))
+    notes: list[str] = []
+    for weighting in sorted(set(chosen.tolist())):
+        columns = np.flatnonzero(chosen == weighting)
+        part = fit(
+            y[:, columns], replace(options, weighting=weighting), _columns(repetitions, columns)
+        )
+        for position, c in enumerate(columns.tolist()):
+            models[c] = part.models[position]
+        figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
+        notes.extend(note for note in part.notes if note not in notes)
+    smape_, cv_smape, adjusted_r2, rss = figures
+    return FitResult(
+        [m for m in models if m is not None], smape_, cv_smape, adjusted_r2, rss, notes
+    )
+
+
 def _weights(y: FloatArray, weighting: str) -> FloatArray:
     """Least-squares weights per point and context.
 
     ``relative`` (1/y²) fits relative errors, right for multiplicative noise; ``poisson`` (1/y)
     suits sampled profiles, whose counts have a variance that grows like their value;
     ``absolute`` (1) is ordinary least squares. Floored so that zeros get no infinite weight.
+    (``auto`` is resolved per context before any fit: :func:`auto_weightings`.)
     """
+    if weighting == "auto":
+        raise ValueError("weighting auto is resolved per context before fitting")
     if weighting == "absolute":
         return np.ones_like(y)
     magnitude = np.abs(y)
@@ -475,6 +539,13 @@ def fit_single_parameter(
     """
     x = np.asarray(values, dtype=np.float64).reshape(-1, 1)
     y = _as_matrix(y, x.shape[0])
+    if options.weighting == "auto":
+        return _by_weighting(
+            y,
+            options,
+            repetitions,
+            lambda yy, oo, rr: fit_single_parameter(values, yy, oo, name, rr),
+        )
     hypotheses = single_parameter_hypotheses(0, options)
     scores = _score(x, y, hypotheses, options, counts=_counts(repetitions, x.shape[0]))
     result = _results(x, y, scores, _choose(scores, options, y, repetitions), (name,))
@@ -577,6 +648,13 @@ def fit_multi_parameter(
     if points.ndim != 2 or points.shape[1] != len(names):
         raise ValueError("points must be (n_points, n_params) with one name per parameter")
     y = _as_matrix(y, points.shape[0])
+    if options.weighting == "auto":
+        return _by_weighting(
+            y,
+            options,
+            repetitions,
+            lambda yy, oo, rr: fit_multi_parameter(points, yy, names, oo, rr),
+        )
     if len(names) == 1:
         return fit_single_parameter(points[:, 0], y, options, names[0], repetitions)
     counts = _counts(repetitions, points.shape[0])
