@@ -332,8 +332,12 @@ class CuptiBackend:
     ) -> None:
         """The C hook hands over every call while PC sampling is on (as :meth:`_callback`)."""
         if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
-            if self.monitor is not None:
-                self.monitor.own_call(correlation)
+            if (
+                site == self._enter
+                and (domain, cbid) in self.api_kinds
+                and self.monitor is not None
+            ):
+                self.monitor.own_call(correlation)  # a GPU operation (a synchronize): its record
             return
         if domain == self._domain_resource:
             if cbid == self._context_created:
@@ -504,7 +508,12 @@ class CuptiBackend:
             return
         if self.fine:
             if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
-                if self.monitor is not None:
+                site = data.callback_site  # type: ignore[attr-defined]
+                if (
+                    site == self._enter
+                    and (domain, cbid) in self.api_kinds
+                    and self.monitor is not None
+                ):
                     self.monitor.own_call(int(data.correlation_id))  # type: ignore[attr-defined]
                 return
             context = int(data.context)  # type: ignore[attr-defined]

@@ -525,8 +525,9 @@ class GpuMonitor:
         self._wake.release()
 
     def own_call(self, correlation: int) -> None:
-        """A backend's own CUDA call (a counter's synchronize): its activities are not the
-        program's and are left out of the profile, counted in ``stats.own`` (any thread)."""
+        """A backend's own GPU operation (a counter's synchronize): its activity record is not
+        the program's and is left out of the profile, counted in ``stats.own`` (any thread).
+        Each id is forgotten once its record came, so the set stays as small as what waits."""
         if correlation:
             self._own_calls.add(correlation)
 
@@ -557,6 +558,7 @@ class GpuMonitor:
             mine = np.isin(records["correlation"], np.fromiter(own, np.uint64, len(own)))
             if mine.any():
                 stats.own += int(mine.sum())
+                own.difference_update(records["correlation"][mine].tolist())  # one record each
                 records = records[~mine]
         if not len(records):
             return
