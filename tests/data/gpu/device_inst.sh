@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue #7 device diagnosis of CUPTI's SASS metrics (instruction counts): is it the machine, the
 # libcupti, or our Python? Builds tests/data/gpu/sass_probe.cu (no Python) as a program and as a
-# library, runs the program (PROBE_LIBS: LD_LIBRARY_PATH values to try, default the system's),
+# library, runs the program (the system's libcupti, then each directory in PROBE_LIBS),
 # then every diagnose_inst.py variant, some of which do steps through the probe library.
 # Usage (repository root, wheels installed into /tmp/site): bash tests/data/gpu/device_inst.sh OUT
 out=${1:?output directory}
@@ -12,7 +12,7 @@ cuda=$(dirname "$(dirname "$(readlink -f "$(which nvcc)")")")
   nvidia-smi -q | grep -i -E "virtualization|confidential|compute mode|MIG|Driver Version|CUDA Version" | head
   echo "cuda=$cuda"; ls -la /dev/nvidia* 2>&1 | head
   echo "== libcupti on disk"; find / -xdev -name "libcupti.so*" 2>/dev/null
-  python3 -c 'import cupti, cupti.cupti as c; print("cupti-python", getattr(cupti, "__version__", "?"), c.get_version())' 2>&1 | tail -1
+  python3 -m pip show cupti-python 2>/dev/null | grep -i "^version" | sed 's/^/cupti-python /' 
   cat /proc/driver/nvidia/params 2>/dev/null | grep -i -E "profil|admin" ; grep -r . /proc/driver/nvidia/params 2>/dev/null | grep -i prof
 } > "$out/inst_env.txt" 2>&1
 nvcc -arch=sm_90 -o /tmp/sass_probe tests/data/gpu/sass_probe.cu -lcupti -lcuda >> "$out/inst_env.txt" 2>&1
@@ -21,7 +21,7 @@ nvcc -arch=sm_90 -shared -Xcompiler -fPIC -DPROBE_LIBRARY -o /tmp/libsass_probe.
 ldd /tmp/sass_probe | grep -E "cupti|cuda" >> "$out/inst_env.txt" 2>&1
 cubin=tests/data/gpu/gt_sm90.cubin
 {
-  for lib in "${PROBE_LIBS:-}"; do
+  for lib in "" ${PROBE_LIBS:-}; do
     for args in "primary 1 1000" "primary 0 1000" "created 1 1000" "primary 1 64 $cubin"; do
       echo "== LD_LIBRARY_PATH=$lib probe $args"
       LD_LIBRARY_PATH=$lib timeout 30 /tmp/sass_probe $args 2>&1 \
