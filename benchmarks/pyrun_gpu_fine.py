@@ -28,8 +28,11 @@ context):
 A mode that fails (e.g. ``pyrun_inst`` before the backend drives SassCounter) is reported with
 its error and the others still run; ``--modes`` picks a subset.
 
-Reported: the process wall time (best of ``--repeat``), and for ``plain``/``pc`` the timed
-region (launches + synchronize + reading the samples) and the GPU time of the launches.
+Reported: the process wall time (best of ``--repeat``; ``--ncu-repeat`` for the ncu modes, which
+take about 0.3 s per profiled launch). Also reported, where the program prints it: the timed
+region, i.e. the launches + synchronize (+ reading the samples for ``pc``), and the GPU time of
+the launches. The stencil prints its region under ncu as well. For the pyrun modes, the end of
+pyrun's stderr is printed: what it measured, e.g. the instruction total it counted.
 """
 
 from __future__ import annotations
@@ -47,13 +50,20 @@ RECORDER = os.path.join(HERE, "..", "tests", "data", "gpu", "record_pc.py")
 STENCIL = os.path.join(HERE, "gpu_stencil.py")
 
 
-def _run(command: list[str]) -> tuple[float, str]:
+def _run(command: list[str]) -> tuple[float, str, str]:
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{command[:3]} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return wall, done.stdout
+    return wall, done.stdout, done.stderr
+
+
+def _program_line(stdout: str) -> dict[str, float]:
+    for line in stdout.splitlines():
+        if line.startswith('{"sampled_wall_s"'):
+            return dict(json.loads(line))
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ncu", default="")
     parser.add_argument("--out", default="")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--ncu-repeat", type=int, default=0, help="runs of the ncu modes (default: --repeat)"
+    )
     parser.add_argument("--launches", type=int, default=20)
     parser.add_argument("--iters", type=int, default=20000)
     parser.add_argument("--period", type=int, default=12)
@@ -120,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.modes and mode not in wanted:
                 continue
             best: dict[str, float] = {}
-            for _ in range(args.repeat):
+            runs = args.ncu_repeat if mode.startswith("ncu") and args.ncu_repeat else args.repeat
+            for _ in range(runs):
                 try:
-                    wall, stdout = _run(command)
+                    wall, stdout, stderr = _run(command)
                 except RuntimeError as error:
                     if mode == "plain":
                         raise
@@ -130,9 +144,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(mode, "FAILED", failed[mode], flush=True)
                     break
                 row: dict[str, float] = {"process_s": wall}
+                if mode.startswith("pyrun"):  # what pyrun said it measured, for the record
+                    print(mode, "stderr:", stderr.strip()[-400:], flush=True)
                 if mode in ("plain", "pyrun", "pyrun_pc", "pyrun_inst"):
                     row.update(json.loads(stdout.strip().splitlines()[-1]))
                     subprocess.run(["rm", "-rf", os.path.join(scratch, mode)], check=False)
+                elif mode.startswith("ncu"):
+                    # ncu prints its report after the program's output: the stencil's own line
+                    # (its timed region under ncu) is the one JSON object among them.
+                    row.update(_program_line(stdout))
                 elif mode in ("pc", "inst"):
                     with open(target, encoding="utf-8") as stream:
                         row.update(json.load(stream)["timings"])
