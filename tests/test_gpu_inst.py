@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats import hpcrun
@@ -277,6 +279,41 @@ def test_counts_become_gins_and_simd_lanes() -> None:
     assert sm.attribute_counts(rows, ["k", "other"], {"k": 0x300}).values == {}
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**40), st.integers(0, 32)).map(lambda t: (t[0], t[0] * t[1])),
+        min_size=1,
+        max_size=20,
+    ),
+    st.lists(st.integers(0, 10**12), min_size=1, max_size=6).filter(lambda w: sum(w) > 0),
+)
+def test_split_counts_keep_every_total_and_follow_the_weights(
+    counts: list[tuple[int, int]], weights: list[int]
+) -> None:
+    rows = np.zeros(len(counts), sm.INST_DTYPE)
+    rows["inst"] = [warps for warps, _ in counts]
+    rows["threads"] = [threads for _, threads in counts]
+    rows["pc_offset"] = np.arange(len(counts)) * 16
+    parts = sm.split_counts(rows, weights)
+    assert len(parts) == len(weights)
+    total = sum(weights)
+    for row, (warps, threads) in enumerate(counts):
+        got = [(int(part["inst"][row]), int(part["threads"][row])) for part in parts]
+        assert sum(w for w, _ in got) == warps and sum(t for _, t in got) == threads
+        for (part_warps, part_threads), weight in zip(got, weights, strict=True):
+            assert abs(part_warps * total - warps * weight) < total  # within one execution
+            assert part_threads <= 32 * part_warps  # never more threads than its warps hold
+            if warps:
+                assert abs(part_threads * warps - threads * part_warps) < warps
+    for part in parts:
+        assert (part["pc_offset"] == rows["pc_offset"]).all()
+
+
+def test_split_counts_refuse_weights_that_add_up_to_nothing() -> None:
+    with pytest.raises(ValueError, match="more than 0"):
+        sm.split_counts(np.zeros(1, sm.INST_DTYPE), [0, 0])
+
+
 def test_the_inst_option() -> None:
     assert inst_counting(parse_gpu_event("gpu=nvidia,inst"))
     assert not inst_counting(parse_gpu_event("gpu=nvidia,pc"))
@@ -366,6 +403,94 @@ def test_pyrun_simulated_inst_puts_exact_counts_on_each_instruction(
         assert v["GINS:SIMD_TOT"] == 32 * v["GINS"]
         assert v["GINS:SIMD_ACT"] + v.get("GINS:SIMD_WST", 0) == v["GINS:SIMD_TOT"]
         assert not any(name.startswith("GSAMP") for name in v)
+
+
+TWO_LINES = """
+from pyhpctk.measure.gpu import simulated_runtime
+
+gpu = simulated_runtime()
+
+
+def once():
+    gpu.launch()
+
+
+def thrice():
+    for _ in range(3):
+        gpu.launch()
+
+
+once()
+thrice()
+gpu.synchronize()
+"""
+
+
+def _kernel_gins_by_python_line(out: Path) -> dict[tuple[str, int], float]:
+    """Inclusive GINS of each ``<gpu kernel>`` context, keyed by the Python function and line
+    that launched it."""
+    view, paths, inclusive = gins_view(out)
+    result: dict[tuple[str, int], float] = defaultdict(float)
+    for ident in view.contexts:
+        path = paths[ident]
+        if path[-1][0] == "entry" or path[-1][2] is None or path[-1][2][0] != "<gpu kernel>":
+            continue
+        functions = [label[2][0] for label in path[1:-1] if label[2] is not None]
+        result[(functions[-1], int(path[-2][4]))] += inclusive.get(ident, 0.0)
+    return result
+
+
+@pytest.mark.parametrize("which", _recordings())
+def test_counts_of_launches_from_two_lines_are_split_between_them(
+    which: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """CUPTI gives one total for all counted launches; pyrun splits it between the calling
+    contexts by the launches' GPU time (equal here: the simulated launches take the same)."""
+    from pyhpctk.cli.pyrun import main as pyrun_main
+    from pyhpctk.formats.hpcrun_model import placeholder_ip
+
+    path = _recording(which, tmp_path)
+    recording = sm.load_inst_recording(str(path))
+    program = tmp_path / "two_lines.py"
+    program.write_text(TWO_LINES)
+    out = tmp_path / "m"
+    event = f"gpu=simulated,inst={path}"
+    assert pyrun_main(["-e", event, "-o", str(out), sys.executable, str(program)]) == 0
+    assert "split among 2 calling contexts" in capfd.readouterr().err
+    # per instruction, below each placeholder: the two parts add up to the window's total
+    profile = hpcrun.read(next(out.glob("*-000-*.hpcrun")))
+    cct = profile.cct
+    placeholders = set(cct["id"][cct["lm_ip"] == placeholder_ip("GPUKernl")].tolist())
+    below = {int(r["id"]): r for r in cct if int(r["parent_id"]) in placeholders}
+    gins = next(i for i, m in enumerate(profile.metrics) if m.name == "GINS")
+    nodes, metrics, decoded = profile.decoded_values()
+    parts: dict[int, dict[int, int]] = defaultdict(dict)  # placeholder → instruction → GINS
+    for node, metric, value in zip(nodes.tolist(), metrics.tolist(), decoded.tolist(), strict=True):
+        if node in below and metric == gins:
+            row = below[node]
+            parts[int(row["parent_id"])][int(row["lm_ip"])] = int(value)
+    assert len(parts) == 2
+    groups = recording.launch_groups()
+    window: dict[int, int] = defaultdict(int)
+    for launch in range(4):
+        for row in groups[launch % len(groups)]:
+            window[int(row["pc_offset"])] += int(row["inst"])
+    first, second = sorted(parts.values(), key=lambda p: sum(p.values()))
+    for offset in set(first) | set(second):
+        whole = first.get(offset, 0) + second.get(offset, 0)
+        assert abs(4 * first.get(offset, 0) - whole) < 4  # one launch in four, to one execution
+    assert sorted(first.get(o, 0) + second.get(o, 0) for o in set(first) | set(second)) == sorted(
+        c for c in window.values() if c
+    )
+    # and in pyprof's tree, under the Python functions that launched them: 1:3
+    tree = _kernel_gins_by_python_line(out)
+    lines = TWO_LINES.splitlines()
+    launch_lines = [i for i, text in enumerate(lines, 1) if "gpu.launch()" in text]
+    assert sorted(tree) == [("once", launch_lines[0]), ("thrice", launch_lines[1])]
+    total = sum(window.values())
+    once, thrice = tree[("once", launch_lines[0])], tree[("thrice", launch_lines[1])]
+    assert once + thrice == total
+    assert abs(4 * once - total) < 4 * len(window)
 
 
 @pytest.mark.parametrize("which", _recordings())
@@ -523,6 +648,13 @@ def test_pyrun_nvidia_inst_counts_instructions_under_the_kernel(tmp_path: Path) 
     assert calls is not None
     for offset, edge in edge_names(calls).items():
         assert gins[offset] == warps * record_pc.CALLS[edge] * launches, edge
+    # the warm-up launch and the 3 timed ones come from two lines: CUPTI's totals are split
+    # between them by the launches' GPU time, which follows the counts (within 10 %)
+    assert "split among 2 calling contexts" in result.stderr, result.stderr
+    tree = _kernel_gins_by_python_line(out)
+    assert len(tree) == 2, tree
+    warm_up, timed = (tree[key] for key in sorted(tree, key=lambda k: k[1]))
+    assert timed / warm_up == pytest.approx(3, rel=0.1), (warm_up, timed)
 
 
 def test_ctypes_structures_are_what_cupti_reads() -> None:

@@ -221,6 +221,22 @@ def test_profile_bytes_equal_the_format_writers() -> None:
     assert {int(n) % 2 for n in node_ids if int(n) == cct.written_id(2)} <= {1}
 
 
+def test_a_count_the_file_cannot_hold_is_named_or_clamped() -> None:
+    """A negative integer metric (an accounting slip) must not lose the whole profile."""
+    cct, kinds = _sample_cct()
+    kernel = next(i for i in range(len(cct)) if cct.values_of(kinds[1]).get(i, 1))
+    cct.add(kinds[1], kernel, 1, -20)  # GKER:COUNT 12 - 20 = -8
+    modules = [(1, "logical/python.0000abcd", 1)]
+    with pytest.raises(ValueError, match="integer metric 2 has the value -8"):
+        encode_profile(cct, IDENTITY, modules, kinds)
+    profile = hpcrun.read(encode_profile(cct, IDENTITY, modules, kinds, clamp_counts=True))
+    assert hpcrun.verify(profile) == []
+    _, metrics, values = profile.decoded_values()
+    by_metric = {int(m): float(v) for m, v in zip(metrics, values, strict=True)}
+    assert 2 not in by_metric and by_metric[1] == 1.5e-3  # the count: 0, not stored; the rest kept
+    assert sorted(v for m, v in zip(metrics, values, strict=True) if m == 0) == [0.125, 0.25]
+
+
 def test_trace_and_logical_bytes_equal_the_format_writers() -> None:
     cct, _ = _sample_cct()
     leaf = next(i for i in range(len(cct)) if cct.retained[i] and cct.lm[i] == 1)
@@ -345,6 +361,39 @@ def test_a_gpu_layer_can_add_a_kind_placeholders_and_streams(tmp_path: Path) -> 
     text = io.StringIO()
     hpcrun.dump(profiles[1], text)
     assert "GPUKernl" in text.getvalue()
+
+
+def test_a_bad_count_or_a_failing_gpu_layer_still_leaves_the_profiles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing lost: a negative count is written as 0 with a message, and a GPU layer whose
+    shutdown fails leaves every thread's profile written."""
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    kind = session.add_metric_kind(
+        MetricKind("gpu-count", (MetricSpec("GINS", is_real=False), MetricSpec("GKER (sec)")))
+    )
+    cct, node = session.current_context(skip=0)
+    kernel = cct.placeholder(node, "GPUKernl")
+    cct.add(kind, kernel, 0, -8)
+    cct.add(kind, kernel, 1, 0.5)
+
+    class Broken:
+        backend = None
+
+        def close(self) -> None:
+            raise RuntimeError("the monitor broke")
+
+    session.gpu = Broken()  # type: ignore[assignment]
+    session.finish()
+    err = capsys.readouterr().err
+    assert "finishing the GPU measurement failed (RuntimeError('the monitor broke'))" in err
+    assert "integer metric 1 has the value -8" in err and "please report it" in err
+    (path,) = tmp_path.glob("*.hpcrun")
+    profile = hpcrun.read(path)
+    assert hpcrun.verify(profile) == []
+    _, metrics, values = profile.decoded_values()
+    gpu = [(m, v) for m, v in zip(metrics.tolist(), values.tolist(), strict=True) if m]
+    assert gpu == [(2, 0.5)]  # GINS 0 is not stored; the kernel time is kept
 
 
 @pytest.mark.parametrize("alive", [True, False])

@@ -133,9 +133,12 @@ def _pad_to(chunks: list[bytes], size: int) -> int:
 
 
 def _node_values(
-    cct: ThreadCCT, kinds: Sequence[MetricKind]
+    cct: ThreadCCT, kinds: Sequence[MetricKind], clamp: bool = False
 ) -> list[tuple[int, list[tuple[int, float, bool]]]]:
     """Per node with values, in file (index) order: ``(metric index, value, is_real)``.
+
+    With ``clamp``, integer values are rounded into what the file holds (0..2^64-1; a
+    negative count becomes 0, so it is not stored).
 
     formats.md §1.8: only non-zero values are stored, metric indices ascending within a node.
     """
@@ -150,16 +153,30 @@ def _node_values(
         for node, slot in store.slot_of.items():
             for metric in range(width):
                 value = values[slot * width + metric]
+                if clamp and not real[metric]:  # a count the file cannot hold: the nearest
+                    value = min(max(round(value), 0), (1 << 64) - 1)
                 if value != 0.0:
                     per_node.setdefault(node, []).append((kind.base + metric, value, real[metric]))
     return [(node, sorted(per_node[node])) for node in sorted(per_node)]
 
 
 def _pack_values(triples: list[tuple[int, float, bool]]) -> list[bytes]:
-    return [
-        _VALUE.pack(value, index) if real else _INT_VALUE.pack(round(value), index)
-        for index, value, real in triples
-    ]
+    """The (value, metric) pairs of one node; integer metrics are u64 in the file.
+
+    An integer value outside 0..2^64-1 is a ValueError naming the metric.
+    """
+    try:
+        return [
+            _VALUE.pack(value, index) if real else _INT_VALUE.pack(round(value), index)
+            for index, value, real in triples
+        ]
+    except struct.error:
+        index, value = next(
+            (i, round(v)) for i, v, real in triples if not real and not 0 <= round(v) < 1 << 64
+        )
+        raise ValueError(
+            f"integer metric {index} has the value {value}, which an .hpcrun file cannot hold"
+        ) from None
 
 
 def _rebase_formula(formula: str, base: int) -> str:
@@ -210,8 +227,13 @@ def encode_profile(
     load_modules: Sequence[tuple[int, str, int]],
     kinds: Sequence[MetricKind],
     trace_span: tuple[int, int] = (0, 0),
+    clamp_counts: bool = False,
 ) -> bytes:
-    """The bytes of one ``.hpcrun`` file (formats.md §1.2-§1.9)."""
+    """The bytes of one ``.hpcrun`` file (formats.md §1.2-§1.9).
+
+    An integer metric value the file cannot hold (a negative count) is a ValueError, or with
+    ``clamp_counts`` written as the nearest value it can hold.
+    """
     chunks: list[bytes] = []
     footer: list[int] = []
     # formats.md §1.3: header.
@@ -263,7 +285,7 @@ def encode_profile(
     )
     # formats.md §1.8: this thread's id tuple and sparse values.
     id_tuple = identity.id_tuple()
-    node_values = _node_values(cct, kinds)
+    node_values = _node_values(cct, kinds, clamp_counts)
     n_values = sum(len(triples) for _, triples in node_values)
     starts: list[bytes] = []
     pairs: list[bytes] = []

@@ -610,7 +610,16 @@ class Session:
         identity = self.identity(state)
         times = state.trace_times
         span = (min(times), max(times)) if times else (0, 0)
-        profile = encode_profile(state.cct, identity, self.load_modules, self.kinds, span)
+        try:
+            profile = encode_profile(state.cct, identity, self.load_modules, self.kinds, span)
+        except ValueError as error:  # a count the file cannot hold: write the rest, say so
+            sys.stderr.write(
+                f"pyrun: thread {state.number}: {error}; it is written as the nearest value the"
+                " file holds (an accounting error in pyrun: please report it)\n"
+            )
+            profile = encode_profile(
+                state.cct, identity, self.load_modules, self.kinds, span, clamp_counts=True
+            )
         trace = (
             encode_trace(state.cct, state.trace_times, state.trace_nodes)
             if self.options.trace
@@ -676,7 +685,13 @@ class Session:
         if monitor is not None:
             from pyhpctk.measure import gpu
 
-            gpu.shutdown(monitor)  # flush, attribute every activity, write the stream files
+            try:
+                gpu.shutdown(monitor)  # flush, attribute every activity, write the stream files
+            except Exception as error:  # the threads' profiles are still written below
+                sys.stderr.write(
+                    f"pyrun: gpu: finishing the GPU measurement failed ({error!r}); the threads'"
+                    " profiles are written without what was left\n"
+                )
         self.stop_sampler()
         with self.lock:
             if self.finished:

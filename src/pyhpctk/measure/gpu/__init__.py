@@ -254,12 +254,20 @@ def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
             f" kernel launch or gpubin to go to, {pc['dropped']} dropped by the hardware\n"
         )
     if report and monitor.pc_kind is not None and pc.get("inst_launches", 0) > 1:
+        contexts = pc.get("inst_contexts", 0)
+        where = (  # CUPTI gives one total per instruction for all the counted launches
+            f"split among {contexts} calling contexts in proportion to their launches'"
+            f" {'GPU time' if pc.get('inst_split_by_time') else 'number'} (an estimate;"
+            " each instruction's total is exact)"
+            if contexts > 1
+            else "under the one calling context they came from"
+        )
         sys.stderr.write(  # CUPTI's counting window (sassmetrics): say what the counts cover
             f"pyrun: gpu: instruction counts: CUPTI counted"
             f" {', '.join(monitor.inst_functions) or 'no function'}"
             f" ({pc.get('instructions', 0)} warp instructions) while"
-            f" {pc['inst_launches']} kernel launches ran; the counts are their totals,"
-            " attributed to the first launch's calling context (docs/gpu.md)\n"
+            f" {pc['inst_launches']} kernel launches ran; the counts are the totals of the"
+            f" counted kernel's launches, {where} (docs/gpu.md)\n"
         )
     if report and monitor.pc_kind is not None and pc.get("inst_unmatched", 0):
         sys.stderr.write(

@@ -423,7 +423,8 @@ class CuptiBackend:
     def _inst_collect(self, context: int) -> None:
         """At the end: wait for the kernels, read the window's totals (one flush), disable.
 
-        The totals go to the monitor as the window's first launch's (its calling context).
+        The totals go to the monitor as the window's first launch's. The monitor splits them
+        between the counted launches' calling contexts (``GpuMonitor._inst_pieces``).
         """
         counter = self.inst_counters.get(context)
         monitor = self.monitor

@@ -276,6 +276,7 @@ class GpuMonitor:
         self._pc_rows: list[tuple[np.ndarray, list[str], list[str], int]] = []
         self._pc_kernels: dict[int, tuple[ThreadCCT, int, int]] = {}
         self._pc_last_launch: dict[str, int] = {}  # kernel name → its latest launch
+        self._inst_launches: dict[str, list[int]] = {}  # counting: kernel name → its launches
         self._start_threads()
 
     # -- threads of the monitor --
@@ -847,6 +848,8 @@ class GpuMonitor:
                 function = int(rows["function"][index])
                 if 0 <= function < len(names):  # continuous mode: samples carry no id
                     self._pc_last_launch[names[function]] = correlation
+                    if not self.pc_period:  # counting: the window's totals may be split
+                        self._inst_launches.setdefault(names[function], []).append(correlation)
             if self._pc_rows:
                 self._attribute_pc()
 
@@ -1120,8 +1123,16 @@ class GpuMonitor:
                     rows["correlation"] == 0, latest, rows["correlation"]
                 )
             correlations = rows["correlation"]
+            pieces: list[tuple[int, np.ndarray]] = []
             for correlation in np.unique(correlations).tolist():
                 part = rows[correlations == correlation]
+                if not counts:
+                    pieces.append((correlation, part))
+                elif not final:  # CUPTI's totals: split once every counted launch is known
+                    waiting.append((part, functions, reasons, 0))
+                else:
+                    pieces += self._inst_pieces(int(correlation), part)
+            for correlation, part in pieces:
                 amount = (
                     int(part["inst"].astype(np.int64).sum())
                     if counts
@@ -1176,6 +1187,40 @@ class GpuMonitor:
         if waiting:
             with self._pc_lock:
                 self._pc_rows[:0] = waiting
+
+    def _inst_pieces(self, first: int, rows: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """A counting window's totals as (launch, rows) pieces, one per calling context.
+
+        CUPTI sums every launch of the counted kernel into one total per instruction, given as
+        the window's ``first`` launch's. When the counted launches (that kernel's launches from
+        ``first`` on) all have one calling context, the totals are exact there. When they came
+        from several, each context gets a share in proportion to its launches' GPU time.
+        Instrumented kernels spend their time counting, so time follows the number of
+        executions. A context with no measured time makes it a share by launch count.
+        Identical launches then split exactly.
+        """
+        from pyhpctk.measure.gpu import sassmetrics as sm
+
+        name = next((n for n, seen in self._inst_launches.items() if first in seen), None)
+        groups: dict[tuple[int, int], list[int]] = {}  # (CCT, kernel node) → launch, ns, count
+        for correlation in self._inst_launches.get(name, []) if name is not None else []:
+            known = self._pc_kernels.get(correlation)
+            if correlation < first or known is None:
+                continue
+            cct, kernel, duration = known
+            group = groups.setdefault((id(cct), kernel), [correlation, 0, 0])
+            group[1] += duration
+            group[2] += 1
+        if len(groups) <= 1:
+            return [(first, rows)]
+        split = sorted(groups.values())  # contexts in the order of their first launch
+        by_time = all(ns > 0 for _, ns, _ in split)
+        weights = [ns if by_time else launches for _, ns, launches in split]
+        stats = self.pc_stats
+        stats["inst_contexts"] = stats.get("inst_contexts", 0) + len(split)
+        stats["inst_split_by_time"] = int(by_time)
+        parts = sm.split_counts(rows, weights)
+        return [(launch, part) for (launch, _, _), part in zip(split, parts, strict=True)]
 
     def write_streams(self) -> list[str]:
         """Write every stream's ``.hpcrun`` and ``.hpctrace`` (formats.md §1, §2)."""

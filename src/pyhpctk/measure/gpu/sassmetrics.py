@@ -557,6 +557,46 @@ def summed_rows(rows: np.ndarray) -> np.ndarray:
     return result
 
 
+def split_counts(rows: np.ndarray, weights: Sequence[int]) -> list[np.ndarray]:
+    """Counting-window totals split between calling contexts in proportion to ``weights``.
+
+    CUPTI gives one total per instruction for all the counted launches (the module docstring).
+    When those launches came from several calling contexts, each context gets
+    ``count x weight / sum(weights)`` of every instruction's warp executions, in whole
+    executions. The rounding is by largest remainder (ties to the earlier context), so each
+    instruction's parts add up to its total exactly. Thread executions follow each part's
+    share of the warp executions, so no part has more active threads than its warps hold.
+    Returns one copy of ``rows`` per weight.
+    """
+    total = sum(int(w) for w in weights)
+    if total <= 0 or not weights:
+        raise ValueError(f"split_counts: weights must add up to more than 0: {list(weights)}")
+    scale = np.array([[int(w) for w in weights]], dtype=object)  # Python ints: no overflow
+    warps = np.array([int(v) for v in rows["inst"].tolist()], dtype=object)
+    threads = np.array([int(v) for v in rows["threads"].tolist()], dtype=object)
+    warp_parts = _apportion(warps, np.repeat(scale, len(rows), axis=0))
+    by_warps = np.where(warps[:, None] > 0, warp_parts, scale)  # a row no warp ran: the weights
+    thread_parts = _apportion(threads, by_warps)
+    parts = [rows.copy() for _ in weights]
+    for index, part in enumerate(parts):
+        part["inst"] = warp_parts[:, index].astype(np.uint64)
+        part["threads"] = thread_parts[:, index].astype(np.uint64)
+    return parts
+
+
+def _apportion(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each row's value split by its row of weights, in whole units by largest remainder.
+
+    Object arrays of Python ints; a part never exceeds the ceiling of its exact share.
+    """
+    totals = weights.sum(axis=1)
+    scaled = values[:, None] * weights
+    shares, rest = scaled // totals[:, None], scaled % totals[:, None]
+    left = (values - shares.sum(axis=1)).astype(np.int64)  # 0 <= left < number of parts
+    ranks = np.argsort(np.argsort(-rest, axis=1, kind="stable"), axis=1, kind="stable")
+    return np.asarray(shares + (ranks < left[:, None]).astype(np.int64), dtype=object)
+
+
 # -- hpcrun's metrics ------------------------------------------------------------------------
 
 
