@@ -364,8 +364,9 @@ def _measure(recording: Path, tmp: Path) -> Path:
     return out
 
 
-def _instruction_values(out: Path) -> tuple[dict[int, dict[str, float]], int]:
-    """Values per instruction offset (from the kernel entry) below the GPUKernl placeholder."""
+def _values_by_placeholder(out: Path) -> dict[int, dict[int, dict[str, float]]]:
+    """Values per ``GPUKernl`` placeholder (one per calling context) and instruction offset
+    (from the kernel entry), from the main thread's profile."""
     from pyhpctk.formats.hpcrun_model import placeholder_ip
 
     profile = hpcrun.read(next(out.glob("*-000-*.hpcrun")))
@@ -376,12 +377,33 @@ def _instruction_values(out: Path) -> tuple[dict[int, dict[str, float]], int]:
     entry = next(int(r["lm_ip"]) for r in below.values() if int(r["flags"]) & 1)
     names = [m.name for m in profile.metrics]
     nodes, metrics, decoded = profile.decoded_values()
-    values: dict[int, dict[str, float]] = defaultdict(dict)
+    values: dict[int, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for node, metric, value in zip(nodes.tolist(), metrics.tolist(), decoded.tolist(), strict=True):
         if node in below:
-            offset = int(below[node]["lm_ip"]) - entry
-            values[offset][names[metric]] = values[offset].get(names[metric], 0.0) + value
-    return values, entry
+            row = below[node]
+            at = values[int(row["parent_id"])][int(row["lm_ip"]) - entry]
+            at[names[metric]] = at.get(names[metric], 0.0) + value
+    return values
+
+
+def _instruction_values(out: Path) -> dict[int, dict[str, float]]:
+    """Values per instruction offset (from the kernel entry), summed over the placeholders."""
+    values: dict[int, dict[str, float]] = defaultdict(dict)
+    for per_offset in _values_by_placeholder(out).values():
+        for offset, named in per_offset.items():
+            for name, value in named.items():
+                values[offset][name] = values[offset].get(name, 0.0) + value
+    return values
+
+
+def _window_counts(recording: sm.InstRecording, launches: int) -> dict[int, int]:
+    """GINS per instruction offset of ``launches`` replayed launches (each the next group)."""
+    groups = recording.launch_groups()
+    counts: dict[int, int] = defaultdict(int)
+    for launch in range(launches):
+        for row in groups[launch % len(groups)]:
+            counts[int(row["pc_offset"])] += int(row["inst"])
+    return {offset: count for offset, count in counts.items() if count}
 
 
 @pytest.mark.parametrize("which", _recordings())
@@ -390,15 +412,9 @@ def test_pyrun_simulated_inst_puts_exact_counts_on_each_instruction(
 ) -> None:
     path = _recording(which, tmp_path)
     recording = sm.load_inst_recording(str(path))
-    values, _ = _instruction_values(_measure(path, tmp_path))
-    groups = recording.launch_groups()
-    expected: dict[int, int] = defaultdict(int)
-    for launch in range(DEMO_LAUNCHES):  # each launch replays the next recorded one
-        for row in groups[launch % len(groups)]:
-            expected[int(row["pc_offset"])] += int(row["inst"])
-    assert {o: int(v.get("GINS", 0)) for o, v in values.items()} == {
-        o: c for o, c in expected.items() if c
-    }
+    values = _instruction_values(_measure(path, tmp_path))
+    expected = _window_counts(recording, DEMO_LAUNCHES)  # each launch replays the next group
+    assert {o: int(v.get("GINS", 0)) for o, v in values.items()} == expected
     for v in values.values():
         assert v["GINS:SIMD_TOT"] == 32 * v["GINS"]
         assert v["GINS:SIMD_ACT"] + v.get("GINS:SIMD_WST", 0) == v["GINS:SIMD_TOT"]
@@ -447,7 +463,6 @@ def test_counts_of_launches_from_two_lines_are_split_between_them(
     """CUPTI gives one total for all counted launches; pyrun splits it between the calling
     contexts by the launches' GPU time (equal here: the simulated launches take the same)."""
     from pyhpctk.cli.pyrun import main as pyrun_main
-    from pyhpctk.formats.hpcrun_model import placeholder_ip
 
     path = _recording(which, tmp_path)
     recording = sm.load_inst_recording(str(path))
@@ -457,31 +472,18 @@ def test_counts_of_launches_from_two_lines_are_split_between_them(
     event = f"gpu=simulated,inst={path}"
     assert pyrun_main(["-e", event, "-o", str(out), sys.executable, str(program)]) == 0
     assert "split among 2 calling contexts" in capfd.readouterr().err
-    # per instruction, below each placeholder: the two parts add up to the window's total
-    profile = hpcrun.read(next(out.glob("*-000-*.hpcrun")))
-    cct = profile.cct
-    placeholders = set(cct["id"][cct["lm_ip"] == placeholder_ip("GPUKernl")].tolist())
-    below = {int(r["id"]): r for r in cct if int(r["parent_id"]) in placeholders}
-    gins = next(i for i, m in enumerate(profile.metrics) if m.name == "GINS")
-    nodes, metrics, decoded = profile.decoded_values()
-    parts: dict[int, dict[int, int]] = defaultdict(dict)  # placeholder → instruction → GINS
-    for node, metric, value in zip(nodes.tolist(), metrics.tolist(), decoded.tolist(), strict=True):
-        if node in below and metric == gins:
-            row = below[node]
-            parts[int(row["parent_id"])][int(row["lm_ip"])] = int(value)
+    # per instruction: one placeholder per line, the parts adding up to the window's total
+    window = _window_counts(recording, 4)
+    parts = [
+        {o: int(v["GINS"]) for o, v in per_offset.items() if "GINS" in v}
+        for per_offset in _values_by_placeholder(out).values()
+    ]
     assert len(parts) == 2
-    groups = recording.launch_groups()
-    window: dict[int, int] = defaultdict(int)
-    for launch in range(4):
-        for row in groups[launch % len(groups)]:
-            window[int(row["pc_offset"])] += int(row["inst"])
-    first, second = sorted(parts.values(), key=lambda p: sum(p.values()))
-    for offset in set(first) | set(second):
-        whole = first.get(offset, 0) + second.get(offset, 0)
-        assert abs(4 * first.get(offset, 0) - whole) < 4  # one launch in four, to one execution
-    assert sorted(first.get(o, 0) + second.get(o, 0) for o in set(first) | set(second)) == sorted(
-        c for c in window.values() if c
-    )
+    first, second = sorted(parts, key=lambda p: sum(p.values()))
+    offsets = set(first) | set(second)
+    assert {o: first.get(o, 0) + second.get(o, 0) for o in offsets} == window
+    for offset in offsets:  # one launch in four, to one execution
+        assert abs(4 * first.get(offset, 0) - window[offset]) < 4
     # and in pyprof's tree, under the Python functions that launched them: 1:3
     tree = _kernel_gins_by_python_line(out)
     lines = TWO_LINES.splitlines()
@@ -500,7 +502,7 @@ def test_call_instruction_counts_are_the_ground_truth_call_counts(
     """GINS at each call instruction = warps x calls per thread x launches, exactly."""
     path = _recording(which, tmp_path)
     recording = sm.load_inst_recording(str(path))
-    values, _ = _instruction_values(_measure(path, tmp_path))
+    values = _instruction_values(_measure(path, tmp_path))
     _, calls = disassembly(recording.cubins[0], tmp_path)
     sites = edge_names(calls)
     assert set(sites.values()) == set(recording.calls_per_thread)
@@ -636,7 +638,7 @@ def test_pyrun_nvidia_inst_counts_instructions_under_the_kernel(tmp_path: Path) 
     )
     assert "CUPTI counted gt_kernel (" in result.stderr, result.stderr
     assert "while 4 kernel launches ran" in result.stderr, result.stderr
-    values, _ = _instruction_values(out)
+    values = _instruction_values(out)
     gins = {o: v["GINS"] for o, v in values.items() if "GINS" in v}
     assert len(gins) > 50
     launches = 1 + 3  # the recorder's warm-up launch and the 3 timed ones

@@ -255,10 +255,10 @@ def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
         )
     if report and monitor.pc_kind is not None and pc.get("inst_launches", 0) > 1:
         contexts = pc.get("inst_contexts", 0)
+        weight = "launches' GPU time" if pc.get("inst_split_by_time") else "numbers of launches"
         where = (  # CUPTI gives one total per instruction for all the counted launches
-            f"split among {contexts} calling contexts in proportion to their launches'"
-            f" {'GPU time' if pc.get('inst_split_by_time') else 'number'} (an estimate;"
-            " each instruction's total is exact)"
+            f"split among {contexts} calling contexts in proportion to their {weight}"
+            " (an estimate; each instruction's total is exact)"
             if contexts > 1
             else "under the one calling context they came from"
         )
