@@ -335,6 +335,25 @@ def test_sampler_attributes_cpu_deltas_to_each_threads_stack(
     assert int(only["node_id"]) in no_activity
 
 
+def test_the_frames_of_a_sample_are_taken_with_the_session_lock_held(tmp_path: Path) -> None:
+    """Waiting for the lock lets the threads run on: frames taken before it would be walked
+    stale, which on CPython 3.11 crashed a program's exit (python/cpython#111363)."""
+    held: list[bool] = []
+
+    def frames() -> dict[int, object]:
+        held.append(session.lock._is_owned())  # type: ignore[attr-defined]
+        return {}
+
+    session = Session(
+        MeasureOptions(str(tmp_path), checkpoint_s=0),
+        Clocks(current_frames=frames),  # type: ignore[arg-type]
+    )
+    session.sample()
+    session.sample()
+    session.finish()
+    assert held and all(held)
+
+
 def test_a_gpu_layer_can_add_a_kind_placeholders_and_streams(tmp_path: Path) -> None:
     session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
     kind = session.add_metric_kind(

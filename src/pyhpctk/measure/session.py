@@ -384,7 +384,6 @@ class Session:
     def sample(self) -> None:
         """Take one sample of every thread (the sampler thread calls this each period)."""
         clocks = self.clocks
-        frames = clocks.current_frames()
         now = clocks.wall()
         now_ns = clocks.epoch_ns() if self.options.trace else 0
         thread_cpu = clocks.thread_cpu
@@ -400,6 +399,10 @@ class Session:
         with self.lock:
             if self.finished:
                 return
+            # The frames are taken once the lock is held: waiting for it lets other threads
+            # run, and a frame walked after its thread went on is at best a stale stack, and
+            # on CPython 3.11 can be freed memory (a crash in f_back; python/cpython#111363).
+            frames = clocks.current_frames()
             self.samples += 1
             states = self.states
             sampler = self._sampler_ident
