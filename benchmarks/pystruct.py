@@ -3,8 +3,8 @@
 For each library (default: libpython and libcrypto from the system, and numpy's core extension),
 in the same run:
 
-- ``pystruct -j 1 LIB -o TMP`` and ``pystruct -j 2 LIB -o TMP`` (wall time of the command, so
-  start-up, ELF/DWARF reading, disassembly, CFGs, loops and XML writing all count);
+- ``pystruct -j 1 LIB -o TMP --force`` and ``pystruct -j 2 LIB -o TMP --force`` (wall time of
+  the command, so start-up, ELF/DWARF reading, disassembly, CFGs, loops and XML writing all count);
 - ``objdump -d -l LIB > /dev/null`` (disassembly with line numbers: the closest standard tool).
 
 Each pystruct time is printed with its ratio to objdump. Every run is repeated ``--repeat`` times
@@ -77,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
             size = lib.stat().st_size / 1e6
             t_obj = _best([objdump, "-d", "-l", str(lib)], args.repeat, subprocess.DEVNULL)
             out = Path(tmp) / f"{lib.name}.hpcstruct"
-            t1 = _best([args.pystruct, "-q", "-j", "1", str(lib), "-o", str(out)], args.repeat)
-            t2 = _best([args.pystruct, "-q", "-j", "2", str(lib), "-o", str(out)], args.repeat)
+            t1 = _best(
+                [args.pystruct, "-q", "--force", "-j", "1", str(lib), "-o", str(out)], args.repeat
+            )
+            t2 = _best(
+                [args.pystruct, "-q", "--force", "-j", "2", str(lib), "-o", str(out)], args.repeat
+            )
             print(
                 f"| {lib.name} | {size:.1f} MB | {t_obj:.2f} s | {t1:.2f} s | "
                 f"{t1 / t_obj:.1f}x | {t2:.2f} s | {t2 / t_obj:.1f}x |",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,3 +21,25 @@ def reference() -> Path:
             "check out the shared folder beside the repository"
         )
     return REFERENCE
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs (issue #15: writers on a full disk), mounted for the test and removed after.
+
+    Mounting needs root (CI runs as root); elsewhere the test is skipped and says why.
+    """
+    where = tmp_path / "small-disk"
+    where.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)]
+    try:
+        done = subprocess.run(mount, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("no mount command here: cannot make a small file system to fill")
+    if done.returncode != 0:
+        reason = done.stderr.strip() or f"exit status {done.returncode}"
+        pytest.skip(f"cannot mount a 64k tmpfs here ({reason}); CI runs as root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True, timeout=30)

@@ -29,9 +29,9 @@ def test_unwritable_json_is_a_usage_error(
     # Before: FileNotFoundError traceback, exit 1.
     target = tmp_path / "missing" / "models.json"
     err = _error(capsys, [*series, "--param", P, "--json", str(target)])
-    assert f"--json {target}: cannot write" in err
+    assert f"{target}: cannot write: directory {target.parent} does not exist" in err
     target = tmp_path / "missing" / "data.jsonl"
-    assert f"--extrap {target}: cannot write" in _error(
+    assert f"{target}: cannot write" in _error(
         capsys, [*series, "--param", P, "--extrap", str(target)]
     )
 

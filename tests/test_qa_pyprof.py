@@ -35,7 +35,7 @@ def test_failed_write_leaves_no_staging_directory(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(write.metadb, "write", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(write.OutputError, match="cannot write: No space left on device"):
         write.write_database(db, tmp_path / "db")
     assert list(tmp_path.iterdir()) == []
 

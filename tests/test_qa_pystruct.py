@@ -42,16 +42,21 @@ def test_output_that_is_some_other_file_is_not_overwritten(
     assert other.read_text() == "my notes\n"
 
 
-def test_an_existing_structure_file_or_empty_file_is_still_replaced(tmp_path: Path) -> None:
-    # hpcstruct replaces its output, and so does pystruct when the output is one of its own.
+def test_an_existing_structure_file_or_empty_file_is_replaced_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # hpcstruct replaces its output silently; pystruct only with --force (issue #15 item 9).
     app = tmp_path / "app.py"
     app.write_text(SOURCE)
     out = tmp_path / "app.hpcstruct"
     out.touch()
-    assert main([str(app), "-o", str(out), "-q"]) == 0
+    assert main([str(app), "-o", str(out), "-q"]) == 2
+    assert f"{out}: already exists; choose another -o or pass --force" in capsys.readouterr().err
+    assert out.read_bytes() == b""
+    assert main([str(app), "-o", str(out), "-q", "--force"]) == 0
     first = hpcstruct.read(out)
     app.write_text("\n" + SOURCE)  # every line moves down by one
-    assert main([str(app), "-o", str(out), "-q"]) == 0
+    assert main([str(app), "-o", str(out), "-q", "--force"]) == 0
     assert hpcstruct.to_bytes(hpcstruct.read(out)) != hpcstruct.to_bytes(first)
 
 

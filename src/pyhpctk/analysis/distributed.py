@@ -78,7 +78,14 @@ from pyhpctk.analysis.pipeline import (
 from pyhpctk.analysis.stats import SparseValues, TreeShape, summarize
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.analysis.unify import ProfileData, RawTree
-from pyhpctk.analysis.write import build_metadb, copy_sources, make_staging, prepare_output
+from pyhpctk.analysis.write import (
+    build_metadb,
+    copy_sources,
+    database_error,
+    make_staging,
+    prepare_output,
+    write_taxonomy,
+)
 from pyhpctk.core.context import ContextTree
 from pyhpctk.core.metrics import (
     N_SCOPES,
@@ -90,6 +97,7 @@ from pyhpctk.core.metrics import (
 )
 from pyhpctk.errors import FormatWarning, PyhpctkError
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats.output import OutputError, commit_directory
 
 T = TypeVar("T")
 
@@ -227,6 +235,20 @@ class _Plan:
     ]
     title: str
     output: Path
+    replacing: bool  # an old database holds the output's name (then it is kept on errors)
+
+
+def _writing(plan: _Plan, function: Callable[[], T]) -> Callable[[], T]:
+    """``function`` with an ``OSError`` (a full disk) turned into the database's one-line error,
+    which names the output and what was left of it."""
+
+    def guarded() -> T:
+        try:
+            return function()
+        except OSError as error:
+            raise database_error(plan.output, error, plan.replacing) from None
+
+    return guarded
 
 
 class _Spill:
@@ -239,7 +261,10 @@ class _Spill:
     """
 
     def __init__(self) -> None:
-        handle, name = tempfile.mkstemp(prefix="pyprof-mpi-blocks-")
+        try:
+            handle, name = tempfile.mkstemp(prefix="pyprof-mpi-blocks-")
+        except OSError as error:
+            raise self._error(tempfile.gettempdir(), error) from None
         self.fd = handle
         self.path = name
         self.end = 0
@@ -252,9 +277,19 @@ class _Spill:
         with self.lock:
             at = self.end
             self.end += len(values) + len(index)
-        _pwrite(self.fd, values, at)
-        _pwrite(self.fd, index, at + len(values))
+        try:
+            _pwrite(self.fd, values, at)
+            _pwrite(self.fd, index, at + len(values))
+        except OSError as error:
+            raise self._error(self.path, error) from None
         return at
+
+    @staticmethod
+    def _error(where: str, error: OSError) -> OutputError:
+        return OutputError(
+            f"{where}: cannot write pyprof-mpi's scratch file: {error.strerror or error} "
+            "(--memory-limit keeps blocks in $TMPDIR: point TMPDIR at a larger file system)"
+        )
 
     def get(self, at: int, n_values: int, n_contexts: int) -> profiledb.ProfileValues:
         """The block :meth:`put` stored at ``at``."""
@@ -270,6 +305,24 @@ class _Spill:
         os.close(self.fd)
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+
+
+def _open_spill(comm: Comm) -> _Spill:
+    """A scratch file on every rank, or the first rank's error on all (none left open)."""
+    spill: _Spill | None = None
+    error: OutputError | None = None
+    try:
+        spill = _Spill()
+    except OutputError as caught:
+        error = caught
+    try:
+        _agree(comm, error)
+    except BaseException:
+        if spill is not None:
+            spill.close()
+        raise
+    assert spill is not None
+    return spill
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -558,6 +611,7 @@ def run_distributed(
             ),
             title=title,
             output=output,
+            replacing=os.path.lexists(output),
         )
 
     with stage("expanding contexts", 1) as advance:
@@ -575,7 +629,7 @@ def run_distributed(
             os.close(os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
         return staging
 
-    staging = _on_root(comm, stage_files)
+    staging = _on_root(comm, _writing(plan, stage_files))
     meta_errors: list[BaseException] = []
 
     def write_meta() -> None:
@@ -591,17 +645,16 @@ def run_distributed(
                 formulas=table.formulas,
             )
             if options.copy_sources:
-                copy_sources(db, staging)
+                db.copied_files |= copy_sources(db.files(), staging)
             metadb.write(build_metadb(db), staging / "meta.db")
-            (staging / "metrics").mkdir()
-            (staging / "metrics" / "default.yaml").write_text(
+            write_taxonomy(
+                staging,
                 default_yaml(
                     table.metrics,
                     table.formulas,
                     partials,
                     EXTRA_ROOTS if options.derived else (),
                 ),
-                encoding="utf-8",
             )
         except BaseException as error:  # re-raised by finish()
             meta_errors.append(error)
@@ -616,7 +669,7 @@ def run_distributed(
         # Stage 4: per-profile statistics and traces on their ranks.
         tuples = id_tuples([b.id_tuple for b in usable])
 
-        spill = _Spill() if memory_limit is not None else None
+        spill = _open_spill(comm) if memory_limit is not None else None
         local_counts = np.zeros(n_contexts, dtype=np.int64)
         count_lock = threading.Lock()
 
@@ -732,9 +785,7 @@ def run_distributed(
             meta_thread.join()
             if meta_errors:
                 raise meta_errors[0]
-            if plan.output.exists():
-                shutil.rmtree(plan.output)
-            os.replace(staging, plan.output)
+            commit_directory(staging, plan.output)
             return RunReport(
                 output=plan.output,
                 profiles=n_profiles,
@@ -744,7 +795,7 @@ def run_distributed(
                 problems=tuple(problems),
             )
 
-        result = _on_root(comm, finish)
+        result = _on_root(comm, _writing(plan, finish))
         finished = True
         return result
     finally:
@@ -802,7 +853,7 @@ def _write_all(
         0 if high is None else high,
     )
     with stage("writing profiles", len(done)) as advance:
-        _on_all(comm, write_planes)
+        _on_all(comm, _writing(plan, write_planes))
         advance(len(done))
 
     # Stage 5: cct.db in rounds, and the summary.
@@ -833,7 +884,7 @@ def _write_all(
             del incoming
             sizes = comm.allgather(piece.size)
             at = cursor + sum(sizes[: comm.rank])
-            _on_all(comm, partial(_pwritev, staging / "cct.db", piece.pieces, at))
+            _on_all(comm, _writing(plan, partial(_pwritev, staging / "cct.db", piece.pieces, at)))
             del piece.pieces[:]
             cursor += sum(sizes)
             gathered = comm.gather((lo, piece.n_metrics, piece.summary))
@@ -877,7 +928,7 @@ def _write_all(
                 os.close(fd)
         return int(np.count_nonzero(trace_counts > 0))
 
-    return _on_root(comm, finish_files)
+    return _on_root(comm, _writing(plan, finish_files))
 
 
 @dataclass(slots=True)

@@ -621,8 +621,14 @@ def rewrite_trace(
 
 
 def default_output(options: ProfOptions, title: str) -> Path:
-    """hpcprof's default database name, in the current directory."""
-    return Path(os.getcwd()) / f"hpctoolkit-{title}-database"
+    """hpcprof's default database name, in the current directory.
+
+    The title is the measured program's name, which a measurement file gives: only its last
+    path component is used, so that ``program-name=../../x`` cannot place the database
+    elsewhere (issue #15).
+    """
+    name = title.replace("\0", "").rsplit("/", 1)[-1] or "database"
+    return Path(os.getcwd()) / f"hpctoolkit-{name}-database"
 
 
 __all__ = [

@@ -8,31 +8,32 @@ transpose of the non-summary profiles, trace.db when any profile had a trace, pl
 ``metrics/default.yaml`` and copies of the source files that exist (``src/``).
 
 The directory is assembled under a temporary name next to the destination and renamed into place
-at the end, so an interrupted run never leaves a half-written database under the real name, and
-an existing database is replaced only when asked (``force``).
+at the end (:mod:`pyhpctk.formats.output`), so an interrupted run or a full disk never leaves a
+half-written database under the real name, and an existing database is replaced only when asked
+(``force``). No name read from a measurement chooses where anything is written: source copies
+land inside ``src/`` whatever their names hold (:func:`copy_sources`).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
+import posixpath
 import shutil
+import stat
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 from pyhpctk.analysis.database import AggregateDatabase
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.core.context import ENTRY_POINT_NAMES, ContextKey, Function, Relation
 from pyhpctk.core.metrics import N_SCOPES
-from pyhpctk.errors import PyhpctkError
+from pyhpctk.errors import FormatWarning
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats import output as output_files
+from pyhpctk.formats.output import OutputError, already_exists
 
 DATABASE_FILES = ("meta.db", "profile.db", "cct.db")
-
-
-class OutputError(PyhpctkError):
-    """The output directory cannot be created or replaced."""
-
-    exit_code = 2
 
 
 def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
@@ -174,14 +175,16 @@ def build_tracedb(db: AggregateDatabase) -> tracedb.TraceDB | None:
 
 def prepare_output(output: Path, force: bool) -> None:
     """Refuse to overwrite an existing directory unless ``force`` (and then only a database)."""
-    if not output.exists():
+    if not os.path.lexists(output):
         if not output.parent.exists():
             raise OutputError(f"{output}: parent directory {output.parent} does not exist")
         if not output.parent.is_dir():
             raise OutputError(f"{output}: {output.parent} is not a directory")
         return
     if not force:
-        raise OutputError(f"{output}: already exists; choose another -o or pass --force")
+        raise already_exists(output, "-o")
+    if output.is_symlink():
+        raise OutputError(f"{output}: is a symbolic link; not replacing it (give its target as -o)")
     if not output.is_dir():
         raise OutputError(f"{output}: exists and is not a directory; refusing to replace it")
     entries = set(os.listdir(output))
@@ -191,40 +194,83 @@ def prepare_output(output: Path, force: bool) -> None:
         )
 
 
-def copy_sources(db: AggregateDatabase, directory: Path) -> None:
-    """Copy every source file named by the database that exists into ``directory/src``."""
-    for name in db.files():
-        if not name.startswith("/"):
+def copy_sources(files: Iterable[str], directory: Path) -> set[str]:
+    """Copy the source files named ``files`` that exist into ``directory/src``; the names copied.
+
+    ``/a/b.py`` goes to ``src/a/b.py``, as hpcprof places it: the name is normalised as a path
+    first (``/x/../b.py`` is ``/b.py``, and ``..`` above the root stays at the root), so no name
+    from a measurement can place a copy outside ``src/``. A copy is refused, with a warning, when
+    its place is taken by a different file (two names that normalise alike but are different
+    files, through symbolic links) or is not a plain directory inside ``src/``. Relative names
+    and files that cannot be read are skipped, as hpcprof skips them; an error writing a copy
+    (a full disk) is raised.
+    """
+    root = directory / "src"
+    placed: dict[str, str] = {}  # where in src/ -> the real path of the source copied there
+    copied: set[str] = set()
+    for name in files:
+        if not name.startswith("/") or "\0" in name:
             continue
-        source = Path(name)
-        if source.is_file():
-            target = directory / "src" / name.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                shutil.copyfile(source, target)
-            except OSError:
-                continue
-            db.copied_files.add(name)
+        relative = posixpath.normpath(name).lstrip("/")
+        if not relative:
+            continue
+        try:
+            data = Path(name).read_bytes() if Path(name).is_file() else None
+        except OSError:
+            continue
+        if data is None:
+            continue
+        real = os.path.realpath(name)
+        if relative in placed:
+            if placed[relative] == real:
+                copied.add(name)
+            else:
+                _refuse_copy(name, f"src/{relative} already holds a copy of {placed[relative]}")
+            continue
+        problem = _copy_into(root, relative, data)
+        if problem is not None:
+            _refuse_copy(name, problem)
+            continue
+        placed[relative] = real
+        copied.add(name)
+    return copied
+
+
+def _refuse_copy(name: str, problem: str) -> None:
+    warnings.warn(f"{name}: source not copied into the database: {problem}", FormatWarning, 2)
+
+
+def _copy_into(root: Path, relative: str, data: bytes) -> str | None:
+    """Write ``data`` to ``root/relative``, making plain directories on the way; why not, or
+    None when written. Never follows a symbolic link and never replaces a file."""
+    *parents, leaf = relative.split("/")
+    directories = [root]
+    for part in parents:
+        directories.append(directories[-1] / part)
+    for where in directories:
+        try:
+            os.mkdir(where)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(where).st_mode):
+                return f"{where.relative_to(root.parent)} is not a directory"
+    target = directories[-1] / leaf
+    if os.path.commonpath([os.path.realpath(target.parent), os.path.realpath(root)]) != (
+        os.path.realpath(root)
+    ):  # cannot happen after the checks above; the guarantee is worth one more look
+        return f"{target.relative_to(root.parent)} lies outside src/"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(target, flags, 0o666)
+    except FileExistsError:
+        return f"{target.relative_to(root.parent)} already exists"
+    with open(fd, "wb") as stream:
+        stream.write(data)
+    return None
 
 
 def make_staging(output: Path) -> Path:
-    """A new empty directory beside ``output`` to assemble the database in.
-
-    Created by ``mkdir`` so it gets the user's umask (0755 usually), as hpcprof's directories
-    do: ``tempfile.mkdtemp`` would make it 0700, and the renamed database would be unreadable
-    for the rest of a project group.
-    """
-    while True:
-        staging = output.parent / f".{output.name}.{os.getpid()}.{secrets.token_hex(4)}"
-        try:
-            staging.mkdir()
-        except FileExistsError:
-            continue
-        except OSError as error:  # e.g. no write permission in the parent directory
-            raise OutputError(
-                f"{output}: cannot create the database here: {error.strerror or error}"
-            ) from None
-        return staging
+    """A new empty directory beside ``output`` to assemble the database in."""
+    return output_files.make_staging(output, "the database")
 
 
 def write_database(
@@ -234,12 +280,17 @@ def write_database(
     copy: bool = True,
     derived: bool = False,
 ) -> None:
-    """Write the whole database directory ``output`` (atomically replaced)."""
+    """Write the whole database directory ``output`` (atomically replaced).
+
+    On any error, a full disk included, the staging directory is removed and ``output`` is as it
+    was (absent, or the old database); an ``OSError`` becomes :class:`OutputError`.
+    """
     prepare_output(output, force)
+    replacing = os.path.lexists(output)
     staging = make_staging(output)
     try:
         if copy:
-            copy_sources(db, staging)
+            db.copied_files |= copy_sources(db.files(), staging)
         metadb.write(build_metadb(db), staging / "meta.db")
         profiles = build_profiledb(db)
         profiledb.write(profiles, staging / "profile.db")
@@ -247,17 +298,32 @@ def write_database(
         traces = build_tracedb(db)
         if traces is not None:
             tracedb.write(traces, staging / "trace.db")
-        (staging / "metrics").mkdir()
-        (staging / "metrics" / "default.yaml").write_text(
+        write_taxonomy(
+            staging,
             default_yaml(db.metrics, db.formulas, db.partials, EXTRA_ROOTS if derived else ()),
-            encoding="utf-8",
         )
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(staging, output)
+        output_files.commit_directory(staging, output)
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise database_error(output, error, replacing) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def write_taxonomy(directory: Path, text: str) -> None:
+    """``metrics/default.yaml`` (names from measurements keep their bytes: surrogateescape)."""
+    (directory / "metrics").mkdir()
+    with open(
+        directory / "metrics" / "default.yaml", "w", encoding="utf-8", errors="surrogateescape"
+    ) as stream:
+        stream.write(text)
+
+
+def database_error(output: Path, error: OSError, replacing: bool) -> OutputError:
+    """The one-line error for an ``OSError`` met while assembling the database ``output``."""
+    kept = "the existing database is unchanged" if replacing else "nothing was left under that name"
+    return output_files.write_error(output, error, kept)
 
 
 __all__ = [
@@ -266,6 +332,10 @@ __all__ = [
     "build_metadb",
     "build_profiledb",
     "build_tracedb",
+    "copy_sources",
+    "database_error",
     "make_staging",
+    "prepare_output",
     "write_database",
+    "write_taxonomy",
 ]

@@ -6,12 +6,12 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 import click
 
 from pyhpctk.cli._common import run_command
 from pyhpctk.errors import UsageError
+from pyhpctk.formats import output
 from pyhpctk.model.analyze import AnalysisOptions, analyze
 from pyhpctk.model.fit import WEIGHTINGS, FitOptions
 from pyhpctk.model.report import write_extrap_jsonl, write_json, write_table
@@ -37,6 +37,7 @@ class Options:
     extrap_out: Path | None
     plot: Path | None
     allow_mixed: bool
+    force: bool = False
 
 
 def _parse_target(texts: tuple[str, ...], names: tuple[str, ...]) -> tuple[float, ...] | None:
@@ -47,13 +48,6 @@ def _parse_target(texts: tuple[str, ...], names: tuple[str, ...]) -> tuple[float
     if missing:
         raise UsageError(f"--target needs a value for {', '.join(missing)}")
     return tuple(given[n][0] for n in names)
-
-
-def _open_out(path: Path, option: str) -> TextIO:
-    try:
-        return open(path, "w", encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"{option} {path}: cannot write: {error.strerror or error}") from None
 
 
 def run(options: Options) -> int:
@@ -71,6 +65,11 @@ def run(options: Options) -> int:
         raise UsageError(f"{' and '.join(sources)} both give the parameter values: choose one")
     if options.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot needs matplotlib: pip install matplotlib")
+    if options.json_out is not None and options.json_out == options.extrap_out:
+        raise UsageError(f"--json and --extrap both write {options.json_out}: choose two files")
+    for option, path in (("--json", options.json_out), ("--extrap", options.extrap_out)):
+        if path is not None:  # refuse before the analysis rather than after it
+            output.check_new(path, options.force, option)
     if options.csv is not None:
         if databases:
             raise UsageError("give databases either on the command line or in --csv, not both")
@@ -104,15 +103,15 @@ def run(options: Options) -> int:
     )
     write_table(analysis, sys.stdout, top=options.top)
     if options.json_out is not None:
-        with _open_out(options.json_out, "--json") as stream:
+        with output.open_text(options.json_out, options.force, "--json") as stream:
             write_json(analysis, stream)
     if options.extrap_out is not None:
-        with _open_out(options.extrap_out, "--extrap") as stream:
+        with output.open_text(options.extrap_out, options.force, "--extrap") as stream:
             write_extrap_jsonl(series, stream)
     if options.plot is not None:
         from pyhpctk.model.plot import plot_contexts
 
-        plot_contexts(analysis, options.plot, count=min(options.top, 6))
+        plot_contexts(analysis, options.plot, count=min(options.top, 6), force=options.force)
     return 0
 
 
@@ -202,6 +201,11 @@ def run(options: Options) -> int:
     help="Plot measurements and models of the top contexts into this directory (needs matplotlib).",
 )
 @click.option("--allow-mixed", is_flag=True, help="Model databases of different programs together.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace existing --json/--extrap files and --plot images (refused without it).",
+)
 def cli(
     databases: tuple[Path, ...],
     params: tuple[str, ...],
@@ -220,6 +224,7 @@ def cli(
     extrap_out: Path | None,
     plot: Path | None,
     allow_mixed: bool,
+    force: bool,
 ) -> int:
     """Model how every calling context scales, from a series of databases.
 
@@ -234,6 +239,10 @@ def cli(
       pymodel run2.d run4.d run8.d run16.d run32.d --param p=2,4,8,16,32
       pymodel --csv runs.csv --expect 'p*log2(p)' --json models.json
       pymodel a.d b.d c.d d.d e.d --param p=2,4,8,16,32 --extrap data.jsonl
+
+    Output files are never replaced unless --force is given; each is written under a temporary
+    name and renamed when complete, so a full disk gives one error line, exit status 2 and no
+    partial file.
     """
     return run(
         Options(
@@ -254,6 +263,7 @@ def cli(
             extrap_out,
             plot,
             allow_mixed,
+            force,
         )
     )
 

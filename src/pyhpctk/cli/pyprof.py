@@ -95,7 +95,11 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
             help="Summary statistics: sum, or stats (min/mean/max/...).",
         ),
         click.option("--strict", is_flag=True, help="Stop at the first damaged profile."),
-        click.option("--force", is_flag=True, help="Replace an existing output database."),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="Replace an existing output database (refused without it).",
+        ),
         click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src."),
         click.option(
             "--derived",
@@ -164,7 +168,14 @@ def command(
     derived: bool,
     progress: bool | None,
 ) -> int:
-    """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database."""
+    """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database.
+
+    \b
+    The database is assembled in a temporary directory beside -o and renamed into place
+    when complete. An existing database is replaced only with --force. On a full disk
+    (or quota, or an I/O error) pyprof says so in one line, exits with status 2 and leaves
+    nothing under the -o name (a database being replaced stays as it was).
+    """
     options = prof_options(
         measurements,
         output,

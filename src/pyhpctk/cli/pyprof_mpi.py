@@ -57,7 +57,13 @@ def command(
     progress: bool | None,
     memory_limit: str | None,
 ) -> int:
-    """Aggregate MEASUREMENTS on every MPI rank into one database (same as pyprof's)."""
+    """Aggregate MEASUREMENTS on every MPI rank into one database (same as pyprof's).
+
+    \b
+    As pyprof: an existing database is replaced only with --force; a full disk on any rank
+    stops every rank with one error line from rank 0 (exit status 2), and nothing is left
+    under the -o name (a database being replaced stays as it was).
+    """
     from pyhpctk.analysis.comm import world
     from pyhpctk.analysis.distributed import run_distributed
 

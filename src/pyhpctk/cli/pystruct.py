@@ -41,10 +41,13 @@ class PystructOptions:
     nvdisasm: str | None
     quiet: bool
     resolve_paths: bool = True
+    force: bool = False
 
     @property
     def struct_options(self) -> StructOptions:
-        return StructOptions(self.jobs, self.gpucfg, self.cache, self.nvdisasm, self.resolve_paths)
+        return StructOptions(
+            self.jobs, self.gpucfg, self.cache, self.nvdisasm, self.resolve_paths, self.force
+        )
 
 
 def _run(options: PystructOptions) -> int:
@@ -138,6 +141,11 @@ def _run(options: PystructOptions) -> int:
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing output file (one target). MEAS/structs is always refreshed.",
+)
+@click.option(
     "--keep-paths",
     is_flag=True,
     help="Record source paths as the debug information has them (default: canonical "
@@ -152,11 +160,20 @@ def command(
     nvdisasm: str | None,
     quiet: bool,
     keep_paths: bool,
+    force: bool,
 ) -> int:
-    """Recover program structure from TARGET and write hpcstruct XML (DTD 4.9)."""
+    """Recover program structure from TARGET and write hpcstruct XML (DTD 4.9).
+
+    \b
+    One target writes TARGET.hpcstruct in the current directory (or -o FILE); an existing
+    file is replaced only with --force. A measurement directory writes MEAS/structs/ (or -o
+    DIR), refreshing what is there, as hpcstruct MEAS does. Every file is written under a
+    temporary name and renamed when complete: on a full disk pystruct says so in one line,
+    stops, exits with status 2 and leaves no partial file (an existing one stays as it was).
+    """
     return _run(
         PystructOptions(
-            target, output, jobs, gpucfg == "yes", cache, nvdisasm, quiet, not keep_paths
+            target, output, jobs, gpucfg == "yes", cache, nvdisasm, quiet, not keep_paths, force
         )
     )
 

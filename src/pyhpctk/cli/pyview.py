@@ -6,6 +6,7 @@ with colours and tree glyphs when stdout is a terminal, plain text when it is pi
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import click
 
 from pyhpctk.cli._common import run_command
 from pyhpctk.errors import UsageError
+from pyhpctk.formats import output
 from pyhpctk.present import imbalance, traces
 from pyhpctk.present.api import Database, open_database
 from pyhpctk.present.render import TextStyle, format_value, render_csv, render_json, render_text
@@ -45,24 +47,27 @@ class PyviewOptions:
     trace_export: str | None
     blame: bool
     html: str | None
+    force: bool = False
+
+    def exports(self) -> list[tuple[str, str]]:
+        """(option, file) of every export asked for, in the order they are written."""
+        given = (
+            ("--trace-export", self.trace_export),
+            ("--html", self.html),
+            ("--csv", self.csv),
+            ("--json", self.json),
+        )
+        return [(option, dest) for option, dest in given if dest]
 
 
-def _open_out(dest: str) -> TextIO:
+def _write(dest: str, option: str, force: bool, writer: Callable[[TextIO], None]) -> None:
+    """Write one export: ``-`` is stdout; a file appears whole or not at all
+    (:mod:`pyhpctk.formats.output`: a temporary name, renamed when complete)."""
     if dest == "-":
-        return sys.stdout
-    try:
-        return open(dest, "w", encoding="utf-8", newline="")
-    except OSError as error:
-        raise UsageError(f"cannot write {dest}: {error.strerror}") from None
-
-
-def _write(dest: str, writer: Callable[[TextIO], None]) -> None:
-    out = _open_out(dest)
-    try:
-        writer(out)
-    finally:
-        if out is not sys.stdout:
-            out.close()
+        writer(sys.stdout)
+        return
+    with output.open_text(dest, force, option) as stream:
+        writer(stream)
 
 
 def _print_spread(db: Database, spread: imbalance.ContextSpread, out: TextIO) -> None:
@@ -91,6 +96,13 @@ def _print_imbalance(spreads: list[imbalance.ContextSpread], metric: str, out: T
 
 def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
     """Do what the options ask; the library behind the click command."""
+    seen: dict[str, str] = {}
+    for option, dest in opts.exports():
+        if dest != "-" and dest in seen:
+            raise UsageError(f"{seen[dest]} and {option} both write {dest}: choose two files")
+        seen[dest] = option
+        if dest != "-":  # refuse before any work rather than after the first export
+            output.check_new(dest, opts.force, option)
     db = open_database(opts.database)
     for definition in opts.derive:
         db.derive(definition)
@@ -133,7 +145,12 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
         traces.render_blame(traces.gpu_idle_blame(db.experiment), out)
         did_something = True
     if opts.trace_export:
-        _write(opts.trace_export, lambda f: traces.write_perfetto(db.experiment, f))
+        _write(
+            opts.trace_export,
+            "--trace-export",
+            opts.force,
+            lambda f: traces.write_perfetto(db.experiment, f),
+        )
         did_something = True
     view: View | None = None
 
@@ -149,13 +166,13 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
         from pyhpctk.present.html import report_view, write_html
 
         top = report_view(db, metrics, opts.sort, opts.depth, opts.threshold, opts.show_zero)
-        _write(opts.html, lambda f: write_html(db, top, f))
+        _write(opts.html, "--html", opts.force, lambda f: write_html(db, top, f))
         did_something = True
     if opts.csv:
-        _write(opts.csv, lambda f: render_csv(get_view(), f))
+        _write(opts.csv, "--csv", opts.force, lambda f: render_csv(get_view(), f))
         did_something = True
     if opts.json:
-        _write(opts.json, lambda f: render_json(get_view(), f))
+        _write(opts.json, "--json", opts.force, lambda f: render_json(get_view(), f))
         did_something = True
     if not did_something:
         color = opts.color if opts.color is not None else out.isatty()
@@ -242,6 +259,11 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
 )
 @click.option("--blame", is_flag=True, help="GPU idleness blame over the traces.")
 @click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace existing --csv/--json/--html/--trace-export files (refused without it).",
+)
 def pyview(
     database: str,
     top_down: bool,
@@ -265,8 +287,16 @@ def pyview(
     trace_export: str | None,
     blame: bool,
     html: str | None,
+    force: bool,
 ) -> int:
-    """Show the performance database DATABASE (a pyprof / hpcprof output directory)."""
+    """Show the performance database DATABASE (a pyprof / hpcprof output directory).
+
+    \b
+    Exports (--csv, --json, --html, --trace-export FILE; '-' is stdout) never replace an
+    existing file unless --force is given. Each file is written under a temporary name and
+    renamed when complete: on a full disk pyview says so, exits with status 2 and leaves no
+    partial file (an existing one stays as it was).
+    """
     views = [
         name
         for name, given in (("top-down", top_down), ("bottom-up", bottom_up), ("flat", flat))
@@ -296,8 +326,17 @@ def pyview(
         trace_export,
         blame,
         html,
+        force,
     )
-    return run_pyview(opts, sys.stdout)
+    return run_pyview(opts, _names_as_bytes(sys.stdout))
+
+
+def _names_as_bytes(stream: TextIO) -> TextIO:
+    """``stream``, printing names that came from bytes which are not UTF-8 (a path in a Latin-1
+    directory, read with surrogateescape) as those bytes, as ``ls`` does, not a traceback."""
+    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        stream.reconfigure(errors="surrogateescape")
+    return stream
 
 
 def main(argv: list[str] | None = None) -> int:

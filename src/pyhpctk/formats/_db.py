@@ -51,7 +51,8 @@ Bounds-checked access
     ``read_record(buf, offset, dtype, path, section, what="record") -> np.void``: one record.
     ``u8_at``/``u16_at``/``u32_at``/``u64_at(buf, offset, path, section)``: one scalar.
     ``cstring_at(buf, offset, path, section, end=None) -> str``: the NUL-terminated UTF-8 string
-    at ``offset``; the NUL must come before ``end`` (default: the end of the buffer).
+    at ``offset`` (other bytes as surrogate escapes); the NUL must come before ``end`` (default:
+    the end of the buffer).
 
 Writing helpers
     ``align(n, k) -> int``: ``n`` rounded up to a multiple of ``k``.
@@ -246,7 +247,12 @@ def u64_at(buf: Buffer, offset: int, path: str | None, section: str) -> int:
 def cstring_at(
     buf: Buffer, offset: int, path: str | None, section: str, end: int | None = None
 ) -> str:
-    """The NUL-terminated UTF-8 string at ``offset``; its NUL must lie before ``end``."""
+    """The NUL-terminated string at ``offset``; its NUL must lie before ``end``.
+
+    Bytes that are not UTF-8 come back as surrogate escapes (``surrogateescape``): hpcprof
+    copies names (a source path in a Latin-1 directory) as the bytes it was given, and they
+    round-trip exactly through :class:`StringTable`.
+    """
     limit = len(buf) if end is None else min(end, len(buf))
     if offset < 0 or offset >= limit:
         raise FormatError(path, section, f"string pointer 0x{offset:x} is outside [0, 0x{limit:x})")
@@ -266,12 +272,7 @@ def cstring_at(
             )
         start += window
         window *= 4
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise FormatError(
-            path, section, f"string at 0x{offset:x} is not valid UTF-8 ({error.reason})"
-        ) from error
+    return raw.decode("utf-8", "surrogateescape")
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,7 +377,7 @@ class StringTable:
         found = self._offsets.get(text)
         if found is not None:
             return found
-        raw = text.encode("utf-8")
+        raw = text.encode("utf-8", "surrogateescape")  # the bytes a name was read from
         if b"\0" in raw:
             raise ValueError(f"strings in a database cannot contain NUL: {text!r}")
         offset = len(self._data)

@@ -423,11 +423,14 @@ def _attributes(attrs: Mapping[str, str], path: str | None, tag: str) -> str:
         if _NEEDS_ESCAPE.search(value) is not None:
             bad = _NOT_XML.search(value)
             if bad is not None:
-                raise FormatError(
-                    path,
-                    f"<{tag} {key}>",
-                    f"character U+{ord(bad.group()):04X} cannot be written in XML 1.0",
-                )
+                code = ord(bad.group())
+                problem = f"character U+{code:04X} cannot be written in XML 1.0"
+                if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+                    problem = (
+                        f"{value!r} holds the byte 0x{code - 0xDC00:02X}, which is not UTF-8: "
+                        "XML cannot carry it (rename the file or its directory to UTF-8)"
+                    )
+                raise FormatError(path, f"<{tag} {key}>", problem)
             value = value.translate(_ESCAPES)
         parts.append(f' {key}="{value}"')
     return "".join(parts)

@@ -866,13 +866,9 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
     for raw in pool.split(b"\0")[: -1 if pool.endswith(b"\0") else None]:
         if pos + len(raw) >= len(pool):
             break  # an unterminated tail: leave it to cstring_at if anything points there
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is not None:
-            strings_at[s_off + pos] = text
-            string_order.append(text)
+        text = raw.decode("utf-8", "surrogateescape")  # hpcprof writes names as bytes
+        strings_at[s_off + pos] = text
+        string_order.append(text)
         pos += len(raw) + 1
 
     def pooled(pointer: int, section: str) -> str:
@@ -1316,7 +1312,7 @@ def _to_bytes(db: MetaDB) -> bytes:
 
     def cstr(text: str) -> int:
         at = len(out)
-        raw = text.encode("utf-8")
+        raw = text.encode("utf-8", "surrogateescape")  # non-UTF-8 bytes as read (cstring_at)
         if b"\0" in raw:
             raise ValueError(f"strings cannot contain NUL: {text!r}")
         out.extend(raw + b"\0")

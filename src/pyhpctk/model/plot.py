@@ -9,11 +9,19 @@ from pathlib import Path
 import numpy as np
 
 from pyhpctk.errors import UsageError
+from pyhpctk.formats import output
+from pyhpctk.formats.output import OutputError
 from pyhpctk.model.analyze import Analysis
 
 
-def plot_contexts(analysis: Analysis, directory: Path, count: int = 6) -> list[Path]:
-    """One PNG per top-ranked context: measured means with spread, and the model curve."""
+def plot_contexts(
+    analysis: Analysis, directory: Path, count: int = 6, force: bool = False
+) -> list[Path]:
+    """One PNG per top-ranked context: measured means with spread, and the model curve.
+
+    An existing image is replaced only with ``force``; each is written whole or not at all
+    (:mod:`pyhpctk.formats.output`).
+    """
     try:
         matplotlib = importlib.import_module("matplotlib")
         matplotlib.use("Agg")
@@ -23,7 +31,10 @@ def plot_contexts(analysis: Analysis, directory: Path, count: int = 6) -> list[P
     series = analysis.series
     if len(series.params) != 1:
         raise UsageError("--plot draws single-parameter series only")
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{directory}: cannot make it: {error.strerror or error}") from None
     x = series.points[:, 0]
     grid = np.geomspace(x.min(), max(x.max(), analysis.target[0]), 200)
     written = []
@@ -41,7 +52,10 @@ def plot_contexts(analysis: Analysis, directory: Path, count: int = 6) -> list[P
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", context.label[-1])[:40]
         path = directory / f"{rank:02d}-{name}.png"
         figure.tight_layout()
-        figure.savefig(path, dpi=100)
-        pyplot.close(figure)
+        try:
+            with output.open_binary(path, force, "--plot") as stream:
+                figure.savefig(stream, format="png", dpi=100)
+        finally:
+            pyplot.close(figure)
         written.append(path)
     return written

@@ -25,6 +25,7 @@ from pathlib import Path
 from pyhpctk import __version__
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
 from pyhpctk.formats.hpcstruct_model import StructureFile
+from pyhpctk.formats.output import OutputError, already_exists, write_bytes
 from pyhpctk.structure.elfimage import open_image
 from pyhpctk.structure.elfimage import sniff as sniff_elf
 
@@ -48,6 +49,7 @@ class StructOptions:
     cache: Path | None = None
     nvdisasm: str | None = None
     resolve_paths: bool = True
+    force: bool = False  # replace an existing single-target output (structs/ is always refreshed)
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -72,6 +74,7 @@ class TargetResult:
     status: str  # "written", "unchanged", "cached", "failed", "missing"
     output: Path | None = None
     message: str = ""
+    fatal: bool = False  # the file system refused the output (full): the others would fail too
 
 
 @dataclass(slots=True)
@@ -155,20 +158,31 @@ def analyze_target(
     )
 
 
-def write_structure(structure: StructureFile, output: str | os.PathLike[str]) -> Path:
-    """Write hpcstruct XML (through the shared hpcstruct writer) atomically."""
+def write_structure(
+    structure: StructureFile,
+    output: str | os.PathLike[str],
+    force: bool = True,
+    in_input: bool = False,
+) -> Path:
+    """Write hpcstruct XML (through the shared hpcstruct writer) whole or not at all.
+
+    The file is written under a temporary name and renamed (:mod:`pyhpctk.formats.output`); an
+    existing file is replaced only with ``force``. ``in_input``: the output lies in a directory
+    that came with the input (``MEAS/structs``), so a FIFO or device there is replaced like a
+    file, never opened.
+    """
     from pyhpctk.formats import hpcstruct
 
     out = Path(output)
-    tmp = out.with_name(out.name + ".tmp")
+    data = hpcstruct.to_bytes(structure)  # an unwritable attribute fails before any file exists
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        hpcstruct.write(structure, tmp)
-        os.replace(tmp, out)
-    except OSError as error:
+    except OSError as error:  # a parent is a file, or not writable: name the culprit
         culprit = error.filename
-        where = f" ({culprit})" if culprit not in (None, os.fspath(out), os.fspath(tmp)) else ""
-        raise PyhpctkError(f"{out}: cannot write: {error.strerror or error}{where}") from None
+        where = f" ({culprit})" if culprit not in (None, os.fspath(out)) else ""
+        reason = error.strerror or str(error)
+        raise OutputError(f"{out}: cannot write: {reason}{where}", error.errno) from None
+    write_bytes(out, data, force, "-o", streams=not in_input)
     return out
 
 
@@ -177,15 +191,20 @@ def default_output(path: Path, options: StructOptions) -> Path:
     return Path(path.name + ".hpcstruct")
 
 
-def _refuse_clobber(target: Path, out: Path) -> None:
-    """Refuse an ``-o`` that would overwrite the target itself or a file that is not hpcstruct.
+def _refuse_clobber(target: Path, out: Path, force: bool) -> None:
+    """Refuse an ``-o`` that would overwrite the target itself or a file that is not hpcstruct,
+    and, unless ``force``, any existing file.
 
-    hpcstruct replaces its output file; an existing structure file (or an empty file) still is,
-    but ``pystruct app.py -o app.py`` would have destroyed the source it was asked to read.
+    hpcstruct replaces its output file silently; pystruct replaces an existing structure file
+    (or an empty file) only with ``--force``, and never the target itself
+    (``pystruct app.py -o app.py`` would destroy the source it was asked to read) or a file
+    that is not a structure file.
     """
     from pyhpctk.formats import hpcstruct
 
     if not out.is_file():
+        if os.path.lexists(out) and not out.is_dir() and not force:
+            raise already_exists(out, "-o")  # a dangling link, a FIFO, a device
         return  # absent (written), or a directory (write_structure reports it)
     if target.exists() and os.path.samefile(target, out):
         raise UsageError(f"{out}: is TARGET itself; give -o another file")
@@ -196,6 +215,8 @@ def _refuse_clobber(target: Path, out: Path) -> None:
         raise UsageError(f"{out}: cannot read: {error.strerror or error}") from None
     if head and not hpcstruct.sniff(head):
         raise UsageError(f"{out}: exists and is not an hpcstruct file; not overwriting it")
+    if not force:
+        raise already_exists(out, "-o")
 
 
 def struct_target(
@@ -209,16 +230,17 @@ def struct_target(
     options = options or StructOptions()
     target = Path(path)
     out = Path(output) if output is not None else default_output(target, options)
-    _refuse_clobber(target, out)
+    _refuse_clobber(target, out, options.force)
     if options.cache is not None and classify(target) != "measurements":
         key = content_key(target, options)
         cached = _cache_lookup(options.cache, key, os.path.abspath(target))
         if cached is not None:
-            return write_structure(cached, out)
+            return write_structure(cached, out, options.force)
         structure = analyze_target(target, options, progress=progress, total=total)
         _cache_store(options.cache, key, structure)
-        return write_structure(structure, out)
-    return write_structure(analyze_target(target, options, progress=progress, total=total), out)
+        return write_structure(structure, out, options.force)
+    structure = analyze_target(target, options, progress=progress, total=total)
+    return write_structure(structure, out, options.force)
 
 
 # --------------------------------------------------------------------------- caching
@@ -335,14 +357,16 @@ def _run_target(target: Target, out: Path, options: StructOptions, key: str) -> 
         if options.cache is not None:
             structure = _cache_lookup(options.cache, key, target.lm_name)
             if structure is not None:
-                write_structure(structure, out)
+                write_structure(structure, out, in_input=True)
                 return TargetResult(target, "cached", out)
         inner = StructOptions(1, options.gpucfg, None, options.nvdisasm, options.resolve_paths)
         structure = analyze_target(target.source, inner, lm_name=target.lm_name)
         if options.cache is not None:
             _cache_store(options.cache, key, structure)
-        write_structure(structure, out)
+        write_structure(structure, out, in_input=True)
         return TargetResult(target, "written", out)
+    except OutputError as error:
+        return TargetResult(target, "failed", None, str(error), error.file_system_failed)
     except PyhpctkError as error:
         return TargetResult(target, "failed", None, str(error))
     except (OSError, RecursionError, MemoryError) as error:
@@ -372,6 +396,11 @@ def struct_measurements(
     found, missing = measurement_targets(root)
     work = list(targets) if targets is not None else found
     out_dir = Path(output_dir) if output_dir is not None else root / "structs"
+    if output_dir is None and out_dir.is_symlink():
+        raise UsageError(
+            f"{out_dir}: is a symbolic link (to {os.readlink(out_dir)}); pystruct writes only "
+            "into a real MEAS/structs directory: remove the link or give -o DIR"
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -417,19 +446,28 @@ def struct_measurements(
                 results.append(future.result())
                 if progress is not None:
                     progress(1)
+                if results[-1].fatal:
+                    pool.shutdown(cancel_futures=True)
+                    break
     else:
         for t, o, k in pending:
             results.append(_run_target(t, o, options, k))
             if progress is not None:
                 progress(1)
+            if results[-1].fatal:
+                break
     keys = {o.name: k for _, o, k in pending}
     for result in results:
         if result.status in ("written", "cached") and result.output is not None:
             manifest[result.output.name] = keys[result.output.name]
         elif result.output is None:
             manifest.pop(_output_name(result.target, options), None)
-    with contextlib.suppress(OSError):  # without a manifest the next run redoes the work
-        manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    with contextlib.suppress(OutputError):  # without a manifest the next run redoes the work
+        write_bytes(manifest_path, text.encode(), True, streams=False)
+    fatal = next((r for r in results if r.fatal), None)
+    if fatal is not None:  # a full disk: the remaining targets would fail alike
+        raise OutputError(fatal.message)
     results.sort(key=lambda r: str(r.target.source))
     report.results.extend(results)
     return report
