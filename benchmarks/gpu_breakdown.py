@@ -129,13 +129,15 @@ def _torch_loop(steps: int) -> Callable[[], float]:
 def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, object]:
     from pyhpctk.measure import runtime
     from pyhpctk.measure.gpu import install, shutdown
+    from pyhpctk.measure.gpu.attribution import Attributor
     from pyhpctk.measure.gpu.monitor import GpuMonitor
     from pyhpctk.measure.session import Session
 
     spent: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for name in ("_process", "_attribute_pending", "operation_token", "_slow_operation"):
+    for name in ("_process", "operation_token", "_slow_operation"):
         _timed(GpuMonitor, name, spent, counts)
+    _timed(Attributor, "attribute_pending", spent, counts)
     _timed(Session, "current_context", spent, counts)
     if workload == "torch":
         body = _torch_loop(50)

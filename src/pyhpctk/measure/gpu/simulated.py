@@ -36,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
     from pyhpctk.measure.gpu.pcsampling import PcRecording
     from pyhpctk.measure.gpu.recording import Recording
     from pyhpctk.measure.gpu.sassmetrics import InstRecording
@@ -65,7 +65,7 @@ class SimulatedBackend:
         # "c" / "auto": operations go through the C CUPTI hook (_cuptihook) as under gpu=nvidia,
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
-        self.native: object | None = None
+        self.native: NativeHook | None = None
         self.pc = pc  # issue #7: PC samples replayed with each launch
         self._pc_launch = 0
         self._pc_function = -1
@@ -81,7 +81,7 @@ class SimulatedBackend:
         self.buffer_records = buffer_records  # 0: the recorded buffer boundaries
         self.max_pending = max_pending  # 0: never drop
         self.clock = clock
-        self.monitor: GpuMonitor | None = None
+        self.monitor: MonitorPort | None = None
         self.dropped = 0
         self._issued: set[int] = set()
         self._issued_changed = threading.Condition()
@@ -106,9 +106,20 @@ class SimulatedBackend:
     def functions(self) -> list[str]:
         return list(self.recording.functions)
 
+    def take_modules(self) -> list[bytes]:
+        """The simulated driver loads its modules at start (``module_loaded``): none later."""
+        return []
+
+    def pc_settings(self, period_exponent: int) -> tuple[int, int, int]:
+        """A PC recording's own period, clock and SM count; else the asked period."""
+        pc = self.pc
+        if pc is not None:
+            return 1 << int(pc.period_exponent), int(pc.clock_khz), int(pc.sm_count)
+        return 1 << period_exponent, 0, 0
+
     # -- lifecycle --
 
-    def start(self, monitor: GpuMonitor, paused: bool = False) -> None:
+    def start(self, monitor: MonitorPort, paused: bool = False) -> None:
         """Connect to ``monitor``; ``paused`` holds completed buffers until :meth:`resume`."""
         self.monitor = monitor
         self._stop = False
@@ -121,9 +132,9 @@ class SimulatedBackend:
         if not paused:
             self.resume()
 
-    def _start_native(self, monitor: GpuMonitor) -> None:
+    def _start_native(self, monitor: MonitorPort) -> None:
         from pyhpctk.measure.gpu.cupti_backend import load_hook
-        from pyhpctk.measure.gpu.monitor import SKIP
+        from pyhpctk.measure.gpu.operations import SKIP
 
         native = load_hook()
         if native is None:
@@ -131,18 +142,16 @@ class SimulatedBackend:
                 raise OSError("gpu=simulated,hook=c: the C hook _cuptihook is not built")
             return
         entries = [(_DRIVER, _FIRST_CBID + kind, kind, 0, 0) for kind in act.KIND_NAMES]
-        native.configure(entries, monitor.operation_token, None, 0xFFFFFFFF, 0xFFFFFFFF, SKIP)  # type: ignore[attr-defined]
+        native.configure(entries, monitor.operation_token, None, 0xFFFFFFFF, 0xFFFFFFFF, SKIP)
         self.native = native
-        monitor.native_drain = native.drain  # type: ignore[attr-defined]
-        monitor.native_bump = native.bump  # type: ignore[attr-defined]
-        monitor.native_reset = native.reset  # type: ignore[attr-defined]
+        monitor.attach_hook(native)
 
     def _issue(self, kind: int, correlation: int) -> None:
         """The runtime API call of one operation, as the monitor sees it."""
         native = self.native
         if native is not None:
-            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)  # type: ignore[attr-defined]
-            native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)  # type: ignore[attr-defined]
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)
             return
         monitor = self.monitor
         assert monitor is not None
@@ -295,7 +304,7 @@ class SimulatedBackend:
         correlation = next(self._correlation)
         native = self.native
         if native is not None:
-            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)  # type: ignore[attr-defined]
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
         else:
             monitor.enter(kind, correlation)
         try:
