@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if PY_VERSION_HEX < 0x030B0000
 #error "pyhpctk needs Python 3.11 or newer"
@@ -523,6 +524,69 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         PyGILState_Release(gil);
 }
 
+/* -- activity buffers: CUPTI's buffer callbacks, never the GIL ---------------------------- */
+
+/* CUPTI calls bufferCompleted on its own thread while holding its own lock, and
+ * cuptiActivityFlushAll takes that lock. A completion callback that needs the GIL (a ctypes or
+ * cupti-python callback) therefore deadlocks with any thread that flushes, or makes a CUDA call
+ * that waits for that lock, while holding the GIL: seen once in nine ResNet-18 runs under
+ * pyrun -t (docs/gpu.md, "No hang"). Here the callbacks only allocate and queue; Python takes
+ * the completed buffers (take_buffers) on a thread of its own, and flush_all calls CUPTI with
+ * the GIL released. */
+typedef struct Completed {
+    struct Completed *next;
+    uint8_t *buffer;
+    size_t valid;
+} Completed;
+
+typedef int (*register_fn)(void (*)(uint8_t **, size_t *, size_t *),
+                           void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
+typedef int (*flush_fn)(uint32_t);
+
+static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t buffers_ready = PTHREAD_COND_INITIALIZER;
+static Completed *done_head, *done_tail;
+static size_t buffer_bytes = 8u << 20;
+static int buffers_woken;
+static flush_fn cupti_flush_all;
+static uint64_t n_buffers, n_buffers_lost;
+
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    void *block = NULL;
+    if (posix_memalign(&block, 8, buffer_bytes) != 0)
+        block = NULL;
+    *buffer = block;
+    *size = block != NULL ? buffer_bytes : 0;
+    *max_records = 0;
+}
+
+static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, size_t size,
+                             size_t valid) {
+    (void)context;
+    (void)stream;
+    (void)size;
+    if (buffer == NULL)
+        return;
+    Completed *item = malloc(sizeof(Completed));
+    if (item == NULL) {
+        free(buffer);
+        __atomic_add_fetch(&n_buffers_lost, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    item->next = NULL;
+    item->buffer = buffer;
+    item->valid = valid;
+    pthread_mutex_lock(&buffers_lock);
+    if (done_tail != NULL)
+        done_tail->next = item;
+    else
+        done_head = item;
+    done_tail = item;
+    n_buffers++;
+    pthread_cond_signal(&buffers_ready);
+    pthread_mutex_unlock(&buffers_lock);
+}
+
 /* -- Python interface ---------------------------------------------------------------------- */
 
 static int fill_table(PyObject *entries) {
@@ -716,6 +780,114 @@ static PyObject *py_drain(PyObject *self, PyObject *unused) {
     return result;
 }
 
+
+/* Register the C buffer callbacks with libcupti at ``path`` (buffers of ``size`` bytes). */
+static PyObject *py_register_buffers(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *path;
+    unsigned long long size = 8u << 20;
+    if (!PyArg_ParseTuple(args, "s|K", &path, &size))
+        return NULL;
+    if (size < 4096 || size % 8)
+        return PyErr_Format(PyExc_ValueError, "bad activity buffer size %llu", size);
+    void *library = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (library == NULL)
+        library = dlopen(path, RTLD_NOW);
+    if (library == NULL)
+        return PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
+    register_fn do_register = (register_fn)dlsym(library, "cuptiActivityRegisterCallbacks");
+    flush_fn flush = (flush_fn)dlsym(library, "cuptiActivityFlushAll");
+    if (do_register == NULL || flush == NULL)
+        return PyErr_Format(PyExc_OSError, "%s has no cuptiActivityRegisterCallbacks", path);
+    buffer_bytes = (size_t)size;
+    cupti_flush_all = flush;
+    int status = do_register(buffer_requested, buffer_completed);
+    if (status != 0)
+        return PyErr_Format(PyExc_OSError, "cuptiActivityRegisterCallbacks: CUPTI status %d",
+                            status);
+    Py_RETURN_NONE;
+}
+
+/* The completed buffers as (address, valid bytes), waiting up to ``timeout`` seconds for one
+ * (without the GIL). Free each with free_buffer() once read. */
+static PyObject *py_take_buffers(PyObject *self, PyObject *args) {
+    (void)self;
+    double timeout = 0.0;
+    if (!PyArg_ParseTuple(args, "|d", &timeout))
+        return NULL;
+    Completed *taken;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&buffers_lock);
+    if (done_head == NULL && timeout > 0 && !buffers_woken) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long long nanos = until.tv_nsec + (long long)(timeout * 1e9);
+        until.tv_sec += (time_t)(nanos / 1000000000LL);
+        until.tv_nsec = (long)(nanos % 1000000000LL);
+        while (done_head == NULL && !buffers_woken)
+            if (pthread_cond_timedwait(&buffers_ready, &buffers_lock, &until) != 0)
+                break;
+    }
+    buffers_woken = 0;
+    taken = done_head;
+    done_head = done_tail = NULL;
+    pthread_mutex_unlock(&buffers_lock);
+    Py_END_ALLOW_THREADS
+    PyObject *list = PyList_New(0);
+    while (taken != NULL) {
+        Completed *next = taken->next;
+        PyObject *pair = list != NULL ? Py_BuildValue("(KK)", (unsigned long long)(uintptr_t)
+                                                      taken->buffer,
+                                                      (unsigned long long)taken->valid)
+                                      : NULL;
+        if (pair == NULL || PyList_Append(list, pair) < 0) {
+            free(taken->buffer); /* lost: the error is raised below */
+            Py_CLEAR(list);
+        }
+        Py_XDECREF(pair);
+        free(taken);
+        taken = next;
+    }
+    return list;
+}
+
+static PyObject *py_free_buffer(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "K", &address))
+        return NULL;
+    free((void *)(uintptr_t)address);
+    Py_RETURN_NONE;
+}
+
+/* A take_buffers() waiting now returns at once (the buffer thread is asked to stop). */
+static PyObject *py_wake_buffers(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    pthread_mutex_lock(&buffers_lock);
+    buffers_woken = 1;
+    pthread_cond_broadcast(&buffers_ready);
+    pthread_mutex_unlock(&buffers_lock);
+    Py_RETURN_NONE;
+}
+
+/* cuptiActivityFlushAll(flag) with the GIL released: CUPTI's thread may be inside
+ * bufferCompleted, holding the lock the flush waits for. */
+static PyObject *py_flush_all(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned int flag = 1;
+    if (!PyArg_ParseTuple(args, "|I", &flag))
+        return NULL;
+    flush_fn flush = cupti_flush_all;
+    if (flush == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "register_buffers() was not called");
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = flush(flag);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
+}
+
 static PyObject *py_take_modules(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -819,6 +991,15 @@ static PyMethodDef methods[] = {
      "invoke(domain, cbid, site=0, correlation=0, context=0, cubin=b''): call the C callback "
      "as CUPTI would (tests)."},
     {"reset", py_reset, METH_NOARGS, "Forget the configuration and counters (unsubscribed)."},
+    {"register_buffers", py_register_buffers, METH_VARARGS,
+     "register_buffers(libcupti_path, size=8 MiB): CUPTI's activity buffers go to C callbacks."},
+    {"take_buffers", py_take_buffers, METH_VARARGS,
+     "take_buffers(timeout=0.0) -> [(address, valid bytes)]: completed buffers (no GIL held "
+     "while waiting); free each with free_buffer()."},
+    {"free_buffer", py_free_buffer, METH_VARARGS, "free_buffer(address): a taken buffer is read."},
+    {"wake_buffers", py_wake_buffers, METH_NOARGS, "A waiting take_buffers() returns now."},
+    {"flush_all", py_flush_all, METH_VARARGS,
+     "flush_all(flag=1) -> CUPTI status: cuptiActivityFlushAll with the GIL released."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,6 +34,7 @@ it out of sampling when the session offers that.
 
 from __future__ import annotations
 
+import _thread
 import collections
 import contextlib
 import ctypes
@@ -179,6 +180,10 @@ class CuptiBackend:
         self._cupti: Any = None  # cupti-python's module (untyped), once started
         self._subscriber: object = None
         self._buffers: dict[int, ctypes.Array[ctypes.c_uint8]] = {}
+        self._native_buffers = False  # CUPTI's buffers go through the C hook's callbacks
+        self._buffers_stopping = False
+        self._buffer_done = threading.Event()
+        self._delivering = threading.Lock()  # one reader of taken buffers at a time
         self._callbacks: tuple[object, ...] = ()
         self._lib: ctypes.CDLL | None = None
         self._names: dict[int, int] = {}  # kernel name pointer → index in self.functions
@@ -446,9 +451,29 @@ class CuptiBackend:
             monitor.inst_counts(batch.rows, batch.functions, self.inst_launches.get(context, 0))
 
     def flush(self) -> None:
-        cupti = self._cupti
-        if cupti is not None:
-            cupti.activity_flush_all(1)
+        """Every activity buffer CUPTI holds, to the monitor; the GIL released meanwhile.
+
+        CUPTI's thread holds its own lock while it completes a buffer, and
+        ``cuptiActivityFlushAll`` waits for that lock: flushing with the GIL held deadlocked
+        with a completion callback that needed the GIL (docs/gpu.md, "No hang"). With the C
+        hook the callbacks need no GIL at all, and the buffers the flush completed are
+        delivered here, before this returns; otherwise libcupti is called through ctypes,
+        which releases the GIL.
+        """
+        if self._cupti is None:
+            return
+        native = self.native if self._native_buffers else None
+        if native is not None:
+            native.flush_all(1)
+            with self._delivering:
+                self._deliver_buffers(native, native.take_buffers(0.0))
+            return
+        lib = self._lib
+        if lib is None:
+            path = _loaded_library("libcupti")
+            lib = self._lib = ctypes.CDLL(path) if path is not None else None
+        if lib is not None:
+            lib.cuptiActivityFlushAll(1)  # a ctypes.CDLL call: the GIL is released
 
     def stop(self) -> None:
         cupti = self._cupti
@@ -481,6 +506,7 @@ class CuptiBackend:
                 cupti.activity_disable(kind)
             except Exception:  # already disabled, or CUDA torn down
                 continue
+        self._stop_buffer_thread()
         native = self.native
         if native is not None:
             try:
@@ -736,12 +762,18 @@ class CuptiBackend:
             ctypes.POINTER(ctypes.c_void_p),
         ]
         lib.cuptiActivityGetNextRecord.restype = ctypes.c_int
-        requested = BUFFER_REQUESTED(self._raw_requested)
-        completed = BUFFER_COMPLETED(self._raw_completed)
-        self._callbacks = (requested, completed)
-        status = lib.cuptiActivityRegisterCallbacks(requested, completed)
-        if status != 0:
-            raise OSError(f"cuptiActivityRegisterCallbacks failed with status {status}")
+        if self.native is not None:  # the C hook's callbacks: CUPTI's thread needs no GIL
+            self.native.register_buffers(path, self.buffer_bytes)
+            self._native_buffers = True
+            self._buffer_done.clear()
+            _thread.start_new_thread(self._buffer_main, (self.native,))
+        else:
+            requested = BUFFER_REQUESTED(self._raw_requested)
+            completed = BUFFER_COMPLETED(self._raw_completed)
+            self._callbacks = (requested, completed)
+            status = lib.cuptiActivityRegisterCallbacks(requested, completed)
+            if status != 0:
+                raise OSError(f"cuptiActivityRegisterCallbacks failed with status {status}")
         names = [name for name in dir(cupti) if name.endswith("_dtype")]
         self._gathers = {
             kind: _Gather([getattr(cupti, name) for name in names if re.fullmatch(pattern, name)])
@@ -753,6 +785,43 @@ class CuptiBackend:
                 (act.ALLOC, r"activity_memory\d+_dtype"),
             )
         }
+
+    def _buffer_main(self, native: NativeHook) -> None:
+        """The buffer thread: completed buffers from the C hook's queue, read and delivered."""
+        try:
+            if self.monitor is not None:
+                self.monitor.exclude_current_thread()
+            while True:
+                taken = native.take_buffers(0.25)  # waits without the GIL
+                with self._delivering:
+                    self._deliver_buffers(native, taken)
+                if self._buffers_stopping and not taken:
+                    return
+        finally:
+            self._buffer_done.set()
+
+    def _deliver_buffers(self, native: NativeHook, taken: list[tuple[int, int]]) -> None:
+        for address, valid in taken:
+            try:
+                if valid:
+                    self._deliver(self.parse_raw(address, valid))
+            except Exception as error:  # one bad buffer must not stop the others
+                if self.monitor is not None:
+                    self.monitor.errors.append(f"pyrun: gpu: bad activity buffer: {error!r}")
+                sys.stderr.write(f"pyrun: gpu: bad activity buffer: {error!r}\n")
+            finally:
+                native.free_buffer(address)
+
+    def _stop_buffer_thread(self) -> None:
+        native = self.native
+        if native is None or not self._native_buffers:
+            return
+        self._buffers_stopping = True
+        native.wake_buffers()
+        self._buffer_done.wait(5.0)
+        with self._delivering:  # what came after the thread's last look
+            self._deliver_buffers(native, native.take_buffers(0.0))
+        self._native_buffers = False
 
     def _raw_requested(self, buffer: Any, size: Any, max_records: Any) -> None:
         block = (ctypes.c_uint8 * (self.buffer_bytes + 8))()

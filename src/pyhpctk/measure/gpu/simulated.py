@@ -87,6 +87,8 @@ class SimulatedBackend:
         self._issued_changed = threading.Condition()
         self._queue: collections.deque[tuple[np.ndarray, int]] = collections.deque()
         self._lock = threading.Lock()  # the simulated driver's own lock (like CUDA's)
+        #: CUPTI's lock: held by the buffer thread while it delivers, taken by flush().
+        self._cupti_lock = threading.Lock()
         self._live: list[np.ndarray] = []
         self._live_count = 0
         self._lost = 0
@@ -174,9 +176,8 @@ class SimulatedBackend:
             monitor.exclude_current_thread()
             while True:
                 self._wake.acquire()
-                while self._queue:
-                    records, dropped = self._queue.popleft()
-                    monitor.buffer_completed(records, self.recording.functions, dropped)
+                with self._cupti_lock:  # as CUPTI's thread: its lock held while it delivers
+                    self._deliver_queued(monitor)
                 if self._stop and not self._queue:
                     return
         finally:
@@ -187,8 +188,20 @@ class SimulatedBackend:
         with self._lock:
             self._complete_live()
         self.resume()
+        monitor = self.monitor
+        if monitor is None or self._worker is None:
+            return
+        # As cuptiActivityFlushAll: take the buffer thread's lock, deliver what is pending.
+        with self._cupti_lock:
+            self._deliver_queued(monitor)
+
+    def _deliver_queued(self, monitor: MonitorPort) -> None:
         while self._queue:
-            threading.Event().wait(0.0005)
+            try:
+                records, dropped = self._queue.popleft()
+            except IndexError:  # the other deliverer took the last one
+                return
+            monitor.buffer_completed(records, self.recording.functions, dropped)
 
     def stop(self) -> None:
         """Flush, then end the completion thread (after it delivered everything)."""
