@@ -61,7 +61,19 @@ typedef struct {
     const char *pCubin;
 } ModuleResourceData;
 
+/* cupti_callbacks.h: CUpti_GraphData, the resource descriptor of the graph callbacks. */
+typedef struct {
+    void *graph;
+    void *originalGraph;
+    void *node;
+    void *originalNode;
+    int nodeType;
+    void *dependency;
+    void *graphExec;
+} GraphData;
+
 typedef void (*callback_fn)(void *, int, uint32_t, const void *);
+typedef int (*graph_node_id_fn)(void *, uint64_t *);
 typedef int (*subscribe_fn)(void **, callback_fn, void *);
 typedef int (*enable_fn)(uint32_t, void *, int, uint32_t);
 typedef int (*unsubscribe_fn)(void *);
@@ -75,6 +87,9 @@ enum { DOMAIN_RUNTIME = 1, DOMAIN_DRIVER = 2, DOMAIN_RESOURCE = 3 };
 #define NWAYS 4     /* call sites remembered per thread: sets of NWAYS, chosen by the top frame's */
 #define NSETS 16    /* code and instruction (one wrapper called from several places: several ways) */
 #define NSITES (NWAYS * NSETS)
+#define KIND_GRAPH_NODE 8           /* activity.GRAPH_NODE: a graph node made at this site */
+#define NODE_TAG (1ULL << 63)       /* operations.NODE_TAG: the correlation is a node's id */
+#define CLONE_TAG (1ULL << 62)      /* operations.CLONE_TAG: clone id, token = original id */
 
 /* -- per-thread operation chunks ----------------------------------------------------------- */
 
@@ -155,6 +170,8 @@ static uint8_t table[3][MAX_CBID]; /* [domain][cbid] → kind | MULTI_FLAG, 0: n
 static uint8_t exit_wanted[3][MAX_CBID];
 static uint32_t module_loaded_cbid = UINT32_MAX;
 static uint32_t context_created_cbid = UINT32_MAX;
+static uint32_t graph_created_cbid = UINT32_MAX, graph_cloned_cbid = UINT32_MAX;
+static graph_node_id_fn get_graph_node_id;
 static PyObject *skip_prefix; /* frames of files under it are pyhpctk's own: looked through */
 static PyObject *slow_path;  /* (kind, correlation, multi) -> token */
 static PyObject *every_call; /* (domain, cbid, site, correlation, context) -> None, or NULL */
@@ -431,12 +448,45 @@ static void queue_module(const ResourceData *resource) {
     __atomic_add_fetch(&n_modules, 1, __ATOMIC_RELAXED);
 }
 
+static void record_operation(int kind, int multi, uint64_t correlation);
+
+/* A CUDA graph node's id (cuptiGetGraphNodeId; without libcupti, as in tests, the handle). */
+static uint64_t node_id(void *node) {
+    uint64_t id = 0;
+    if (node == NULL)
+        return 0;
+    if (get_graph_node_id == NULL)
+        return (uint64_t)(uintptr_t)node;
+    return get_graph_node_id(node, &id) == 0 ? id : 0;
+}
+
+/* GRAPHNODE_CREATED: the node is made here (a stream capture inside the captured launch, or an
+ * add), recorded as an operation of kind GRAPH_NODE at this site, its id tagged. CLONED (an
+ * instantiation): clone → original, no Python. */
+static void graph_node(const ResourceData *resource, int cloned) {
+    const GraphData *graph = resource != NULL ? resource->resourceDescriptor : NULL;
+    if (graph == NULL || cache.busy || every_call != NULL)
+        return;
+    uint64_t node = node_id(graph->node);
+    if (node == 0 || node >= CLONE_TAG)
+        return;
+    if (cloned) {
+        uint64_t original = node_id(graph->originalNode);
+        if (original != 0 && original < CLONE_TAG)
+            push(node | CLONE_TAG, (int64_t)original);
+        return;
+    }
+    record_operation(KIND_GRAPH_NODE, 0, node | NODE_TAG);
+}
+
 static void on_callback(void *userdata, int domain, uint32_t cbid, const void *data) {
     (void)userdata;
     if (!Py_IsInitialized())
         return; /* the interpreter is gone (a CUDA call during process teardown) */
     if (domain == DOMAIN_RESOURCE) {
-        if (cbid == module_loaded_cbid)
+        if (cbid == graph_created_cbid || cbid == graph_cloned_cbid)
+            graph_node((const ResourceData *)data, cbid == graph_cloned_cbid);
+        else if (cbid == module_loaded_cbid)
             queue_module((const ResourceData *)data);
         else if (cbid == context_created_cbid && every_call != NULL)
             call_every(domain, cbid, 0, 0, data ? ((const ResourceData *)data)->context : NULL);
@@ -461,9 +511,12 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         __atomic_add_fetch(&n_nested, 1, __ATOMIC_RELAXED);
         return;
     }
-    int kind = entry & KIND_MASK;
-    int multi = (entry & MULTI_FLAG) != 0;
-    uint64_t correlation = call->correlationId;
+    record_operation(entry & KIND_MASK, (entry & MULTI_FLAG) != 0, call->correlationId);
+}
+
+/* An operation of ``kind`` made on the calling thread: known site → pushed without Python;
+ * else the Python slow path unwinds and returns the site's token. */
+static void record_operation(int kind, int multi, uint64_t correlation) {
     int64_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
     if (PyGILState_GetThisThreadState() == NULL) {
         /* A thread Python has never seen (a runtime's C++ worker): no frames, one site. */
@@ -621,9 +674,9 @@ static int fill_table(PyObject *entries) {
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *entries, *slow_callable, *every, *prefix = Py_None;
-    unsigned int module_cbid, context_cbid;
-    if (!PyArg_ParseTuple(args, "OOOII|O", &entries, &slow_callable, &every, &module_cbid,
-                          &context_cbid, &prefix))
+    unsigned int module_cbid, context_cbid, created_cbid = UINT32_MAX, cloned_cbid = UINT32_MAX;
+    if (!PyArg_ParseTuple(args, "OOOII|OII", &entries, &slow_callable, &every, &module_cbid,
+                          &context_cbid, &prefix, &created_cbid, &cloned_cbid))
         return NULL;
     if (prefix != Py_None && !PyUnicode_Check(prefix)) {
         PyErr_SetString(PyExc_TypeError, "skip_prefix must be a str or None");
@@ -651,6 +704,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     }
     module_loaded_cbid = module_cbid;
     context_created_cbid = context_cbid;
+    graph_created_cbid = created_cbid;
+    graph_cloned_cbid = cloned_cbid;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
     Py_RETURN_NONE;
 }
@@ -691,6 +746,13 @@ static PyObject *py_subscribe(PyObject *self, PyObject *args) {
     if (context_created_cbid != UINT32_MAX &&
         enable(1, handle, DOMAIN_RESOURCE, context_created_cbid))
         refused++;
+    get_graph_node_id = (graph_node_id_fn)dlsym(library, "cuptiGetGraphNodeId");
+    if (get_graph_node_id == NULL)
+        graph_created_cbid = graph_cloned_cbid = UINT32_MAX; /* no ids: no graph nodes */
+    uint32_t graph_cbids[2] = {graph_created_cbid, graph_cloned_cbid};
+    for (int i = 0; i < 2; i++)
+        if (graph_cbids[i] != UINT32_MAX && enable(1, handle, DOMAIN_RESOURCE, graph_cbids[i]))
+            refused++;
     return PyLong_FromLong(refused);
 }
 
@@ -927,13 +989,19 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
 static PyObject *py_invoke(PyObject *self, PyObject *args) {
     (void)self;
     int domain, site = 0;
-    unsigned int cbid, correlation = 0;
-    unsigned long long context = 0;
+    unsigned int cbid;
+    unsigned long long correlation = 0, context = 0;
     Py_buffer cubin = {0};
-    if (!PyArg_ParseTuple(args, "iI|iIKy*", &domain, &cbid, &site, &correlation, &context,
+    if (!PyArg_ParseTuple(args, "iI|iKKy*", &domain, &cbid, &site, &correlation, &context,
                           &cubin))
         return NULL;
-    if (domain == DOMAIN_RESOURCE) {
+    if (domain == DOMAIN_RESOURCE && (cbid == graph_created_cbid || cbid == graph_cloned_cbid)) {
+        /* graph callbacks: ``correlation`` is the node, ``context`` the original node */
+        GraphData graph = {NULL, NULL, (void *)(uintptr_t)correlation,
+                           (void *)(uintptr_t)context, 0, NULL, NULL};
+        ResourceData resource = {NULL, NULL, &graph};
+        on_callback(NULL, domain, cbid, &resource);
+    } else if (domain == DOMAIN_RESOURCE) {
         ModuleResourceData module = {1, (size_t)cubin.len, cubin.buf};
         ResourceData resource = {(void *)(uintptr_t)context, NULL, &module};
         on_callback(NULL, domain, cbid, &resource);
@@ -942,7 +1010,7 @@ static PyObject *py_invoke(PyObject *self, PyObject *args) {
         memset(&data, 0, sizeof(data));
         data.callbackSite = site;
         data.context = (void *)(uintptr_t)context;
-        data.correlationId = correlation;
+        data.correlationId = (uint32_t)correlation;
         on_callback(NULL, domain, cbid, &data);
     }
     if (cubin.obj != NULL)
@@ -969,6 +1037,7 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
     Py_CLEAR(every_call);
     Py_CLEAR(skip_prefix);
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
     n_fast = n_slow = n_nested = n_errors = n_modules = n_lost = n_chain = 0;
     Py_RETURN_NONE;
@@ -976,7 +1045,8 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
-     "configure(entries, slow, every, module_loaded_cbid, context_created_cbid, skip_prefix=None):"
+     "configure(entries, slow, every, module_loaded_cbid, context_created_cbid, skip_prefix=None,"
+     " graph_node_created_cbid=-1, graph_node_cloned_cbid=-1):"
      " entries are (domain, cbid, kind, multi, wants_exit); slow(kind, correlation, multi) -> "
      "token; every (or None) gets (domain, cbid, site, correlation, context) for every call "
      "instead; frames of files under skip_prefix are looked through."},
@@ -1015,6 +1085,7 @@ static void after_fork_in_child(void) {
     memset(table, 0, sizeof(table));
     memset(exit_wanted, 0, sizeof(exit_wanted));
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
     slow_path = NULL;
     every_call = NULL;
     subscriber = NULL;

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 # Classification of API names (CUPTI's callback-id enum member names), first match wins.
 _API_RULES: tuple[tuple[str, int | None], ...] = (
     (r"Graph(Exec)?(Add|Get|Set|Mem|Node|Instantiate|Create|Destroy|Clone|Upload|Debug)", None),
-    (r"GraphLaunch", act.KERNEL),
+    (r"GraphLaunch", act.GRAPH),
     (r"HostFunc|LaunchAttribute|GetAttribute|SetAttribute|Occupancy", None),
     # Synchronizations, and the event calls that can report one (seen on the H200: EVENT
     # synchronization records whose correlation id no Synchronize call had).
@@ -193,6 +193,8 @@ class CuptiBackend:
         self._excluded: set[int] = set()
         self._kinds: dict[int, int] = {}
         self._domain_resource = self._enter = self._module_loaded = -1
+        self._graph_created = self._graph_cloned = _NO_CBID
+        self._node_id: Any = None  # cuptiGetGraphNodeId (ctypes), for hook=python
         self.unknown_apis = 0  # callback ids CUPTI refused to enable
         self.record_sizes: dict[int, int] = {}  # CUPTI activity kind → record size in buffers
         self.fast_walk = True
@@ -249,6 +251,10 @@ class CuptiBackend:
         self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
         self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
+        # CUDA graphs: where each node was made, and which node each instantiated one copies
+        resources = cupti.CallbackIdResource
+        self._graph_created = int(getattr(resources, "GRAPHNODE_CREATED", _NO_CBID))
+        self._graph_cloned = int(getattr(resources, "GRAPHNODE_CLONED", _NO_CBID))
         self._exit = int(cupti.ApiCallbackSite.API_EXIT)
         native = None if self.hook == "python" else load_hook()
         if native is None and self.hook == "c":
@@ -295,7 +301,14 @@ class CuptiBackend:
         self._context_created = context_created if fine else -1
         every = self._native_every if fine else None
         native.configure(
-            entries, monitor.operation_token, every, self._module_loaded, context_created, SKIP
+            entries,
+            monitor.operation_token,
+            every,
+            self._module_loaded,
+            context_created,
+            SKIP,
+            self._graph_created,
+            self._graph_cloned,
         )
         cupti.get_timestamp()  # loads libcupti
         path = _loaded_library("libcupti")
@@ -333,6 +346,13 @@ class CuptiBackend:
             cupti.CallbackDomain.RESOURCE,
             cupti.CallbackIdResource.MODULE_LOADED,
         )
+        path = _loaded_library("libcupti")
+        if path is not None and self._graph_created != _NO_CBID:
+            lib = ctypes.CDLL(path)
+            self._node_id = lib.cuptiGetGraphNodeId
+            self._node_id.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+            for cbid in (self._graph_created, self._graph_cloned):
+                cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.RESOURCE, cbid)
 
     def _native_every(
         self, domain: int, cbid: int, site: int, correlation: int, context: int
@@ -532,6 +552,8 @@ class CuptiBackend:
         if domain == self._domain_resource:
             if cbid == self._module_loaded:
                 self._module(data)
+            elif cbid in (self._graph_created, self._graph_cloned):
+                self._graph(data, cbid == self._graph_cloned)
             elif cbid == self._context_created:
                 self._fine_enable(int(data.context))
             return
@@ -580,6 +602,25 @@ class CuptiBackend:
             return
         if cubin:  # saved on the monitor thread: no lock is taken inside the driver's callback
             self._modules.append(cubin)
+
+    def _graph(self, data: Any, cloned: bool) -> None:
+        """A graph node was made here, or cloned: ``CUpti_GraphData`` read at its address.
+
+        ``{CUgraph graph, originalGraph; CUgraphNode node, originalNode; ...}``
+        (cupti_callbacks.h): the node at offset 16, the original at 24.
+        """
+        monitor, node_id = self.monitor, self._node_id
+        if monitor is None or node_id is None:
+            return
+        descriptor = int(data.resource_descriptor)
+        ids = []
+        for offset in (16, 24) if cloned else (16,):
+            handle = ctypes.c_void_p.from_address(descriptor + offset).value
+            value = ctypes.c_uint64(0)
+            if not handle or node_id(handle, ctypes.byref(value)) != 0:
+                return
+            ids.append(int(value.value))
+        monitor.graph_node(ids[0], ids[1] if cloned else 0)
 
     # -- PC sampling (issue #7) --
 
@@ -671,6 +712,8 @@ class CuptiBackend:
             row["context"] = getattr(record, "context_id", 0)
             row["stream"] = getattr(record, "stream_id", 0)
             row["device"] = getattr(record, "device_id", 0)
+            row["graph"] = getattr(record, "graph_id", 0)
+            row["graph_node"] = getattr(record, "graph_node_id", 0)
             if kind == act.ALLOC:
                 if int(record.memory_operation_type) == 2:
                     row["kind"] = act.FREE  # CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
@@ -982,6 +1025,8 @@ class CuptiBackend:
             ("start", ("start", "timestamp")),
             ("end", ("end", "timestamp")),
             ("bytes", ("bytes",)),
+            ("graph", ("graphId",)),
+            ("graph_node", ("graphNodeId",)),
         ):
             column = _field(rows, *names)
             if column is not None:

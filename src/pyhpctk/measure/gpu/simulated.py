@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 _DRIVER = 2  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
 _FIRST_CBID = 3000  # + the operation kind: callback ids no CUDA API has
+_RESOURCE = 3  # CUPTI_CB_DOMAIN_RESOURCE
+_GRAPH_NODE_CREATED, _GRAPH_NODE_CLONED = 13, 20  # CUPTI_CBID_RESOURCE_GRAPHNODE_*
 
 
 class SimulatedBackend:
@@ -84,6 +86,7 @@ class SimulatedBackend:
         self.monitor: MonitorPort | None = None
         self.dropped = 0
         self._issued: set[int] = set()
+        self._cloned = False  # the recording's graph clones issued (before the first launch)
         self._issued_changed = threading.Condition()
         self._queue: collections.deque[tuple[np.ndarray, int]] = collections.deque()
         self._lock = threading.Lock()  # the simulated driver's own lock (like CUDA's)
@@ -143,22 +146,54 @@ class SimulatedBackend:
             if self.hook == "c":
                 raise OSError("gpu=simulated,hook=c: the C hook _cuptihook is not built")
             return
-        entries = [(_DRIVER, _FIRST_CBID + kind, kind, 0, 0) for kind in act.KIND_NAMES]
-        native.configure(entries, monitor.operation_token, None, 0xFFFFFFFF, 0xFFFFFFFF, SKIP)
+        entries = [
+            (_DRIVER, _FIRST_CBID + kind, kind, int(kind == act.GRAPH), 0)
+            for kind in act.KIND_NAMES
+            if kind != act.GRAPH_NODE  # made in resource callbacks, as CUPTI reports them
+        ]
+        native.configure(
+            entries,
+            monitor.operation_token,
+            None,
+            0xFFFFFFFF,
+            0xFFFFFFFF,
+            SKIP,
+            _GRAPH_NODE_CREATED,
+            _GRAPH_NODE_CLONED,
+        )
         self.native = native
         monitor.attach_hook(native)
 
     def _issue(self, kind: int, correlation: int) -> None:
         """The runtime API call of one operation, as the monitor sees it."""
         native = self.native
+        if kind == act.GRAPH_NODE:  # a node made (captured): ``correlation`` is its id
+            if native is not None:
+                native.invoke(_RESOURCE, _GRAPH_NODE_CREATED, 0, correlation)
+            else:
+                assert self.monitor is not None
+                self.monitor.graph_node(correlation)
+            return
+        if kind == act.GRAPH and not self._cloned:  # instantiated before its first launch
+            self._issue_clones()
         if native is not None:
             native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
             native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)
             return
         monitor = self.monitor
         assert monitor is not None
-        monitor.enter(kind, correlation)
+        monitor.enter(kind, correlation, kind == act.GRAPH)
         monitor.exit()
+
+    def _issue_clones(self) -> None:
+        """The recording's graph instantiations: each exec node → the node it copies."""
+        self._cloned = True
+        native, monitor = self.native, self.monitor
+        for node, original in self.recording.clones.items():
+            if native is not None:
+                native.invoke(_RESOURCE, _GRAPH_NODE_CLONED, 0, node, original)
+            elif monitor is not None:
+                monitor.graph_node(node, original)
 
     def resume(self) -> None:
         """Start the completion thread (buffers completed so far are delivered now)."""
@@ -287,7 +322,8 @@ class SimulatedBackend:
         counts them as unmatched).
         """
         recording = self.recording
-        known = set(recording.operations["correlation"].tolist())
+        ops = recording.operations
+        known = set(ops["correlation"][ops["kind"] != act.GRAPH_NODE].tolist())  # not node ids
         activities = recording.activities
         slices = (
             [
