@@ -151,9 +151,11 @@ class Attributor:
             calls = table.call[tokens]
             launches = table.kind[tokens] == act.GRAPH
         else:
-            placeholders = np.array([op[OP_PLACEHOLDER] for op in ops], dtype=np.int64)
-            calls = np.array([op[OP_CALL] for op in ops], dtype=np.int64)
-            launches = np.array([op[OP_KIND] == act.GRAPH for op in ops], dtype=bool)
+            columns = np.array(
+                [(op[OP_PLACEHOLDER], op[OP_CALL], op[OP_KIND]) for op in ops], dtype=np.int64
+            ).reshape(-1, 3)
+            placeholders, calls = columns[:, 0].copy(), columns[:, 1].copy()
+            launches = columns[:, 2] == act.GRAPH
         if launches.any():
             self._graph_anchors(ops, captures, launches, calls, placeholders)
         # One int64 key per activity: the placeholder (or, where it is placed now, the call

@@ -34,6 +34,7 @@ import _thread
 import collections
 import sys
 import threading
+from typing import cast
 
 import numpy as np
 
@@ -465,7 +466,7 @@ class GpuMonitor:
                 rows, mine = records[indices], tokens[indices]
                 ops = [operations[i] for i in indices.tolist()]
                 caught = None if captures is None else [captures[i] for i in indices.tolist()]
-            known = [op for op in ops if op is not None]  # every one: their owner is known
+            known = cast("list[Operation]", ops)  # every one: their owner is known
             known[0][OP_THREAD].activities.push((rows, known, names, mine, caught))
         if self.hook is not None:
             self.hook.bump()  # each thread's next operation takes the slow path: attributes
