@@ -11,7 +11,9 @@ each layer is added to the same process in turn, and the launch-bound CuPy loop 
 3. ``+hook``: the C CUPTI hook subscribed, its slow path a constant (no monitor);
 
 then, in a child process, a whole pyrun session (``gpu=nvidia``, C hook) with the time spent in
-the monitor's buffer processing and attribution, and the hook's fast/slow counts.
+the monitor's buffer processing and attribution, and the hook's fast/slow counts, on the launch
+loop, the MLP (``torch``), ResNet-18 and GPT-2 (``--children resnet18,gpt2``: the workloads of
+``pyrun_gpu.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -129,16 +132,29 @@ def _torch_loop(steps: int) -> Callable[[], float]:
 def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, object]:
     from pyhpctk.measure import runtime
     from pyhpctk.measure.gpu import install, shutdown
+    from pyhpctk.measure.gpu.attribution import Attributor
     from pyhpctk.measure.gpu.monitor import GpuMonitor
     from pyhpctk.measure.session import Session
 
     spent: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for name in ("_process", "_attribute_pending", "operation_token", "_slow_operation"):
+    for name in ("_process", "operation_token", "_slow_operation"):
         _timed(GpuMonitor, name, spent, counts)
+    _timed(Attributor, "attribute_pending", spent, counts)
     _timed(Session, "current_context", spent, counts)
     if workload == "torch":
         body = _torch_loop(50)
+    elif workload in ("resnet18", "gpt2"):  # issue #18: the real models of pyrun_gpu.py
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from pyrun_gpu import _model_steps
+
+        steps = _model_steps(workload, 10)
+
+        def body() -> float:
+            began = time.perf_counter()
+            steps()
+            return time.perf_counter() - began
+
     else:
         import cupy as cp
 
@@ -181,16 +197,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--child", choices=("layers", "session", "torch"))
+    parser.add_argument("--child", choices=("layers", "session", "torch", "resnet18", "gpt2"))
+    parser.add_argument(
+        "--children", default="layers,session,torch", help="what to run, e.g. resnet18,gpt2"
+    )
     args = parser.parse_args()
     if args.child == "layers":
         print(json.dumps(layers(args.launches, args.repeat)))
         return
-    if args.child in ("session", "torch"):
-        workload = "torch" if args.child == "torch" else "launch"
+    if args.child in ("session", "torch", "resnet18", "gpt2"):
+        workload = "launch" if args.child == "session" else args.child
         print(json.dumps(session(args.launches, args.repeat, workload)))
         return
-    for child in ("layers", "session", "torch", "layers", "session", "torch"):
+    for child in [c for c in args.children.split(",") if c] * 2:
         command = [sys.executable, __file__, "--child", child]
         command += ["--launches", str(args.launches), "--repeat", str(args.repeat)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)

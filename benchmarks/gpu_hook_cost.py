@@ -93,7 +93,7 @@ def measure(hook: str, shape: str, n: int, repeat: int) -> float:
             SHAPES[shape](issue, n)
             best = min(best, time.perf_counter() - began)
             monitor._drain_operations()  # what the monitor thread does between buffers
-            monitor._pending.clear()
+            monitor.matcher.pending.clear()
         if native is not None:
             native.reset()  # type: ignore[attr-defined]
         backend.native = None
@@ -135,7 +135,7 @@ def attribution(hook: str, n: int, repeat: int) -> float:
             monitor._process(rows, recording.functions, 0)
             state = state or monitor.threads[0]
             with session.lock:
-                monitor._attribute_pending(state)
+                monitor.attributor.attribute_pending(state)
             if round_:  # the first round creates the nodes
                 best = min(best, time.perf_counter() - began)
         if backend.native is not None:

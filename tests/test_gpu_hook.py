@@ -432,8 +432,8 @@ def test_operations_no_activity_answers_leave_the_searched_array(tmp_path: Path)
     for buffer in range(6):  # buffers of other work: these 100 operations wait, then age
         monitor.buffer_completed(_kernel_rows([9000 + buffer]))
     assert monitor.wait_processed()
-    waiting = monitor._native_pending  # type: ignore[attr-defined]
-    assert len(waiting) == 0 and len(monitor._pending) == 100  # 1 from Python, 99 aged  # type: ignore[attr-defined]
+    waiting = monitor.matcher.native_pending  # type: ignore[attr-defined]
+    assert len(waiting) == 0 and len(monitor.matcher.pending) == 100  # 1 from Python, 99 aged  # type: ignore[attr-defined]
     monitor.buffer_completed(_kernel_rows(list(range(1, 101))))  # the late activities
     assert monitor.wait_processed()
     stats = shutdown(monitor, report=False)

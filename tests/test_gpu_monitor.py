@@ -501,4 +501,4 @@ def test_activities_of_the_backends_own_calls_are_left_out(tmp_path: Path) -> No
     stats = shutdown(monitor, report=False)
     assert (stats.matched, stats.own, stats.unmatched) == (1, 1, 1)
     assert stats.activities == 3
-    assert not monitor._own_calls  # forgotten once its record came
+    assert not monitor.matcher.own_calls  # forgotten once its record came

@@ -64,7 +64,7 @@ MEMCPY = np.dtype(
     [
         ("cuLaunchKernel", act.KERNEL),
         ("cudaLaunchKernel_v7000", act.KERNEL),
-        ("cuGraphLaunch", act.KERNEL),
+        ("cuGraphLaunch", act.GRAPH),  # its nodes' activities go below GPUGraph (issue #18)
         ("cuMemcpyHtoDAsync_v2", act.COPY),
         ("cudaMemsetAsync_v3020", act.MEMSET),
         ("cudaMalloc_v3020", act.ALLOC),
@@ -105,7 +105,7 @@ def test_callbacks_are_learned_from_their_names(inst: bool) -> None:
     backend = CuptiBackend(inst=inst)
     backend.learn_apis(2, NAMES)
     kinds = {name: backend.api_kinds.get((2, cbid)) for name, cbid in NAMES.items()}
-    assert kinds["cuLaunchKernel"] == kinds["cuGraphLaunch"] == act.KERNEL
+    assert kinds["cuLaunchKernel"] == act.KERNEL and kinds["cuGraphLaunch"] == act.GRAPH
     assert kinds["cuCtxSynchronize"] == act.SYNC
     assert kinds["SIZE"] is kinds["cuCtxGetCurrent"] is kinds["cuProfilerStart"] is None
     assert backend.api_multi == {(2, 2)}

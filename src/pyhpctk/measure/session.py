@@ -11,11 +11,15 @@ checkpoints (atomically: write a temporary file, then rename), so a hard crash s
 last checkpoint. :mod:`pyhpctk.measure.hooks` connects a session to the process (exit, signals,
 fork, ``os._exit``, thread start and end).
 
-Extension points for other monitors (a GPU layer): :meth:`Session.add_metric_kind`,
+Extension points for other monitors (a GPU layer), declared as the protocol
+:class:`pyhpctk.measure.extension.Host`: :meth:`Session.add_metric_kind`,
 :meth:`Session.add_load_module`, :meth:`Session.current_context` (this thread's CCT and the node
-of its current call path, to hang placeholders under) and :meth:`Session.open_stream` (a
-CCT written as its own "thread", e.g. a GPU stream numbered from 500). Take :attr:`Session.lock`
-while changing a CCT from outside the sampler.
+of its current call path, to hang placeholders under), :meth:`Session.open_stream` (a
+CCT written as its own "thread", e.g. a GPU stream numbered from 500), :meth:`Session.live_thread`
+and :meth:`Session.stream_identity`. Take :attr:`Session.lock` while changing a CCT from outside
+the sampler. The extension itself is held as an
+:class:`~pyhpctk.measure.extension.Extension` in :attr:`Session.gpu`; the session never imports
+it.
 
 Standard library only: this runs inside the measured program.
 """
@@ -52,7 +56,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from pyhpctk.measure.config import MeasureOptions
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.extension import Extension
 
 LM_FLAG_ANALYZE = 0x1  # formats.md §1.4
 SAMPLER_KIND = "sampling"
@@ -170,7 +174,7 @@ class Session:
         self._fast_interval = max(50e-6, options.period_s / 8)
         self._fast_switch = False
         # The GPU layer (pyhpctk.measure.gpu), when -e gpu=... asked for one.
-        self.gpu: GpuMonitor | None = None
+        self.gpu: Extension | None = None
         self._reset_process_state()
 
     # -- process state (everything a forked child starts afresh) ----------------------------
@@ -268,6 +272,15 @@ class Session:
             )
             self.streams.append(state)
             return state.cct
+
+    def live_thread(self, ident: int) -> tuple[ThreadCCT, threading.Thread | None] | None:
+        """The CCT measured now for thread ``ident``, and its thread object (None: none)."""
+        state = self.states.get(ident)
+        return None if state is None else (state.cct, state.thread)
+
+    def stream_identity(self, number: int) -> ProfileIdentity:
+        """The identity of a profile written as thread ``number`` (a GPU stream)."""
+        return self._identity_of(number)
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -589,6 +602,9 @@ class Session:
     # -- writing ---------------------------------------------------------------------------------
 
     def identity(self, state: ThreadState) -> ProfileIdentity:
+        return self._identity_of(state.number)
+
+    def _identity_of(self, number: int) -> ProfileIdentity:
         env = os.environ
         rank = naming.rank_from_mpi4py()
         if rank is None:
@@ -603,7 +619,7 @@ class Session:
             env_path=env.get("PATH", ""),
             job_id=naming.job_id_from_env(env),
             mpi_rank=self._mpi_rank,
-            thread=state.number,
+            thread=number,
             host_id=self._host_id,
             pid=self.pid,
         )
@@ -686,10 +702,8 @@ class Session:
             return
         monitor, self.gpu = self.gpu, None
         if monitor is not None:
-            from pyhpctk.measure import gpu
-
             try:
-                gpu.shutdown(monitor)  # flush, attribute every activity, write the stream files
+                monitor.finish()  # flush, attribute every activity, write the stream files
             except Exception as error:  # the threads' profiles are still written below
                 sys.stderr.write(
                     f"pyrun: gpu: finishing the GPU measurement failed ({error!r}); the threads'"

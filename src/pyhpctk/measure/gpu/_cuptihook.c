@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if PY_VERSION_HEX < 0x030B0000
 #error "pyhpctk needs Python 3.11 or newer"
@@ -60,7 +61,19 @@ typedef struct {
     const char *pCubin;
 } ModuleResourceData;
 
+/* cupti_callbacks.h: CUpti_GraphData, the resource descriptor of the graph callbacks. */
+typedef struct {
+    void *graph;
+    void *originalGraph;
+    void *node;
+    void *originalNode;
+    int nodeType;
+    void *dependency;
+    void *graphExec;
+} GraphData;
+
 typedef void (*callback_fn)(void *, int, uint32_t, const void *);
+typedef int (*graph_node_id_fn)(void *, uint64_t *);
 typedef int (*subscribe_fn)(void **, callback_fn, void *);
 typedef int (*enable_fn)(uint32_t, void *, int, uint32_t);
 typedef int (*unsubscribe_fn)(void *);
@@ -74,6 +87,9 @@ enum { DOMAIN_RUNTIME = 1, DOMAIN_DRIVER = 2, DOMAIN_RESOURCE = 3 };
 #define NWAYS 4     /* call sites remembered per thread: sets of NWAYS, chosen by the top frame's */
 #define NSETS 16    /* code and instruction (one wrapper called from several places: several ways) */
 #define NSITES (NWAYS * NSETS)
+#define KIND_GRAPH_NODE 8           /* activity.GRAPH_NODE: a graph node made at this site */
+#define NODE_TAG (1ULL << 63)       /* operations.NODE_TAG: the correlation is a node's id */
+#define CLONE_TAG (1ULL << 62)      /* operations.CLONE_TAG: clone id, token = original id */
 
 /* -- per-thread operation chunks ----------------------------------------------------------- */
 
@@ -154,6 +170,8 @@ static uint8_t table[3][MAX_CBID]; /* [domain][cbid] → kind | MULTI_FLAG, 0: n
 static uint8_t exit_wanted[3][MAX_CBID];
 static uint32_t module_loaded_cbid = UINT32_MAX;
 static uint32_t context_created_cbid = UINT32_MAX;
+static uint32_t graph_created_cbid = UINT32_MAX, graph_cloned_cbid = UINT32_MAX;
+static graph_node_id_fn get_graph_node_id;
 static PyObject *skip_prefix; /* frames of files under it are pyhpctk's own: looked through */
 static PyObject *slow_path;  /* (kind, correlation, multi) -> token */
 static PyObject *every_call; /* (domain, cbid, site, correlation, context) -> None, or NULL */
@@ -430,12 +448,45 @@ static void queue_module(const ResourceData *resource) {
     __atomic_add_fetch(&n_modules, 1, __ATOMIC_RELAXED);
 }
 
+static void record_operation(int kind, int multi, uint64_t correlation);
+
+/* A CUDA graph node's id (cuptiGetGraphNodeId; without libcupti, as in tests, the handle). */
+static uint64_t node_id(void *node) {
+    uint64_t id = 0;
+    if (node == NULL)
+        return 0;
+    if (get_graph_node_id == NULL)
+        return (uint64_t)(uintptr_t)node;
+    return get_graph_node_id(node, &id) == 0 ? id : 0;
+}
+
+/* GRAPHNODE_CREATED: the node is made here (a stream capture inside the captured launch, or an
+ * add), recorded as an operation of kind GRAPH_NODE at this site, its id tagged. CLONED (an
+ * instantiation): clone → original, no Python. */
+static void graph_node(const ResourceData *resource, int cloned) {
+    const GraphData *graph = resource != NULL ? resource->resourceDescriptor : NULL;
+    if (graph == NULL || cache.busy || every_call != NULL)
+        return;
+    uint64_t node = node_id(graph->node);
+    if (node == 0 || node >= CLONE_TAG)
+        return;
+    if (cloned) {
+        uint64_t original = node_id(graph->originalNode);
+        if (original != 0 && original < CLONE_TAG)
+            push(node | CLONE_TAG, (int64_t)original);
+        return;
+    }
+    record_operation(KIND_GRAPH_NODE, 0, node | NODE_TAG);
+}
+
 static void on_callback(void *userdata, int domain, uint32_t cbid, const void *data) {
     (void)userdata;
     if (!Py_IsInitialized())
         return; /* the interpreter is gone (a CUDA call during process teardown) */
     if (domain == DOMAIN_RESOURCE) {
-        if (cbid == module_loaded_cbid)
+        if (cbid == graph_created_cbid || cbid == graph_cloned_cbid)
+            graph_node((const ResourceData *)data, cbid == graph_cloned_cbid);
+        else if (cbid == module_loaded_cbid)
             queue_module((const ResourceData *)data);
         else if (cbid == context_created_cbid && every_call != NULL)
             call_every(domain, cbid, 0, 0, data ? ((const ResourceData *)data)->context : NULL);
@@ -460,9 +511,12 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         __atomic_add_fetch(&n_nested, 1, __ATOMIC_RELAXED);
         return;
     }
-    int kind = entry & KIND_MASK;
-    int multi = (entry & MULTI_FLAG) != 0;
-    uint64_t correlation = call->correlationId;
+    record_operation(entry & KIND_MASK, (entry & MULTI_FLAG) != 0, call->correlationId);
+}
+
+/* An operation of ``kind`` made on the calling thread: known site → pushed without Python;
+ * else the Python slow path unwinds and returns the site's token. */
+static void record_operation(int kind, int multi, uint64_t correlation) {
     int64_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
     if (PyGILState_GetThisThreadState() == NULL) {
         /* A thread Python has never seen (a runtime's C++ worker): no frames, one site. */
@@ -523,6 +577,69 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         PyGILState_Release(gil);
 }
 
+/* -- activity buffers: CUPTI's buffer callbacks, never the GIL ---------------------------- */
+
+/* CUPTI calls bufferCompleted on its own thread while holding its own lock, and
+ * cuptiActivityFlushAll takes that lock. A completion callback that needs the GIL (a ctypes or
+ * cupti-python callback) therefore deadlocks with any thread that flushes, or makes a CUDA call
+ * that waits for that lock, while holding the GIL: seen once in nine ResNet-18 runs under
+ * pyrun -t (docs/gpu.md, "No hang"). Here the callbacks only allocate and queue; Python takes
+ * the completed buffers (take_buffers) on a thread of its own, and flush_all calls CUPTI with
+ * the GIL released. */
+typedef struct Completed {
+    struct Completed *next;
+    uint8_t *buffer;
+    size_t valid;
+} Completed;
+
+typedef int (*register_fn)(void (*)(uint8_t **, size_t *, size_t *),
+                           void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
+typedef int (*flush_fn)(uint32_t);
+
+static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t buffers_ready = PTHREAD_COND_INITIALIZER;
+static Completed *done_head, *done_tail;
+static size_t buffer_bytes = 8u << 20;
+static int buffers_woken;
+static flush_fn cupti_flush_all;
+static uint64_t n_buffers, n_buffers_lost;
+
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    void *block = NULL;
+    if (posix_memalign(&block, 8, buffer_bytes) != 0)
+        block = NULL;
+    *buffer = block;
+    *size = block != NULL ? buffer_bytes : 0;
+    *max_records = 0;
+}
+
+static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, size_t size,
+                             size_t valid) {
+    (void)context;
+    (void)stream;
+    (void)size;
+    if (buffer == NULL)
+        return;
+    Completed *item = malloc(sizeof(Completed));
+    if (item == NULL) {
+        free(buffer);
+        __atomic_add_fetch(&n_buffers_lost, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    item->next = NULL;
+    item->buffer = buffer;
+    item->valid = valid;
+    pthread_mutex_lock(&buffers_lock);
+    if (done_tail != NULL)
+        done_tail->next = item;
+    else
+        done_head = item;
+    done_tail = item;
+    n_buffers++;
+    pthread_cond_signal(&buffers_ready);
+    pthread_mutex_unlock(&buffers_lock);
+}
+
 /* -- Python interface ---------------------------------------------------------------------- */
 
 static int fill_table(PyObject *entries) {
@@ -557,9 +674,9 @@ static int fill_table(PyObject *entries) {
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *entries, *slow_callable, *every, *prefix = Py_None;
-    unsigned int module_cbid, context_cbid;
-    if (!PyArg_ParseTuple(args, "OOOII|O", &entries, &slow_callable, &every, &module_cbid,
-                          &context_cbid, &prefix))
+    unsigned int module_cbid, context_cbid, created_cbid = UINT32_MAX, cloned_cbid = UINT32_MAX;
+    if (!PyArg_ParseTuple(args, "OOOII|OII", &entries, &slow_callable, &every, &module_cbid,
+                          &context_cbid, &prefix, &created_cbid, &cloned_cbid))
         return NULL;
     if (prefix != Py_None && !PyUnicode_Check(prefix)) {
         PyErr_SetString(PyExc_TypeError, "skip_prefix must be a str or None");
@@ -587,6 +704,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     }
     module_loaded_cbid = module_cbid;
     context_created_cbid = context_cbid;
+    graph_created_cbid = created_cbid;
+    graph_cloned_cbid = cloned_cbid;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
     Py_RETURN_NONE;
 }
@@ -627,6 +746,13 @@ static PyObject *py_subscribe(PyObject *self, PyObject *args) {
     if (context_created_cbid != UINT32_MAX &&
         enable(1, handle, DOMAIN_RESOURCE, context_created_cbid))
         refused++;
+    get_graph_node_id = (graph_node_id_fn)dlsym(library, "cuptiGetGraphNodeId");
+    if (get_graph_node_id == NULL)
+        graph_created_cbid = graph_cloned_cbid = UINT32_MAX; /* no ids: no graph nodes */
+    uint32_t graph_cbids[2] = {graph_created_cbid, graph_cloned_cbid};
+    for (int i = 0; i < 2; i++)
+        if (graph_cbids[i] != UINT32_MAX && enable(1, handle, DOMAIN_RESOURCE, graph_cbids[i]))
+            refused++;
     return PyLong_FromLong(refused);
 }
 
@@ -716,6 +842,114 @@ static PyObject *py_drain(PyObject *self, PyObject *unused) {
     return result;
 }
 
+
+/* Register the C buffer callbacks with libcupti at ``path`` (buffers of ``size`` bytes). */
+static PyObject *py_register_buffers(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *path;
+    unsigned long long size = 8u << 20;
+    if (!PyArg_ParseTuple(args, "s|K", &path, &size))
+        return NULL;
+    if (size < 4096 || size % 8)
+        return PyErr_Format(PyExc_ValueError, "bad activity buffer size %llu", size);
+    void *library = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (library == NULL)
+        library = dlopen(path, RTLD_NOW);
+    if (library == NULL)
+        return PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
+    register_fn do_register = (register_fn)dlsym(library, "cuptiActivityRegisterCallbacks");
+    flush_fn flush = (flush_fn)dlsym(library, "cuptiActivityFlushAll");
+    if (do_register == NULL || flush == NULL)
+        return PyErr_Format(PyExc_OSError, "%s has no cuptiActivityRegisterCallbacks", path);
+    buffer_bytes = (size_t)size;
+    cupti_flush_all = flush;
+    int status = do_register(buffer_requested, buffer_completed);
+    if (status != 0)
+        return PyErr_Format(PyExc_OSError, "cuptiActivityRegisterCallbacks: CUPTI status %d",
+                            status);
+    Py_RETURN_NONE;
+}
+
+/* The completed buffers as (address, valid bytes), waiting up to ``timeout`` seconds for one
+ * (without the GIL). Free each with free_buffer() once read. */
+static PyObject *py_take_buffers(PyObject *self, PyObject *args) {
+    (void)self;
+    double timeout = 0.0;
+    if (!PyArg_ParseTuple(args, "|d", &timeout))
+        return NULL;
+    Completed *taken;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&buffers_lock);
+    if (done_head == NULL && timeout > 0 && !buffers_woken) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long long nanos = until.tv_nsec + (long long)(timeout * 1e9);
+        until.tv_sec += (time_t)(nanos / 1000000000LL);
+        until.tv_nsec = (long)(nanos % 1000000000LL);
+        while (done_head == NULL && !buffers_woken)
+            if (pthread_cond_timedwait(&buffers_ready, &buffers_lock, &until) != 0)
+                break;
+    }
+    buffers_woken = 0;
+    taken = done_head;
+    done_head = done_tail = NULL;
+    pthread_mutex_unlock(&buffers_lock);
+    Py_END_ALLOW_THREADS
+    PyObject *list = PyList_New(0);
+    while (taken != NULL) {
+        Completed *next = taken->next;
+        PyObject *pair = list != NULL ? Py_BuildValue("(KK)", (unsigned long long)(uintptr_t)
+                                                      taken->buffer,
+                                                      (unsigned long long)taken->valid)
+                                      : NULL;
+        if (pair == NULL || PyList_Append(list, pair) < 0) {
+            free(taken->buffer); /* lost: the error is raised below */
+            Py_CLEAR(list);
+        }
+        Py_XDECREF(pair);
+        free(taken);
+        taken = next;
+    }
+    return list;
+}
+
+static PyObject *py_free_buffer(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "K", &address))
+        return NULL;
+    free((void *)(uintptr_t)address);
+    Py_RETURN_NONE;
+}
+
+/* A take_buffers() waiting now returns at once (the buffer thread is asked to stop). */
+static PyObject *py_wake_buffers(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    pthread_mutex_lock(&buffers_lock);
+    buffers_woken = 1;
+    pthread_cond_broadcast(&buffers_ready);
+    pthread_mutex_unlock(&buffers_lock);
+    Py_RETURN_NONE;
+}
+
+/* cuptiActivityFlushAll(flag) with the GIL released: CUPTI's thread may be inside
+ * bufferCompleted, holding the lock the flush waits for. */
+static PyObject *py_flush_all(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned int flag = 1;
+    if (!PyArg_ParseTuple(args, "|I", &flag))
+        return NULL;
+    flush_fn flush = cupti_flush_all;
+    if (flush == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "register_buffers() was not called");
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = flush(flag);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
+}
+
 static PyObject *py_take_modules(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -755,13 +989,19 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
 static PyObject *py_invoke(PyObject *self, PyObject *args) {
     (void)self;
     int domain, site = 0;
-    unsigned int cbid, correlation = 0;
-    unsigned long long context = 0;
+    unsigned int cbid;
+    unsigned long long correlation = 0, context = 0;
     Py_buffer cubin = {0};
-    if (!PyArg_ParseTuple(args, "iI|iIKy*", &domain, &cbid, &site, &correlation, &context,
+    if (!PyArg_ParseTuple(args, "iI|iKKy*", &domain, &cbid, &site, &correlation, &context,
                           &cubin))
         return NULL;
-    if (domain == DOMAIN_RESOURCE) {
+    if (domain == DOMAIN_RESOURCE && (cbid == graph_created_cbid || cbid == graph_cloned_cbid)) {
+        /* graph callbacks: ``correlation`` is the node, ``context`` the original node */
+        GraphData graph = {NULL, NULL, (void *)(uintptr_t)correlation,
+                           (void *)(uintptr_t)context, 0, NULL, NULL};
+        ResourceData resource = {NULL, NULL, &graph};
+        on_callback(NULL, domain, cbid, &resource);
+    } else if (domain == DOMAIN_RESOURCE) {
         ModuleResourceData module = {1, (size_t)cubin.len, cubin.buf};
         ResourceData resource = {(void *)(uintptr_t)context, NULL, &module};
         on_callback(NULL, domain, cbid, &resource);
@@ -770,7 +1010,7 @@ static PyObject *py_invoke(PyObject *self, PyObject *args) {
         memset(&data, 0, sizeof(data));
         data.callbackSite = site;
         data.context = (void *)(uintptr_t)context;
-        data.correlationId = correlation;
+        data.correlationId = (uint32_t)correlation;
         on_callback(NULL, domain, cbid, &data);
     }
     if (cubin.obj != NULL)
@@ -797,6 +1037,7 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
     Py_CLEAR(every_call);
     Py_CLEAR(skip_prefix);
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
     n_fast = n_slow = n_nested = n_errors = n_modules = n_lost = n_chain = 0;
     Py_RETURN_NONE;
@@ -804,7 +1045,8 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
-     "configure(entries, slow, every, module_loaded_cbid, context_created_cbid, skip_prefix=None):"
+     "configure(entries, slow, every, module_loaded_cbid, context_created_cbid, skip_prefix=None,"
+     " graph_node_created_cbid=-1, graph_node_cloned_cbid=-1):"
      " entries are (domain, cbid, kind, multi, wants_exit); slow(kind, correlation, multi) -> "
      "token; every (or None) gets (domain, cbid, site, correlation, context) for every call "
      "instead; frames of files under skip_prefix are looked through."},
@@ -819,6 +1061,15 @@ static PyMethodDef methods[] = {
      "invoke(domain, cbid, site=0, correlation=0, context=0, cubin=b''): call the C callback "
      "as CUPTI would (tests)."},
     {"reset", py_reset, METH_NOARGS, "Forget the configuration and counters (unsubscribed)."},
+    {"register_buffers", py_register_buffers, METH_VARARGS,
+     "register_buffers(libcupti_path, size=8 MiB): CUPTI's activity buffers go to C callbacks."},
+    {"take_buffers", py_take_buffers, METH_VARARGS,
+     "take_buffers(timeout=0.0) -> [(address, valid bytes)]: completed buffers (no GIL held "
+     "while waiting); free each with free_buffer()."},
+    {"free_buffer", py_free_buffer, METH_VARARGS, "free_buffer(address): a taken buffer is read."},
+    {"wake_buffers", py_wake_buffers, METH_NOARGS, "A waiting take_buffers() returns now."},
+    {"flush_all", py_flush_all, METH_VARARGS,
+     "flush_all(flag=1) -> CUPTI status: cuptiActivityFlushAll with the GIL released."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -834,6 +1085,7 @@ static void after_fork_in_child(void) {
     memset(table, 0, sizeof(table));
     memset(exit_wanted, 0, sizeof(exit_wanted));
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
     slow_path = NULL;
     every_call = NULL;
     subscriber = NULL;
