@@ -2,7 +2,7 @@
 
 The tree: replay line → ``GPUGraph`` placeholder → the capture's call path → ``GPUKernl``. The
 recordings replayed here are ``graphs_h200.json`` (recorded on the H200 by
-``tests/data/gpu/record_graphs.py``: a torch.cuda.CUDAGraph and a CuPy graph) where present,
+``tests/data/gpu/record_graphs.py --replays 6``: a torch.cuda.CUDAGraph and a CuPy graph)
 and ``graphs_synthetic.json`` (hand-made by ``make_graph_fixture.py``, the same format).
 Expected counts come from the recording with numpy: each activity's graph node, through the
 clone map, to the recorded site that made it, and its correlation id to the launch's site.
@@ -28,7 +28,7 @@ from pyhpctk.measure.gpu.simulated import SimulatedBackend
 from pyhpctk.measure.session import Session
 
 DATA = Path(__file__).parent / "data" / "gpu"
-FIXTURES = [p for p in (DATA / "graphs_h200.json", DATA / "graphs_synthetic.json") if p.exists()]
+FIXTURES = [DATA / "graphs_h200.json", DATA / "graphs_synthetic.json"]
 
 
 def _site(issue: Callable[[], None]) -> None:
@@ -128,3 +128,14 @@ def test_replayed_graph_kernels_land_under_their_capture_lines(
 
     for path in tmp_path.glob("*.hpcrun"):
         assert hpcrun.verify(hpcrun.read(path)) == [], path
+
+
+def test_the_h200_recording_holds_what_its_program_captured() -> None:
+    """record_graphs.py captures 4 torch kernels and 2 CuPy kernels, each from a line of its own,
+    and replays each graph 6 times: 6 capture sites with 6 replayed kernels each."""
+    expected = _expected(rec.load(DATA / "graphs_h200.json"))
+    by_capture: Counter[int] = Counter()
+    for (_, capture), count in expected.items():
+        if capture >= 0:
+            by_capture[capture] += count
+    assert sorted(by_capture.values()) == [6] * 6

@@ -42,7 +42,7 @@ if want graphs; then stage graphs; setup
     # the same program measured by pyrun end to end: kernels under their capture lines
     rm -rf /tmp/graphs.m /tmp/graphs.d
     timeout 120 python3 -m pyhpctk.cli.pyrun -e gpu=nvidia -o /tmp/graphs.m python3 \
-      tests/data/gpu/record_graphs.py --replays 6; echo "pyrun rc=$?"
+      tests/data/gpu/record_graphs.py --plain --replays 6; echo "pyrun rc=$?"
     python3 -m pyhpctk.cli.pyprof -o /tmp/graphs.d /tmp/graphs.m && \
       python3 -m pyhpctk.cli.pyview /tmp/graphs.d --metric GKER:COUNT --depth 14 | head -120
   } > "$out/graphs.txt" 2>&1

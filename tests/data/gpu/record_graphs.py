@@ -150,7 +150,14 @@ def main() -> int:
     parser.add_argument("out", nargs="?")
     parser.add_argument("--replays", type=int, default=6)
     parser.add_argument("--programs", default="torch,cupy")
+    parser.add_argument(
+        "--plain", action="store_true", help="run the programs only, unrecorded (under pyrun)"
+    )
     args = parser.parse_args()
+    if args.plain:  # pyrun subscribes to CUPTI itself: CUPTI takes one subscriber
+        for name in args.programs.split(","):
+            (torch_graph if name == "torch" else cupy_graph)(args.replays)
+        return 0
     recorder = Recorder()
     backend = CuptiBackend(records="objects", hook="python")
     backend.start(recorder)  # type: ignore[arg-type]
