@@ -125,7 +125,8 @@ def _run(options: PystructOptions) -> int:
     type=click.Choice(["yes", "no"]),
     default="no",
     show_default=True,
-    help="CUDA cubins: recover CFGs, loops and call sites with nvdisasm.",
+    help="CUDA cubins: recover CFGs, loops and call sites (sm_70 and newer through nvdisasm, "
+    "which must read the cubin's architecture; sm_5x/sm_6x decoded by pystruct).",
 )
 @click.option(
     "--cache",
