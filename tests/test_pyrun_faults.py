@@ -108,6 +108,41 @@ def test_sigkill_of_the_program_makes_pyrun_die_of_sigkill(tmp_path: Path) -> No
     assert not out.exists()  # nothing was measured (no checkpoint): nothing is left behind
 
 
+_SIGNAL_DURING_THE_EXIT_WRITE = """
+import os, signal, threading, time
+from pyhpctk.measure import hooks
+
+session = hooks.current_session()
+write_thread = session._write_thread
+def write_and_be_signalled(state, data):  # the first write at exit gets SIGUSR2 halfway
+    if threading.current_thread() is threading.main_thread() and not session.written:
+        session.written = True
+        os.kill(os.getpid(), signal.SIGUSR2)
+        sum(range(1000))  # bytecodes: the handler runs here, inside pyrun's own writing
+    write_thread(state, data)
+session.written = False
+session._write_thread = write_and_be_signalled
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        sum(range(100))
+for _ in range(2):
+    threading.Thread(target=spin, daemon=True).start()
+start = time.thread_time()
+while time.thread_time() - start < 0.2:
+    pass
+"""
+
+
+def test_a_signal_during_the_exit_write_waits_for_every_profile(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    command = [PYRUN, "-o", str(out), PYTHON, "-c", _SIGNAL_DURING_THE_EXIT_WRITE]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == -signal.SIGUSR2, done.stderr
+    assert sorted(m.thread for m in read_measurements(out)) == [0, 1, 2]
+    assert verify_path(out).exit_code == 0
+
+
 # -- a full disk -------------------------------------------------------------------------------
 
 
