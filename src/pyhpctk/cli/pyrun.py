@@ -24,7 +24,8 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
     "--output",
     "output",
     metavar="DIR",
-    help="Measurement directory (default: hpctoolkit-<program>-measurements[-<job>]).",
+    help="Measurement directory (default: hpctoolkit-<program>-measurements[-<job>]); an "
+    "existing one must be empty (see --append).",
 )
 @click.option(
     "-e",
@@ -46,6 +47,13 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
     metavar="SECONDS",
     help="Rewrite the files this often while running (0: only at the end).",
 )
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add this run to a measurement directory that already holds one (pyprof then merges "
+    "them). Without it an existing non-empty DIR is refused, except by the ranks of one "
+    "parallel launch, which share it.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def pyrun(
     output: str | None,
@@ -53,6 +61,7 @@ def pyrun(
     trace: bool,
     list_events: bool,
     checkpoint: float,
+    append: bool,
     command: tuple[str, ...],
 ) -> int:
     """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts."""
@@ -71,15 +80,17 @@ def pyrun(
         trace=trace,
         checkpoint_s=checkpoint,
         gpu=str(gpu_events[0]) if gpu_events else None,
+        append=append,
     )
-    return run(options).returncode
+    return run(options).exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``pyrun`` console script; returns the command's exit status.
 
     From the real command line (``argv`` None) a command killed by a signal makes pyrun die of
-    the same signal; called with ``argv``, it returns ``128 + signal`` instead.
+    the same signal; called with ``argv``, it returns ``128 + signal`` instead. A command that
+    succeeded while some of its profiles could not be written gives 74 (docs/pyrun.md).
     """
     status = run_command(pyrun, argv, "pyrun")
     if argv is None and status < 0:

@@ -34,7 +34,7 @@ import threading
 import time
 from array import array
 
-from pyhpctk.measure import naming
+from pyhpctk.measure import losses, naming
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.extension import Extension
 
 LM_FLAG_ANALYZE = 0x1  # formats.md §1.4
+_FINISH_WAIT_S = 10.0  # how long a second finish() waits for the first to write the files
 SAMPLER_KIND = "sampling"
 # The interpreter's own functions: hooks.py wraps the sys attributes for the program.
 _set_switch_interval = sys.setswitchinterval
@@ -184,6 +185,9 @@ class Session:
         # Serialises file writes (checkpoints, thread ends, exit) so a thread's name is claimed
         # once; never held while sampling.
         self._write_lock = threading.Lock()
+        # Held while finish() writes: a second caller (a fatal signal in the main thread while
+        # another thread ends the process with os._exit) waits for the files before it returns.
+        self._finish_lock = threading.RLock()
         self.ids = NodeIdAllocator()
         self.functions = FunctionTable(skip_prefixes=(_MEASURE_DIR,))
         self.kinds: list[MetricKind] = []
@@ -212,6 +216,7 @@ class Session:
         self._host_id: int | None = None
         self._last_checkpoint = self.clocks.wall()
         self.write_errors: list[str] = []
+        self._lost: set[str] = set()  # profiles whose last write failed (told to pyrun)
 
     def after_fork_in_child(self) -> None:
         """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
@@ -666,6 +671,8 @@ class Session:
     ) -> None:
         base, profile, trace, logical = data
         directory = self.options.output_dir
+        # The logical file goes first: a profile is never written without the functions it
+        # names. A failure leaves the previous complete files (or none), never a partial one.
         try:
             _atomic_write(os.path.join(directory, self.logical_path), logical)
             if not state.stem or not state.stem.startswith(base[: base.rfind("-")]):
@@ -679,10 +686,20 @@ class Session:
             if trace is not None:
                 _atomic_write(os.path.join(directory, state.stem + ".hpctrace"), trace)
         except OSError as error:
+            name = (state.stem or base) + ".hpcrun"
+            self._lost.add(name)
+            losses.tell_pyrun(losses.LOST, name, error.strerror or str(error))
             message = f"pyrun: cannot write measurement files to {directory}: {error}"
             if message not in self.write_errors:
                 self.write_errors.append(message)
                 sys.stderr.write(message + "\n")
+            return
+        if self._lost:
+            name = state.stem + ".hpcrun"
+            for lost in (name, base + ".hpcrun"):  # a checkpoint that failed, written now
+                if lost in self._lost:
+                    self._lost.discard(lost)
+                    losses.tell_pyrun(losses.WRITTEN, lost)
 
     def checkpoint(self) -> None:
         """Write every live thread's files now (atomic replace), keeping measurement going."""
@@ -697,9 +714,21 @@ class Session:
         return list(self.states.values()) + self.streams
 
     def finish(self) -> None:
-        """Stop measuring and write every thread's files (exit, SIGTERM, ``os._exit``, exec)."""
-        if self.finished or self.pid != os.getpid():
+        """Stop measuring and write every thread's files (exit, a fatal signal, ``os._exit``).
+
+        Returns once the files are written, also when another thread is writing them.
+        """
+        if self.pid != os.getpid():
             return
+        if not self._finish_lock.acquire(True, _FINISH_WAIT_S):
+            return  # the other writer is stuck: the caller goes on (and the process ends)
+        try:
+            if not self.finished:
+                self._finish()
+        finally:
+            self._finish_lock.release()
+
+    def _finish(self) -> None:
         monitor, self.gpu = self.gpu, None
         if monitor is not None:
             try:
@@ -724,16 +753,26 @@ class Session:
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: never half a file."""
+    """Write ``data`` to ``path`` through a temporary file and a rename: never half a file.
+
+    On failure (a full disk) the temporary file is removed and ``path`` keeps what it held.
+    """
     temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(temporary, "wb") as stream:
-            stream.write(data)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "wb") as stream:
-            stream.write(data)
-    os.replace(temporary, path)
+        try:
+            _write_new(temporary, data)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write_new(temporary, data)
+        os.replace(temporary, path)
+    except BaseException:
+        _unlink_quietly(temporary)
+        raise
+
+
+def _write_new(path: str, data: bytes) -> None:
+    with open(path, "wb") as stream:
+        stream.write(data)
 
 
 def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
@@ -744,9 +783,8 @@ def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
     """
     prefix = base[: base.rfind("-")]
     temporary = os.path.join(directory, f".{prefix}.{threading.get_ident()}.tmp")
-    with open(temporary, "wb") as stream:
-        stream.write(profile)
     try:
+        _write_new(temporary, profile)
         generation = 0
         while True:
             stem = f"{prefix}-{generation}"
