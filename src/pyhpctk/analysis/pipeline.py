@@ -29,7 +29,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.analysis import inputs
+from pyhpctk.analysis import inputs, kernel_symbols
 from pyhpctk.analysis.database import AggregateDatabase, IdElement, ProfileResult, Trace
 from pyhpctk.analysis.expand import Expansion, LogicalFunction, ModuleClassifiers, expand
 from pyhpctk.analysis.gpu import reconstruct_gpu_contexts
@@ -333,7 +333,10 @@ def build_classifiers(
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
     for module, measurement in module_paths:
-        if module.startswith("<"):  # pseudo-modules (GPU range trees) have no file
+        if module.startswith("<"):  # pseudo-modules: kernel frames (<vmlinux.HOSTID>), GPU ranges
+            kernel = kernel_symbols.load(module, measurement, problems)
+            if kernel is not None:
+                classifiers.symbols[module] = kernel
             continue
         stem = Path(module).name
         if module.startswith("logical/") or "/logical/" in module:
