@@ -520,7 +520,9 @@ def aggregate(options: ProfOptions, progress: Progress | None = None) -> Aggrega
     )
     with progress("expanding contexts", len(raw)) as advance:
         expansion = expand(raw, classifiers)
-        expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, unified.profiles)
+        expansion = reconstruct_gpu_contexts(
+            raw, expansion, classifiers, unified.profiles, problems=problems
+        )
         advance(len(raw))
     tree = expansion.tree
 
