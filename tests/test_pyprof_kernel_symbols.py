@@ -1,18 +1,22 @@
-"""Kernel frames of perf-events measurements: ``<vmlinux.HOSTID>`` addresses named from
+"""Kernel frames of perf-events measurements: kernel addresses named from
 ``MEAS/kernel_symbols/vmlinux.HOSTID`` as hpcprof names them (issue #20, item 1).
 
 The measurement is written here with pyhpctk's hpcrun writer, laid out as hpcrun lays out a
-perf-events measurement with kernel call chains: a load module ``<vmlinux.1234abcd>`` (hpcrun's
-``<vmlinux.%08x>`` of the host id) whose offsets are kernel virtual addresses, below the
-application's frames, and an xz-compressed copy of a made-up ``/proc/kallsyms``. Every expected
-name and value below follows from that table and the samples, by hpcprof's rules
-(:mod:`pyhpctk.analysis.kernel_symbols`): a function reaches up to the next ``t``/``T`` symbol,
-the first of several at one address wins, an address below every symbol stays raw.
+perf-events measurement with kernel call chains: a load module for the kernel whose offsets are
+kernel virtual addresses, below the application's frames, and an xz-compressed copy of a made-up
+``/proc/kallsyms``. The kernel module is named both ways hpcrun has named it (the ``kernel``
+fixture): ``<vmlinux.1234abcd>`` up to HPCToolkit 2024.01 (``<vmlinux.%08x>`` of the host id),
+``kernel_symbols/vmlinux.1234abcd`` (the copy itself, relative to the measurement) later.
+Every expected name and value below follows from that table and the samples, by hpcprof's
+rules (:mod:`pyhpctk.analysis.kernel_symbols`): a function reaches up to the next ``t``/``T``
+symbol, the first of several at one address wins, an address below every symbol stays raw.
 """
 
 from __future__ import annotations
 
+import io
 import lzma
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +34,7 @@ from pyhpctk.present import open_database
 from pyhpctk.present.render import TextStyle, render_text
 
 HOST = 0x1234ABCD
-KERNEL = f"<vmlinux.{HOST:08x}>"
+NAMINGS = {"2024.01": f"<vmlinux.{HOST:08x}>", "later": f"kernel_symbols/vmlinux.{HOST:08x}"}
 CLOCK = "perf::cpu-clock"
 
 # A made-up /proc/kallsyms, in its own format (address, nm type, name, tab, [module]).
@@ -76,6 +80,19 @@ NODES = [
 SAMPLES = {8: 100.0, 12: 5.0, 14: 7.0, 26: 3.0, 16: 20.0, 18: 4.0, 20: 2.0, 22: 6.0, 24: 1.0}
 
 K = " [vmlinux]"
+
+
+@pytest.fixture(params=list(NAMINGS), ids=list(NAMINGS))
+def kernel(request: pytest.FixtureRequest) -> str:
+    """The kernel's load-module name, as hpcrun 2024.01 and later write it."""
+    return NAMINGS[str(request.param)]
+
+
+def _raw(kernel: str, address: int) -> str:
+    """pyview's label of a raw kernel instruction."""
+    return f"{os.path.basename(kernel)}+0x{address:x}"
+
+
 # Below write_loop: (path of names) -> (inclusive, exclusive) perf::cpu-clock, worked out by hand.
 EXPECTED_KERNEL = {
     ("entry_SYSCALL_64" + K,): (39.0, 0.0),  # 5 + 7 + 3 + 20 + 4 below it
@@ -91,7 +108,7 @@ EXPECTED_KERNEL = {
         20.0,
     ),
     ("entry_SYSCALL_64" + K, "do_syscall_64" + K, "entry_SYSCALL_64" + K): (4.0, 4.0),
-    (f"{KERNEL}+0x{BELOW:x}",): (2.0, 2.0),
+    ("raw BELOW",): (2.0, 2.0),
     ("ext4_file_write_iter [ext4]" + K,): (6.0, 6.0),
     ("_stext" + K,): (1.0, 1.0),
 }
@@ -116,11 +133,13 @@ def _app_structure() -> StructureFile:
     return StructureFile(modules=[module])
 
 
-def _measurement(tmp_path: Path, symbols: bytes | None = None, structure: bool = True) -> Path:
+def _measurement(
+    tmp_path: Path, kernel: str, symbols: bytes | None = None, structure: bool = True
+) -> Path:
     measurement = tmp_path / "app.m"
     measurement.mkdir()
     metrics = [MetricDescriptor(CLOCK, "cpu clock", metric_flags(value_format=2), period=1)]
-    modules = [LoadModule(APP, "/bin/app"), LoadModule(VMLINUX, KERNEL, flags=0)]
+    modules = [LoadModule(APP, "/bin/app"), LoadModule(VMLINUX, kernel, flags=0)]
     profile = cpu_profile(modules, NODES, {n: {0: v} for n, v in SAMPLES.items()}, metrics, HOST)
     hpcrun.write(profile, measurement / profile_name(HOST))
     if symbols is None:  # as hpcrun's copy_kallsyms: the text, xz-compressed
@@ -164,9 +183,9 @@ def _below(
 
 @pytest.mark.parametrize("ignore_structs", [False, True], ids=["struct", "nostruct"])
 def test_kernel_addresses_become_the_functions_of_the_kernel_symbol_table(
-    tmp_path: Path, ignore_structs: bool
+    tmp_path: Path, kernel: str, ignore_structs: bool
 ) -> None:
-    measurement = _measurement(tmp_path)
+    measurement = _measurement(tmp_path, kernel)
     database = tmp_path / "db"
     report = run(ProfOptions.build([measurement], output=database, ignore_structs=ignore_structs))
     assert any("1 line(s) are not 'ADDRESS TYPE NAME [MODULE]'" in p for p in report.problems)
@@ -180,17 +199,20 @@ def test_kernel_addresses_become_the_functions_of_the_kernel_symbol_table(
             "app+0x1110",
         )
     )
-    kernel = {k: v for k, v in _below(tree, app).items() if not k[-1].startswith("app.c")}
-    assert kernel == EXPECTED_KERNEL
+    found = {k: v for k, v in _below(tree, app).items() if not k[-1].startswith("app.c")}
+    raw = {("raw BELOW",): (_raw(kernel, BELOW),)}
+    assert found == {raw.get(k, k): v for k, v in EXPECTED_KERNEL.items()}
     assert tree[app] == (100.0 + 39.0 + 2.0 + 6.0 + 1.0, 100.0)  # write_loop's own samples
 
 
-def test_kernel_functions_are_meta_db_functions_of_the_kernel_module(tmp_path: Path) -> None:
+def test_kernel_functions_are_meta_db_functions_of_the_kernel_module(
+    tmp_path: Path, kernel: str
+) -> None:
     """meta.db as hpcprof writes it: ``-call> [function] NAME [vmlinux]`` whose function has the
-    module ``<vmlinux.HOSTID>``, the symbol's address as offset and no source file; a raw
-    ``-call> [instruction]`` where no symbol covers the address."""
+    kernel's module (as the load map names it), the symbol's address as offset and no source
+    file; a raw ``-call> [instruction]`` where no symbol covers the address."""
     database = tmp_path / "db"
-    run(ProfOptions.build([_measurement(tmp_path)], output=database))
+    run(ProfOptions.build([_measurement(tmp_path, kernel)], output=database))
     view = read_view(database)
     functions = {
         label[2][0]: label[2]
@@ -198,75 +220,81 @@ def test_kernel_functions_are_meta_db_functions_of_the_kernel_module(tmp_path: P
         if label[0] != "entry" and label[2] and "[vmlinux]" in str(label[2][0])
     }
     assert functions == {
-        "entry_SYSCALL_64" + K: ("entry_SYSCALL_64" + K, KERNEL, 0xFFFFFFFF81002000, None, 0),
-        "do_syscall_64" + K: ("do_syscall_64" + K, KERNEL, 0xFFFFFFFF81001000, None, 0),
-        "ksys_write" + K: ("ksys_write" + K, KERNEL, 0xFFFFFFFF81004000, None, 0),
+        "entry_SYSCALL_64" + K: ("entry_SYSCALL_64" + K, kernel, 0xFFFFFFFF81002000, None, 0),
+        "do_syscall_64" + K: ("do_syscall_64" + K, kernel, 0xFFFFFFFF81001000, None, 0),
+        "ksys_write" + K: ("ksys_write" + K, kernel, 0xFFFFFFFF81004000, None, 0),
         "ext4_file_write_iter [ext4]" + K: (
             "ext4_file_write_iter [ext4]" + K,
-            KERNEL,
+            kernel,
             0xFFFFFFFFC0A00000,
             None,
             0,
         ),
-        "_stext" + K: ("_stext" + K, KERNEL, 0xFFFFFFFF81000000, None, 0),
+        "_stext" + K: ("_stext" + K, kernel, 0xFFFFFFFF81000000, None, 0),
     }
     relations = {
         (label[0], label[1])
         for _, label in view.contexts.values()
         if label[0] != "entry"
-        and ((label[2] and "[vmlinux]" in str(label[2][0])) or label[5] == KERNEL)
+        and ((label[2] and "[vmlinux]" in str(label[2][0])) or label[5] == kernel)
     }
     assert relations == {(1, 0), (1, 3)}  # -call> [function], -call> [instruction] (BELOW)
     raw = [
-        label for _, label in view.contexts.values() if label[0] != "entry" and label[5] == KERNEL
+        label for _, label in view.contexts.values() if label[0] != "entry" and label[5] == kernel
     ]
     assert [(label[1], label[6]) for label in raw] == [(3, BELOW)]
 
 
-def test_without_the_symbol_file_kernel_frames_stay_raw_instructions(tmp_path: Path) -> None:
-    measurement = _measurement(tmp_path)
+def test_without_the_symbol_file_kernel_frames_stay_raw_instructions(
+    tmp_path: Path, kernel: str
+) -> None:
+    measurement = _measurement(tmp_path, kernel)
     (measurement / "kernel_symbols" / f"vmlinux.{HOST:08x}").unlink()
     database = tmp_path / "db"
     run(ProfOptions.build([measurement], output=database))
     labels = {path[-1] for path in _tree(database)}
     assert not any("[vmlinux]" in label for label in labels)
-    assert f"{KERNEL}+0x{ENTRY:x}" in labels and f"{KERNEL}+0x{EXT4:x}" in labels
+    assert _raw(kernel, ENTRY) in labels and _raw(kernel, EXT4) in labels
 
 
-def test_a_damaged_symbol_file_is_reported_and_leaves_frames_raw(tmp_path: Path) -> None:
+def test_a_damaged_symbol_file_is_reported_and_leaves_frames_raw(
+    tmp_path: Path, kernel: str
+) -> None:
     good = lzma.compress(KALLSYMS.encode(), format=lzma.FORMAT_XZ)
-    measurement = _measurement(tmp_path, symbols=good[: len(good) // 2])
+    measurement = _measurement(tmp_path, kernel, symbols=good[: len(good) // 2])
     database = tmp_path / "db"
     report = run(ProfOptions.build([measurement], output=database))
     (problem,) = [p for p in report.problems if "kernel_symbols" in p]
-    assert "xz stream: cannot decompress" in problem and f"frames of {KERNEL} stay raw" in problem
-    assert f"{KERNEL}+0x{ENTRY:x}" in {path[-1] for path in _tree(database)}
+    assert "xz stream: cannot decompress" in problem and f"frames of {kernel} stay raw" in problem
+    assert _raw(kernel, ENTRY) in {path[-1] for path in _tree(database)}
 
 
-def test_a_plain_text_copy_of_kallsyms_is_read_too(tmp_path: Path) -> None:
+def test_a_plain_text_copy_of_kallsyms_is_read_too(tmp_path: Path, kernel: str) -> None:
     """hpcrun writes xz; a hand copy of /proc/kallsyms (plain text) gives the same database."""
     xz = tmp_path / "xz"
     plain = tmp_path / "plain"
     xz.mkdir()
     plain.mkdir()
-    run(ProfOptions.build([_measurement(xz)], output=xz / "db"))
-    run(ProfOptions.build([_measurement(plain, KALLSYMS.encode())], output=plain / "db"))
+    run(ProfOptions.build([_measurement(xz, kernel)], output=xz / "db"))
+    run(ProfOptions.build([_measurement(plain, kernel, KALLSYMS.encode())], output=plain / "db"))
     assert compare(read_view(xz / "db"), read_view(plain / "db")) == []
     assert "ksys_write [vmlinux]" in {path[-1] for path in _tree(plain / "db")}
 
 
-def test_pyview_shows_kernel_functions_by_name_under_the_kernel_module(tmp_path: Path) -> None:
+def test_pyview_shows_kernel_functions_by_name_under_the_kernel_module(
+    tmp_path: Path, kernel: str
+) -> None:
     database = tmp_path / "db"
-    run(ProfOptions.build([_measurement(tmp_path)], output=database))
+    run(ProfOptions.build([_measurement(tmp_path, kernel)], output=database))
     db = open_database(database)
     # top-down text, as `pyview DB` prints it
-    out = __import__("io").StringIO()
+    out = io.StringIO()
     render_text(db.view("top-down", [CLOCK]), out, TextStyle(tree="indent", color=False))
     text = out.getvalue()
     assert "ext4_file_write_iter [ext4] [vmlinux]" in text and "do_syscall_64 [vmlinux]" in text
-    # flat view: load module <vmlinux.1234abcd> > <unknown file> > kernel functions
+    # flat view: the kernel's load module > <unknown file> > kernel functions
     flat = db.view("flat", [CLOCK])
-    module = next(n for n in flat.root.children if n.label == KERNEL)
+    module = next(n for n in flat.root.children if n.label == os.path.basename(kernel))
     functions = {
         f.label: (float(f.values[0]), float(f.values[1]))
         for file in module.children
@@ -279,7 +307,7 @@ def test_pyview_shows_kernel_functions_by_name_under_the_kernel_module(tmp_path:
 
 def test_the_metric_taxonomy_keeps_hyphens_in_anchors_as_hpcprof(tmp_path: Path) -> None:
     database = tmp_path / "db"
-    run(ProfOptions.build([_measurement(tmp_path)], output=database))
+    run(ProfOptions.build([_measurement(tmp_path, NAMINGS["2024.01"])], output=database))
     text = (database / "metrics" / "default.yaml").read_text()
     assert "&perfx3a_x3a_cpu-clock-sum-x5b_0x0x5d_-execution" in text
 
@@ -302,12 +330,14 @@ def test_kallsyms_files_round_trip_and_keep_what_hpcprof_reads(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("memory_limit", [None, 1 << 16], ids=["whole", "capped"])
-def test_pyprof_mpi_names_kernel_frames_as_pyprof(tmp_path: Path, memory_limit: int | None) -> None:
+def test_pyprof_mpi_names_kernel_frames_as_pyprof(
+    tmp_path: Path, kernel: str, memory_limit: int | None
+) -> None:
     """The distributed driver (one rank here) classifies through the same code: same database."""
     from pyhpctk.analysis.comm import SerialComm
     from pyhpctk.analysis.distributed import run_distributed
 
-    measurement = _measurement(tmp_path)
+    measurement = _measurement(tmp_path, kernel)
     run(ProfOptions.build([measurement], output=tmp_path / "serial"))
     options = ProfOptions.build([measurement], output=tmp_path / "mpi")
     run_distributed(options, SerialComm(), memory_limit=memory_limit)

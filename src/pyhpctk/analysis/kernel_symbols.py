@@ -1,20 +1,28 @@
 """Kernel frames of perf-events measurements, named from ``MEAS/kernel_symbols/`` as hpcprof does.
 
-hpcrun records the kernel's part of a call path under a load module named ``<NAME>`` (``NAME`` =
-``vmlinux.HOSTID``) and copies the kernel symbol table to ``MEAS/kernel_symbols/NAME``
-(:mod:`pyhpctk.formats.kallsyms`). hpcprof's kernel-symbols finalizer names such frames; pyprof
-does exactly what it does:
+hpcrun records the kernel's part of a call path under a load module of its own and copies the
+kernel symbol table to ``MEAS/kernel_symbols/vmlinux.HOSTID`` (:mod:`pyhpctk.formats.kallsyms`).
+HPCToolkit has named that module two ways, and hpcprof's kernel-symbols finalizer of each
+release reads its own:
 
-* only a module whose whole path is ``<NAME>`` (no directory) with a regular file
-  ``kernel_symbols/NAME`` beside the profiles is concerned;
+* up to release 2024.01: ``<vmlinux.HOSTID>`` (a name in angle brackets, no directory); hpcprof
+  reads ``kernel_symbols/vmlinux.HOSTID`` of the measurement directory;
+* later (HPCToolkit's development branch from 2024): ``kernel_symbols/vmlinux.HOSTID``, relative
+  to the measurement directory like ``gpubins/`` and ``vdso/``; the module is the file itself,
+  and meta.db names it by that relative path.
+
+pyprof reads both and does what hpcprof does:
+
+* only such a module with a regular file beside the profiles is concerned;
 * only function symbols (nm type ``t`` or ``T``) name frames; a function reaches up to the next
   function symbol's address (data symbols in between do not end it), the last one to the end of
   the address space; of several at one address the first listed wins;
 * a frame at an address of a function becomes ``-call> [function] NAME [vmlinux]`` (``NAME
-  [MODULE] [vmlinux]`` for a loadable module's symbol; the function's module is ``<NAME>``, its
-  offset the symbol's address, no source file), with the elided ``-lexical> [instruction]``
-  below it that keeps its values, like an ELF symbol (formats.md §3.7);
-* an address below the first function symbol stays a raw ``-call> [instruction] <NAME>+ADDRESS``.
+  [MODULE] [vmlinux]`` for a loadable module's symbol; the function's module is the kernel
+  module, its offset the symbol's address, no source file), with the elided ``-lexical>
+  [instruction]`` below it that keeps its values, like an ELF symbol (formats.md §3.7);
+* an address below the first function symbol stays a raw ``-call> [instruction]
+  MODULE+ADDRESS``.
 
 Structure files play no part (kernel frames are named with or without them, and under
 ``--ignore-structs``). This module reads the table and builds the lookup; :mod:`.expand` turns
@@ -23,7 +31,7 @@ frames into contexts.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import numpy.typing as npt
@@ -39,10 +47,18 @@ SymbolLookup = tuple[list[Symbol], npt.NDArray[np.uint64]]
 
 
 def symbols_file(module: str, measurement: Path) -> Path | None:
-    """``MEAS/kernel_symbols/NAME`` for a module named ``<NAME>``, if that file exists."""
-    if len(module) < 3 or module[0] != "<" or module[-1] != ">" or "/" in module:
-        return None
-    path = measurement / KERNEL_SYMBOLS_DIRECTORY / module[1:-1]
+    """The kernel symbol file of a kernel module, if the module is one and the file exists.
+
+    ``<NAME>`` (no directory): ``MEAS/kernel_symbols/NAME``; a relative ``…/kernel_symbols/NAME``:
+    that file of the measurement directory.
+    """
+    if len(module) > 2 and module[0] == "<" and module[-1] == ">" and "/" not in module:
+        path = measurement / KERNEL_SYMBOLS_DIRECTORY / module[1:-1]
+    else:
+        relative = PurePosixPath(module)
+        if relative.is_absolute() or relative.parent.name != KERNEL_SYMBOLS_DIRECTORY:
+            return None
+        path = measurement / relative
     return path if path.is_file() else None
 
 

@@ -333,10 +333,11 @@ def build_classifiers(
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
     for module, measurement in module_paths:
-        if module.startswith("<"):  # pseudo-modules: kernel frames (<vmlinux.HOSTID>), GPU ranges
-            kernel = kernel_symbols.load(module, measurement, problems)
-            if kernel is not None:
-                classifiers.symbols[module] = kernel
+        kernel = kernel_symbols.load(module, measurement, problems)  # perf events' kernel frames
+        if kernel is not None:
+            classifiers.symbols[module] = kernel
+            continue
+        if module.startswith("<"):  # pseudo-modules (GPU range trees) have no file
             continue
         stem = Path(module).name
         if module.startswith("logical/") or "/logical/" in module:
