@@ -593,7 +593,7 @@ def run_distributed(
             module_dirs.items(), explicit, found, problems, not options.ignore_structs
         )
         expansion = expand(raw, classifiers)
-        expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, [], weights)
+        expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, [], weights, problems)
         tree = expansion.tree
         holder.append(tree)
         title = options.title or usable[0].program or "database"

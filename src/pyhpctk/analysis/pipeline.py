@@ -29,7 +29,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.analysis import inputs
+from pyhpctk.analysis import inputs, kernel_symbols
 from pyhpctk.analysis.database import AggregateDatabase, IdElement, ProfileResult, Trace
 from pyhpctk.analysis.expand import Expansion, LogicalFunction, ModuleClassifiers, expand
 from pyhpctk.analysis.gpu import reconstruct_gpu_contexts
@@ -333,6 +333,10 @@ def build_classifiers(
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
     for module, measurement in module_paths:
+        kernel = kernel_symbols.load(module, measurement, problems)  # perf events' kernel frames
+        if kernel is not None:
+            classifiers.symbols[module] = kernel
+            continue
         if module.startswith("<"):  # pseudo-modules (GPU range trees) have no file
             continue
         stem = Path(module).name
@@ -517,7 +521,9 @@ def aggregate(options: ProfOptions, progress: Progress | None = None) -> Aggrega
     )
     with progress("expanding contexts", len(raw)) as advance:
         expansion = expand(raw, classifiers)
-        expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, unified.profiles)
+        expansion = reconstruct_gpu_contexts(
+            raw, expansion, classifiers, unified.profiles, problems=problems
+        )
         advance(len(raw))
     tree = expansion.tree
 

@@ -12,7 +12,7 @@ The file (formats.md §0.2; reference: ``dbase/*/metrics/default.yaml``) has two
   ``visible by default: false``; 2 and 3 keep only the inclusive or exclusive formula.
 
 With ``-M stats`` each stored metric also gets Mean / Min / Max / StdDev / CfVar variants built
-from the summary partials. Anchor names escape every character outside ``[A-Za-z0-9_]`` as
+from the summary partials. Anchor names escape every byte outside ``[A-Za-z0-9_-]`` as
 ``x<hex>_``, as hpcprof does. The writer only formats text; it never reads databases.
 """
 
@@ -32,11 +32,23 @@ class FormulaError(ValueError):
     """A derived metric's formula cannot be parsed."""
 
 
+_ANCHOR_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+
+
 def escape(text: str) -> str:
-    """hpcprof's anchor escaping: ``CPUTIME (sec)`` -> ``CPUTIMEx20_x28_secx29_``."""
-    return "".join(
-        c if c.isascii() and (c.isalnum() or c == "_") else f"x{ord(c):x}_" for c in text
-    )
+    """hpcprof's anchor escaping (``sanitize``): ``CPUTIME (sec)`` -> ``CPUTIMEx20_x28_secx29_``.
+
+    ASCII letters, digits, ``-`` and ``_`` stay (``perf::cpu-clock`` -> ``perfx3a_x3a_cpu-clock``);
+    every other byte of the UTF-8 name becomes ``x<hex>_`` of that byte as a C ``char``, which is
+    signed on x86-64, so ``é`` (bytes C3 A9) is ``xffffffc3_xffffffa9_``.
+    """
+    out = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        if byte in _ANCHOR_SAFE:
+            out.append(chr(byte))
+        else:
+            out.append(f"x{byte if byte < 0x80 else byte | 0xFFFFFF00:x}_")
+    return "".join(out)
 
 
 def anchor(metric: str, partial_index: int, partial: Partial, scope: str) -> str:

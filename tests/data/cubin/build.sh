@@ -1,7 +1,7 @@
 #!/bin/bash
-# Rebuild the cubin fixtures of tests/test_pystruct_cubins.py from units/*.cu (CI has no nvcc,
-# so the results are checked in; see README.md). Needs nvcc and nvlink (CUDA 12.8 or newer: the
-# cubins are ELF ABI version 8); runs without a GPU. Usage: bash tests/data/cubin/build.sh
+# Rebuild the cubin fixtures of tests/test_pystruct_cubins.py and tests/test_pyprof_gpu_recursion.py
+# from units/*.cu (CI has no nvcc, so the results are checked in; see README.md). Needs nvcc and
+# nvlink (CUDA 12.8 or newer: the cubins are ELF ABI version 8); runs without a GPU. Usage: bash tests/data/cubin/build.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # A fixed build directory, so that the source paths in the line tables do not name the checkout.
@@ -19,5 +19,11 @@ nvcc -arch=$arch -dlink -cubin a.o b.o -L. -lunits -o "$here/units_lineinfo_$arc
 # Template names and NVCC's -G debug information (DW_AT_name next to DW_AT_MIPS_linkage_name).
 nvcc -arch=$arch -rdc=true -G -cubin names.cu -o names.o.cubin
 nvlink -arch=$arch names.o.cubin -o "$here/names_G_$arch.cubin"
+# Recursive device code (tests/test_pyprof_gpu_recursion.py): direct recursion, a mutually
+# recursive pair entered at both members, one entered at one member only; sm_75 and sm_90.
+for recursion_arch in sm_75 sm_90; do
+    nvcc -arch=$recursion_arch -lineinfo -cubin recursion.cu \
+        -o "$here/recursion_lineinfo_$recursion_arch.cubin"
+done
 nvcc --version | tail -2
 ls -l "$here"/*.cubin
