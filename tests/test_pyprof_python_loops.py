@@ -19,6 +19,9 @@ from pyhpctk.core.context import LexicalType
 from pyhpctk.structure.python_source import recover_structure
 
 PROGRAM = """\
+import time
+
+
 def kernel(n):
     total = 0
     for i in range(n):
@@ -31,7 +34,11 @@ def warmup(n):
     return sum(k * k for k in range(n))
 
 
-kernel(12_000)
+# About 0.2 s of CPU in kernel on any machine: sized by timing a short call, not by a count
+# that is long enough only on a slow one.
+began = time.process_time()
+kernel(300)
+kernel(int(300 * 0.2 / max(time.process_time() - began, 1e-6)))
 warmup(10)
 """
 

@@ -18,7 +18,7 @@ import click
 
 from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
 from pyhpctk.analysis.pipeline import run
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 
 
 @contextmanager
@@ -154,6 +154,7 @@ def prof_options(
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pyprof")
 @analysis_options()
 def command(
     measurements: tuple[Path, ...],

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S
 from pyhpctk.measure.events import event_listing, parse_events
@@ -19,6 +19,7 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
 @click.command(
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]}
 )
+@version_option("pyrun")
 @click.option(
     "-o",
     "--output",

@@ -25,6 +25,7 @@ from pathlib import Path
 from pyhpctk import __version__
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
 from pyhpctk.formats.hpcstruct_model import StructureFile
+from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
 from pyhpctk.structure.elfimage import open_image
 from pyhpctk.structure.elfimage import sniff as sniff_elf
@@ -115,9 +116,9 @@ def classify(path: Path) -> str:
     if sniff_elf(head):
         # e_machine 190 is EM_CUDA (little-endian u16 at offset 18).
         return "cubin" if len(head) >= 20 and head[18:20] == b"\xbe\x00" else "elf"
-    raise FormatError(
-        path, "file", "not an ELF binary, cubin, Python source or measurement directory"
-    )
+    problem = "not an ELF binary, cubin, Python source or measurement directory"
+    advice = misplaced_input(path)  # another tool's file: say which tool reads it
+    raise FormatError(path, "file", f"{problem}: {advice}" if advice else problem)
 
 
 def analyze_target(
