@@ -66,7 +66,9 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
             "--output",
             type=click.Path(path_type=Path),
             default=None,
-            help="Database directory to create (default: hpctoolkit-<program>-database).",
+            help="Database directory to create (default, in the current directory: "
+            "hpctoolkit-<app>-database for hpctoolkit-<app>-measurements, DIR-database for "
+            "another DIR).",
         ),
         click.option(
             "-j",
