@@ -206,14 +206,16 @@ def test_a_damaged_trace_db_does_not_block_the_profile_views(
     else:
         assert err.startswith(f"warning: {database / 'trace.db'}: ")
         assert "trace.db is damaged: the profile views are shown without it" in err
-    for option in ("--trace-summary", "--blame"):
-        code, out, err = run(capsys, str(database), option)
+    export = tmp_path / "trace.json"
+    for option in (["--trace-summary"], ["--blame"], ["--trace-export", str(export)]):
+        code, out, err = run(capsys, str(database), *option)
         assert code == 2 and "Traceback" not in err
         assert err.splitlines()[-1].startswith(f"pyview: error: {database / 'trace.db'}: ")
         assert err.rstrip().endswith(
             "trace.db is damaged, so the views that need the trace (--trace-summary, --blame, "
             "--trace-export) cannot be shown; the profile views do not need it"
         )
+    assert not export.exists()
     report = tmp_path / "report.html"
     code, _, _ = run(capsys, str(database), "--html", str(report))
     data = report.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0]
