@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
 
 from pyhpctk.cli.pyview import main
+from pyhpctk.formats import tracedb
 
 CPU = "CPUTIME (sec)"
 
@@ -144,7 +146,12 @@ def test_measurements_are_not_a_database(
 ) -> None:
     (tmp_path / "app-000000-000-0-1-0.hpcrun").write_bytes(b"")
     code, _, err = run(capsys, str(tmp_path))
-    assert code == 2 and "not measurements (run pyprof on it first)" in err
+    # Before: "not measurements (run pyprof on it first)", the reverse of what it is.
+    assert code == 2
+    assert err.startswith(
+        f"pyview: error: {tmp_path}: this is a measurement directory; run pyprof on it "
+        f"(pyprof {tmp_path})"
+    )
 
 
 def test_incomplete_database(
@@ -165,6 +172,54 @@ def test_truncated_file_names_the_file(
     code, _, err = run(capsys, str(tmp_path / "db"))
     assert code == 2 and err.startswith(f"pyview: error: {meta}: ")
     assert "Traceback" not in err
+
+
+def _damage_trace(trace: Path, how: str) -> None:
+    """Damage trace.db in its header, its end, or the elements of one line (read lazily)."""
+    data = bytearray(trace.read_bytes())
+    if how == "magic":
+        data[:4] = b"XXXX"
+    elif how == "truncated":
+        data = data[: len(data) // 2]
+    else:  # line 0's first timestamp made later than the next one: not time-sorted
+        first = tracedb.read(trace).lines[0].elements["timestamp"][:2]
+        assert len(first) == 2 and first[0] < first[1]
+        at = bytes(data).index(struct.pack("<Q", int(first[0])))
+        data[at : at + 8] = struct.pack("<Q", int(first[1]) + 1)
+    trace.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["magic", "truncated", "line"])
+def test_a_damaged_trace_db_does_not_block_the_profile_views(
+    capsys: pytest.CaptureFixture[str], reference: Path, tmp_path: Path, how: str
+) -> None:
+    original = reference / "dbase" / "loops-cputime-t.d"
+    database = tmp_path / "db"
+    shutil.copytree(original, database)
+    _damage_trace(database / "trace.db", how)
+    _, expected, _ = run(capsys, str(original))
+    # Before: "pyview: error: .../trace.db: header: bad magic ..." and no view at all.
+    code, out, err = run(capsys, str(database))
+    assert code == 0 and out.replace(str(database), str(original)) == expected
+    if how == "line":  # lines are read when a view needs them: the profile views never do
+        assert err == ""
+    else:
+        assert err.startswith(f"warning: {database / 'trace.db'}: ")
+        assert "trace.db is damaged: the profile views are shown without it" in err
+    export = tmp_path / "trace.json"
+    for option in (["--trace-summary"], ["--blame"], ["--trace-export", str(export)]):
+        code, out, err = run(capsys, str(database), *option)
+        assert code == 2 and "Traceback" not in err
+        assert err.splitlines()[-1].startswith(f"pyview: error: {database / 'trace.db'}: ")
+        assert err.rstrip().endswith(
+            "trace.db is damaged, so the views that need the trace (--trace-summary, --blame, "
+            "--trace-export) cannot be shown; the profile views do not need it"
+        )
+    assert not export.exists()
+    report = tmp_path / "report.html"
+    code, _, _ = run(capsys, str(database), "--html", str(report))
+    data = report.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0]
+    assert code == 0 and json.loads(data)["timeline"] is None and json.loads(data)["tree"]
 
 
 def test_unknown_metric(capsys: pytest.CaptureFixture[str], small: Path) -> None:

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import click
 
+from pyhpctk import __version__
 from pyhpctk.errors import FormatWarning, PyhpctkError
+
+_Command = TypeVar("_Command", bound=Callable[..., object])
+
+
+def version_option(prog_name: str) -> Callable[[_Command], _Command]:
+    """``--version``: every tool prints ``PROG, version V`` from the one version,
+    :data:`pyhpctk.__version__` (the package metadata reads it too)."""
+    return click.version_option(__version__, "--version", prog_name=prog_name)
 
 
 def _show_warning(

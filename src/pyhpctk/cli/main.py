@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 
-from pyhpctk import __version__
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.formats.inspect import dump_path, verify_path
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="pyhpctk")
+@version_option("pyhpctk")
 def cli() -> None:
     """pyhpctk utilities: inspect the files the toolchain reads and writes.
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
 from pyhpctk.model.analyze import AnalysisOptions, analyze
@@ -116,6 +116,7 @@ def run(options: Options) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pymodel")
 @click.argument("databases", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "--param",

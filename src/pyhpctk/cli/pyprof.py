@@ -18,7 +18,7 @@ import click
 
 from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
 from pyhpctk.analysis.pipeline import run
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 
 
 @contextmanager
@@ -66,7 +66,9 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
             "--output",
             type=click.Path(path_type=Path),
             default=None,
-            help="Database directory to create (default: hpctoolkit-<program>-database).",
+            help="Database directory to create (default, in the current directory: "
+            "hpctoolkit-<app>-database for hpctoolkit-<app>-measurements, DIR-database for "
+            "another DIR).",
         ),
         click.option(
             "-j",
@@ -154,6 +156,7 @@ def prof_options(
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pyprof")
 @analysis_options()
 def command(
     measurements: tuple[Path, ...],

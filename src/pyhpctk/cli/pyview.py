@@ -14,7 +14,7 @@ from typing import TextIO
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
 from pyhpctk.present import imbalance, traces
@@ -183,6 +183,7 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pyview")
 @click.argument("database", type=click.Path())
 @click.option("--top-down", is_flag=True, help="Calling context tree (default).")
 @click.option(

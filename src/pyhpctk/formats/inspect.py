@@ -57,6 +57,54 @@ def kind_of(path: Path) -> str:
     )
 
 
+# Formats by the directory they belong to (formats.md §0.1), for :func:`misplaced_input`.
+_MEASUREMENT_FORMATS = ("hpcrun", "hpctrace", "logical")
+_DATABASE_FORMATS = ("metadb", "profiledb", "cctdb", "tracedb")
+
+
+def misplaced_input(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is, and which tool reads it: the sentence a tool adds when it was handed
+    another tool's input (``this is a measurement directory; run pyprof on it ...``).
+
+    None when ``path`` is none of the toolchain's inputs (missing, or something else): the
+    tool's own message then stands alone. Reads at most a file's first bytes.
+    """
+    where = Path(path)
+    if where.is_dir():
+        if (where / "meta.db").is_file():
+            return f"this is a database; pyview shows it (pyview {where})"
+        if any(where.glob("*.hpcrun")) or any(where.glob("gpubins/*.gpubin")):
+            return (
+                f"this is a measurement directory; run pyprof on it (pyprof {where}), then "
+                "pyview on the database pyprof writes"
+            )
+        return None
+    if not where.is_file():
+        return None
+    if where.suffix in (".py", ".pyw"):
+        return f"this is a Python source; measure it with pyrun (pyrun python {where})"
+    try:
+        name = formats.detect_file(where)
+    except FormatError:
+        return None
+    if name in _DATABASE_FORMATS:
+        directory = where.parent
+        return (
+            f"this is the {where.name} of the database {directory}; pyview shows it "
+            f"(pyview {directory})"
+        )
+    if name in _MEASUREMENT_FORMATS:
+        directory = where.parent.parent if name == "logical" else where.parent
+        return (
+            f"this is a measurement file of {directory}; the tools read the whole directory "
+            f"(pystruct {directory}, pyprof {directory})"
+        )
+    return (
+        "this is a structure file; pyprof reads it from MEASUREMENTS/structs/ or with -S "
+        f"(pyprof -S {where} MEASUREMENTS)"
+    )
+
+
 def measurement_files(path: Path) -> list[Path]:
     """Every file of a measurement directory that has a format we read, in a stable order."""
     files = sorted(path.glob("*.hpcrun")) + sorted(path.glob("*.hpctrace"))

@@ -21,14 +21,15 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TextIO
 
 from pyhpctk.errors import PyhpctkError, UsageError
-from pyhpctk.measure import naming, signals
-from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S, MeasureOptions
+from pyhpctk.measure import naming, rendezvous, signals
+from pyhpctk.measure.census import Census, PythonProcess
+from pyhpctk.measure.config import BOOTSTRAP_DIR, DEFAULT_CHECKPOINT_S, ENV_DEBUG, MeasureOptions
 from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.gpu.spec import ENV_GPU
 from pyhpctk.measure.losses import LossReport
@@ -88,6 +89,9 @@ class RunResult:
     output_dir: str
     profiles: list[str] = field(default_factory=list)
     lost: dict[str, str] = field(default_factory=dict)
+    python_started: int | None = None  # Python processes seen in the command's tree, or measured
+    python_measured: int = 0  # of those, the ones that measured themselves
+    unmeasured: list[PythonProcess] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
@@ -254,13 +258,27 @@ def run(
         base_env.pop(ENV_GPU, None)
     before = _profiles(output_dir)
     report = LossReport()
+    census = Census(BOOTSTRAP_DIR) if Census.available() else None
+    settings = None
     try:
         report.export(base_env)
-        returncode = _run_forwarding_signals(list(options.command), base_env)
+        settings = rendezvous.publish(base_env)
+        watch = census.watch if census is not None else None
+        returncode = _run_forwarding_signals(list(options.command), base_env, watch)
     finally:
+        rendezvous.withdraw(settings)
         lost = report.close()
+        seen = census.stop() if census is not None else None
     written = sorted(_profiles(output_dir) - before)
     out = stderr if stderr is not None else sys.stderr
+    measured = set(report.started) | {pid for pid in map(_profile_pid, written) if pid}
+    unmeasured = [p for p in seen or () if p.pid not in measured]
+    started = None if seen is None else len(measured | {p.pid for p in seen})
+    if unmeasured:
+        _tell_unmeasured(out, options.command[0], started or 0, unmeasured, settings is not None)
+    elif started is not None and base_env.get(ENV_DEBUG) == "1":
+        out.write(f"pyrun: {started} Python process(es) started, all measured\n")
+    result = RunResult(returncode, output_dir, written, lost, started, len(measured), unmeasured)
     if lost:
         _tell_lost(out, options.command[0], output_dir, lost, returncode)
     elif not written and returncode < 0:
@@ -271,16 +289,51 @@ def run(
             "--checkpoint seconds; SIGKILL leaves only the last checkpoint).\n"
         )
         _remove_if_empty(output_dir, created_fresh)
+    elif not written and unmeasured:  # the list above says why
+        out.write(
+            f"pyrun: {options.command[0]} exited with status {returncode}; nothing was measured.\n"
+        )
+        _remove_if_empty(output_dir, created_fresh)
     elif not written:
         out.write(
             f"pyrun: {options.command[0]} ran (exit status {returncode}) but started no Python "
             "process pyrun could measure, so nothing was measured. pyrun measures Python "
             "programs and the Python processes a command starts (python app.py, scripts, "
-            "srun/mpiexec ranks); interpreters run with -I or -E ignore PYTHONPATH and cannot "
-            "be measured.\n"
+            "srun/mpiexec ranks); interpreters run with -I or -E ignore PYTHONPATH and are "
+            "measured only through pyrun --install-pth.\n"
         )
         _remove_if_empty(output_dir, created_fresh)
-    return RunResult(returncode, output_dir, written, lost)
+    return result
+
+
+def _profile_pid(name: str) -> int | None:
+    """The pid in a profile's name, ``<exe>-<rank>-<thread>-<host>-<pid>-<gen>.hpcrun``."""
+    parts = name.removesuffix(".hpcrun").rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def _tell_unmeasured(
+    out: TextIO, program: str, started: int, unmeasured: list[PythonProcess], rescue: bool
+) -> None:
+    """Name the Python processes pyrun saw start but could not measure, and why."""
+    listed = "\n".join(
+        f"  pid {p.pid} ({p.command}){': ' + p.why if p.why else ''}" for p in unmeasured[:10]
+    )
+    if len(unmeasured) > 10:
+        listed += f"\n  ... and {len(unmeasured) - 10} more"
+    count = len(unmeasured)
+    enough = "on this machine PYTHONPATH alone is enough, and " if rescue else ""
+    if count == started:
+        verdict = "it was not measured" if count == 1 else "none of them was measured"
+    else:
+        verdict = f"{count} of them {'was' if count == 1 else 'were'} not measured"
+    out.write(
+        f"pyrun: {program} started {started} Python process{'es' if started != 1 else ''}; "
+        f"{verdict} (pyrun reaches a process only through its environment):\n{listed}\n"
+        "pyrun: a launcher must pass PYTHONPATH and the PYHPCTK_PYRUN_* variables on (docs/"
+        f'pyrun.md, "Launchers that clear the environment"); {enough}`pyrun --install-pth '
+        "VENV` reaches the interpreters of VENV even in a cleared environment.\n"
+    )
 
 
 def _tell_lost(
@@ -315,8 +368,13 @@ def _remove_if_empty(directory: str, created: bool) -> None:
             os.rmdir(directory)
 
 
-def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
-    """Start the command, pass termination signals on to it, wait, return its status."""
+def _run_forwarding_signals(
+    command: list[str], env: dict[str, str], watch: Callable[[int], None] | None = None
+) -> int:
+    """Start the command, pass termination signals on to it, wait, return its status.
+
+    ``watch`` learns the command's pid as soon as it runs (the census of its processes).
+    """
     in_main = threading.current_thread() is threading.main_thread()
     try:
         # close_fds=False: the command inherits every descriptor pyrun got, as it would if
@@ -324,6 +382,8 @@ def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
         child = subprocess.Popen(command, env=env, close_fds=False)
     except OSError as error:
         raise CommandNotFoundError(f"{command[0]}: {error.strerror or error}") from None
+    if watch is not None:
+        watch(child.pid)
     if not in_main:
         return child.wait()
 
