@@ -184,6 +184,8 @@ def database_dir(path: str | os.PathLike[str]) -> Path:
             p = p.parent
         else:
             raise FormatError(p, "database", "not a database: expected a directory with meta.db")
+    elif not p.is_dir():  # a FIFO, a device, a socket: never opened
+        raise FormatError(p, "database", "not a database: not a directory nor a file in one")
     if not (p / "meta.db").is_file():
         what = "measurements (run pyprof on it first)" if any(p.glob("*.hpcrun")) else "a database"
         raise FormatError(p, "database", f"not {what}: no meta.db in this directory")
