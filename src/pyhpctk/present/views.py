@@ -41,6 +41,7 @@ from pyhpctk.present.model import (
 )
 
 Key = tuple[Any, ...]  # what groups contexts in the aggregating views
+Row = tuple[str, str, str | None, int, str | None]  # label, kind, file, line, module
 
 VIEW_KINDS = ("top-down", "bottom-up", "flat")
 HOT_PATH_SHARE = 0.5  # hpcviewer's hot-path threshold: a child holding >= 50% of its parent
@@ -308,7 +309,7 @@ class _Aggregator:
 
 def _finish(
     agg: _Aggregator,
-    labels: list[tuple[str, str, str | None, int, str | None]],
+    labels: list[Row],
     parents: list[int],
     inc_sums: FloatArray,
     exc_sums: FloatArray,
@@ -412,7 +413,7 @@ class _Callers:
 
     tree: ContextTree
     agg: _Aggregator
-    labels: list[tuple[str, str, str | None, int, str | None]] = field(default_factory=list)
+    labels: list[Row] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     inc_parts: list[FloatArray] = field(default_factory=list)
     exc_parts: list[FloatArray] = field(default_factory=list)
@@ -527,8 +528,9 @@ def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
                 hidden[first + g] = int(per_group[g])
             if over and level < max_level:
                 notes.append(
-                    f"callers shown to level {level}: deeper levels would pass "
-                    f"{budget:,} rows for {n:,} contexts (hidden callers are counted)"
+                    f"callers shown to level {level}: more levels would pass what {n:,} "
+                    f"contexts allow ({budget:,} rows, {10 * budget:,} steps up the chains); "
+                    "the callers left out are counted as hidden"
                 )
             break
         counted = _outermost_members(new_group, member, start, end)
@@ -543,9 +545,6 @@ def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
     exc = np.concatenate(build.exc_parts, axis=1)
     view = _finish(agg, build.labels, build.parents, inc, exc, exp.title, "bottom-up", hidden)
     return View(view.kind, view.title, view.columns, view.root, view.sort_column, tuple(notes))
-
-
-Row = tuple[str, str, str | None, int, str | None]  # label, kind, file, line, module
 
 
 @dataclass
