@@ -6,11 +6,15 @@ import csv
 import json
 import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from limits import within
+from pyhpctk.analysis.taxonomy import default_yaml
 from pyhpctk.cli.pyview import main
+from pyhpctk.core.metrics import PARTIALS_STATS, MetricInfo
 from pyhpctk.formats import tracedb
 
 CPU = "CPUTIME (sec)"
@@ -260,9 +264,109 @@ def test_help_lists_every_view(capsys: pytest.CaptureFixture[str]) -> None:
 def test_broken_metric_taxonomy(
     capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
 ) -> None:
+    """A default.yaml that cannot be read: one warning, and meta.db's metrics are shown."""
     shutil.copytree(small, tmp_path / "db")
     taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
     taxonomy.write_text("roots:\n  - name: X\n    variants: {Sum: {formula: {inclusive: *nope}}}\n")
-    code, _, err = run(capsys, str(tmp_path / "db"))
-    assert code == 2
-    assert f"{taxonomy}: metric taxonomy: line 3: unknown alias '*nope'" in err
+    code, out, err = run(capsys, str(tmp_path / "db"))
+    assert code == 0
+    assert err == (
+        f"warning: {taxonomy}: metric taxonomy: line 3: unknown alias '*nope'; "
+        "showing meta.db's metrics instead\n"
+    )
+    assert "1.21e+00 100.0%" in out.splitlines()[2]
+
+
+def aliased(step: Callable[[int], str], count: int) -> str:
+    """A taxonomy whose one formula is built from ``count`` anchors, each using the last."""
+    anchors = "".join(f"  - &a{k} {step(k)}\n" for k in range(1, count + 1))
+    return (
+        f"inputs:\n  - &a0 1\n{anchors}roots:\n  - name: X\n"
+        f"    variants: {{Sum: {{formula: {{inclusive: *a{count}}}}}}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "roots:\n  - name: X\n    variants: [Sum, Mean]\n",  # a list where a mapping belongs
+        "roots:\n  - name: X\n    variants: {Sum: {formula: [1, 2]}}\n",
+        "roots:\n  - name: X\n    children: 7\n",
+        "roots: " + "[" * 5000 + "]" * 5000 + "\n",  # nested past any parser's stack
+        "roots:\n  - name: X\n    variants: {Sum: {formula: {inclusive: "
+        + "{+: [" * 3000
+        + "1"
+        + "]}" * 3000
+        + "}}}\n",
+        aliased(lambda k: f"{{+: [*a{k - 1}, 1]}}", 200),  # nests 200 deep through aliases
+        aliased(lambda k: f"{{+: [*a{k - 1}, *a{k - 1}]}}", 40),  # 2^40 terms
+    ],
+    ids=[
+        "variants-list",
+        "formula-list",
+        "children-number",
+        "deep-flow",
+        "deep-formula",
+        "alias-chain",
+        "alias-bomb",
+    ],
+)
+def test_malformed_metric_taxonomy_falls_back_to_meta_db(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path, text: str
+) -> None:
+    shutil.copytree(small, tmp_path / "db")
+    taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
+    taxonomy.write_text(text)
+    with within(30):
+        code, out, err = run(capsys, str(tmp_path / "db"))
+    assert code == 0, err
+    assert err.startswith(f"warning: {taxonomy}: metric taxonomy: ") and err.count("\n") == 1
+    assert err.endswith("; showing meta.db's metrics instead\n")
+    assert "1.21e+00 100.0%" in out.splitlines()[2]
+
+
+def test_metric_taxonomy_that_disagrees_with_meta_db(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """A default.yaml from another database reads statistics this meta.db does not have.
+
+    Before: CPUTIME (sec) (read as a max over threads, which small.d does not store) showed
+    zeros everywhere and REALTIME (sec) was dropped, without a word.
+    """
+    shutil.copytree(small, tmp_path / "db")
+    taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
+    taxonomy.write_text(
+        "roots:\n"
+        "  - name: CPUTIME (sec)\n"
+        "    variants:\n"
+        "      Max:\n"
+        "        formula:\n"
+        "          inclusive: {metric: CPUTIME (sec), scope: execution, combine: max}\n"
+        "  - name: REALTIME (sec)\n"
+        "    variants:\n"
+        "      Sum:\n"
+        "        formula:\n"
+        "          inclusive: {metric: REALTIME (sec), scope: execution}\n"
+    )
+    code, out, err = run(capsys, str(tmp_path / "db"))
+    assert code == 0
+    assert err == (
+        f"warning: {taxonomy}: metric taxonomy: disagrees with meta.db, which has no "
+        "'CPUTIME (sec)' (max of $$ in execution), 'REALTIME (sec)'; "
+        "showing meta.db's metrics instead\n"
+    )
+    assert "1.21e+00 100.0%" in out.splitlines()[2]
+    code, out, err = run(capsys, str(tmp_path / "db"), "--list-metrics")
+    assert out == "CPUTIME (sec)\n" and err.count("warning:") == 1
+
+
+def test_stats_taxonomy_on_a_sum_database_warns_once(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """pyprof -M stats's default.yaml (Mean, Min, ... variants) beside a database of sums."""
+    shutil.copytree(small, tmp_path / "db")
+    taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
+    taxonomy.write_text(default_yaml([MetricInfo(CPU)], {}, PARTIALS_STATS))
+    code, out, err = run(capsys, str(tmp_path / "db"), "--list-metrics")
+    assert code == 0 and out == f"{CPU}\n"
+    assert err.count("\n") == 1 and "(min of $$ in execution)" in err and " more;" in err

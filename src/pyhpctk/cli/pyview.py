@@ -72,7 +72,7 @@ def _write(dest: str, option: str, force: bool, writer: Callable[[TextIO], None]
 
 def _print_spread(db: Database, spread: imbalance.ContextSpread, out: TextIO) -> None:
     s = spread.stats
-    out.write(f"{spread.metric} at context {spread.ctx_id}: {' > '.join(spread.path)}\n")
+    out.write(f"{spread.metric} at context {spread.ctx_id}: {imbalance.short_path(spread.path)}\n")
     out.write(
         f"  {s.count} profiles: min {s.minimum:.4g}  mean {s.mean:.4g}  max {s.maximum:.4g}  "
         f"stddev {s.stddev:.4g}  cv {s.cv:.3f}  imbalance {100 * s.imbalance:.1f}%\n"

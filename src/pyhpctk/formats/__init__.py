@@ -22,6 +22,7 @@ import typing
 from types import ModuleType
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats._whole import open_regular
 
 # Detection order: binary formats with fixed magics first, XML last (formats.md §1-4).
 FORMAT_NAMES: tuple[str, ...] = (
@@ -54,13 +55,11 @@ def detect(head: bytes) -> str | None:
 
 def detect_file(path: str | os.PathLike[str]) -> str:
     """The format of the file at ``path``; a FormatError when it is none we know."""
-    try:
-        with open(path, "rb") as stream:
+    with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
+        try:
             head = stream.read(SNIFF_BYTES)
-    except IsADirectoryError:
-        raise FormatError(path, "file", "is a directory, not a file") from None
-    except OSError as error:
-        raise FormatError(path, "file", error.strerror or str(error)) from None
+        except OSError as error:
+            raise FormatError(path, "file", error.strerror or str(error)) from None
     name = detect(head)
     if name is None:
         raise FormatError(path, "header", "not a file format pyhpctk knows (unrecognised magic)")

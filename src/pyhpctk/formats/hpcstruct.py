@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcstruct_model import (
     ALIEN,
     CALL,
@@ -250,7 +251,7 @@ def _source_name(source: Source) -> str | None:
 
 def _chunks(source: Source) -> Iterator[bytes | memoryview]:
     if isinstance(source, str | os.PathLike):
-        with open(source, "rb") as stream:
+        with open_regular(source) as stream:
             while chunk := stream.read(_CHUNK):
                 yield chunk
     elif isinstance(source, bytes | bytearray | memoryview):

@@ -14,13 +14,14 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 import numpy as np
 
 from pyhpctk.present.api import Database
-from pyhpctk.present.render import column_totals, format_value
+from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
 from pyhpctk.present.traces import NoTraceError, function_of
 from pyhpctk.present.views import View, ViewNode
 
@@ -53,6 +54,7 @@ def _tree_data(view: View) -> dict[str, Any]:
     return {
         "columns": [c.label for c in view.columns],
         "sort": view.sort_column,
+        "depthLimit": TEXT_DEPTH_LIMIT,
         "nodes": nodes,
     }
 
@@ -157,7 +159,7 @@ th{text-align:right;border-bottom:1px solid #ccc;font-weight:600}th.scope{text-a
 td.num{text-align:right;font-family:ui-monospace,monospace;color:#444}
 tr.hot td.scope{color:#b00;font-weight:600}
 .toggle{display:inline-block;width:14px;cursor:pointer;color:#666;user-select:none}
-.k-loop{color:#077}.k-line{color:#666}.k-inlined{color:#807}.k-instruction{color:#850}
+.depth{color:#888;font-size:11px}.k-loop{color:#077}.k-line{color:#666}.k-inlined{color:#807}.k-instruction{color:#850}
 #flame{position:relative;overflow:hidden}
 .fl{position:absolute;height:17px;overflow:hidden;white-space:nowrap;font-size:11px;
  border:1px solid #fff;box-sizing:border-box;padding-left:2px;cursor:default}
@@ -172,18 +174,18 @@ _JS = """
   "use strict";
   var data = JSON.parse(document.getElementById("report-data").textContent);
   var tree = data.tree, nodes = tree.nodes;
-  var kids = nodes.map(function () { return []; });
-  nodes.forEach(function (n, i) { if (n.p >= 0) { kids[n.p].push(i); } });
+  // Nodes come in pre-order (parents first): every per-node pass below is one loop, with no
+  // recursion and no walk to the root, however deep the tree.
+  var kids = nodes.map(function () { return []; }), depth = [];
+  nodes.forEach(function (n, i) {
+    if (n.p >= 0) { kids[n.p].push(i); }
+    depth.push(n.p >= 0 ? depth[n.p] + 1 : 0);
+  });
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) { e.className = cls; }
     if (text !== undefined) { e.textContent = text; }
     return e;
-  }
-  function depthOf(i) {
-    var d = 0;
-    while (nodes[i].p >= 0) { i = nodes[i].p; d++; }
-    return d;
   }
   var head = document.getElementById("tree-head"), tr = el("tr");
   tree.columns.forEach(function (c) { tr.appendChild(el("th", "", c)); });
@@ -197,7 +199,7 @@ _JS = """
     r.dataset.id = i;
     n.t.forEach(function (t) { r.appendChild(el("td", "num", t)); });
     var td = el("td", "scope");
-    td.style.paddingLeft = (6 + 16 * depthOf(i)) + "px";
+    td.style.paddingLeft = (6 + 16 * Math.min(depth[i], tree.depthLimit)) + "px";
     var tg = el("span", "toggle", kids[i].length ? (open[i] ? OPEN : SHUT) : "");
     tg.addEventListener("click", function () {
       open[i] = !open[i];
@@ -205,16 +207,19 @@ _JS = """
       refresh();
     });
     td.appendChild(tg);
+    if (depth[i] > tree.depthLimit) {
+      td.appendChild(el("span", "depth", "[depth " + depth[i] + "] "));
+    }
     td.appendChild(el("span", "k-" + n.k, n.l));
     r.appendChild(td);
     body.appendChild(r);
     rows.push(r);
   });
   function refresh() {
+    var shown = [];
     nodes.forEach(function (n, i) {
-      var shown = true, p = n.p;
-      while (p >= 0) { if (!open[p]) { shown = false; break; } p = nodes[p].p; }
-      rows[i].style.display = shown ? "" : "none";
+      shown.push(n.p < 0 || (shown[n.p] && open[n.p]));
+      rows[i].style.display = shown[i] ? "" : "none";
     });
   }
   refresh();
@@ -225,8 +230,10 @@ _JS = """
   }
   var flame = document.getElementById("flame"), col = tree.sort;
   var total = nodes[0].v[col] || 0, maxDepth = 0;
-  function place(i, x, w, d) {
-    if (w < 0.05 || !(total > 0)) { return; }
+  var todo = [[0, 0, 100]];  // (node, left %, width %): a stack, not recursion
+  while (todo.length && total > 0) {
+    var item = todo.pop(), i = item[0], x = item[1], w = item[2], d = depth[i];
+    if (w < 0.05) { continue; }
     maxDepth = Math.max(maxDepth, d);
     var b = el("div", "fl", nodes[i].l);
     b.style.left = x + "%";
@@ -240,12 +247,11 @@ _JS = """
       var v = nodes[k].v[col];
       if (v > 0) {
         var cw = w * v / (nodes[i].v[col] || v);
-        place(k, cx, cw, d + 1);
+        todo.push([k, cx, cw]);
         cx += cw;
       }
     });
   }
-  place(0, 0, 100, 0);
   flame.style.height = ((maxDepth + 1) * 18 + 2) + "px";
   var tl = data.timeline, box = document.getElementById("timeline");
   if (!tl) {
@@ -282,20 +288,38 @@ _JS = """
 """
 
 
+# Inside <script> the HTML parser looks for "</script", "<!--" and "<script" (which can hide
+# the real end tag) before any JavaScript runs, so the embedded JSON carries no "<", ">" or
+# "&" at all: each is written as a JSON escape, which JSON.parse turns back into the character.
+# ensure_ascii escapes everything else outside ASCII (U+2028/2029, lone surrogates).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def embedded_json(data: Any) -> str:
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
+    return json.dumps(data, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_SAFE)
+
+
+def _text(value: str) -> str:
+    """Text for the HTML body: markup escaped, and characters UTF-8 cannot hold (lone
+    surrogates from names that were not UTF-8) shown as U+FFFD."""
+    return html.escape(_SURROGATE.sub("\ufffd", value))
+
+
 def render_html(db: Database, view: View) -> str:
     """The report as one HTML string."""
-    data = json.dumps(report_data(db, view), allow_nan=False, separators=(",", ":"))
-    data = data.replace("</", "<\\/")  # never end the <script> element early
-    title = html.escape(db.experiment.title or "pyview report")
-    sort = html.escape(view.columns[view.sort_column].label)
+    data = embedded_json(report_data(db, view))
+    title = _text(db.experiment.title or "pyview report")
+    sort = _text(view.columns[view.sort_column].label)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} - pyview report</title>
 <style>{_CSS}</style></head>
 <body>
-<header><h1>{title}</h1><div>{html.escape(db.experiment.path)}</div></header>
-<section><h2>{html.escape(view.kind.capitalize())} view (sorted by {sort}){_hidden_note(view)}</h2>
+<header><h1>{title}</h1><div>{_text(db.experiment.path)}</div></header>
+<section><h2>{_text(view.kind.capitalize())} view (sorted by {sort}){_hidden_note(view)}</h2>
 <table id="tree"><thead id="tree-head"></thead><tbody id="tree-body"></tbody></table></section>
 <section><h2>Flame graph</h2><div id="flame"></div></section>
 <section><h2>Trace timeline</h2><div id="legend"></div><div id="timeline"></div></section>

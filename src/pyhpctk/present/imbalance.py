@@ -26,6 +26,8 @@ from pyhpctk.present.model import (
 )
 from pyhpctk.present.views import context_label
 
+PATH_ENDS = 10  # a printed path longer than twice this shows its two ends only
+
 
 @dataclass(frozen=True, slots=True)
 class ProfileStats:
@@ -107,6 +109,19 @@ def context_path(exp: Experiment, node: int) -> tuple[str, ...]:
     return tuple(reversed(out))
 
 
+def _per_profile(
+    exp: Experiment, ctx_id: int, prop: int, profiles: tuple[ProfileInfo, ...]
+) -> FloatArray:
+    """One context's values, one per profile of ``profiles`` (0 where cct.db has none)."""
+    where, values = exp.values.context_profiles(ctx_id, prop)
+    dense = np.zeros(len(profiles))
+    slot = {p.index: i for i, p in enumerate(profiles)}
+    for prof, value in zip(where.tolist(), values.tolist(), strict=True):
+        if prof in slot:
+            dense[slot[prof]] = value
+    return dense
+
+
 def spread(
     catalog: MetricCatalog,
     ctx_id: int,
@@ -118,18 +133,21 @@ def spread(
     exp = catalog.experiment
     profiles = exp.profiles if profiles is None else profiles
     prop = _prop_id(catalog, metric, inclusive)
-    where, values = exp.values.context_profiles(ctx_id, prop)
-    dense = np.zeros(len(profiles))
-    slot = {p.index: i for i, p in enumerate(profiles)}
-    for prof, value in zip(where.tolist(), values.tolist(), strict=True):
-        if prof in slot:
-            dense[slot[prof]] = value
+    dense = _per_profile(exp, ctx_id, prop, profiles)
     node = exp.tree.node_of(ctx_id)
     label = context_label(exp.tree, node)[0] if node >= 0 else f"<hidden context {ctx_id}>"
     path = context_path(exp, node) if node >= 0 else (label,)
     return ContextSpread(
         ctx_id, label, path, metric, inclusive, profiles, dense, ProfileStats.of(dense)
     )
+
+
+def short_path(path: tuple[str, ...], keep: int = PATH_ENDS) -> str:
+    """A context's path for one line: ``a > b > … 9,996 more … > y > z`` when it is long."""
+    if len(path) <= 2 * keep + 1:
+        return " > ".join(path)
+    more = len(path) - 2 * keep
+    return " > ".join((*path[:keep], f"… {more:,} more …", *path[-keep:]))
 
 
 def most_imbalanced(
@@ -148,21 +166,21 @@ def most_imbalanced(
     profiles = exp.profiles if profiles is None else profiles
     if len(profiles) < 2:
         return []
-    _prop_id(catalog, metric, inclusive)  # fail early for derived metrics
+    prop = _prop_id(catalog, metric, inclusive)  # fails early for derived metrics
     column = catalog.column(metric, inclusive)
     total = float(catalog.column(metric, True)[0])
     cutoff = abs(total) * min_share / 100.0
     candidates = np.flatnonzero((np.nan_to_num(column) > 0) & (np.nan_to_num(column) >= cutoff))
     candidates = candidates[candidates > 0]
-    found = [
-        spread(catalog, int(exp.tree.ctx_id[n]), metric, inclusive, profiles) for n in candidates
-    ]
+    depth = exp.tree.depth()
     # A chain of contexts with the same per-profile values says one thing: keep its deepest.
-    deepest: dict[bytes, ContextSpread] = {}
-    for s in found:
-        key = s.values.tobytes()
-        if key not in deepest or len(s.path) > len(deepest[key].path):
-            deepest[key] = s
-    found = list(deepest.values())
-    found.sort(key=lambda s: (-round(s.stats.imbalance, 12), -s.stats.total, s.ctx_id))
-    return found[:count]
+    # Paths are built for the chosen contexts only (a chain's paths are quadratic in its depth).
+    deepest: dict[bytes, tuple[int, ProfileStats, int]] = {}
+    for node in candidates.tolist():
+        ctx_id = int(exp.tree.ctx_id[node])
+        values = _per_profile(exp, ctx_id, prop, profiles)
+        key = values.tobytes()
+        if key not in deepest or depth[node] > depth[deepest[key][0]]:
+            deepest[key] = (node, ProfileStats.of(values), ctx_id)
+    ranked = sorted(deepest.values(), key=lambda f: (-round(f[1].imbalance, 12), -f[1].total, f[2]))
+    return [spread(catalog, ctx_id, metric, inclusive, profiles) for _, _, ctx_id in ranked[:count]]

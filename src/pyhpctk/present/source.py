@@ -224,6 +224,8 @@ def database_dir(path: str | os.PathLike[str]) -> Path:
             if advice is not None:  # another tool's input: say which tool reads it
                 raise UsageError(f"{p}: not a database: {advice}")
             raise FormatError(p, "database", "not a database: expected a directory with meta.db")
+    elif not p.is_dir():  # a FIFO, a device, a socket: never opened
+        raise FormatError(p, "database", "not a database: not a directory nor a file in one")
     if not (p / "meta.db").is_file():
         advice = misplaced_input(p)
         if advice is not None:

@@ -41,9 +41,14 @@ from pyhpctk.present.model import (
 )
 
 Key = tuple[Any, ...]  # what groups contexts in the aggregating views
+Row = tuple[str, str, str | None, int, str | None]  # label, kind, file, line, module
 
 VIEW_KINDS = ("top-down", "bottom-up", "flat")
 HOT_PATH_SHARE = 0.5  # hpcviewer's hot-path threshold: a child holding >= 50% of its parent
+# The callers view of a chain of D calls has D levels for each of D functions: quadratic. It
+# stops adding levels before passing this many rows per context (plus a floor for small trees).
+CALLER_ROWS_PER_CONTEXT = 4
+CALLER_ROWS_FLOOR = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +65,13 @@ class ColumnSpec:
         return f"{self.metric} ({'I' if self.inclusive else 'E'})"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ViewNode:
-    """One row of a view: what it is, where it is in the code, and its values."""
+    """One row of a view: what it is, where it is in the code, and its values.
+
+    Compared by identity and shown without its subtree: views can be far deeper than Python's
+    recursion limit, so nothing here may recurse over ``children``.
+    """
 
     label: str
     kind: str  # root, entry, function, inlined, loop, line, instruction, module, file
@@ -74,6 +83,9 @@ class ViewNode:
     module: str | None = None
     hot: bool = False
     hidden: int = 0  # children left out by depth / threshold
+
+    def __repr__(self) -> str:
+        return f"ViewNode({self.label!r}, {self.kind!r}, {len(self.children)} children)"
 
     def walk(self, depth: int = 0) -> list[tuple[int, ViewNode]]:
         """Every node with its depth, pre-order."""
@@ -95,6 +107,7 @@ class View:
     columns: tuple[ColumnSpec, ...]
     root: ViewNode
     sort_column: int
+    notes: tuple[str, ...] = ()  # what the reader must know (e.g. where callers were cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,43 +307,21 @@ class _Aggregator:
         return out
 
 
-def _same_key_ancestor(tree: ContextTree, keys: Sequence[Key | None]) -> IntArray:
-    """For each keyed node, its nearest ancestor with the same key (-1: none, or unkeyed)."""
-    out = np.full(tree.size, -1, dtype=np.int64)
-    active: dict[Key, list[int]] = {}
-    stack: list[tuple[int, bool]] = [(0, False)]
-    while stack:
-        node, leaving = stack.pop()
-        k = keys[node]
-        if leaving:
-            if k is not None:
-                active[k].pop()
-            continue
-        if k is not None:
-            chain = active.setdefault(k, [])
-            out[node] = chain[-1] if chain else -1
-            chain.append(node)
-        stack.append((node, True))
-        stack.extend((int(c), False) for c in reversed(tree.children(node).tolist()))
-    return out
-
-
-def _outermost(tree: ContextTree, keys: Sequence[Key | None]) -> IntArray:
-    """1 for keyed nodes whose key no ancestor shares (recursion counted once), else 0."""
-    keyed = np.array([k is not None for k in keys], dtype=bool)
-    return (keyed & (_same_key_ancestor(tree, keys) < 0)).astype(np.int64)
-
-
 def _finish(
     agg: _Aggregator,
-    labels: list[tuple[str, str, str | None, int, str | None]],
+    labels: list[Row],
     parents: list[int],
     inc_sums: FloatArray,
     exc_sums: FloatArray,
     title: str,
     kind: str,
+    cut: dict[int, int] | None = None,
 ) -> View:
-    """Turn grouped sums into a sorted, pruned view tree (group 0 is the root)."""
+    """Turn grouped sums into a sorted, pruned view tree (group 0 is the root).
+
+    ``cut``: groups whose children were not built, and how many there would be (shown as
+    hidden).
+    """
     values = agg.evaluate(inc_sums, exc_sums)
     sort = _sort_index(agg.options, agg.columns)
     key = _key(values[sort])
@@ -344,6 +335,8 @@ def _finish(
     nodes: list[ViewNode] = []
     for g, (label, k, file, line, module) in enumerate(labels):
         nodes.append(ViewNode(label, k, values[:, g].copy(), file=file, line=line, module=module))
+    for g, count in (cut or {}).items():
+        nodes[g].hidden += count
     stack = [(0, 0)]
     while stack:
         g, depth = stack.pop()
@@ -374,130 +367,250 @@ def _instance_key(tree: ContextTree, node: int) -> Key | None:
     return None
 
 
+def _preorder_bounds(tree: ContextTree) -> tuple[IntArray, IntArray]:
+    """Pre-order rank of every node, and one past the last rank of its subtree.
+
+    ``y`` lies inside ``x``'s subtree exactly when ``start[x] <= start[y] < end[x]``. Two
+    passes over the parent array (parents come first), no recursion.
+    """
+    parent: list[int] = tree.parent.tolist()
+    n = len(parent)
+    size = [1] * n
+    for i in range(n - 1, 0, -1):
+        size[parent[i]] += size[i]
+    start = [0] * n
+    free = [1] * n  # the rank the next child of node i gets
+    for i in range(1, n):
+        p = parent[i]
+        start[i] = free[p]
+        free[p] += size[i]
+        free[i] = start[i] + 1
+    first = np.array(start, dtype=np.int64)
+    return first, first + np.array(size, dtype=np.int64)
+
+
+def _outermost_members(
+    group: IntArray, member: IntArray, start: IntArray, end: IntArray
+) -> FloatArray:
+    """1.0 for members no other member of their group contains (recursion counted once)."""
+    if len(member) == 0:
+        return np.zeros(0)
+    order = np.lexsort((start[member], group))
+    span = int(end.max()) + 1
+    # Groups ascend in ``order``, so adding group * span keeps every group's ranks above the
+    # previous group's: one running maximum serves all groups at once.
+    shift = group[order] * span
+    reach = np.maximum.accumulate(end[member][order] + shift)
+    before = np.concatenate(([-1], reach[:-1]))
+    counted = np.empty(len(member))
+    counted[order] = start[member][order] + shift >= before
+    return counted
+
+
+@dataclass
+class _Callers:
+    """The callers view being built level by level: groups, their rows and summed inputs."""
+
+    tree: ContextTree
+    agg: _Aggregator
+    labels: list[Row] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    inc_parts: list[FloatArray] = field(default_factory=list)
+    exc_parts: list[FloatArray] = field(default_factory=list)
+
+    def add_level(
+        self,
+        parent_of_group: IntArray,
+        representative: IntArray,
+        group: IntArray,
+        instance: IntArray,
+        counted: FloatArray,
+    ) -> int:
+        """Add one level's groups; returns the global id of its first group."""
+        first = len(self.labels)
+        for parent, node in zip(parent_of_group.tolist(), representative.tolist(), strict=True):
+            label, kind = context_label(self.tree, node)
+            file, line, module = _where(self.tree, node)
+            kind = kind if kind != "inlined" else "function"
+            self.labels.append((label.removeprefix("[I] "), kind, file, line, module))
+            self.parents.append(parent)
+        groups = len(representative)
+        agg = self.agg
+        self.inc_parts.append(
+            np.array(
+                [np.bincount(group, row[instance] * counted, groups) for row in agg.inc]
+            ).reshape(len(agg.inc), groups)
+        )
+        self.exc_parts.append(
+            np.array([np.bincount(group, row[instance], groups) for row in agg.fn_cost]).reshape(
+                len(agg.fn_cost), groups
+            )
+        )
+        return first
+
+
+def callers_budget(n_contexts: int) -> int:
+    """How many caller rows (and ten times as many instance steps) a callers view may build."""
+    return CALLER_ROWS_PER_CONTEXT * n_contexts + CALLER_ROWS_FLOOR
+
+
 def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Each function's cost, split over the chains of its callers."""
+    """Each function's cost, split over the chains of its callers.
+
+    Built one level of callers at a time over arrays of (group, instance, position) triples, so
+    memory holds one level, not every instance's whole chain. Chains can be quadratic in the
+    depth (deep recursion, long call chains): the levels stop where the rows or the steps would
+    pass :func:`callers_budget`, and the view says so in a note; the callers left out are
+    counted as hidden.
+    """
     exp = catalog.experiment
     tree = exp.tree
+    n = tree.size
     agg = _Aggregator(catalog, options, columns_for(catalog, options))
-    keys = [_instance_key(tree, i) for i in range(tree.size)]
+    key_id: dict[Key, int] = {}
+    kid = np.full(n, -1, dtype=np.int64)
+    is_entry = np.zeros(n, dtype=bool)
+    for i in range(1, n):
+        k = _instance_key(tree, i)
+        if k is not None:
+            kid[i] = key_id.setdefault(k, len(key_id))
+            is_entry[i] = k[0] == "entry"
+    n_keys = max(len(key_id), 1)
     # owner[i]: the nearest function instance (or entry point) at or above i.
-    owner = np.full(tree.size, -1, dtype=np.int64)
-    for i in range(1, tree.size):
-        owner[i] = i if keys[i] is not None else owner[tree.parent[i]]
-    caller = np.array([owner[tree.parent[i]] if i > 0 else -1 for i in range(tree.size)])
-    same = _same_key_ancestor(
-        tree, [k if k is not None and k[0] != "entry" else None for k in keys]
-    )
-    instances = [i for i, k in enumerate(keys) if i > 0 and k is not None and k[0] != "entry"]
+    owner_list = [-1] * n
+    parent_list: list[int] = tree.parent.tolist()
+    keyed: list[bool] = (kid >= 0).tolist()
+    for i in range(1, n):
+        owner_list[i] = i if keyed[i] else owner_list[parent_list[i]]
+    owner = np.array(owner_list, dtype=np.int64)
+    caller = np.full(n, -1, dtype=np.int64)
+    caller[1:] = owner[tree.parent[1:]]
+    start, end = _preorder_bounds(tree)
+    instance = np.flatnonzero((kid >= 0) & ~is_entry)
+    instance = instance[instance > 0]
 
-    def key_of(node: int) -> Key:
-        k = keys[node]
-        assert k is not None  # only instances and entry points are looked up
-        return k
+    build = _Callers(tree, agg)
+    build.labels.append((exp.title or "<root>", "root", None, 0, None))
+    build.parents.append(-1)
+    build.inc_parts.append(agg.inc[:, :1].copy())
+    build.exc_parts.append(agg.self_cost.sum(axis=1).reshape(-1, 1))
+    # Level 1: one group per function; members are the instances themselves.
+    _, rep, group = np.unique(kid[instance], return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    counted = _outermost_members(group, instance, start, end)
+    first = build.add_level(np.zeros(len(rep), np.int64), instance[rep], group, instance, counted)
+    position = instance
+    budget = callers_budget(n)
+    rows, steps, level = len(rep) + 1, len(instance), 1
+    max_level = options.depth if options.depth is not None else 1 << 62
+    hidden: dict[int, int] = {}
+    notes: list[str] = []
+    while len(position):
+        up = caller[position]
+        keep = up > 0
+        group, member, up = group[keep], instance[keep], up[keep]
+        if len(up) == 0:
+            break
+        pair = group * n_keys + kid[up]
+        uniq, rep, new_group = np.unique(pair, return_index=True, return_inverse=True)
+        new_group = new_group.reshape(-1)
+        over = rows + len(uniq) > budget or steps + len(up) > 10 * budget
+        if level >= max_level or over:
+            shown = np.ones(len(member), dtype=bool)
+            if not options.show_zero:
+                shown = np.any(agg.inc[:, member] != 0, axis=0) | np.any(
+                    agg.fn_cost[:, member] != 0, axis=0
+                )
+            callers = np.zeros(len(uniq), dtype=bool)
+            callers[new_group[shown]] = True
+            per_group = np.bincount((uniq // n_keys)[callers], minlength=int(group.max()) + 1)
+            for g in np.flatnonzero(per_group).tolist():
+                hidden[first + g] = int(per_group[g])
+            if over and level < max_level:
+                notes.append(
+                    f"callers shown to level {level}: more levels would pass what {n:,} "
+                    f"contexts allow ({budget:,} rows, {10 * budget:,} steps up the chains); "
+                    "the callers left out are counted as hidden"
+                )
+            break
+        counted = _outermost_members(new_group, member, start, end)
+        parent_of = first + uniq // n_keys
+        first = build.add_level(parent_of, up[rep], new_group, member, counted)
+        group, instance, position = new_group, member, up
+        rows += len(uniq)
+        steps += len(up)
+        level += 1
 
-    labels: list[tuple[str, str, str | None, int, str | None]] = [
-        (exp.title or "<root>", "root", None, 0, None)
-    ]
-    parents = [-1]
-    members: list[list[tuple[int, int]]] = [[]]  # (instance, current chain position)
-    index: dict[tuple[int, Key], int] = {}
-    max_depth = options.depth if options.depth is not None else 1 << 30
+    inc = np.concatenate(build.inc_parts, axis=1)
+    exc = np.concatenate(build.exc_parts, axis=1)
+    view = _finish(agg, build.labels, build.parents, inc, exc, exp.title, "bottom-up", hidden)
+    return View(view.kind, view.title, view.columns, view.root, view.sort_column, tuple(notes))
 
-    def group(parent: int, key: Key, node: int) -> int:
-        found = index.get((parent, key))
-        if found is None:
-            found = len(labels)
-            index[(parent, key)] = found
-            label, kind = context_label(tree, node)
-            label = label.removeprefix("[I] ")
-            file, line, module = _where(tree, node)
-            labels.append((label, kind if kind != "inlined" else "function", file, line, module))
-            parents.append(parent)
-            members.append([])
-        return found
 
-    for inst in instances:
-        g = group(0, key_of(inst), inst)
-        members[g].append((inst, inst))
-    caller_of: list[int] = caller.tolist()  # plain lists: this loop runs per (instance, level)
-    same_of: list[int] = same.tolist()
-    frontier = list(range(1, len(labels)))
-    depth = 1
-    while frontier and depth < max_depth:
-        nxt: list[int] = []
-        for g in frontier:
-            for inst, pos in members[g]:
-                up = caller_of[pos]
-                if up <= 0:
-                    continue
-                child = group(g, key_of(up), up)
-                if not members[child]:
-                    nxt.append(child)
-                members[child].append((inst, up))
-        frontier = nxt
-        depth += 1
+@dataclass
+class _StaticScopes:
+    """The flat view's groups as a tree grown parents first: module, file, function, ...
 
-    n_groups = len(labels)
-    inc = np.zeros((agg.inc.shape[0], n_groups))
-    exc = np.zeros((agg.fn_cost.shape[0], n_groups))
-    for g in range(1, n_groups):
-        insts = np.array([i for i, _ in members[g]], dtype=np.int64)
-        # Recursion: an instance inside another instance of the same group adds no inclusive.
-        group_set = set(insts.tolist())
-        counted = np.ones(len(insts))
-        for j, inst in enumerate(insts.tolist()):
-            up = same_of[inst]
-            while up >= 0:
-                if up in group_set:
-                    counted[j] = 0
-                    break
-                up = same_of[up]
-        inc[:, g] = (agg.inc[:, insts] * counted).sum(axis=1)
-        exc[:, g] = agg.fn_cost[:, insts].sum(axis=1)
-    inc[:, 0] = agg.inc[:, 0]
-    exc[:, 0] = agg.self_cost.sum(axis=1)
-    return _finish(agg, labels, parents, inc, exc, exp.title, "bottom-up")
+    Each group remembers its parent, its kind, and its nearest module, file, function-like
+    (function or inlined) and loop group, so no context ever needs its whole path.
+    """
+
+    labels: list[Row] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    module_of: list[int] = field(default_factory=list)
+    file_of: list[int] = field(default_factory=list)
+    function_of: list[int] = field(default_factory=list)  # innermost function-like, or -1
+    loop_of: list[int] = field(default_factory=list)  # innermost loop inside it, or -1
+    index: dict[tuple[int, Key], int] = field(default_factory=dict)
+
+    def group(self, parent: int, element: Key, row: Row) -> int:
+        found = self.index.get((parent, element))
+        if found is not None:
+            return found
+        me = len(self.labels)
+        self.index[(parent, element)] = me
+        kind = str(element[0]) if parent >= 0 else "root"
+        depth = self.depths[parent] + 1 if parent >= 0 else 0
+        self.labels.append(row)
+        self.parents.append(parent)
+        self.kinds.append(kind)
+        self.depths.append(depth)
+        self.module_of.append(me if depth == 1 else self.module_of[parent] if depth else -1)
+        self.file_of.append(me if depth == 2 else self.file_of[parent] if depth > 2 else -1)
+        function_like = kind in ("function", "inlined")
+        self.function_of.append(me if function_like else self.function_of[parent] if depth else -1)
+        self.loop_of.append(
+            me if kind == "loop" else -1 if function_like or depth <= 2 else self.loop_of[parent]
+        )
+        return me
 
 
 def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
     """Load module → file → function → inlined function / loop → line."""
     exp = catalog.experiment
     tree = exp.tree
+    n = tree.size
     agg = _Aggregator(catalog, options, columns_for(catalog, options))
-    labels: list[tuple[str, str, str | None, int, str | None]] = [
-        (exp.title or "<root>", "root", None, 0, None)
-    ]
-    parents = [-1]
-    index: dict[tuple[Key, ...], int] = {(): 0}
-
-    Row = tuple[str, str, str | None, int, str | None]
-
-    def group(path: tuple[Key, ...], row: Row) -> int:
-        found = index.get(path)
-        if found is None:
-            found = len(labels)
-            index[path] = found
-            labels.append(row)
-            parents.append(index[path[:-1]])
-        return found
-
-    # path[i]: the static scope (tuple of elements) context i belongs to; end[i]: whether the
-    # context *is* that scope (function, inlined function, loop or line), for inclusive costs.
-    path: list[tuple[Key, ...]] = [()] * tree.size
-    scope_group = np.zeros(tree.size, dtype=np.int64)
-    is_scope = [False] * tree.size
-    # cut[i]: the prefix length that exclusive costs stop at (innermost function-like element).
-    for i in range(1, tree.size):
+    scopes = _StaticScopes()
+    scopes.group(-1, ("root",), (exp.title or "<root>", "root", None, 0, None))
+    # scope[i]: the static scope (a group) context i belongs to, 0 for entry points;
+    # is_scope[i]: whether the context *is* that scope (function, inlined, loop or line).
+    scope = [0] * n
+    is_scope = [False] * n
+    parent: list[int] = tree.parent.tolist()
+    for i in range(1, n):
         lex = int(tree.lexical_type[i])
         rel = int(tree.relation[i])
-        up = path[int(tree.parent[i])]
-        if up and up[-1][0] == "line":
-            up = up[:-1]  # a call site line: what it calls belongs to the callee, not the line
+        if lex == LEX_ENTRY:
+            continue
+        up = scope[parent[i]]
+        if up and scopes.kinds[up] == "line":
+            up = scopes.parents[up]  # a call site line: what it calls belongs to the callee
         label, kind = context_label(tree, i)
         file, line, module = _where(tree, i)
-        if lex == LEX_ENTRY:
-            path[i] = ()
-            continue
+        row = (label, kind, file, line, module)
         if (
             (lex == LEX_FUNCTION and rel != REL_INLINED)
             or (lex == LEX_INSTRUCTION and rel == REL_CALL)
@@ -505,75 +618,71 @@ def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
         ):
             mod_name = module or "<unknown module>"
             file_name = file if lex in (LEX_FUNCTION, LEX_LINE, LEX_LOOP) else None
-            p_mod: tuple[Key, ...] = (("module", mod_name),)
-            group(p_mod, (_base(mod_name), "module", None, 0, mod_name))
-            p_file = (*p_mod, ("file", file_name))
-            group(p_file, (_base(file_name), "file", file_name, 0, mod_name))
-            if lex in (LEX_LINE, LEX_LOOP):
-                up = p_file  # code outside any known function
-            else:
-                path[i] = (*p_file, ("function", label))
-                scope_group[i] = group(path[i], (label, kind, file, line, module))
+            g_mod = scopes.group(
+                0, ("module", mod_name), (_base(mod_name), "module", None, 0, mod_name)
+            )
+            g_file = scopes.group(
+                g_mod, ("file", file_name), (_base(file_name), "file", file_name, 0, mod_name)
+            )
+            if lex not in (LEX_LINE, LEX_LOOP):
+                scope[i] = scopes.group(g_file, ("function", label), row)
                 is_scope[i] = True
                 continue
+            up = g_file  # code outside any known function
         if lex == LEX_FUNCTION:  # inlined
-            path[i] = (*up, ("inlined", label))
+            scope[i] = scopes.group(up, ("inlined", label), row)
         elif lex == LEX_LOOP:
-            path[i] = (*up, ("loop", file, int(tree.line[i])))
+            scope[i] = scopes.group(up, ("loop", file, int(tree.line[i])), row)
         elif lex == LEX_LINE:
-            path[i] = (*up, ("line", file, int(tree.line[i])))
+            scope[i] = scopes.group(up, ("line", file, int(tree.line[i])), row)
         else:  # a lexical instruction: stays in its enclosing scope
-            path[i] = up
-            scope_group[i] = index[up]
+            scope[i] = up
             continue
-        scope_group[i] = group(path[i], (label, kind, file, line, module))
         is_scope[i] = True
 
-    n_groups = len(labels)
+    n_groups = len(scopes.labels)
     inc = np.zeros((agg.inc.shape[0], n_groups))
     exc = np.zeros((agg.fn_cost.shape[0], n_groups))
-    # Inclusive: every scope and its module/file ancestors, from their outermost instances.
-    for level in ("scope", "file", "module"):
-        keys: list[Any] = [None] * tree.size
-        for i in range(1, tree.size):
-            if not is_scope[i]:
-                continue
-            if level == "scope":
-                keys[i] = scope_group[i]
-            elif path[i][-1][0] == "function" or len(path[i]) <= 3:
-                keys[i] = index[path[i][: 2 if level == "file" else 1]]
-        counted = _outermost(tree, keys)
-        nodes = np.array([i for i in range(tree.size) if keys[i] is not None and counted[i]])
-        if len(nodes):
-            targets = np.array([keys[i] for i in nodes], dtype=np.int64)
-            np.add.at(inc.T, targets, agg.inc.T[nodes])
+    start, end = _preorder_bounds(tree)
+    node_scope = np.array(scope, dtype=np.int64)
+    scope_nodes = np.flatnonzero(is_scope)
+    kinds = np.array(scopes.kinds)
+    depths = np.array(scopes.depths, dtype=np.int64)
+    # Inclusive: every scope and its module/file ancestors, from their outermost instances
+    # (a scope inside another instance of itself, i.e. recursion, adds nothing).
+    for level in (None, "file", "module"):
+        nodes, groups = scope_nodes, node_scope[scope_nodes]
+        if level is not None:
+            outer = (kinds[groups] == "function") | (depths[groups] <= 3)
+            nodes, groups = nodes[outer], groups[outer]
+            ancestor = scopes.file_of if level == "file" else scopes.module_of
+            groups = np.array(ancestor, dtype=np.int64)[groups]
+        counted = _outermost_members(groups, nodes, start, end) > 0
+        for row_in, row_out in zip(agg.inc, inc, strict=True):
+            row_out += np.bincount(groups[counted], row_in[nodes[counted]], n_groups)
     # Exclusive: each context's self cost goes to its scope and up through the scopes that
-    # contain it, stopping above the innermost function-like scope for function/inlined/loop
-    # ancestors (formats.md §3.2: function scope stops at call and inlined edges; lex_aware
-    # additionally excludes nested loops).
-    for i in range(1, tree.size):
-        p = path[i]
-        if not p:
-            continue
-        cost = agg.self_cost[:, i]
-        if not np.any(cost):
-            continue
-        seen_loop = seen_fn = False
-        for cut in range(len(p), 0, -1):
-            element = p[cut - 1]
-            kind = element[0]
-            if kind in ("function", "inlined"):
-                if seen_fn:
-                    continue
-                seen_fn = True
-            elif kind == "loop":
-                if seen_loop or seen_fn:
-                    continue
-                seen_loop = True
-            exc[:, index[p[:cut]]] += cost
+    # contain it, where function scope stops at the innermost function-like scope and
+    # lex_aware also at the innermost loop (formats.md §3.2): every line, file and module
+    # above it, the innermost function or inlined function, and the innermost loop inside that.
+    costed = np.flatnonzero(node_scope > 0)
+    direct = np.array(
+        [np.bincount(node_scope[costed], row[costed], n_groups) for row in agg.self_cost]
+    ).reshape(len(agg.self_cost), n_groups)
+    through = direct.copy()  # summed over each group's subtree
+    group_parent = np.array(scopes.parents, dtype=np.int64)
+    for depth in range(int(depths.max()), 1, -1):
+        at = np.flatnonzero(depths == depth)
+        np.add.at(through.T, group_parent[at], through.T[at])
+    plain = ~np.isin(kinds, ("function", "inlined", "loop"))
+    exc[:, plain] = through[:, plain]
+    for nearest in (scopes.function_of, scopes.loop_of):
+        target = np.array(nearest, dtype=np.int64)
+        has = np.flatnonzero(target >= 0)
+        for row_in, row_out in zip(direct, exc, strict=True):
+            row_out += np.bincount(target[has], row_in[has], n_groups)
     inc[:, 0] = agg.inc[:, 0]
     exc[:, 0] = agg.self_cost.sum(axis=1)
-    return _finish(agg, labels, parents, inc, exc, exp.title, "flat")
+    return _finish(agg, scopes.labels, scopes.parents, inc, exc, exp.title, "flat")
 
 
 def build_view(kind: str, catalog: MetricCatalog, options: ViewOptions) -> View:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pyhpctk import __version__
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
+from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
@@ -110,13 +111,13 @@ def classify(path: Path) -> str:
         return "measurements"
     if not path.exists():
         raise FormatError(path, "file", "no such file or directory")
-    if path.suffix == ".py":
-        return "python"
-    try:
-        with path.open("rb") as stream:
+    with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
+        if path.suffix == ".py":
+            return "python"
+        try:
             head = stream.read(64)
-    except OSError as error:
-        raise FormatError(path, "file", error.strerror or str(error)) from None
+        except OSError as error:
+            raise FormatError(path, "file", error.strerror or str(error)) from None
     if sniff_elf(head):
         # e_machine 190 is EM_CUDA (little-endian u16 at offset 18).
         return "cubin" if len(head) >= 20 and head[18:20] == b"\xbe\x00" else "elf"
