@@ -78,8 +78,9 @@ class Matcher:
     def __init__(self, stats: GpuStats) -> None:
         self.stats = stats
         self.hook: NativeHook | None = None
-        self.pending: dict[int, Operation] = {}  # correlation → op (Python-recorded, or aged)
+        self.pending: dict[int, Operation] = {}  # correlation → op (Python-recorded)
         self.native_pending = np.zeros(0, dtype=PENDING)  # the hook's operations, unmatched
+        self.aged: dict[int, int] = {}  # correlation → token: the hook's, waiting for long
         self.sites: list[Operation] = []  # token → operation prototype (correlation 0)
         self.table = SiteTable.empty()  # the same as arrays (monitor thread)
         self.token_of: dict[tuple[int, int, int, int, int, bool], int] = {}
@@ -184,12 +185,23 @@ class Matcher:
         owners = table.thread[np.maximum(tokens, 0)] if len(table.objects) else tokens.copy()
         owners[tokens < 0] = -1
         unknown: list[int] = []
-        if (tokens < 0).any():  # operations the Python paths recorded (new sites, hook=python)
+        if (tokens < 0).any():  # aged hook operations, and those the Python paths recorded
             pending = self.pending
             pop = pending.pop
+            aged = self.aged
             token_of = self.token_of
             for index in np.flatnonzero(tokens < 0).tolist():
-                operation = pop(int(correlations[index]), None)
+                correlation = int(correlations[index])
+                token = aged.get(correlation, -1)
+                if token >= 0:
+                    table = self.site_table()
+                    if not table.multi[token]:
+                        del aged[correlation]
+                    tokens[index] = token
+                    operations[index] = table.objects[token]
+                    owners[index] = table.thread[token]
+                    continue
+                operation = pop(correlation, None)
                 operations[index] = operation
                 if operation is None:
                     unknown.append(index)
@@ -229,17 +241,18 @@ class Matcher:
         taken = taken[~multi[waiting["token"][taken]]]
         keep = np.ones(len(waiting), dtype=bool)
         keep[taken] = False
-        # Operations no activity answered within NATIVE_AGE buffers (nested driver calls of a
-        # runtime call, event queries...) move to the dict of Python-recorded operations, so
-        # the array searched at every buffer stays the size of the recent operations.
+        # Operations no activity answered within NATIVE_AGE buffers (event queries, frees...)
+        # move to a dict of correlation → token, so the array searched at every buffer stays
+        # the size of the recent operations and a late activity still finds its operation.
         old = keep & (waiting["born"] < self.stats.buffers - NATIVE_AGE)
         if old.any():
-            sites = self.sites
-            pending = self.pending
-            for correlation, token in zip(
-                waiting["correlation"][old].tolist(), waiting["token"][old].tolist(), strict=True
-            ):
-                pending[correlation] = (correlation, *sites[token][1:])
+            self.aged.update(
+                zip(
+                    waiting["correlation"][old].tolist(),
+                    waiting["token"][old].tolist(),
+                    strict=True,
+                )
+            )
             keep &= ~old
         if not keep.all():
             self.native_pending = waiting[keep]
@@ -283,6 +296,9 @@ class Matcher:
             not op[OP_MULTI] and op[OP_KIND] != act.GRAPH_NODE for op in self.pending.values()
         )
         waiting = self.native_pending
+        multi = self.site_table().multi
         if len(waiting):
-            count += int((~self.site_table().multi[waiting["token"]]).sum())
+            count += int((~multi[waiting["token"]]).sum())
+        if self.aged:
+            count += int((~multi[np.fromiter(self.aged.values(), np.int64, len(self.aged))]).sum())
         return count

@@ -3,14 +3,14 @@
 An *operation* is a plain tuple (creating one costs a fraction of a slotted object), indexed by
 the ``OP_*`` constants: (correlation, kind, call node, placeholder node or -1, the issuing
 :class:`GpuThread`, the CCT the nodes belong to, answered by several activities). A *batch* is
-what the monitor sends a thread or a stream: activities, their operations, the kernel names,
-each activity's C-hook token (-1 where a Python path recorded the operation) and, where an
-activity ran as a node of a CUDA graph, the operation that made the node (its capture).
+what the monitor attributes for a thread or sends a stream: activities, their operations, the
+kernel names, each activity's C-hook token (-1 where a Python path recorded the operation) and,
+where an activity ran as a node of a CUDA graph, the operation that made the node (its
+capture).
 """
 
 from __future__ import annotations
 
-import _thread
 import os
 
 from pyhpctk.measure.gpu import activity as act
@@ -67,17 +67,14 @@ def placeholder_name(kind: int, detail: int) -> str:
 
 
 class GpuThread:
-    """One application thread as the GPU monitor sees it: its CCT and its two channels."""
+    """One application thread as the GPU monitor sees it: its CCT and its operation channel."""
 
     __slots__ = (
-        "activities",
         "call",
         "cct",
-        "consumer",
         "depth",
         "frame",
         "ident",
-        "inbox",
         "lasti",
         "live",
         "main",
@@ -99,10 +96,7 @@ class GpuThread:
         self.main = main
         self.operations: SpscChannel[Operation] = SpscChannel("operations")  # T → monitor (C_O)
         self.push = self.operations.append
-        self.activities: SpscChannel[Batch] = SpscChannel("activities")  # monitor → T (C_A)
-        self.inbox = self.activities.items  # truthy when batches wait (a C-level check)
         self.live: ThreadCCT | None = None  # the session's CCT for this thread when last seen
-        self.consumer = _thread.allocate_lock()  # T, or shutdown on T's behalf, consumes C_A
         self.depth = 0  # nesting of GPU API calls (runtime → driver), enter/exit backends
         self.outer: Operation | None = None
         # The last unwound operation site: (frame, instruction) → call node and placeholders.
