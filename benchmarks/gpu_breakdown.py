@@ -96,7 +96,7 @@ def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, fl
         out["+hook"] = min(body() for _ in range(repeat))
         out["hook_stats"] = hook.stats()  # type: ignore[assignment]
         hook.unsubscribe()
-    cupti.activity_flush_all(1)
+    lib.cuptiActivityFlushAll(1)  # through ctypes: the GIL released (docs/gpu.md, "No hang")
     return out
 
 
