@@ -478,6 +478,8 @@ def test_a_generator_resumed_from_two_callers_is_two_sites(hook: object) -> None
 
 RUNTIME = 1
 RT_LAUNCH = 211  # any runtime callback id
+INNER_TAG = 1 << 61  # operations.INNER_TAG
+UNTAGGED = INNER_TAG - 1
 
 
 class ChainSlowPath(SlowPath):
@@ -549,9 +551,16 @@ def test_a_driver_call_inside_a_runtime_call_is_part_of_it(hook: object) -> None
         hook.invoke(DRIVER, LAUNCH, 1, correlation + 1)  # type: ignore[attr-defined]
         hook.invoke(RUNTIME, RT_LAUNCH, 1, correlation)  # type: ignore[attr-defined]
     hook.invoke(DRIVER, LAUNCH, 0, 1000)  # the program's own driver call: an operation  # type: ignore[attr-defined]
-    recorded = [c for _, c, _ in slow.calls] + drained(hook)["correlation"].tolist()
+    records = drained(hook)
+    inner = (records["correlation"] & INNER_TAG) != 0
+    recorded = [c for _, c, _ in slow.calls] + records["correlation"][~inner].tolist()
     assert sorted(recorded) == [*range(1, 41, 2), 1000]
     assert hook.stats()["inner"] == 20  # type: ignore[attr-defined]
+    # The inner calls' ids go along, tagged, with their runtime call's token (in case CUPTI
+    # gave an activity the inner id): the monitor does not count them as operations.
+    tagged = records[inner]
+    assert (tagged["correlation"] & UNTAGGED).tolist() == list(range(2, 42, 2))
+    assert slow.calls[0][1] == 1 and set(tagged["token"].tolist()) == {0}  # the first site's
 
 
 def test_a_stack_deeper_than_the_cache_holds_is_unwound_every_time(hook: object) -> None:
@@ -648,7 +657,9 @@ def test_a_thread_without_the_gil_records_without_taking_it(hook: object, fake_c
     assert finished, "the worker waited for the GIL"
     assert tokens == [1]
     records = drained(hook)
-    assert records["correlation"].tolist() == list(range(101, 4101, 2))  # not the inner calls
+    inner = (records["correlation"] & INNER_TAG) != 0
+    assert records["correlation"][~inner].tolist() == list(range(101, 4101, 2))
+    assert (records["correlation"][inner] & UNTAGGED).tolist() == [2, *range(102, 4102, 2)]
     assert set(records["token"].tolist()) == {7}
     stats = hook.stats()  # type: ignore[attr-defined]
     assert stats["unlocked"] == (2000 if interpreter else 0) and stats["inner"] == 2001
@@ -802,3 +813,36 @@ def test_a_kernel_whose_gpubin_comes_later_goes_under_its_entry_from_then_on(
     for node in store.slot_of:
         by_module[cct.lm[node]] = by_module.get(cct.lm[node], 0) + store.get(node, gm.GKER_COUNT)
     assert by_module == {0: 4, lm: 4}  # the placeholder first, then kernel_a's entry
+
+
+def test_an_activity_with_an_inner_driver_calls_id_goes_to_its_runtime_call(
+    tmp_path: Path,
+) -> None:
+    """Should CUPTI give a kernel the id of the driver call inside the runtime call, the
+    kernel still goes under the runtime call's line, counted in ``inner_matched``."""
+    from pyhpctk.measure.gpu import shutdown
+
+    session, monitor, native = _hooked_monitor(tmp_path)
+    native.configure(  # type: ignore[attr-defined]
+        [(RUNTIME, RT_LAUNCH, KERNEL_KIND, 0, 0), (DRIVER, LAUNCH, KERNEL_KIND, 0, 0)],
+        monitor.operation_token,
+        None,
+        0xFFFFFFFF,
+        0xFFFFFFFF,
+        None,
+    )
+    for correlation in range(1, 21, 2):
+        runtime_launch(native, correlation)
+    # Half the kernels carry the runtime call's id, half the inner driver call's.
+    monitor.buffer_completed(_kernel_rows([*range(1, 11, 2), *range(12, 22, 2)]))
+    stats = shutdown(monitor, report=False)
+    assert stats.matched == 10 and stats.unmatched == 0 and stats.inner_matched == 5
+    assert stats.operations == 10  # the runtime calls only
+    assert _kernels_under(session, runtime_launch.__code__) == 10
+
+
+def runtime_launch(hook: object, correlation: int) -> None:
+    hook.invoke(RUNTIME, RT_LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+    hook.invoke(DRIVER, LAUNCH, 0, correlation + 1)  # type: ignore[attr-defined]
+    hook.invoke(DRIVER, LAUNCH, 1, correlation + 1)  # type: ignore[attr-defined]
+    hook.invoke(RUNTIME, RT_LAUNCH, 1, correlation)  # type: ignore[attr-defined]

@@ -16,7 +16,9 @@
  *   cuLaunchKernel) is not an operation of its own: the runtime call's correlation id is the
  *   one its activities carry (CUPTI's runtime and kernel records share it), so the inner call
  *   would only wait for an activity that never comes. Each thread counts the runtime calls it
- *   is inside (entry and exit callbacks).
+ *   is inside (entry and exit callbacks). The inner call's id still goes to the monitor,
+ *   tagged, with the runtime call's token: it searches them only for activities nothing else
+ *   claimed, and forgets them after a few buffers (GpuStats.inner_matched counts any match).
  * - MODULE_LOADED: the cubin is copied into a queue; Python takes it on the monitor thread.
  * - Everything else the Python side asked for (PC sampling needs context creation and kernel
  *   exits) goes to a Python callable, with the GIL.
@@ -47,6 +49,8 @@ typedef int (*unsubscribe_fn)(void *);
 #define KIND_GRAPH_NODE 8           /* activity.GRAPH_NODE: a graph node made at this site */
 #define NODE_TAG (1ULL << 63)       /* operations.NODE_TAG: the correlation is a node's id */
 #define CLONE_TAG (1ULL << 62)      /* operations.CLONE_TAG: clone id, token = original id */
+#define INNER_TAG (1ULL << 61)      /* operations.INNER_TAG: a driver call inside a runtime
+                                     * call, token = the runtime call's */
 
 /* -- per-thread operation chunks ----------------------------------------------------------- */
 
@@ -248,7 +252,7 @@ static void queue_module(const ResourceData *resource) {
     COUNT(modules);
 }
 
-static void record_operation(int kind, int multi, uint64_t correlation);
+static int64_t record_operation(int kind, int multi, uint64_t correlation);
 
 /* A CUDA graph node's id (cuptiGetGraphNodeId; without libcupti, as in tests, the handle). */
 static uint64_t node_id(void *node) {
@@ -305,8 +309,11 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         cache->runtime_depth = 0;
     }
     if (domain == DOMAIN_DRIVER && cache->runtime_depth > 0) {
-        if (call->callbackSite == 0)
-            COUNT(inner); /* inside a runtime call of ours: its part (header comment) */
+        if (call->callbackSite == 0) { /* inside a runtime call of ours: its part */
+            COUNT(inner);
+            if (cache->outer_token >= 0 && every_call == NULL && !cache->busy)
+                push((uint64_t)call->correlationId | INNER_TAG, cache->outer_token);
+        }
         return;
     }
     if (call->callbackSite != 0) {
@@ -316,8 +323,10 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
             call_every(domain, cbid, call->callbackSite, call->correlationId, call->context);
         return;
     }
-    if (domain == DOMAIN_RUNTIME)
+    if (domain == DOMAIN_RUNTIME) {
         cache->runtime_depth++;
+        cache->outer_token = -1;
+    }
     if (every_call != NULL) {
         call_every(domain, cbid, 0, call->correlationId, call->context);
         return;
@@ -326,7 +335,10 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         COUNT(nested);
         return;
     }
-    record_operation(entry & KIND_MASK, (entry & MULTI_FLAG) != 0, call->correlationId);
+    int64_t token = record_operation(entry & KIND_MASK, (entry & MULTI_FLAG) != 0,
+                                     call->correlationId);
+    if (domain == DOMAIN_RUNTIME)
+        cache->outer_token = token;
 }
 
 /* The GIL for the rest of an operation: taken only when needed, kept until done. */
@@ -354,13 +366,14 @@ static void gil_done(Gil *gil) {
 }
 
 /* An operation of ``kind`` made on the calling thread: known site → pushed without Python;
- * else the Python slow path unwinds and returns the site's token. */
-static void record_operation(int kind, int multi, uint64_t correlation) {
+ * else the Python slow path unwinds and returns the site's token. Returns the token. */
+static int64_t record_operation(int kind, int multi, uint64_t correlation) {
     int64_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
     Gil gil = {0, 0, PyGILState_LOCKED};
     PyThreadState *tstate = PyGILState_GetThisThreadState();
     FrameKey frames[MAXDEPTH];
     uint64_t hash = 0;
+    int64_t token = -1;
     int depth = 0; /* a thread Python has never seen (a runtime's C++ worker): no frames */
     if (tstate != NULL) {
         depth = hook_stack(tstate, 0, frames, &hash);
@@ -377,21 +390,23 @@ static void record_operation(int kind, int multi, uint64_t correlation) {
             gil_take(&gil);
             frameless_slow(kind, multi, correlation, now);
         }
+        token = hook_cache.frameless_token[kind];
     } else if (depth == HOOK_TOO_DEEP) {
         COUNT(deep);
         gil_take(&gil);
-        call_slow(kind, multi, correlation);
+        token = call_slow(kind, multi, correlation);
     } else {
         Site *site = hook_find(frames, depth, hash);
         if (site != NULL && site->epoch == now && site->token[kind] >= 0) {
-            push(correlation, site->token[kind]);
+            token = site->token[kind];
+            push(correlation, token);
             COUNT(fast);
             COUNT(chain);
             if (!gil.held)
                 COUNT(unlocked);
         } else {
             gil_take(&gil);
-            long long token = call_slow(kind, multi, correlation);
+            token = call_slow(kind, multi, correlation);
             if (site == NULL) {
                 site = hook_remember(frames, depth, hash, now);
             } else if (site->epoch != now) {
@@ -404,6 +419,7 @@ static void record_operation(int kind, int multi, uint64_t correlation) {
         }
     }
     gil_done(&gil);
+    return token;
 }
 
 /* -- Python interface ---------------------------------------------------------------------- */

@@ -84,6 +84,7 @@ typedef struct {
     int busy;                /* inside the Python slow path: nested calls are not re-entered */
     int runtime_depth;       /* runtime API calls of ours the thread is inside */
     uint64_t runtime_config; /* the configuration runtime_depth was counted under */
+    int64_t outer_token;     /* the token of the runtime call the thread is inside (-1) */
     int frameless_ready;     /* a thread without Python frames: one site */
     int64_t frameless_epoch;
     int64_t frameless_token[NKINDS];

@@ -1058,11 +1058,16 @@ class CuptiBackend:
             dtype = self._gathers[kind].padded(size)
             if dtype is None:
                 continue
-            # Every 8-byte boundary as the start of a record of this kind (records are 8-byte
-            # aligned): one gather of opaque records picks this kind's out of the buffer.
-            opaque = np.dtype((np.void, size))
-            slots = np.ndarray(((valid - size) // 8 + 1,), dtype=opaque, buffer=raw, strides=(8,))
-            pieces.append(self._convert(kind, slots[mine // 8].view(dtype)))
+            first, count = int(mine[0]), len(mine)
+            if int(mine[-1]) - first == (count - 1) * size:  # one run: read in place
+                rows = np.ndarray((count,), dtype=dtype, buffer=raw, offset=first)
+            else:
+                # Every 8-byte boundary as the start of a record of this kind (records are
+                # 8-byte aligned): one gather of opaque records picks them out of the buffer.
+                opaque = np.dtype((np.void, size))
+                slots = np.ndarray(((valid - size) // 8 + 1,), opaque, buffer=raw, strides=(8,))
+                rows = slots[mine // 8].view(dtype)
+            pieces.append(self._convert(kind, rows))
         return np.concatenate(pieces) if pieces else act.empty_activities()
 
     def _parse_walked(

@@ -20,6 +20,7 @@ import numpy as np
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.operations import (
     CLONE_TAG,
+    INNER_TAG,
     NODE_TAG,
     OP_CCT,
     OP_CORRELATION,
@@ -81,6 +82,7 @@ class Matcher:
         self.pending: dict[int, Operation] = {}  # correlation → op (Python-recorded)
         self.native_pending = np.zeros(0, dtype=PENDING)  # the hook's operations, unmatched
         self.aged: dict[int, int] = {}  # correlation → token: the hook's, waiting for long
+        self.inner = np.zeros(0, dtype=PENDING)  # driver calls inside runtime calls (INNER_TAG)
         self.sites: list[Operation] = []  # token → operation prototype (correlation 0)
         self.table = SiteTable.empty()  # the same as arrays (monitor thread)
         self.token_of: dict[tuple[int, int, int, int, int, bool], int] = {}
@@ -120,17 +122,24 @@ class Matcher:
         raw = np.frombuffer(hook.drain(), dtype=NATIVE_RECORD)
         if not len(raw):
             return
+        inner = (raw["correlation"] & np.uint64(INNER_TAG)) != 0
+        if inner.any():
+            self.inner = self._pending(raw[inner], self.inner, INNER_TAG)
+            raw = raw[~inner]
         tagged = (raw["correlation"] & np.uint64(_TAGS)) != 0
         if tagged.any():
             self._tagged(raw[tagged])
             raw = raw[~tagged]
         self.stats.operations += len(raw)
+        self.native_pending = self._pending(raw, self.native_pending)
+
+    def _pending(self, raw: np.ndarray, waiting: np.ndarray, tag: int = 0) -> np.ndarray:
+        """``waiting`` and the hook's pairs ``raw`` (their ``tag`` cleared), born now."""
         fresh = np.empty(len(raw), dtype=PENDING)
-        fresh["correlation"] = raw["correlation"]
+        fresh["correlation"] = raw["correlation"] & np.uint64(~tag & 0xFFFFFFFFFFFFFFFF)
         fresh["token"] = raw["token"]
         fresh["born"] = self.stats.buffers
-        waiting = self.native_pending
-        self.native_pending = np.concatenate([waiting, fresh]) if len(waiting) else fresh
+        return np.concatenate([waiting, fresh]) if len(waiting) else fresh
 
     def _tagged(self, raw: np.ndarray) -> None:
         """The hook's graph records: nodes made at a known site, clones of nodes."""
@@ -176,6 +185,8 @@ class Matcher:
         """Each activity's operation: the hook's pairs by sorted search, the rest by dict."""
         correlations = records["correlation"]
         tokens = self._match_native(correlations)
+        if len(self.inner):
+            self._match_inner(correlations, tokens)
         table = self.site_table()
         operations: list[Operation | None] = (
             table.objects[np.maximum(tokens, 0)].tolist()
@@ -257,6 +268,23 @@ class Matcher:
         if not keep.all():
             self.native_pending = waiting[keep]
         return tokens
+
+    def _match_inner(self, correlations: np.ndarray, tokens: np.ndarray) -> None:
+        """Activities no operation claimed that carry an inner driver call's id: its runtime
+        call's token. The inner calls are forgotten after NATIVE_AGE buffers, never counted as
+        unanswered (their runtime call is the operation)."""
+        waiting = self.inner
+        missing = np.flatnonzero(tokens < 0)
+        if len(missing):
+            order = np.argsort(waiting["correlation"], kind="stable")
+            ordered = waiting["correlation"][order]
+            wanted = correlations[missing]
+            at = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
+            hit = ordered[at] == wanted
+            if hit.any():
+                tokens[missing[hit]] = waiting["token"][order[at[hit]]]
+                self.stats.inner_matched += int(hit.sum())
+        self.inner = waiting[waiting["born"] >= self.stats.buffers - NATIVE_AGE]
 
     def thread_number(self, state: GpuThread) -> int:
         number = self.thread_numbers.get(id(state))

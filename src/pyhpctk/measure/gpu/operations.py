@@ -57,6 +57,10 @@ DEFERRED = frozenset({act.COPY, act.SYNC, act.GRAPH_NODE})
 #: site's) and a clone (correlation = clone id | CLONE_TAG, token = the original node's id).
 NODE_TAG = 1 << 63
 CLONE_TAG = 1 << 62
+#: A driver call inside a runtime call of ours (cudaLaunchKernel's cuLaunchKernel): not an
+#: operation; the hook sends its id with the runtime call's token, in case an activity carries
+#: it (CUPTI gives activities the runtime call's id: ``GpuStats.inner_matched`` says if not).
+INNER_TAG = 1 << 61
 
 
 def placeholder_name(kind: int, detail: int) -> str:
@@ -118,6 +122,7 @@ class GpuStats:
         "dropped",
         "graph_activities",
         "graph_nodes",
+        "inner_matched",
         "internal",
         "matched",
         "operations",
@@ -140,6 +145,7 @@ class GpuStats:
         self.trace_overflow = 0  # trace records refused by a full trace channel
         self.graph_nodes = 0  # CUDA graph nodes whose making was seen (captures, adds)
         self.graph_activities = 0  # activities of graph nodes put under their capture's path
+        self.inner_matched = 0  # activities that carried an inner driver call's id (INNER_TAG)
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
