@@ -33,7 +33,7 @@ if want build; then stage build
     which py-spy; } > "$out/tests.txt" 2>&1
 fi
 if want tests; then stage tests; setup
-  timeout 400 python3 -m pytest -p no:cacheprovider -m gpu -q -x --timeout 200 \
+  timeout 400 python3 -m pytest -p no:cacheprovider -m gpu -q --timeout 200 \
     tests/test_gpu_cupti.py tests/test_gpu_e2e.py >> "$out/tests.txt" 2>&1
   echo "rc=$?" >> "$out/tests.txt"
   timeout 120 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_nohang.py tests/test_gpu_graphs.py \
