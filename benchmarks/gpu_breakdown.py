@@ -87,7 +87,10 @@ def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, fl
     if hook is not None:
         entries = [
             (domain, int(m), 1, 0, 0)
-            for domain, enum in ((1, cupti.RuntimeApiTraceCbid), (2, cupti.DriverApiTraceCbid))
+            for domain, enum in (
+                (int(cupti.CallbackDomain.RUNTIME_API), cupti.RuntimeApiTraceCbid),
+                (int(cupti.CallbackDomain.DRIVER_API), cupti.DriverApiTraceCbid),
+            )
             for n, m in enum.__members__.items()
             if "Launch" in n and "SIZE" not in n and "INVALID" not in n and int(m) < 4096
         ]

@@ -36,11 +36,14 @@ from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu import recording as rec
+from pyhpctk.measure.gpu import simulated
 from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.simulated import SimulatedBackend
 from pyhpctk.measure.session import Session
 
 FIXTURE = "tests/data/gpu/cupy_streams.json"
+# The callback domain and ids the simulated backend configures the C hook with.
+DOMAIN, FIRST_CBID = simulated._DRIVER, simulated._FIRST_CBID
 
 
 def wrapper(issue: Callable[[int], object], correlation: int) -> None:
@@ -83,8 +86,8 @@ def measure(hook: str, shape: str, n: int, repeat: int) -> float:
         # as when CUPTI calls from inside the CUDA library the program called.
         if hook == "c":
             assert native is not None, "the C hook is not built (pip install -e .)"
-            cbid = 3000 + act.KERNEL  # the simulated backend's made-up launch callback id
-            issue: Callable[[int], object] = functools.partial(native.invoke, 2, cbid, 0)  # type: ignore[attr-defined]
+            cbid = FIRST_CBID + act.KERNEL  # the simulated backend's made-up launch callback
+            issue: Callable[[int], object] = functools.partial(native.invoke, DOMAIN, cbid, 0)  # type: ignore[attr-defined]
         elif hook == "python":  # what cupti-python's callback calls (less the bindings' cost)
             issue = functools.partial(monitor.operation, act.KERNEL)
         else:
@@ -118,8 +121,8 @@ def attribution(hook: str, n: int, repeat: int) -> float:
         if hook == "c":
             issue: Callable[[int], object] = functools.partial(
                 backend.native.invoke,  # type: ignore[union-attr]
-                2,
-                3000 + act.KERNEL,
+                DOMAIN,
+                FIRST_CBID + act.KERNEL,
                 0,
             )
         else:

@@ -56,7 +56,7 @@ from pyhpctk.measure.gpu.operations import SKIP
 from pyhpctk.measure.session import Session
 
 FAKE = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "gpu", "fake_cupti.c")
-RUNTIME, DRIVER = 1, 2
+RUNTIME, DRIVER = 2, 1  # CUpti_CallbackDomain: CUPTI_CB_DOMAIN_RUNTIME_API, _DRIVER_API
 RT_LAUNCH, DRV_LAUNCH, RT_MEMSET, DRV_MEMSET = 211, 307, 50, 60  # any ids: the table says
 KERNEL_RECORD, MEMSET_RECORD = 10, 2  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, _MEMSET
 # Stand-ins for cupti-python's record layouts (the fields the parser reads, CUPTI's order).

@@ -23,7 +23,7 @@ from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.cupti_backend import load_hook
 from pyhpctk.measure.session import Session
 
-DRIVER, RESOURCE = 2, 3
+DRIVER, RUNTIME, RESOURCE = 1, 2, 3  # CUpti_CallbackDomain (cupti_callbacks.h)
 LAUNCH, COPY = 307, 279  # any callback ids: the table says what they are
 MODULE_LOADED = 6
 KERNEL_KIND, COPY_KIND = 1, 2
@@ -111,7 +111,7 @@ def test_unknown_callbacks_and_exits_do_nothing(hook: object) -> None:
     slow = SlowPath()
     configure(hook, slow)
     hook.invoke(DRIVER, 999, 0, 5)  # type: ignore[attr-defined]
-    hook.invoke(1, LAUNCH, 0, 6)  # the runtime domain has no entry  # type: ignore[attr-defined]
+    hook.invoke(RUNTIME, LAUNCH, 0, 6)  # the runtime domain has no entry  # type: ignore[attr-defined]
     hook.invoke(DRIVER, LAUNCH, 1, 7)  # type: ignore[attr-defined]
     hook.invoke(RESOURCE, 1, 0, 0)  # type: ignore[attr-defined]
     assert slow.calls == [] and len(drained(hook)) == 0
@@ -476,7 +476,6 @@ def test_a_generator_resumed_from_two_callers_is_two_sites(hook: object) -> None
 
 # -- issue #18: thousands of call sites, driver calls inside runtime calls, no GIL ------------
 
-RUNTIME = 1
 RT_LAUNCH = 211  # any runtime callback id
 INNER_TAG = 1 << 61  # operations.INNER_TAG
 UNTAGGED = INNER_TAG - 1

@@ -314,8 +314,9 @@ def test_the_python_hook_takes_a_driver_call_inside_a_runtime_call_as_part_of_it
     from types import SimpleNamespace
 
     backend = CuptiBackend(hook="python")
-    backend.api_kinds = {(1, 211): act.KERNEL, (2, 307): act.KERNEL}
-    backend._domain_resource, backend._domain_driver, backend._enter = 3, 2, 0
+    driver, runtime = 1, 2  # CUpti_CallbackDomain (cupti_callbacks.h)
+    backend.api_kinds = {(runtime, 211): act.KERNEL, (driver, 307): act.KERNEL}
+    backend._domain_resource, backend._domain_driver, backend._enter = 3, driver, 0
     made: list[int] = []
     backend._operation = lambda kind, correlation, multi: made.append(correlation)  # type: ignore[attr-defined]
 
@@ -324,10 +325,10 @@ def test_the_python_hook_takes_a_driver_call_inside_a_runtime_call_as_part_of_it
         backend._callback(None, domain, cbid, data)
 
     for correlation in (1, 3):
-        call(1, 211, 0, correlation)
-        call(2, 307, 0, correlation + 1)
-        call(2, 307, 1, correlation + 1)
-        call(1, 211, 1, correlation)
-    call(2, 307, 0, 9)
-    call(2, 307, 1, 9)
+        call(runtime, 211, 0, correlation)
+        call(driver, 307, 0, correlation + 1)
+        call(driver, 307, 1, correlation + 1)
+        call(runtime, 211, 1, correlation)
+    call(driver, 307, 0, 9)
+    call(driver, 307, 1, 9)
     assert made == [1, 3, 9]

@@ -144,13 +144,14 @@ void fake_api(int domain, uint32_t cbid, uint32_t correlation) {
     site(domain, cbid, 1, correlation);
 }
 
-/* A runtime call (domain 1) that makes a driver call (domain 2) inside, each with its own
- * correlation id, as cudaLaunchKernel makes cuLaunchKernel. */
+/* A runtime call (CUPTI_CB_DOMAIN_RUNTIME_API, 2) that makes a driver call
+ * (CUPTI_CB_DOMAIN_DRIVER_API, 1) inside, as cudaLaunchKernel makes cuLaunchKernel; the
+ * correlation ids are the caller's to choose (equal or not). */
 void fake_runtime(uint32_t runtime_cbid, uint32_t correlation, uint32_t driver_cbid,
                   uint32_t inner_correlation) {
-    site(1, runtime_cbid, 0, correlation);
-    fake_api(2, driver_cbid, inner_correlation);
-    site(1, runtime_cbid, 1, correlation);
+    site(2, runtime_cbid, 0, correlation);
+    fake_api(1, driver_cbid, inner_correlation);
+    site(2, runtime_cbid, 1, correlation);
 }
 
 typedef struct {

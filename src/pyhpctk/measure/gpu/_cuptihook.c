@@ -296,7 +296,7 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
             call_every(domain, cbid, 0, 0, data ? ((const ResourceData *)data)->context : NULL);
         return;
     }
-    if (domain < DOMAIN_RUNTIME || domain > DOMAIN_DRIVER || cbid >= MAX_CBID || data == NULL)
+    if (domain < DOMAIN_API_FIRST || domain > DOMAIN_API_LAST || cbid >= MAX_CBID || data == NULL)
         return;
     uint8_t entry = table[domain][cbid];
     if (entry == 0)
@@ -440,7 +440,7 @@ static int fill_table(PyObject *entries) {
             Py_DECREF(iterator);
             return -1;
         }
-        if (domain < DOMAIN_RUNTIME || domain > DOMAIN_DRIVER || cbid >= MAX_CBID || kind <= 0 ||
+        if (domain < DOMAIN_API_FIRST || domain > DOMAIN_API_LAST || cbid >= MAX_CBID || kind <= 0 ||
             kind >= NKINDS) {
             Py_DECREF(iterator);
             PyErr_Format(PyExc_ValueError, "bad callback entry (%d, %u, %d)", domain, cbid, kind);
@@ -518,7 +518,7 @@ static PyObject *py_subscribe(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_OSError, "cuptiSubscribe failed with CUPTI status %d", status);
     subscriber = handle;
     int refused = 0;
-    for (int domain = DOMAIN_RUNTIME; domain <= DOMAIN_DRIVER; domain++)
+    for (int domain = DOMAIN_API_FIRST; domain <= DOMAIN_API_LAST; domain++)
         for (uint32_t cbid = 0; cbid < MAX_CBID; cbid++)
             if (table[domain][cbid] && enable(1, handle, domain, cbid) != 0) {
                 table[domain][cbid] = 0;

@@ -51,7 +51,10 @@ typedef struct {
     void *graphExec;
 } GraphData;
 
-enum { DOMAIN_RUNTIME = 1, DOMAIN_DRIVER = 2, DOMAIN_RESOURCE = 3 };
+/* CUpti_CallbackDomain (cupti_callbacks.h): the driver API is 1, the runtime API 2. */
+enum { DOMAIN_DRIVER = 1, DOMAIN_RUNTIME = 2, DOMAIN_RESOURCE = 3 };
+#define DOMAIN_API_FIRST DOMAIN_DRIVER
+#define DOMAIN_API_LAST DOMAIN_RUNTIME
 #define NKINDS 16
 
 /* -- call sites (_cuptihook_sites.c) -------------------------------------------------------- */
