@@ -204,7 +204,7 @@ def test_pytorch_launches_are_one_operation_each_and_sites_are_unwound_once(
         step()
     after = native.stats()
     stats = shutdown(monitor)
-    assert stats.unmatched == 0 and stats.matched == stats.activities > 5 * 120
+    assert stats.unmatched == 0 and stats.matched + stats.internal == stats.activities > 5 * 120
     assert after["inner"] > 0  # runtime calls made driver calls: not operations
     assert stats.unmatched_operations <= 0.05 * stats.operations, stats.as_dict()
     # No site through Python again (a 64-site cache unwound hundreds per step here).
