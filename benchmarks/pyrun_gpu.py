@@ -193,13 +193,18 @@ def run_all(
     cpus: str = "",
     steps: int = 10,
     modes: tuple[str, ...] = (),
+    budget: float = 0.0,
+    out: str | None = None,
 ) -> list[dict[str, object]]:
     """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair).
 
     ``cpus`` ("2-5", "3,4"): the processors every child is pinned to, so that plain and
-    measured runs do not land on different cores (``os.sched_setaffinity``).
+    measured runs do not land on different cores (``os.sched_setaffinity``). ``budget``
+    (seconds, 0: none): no round is started that the slowest round so far says would not end
+    within it, so a time-limited run still ends with whole rounds and its tables. ``out``: the
+    results so far are written there after each child.
     """
-    results = []
+    results: list[dict[str, object]] = []
     plan = [
         (round_, workload, mode)
         for round_ in range(rounds)
@@ -208,7 +213,15 @@ def run_all(
         + (["torchprof"] if workload in TORCH_WORKLOADS else [])
         if not modes or mode in modes
     ]
+    began = time.monotonic()
+    round_began, slowest, current = began, 0.0, 0
     for round_, workload, mode in plan:
+        if round_ != current:  # a round ended: is there time for another?
+            now = time.monotonic()
+            slowest, round_began, current = max(slowest, now - round_began), now, round_
+            if budget and now - began + slowest > budget:
+                print(f"stopped after {round_} rounds: the budget of {budget:.0f} s", flush=True)
+                break
         command = [sys.executable, __file__, "--workload", workload, "--mode", mode]
         command += ["--repeat", str(repeat), "--steps", str(steps)]
         command += ["--cpus", cpus] if cpus else []
@@ -221,6 +234,9 @@ def run_all(
         result["round"] = round_
         results.append(result)
         print(json.dumps(result), flush=True)
+        if out:
+            with open(out, "w", encoding="utf-8") as stream:
+                json.dump(results, stream, indent=1)
     return results
 
 
@@ -304,6 +320,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (--all)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="subset (--all)")
     parser.add_argument("--cpus", default="", help="pin every run to these CPUs, e.g. 2-5")
+    parser.add_argument(
+        "--budget", type=float, default=0.0, help="seconds (--all): start no round past them"
+    )
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.cpus:
@@ -314,13 +333,12 @@ def main() -> int:
         if unknown:
             parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
         modes = tuple(m for m in args.modes.split(",") if m)
-        results = run_all(args.repeat, args.rounds, chosen, args.cpus, args.steps, modes)
+        results = run_all(
+            args.repeat, args.rounds, chosen, args.cpus, args.steps, modes, args.budget, args.out
+        )
         print(table(results))
         print()
         print(paired(results))
-        if args.out:
-            with open(args.out, "w", encoding="utf-8") as out:
-                json.dump(results, out, indent=1)
         return 0
     print(json.dumps(run_one(args.workload, args.mode, args.repeat, args.steps)))
     return 0

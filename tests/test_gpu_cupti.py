@@ -169,3 +169,46 @@ def test_threads_launching_at_once_are_attributed_to_their_own_thread(tmp_path: 
         nodes = _under(session, cct, thread_loop.__code__)
         assert _metric(session, cct, nodes, gm.GKER_COUNT) == count
     assert stats.unmatched == 0
+
+
+def torch_layer(torch: object, layer: object, x: object) -> object:
+    # relu: a kernel of PyTorch's own, launched through the runtime (cudaLaunchKernel)
+    return torch.relu(layer(x))  # type: ignore[attr-defined, operator]
+
+
+def test_pytorch_launches_are_one_operation_each_and_sites_are_unwound_once(
+    tmp_path: Path,
+) -> None:
+    """PyTorch launches through the runtime (cudaLaunchKernel, which makes cuLaunchKernel):
+    each launch is one operation whose activity comes (issue #18: the inner driver call is
+    not an operation of its own), and a model's call sites enter Python once, not per step."""
+    import torch
+
+    layers = [torch.nn.Linear(64, 64).cuda() for _ in range(120)]  # 120 call chains
+    x = torch.randn(32, 64, device="cuda")
+
+    def step() -> None:
+        y = x
+        for layer in layers:
+            y = torch_layer(torch, layer, y)
+        torch.cuda.synchronize()
+
+    step()  # cuBLAS and the kernels loaded before measuring
+    session = _session(tmp_path, trace=False)
+    monitor = install(session, "gpu=nvidia")
+    native = monitor.backend.native  # type: ignore[attr-defined]
+    assert native is not None, "the C hook is not built"
+    step()
+    before = native.stats()
+    for _ in range(5):
+        step()
+    after = native.stats()
+    stats = shutdown(monitor)
+    assert stats.unmatched == 0 and stats.matched + stats.internal == stats.activities > 5 * 120
+    assert after["inner"] > 0  # runtime calls made driver calls: not operations
+    assert stats.unmatched_operations <= 0.05 * stats.operations, stats.as_dict()
+    # No site through Python again (a 64-site cache unwound hundreds per step here).
+    assert after["slow"] - before["slow"] <= 2, (before, after)
+    main = session.states[threading.get_ident()].cct
+    nodes = _under(session, main, torch_layer.__code__)
+    assert _metric(session, main, nodes, gm.GKER_COUNT) >= 6 * 2 * 120  # every step's launches

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
 import pytest
 
-FAKE = Path(__file__).parent / "data" / "gpu" / "fake_cupti.c"
+from gpu_helpers import build_fake_cupti
 
 SCENARIO = textwrap.dedent(
     """\
@@ -63,12 +62,7 @@ SCENARIO = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def fake_cupti(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fake") / "libcupti_fake.so"
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(FAKE), "-lpthread"], check=True
-    )
-    return out
+    return build_fake_cupti(tmp_path_factory.mktemp("fake"))
 
 
 @pytest.mark.parametrize("hook", ["c", "ctypes"])

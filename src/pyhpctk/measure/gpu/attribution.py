@@ -1,4 +1,4 @@
-"""Attribution: an application thread puts its matched activities into its CCT at a safe point.
+"""Attribution: the monitor thread puts each thread's matched activities into that thread's CCT.
 
 Activities are grouped by (CCT, node, kind, kernel or copy direction) with numpy; the CCT is
 consulted once per group, and the metrics are summed per node with ``np.bincount``. Kernels go
@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from pyhpctk.measure.cct import MAIN_FENCE, THREAD_FENCE, ThreadCCT, placeholder_ip
+from pyhpctk.measure.cct import MAIN_FENCE, THREAD_FENCE, KindValues, ThreadCCT, placeholder_ip
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.operations import (
@@ -76,16 +76,9 @@ class Attributor:
         self.kernels_attributed: Callable[[ThreadCCT, np.ndarray, np.ndarray, list[str]], None]
         self.kernels_attributed = _nothing
         self._mirrors: dict[tuple[int, int, int, int], int] = {}
-
-    def attribute_pending(self, state: GpuThread) -> None:
-        """Attribute every batch on ``state``'s activity channel."""
-        if not state.consumer.acquire(False):
-            return  # someone else is already attributing this thread's activities
-        try:
-            for rows, ops, names, tokens, captures in state.activities.drain():
-                self.attribute(rows, ops, names, tokens, captures)
-        finally:
-            state.consumer.release()
+        # Per CCT (held, so its id stays its own): (call, placeholder, kind, detail) → the node
+        # metric_node gives; a CCT never loses a node, so an answer stays right.
+        self._nodes: dict[int, tuple[ThreadCCT, dict[tuple[int, int, int, int], int]]] = {}
 
     def live_cct(
         self, operation: Operation, call: int, placeholder: int
@@ -172,20 +165,43 @@ class Attributor:
         )
         _, where, inverse = np.unique(keys, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
-        kinds = rows["kind"].tolist()
-        details = detail.tolist()
-        cct = ops[0][OP_CCT]
-        nodes = np.empty(len(where), dtype=np.int64)
-        for group, index in enumerate(where.tolist()):
-            cct, call, placeholder = self.live_cct(
-                ops[index], int(calls[index]), int(placeholders[index])
-            )
-            nodes[group] = self.metric_node(
-                cct, call, placeholder, kinds[index], details[index], names
-            )
+        kinds = rows["kind"][where].tolist()
+        details = detail[where].tolist()
+        firsts = where.tolist()
+        calls_of, placeholders_of = calls[where].tolist(), placeholders[where].tolist()
+        first = ops[firsts[0]]
+        cct, _, _ = self.live_cct(first, calls_of[0], placeholders_of[0])
+        nodes = np.empty(len(firsts), dtype=np.int64)
+        if cct is first[OP_CCT]:  # the CCT the operations were unwound into is live
+            known = self._node_cache(cct)
+            for group, key in enumerate(
+                zip(calls_of, placeholders_of, kinds, details, strict=True)
+            ):
+                node = known.get(key)
+                if node is None:
+                    node = self.metric_node(cct, *key, names)
+                    if key[2] != act.KERNEL or self._entry(key[3], names) is not None:
+                        known[key] = node  # (a kernel whose gpubin is not known yet: asked again)
+                nodes[group] = node
+        else:  # a retired CCT: each path is copied into the live one
+            for group, index in enumerate(firsts):
+                cct, call, placeholder = self.live_cct(
+                    ops[index], calls_of[group], placeholders_of[group]
+                )
+                nodes[group] = self.metric_node(
+                    cct, call, placeholder, kinds[group], details[group], names
+                )
         targets = nodes[inverse]
         self.add_metrics(cct, rows, targets)
         self.kernels_attributed(cct, rows, targets, names)
+
+    def _node_cache(self, cct: ThreadCCT) -> dict[tuple[int, int, int, int], int]:
+        found = self._nodes.get(id(cct))
+        if found is None or found[0] is not cct:
+            if len(self._nodes) >= 64:  # CCTs of threads long gone: let them go
+                self._nodes.clear()
+            found = self._nodes[id(cct)] = (cct, {})
+        return found[1]
 
     def _graph_anchors(
         self,
@@ -238,7 +254,7 @@ class Attributor:
             placeholder = cct.placeholder(call, name)
         if kind != act.KERNEL:
             return placeholder
-        entry = self.kernels.get(names[detail]) if 0 <= detail < len(names) else None
+        entry = self._entry(detail, names)
         if entry is None:
             return placeholder
         kernel = cct.child(placeholder, *entry)
@@ -247,6 +263,10 @@ class Attributor:
             cct.retain(traced)
         return kernel
 
+    def _entry(self, detail: int, names: list[str]) -> tuple[int, int] | None:
+        """The gpubin entry of kernel ``names[detail]`` (None: not known, or yet)."""
+        return self.kernels.get(names[detail]) if 0 <= detail < len(names) else None
+
     def add_metrics(self, cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray) -> None:
         """Sum each metric per target node with numpy and add the sums to ``cct``."""
         nodes, inverse = np.unique(targets, return_inverse=True)
@@ -254,33 +274,38 @@ class Attributor:
         width = len(nodes)
         columns: dict[int, np.ndarray] = {}
 
-        def add(metric: int, mask: np.ndarray | None, values: np.ndarray) -> None:
-            if mask is not None and not mask.any():
-                return
-            selected = inverse if mask is None else inverse[mask]
-            sums = np.bincount(selected, weights=values.astype(np.float64), minlength=width)
+        def add(metric: int, selected: np.ndarray, values: np.ndarray | None = None) -> None:
+            """Per node, the sum of ``values`` (None: the count) of the selected activities."""
+            weights = None if values is None else values.astype(np.float64)
+            sums = np.bincount(selected, weights=weights, minlength=width).astype(np.float64)
             previous = columns.get(metric)
             columns[metric] = sums if previous is None else previous + sums
 
         kinds = rows["kind"]
         duration = (rows["end"].astype(np.int64) - rows["start"].astype(np.int64)).clip(0) / 1e9
-        add(gm.GPUOP, None, duration)
+        add(gm.GPUOP, inverse, duration)
         is_kernel = kinds == act.KERNEL
-        if is_kernel.any():
-            kernels = rows[is_kernel]
-            add(gm.GKER, is_kernel, duration[is_kernel])
-            add(gm.GKER_COUNT, is_kernel, np.ones(int(is_kernel.sum())))
-            add(gm.GKER_STMEM_ACUMU, is_kernel, kernels["static_smem"])
-            add(gm.GKER_DYMEM_ACUMU, is_kernel, kernels["dynamic_smem"])
-            add(gm.GKER_LMEM_ACUMU, is_kernel, kernels["local_mem"])
+        launched = int(is_kernel.sum())
+        if launched:
+            every = launched == len(rows)  # the common buffer: kernels only, no mask needed
+            kernels = rows if every else rows[is_kernel]
+            selected = inverse if every else inverse[is_kernel]
+            add(gm.GKER, selected, duration if every else duration[is_kernel])
+            add(gm.GKER_COUNT, selected)
+            add(gm.GKER_STMEM_ACUMU, selected, kernels["static_smem"])
+            add(gm.GKER_DYMEM_ACUMU, selected, kernels["dynamic_smem"])
+            add(gm.GKER_LMEM_ACUMU, selected, kernels["local_mem"])
             active, maximum = act.occupancy(kernels, self.limits)
-            add(gm.GKER_FGP_ACT_ACUMU, is_kernel, active)
-            add(gm.GKER_FGP_MAX_ACUMU, is_kernel, maximum)
-            add(gm.GKER_THR_REG_ACUMU, is_kernel, kernels["registers"])
-            add(gm.GKER_BLK_THR_ACUMU, is_kernel, kernels["block_threads"])
+            add(gm.GKER_FGP_ACT_ACUMU, selected, active)
+            add(gm.GKER_FGP_MAX_ACUMU, selected, maximum)
+            add(gm.GKER_THR_REG_ACUMU, selected, kernels["registers"])
+            add(gm.GKER_BLK_THR_ACUMU, selected, kernels["block_threads"])
             shared = kernels["static_smem"].astype(np.int64) + kernels["dynamic_smem"]
-            add(gm.GKER_BLK_SM_ACUMU, is_kernel, shared)
-            add(gm.GKER_BLKS_ACUMU, is_kernel, kernels["grid_blocks"])
+            add(gm.GKER_BLK_SM_ACUMU, selected, shared)
+            add(gm.GKER_BLKS_ACUMU, selected, kernels["grid_blocks"])
+        if launched == len(rows):
+            add_columns(cct.values_of(self.kind), nodes.tolist(), columns)
+            return
         for kind, time_metric, bytes_metric, count_metric, field, limit in (
             (act.COPY, gm.GXCOPY, gm.GXCOPY_BYTES, gm.GXCOPY_COUNT, "copy_kind", 11),
             (act.MEMSET, gm.GMSET, gm.GMSET_BYTES, gm.GMSET_COUNT, "memory_kind", 8),
@@ -290,28 +315,54 @@ class Attributor:
             mask = kinds == kind
             if not mask.any():
                 continue
-            add(time_metric, mask, duration[mask])
-            add(count_metric, mask, np.ones(int(mask.sum())))
+            selected = inverse[mask]
+            add(time_metric, selected, duration[mask])
+            add(count_metric, selected)
             sub = np.where(rows[field][mask] < limit, rows[field][mask], 0)
+            moved = rows["bytes"][mask]
             for value in np.unique(sub).tolist():
-                part = mask.copy()
-                part[mask] = sub == value
-                add(bytes_metric + int(value), part, rows["bytes"][part])
+                part = sub == value
+                add(bytes_metric + int(value), selected[part], moved[part])
         is_sync = kinds == act.SYNC
         if is_sync.any():
-            add(gm.GSYNC, is_sync, duration[is_sync])
-            add(gm.GSYNC_COUNT, is_sync, np.ones(int(is_sync.sum())))
+            selected = inverse[is_sync]
+            waited = duration[is_sync]
+            add(gm.GSYNC, selected, waited)
+            add(gm.GSYNC_COUNT, selected)
             sub = np.where(rows["sync_kind"][is_sync] < 5, rows["sync_kind"][is_sync], 0)
             for value in np.unique(sub).tolist():
-                part = is_sync.copy()
-                part[is_sync] = sub == value
-                add(gm.GSYNC_TIME + int(value), part, duration[part])
-        node_list = nodes.tolist()
-        store = cct.values_of(self.kind)
+                part = sub == value
+                add(gm.GSYNC_TIME + int(value), selected[part], waited[part])
+        add_columns(cct.values_of(self.kind), nodes.tolist(), columns)
+
+
+def add_columns(store: KindValues, nodes: list[int], columns: dict[int, np.ndarray]) -> None:
+    """``store`` += ``columns`` (metric → one sum per node of ``nodes``), in a few numpy steps.
+
+    The store's flat ``array('d')`` is viewed in place (it is not resized while the view
+    lives); nodes new to the store get their slots first, as :meth:`KindValues.add` gives them.
+    """
+    slot_of = store.slot_of
+    width = store.kind.width
+    slots = []
+    fresh = 0
+    for node in nodes:
+        slot = slot_of.get(node)
+        if slot is None:
+            slot = slot_of[node] = len(slot_of)
+            fresh += 1
+        slots.append(slot)
+    if fresh:
+        store.values.frombytes(bytes(8 * width * fresh))
+    if not columns or not slots:
+        return
+    base = np.asarray(slots, dtype=np.int64) * width
+    values = np.frombuffer(store.values, dtype=np.float64)
+    try:
         for metric, sums in columns.items():
-            for slot, value in enumerate(sums.tolist()):
-                if value:
-                    store.add(node_list[slot], metric, value)
+            values[base + metric] += sums
+    finally:
+        del values  # the array may grow again
 
 
 def _nothing(cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]) -> None:

@@ -13,8 +13,8 @@ declared interfaces"):
   (:meth:`~MonitorPort.graph_node`), activity buffers from any thread
   (:meth:`~MonitorPort.buffer_completed`), GPU binaries, PC samples and instruction counts.
 - :class:`NativeHook`: the C CUPTI hook (``_cuptihook``). A backend that uses it passes it to
-  :meth:`MonitorPort.attach_hook`; the monitor drains its operations and starts a new epoch
-  after each buffer. No backend sets attributes on the monitor.
+  :meth:`MonitorPort.attach_hook`; the monitor drains its operations before it matches each
+  buffer. No backend sets attributes on the monitor.
 
 The protocols are for type checking: nothing here is imported when a program is measured.
 """
@@ -80,6 +80,10 @@ class NativeHook(Protocol):
 
     def flush_all(self, flag: int = 1) -> int: ...
 
+    def record_offsets(
+        self, address: int, valid: int, sizes: bytes, start: int = 0
+    ) -> tuple[bytes, int]: ...
+
 
 class MonitorPort(Protocol):
     """What the GPU monitor offers the backend it was given."""
@@ -140,7 +144,7 @@ class MonitorPort(Protocol):
         ...
 
     def attach_hook(self, hook: NativeHook) -> None:
-        """The backend records operations through ``hook``: drain it, bump its epochs."""
+        """The backend records operations through ``hook``: drain it before each buffer."""
         ...
 
 

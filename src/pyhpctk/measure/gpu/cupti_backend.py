@@ -128,12 +128,17 @@ class _Gather:
         return self._padded[stride]
 
 
-_LOOKAHEAD = 4096  # records checked per numpy step of the fast walk
+_LOOKAHEAD = 4096  # at most, records checked per numpy step of the numpy walk
 _CHECKED = 256  # records of the first buffer also walked with CUPTI
 
 
+_FIELD_KEYS: dict[np.dtype, dict[str, str]] = {}  # a record layout's fields by _key
+
+
 def _field(rows: np.ndarray, *names: str) -> np.ndarray | None:
-    keys = {_key(name): name for name in rows.dtype.names or ()}
+    keys = _FIELD_KEYS.get(rows.dtype)
+    if keys is None:
+        keys = _FIELD_KEYS[rows.dtype] = {_key(name): name for name in rows.dtype.names or ()}
     for name in names:
         found = keys.get(_key(name))
         if found is not None:
@@ -193,11 +198,19 @@ class CuptiBackend:
         self._excluded: set[int] = set()
         self._kinds: dict[int, int] = {}
         self._domain_resource = self._enter = self._module_loaded = -1
+        self._domain_driver = -1
+        self._nest = threading.local()  # hook=python: runtime calls each thread is inside
         self._graph_created = self._graph_cloned = _NO_CBID
         self._node_id: Any = None  # cuptiGetGraphNodeId (ctypes), for hook=python
         self.unknown_apis = 0  # callback ids CUPTI refused to enable
         self.record_sizes: dict[int, int] = {}  # CUPTI activity kind → record size in buffers
         self.fast_walk = True
+        # The C walk of a buffer's records (record_offsets), where the hook is built; the numpy
+        # walk run by run otherwise.
+        built = load_hook()  # (a hook built from older sources has no record_offsets)
+        self.walker: NativeHook | None = built if hasattr(built, "record_offsets") else None
+        # record_sizes as record_offsets() reads them, and the sizes it was made from
+        self._size_table: tuple[bytes, tuple[tuple[int, int], ...]] = (b"", ())
         self.checks_left = 1  # buffers walked both ways before the fast walk is trusted alone
         self.walk_mismatches = 0
 
@@ -249,6 +262,7 @@ class CuptiBackend:
         ):
             self.learn_apis(int(domain), {n: int(m) for n, m in enum.__members__.items()})
         self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
+        self._domain_driver = int(cupti.CallbackDomain.DRIVER_API)
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
         self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
         # CUDA graphs: where each node was made, and which node each instantiated one copies
@@ -557,6 +571,8 @@ class CuptiBackend:
             elif cbid == self._context_created:
                 self._fine_enable(int(data.context))
             return
+        if self._inside_runtime(domain, data.callback_site):
+            return
         if self.fine:
             if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
                 site = data.callback_site
@@ -583,6 +599,19 @@ class CuptiBackend:
         kind = self.api_kinds.get(key)
         if kind is not None:
             self._operation(kind, data.correlation_id, key in self.api_multi)
+
+    def _inside_runtime(self, domain: int, site: int) -> bool:
+        """A driver call inside a runtime call of ours: part of that call, not an operation.
+
+        The runtime call's correlation id is the one its activities carry (docs/gpu.md, "The C
+        hook"); each thread counts the runtime calls it is inside, from their entries and exits.
+        """
+        nest = self._nest
+        depth: int = getattr(nest, "depth", 0)
+        if domain == self._domain_driver:
+            return depth > 0
+        nest.depth = depth + 1 if site == self._enter else max(depth - 1, 0)
+        return False
 
     def _module(self, data: Any) -> None:
         """A module was loaded: read its cubin from ``CUpti_ModuleResourceData``.
@@ -918,8 +947,8 @@ class CuptiBackend:
 
         Record sizes are learned once per kind (from CUPTI, one call at the first record of a
         kind not seen before); None when a size cannot be learned (the caller walks with
-        CUPTI record by record). Each step looks ahead at most ``_LOOKAHEAD`` records, so a
-        buffer of alternating kinds costs no more than one of long runs.
+        CUPTI record by record). Each step looks ahead twice as far as the last, from 8 up to
+        ``_LOOKAHEAD`` records, so long runs take few steps and alternating kinds short ones.
         """
         sizes = self.record_sizes
         runs: list[tuple[int, int, int, int]] = []
@@ -928,21 +957,19 @@ class CuptiBackend:
             kind = int(words[at // 4])
             size = sizes.get(kind)
             if size is None:
-                # Only kinds this backend enabled are asked about: a kind word that is none of
-                # them means the walk is lost, and CUPTI must not be handed a non-record.
-                known = buffer and kind in self._kinds
-                learned = self._learn_size(buffer, valid, at) if known else None
-                if learned is None or learned % 8 or at + learned > valid:
+                size = self._learn_kind(kind, buffer, valid, at)
+                if size is None:
                     return None
-                size = sizes[kind] = learned
             count = (valid - at) // size
             run = 0
+            step = 8
             while run < count:
-                ahead = min(count - run, _LOOKAHEAD)
+                ahead = min(count - run, step)
                 first = (at + run * size) // 4
                 same = words[first : first + ahead * (size // 4) : size // 4] == kind
                 if same.all():
                     run += ahead
+                    step = min(2 * step, _LOOKAHEAD)
                     continue
                 run += int(np.argmin(same))
                 break
@@ -952,45 +979,95 @@ class CuptiBackend:
             at += size * run
         return runs
 
+    def _learn_kind(self, kind: int, buffer: int, valid: int, at: int) -> int | None:
+        """The record size of ``kind``, from CUPTI at the record at ``at`` (None: unknown).
+
+        Only kinds this backend enabled are asked about: a kind word that is none of them means
+        the walk is lost, and CUPTI must not be handed a non-record.
+        """
+        known = buffer and kind in self._kinds
+        learned = self._learn_size(buffer, valid, at) if known else None
+        if learned is None or learned % 8 or at + learned > valid:
+            return None
+        self.record_sizes[kind] = learned
+        return learned
+
+    def record_offsets(self, words: np.ndarray, valid: int, buffer: int) -> np.ndarray | None:
+        """Where each record of a buffer starts (None: a record size could not be learned).
+
+        With the C hook, one C walk over the buffer (``record_offsets``), resumed after
+        learning the size of each kind met for the first time; otherwise run by run in numpy.
+        """
+        walker = self.walker
+        if walker is None:
+            runs = self._runs(words, valid, buffer)
+            if runs is None:
+                return None
+            return np.concatenate(
+                [start + size * np.arange(count, dtype=np.int64) for _, start, count, size in runs]
+                or [np.zeros(0, np.int64)]
+            )
+        pieces = []
+        at = 0
+        while True:
+            known = tuple(sorted(self.record_sizes.items()))
+            if self._size_table[1] != known:
+                table = np.zeros(256, dtype=np.uint32)
+                for kind, size in known:
+                    if 0 <= kind < 256:
+                        table[kind] = size
+                self._size_table = (table.tobytes(), known)
+            found, stop = walker.record_offsets(buffer, valid, self._size_table[0], at)
+            pieces.append(np.frombuffer(found, dtype=np.int64))
+            if stop >= valid:
+                return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            kind = int(words[stop // 4])
+            if kind in self.record_sizes or self._learn_kind(kind, buffer, valid, stop) is None:
+                return None  # a size CUPTI's own walk must settle
+            at = stop
+
     def parse_raw(self, buffer: int, valid: int) -> np.ndarray:
         """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array.
 
-        The records of a run of one kind are read in place through a strided numpy view (no
-        per-record Python work); the first buffer is also walked with CUPTI for its first
-        ``_CHECKED`` records, and a disagreement turns the fast walk off for the process.
+        Records are located from each kind's size (:meth:`record_offsets`) and read in place,
+        each kind with one numpy gather through a strided view of the buffer (no per-record
+        Python work); the first buffer is also walked with CUPTI for its first ``_CHECKED``
+        records, and a disagreement turns the fast walk off for the process.
         """
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * valid).from_address(buffer))
         words = raw[: valid - valid % 4].view("<u4")
-        runs = self._runs(words, valid, buffer) if self.fast_walk else None
-        if runs is not None and self.checks_left > 0:
+        offsets = self.record_offsets(words, valid, buffer) if self.fast_walk else None
+        if offsets is not None and self.checks_left > 0:
             self.checks_left -= 1
             slow = self._walk_next_record(buffer, valid, _CHECKED)
-            fast = np.concatenate(
-                [start + size * np.arange(count, dtype=np.int64) for _, start, count, size in runs]
-                or [np.zeros(0, np.int64)]
-            )[: len(slow)]
-            if not np.array_equal(fast, slow):
+            if not np.array_equal(offsets[: len(slow)], slow):
                 self.fast_walk = False  # never trust it again in this process
                 self.walk_mismatches += 1
-                runs = None
-        if runs is None:
+                offsets = None
+        if offsets is None:
             return self._parse_walked(raw, words, buffer, valid)
+        kinds = words[offsets // 4] if len(offsets) else np.zeros(0, np.uint32)
         pieces = []
         for cupti_kind, kind in self._kinds.items():
-            mine = [run for run in runs if run[0] == cupti_kind]
-            if not mine:
+            mine = offsets[kinds == cupti_kind]
+            if not len(mine):
                 continue
             name = act.KIND_NAMES[kind]
-            self.record_counts[name] = self.record_counts.get(name, 0) + sum(r[2] for r in mine)
-            gather = self._gathers[kind]
-            views = []
-            for _, start, count, size in mine:
-                dtype = gather.padded(size)
-                if dtype is not None:
-                    views.append(np.ndarray((count,), dtype=dtype, buffer=raw, offset=start))
-            if views:
-                rows = views[0] if len(views) == 1 else np.concatenate(views)
-                pieces.append(self._convert(kind, rows))
+            self.record_counts[name] = self.record_counts.get(name, 0) + len(mine)
+            size = self.record_sizes[cupti_kind]
+            dtype = self._gathers[kind].padded(size)
+            if dtype is None:
+                continue
+            first, count = int(mine[0]), len(mine)
+            if int(mine[-1]) - first == (count - 1) * size:  # one run: read in place
+                rows = np.ndarray((count,), dtype=dtype, buffer=raw, offset=first)
+            else:
+                # Every 8-byte boundary as the start of a record of this kind (records are
+                # 8-byte aligned): one gather of opaque records picks them out of the buffer.
+                opaque = np.dtype((np.void, size))
+                slots = np.ndarray(((valid - size) // 8 + 1,), opaque, buffer=raw, strides=(8,))
+                rows = slots[mine // 8].view(dtype)
+            pieces.append(self._convert(kind, rows))
         return np.concatenate(pieces) if pieces else act.empty_activities()
 
     def _parse_walked(

@@ -20,6 +20,7 @@ import numpy as np
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.operations import (
     CLONE_TAG,
+    INNER_TAG,
     NODE_TAG,
     OP_CCT,
     OP_CORRELATION,
@@ -78,8 +79,10 @@ class Matcher:
     def __init__(self, stats: GpuStats) -> None:
         self.stats = stats
         self.hook: NativeHook | None = None
-        self.pending: dict[int, Operation] = {}  # correlation → op (Python-recorded, or aged)
+        self.pending: dict[int, Operation] = {}  # correlation → op (Python-recorded)
         self.native_pending = np.zeros(0, dtype=PENDING)  # the hook's operations, unmatched
+        self.aged: dict[int, int] = {}  # correlation → token: the hook's, waiting for long
+        self.inner = np.zeros(0, dtype=PENDING)  # driver calls inside runtime calls (INNER_TAG)
         self.sites: list[Operation] = []  # token → operation prototype (correlation 0)
         self.table = SiteTable.empty()  # the same as arrays (monitor thread)
         self.token_of: dict[tuple[int, int, int, int, int, bool], int] = {}
@@ -119,17 +122,24 @@ class Matcher:
         raw = np.frombuffer(hook.drain(), dtype=NATIVE_RECORD)
         if not len(raw):
             return
+        inner = (raw["correlation"] & np.uint64(INNER_TAG)) != 0
+        if inner.any():
+            self.inner = self._pending(raw[inner], self.inner, INNER_TAG)
+            raw = raw[~inner]
         tagged = (raw["correlation"] & np.uint64(_TAGS)) != 0
         if tagged.any():
             self._tagged(raw[tagged])
             raw = raw[~tagged]
         self.stats.operations += len(raw)
+        self.native_pending = self._pending(raw, self.native_pending)
+
+    def _pending(self, raw: np.ndarray, waiting: np.ndarray, tag: int = 0) -> np.ndarray:
+        """``waiting`` and the hook's pairs ``raw`` (their ``tag`` cleared), born now."""
         fresh = np.empty(len(raw), dtype=PENDING)
-        fresh["correlation"] = raw["correlation"]
+        fresh["correlation"] = raw["correlation"] & np.uint64(~tag & 0xFFFFFFFFFFFFFFFF)
         fresh["token"] = raw["token"]
         fresh["born"] = self.stats.buffers
-        waiting = self.native_pending
-        self.native_pending = np.concatenate([waiting, fresh]) if len(waiting) else fresh
+        return np.concatenate([waiting, fresh]) if len(waiting) else fresh
 
     def _tagged(self, raw: np.ndarray) -> None:
         """The hook's graph records: nodes made at a known site, clones of nodes."""
@@ -175,6 +185,8 @@ class Matcher:
         """Each activity's operation: the hook's pairs by sorted search, the rest by dict."""
         correlations = records["correlation"]
         tokens = self._match_native(correlations)
+        if len(self.inner):
+            self._match_inner(correlations, tokens)
         table = self.site_table()
         operations: list[Operation | None] = (
             table.objects[np.maximum(tokens, 0)].tolist()
@@ -184,12 +196,23 @@ class Matcher:
         owners = table.thread[np.maximum(tokens, 0)] if len(table.objects) else tokens.copy()
         owners[tokens < 0] = -1
         unknown: list[int] = []
-        if (tokens < 0).any():  # operations the Python paths recorded (new sites, hook=python)
+        if (tokens < 0).any():  # aged hook operations, and those the Python paths recorded
             pending = self.pending
             pop = pending.pop
+            aged = self.aged
             token_of = self.token_of
             for index in np.flatnonzero(tokens < 0).tolist():
-                operation = pop(int(correlations[index]), None)
+                correlation = int(correlations[index])
+                token = aged.get(correlation, -1)
+                if token >= 0:
+                    table = self.site_table()
+                    if not table.multi[token]:
+                        del aged[correlation]
+                    tokens[index] = token
+                    operations[index] = table.objects[token]
+                    owners[index] = table.thread[token]
+                    continue
+                operation = pop(correlation, None)
                 operations[index] = operation
                 if operation is None:
                     unknown.append(index)
@@ -229,21 +252,39 @@ class Matcher:
         taken = taken[~multi[waiting["token"][taken]]]
         keep = np.ones(len(waiting), dtype=bool)
         keep[taken] = False
-        # Operations no activity answered within NATIVE_AGE buffers (nested driver calls of a
-        # runtime call, event queries...) move to the dict of Python-recorded operations, so
-        # the array searched at every buffer stays the size of the recent operations.
+        # Operations no activity answered within NATIVE_AGE buffers (event queries, frees...)
+        # move to a dict of correlation → token, so the array searched at every buffer stays
+        # the size of the recent operations and a late activity still finds its operation.
         old = keep & (waiting["born"] < self.stats.buffers - NATIVE_AGE)
         if old.any():
-            sites = self.sites
-            pending = self.pending
-            for correlation, token in zip(
-                waiting["correlation"][old].tolist(), waiting["token"][old].tolist(), strict=True
-            ):
-                pending[correlation] = (correlation, *sites[token][1:])
+            self.aged.update(
+                zip(
+                    waiting["correlation"][old].tolist(),
+                    waiting["token"][old].tolist(),
+                    strict=True,
+                )
+            )
             keep &= ~old
         if not keep.all():
             self.native_pending = waiting[keep]
         return tokens
+
+    def _match_inner(self, correlations: np.ndarray, tokens: np.ndarray) -> None:
+        """Activities no operation claimed that carry an inner driver call's id: its runtime
+        call's token. The inner calls are forgotten after NATIVE_AGE buffers, never counted as
+        unanswered (their runtime call is the operation)."""
+        waiting = self.inner
+        missing = np.flatnonzero(tokens < 0)
+        if len(missing):
+            order = np.argsort(waiting["correlation"], kind="stable")
+            ordered = waiting["correlation"][order]
+            wanted = correlations[missing]
+            at = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
+            hit = ordered[at] == wanted
+            if hit.any():
+                tokens[missing[hit]] = waiting["token"][order[at[hit]]]
+                self.stats.inner_matched += int(hit.sum())
+        self.inner = waiting[waiting["born"] >= self.stats.buffers - NATIVE_AGE]
 
     def thread_number(self, state: GpuThread) -> int:
         number = self.thread_numbers.get(id(state))
@@ -283,6 +324,9 @@ class Matcher:
             not op[OP_MULTI] and op[OP_KIND] != act.GRAPH_NODE for op in self.pending.values()
         )
         waiting = self.native_pending
+        multi = self.site_table().multi
         if len(waiting):
-            count += int((~self.site_table().multi[waiting["token"]]).sum())
+            count += int((~multi[waiting["token"]]).sum())
+        if self.aged:
+            count += int((~multi[np.fromiter(self.aged.values(), np.int64, len(self.aged))]).sum())
         return count

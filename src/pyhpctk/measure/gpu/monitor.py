@@ -5,27 +5,30 @@ The paper's design (Zhou et al. 2021; docs/architecture.md "Measurement"), as im
 1. **Application thread T, at a GPU operation I** (the backend calls :meth:`GpuMonitor.operation`
    or :meth:`~GpuMonitor.enter` from inside the runtime API call, on T; or the C hook records
    it without Python): T unwinds its Python stack into its CCT, inserts the placeholder P for
-   the operation kind (``GPUKernl``, ``GPUMemst``...) and pushes the operation (I, P, C_A) on
-   its *operation channel*. At the same safe point it attributes whatever (A, P) pairs wait on
-   its *activity channel*.
+   the operation kind (``GPUKernl``, ``GPUMemst``...) and pushes the operation (I, P) on its
+   *operation channel*.
 2. **Backend thread** (CUPTI's buffer-completion thread, the simulator's): hands one
    :data:`~pyhpctk.measure.gpu.activity.ACTIVITY_DTYPE` array per completed buffer to
    :meth:`GpuMonitor.buffer_completed`, which queues it and wakes the monitor thread.
 3. **Monitor thread**: for each completed buffer, first drains every operation channel (so every
    operation issued before the buffer is known), then matches activities to operations by
-   correlation id (:mod:`~pyhpctk.measure.gpu.matching`) and sends each thread its batch of
-   (A, P) on its activity channel; with tracing, each stream's records go on that stream's
-   *trace channel* (:mod:`~pyhpctk.measure.gpu.tracing`). Activities whose operation is unknown
-   are counted (:attr:`GpuStats.unmatched`) and attributed under a ``GPU?????`` placeholder of
-   a separate CCT, never dropped.
+   correlation id (:mod:`~pyhpctk.measure.gpu.matching`) and attributes each thread's batch of
+   (A, P) into that thread's CCT, under the host's lock; with tracing, each stream's records go
+   on that stream's *trace channel* (:mod:`~pyhpctk.measure.gpu.tracing`). Activities whose
+   operation is unknown are counted (:attr:`GpuStats.unmatched`) and attributed under a
+   ``GPU?????`` placeholder of a separate CCT, never dropped.
 4. **Tracing thread**: drains trace channels into per-stream CCTs and trace records.
+
+The paper's application threads attribute their own activities at safe points, so that no lock
+guards a CCT; here every CCT change takes the host's lock anyway, and attributing on the
+monitor thread keeps that work off the program's threads: with the C hook a thread enters
+Python only at a call site it has not seen (issue #18).
 
 Attribution into CCTs is :mod:`~pyhpctk.measure.gpu.attribution`, PC samples and instruction
 counts :mod:`~pyhpctk.measure.gpu.instructions`. The monitor talks to its host (the session)
 only through :class:`~pyhpctk.measure.extension.Host` and to its backend only through
-:mod:`~pyhpctk.measure.gpu.backend`'s protocols. CCT changes take the host's lock; on the
-application thread's path the lock is taken only when the call path is new or activities are
-waiting, never to talk to the monitor.
+:mod:`~pyhpctk.measure.gpu.backend`'s protocols. On the application thread's path the host's
+lock is taken only when the call path is new, never to talk to the monitor.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.cct import MetricKind
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.backend import Backend, NativeHook
-    from pyhpctk.measure.gpu.operations import Operation
+    from pyhpctk.measure.gpu.operations import Batch, Operation
 
 __all__ = ["SKIP", "GpuMonitor", "GpuStats", "GpuThread", "transplant"]
 
@@ -235,11 +238,10 @@ class GpuMonitor:
         while frame is not None and frame.f_code.co_filename.startswith(SKIP):
             frame = frame.f_back
         state = self._by_ident.get(ident) or self._thread_state(ident, frame is None)
-        # The fast path: same site as last time, the session still has this thread's CCT
-        # (it may retire and replace it), and no activities wait to be attributed.
+        # The fast path: same site as last time, and the session still has this thread's CCT
+        # (it may retire and replace it).
         if (
             frame is state.frame
-            and not state.inbox
             and (state.own or self._live_cct(ident) is state.live)
             and (frame is None or frame.f_lasti == state.lasti)
         ):
@@ -262,8 +264,6 @@ class GpuMonitor:
         if state.thread is not threading.current_thread():
             state = self._thread_state(state.ident, frame is None)
         with session.lock:
-            if len(state.activities):
-                self.attributor.attribute_pending(state)
             if state.own:  # the GPU layer's CCT: unwind into it ourselves
                 cct = state.cct
                 ips = python_frame_ips(frame, session.functions, session.functions.fid_of)
@@ -457,19 +457,18 @@ class GpuMonitor:
         unknown, captures = matched.unknown, matched.captures
         stats.matched += len(records) - len(unknown)
         names = list(functions)
+        batches: list[Batch] = []
         threads = np.unique(owners[owners >= 0])
-        for number in threads.tolist():
-            if len(threads) == 1 and not unknown:  # the common case: one thread, all matched
-                rows, ops, mine, caught = records, operations, tokens, captures
-            else:
+        if len(threads) == 1 and not unknown:  # the common case: one thread, all matched
+            batches.append((records, cast("list[Operation]", operations), names, tokens, captures))
+        elif len(threads):
+            every = np.fromiter(operations, dtype=object, count=len(operations))
+            for number in threads.tolist():
                 indices = np.flatnonzero(owners == number)
-                rows, mine = records[indices], tokens[indices]
-                ops = [operations[i] for i in indices.tolist()]
+                ops = cast("list[Operation]", every[indices].tolist())
                 caught = None if captures is None else [captures[i] for i in indices.tolist()]
-            known = cast("list[Operation]", ops)  # every one: their owner is known
-            known[0][OP_THREAD].activities.push((rows, known, names, mine, caught))
-        if self.hook is not None:
-            self.hook.bump()  # each thread's next operation takes the slow path: attributes
+                batches.append((records[indices], ops, names, tokens[indices], caught))
+        unknown_ops: list[Operation] = []
         if unknown:
             correlations = records["correlation"]
             internal = int((correlations[unknown] == 0).sum())
@@ -478,10 +477,35 @@ class GpuMonitor:
             unknown_ops = self._unknown_operations(records[unknown])
             for position, index in enumerate(unknown):
                 operations[index] = unknown_ops[position]
-            with self.session.lock:
-                self.attributor.attribute(records[unknown], unknown_ops, names)
+        attribute = self.attributor.attribute
+        with self.session.lock:
+            for batch in batches:
+                attribute(*batch)
+            if unknown:
+                attribute(records[unknown], unknown_ops, names)
+        self._renew_sites(batches)
         if self.trace:
             self.tracer.route(records, operations, names)
+
+    def _renew_sites(self, batches: list[Batch]) -> None:
+        """A new epoch for the C hook when the session replaced a thread's CCT.
+
+        The hook's tokens name the CCT a site was unwound into; attribution moves activities
+        of a retired CCT into the live one (:meth:`Attributor.live_cct`), and a new epoch sends
+        each site through Python once, so later operations are recorded in the live CCT.
+        """
+        hook = self.hook
+        if hook is None:
+            return
+        for _, ops, _, _, _ in batches:
+            latest = ops[-1]
+            state: GpuThread = latest[OP_THREAD]
+            if state.own or state.ident < 0:
+                continue
+            live = self.session.live_thread(state.ident)
+            if live is not None and live[0] is not latest[OP_CCT] and live[1] is state.thread:
+                hook.bump()
+                return
 
     def _unknown_operations(self, records: np.ndarray) -> list[Operation]:
         with self.session.lock:
@@ -507,8 +531,8 @@ class GpuMonitor:
     def thread_ending(self, timeout: float = 10.0) -> None:
         """The calling thread is about to end and have its profile written: finish its GPU work.
 
-        Flushes the backend (CUPTI delivers every buffer it holds), waits for the monitor to
-        match them, and attributes this thread's activities, so they land in its profile.
+        Flushes the backend (CUPTI delivers every buffer it holds) and waits for the monitor to
+        match and attribute them, so they land in this thread's profile.
         """
         state = self._by_ident.get(_thread.get_ident())
         if state is None or self.closed:
@@ -516,14 +540,6 @@ class GpuMonitor:
         if self.backend is not None:
             self.backend.flush()
         self.wait_processed(timeout)
-        with self.session.lock:
-            self.attributor.attribute_pending(state)
-
-    def attribute_all(self) -> None:
-        """Attribute every thread's waiting activities now (threads that ended, shutdown)."""
-        with self.session.lock:
-            for state in list(self.threads):
-                self.attributor.attribute_pending(state)
 
     def close(self, write: bool = True, timeout: float = 10.0) -> None:
         """Stop the monitor and tracer threads, attribute everything, write stream files."""
@@ -535,7 +551,6 @@ class GpuMonitor:
         self._monitor_done.wait(timeout)
         self.tracer.wake.release()
         self._tracer_done.wait(timeout)
-        self.attribute_all()
         if self.fine.pc_kind is not None:
             with self.session.lock:
                 self.fine.attribute_pc(final=True)

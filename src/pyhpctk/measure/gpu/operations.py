@@ -3,14 +3,14 @@
 An *operation* is a plain tuple (creating one costs a fraction of a slotted object), indexed by
 the ``OP_*`` constants: (correlation, kind, call node, placeholder node or -1, the issuing
 :class:`GpuThread`, the CCT the nodes belong to, answered by several activities). A *batch* is
-what the monitor sends a thread or a stream: activities, their operations, the kernel names,
-each activity's C-hook token (-1 where a Python path recorded the operation) and, where an
-activity ran as a node of a CUDA graph, the operation that made the node (its capture).
+what the monitor attributes for a thread or sends a stream: activities, their operations, the
+kernel names, each activity's C-hook token (-1 where a Python path recorded the operation) and,
+where an activity ran as a node of a CUDA graph, the operation that made the node (its
+capture).
 """
 
 from __future__ import annotations
 
-import _thread
 import os
 
 from pyhpctk.measure.gpu import activity as act
@@ -57,6 +57,10 @@ DEFERRED = frozenset({act.COPY, act.SYNC, act.GRAPH_NODE})
 #: site's) and a clone (correlation = clone id | CLONE_TAG, token = the original node's id).
 NODE_TAG = 1 << 63
 CLONE_TAG = 1 << 62
+#: A driver call inside a runtime call of ours (cudaLaunchKernel's cuLaunchKernel): not an
+#: operation; the hook sends its id with the runtime call's token, in case an activity carries
+#: it (CUPTI gives activities the runtime call's id: ``GpuStats.inner_matched`` says if not).
+INNER_TAG = 1 << 61
 
 
 def placeholder_name(kind: int, detail: int) -> str:
@@ -67,17 +71,14 @@ def placeholder_name(kind: int, detail: int) -> str:
 
 
 class GpuThread:
-    """One application thread as the GPU monitor sees it: its CCT and its two channels."""
+    """One application thread as the GPU monitor sees it: its CCT and its operation channel."""
 
     __slots__ = (
-        "activities",
         "call",
         "cct",
-        "consumer",
         "depth",
         "frame",
         "ident",
-        "inbox",
         "lasti",
         "live",
         "main",
@@ -99,10 +100,7 @@ class GpuThread:
         self.main = main
         self.operations: SpscChannel[Operation] = SpscChannel("operations")  # T → monitor (C_O)
         self.push = self.operations.append
-        self.activities: SpscChannel[Batch] = SpscChannel("activities")  # monitor → T (C_A)
-        self.inbox = self.activities.items  # truthy when batches wait (a C-level check)
         self.live: ThreadCCT | None = None  # the session's CCT for this thread when last seen
-        self.consumer = _thread.allocate_lock()  # T, or shutdown on T's behalf, consumes C_A
         self.depth = 0  # nesting of GPU API calls (runtime → driver), enter/exit backends
         self.outer: Operation | None = None
         # The last unwound operation site: (frame, instruction) → call node and placeholders.
@@ -124,6 +122,7 @@ class GpuStats:
         "dropped",
         "graph_activities",
         "graph_nodes",
+        "inner_matched",
         "internal",
         "matched",
         "operations",
@@ -146,6 +145,7 @@ class GpuStats:
         self.trace_overflow = 0  # trace records refused by a full trace channel
         self.graph_nodes = 0  # CUDA graph nodes whose making was seen (captures, adds)
         self.graph_activities = 0  # activities of graph nodes put under their capture's path
+        self.inner_matched = 0  # activities that carried an inner driver call's id (INNER_TAG)
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

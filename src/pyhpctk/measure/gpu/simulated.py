@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.gpu.sassmetrics import InstRecording
 
 
-_DRIVER = 2  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
+_DRIVER = 1  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
 _FIRST_CBID = 3000  # + the operation kind: callback ids no CUDA API has
 _RESOURCE = 3  # CUPTI_CB_DOMAIN_RESOURCE
 _GRAPH_NODE_CREATED, _GRAPH_NODE_CLONED = 13, 20  # CUPTI_CBID_RESOURCE_GRAPHNODE_*
