@@ -184,13 +184,18 @@ def test_pytorch_launches_are_one_operation_each_and_sites_are_unwound_once(
     not an operation of its own), and a model's call sites enter Python once, not per step."""
     import torch
 
-    layers = [torch.nn.Linear(64, 64).cuda() for _ in range(120)]  # 120 call chains
+    layers = [torch.nn.Linear(64, 64).cuda() for _ in range(120)]
     x = torch.randn(32, 64, device="cuda")
 
+    def deeper(i: int, y: object) -> object:
+        # Layer i is launched i frames deep: 120 distinct call chains, as a model's nested
+        # modules make them (one line in a loop would be one chain).
+        if i == len(layers):
+            return y
+        return deeper(i + 1, torch_layer(torch, layers[i], y))
+
     def step() -> None:
-        y = x
-        for layer in layers:
-            y = torch_layer(torch, layer, y)
+        deeper(0, x)
         torch.cuda.synchronize()
 
     step()  # cuBLAS and the kernels loaded before measuring
@@ -198,15 +203,17 @@ def test_pytorch_launches_are_one_operation_each_and_sites_are_unwound_once(
     monitor = install(session, "gpu=nvidia")
     native = monitor.backend.native  # type: ignore[attr-defined]
     assert native is not None, "the C hook is not built"
-    step()
-    before = native.stats()
-    for _ in range(5):
+    before = after = native.stats()
+    for index in range(6):  # one call site: the first step meets every chain, the others none
         step()
+        if index == 0:
+            before = native.stats()
     after = native.stats()
     stats = shutdown(monitor)
     assert stats.unmatched == 0 and stats.matched + stats.internal == stats.activities > 5 * 120
     assert after["inner"] > 0  # runtime calls made driver calls: not operations
     assert stats.unmatched_operations <= 0.05 * stats.operations, stats.as_dict()
+    assert before["slow"] >= 120, before  # the first step met each chain once
     # No site through Python again (a 64-site cache unwound hundreds per step here).
     assert after["slow"] - before["slow"] <= 2, (before, after)
     main = session.states[threading.get_ident()].cct
