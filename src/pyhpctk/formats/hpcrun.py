@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats import hpcrun_check
 from pyhpctk.formats._whole import Buffer, Source, read_whole
 from pyhpctk.formats.hpcrun_model import (
     CCT_FLAG_UNWOUND,
@@ -373,10 +374,13 @@ def _read_sparse(
     return id_tuple, values, starts[:-1]
 
 
-def read(source: Source) -> HpcrunProfile:
+def read(source: Source, *, strict: bool = True) -> HpcrunProfile:
     """Read a whole ``.hpcrun`` profile from a path, a buffer or a binary stream.
 
-    Bulk arrays of the result are read-only views of the file's bytes.
+    Bulk arrays of the result are read-only views of the file's bytes. With ``strict`` (the
+    default) a CCT or sparse section hpcprof could not use is a FormatError; ``strict=False``
+    returns such a profile anyway (for :func:`dump` and :func:`verify`, which show and list
+    what is wrong), though every section must still parse.
     """
     buf, path = read_whole(source)
     # The prefix first: a newer major version may have another footer.
@@ -412,7 +416,7 @@ def read(source: Source) -> HpcrunProfile:
         node_starts=node_starts,
         version=version,
     )
-    fatal = _fatal_problems(profile)
+    fatal = _fatal_problems(profile) if strict else []
     if fatal:
         raise FormatError(path, *fatal[0])
     return profile
@@ -539,15 +543,15 @@ def verify(profile: HpcrunProfile) -> list[str]:
 
     Includes everything :func:`read` refuses, plus what hpcprof would stumble on or that hpcrun
     never writes: unknown load modules, bad metric flags, unsorted or zero values, nodes with
-    values out of CCT order, an id tuple naming kinds missing from the dictionary.
+    values out of CCT order, an id tuple naming kinds missing from the dictionary, and
+    (:mod:`~pyhpctk.formats.hpcrun_check`) header numbers that are no numbers, a trace span
+    that ends before it starts, NaN or infinite values, negative times.
     """
     index = _Index(profile.cct)
     problems = [f"{section}: {problem}" for section, problem in _fatal_problems(profile, index)]
     if not profile.version.startswith("04."):
         problems.append(f"header: version {profile.version!r} is not 04.xx")
-    for name in ("program-name", "mpi-rank", "thread-id", "host-id", "process-id"):
-        if not any(key == name for key, _ in profile.nvpairs):
-            problems.append(f"header: nv-pair {name!r} is missing")
+    problems.extend(hpcrun_check.header_problems(profile))
 
     lm_ids = [m.id for m in profile.load_modules]
     if len(set(lm_ids)) != len(lm_ids):
@@ -588,6 +592,7 @@ def verify(profile: HpcrunProfile) -> list[str]:
 
     if not any(s.startswith("sparse metrics") for s in problems):
         problems.extend(_sparse_order_problems(profile, index))
+        problems.extend(hpcrun_check.value_problems(profile))
     return problems
 
 

@@ -646,8 +646,10 @@ class MetaDB:
     """The whole of a ``meta.db`` (formats.md §3.2); see the module docstring for the rules.
 
     ``string_order`` is a layout hint (the Strings pool order read from a file), not data: it is
-    ignored by ``==``. :meth:`index` caches a :class:`ContextIndex`; call
-    :meth:`invalidate_index` after changing the tree.
+    ignored by ``==``, as is ``read_problems``: what :func:`read` saw in the bytes that the model
+    cannot hold (a string outside the Strings pool), which :func:`verify` reports.
+    :meth:`index` caches a :class:`ContextIndex`; call :meth:`invalidate_index` after changing
+    the tree.
     """
 
     title: str = DEFAULT_TITLE
@@ -660,6 +662,7 @@ class MetaDB:
     functions: list[Function] = field(default_factory=list)
     entry_points: list[EntryPoint] = field(default_factory=list)
     string_order: tuple[str, ...] | None = None
+    read_problems: tuple[str, ...] = field(default=(), repr=False)
     _index: ContextIndex | None = field(default=None, repr=False)
 
     def __eq__(self, other: object) -> bool:
@@ -875,9 +878,19 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
             string_order.append(text)
         pos += len(raw) + 1
 
+    stray: list[str] = []
+
     def pooled(pointer: int, section: str) -> str:
         found = strings_at.get(pointer)
-        return found if found is not None else r.string(pointer, section)
+        if found is not None:
+            return found
+        # formats.md §3.6: these strings live in the Strings pool; elsewhere is readable, not right.
+        if len(stray) < 10:
+            stray.append(
+                f"{section}: string pointer 0x{pointer:x} is not the start of a string of the "
+                f"Strings section [0x{s_off:x}, 0x{s_off + s_size:x})"
+            )
+        return r.string(pointer, section)
 
     def table(k: int, dtype: np.dtype[np.void], what: str) -> tuple[npt.NDArray[np.void], int, int]:
         h = need(k, TABLE_HEADER_DTYPE)
@@ -951,6 +964,7 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
         functions=functions,
         entry_points=entry_points,
         string_order=tuple(string_order),
+        read_problems=tuple(stray),
         _index=index,
     )
 
@@ -1553,7 +1567,7 @@ def verify(db: MetaDB) -> list[str]:
     is set exactly on lexical contexts. Runs in bulk over the flat index (built afresh, so it
     sees the tree as it is now).
     """
-    problems = _table_problems(db)
+    problems = [*db.read_problems, *_table_problems(db)]
     try:
         index = ContextIndex.build(db.entry_points)
     except (OverflowError, ValueError) as error:

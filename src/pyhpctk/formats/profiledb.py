@@ -532,8 +532,10 @@ def dump(obj: ProfileDB, out: TextIO) -> None:
     out.write(f"block order: {' '.join(str(i) for i in obj.block_order)}\n")
     for i, info in enumerate(obj.profiles):
         out.write(f"profile {i}: {info.describe()}: {int(nv[i])} values in {int(nc[i])} contexts\n")
-        block = obj.values[i]
-        bounds = block.bounds().tolist()
+        block, problem = _db.block_for_dump(obj.values, i)
+        if problem is not None:
+            out.write(f"  # problem: {problem}\n")
+        bounds = _db.dump_bounds(block.ctx_indices, block.n_values)
         metric_ids = block.values["metric_id"].tolist()
         values = block.values["value"].tolist()
         for j, ctx in enumerate(block.ctx_ids().tolist()):
@@ -555,4 +557,5 @@ def verify(obj: ProfileDB) -> list[str]:
             found.append(f"profile {i}: {error.problem}")
             continue
         found.extend(f"profile {i}: {p}" for p in block.problems())
+        found.extend(f"profile {i}: {p}" for p in _db.non_finite_problem(block.values))
     return found
