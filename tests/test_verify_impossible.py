@@ -53,7 +53,9 @@ def small(reference: Path, tmp_path: Path) -> Path:
     meas = tmp_path / "small.m"
     meas.mkdir()
     for suffix in (".hpcrun", ".hpctrace"):
-        shutil.copy(reference / "meas" / "small.m" / (SMALL_STEM + suffix), meas)
+        shutil.copyfile(
+            reference / "meas" / "small.m" / (SMALL_STEM + suffix), meas / (SMALL_STEM + suffix)
+        )
     return meas
 
 
@@ -127,6 +129,20 @@ def test_a_negative_time_is_a_problem(small: Path, capsys: pytest.CaptureFixture
     ]
 
 
+def test_dump_shows_a_profile_whose_value_names_a_metric_the_table_lacks(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def point_past_the_table(profile: hpcrun.HpcrunProfile) -> None:
+        profile.values["metric"][4] = 9
+
+    path = rewrite_profile(small, point_past_the_table)
+    assert main(["verify", str(path)]) == 2  # hpcprof could not use it: unreadable
+    assert "metric index 9 out of range" in capsys.readouterr().err
+    text = dump_text(path, capsys)
+    assert "# problem: sparse metrics: metric index 9 out of range: the table has 1 metrics" in text
+    assert "metric=9" in text
+
+
 def test_trace_times_outside_the_profiles_own_bounds_are_a_problem(
     small: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,7 +187,7 @@ def small_db(reference: Path, tmp_path: Path) -> Path:
     db = tmp_path / "small.d"
     for name in ("meta.db", "profile.db", "cct.db", "trace.db"):
         db.mkdir(exist_ok=True)
-        shutil.copy(reference / "dbase" / "small.d" / name, db)
+        shutil.copyfile(reference / "dbase" / "small.d" / name, db / name)
     return db
 
 
@@ -308,7 +324,7 @@ def test_two_trace_lines_of_one_profile_are_a_problem(
     reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "trace.db"
-    shutil.copy(reference / "dbase" / "loops-cputime-t.d" / "trace.db", path)
+    shutil.copyfile(reference / "dbase" / "loops-cputime-t.d" / "trace.db", path)
     at = int(np.frombuffer(path.read_bytes(), "<u8", 1, 0x20)[0])
     patch(path, at + 24, "<I", 1)  # line 1 (profile 2) now claims profile 1 as well
     assert verify_problems(path, capsys) == [f"{path}: profiles [1] have more than one trace line"]
@@ -353,3 +369,16 @@ def test_dump_shows_a_trace_db_line_out_of_time_order(
     text = dump_text(path, capsys)
     assert "# problem: element 1 goes back in time (not time-sorted)" in text
     assert f"  {int(line.elements['timestamp'][-1]) + 1} ctx " in text
+
+
+def test_dump_of_a_directory_shows_every_readable_file_and_marks_the_unreadable_one(
+    small_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = small_db / "profile.db"
+    profile.write_bytes(profile.read_bytes()[:100])
+    assert main(["dump", str(small_db)]) == 2
+    out, err = capsys.readouterr()
+    assert f"# unreadable: {profile}: header: section 0 at 0x30 (+112 bytes) runs past" in out
+    assert "=== cct.db (cctdb)" in out and "=== trace.db (tracedb)" in out
+    assert err.splitlines() == [line for line in err.splitlines() if "pyhpctk: error: " in line]
+    assert len(err.splitlines()) == 1

@@ -536,15 +536,6 @@ def block_problems(
     return found
 
 
-def non_finite_problem(values: npt.NDArray[np.void]) -> list[str]:
-    """A block's value that is NaN or infinite: no measurement or statistic produces one."""
-    bad = ~np.isfinite(np.asarray(values["value"], dtype=np.float64))
-    if not bad.any():
-        return []
-    first = float(values["value"][int(np.argmax(bad))])
-    return [f"{int(bad.sum())} values are not finite numbers (the first is {first!r})"]
-
-
 # --- opening a database and reading its record tables (shared by the database readers) ---
 
 
@@ -694,26 +685,6 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
         if found:
             raise FormatError(self._path, f"{self._label} {i} values", "; ".join(found))
         return block
-
-
-def block_for_dump(blocks: Sequence[BlockT], i: int) -> tuple[BlockT, str | None]:
-    """Block ``i`` for a text dump: the checked block and None, or, when it fails its checks,
-    the unchecked block and the problem (a dump shows what is there; it never refuses)."""
-    try:
-        return blocks[i], None
-    except FormatError as error:
-        raw = getattr(blocks, "raw", None)
-        if raw is None:
-            raise
-        block: BlockT = raw(i)
-        return block, error.problem
-
-
-def dump_bounds(index: npt.NDArray[np.void], n_values: int) -> list[int]:
-    """:func:`block_bounds` clipped into ``[0, n_values]`` and made ascending, so that a dump of
-    a broken block slices its values without running off them."""
-    bounds = np.minimum(block_bounds(index, n_values), np.uint64(n_values)).astype(np.int64)
-    return np.maximum.accumulate(bounds).tolist() if len(bounds) else []
 
 
 # --- layouts and writing (shared by the database writers) ---

@@ -19,7 +19,8 @@ fill; an offset already on a boundary is kept), and the footer at the next multi
 ``write(read(f))`` gives back ``f`` byte for byte for every file laid out that way, which is every
 file hpcrun writes. Normalisation: a file whose sections are placed differently (other holes,
 non-zero bytes in holes) is read fine and written back in hpcrun's layout. Strings are decoded as
-UTF-8 with ``surrogateescape``, so any bytes round-trip exactly.
+UTF-8 with ``surrogateescape``, so any bytes round-trip exactly, except NUL: hpcrun writes C
+strings, so a NUL inside one is damage (refused; the writer refuses to write one).
 
 This module must never guess: bad input raises ``FormatError(path, section, problem)``, never a
 bare ``struct.error``/``IndexError``/``ValueError``/``UnicodeDecodeError``.
@@ -193,7 +194,10 @@ class _Cursor:
             self.pos = start
             raise self.truncated(stop - start, what)
         self.pos = stop
-        return bytes(self.buf[start:stop]).decode("utf-8", "surrogateescape")
+        raw = bytes(self.buf[start:stop])
+        if b"\0" in raw:  # hpcrun writes C strings (strlen bytes): a NUL is damage
+            raise self.error(f"{what} at offset {start:#x} holds a NUL byte")
+        return raw.decode("utf-8", "surrogateescape")
 
     def nvpairs(self, what: str) -> list[tuple[str, str]]:
         count = self.u32(f"{what} count")
@@ -642,6 +646,8 @@ def _string(text: str) -> bytes:
     raw = _encode(text)
     if len(raw) > 0xFFFFFFFF:
         raise ValueError("a string longer than 4 GiB cannot be written")
+    if b"\0" in raw:
+        raise ValueError(f"hpcrun strings are C strings and cannot hold NUL: {text!r}")
     return struct.pack(">I", len(raw)) + raw
 
 
@@ -870,7 +876,10 @@ def dump(
 def _dump_values(profile: HpcrunProfile, out: TextIO) -> None:
     n_nodes = len(profile.node_starts)
     out.write(f"[values] {len(profile.values)} values on {n_nodes} nodes\n")
-    if len(_fatal_problems(profile)):
+    fatal = _fatal_problems(profile)
+    if fatal:
+        # Only a profile read with strict=False gets here: show what hpcprof could not use.
+        out.writelines(f"  # problem: {section}: {problem}\n" for section, problem in fatal)
         for raw in profile.values:
             out.write(f"  raw bits={int(raw['value_bits']):#018x} metric={int(raw['metric'])}\n")
         return

@@ -75,7 +75,12 @@ def files_of(path: Path) -> list[Path]:
 
 
 def dump_path(path: str | os.PathLike[str], out: TextIO) -> None:
-    """Write the readable text of a file, or of every file of a directory, to ``out``."""
+    """Write the readable text of a file, or of every file of a directory, to ``out``.
+
+    What is wrong in a file that can be read is shown, marked ``# problem:``; a file that
+    cannot be read at all is a FormatError, raised once every other file of a directory has
+    been shown (each unreadable one marked ``# unreadable:`` in its place).
+    """
     root = Path(path)
     kind = kind_of(root)
     files = files_of(root)
@@ -83,14 +88,27 @@ def dump_path(path: str | os.PathLike[str], out: TextIO) -> None:
         others = sorted(p.name for p in (root / "gpubins").glob("*") if p.is_file())
         if others:
             out.write(f"# gpubins: {', '.join(others)}\n")
+    if kind == "file":
+        _dump_file(files[0], formats.detect_file(files[0]), out)
+        return
+    unreadable: list[FormatError] = []
     for file in files:
-        name = formats.detect_file(file)
-        if kind != "file":
+        try:
+            name = formats.detect_file(file)
             out.write(f"=== {file.relative_to(root)} ({name})\n")
-        module = formats.module(name)
-        # A profile hpcprof could not use is still shown (dump marks what is wrong).
-        obj = module.read(file, strict=False) if name == "hpcrun" else module.read(file)
-        module.dump(obj, out)
+            _dump_file(file, name, out)
+        except FormatError as error:
+            out.write(f"# unreadable: {error}\n")
+            unreadable.append(error)
+    if unreadable:
+        raise unreadable[0]
+
+
+def _dump_file(file: Path, name: str, out: TextIO) -> None:
+    module = formats.module(name)
+    # A profile hpcprof could not use is still shown (dump marks what is wrong).
+    obj = module.read(file, strict=False) if name == "hpcrun" else module.read(file)
+    module.dump(obj, out)
 
 
 def _read_checked(file: Path, report: Report) -> tuple[str, object] | None:

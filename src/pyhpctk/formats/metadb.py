@@ -71,7 +71,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import Buffer
 
 FORMAT_ID = b"meta"
@@ -713,6 +713,11 @@ class _Reader:
         self.buf = buf
         self.path = path
         self.size = len(buf)
+        self.strings: dict[int, str] = {}
+        # Bytes of distinct strings decoded so far: hpcprof's strings are disjoint, so more than
+        # the file holds means pointers into one another's strings (a file naming far more
+        # text than it holds, pointer by pointer).
+        self.decoded = 0
 
     def fail(self, section: str, problem: str) -> FormatError:
         return FormatError(self.path, section, problem)
@@ -741,7 +746,18 @@ class _Reader:
         )
 
     def string(self, pointer: int, section: str) -> str:
-        return _db.cstring_at(self.buf, pointer, self.path, section)
+        found = self.strings.get(pointer)
+        if found is None:
+            found = _db.cstring_at(self.buf, pointer, self.path, section)
+            self.strings[pointer] = found
+            self.decoded += len(found)
+            if self.decoded > self.size:
+                raise self.fail(
+                    section,
+                    f"string pointers overlap: the strings named add up to more than the "
+                    f"file's {self.size} bytes",
+                )
+        return found
 
 
 def _resolve(
@@ -827,6 +843,20 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
         int(mh["szMetric"]),
         "Metrics",
         "metric descriptions",
+    )
+    # formats.md §3.6: each metric has arrays of its own; aliases would let a small file name
+    # the square of its size in scope instances.
+    n_insts = metric_recs["nScopeInsts"].astype(np.uint64)
+    n_sums = metric_recs["nSummaries"].astype(np.uint64)
+    p_insts, p_sums = metric_recs["pScopeInsts"], metric_recs["pSummaries"]
+    sz_insts, sz_sums = np.uint64(mh["szScopeInst"]), np.uint64(mh["szSummary"])
+    _blocks.refuse_overlaps(
+        path,
+        "Metrics",
+        [
+            ("the scope instances of metric {}", p_insts, p_insts + n_insts * sz_insts),
+            ("the summaries of metric {}", p_sums, p_sums + n_sums * sz_sums),
+        ],
     )
     # Metric tables are small and many (4 records per metric): numpy views per metric, but
     # scope pointers resolved through a dict, since per-call numpy overhead dominates here.

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 
 FORMAT_ID = _db.FORMAT_IDS["trace"]
@@ -324,6 +324,8 @@ def read(source: _db.Source, *, lazy: bool = True) -> TraceDB:
             f"trace line {i}: elements [0x{int(start[i]):x}, 0x{int(end[i]):x}) are not a whole "
             f"number of elements inside the data",
         )
+    # formats.md §3.6: lines are disjoint (aliases would multiply the elements a file holds).
+    _blocks.refuse_overlaps(path, "CtxTraces", [("trace line {} elements", start, end)])
     # Recover the line order and each line's room: by start, a zero-room line before its alias.
     count = ((end - start) // np.uint64(12)).astype(np.int64)
     start64 = start.astype(np.int64)
@@ -442,7 +444,7 @@ def dump(obj: TraceDB, out: TextIO) -> None:
     )
     out.write(f"line order: {' '.join(str(i) for i in obj.line_order)}\n")
     for i in range(len(obj.lines)):
-        line, problem = _db.block_for_dump(obj.lines, i)
+        line, problem = _blocks.block_for_dump(obj.lines, i)
         room = "" if line.capacity is None else f", room for {line.capacity}"
         out.write(f"line {i}: profile {line.prof_index}: {len(line.elements)} elements{room}\n")
         if problem is not None:
