@@ -49,12 +49,13 @@ the same bytes for every hpcprof file in the reference data; without it, only th
 
 Reader: every pointer and size is bounds-checked; every function/file/module/scope pointer must
 hit an entry of its table; child arrays must be tiled exactly by their records, and may not be
-shared or overlap (so a corrupt file cannot loop). Bad input raises
-:class:`~pyhpctk.errors.FormatError`; a newer minor version warns. The Context section is read in
-two passes: a loop that only finds record offsets (depth-first pre-order), then bulk numpy
-gathers of all fields, flags and flex words, from which both the objects and the flat index are
-made; the writer lays out all context records with numpy in one go. Deep trees are handled
-without recursion.
+shared or overlap (so a corrupt file cannot loop); neither may the metrics' scope-instance and
+summary arrays, nor the strings named (so a small file cannot name the square of its size).
+Bad input raises :class:`~pyhpctk.errors.FormatError`; a newer minor version warns. The Context
+section is read in two passes: a loop that only finds record offsets (depth-first pre-order),
+then bulk numpy gathers of all fields, flags and flex words, from which both the objects and the
+flat index are made; the writer lays out all context records with numpy in one go. Deep trees
+are handled without recursion.
 """
 
 from __future__ import annotations
@@ -1592,7 +1593,8 @@ def write(db: MetaDB, dest: _db.Dest) -> None:
 def verify(db: MetaDB) -> list[str]:
     """Consistency problems of ``db`` (formats.md §3.2, §3.7); empty when clean.
 
-    Checks: every scope, module, file and function index resolves ("dangling ..." otherwise);
+    Checks: names that :func:`read` found outside the Strings section (``read_problems``);
+    every scope, module, file and function index resolves ("dangling ..." otherwise);
     prop and stat metric ids are each unique; ctxIds are unique and not 0; the propagation bit 0
     is set exactly on lexical contexts. Runs in bulk over the flat index (built afresh, so it
     sees the tree as it is now).

@@ -502,18 +502,19 @@ def verify(
                     f"line {i}: timestamps {low}..{high} fall outside the database's range "
                     f"{obj.min_timestamp}..{obj.max_timestamp}"
                 )
-    counts = (
+    n_elements = (
         obj.lines.counts()
         if isinstance(obj.lines, _FileLines)
         else np.array([len(line.elements) for line in obj.lines], dtype=np.int64)
     )
-    if obj.min_timestamp > obj.max_timestamp and counts.any():
+    if obj.min_timestamp > obj.max_timestamp and n_elements.any():
         found.append(
             f"the database's range {obj.min_timestamp}..{obj.max_timestamp} ends before it starts"
         )
-    prof, counts = np.unique(obj.prof_indices(), return_counts=True)
-    if (counts > 1).any():
-        twice = prof[counts > 1][:10].tolist()
+    # formats.md §3.5: one line per thread profile.
+    prof, lines_of = np.unique(obj.prof_indices(), return_counts=True)
+    if (lines_of > 1).any():
+        twice = prof[lines_of > 1][:10].tolist()
         found.append(f"profiles {twice} have more than one trace line")
     if known_ctx_ids is not None:
         found.extend(verify_contexts(obj, known_ctx_ids))
