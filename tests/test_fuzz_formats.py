@@ -285,7 +285,7 @@ def test_a_corrupted_file_is_refused_in_one_line_or_read_cleanly(
     original = (seeds / seed_set / directory / name).read_bytes()
     cases = iter(range(1 << 30))
 
-    @fuzz_settings(25)
+    @fuzz_settings(60)
     @given(corruptions(original, order, magic))
     def check(corrupt: bytes) -> None:
         workdir = tmp_path / f"case{next(cases)}"
@@ -314,7 +314,7 @@ def test_pyprof_on_a_corrupted_measurement_refuses_in_one_line_or_analyses(
     original = (seeds / seed_set / "meas" / name).read_bytes()
     cases = iter(range(1 << 30))
 
-    @fuzz_settings(3)
+    @fuzz_settings(10)
     @given(corruptions(original, order, magic))
     def check(corrupt: bytes) -> None:
         workdir = tmp_path / f"case{next(cases)}"
