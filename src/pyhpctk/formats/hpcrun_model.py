@@ -76,6 +76,17 @@ METRIC_SHOW_NAMES = {
     4: "invisible",
 }
 
+# Metric names carry their unit in parentheses (``CPUTIME (sec)``, ``GKER (sec)``, formats.md §1.6
+# and §7); a time can be neither negative nor anything but a finite number.
+TIME_UNITS = frozenset({"sec", "s", "msec", "ms", "usec", "us", "nsec", "ns"})
+
+
+def is_time_metric(name: str) -> bool:
+    """Does metric ``name`` measure a time (its unit suffix is seconds or a fraction of one)?"""
+    head, _, unit = name.rpartition(" (")
+    return bool(head) and unit.endswith(")") and unit[:-1] in TIME_UNITS
+
+
 # Id-tuple kind names (formats.md §1.7) and interpretation names (§1.8).
 ID_KIND_NAMES = dict(DEFAULT_ID_NAMES)
 ID_INTERPRETATION_NAMES = {0: "BOTH_VALID", 1: "LOGIC_LOCAL", 2: "LOGIC_GLOBAL", 3: "LOGIC_ONLY"}

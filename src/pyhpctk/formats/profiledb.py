@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 
@@ -334,6 +334,21 @@ def _read_id_tuple(
     )
 
 
+def _refuse_overlapping_tuples(
+    buf: _db.Buffer, path: str | None, pointers: npt.NDArray[np.uint64]
+) -> None:
+    """Profiles may share an id tuple, but distinct tuples may not overlap (§3.3, §3.6)."""
+    distinct = sorted(set(pointers.tolist()) - {0})
+    end = 0
+    for previous, at in zip([0, *distinct], distinct, strict=False):
+        if at < end:
+            raise FormatError(
+                path, "IdTuples", f"the id tuples at 0x{previous:x} and 0x{at:x} overlap"
+            )
+        n = _db.u16_at(buf, at, path, "IdTuples")
+        end = at + ID_TUPLE_HEADER_DTYPE.itemsize + 16 * n
+
+
 def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
     """Read a profile.db from a path (memory-mapped), a buffer or a binary file object.
 
@@ -355,7 +370,24 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
         raise FormatError(
             path, "ProfileInfos", f"profile {i}: value block points past the end of the data"
         )
+    # formats.md §3.6: every non-empty array has bytes of its own (aliases would let a small
+    # file name the square of its size in values).
+    nv, nc = infos["n_values"], infos["n_ctxs"].astype(np.uint64)
+    pv, pc = infos["p_values"], infos["p_ctx_indices"]
+    _blocks.refuse_overlaps(
+        path,
+        "ProfileInfos",
+        [
+            ("profile {} values", pv, pv + nv * np.uint64(PROFILE_VALUE_DTYPE.itemsize)),
+            (
+                "profile {} context indices",
+                pc,
+                pc + nc * np.uint64(PROFILE_CTX_INDEX_DTYPE.itemsize),
+            ),
+        ],
+    )
     tuple_limit = min(limit, tuples_at + tuples_size)
+    _refuse_overlapping_tuples(buf, path, infos["p_id_tuple"])
     cache: dict[int, tuple[IdTupleElement, ...]] = {}
     profiles: list[ProfileInfo] = []
     for flags, p_tuple in zip(infos["flags"].tolist(), infos["p_id_tuple"].tolist(), strict=True):
@@ -532,8 +564,10 @@ def dump(obj: ProfileDB, out: TextIO) -> None:
     out.write(f"block order: {' '.join(str(i) for i in obj.block_order)}\n")
     for i, info in enumerate(obj.profiles):
         out.write(f"profile {i}: {info.describe()}: {int(nv[i])} values in {int(nc[i])} contexts\n")
-        block = obj.values[i]
-        bounds = block.bounds().tolist()
+        block, problem = _blocks.block_for_dump(obj.values, i)
+        if problem is not None:
+            out.write(f"  # problem: {problem}\n")
+        bounds = _blocks.dump_bounds(block.ctx_indices, block.n_values)
         metric_ids = block.values["metric_id"].tolist()
         values = block.values["value"].tolist()
         for j, ctx in enumerate(block.ctx_ids().tolist()):
@@ -555,4 +589,5 @@ def verify(obj: ProfileDB) -> list[str]:
             found.append(f"profile {i}: {error.problem}")
             continue
         found.extend(f"profile {i}: {p}" for p in block.problems())
+        found.extend(f"profile {i}: {p}" for p in _blocks.non_finite_problem(block.values))
     return found
