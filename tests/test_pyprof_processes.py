@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from measurement_helpers import cpu_profile, profile_name
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli.pyrun import main as pyrun_main
@@ -22,7 +23,6 @@ from pyhpctk.formats import hpcrun, logical
 from pyhpctk.formats.hpcrun_model import LoadModule, MetricDescriptor, placeholder_ip
 from pyhpctk.present import open_database
 from pyhpctk.present.views import context_label
-from measurement_helpers import cpu_profile, profile_name
 from test_pyprof_mpi import MPIEXEC, pyprof_mpi
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"

@@ -130,15 +130,15 @@ def test_text_views_of_10000_frames_are_linear(deep10k: tuple[Path, int, int], v
         # The callers of rec: rec, rec, rec, ... cut where the rows or steps would pass the
         # budget, with a note saying so and the cut callers counted.
         assert lines[1].startswith("note: callers shown to level ")
-        assert lines[-1].endswith(" rec (+2 hidden)")  # rec and main thread
-        assert "3.00e+00 100.0%" in lines[4] and lines[4].endswith("rec")
+        assert lines[-1].endswith(" rec (r.py: 1) (+2 hidden)")  # rec and main thread
+        assert "3.00e+00 100.0%" in lines[4] and lines[4].endswith("rec (r.py: 1)")
     else:
         scope = lines[1].index("Scope")
         assert [line[scope:].lstrip(" │├└─") for line in lines[2:]] == [
             "deep10000",
             "app",
             "r.py",
-            "rec",
+            "rec (r.py: 1)",
             "r.py: 2",
             "r.py: 9",
         ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.present import formula as fx
 from pyhpctk.present.metrics import MetricCatalog
@@ -39,6 +40,8 @@ from pyhpctk.present.model import (
     FloatArray,
     IntArray,
 )
+
+BoolArray = npt.NDArray[np.bool_]
 
 Key = tuple[Any, ...]  # what groups contexts in the aggregating views
 Row = tuple[str, str, str | None, int, str | None]  # label, kind, file, line, module
@@ -152,6 +155,32 @@ def _base(path: str | None) -> str:
     return os.path.basename(path) if path else "<unknown file>"
 
 
+def _file(tree: ContextTree, node: int) -> str:
+    """The shown name of a context's file (:mod:`pyhpctk.present.names`)."""
+    return tree.shown_file(int(tree.file[node])) or "<unknown file>"
+
+
+def is_module_code(tree: ContextTree, node: int) -> bool:
+    """Python module-level code: a ``-call> [line]`` context (formats.md §3.8)."""
+    return int(tree.lexical_type[node]) == LEX_LINE and int(tree.relation[node]) == REL_CALL
+
+
+def function_label(tree: ContextTree, node: int) -> str:
+    """A function as the aggregating views name it: name and where it is defined
+    (``__init__ (torch/nn/modules/conv.py: 454)``), so that functions that share a name can be
+    told apart; Python module-level code is ``<module> (app.py)``."""
+    if is_module_code(tree, node):
+        return f"<module> ({_file(tree, node)})"
+    f = int(tree.function[node])
+    if f < 0:
+        return "<unknown function>"
+    info = tree.functions[f]
+    if info.file < 0:
+        return info.name
+    where = tree.shown_file(info.file)
+    return f"{info.name} ({where}: {info.line})" if info.line else f"{info.name} ({where})"
+
+
 def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
     """(label, kind) of a context, in hpcviewer's words."""
     lex = int(tree.lexical_type[node])
@@ -165,9 +194,9 @@ def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
             return f"[I] {name}", "inlined"
         return name, "function"
     if lex == LEX_LOOP:
-        return f"loop at {_base(tree.file_name(node))}: {int(tree.line[node])}", "loop"
+        return f"loop at {_file(tree, node)}: {int(tree.line[node])}", "loop"
     if lex == LEX_LINE:
-        return f"{_base(tree.file_name(node))}: {int(tree.line[node])}", "line"
+        return f"{_file(tree, node)}: {int(tree.line[node])}", "line"
     module = tree.module_name(node)
     return f"{_base(module) if module else '<unknown module>'}+0x{int(tree.offset[node]):x}", (
         "instruction"
@@ -359,7 +388,11 @@ def _instance_key(tree: ContextTree, node: int) -> Key | None:
         if f < 0:
             return ("function", "<unknown function>", -1)
         info = tree.functions[f]
-        return ("function", info.name, info.module)
+        # By name and where it is defined, not by name alone (issue #21 item 2): every
+        # __init__ of a program is its own function.
+        return ("function", info.name, info.module, info.file, info.line)
+    if is_module_code(tree, node):
+        return ("module code", int(tree.file[node]))
     if lex == LEX_INSTRUCTION and int(tree.relation[node]) == REL_CALL:
         return ("instruction", int(tree.module[node]), int(tree.offset[node]))
     if lex == LEX_ENTRY:
@@ -431,8 +464,9 @@ class _Callers:
         for parent, node in zip(parent_of_group.tolist(), representative.tolist(), strict=True):
             label, kind = context_label(self.tree, node)
             file, line, module = _where(self.tree, node)
-            kind = kind if kind != "inlined" else "function"
-            self.labels.append((label.removeprefix("[I] "), kind, file, line, module))
+            if kind in ("function", "inlined") or is_module_code(self.tree, node):
+                label, kind = function_label(self.tree, node), "function"
+            self.labels.append((label, kind, file, line, module))
             self.parents.append(parent)
         groups = len(representative)
         agg = self.agg
@@ -587,8 +621,35 @@ class _StaticScopes:
         return me
 
 
-def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Load module → file → function → inlined function / loop → line."""
+def _file_index(tree: ContextTree, node: int) -> int:
+    """The file a context is in: its own, else its function's (-1: unknown)."""
+    index = int(tree.file[node])
+    f = int(tree.function[node])
+    if index < 0 and f >= 0:
+        index = tree.functions[f].file
+    return index
+
+
+def _python_modules(tree: ContextTree) -> dict[int, str]:
+    """file index -> the module its functions are in, for module-level code (which names none:
+    formats.md §3.8); files without a function get ``<logical python>`` when the tree has it."""
+    out: dict[int, str] = {}
+    for info in tree.functions:
+        if info.file >= 0 and info.module >= 0:
+            out.setdefault(info.file, tree.modules[info.module])
+    logical = next((m for m in tree.modules if m.startswith("<logical ")), None)
+    if logical is not None:
+        for index in range(len(tree.files)):
+            out.setdefault(index, logical)
+    return out
+
+
+def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None = None) -> View:
+    """Load module → file → function → inlined function / loop → line.
+
+    ``elided``: contexts left out (interpreter frames, :mod:`pyhpctk.present.elide`); their cost
+    stays in the scope of their call site.
+    """
     exp = catalog.experiment
     tree = exp.tree
     n = tree.size
@@ -600,35 +661,57 @@ def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
     scope = [0] * n
     is_scope = [False] * n
     parent: list[int] = tree.parent.tolist()
+    module_code: list[int] = []
+    python_module = _python_modules(tree)
     for i in range(1, n):
         lex = int(tree.lexical_type[i])
         rel = int(tree.relation[i])
         if lex == LEX_ENTRY:
             continue
         up = scope[parent[i]]
+        if elided is not None and elided[i]:
+            scope[i] = up  # an elided frame's cost stays where it was called (its call site)
+            continue
         if up and scopes.kinds[up] == "line":
             up = scopes.parents[up]  # a call site line: what it calls belongs to the callee
         label, kind = context_label(tree, i)
         file, line, module = _where(tree, i)
         row = (label, kind, file, line, module)
+        code = lex == LEX_LINE and rel == REL_CALL
         if (
             (lex == LEX_FUNCTION and rel != REL_INLINED)
             or (lex == LEX_INSTRUCTION and rel == REL_CALL)
+            or code
             or not up
         ):
+            if code:  # Python module-level code belongs to its module (formats.md §3.8)
+                module = python_module.get(int(tree.file[i]), module)
             mod_name = module or "<unknown module>"
-            file_name = file if lex in (LEX_FUNCTION, LEX_LINE, LEX_LOOP) else None
+            file_index = _file_index(tree, i) if lex in (LEX_FUNCTION, LEX_LINE, LEX_LOOP) else -1
+            file_name = tree.files[file_index] if file_index >= 0 else None
+            shown = tree.shown_file(file_index) or "<unknown file>"
             g_mod = scopes.group(
                 0, ("module", mod_name), (_base(mod_name), "module", None, 0, mod_name)
             )
             g_file = scopes.group(
-                g_mod, ("file", file_name), (_base(file_name), "file", file_name, 0, mod_name)
+                g_mod, ("file", file_name), (shown, "file", file_name, 0, mod_name)
             )
-            if lex not in (LEX_LINE, LEX_LOOP):
+            if code:
+                name = function_label(tree, i)
+                up = scopes.group(
+                    g_file, ("function", name), (name, "function", file_name, 0, mod_name)
+                )
+                module_code.append(i)
+                row = (label, kind, file, line, mod_name)
+            elif lex not in (LEX_LINE, LEX_LOOP):
+                if lex == LEX_FUNCTION:
+                    label = function_label(tree, i)
+                    row = (label, kind, file, line, module)
                 scope[i] = scopes.group(g_file, ("function", label), row)
                 is_scope[i] = True
                 continue
-            up = g_file  # code outside any known function
+            else:
+                up = g_file  # code outside any known function
         if lex == LEX_FUNCTION:  # inlined
             scope[i] = scopes.group(up, ("inlined", label), row)
         elif lex == LEX_LOOP:
@@ -650,10 +733,16 @@ def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
     depths = np.array(scopes.depths, dtype=np.int64)
     # Inclusive: every scope and its module/file ancestors, from their outermost instances
     # (a scope inside another instance of itself, i.e. recursion, adds nothing).
-    for level in (None, "file", "module"):
+    code_nodes = np.array(module_code, dtype=np.int64)
+    group_parent = np.array(scopes.parents, dtype=np.int64)
+    is_code = np.zeros(n, dtype=bool)
+    is_code[code_nodes] = True
+    for level in (None, "module code", "file", "module"):
         nodes, groups = scope_nodes, node_scope[scope_nodes]
-        if level is not None:
-            outer = (kinds[groups] == "function") | (depths[groups] <= 3)
+        if level == "module code":  # the <module> scope holds its lines' outermost instances
+            nodes, groups = code_nodes, group_parent[node_scope[code_nodes]]
+        elif level is not None:
+            outer = (kinds[groups] == "function") | (depths[groups] <= 3) | is_code[nodes]
             nodes, groups = nodes[outer], groups[outer]
             ancestor = scopes.file_of if level == "file" else scopes.module_of
             groups = np.array(ancestor, dtype=np.int64)[groups]
@@ -669,7 +758,6 @@ def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
         [np.bincount(node_scope[costed], row[costed], n_groups) for row in agg.self_cost]
     ).reshape(len(agg.self_cost), n_groups)
     through = direct.copy()  # summed over each group's subtree
-    group_parent = np.array(scopes.parents, dtype=np.int64)
     for depth in range(int(depths.max()), 1, -1):
         at = np.flatnonzero(depths == depth)
         np.add.at(through.T, group_parent[at], through.T[at])
