@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pyhpctk.errors import UsageError
-from pyhpctk.present import imbalance, traces
+from pyhpctk.present import frames, imbalance, traces
 from pyhpctk.present.elide import internal_frames
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import Experiment
@@ -154,6 +154,31 @@ class Database:
         if view is None:
             return pandas.DataFrame(self.arrays())
         return pandas.DataFrame(self.records(view))
+
+    def profile_tables(
+        self, metrics: Sequence[str] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Every context of every profile (thread, rank, GPU stream) with its values, and the
+        profiles' identifiers, as columns (:func:`pyhpctk.present.frames.profile_tables`)."""
+        names = self._metrics(metrics)
+        try:
+            return frames.profile_tables(self.catalog, names)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+
+    def to_thicket(self, metrics: Sequence[str] | None = None) -> tuple[Any, Any]:
+        """(performance, metadata) pandas DataFrames in thicket's layout: the first indexed by
+        ``(node, profile)`` with a column per metric, the second by ``profile``; every thread
+        is there, where hatchet's reader sees only the main thread. Needs pandas."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError:
+            raise UsageError("to_thicket() needs pandas: pip install pandas") from None
+        performance, metadata = self.profile_tables(metrics)
+        return (
+            pandas.DataFrame(performance).set_index(["node", "profile"]),
+            pandas.DataFrame(metadata).set_index("profile"),
+        )
 
     def spread(self, ctx_id: int, metric: str, profiles: str = "all") -> imbalance.ContextSpread:
         """Per-thread values of a metric at one context, with min/mean/max/CV."""
