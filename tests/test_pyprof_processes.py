@@ -132,3 +132,29 @@ def test_parent_spawned_workers_and_subprocess_share_their_contexts(tmp_path: Pa
     rows = [c for c in view.root.children if c.label.startswith("spin")]
     assert len(rows) == 1
     assert rows[0].values[0] == pytest.approx(4 * seconds + 0.05, rel=0.3)
+
+
+def test_a_benchmark_runners_workers_are_one_tree_that_fits_a_screen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/programs/bench_runner.py: four worker processes, as pyperf starts them, each
+    0.1 s in bench_time_func() -> task() -> inner(). (benchmarks/RESULTS.md: the same with
+    pyperf and pyperformance's bm_richards.)"""
+    from pyhpctk.cli.pyview import main as pyview_main
+
+    workers, seconds = 4, 0.1
+    measurement, output = tmp_path / "m", tmp_path / "db"
+    program = str(PROGRAMS / "bench_runner.py")
+    command = [sys.executable, program, str(workers), str(seconds)]
+    assert pyrun_main(["-o", str(measurement), *command]) == 0
+    run(ProfOptions.build([measurement], output=output))
+    assert len(open_database(output).experiment.profiles) == workers + 1
+    (bench,) = _contexts_named(output, "bench_time_func")  # one, not one per worker
+    db = open_database(output)
+    total = db.catalog.column(CPUTIME, inclusive=True)[bench]
+    assert total == pytest.approx(workers * (seconds + 0.005), rel=0.3)
+    assert pyview_main([str(output)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 100
+    rows = [line.split("  ")[-1].strip().lstrip("* ") for line in lines]
+    assert rows.count("bench_time_func") == 1 and "inner" in rows

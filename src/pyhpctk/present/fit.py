@@ -9,8 +9,9 @@ by default what hpcviewer opens with its hot-path button:
   usual share of 50 % that is one path from the root to where the cost splits, with the
   alternatives at each step listed beside it;
 * **line budget**: when more rows would be listed than ``budget``, the rows kept are those with
-  the largest inclusive values (a row's parents always before it), so what is cut is the
-  smallest; each cut row is counted in its parent's ``(+N hidden)``, and the view says how many
+  the largest inclusive values (in the bottom-up and flat views, the values rows are ordered by:
+  ``-E`` keeps the largest exclusive ones), a row's parents always before it, so what is cut is
+  the smallest; each cut row is counted in its parent's ``(+N hidden)``, and the view says how many
   rows were cut (:attr:`Fitted.cut`), which the text output prints as ``… N more rows``.
 
 Nothing is recomputed: rows keep the values the view was built with.
@@ -64,6 +65,9 @@ def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
     """``view`` with only its hot path expanded (``hot_share`` None: every row expanded) and
     at most ``budget`` rows besides the root (None: no limit)."""
     column = _inclusive_column(view)
+    # What the budget keeps first: the largest inclusive values; in the aggregating views the
+    # values the rows are ordered by (-E: the functions that cost most themselves).
+    ranked = column if view.kind == "top-down" else view.sort_column
     # Rows listed by the expansion rule, in pre-order: (copy, parent's index, priority).
     listed: list[tuple[ViewNode, int, float]] = []
     stack: list[tuple[ViewNode, int, float, bool]] = [(view.root, -1, math.inf, True)]
@@ -81,7 +85,7 @@ def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
         for child in reversed(node.children):
             value = _value(child, column)
             opens = hot_share is None or (value > 0 and value >= hot_share * mine)
-            stack.append((child, me, min(priority, value), opens))
+            stack.append((child, me, min(priority, _value(child, ranked)), opens))
     keep = len(listed)
     if budget is not None and len(listed) - 1 > budget:
         keep = budget + 1
