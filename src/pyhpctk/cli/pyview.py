@@ -263,7 +263,8 @@ def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | No
     "--depth",
     type=click.IntRange(min=0),
     metavar="N",
-    help="Show N levels (the hot path is always expanded).",
+    help="Expand every scope down to N levels instead of the hot path alone (the hot path is "
+    "always expanded).",
 )
 @click.option(
     "-t",
@@ -389,6 +390,13 @@ def pyview(
     force: bool,
 ) -> int:
     """Show the performance database DATABASE (a pyprof / hpcprof output directory).
+
+    \b
+    The text views show the hot path (rows holding at least --hot-path percent of their
+    parent are expanded, the others folded beside them), at most --lines rows (the largest;
+    '... N more rows' says what was cut), cut to the terminal's width, without the
+    interpreter's import-system, runpy and site frames (--show-internal). --full prints every
+    row of the view.
 
     \b
     Exports (--csv, --json, --html, --trace-export FILE; '-' is stdout) never replace an
