@@ -112,7 +112,7 @@ def deep10k(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
 @pytest.mark.parametrize("view", ["--top-down", "--bottom-up", "--flat"])
 def test_text_views_of_10000_frames_are_linear(deep10k: tuple[Path, int, int], view: str) -> None:
     db, contexts, depth = deep10k
-    out, rss, seconds = pyview(str(db), view, "--tree", "unicode")
+    out, rss, seconds = pyview(str(db), view, "--tree", "unicode", "--full")
     text = out.decode()
     lines = text.splitlines()
     assert len(out) <= BYTES_PER_CONTEXT * contexts, f"{len(out) / contexts:.0f} bytes/context"
@@ -130,15 +130,15 @@ def test_text_views_of_10000_frames_are_linear(deep10k: tuple[Path, int, int], v
         # The callers of rec: rec, rec, rec, ... cut where the rows or steps would pass the
         # budget, with a note saying so and the cut callers counted.
         assert lines[1].startswith("note: callers shown to level ")
-        assert lines[-1].endswith(" rec (+2 hidden)")  # rec and main thread
-        assert "3.00e+00 100.0%" in lines[4] and lines[4].endswith("rec")
+        assert lines[-1].endswith(" rec (r.py: 1) (+2 hidden)")  # rec and main thread
+        assert "3.00e+00 100.0%" in lines[4] and lines[4].endswith("rec (r.py: 1)")
     else:
         scope = lines[1].index("Scope")
         assert [line[scope:].lstrip(" │├└─") for line in lines[2:]] == [
             "deep10000",
             "app",
             "r.py",
-            "rec",
+            "rec (r.py: 1)",
             "r.py: 2",
             "r.py: 9",
         ]
@@ -211,7 +211,7 @@ def test_report_of_10000_frames_is_linear(deep10k: tuple[Path, int, int]) -> Non
 @pytest.mark.slow  # about 5 s: 100,003 rows
 def test_50000_frames_in_linear_memory_and_output(tmp_path: Path) -> None:
     db, contexts, depth = deep_database(tmp_path, 50_000)
-    out, rss, _ = pyview(str(db), "--tree", "unicode")
+    out, rss, _ = pyview(str(db), "--tree", "unicode", "--full")
     assert len(out) <= BYTES_PER_CONTEXT * contexts, f"{len(out) / contexts:.0f} bytes/context"
     assert rss <= BASE_RSS + RSS_PER_CONTEXT * contexts, f"{rss >> 20} MiB"
     assert out.decode().rstrip().endswith(f"[depth {depth}] * r.py: 9")

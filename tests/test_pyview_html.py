@@ -65,6 +65,26 @@ AFTER = r"""<script>
     out.flame = document.querySelectorAll("#flame .fl").length;
     out.lanes = document.querySelectorAll("#timeline canvas").length;
     out.ready = document.body.dataset.ready || null;
+    // The views' tabs (top-down, bottom-up, flat): each shows its own table, whose rows fold.
+    out.tabs = {};
+    Array.prototype.forEach.call(document.querySelectorAll("#tabs .tab"), function (b) {
+      b.click();
+      var id = b.dataset.view === "top-down" ? "tree" : "view-" + b.dataset.view;
+      var table = document.getElementById(id);
+      var trs = table.querySelectorAll("tbody tr");
+      var seen = function () {
+        return Array.prototype.filter.call(trs, function (r) { return r.style.display !== "none"; })
+          .length;
+      };
+      var shut = Array.prototype.filter.call(table.querySelectorAll(".toggle"), function (t) {
+        return t.textContent === "\u25B8" && t.closest("tr").style.display !== "none";
+      });
+      var info = {rows: trs.length, shown: table.style.display !== "none", before: seen(),
+                  first: trs.length > 1 ? scope(trs[1]) : null,
+                  others: document.querySelectorAll("#views table").length};
+      if (shut.length) { shut[0].click(); info.after = seen(); }
+      out.tabs[b.dataset.view] = info;
+    });
   } catch (e) { window.__errors.push("harness: " + e); }
   out.errors = window.__errors;
   // Chromium's --dump-dom dies (SIGILL) serialising a text node that holds a lone surrogate
@@ -258,3 +278,22 @@ def test_deep_report_renders_in_chromium(tmp_path: Path) -> None:
     assert result["rows"] == exp.tree.size and result["flame"] == exp.tree.size
     assert result["last"] == f"[depth {exp.tree.size - 1}] r.py: 9"
     assert result["scopes"][TEXT_DEPTH_LIMIT].lstrip("\u25be") == "rec"  # depth 40: indented
+
+
+@pytest.mark.browser
+def test_report_offers_bottom_up_and_flat_views_in_chromium(
+    reference: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "report.html"
+    assert main([str(reference / "dbase" / "small.d"), "--html", str(target)]) == 0
+    result = run_in_browser(target.read_text(encoding="utf-8"), tmp_path)
+    assert result["errors"] == [] and result["ready"] == "yes"
+    db = open_database(reference / "dbase" / "small.d")
+    tabs = result["tabs"]
+    assert sorted(tabs) == ["bottom-up", "flat", "top-down"]
+    for kind in ("bottom-up", "flat"):
+        tab, view = tabs[kind], db.view(kind)
+        assert tab["shown"] and tab["others"] == 3
+        assert tab["rows"] == sum(1 for _ in view.root.walk())
+        assert tab["first"].lstrip("\u25be\u25b8") == view.root.children[0].label
+        assert tab["after"] > tab["before"]  # a folded row opens

@@ -178,13 +178,18 @@ def logical_steps(
         return (ContextKey(Relation.CALL, LexicalType.FUNCTION, function=None),)
     if stanza.name is None:  # module-level code: a bare line
         return (ContextKey(Relation.CALL, LexicalType.LINE, file=stanza.file or "", line=line),)
+    # A function is what it is, not its fid: each process writes its own logical file and numbers
+    # its functions in the order it meets them, so the same function in a spawned worker or a
+    # subprocess has another (module, fid) than in its parent. Keyed by name, file and first
+    # line, it is one function and its frames one context in every process (issue #21), as
+    # hpcprof unifies native frames by load module and address.
     function = Function(
         name=stanza.name,
         module=LOGICAL_PYTHON,
         offset=0,
         file=stanza.file,
         line=stanza.line,
-        token=("logical", fid, stanza.name, stanza.file, stanza.line),
+        token=("logical", stanza.name, stanza.file, stanza.line),
     )
     call = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=function)
     if stanza.file is None or line == 0:

@@ -50,10 +50,18 @@ class TextStyle:
 
     color: bool = False
     tree: str = "unicode"  # "unicode" (box drawing), "ascii" (|- `-) or "indent" (spaces only)
+    width: int | None = None  # cut rows to this many columns (None: never)
 
     def __post_init__(self) -> None:
         if self.tree not in ("unicode", "ascii", "indent"):
             raise ValueError(f"unknown tree style {self.tree!r}")
+        if self.width is not None and self.width < 1:
+            raise ValueError("width must be at least 1")
+
+
+#: The least a label keeps of a row cut to the terminal's width: indentation stops growing
+#: (rows show ``[depth N]``) before it leaves less.
+MIN_LABEL_WIDTH = 24
 
 
 def format_value(value: float, total: float, fmt: str | None = None, percent: bool = True) -> str:
@@ -78,9 +86,11 @@ def depth_marker(depth: int) -> str:
     return f"[depth {depth}] "
 
 
-def _tree_lines(view: View, style: TextStyle) -> Iterator[tuple[str, ViewNode]]:
+def _tree_lines(
+    view: View, style: TextStyle, limit: int = TEXT_DEPTH_LIMIT
+) -> Iterator[tuple[str, ViewNode]]:
     """(tree drawing before the label, node) in pre-order; the drawing stops growing at
-    :data:`TEXT_DEPTH_LIMIT` levels, and deeper rows carry :func:`depth_marker` instead."""
+    ``limit`` levels, and deeper rows carry :func:`depth_marker` instead."""
     tee, last, bar, gap = {
         "unicode": ("├─ ", "└─ ", "│  ", "   "),
         "ascii": ("|- ", "`- ", "|  ", "   "),
@@ -91,7 +101,7 @@ def _tree_lines(view: View, style: TextStyle) -> Iterator[tuple[str, ViewNode]]:
         node, lead, child_lead, depth = stack.pop()
         yield lead, node
         kids = node.children
-        deep = depth + 1 > TEXT_DEPTH_LIMIT
+        deep = depth + 1 > limit
         for i in range(len(kids) - 1, -1, -1):
             if deep:  # the same lead string for every deeper row: no growth, no copies
                 stack.append((kids[i], child_lead + depth_marker(depth + 1), child_lead, depth + 1))
@@ -124,10 +134,20 @@ def _cells(view: View, node: ViewNode, totals: list[float]) -> list[str]:
     ]
 
 
-def render_text(view: View, out: TextIO, style: TextStyle = TextStyle()) -> None:
+def _cut(text: str, room: int) -> str:
+    """``text`` in at most ``room`` columns, ending in ``…`` when cut."""
+    if len(text) <= room:
+        return text
+    return text[: max(room - 1, 0)] + "…" if room > 0 else ""
+
+
+def render_text(view: View, out: TextIO, style: TextStyle = TextStyle(), more: int = 0) -> None:
     """Write the view as an aligned table with the scope tree on the right.
 
-    Two passes over the tree (column widths, then rows), so no row is held in memory.
+    Two passes over the tree (column widths, then rows), so no row is held in memory. With
+    ``style.width`` every row is cut to that many columns (the label ends in ``…``), and the
+    tree indents only as deep as leaves :data:`MIN_LABEL_WIDTH` columns to the labels.
+    ``more``: rows a line budget left out (:mod:`pyhpctk.present.fit`), said on a last line.
     """
     totals = column_totals(view)
     heads = [c.label for c in view.columns]
@@ -135,20 +155,34 @@ def render_text(view: View, out: TextIO, style: TextStyle = TextStyle()) -> None
     for _, node in _tree_lines(view, style):
         for i, cell in enumerate(_cells(view, node, totals)):
             widths[i] = max(widths[i], len(cell))
+    limit = TEXT_DEPTH_LIMIT
+    numbers_width = sum(widths) + 2 * len(widths)
+    if style.width is not None:
+        step = 2 if style.tree == "indent" else 3
+        limit = max(
+            1, min(TEXT_DEPTH_LIMIT, (style.width - numbers_width - MIN_LABEL_WIDTH) // step)
+        )
+
+    def fit(text: str) -> str:
+        return text if style.width is None else _cut(text, style.width)
+
     sort_label = view.columns[view.sort_column].label
-    title = f"{view.title} - {view.kind} view, sorted by {sort_label}"
+    title = fit(f"{view.title} - {view.kind} view, sorted by {sort_label}")
     out.write((click.style(title, bold=True) if style.color else title) + "\n")
     for note in view.notes:
-        out.write(
-            (click.style(f"note: {note}", dim=True) if style.color else f"note: {note}") + "\n"
-        )
-    header = "  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True)) + "  Scope"
+        text = fit(f"note: {note}")
+        out.write((click.style(text, dim=True) if style.color else text) + "\n")
+    header = fit("  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True)) + "  Scope")
     out.write((click.style(header, underline=True) if style.color else header) + "\n")
-    for lead, node in _tree_lines(view, style):
+    for lead, node in _tree_lines(view, style, limit):
         row = _cells(view, node, totals)
         numbers = "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
         label = node.label
         hidden = f" (+{node.hidden} hidden)" if node.hidden else ""
+        if style.width is not None:
+            room = style.width - len(numbers) - 2 - len(lead) - (2 if node.hot else 0)
+            label = _cut(label, room)
+            hidden = _cut(hidden, room - len(label))
         if style.color:
             kw = dict(KIND_STYLES.get(node.kind, {}))
             if node.hot and node.kind not in ("root",):
@@ -159,6 +193,12 @@ def render_text(view: View, out: TextIO, style: TextStyle = TextStyle()) -> None
         else:
             mark = "* " if node.hot and node is not view.root else ""
         out.write(f"{numbers}  {lead}{mark}{label}{hidden}\n")
+    if more:
+        text = fit(
+            f"... {more:,} more rows below the line budget: --lines N shows more, "
+            "--full the whole tree"
+        )
+        out.write((click.style(text, dim=True) if style.color else text) + "\n")
 
 
 def _flatten(view: View) -> Iterator[tuple[int, int, int, ViewNode]]:

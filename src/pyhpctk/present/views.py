@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.present import formula as fx
 from pyhpctk.present.metrics import MetricCatalog
@@ -39,6 +40,8 @@ from pyhpctk.present.model import (
     FloatArray,
     IntArray,
 )
+
+BoolArray = npt.NDArray[np.bool_]
 
 Key = tuple[Any, ...]  # what groups contexts in the aggregating views
 Row = tuple[str, str, str | None, int, str | None]  # label, kind, file, line, module
@@ -120,6 +123,8 @@ class ViewOptions:
     threshold: float = 0.0
     show_zero: bool = False
     expand_hot: bool = True
+    sort_exclusive: bool = False  # order rows by the sort metric's exclusive value
+    hot_share: float = HOT_PATH_SHARE  # a child holding this share of its parent is hot
 
     def __post_init__(self) -> None:
         if not self.metrics:
@@ -139,10 +144,14 @@ def columns_for(catalog: MetricCatalog, options: ViewOptions) -> tuple[ColumnSpe
     return tuple(out)
 
 
-def _sort_index(options: ViewOptions, columns: Sequence[ColumnSpec]) -> int:
+def _sort_index(
+    options: ViewOptions, columns: Sequence[ColumnSpec], inclusive: bool | None = None
+) -> int:
+    """The column rows are ordered by (``inclusive``: that side of the sort metric instead)."""
     sort = options.sort or options.metrics[0]
+    side = not options.sort_exclusive if inclusive is None else inclusive
     for i, col in enumerate(columns):
-        if col.metric == sort and col.inclusive:
+        if col.metric == sort and col.inclusive == side:
             return i
     raise ValueError(f"sort metric {sort!r} is not among the shown metrics")
 
@@ -150,6 +159,32 @@ def _sort_index(options: ViewOptions, columns: Sequence[ColumnSpec]) -> int:
 # -- labels ------------------------------------------------------------------------------------
 def _base(path: str | None) -> str:
     return os.path.basename(path) if path else "<unknown file>"
+
+
+def _file(tree: ContextTree, node: int) -> str:
+    """The shown name of a context's file (:mod:`pyhpctk.present.names`)."""
+    return tree.shown_file(int(tree.file[node])) or "<unknown file>"
+
+
+def is_module_code(tree: ContextTree, node: int) -> bool:
+    """Python module-level code: a ``-call> [line]`` context (formats.md §3.8)."""
+    return int(tree.lexical_type[node]) == LEX_LINE and int(tree.relation[node]) == REL_CALL
+
+
+def function_label(tree: ContextTree, node: int) -> str:
+    """A function as the aggregating views name it: name and where it is defined
+    (``__init__ (torch/nn/modules/conv.py: 454)``), so that functions that share a name can be
+    told apart; Python module-level code is ``<module> (app.py)``."""
+    if is_module_code(tree, node):
+        return f"<module> ({_file(tree, node)})"
+    f = int(tree.function[node])
+    if f < 0:
+        return "<unknown function>"
+    info = tree.functions[f]
+    if info.file < 0:
+        return info.name
+    where = tree.shown_file(info.file)
+    return f"{info.name} ({where}: {info.line})" if info.line else f"{info.name} ({where})"
 
 
 def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
@@ -165,9 +200,9 @@ def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
             return f"[I] {name}", "inlined"
         return name, "function"
     if lex == LEX_LOOP:
-        return f"loop at {_base(tree.file_name(node))}: {int(tree.line[node])}", "loop"
+        return f"loop at {_file(tree, node)}: {int(tree.line[node])}", "loop"
     if lex == LEX_LINE:
-        return f"{_base(tree.file_name(node))}: {int(tree.line[node])}", "line"
+        return f"{_file(tree, node)}: {int(tree.line[node])}", "line"
     module = tree.module_name(node)
     return f"{_base(module) if module else '<unknown module>'}+0x{int(tree.offset[node]):x}", (
         "instruction"
@@ -198,7 +233,8 @@ def top_down(catalog: MetricCatalog, options: ViewOptions) -> View:
     columns = columns_for(catalog, options)
     sort = _sort_index(options, columns)
     matrix = np.vstack([catalog.column(c.metric, c.inclusive) for c in columns])
-    key = _key(matrix[sort])
+    key = _key(matrix[_sort_index(options, columns, inclusive=True)])
+    order_key = _key(matrix[sort])
     total = float(key[0]) if np.isfinite(key[0]) else 0.0
     cutoff = abs(total) * options.threshold / 100.0
     nonzero = np.any(np.nan_to_num(matrix) != 0, axis=0)
@@ -225,11 +261,12 @@ def top_down(catalog: MetricCatalog, options: ViewOptions) -> View:
         kids = tree.children(node)
         if len(kids) == 0:
             continue
-        order = kids[np.argsort(-key[kids], kind="stable")]
+        order = kids[np.argsort(-order_key[kids], kind="stable")]
         hot_child = -1
-        top = key[order[0]]
-        if hot and options.expand_hot and top > 0 and top >= HOT_PATH_SHARE * key[node]:
-            hot_child = int(order[0])
+        biggest = int(kids[int(np.argmax(key[kids]))])
+        top = key[biggest]
+        if hot and options.expand_hot and top > 0 and top >= options.hot_share * key[node]:
+            hot_child = biggest
         deeper_ok = options.depth is None or depth < options.depth
         for child in order.tolist():
             is_hot = child == hot_child
@@ -316,17 +353,22 @@ def _finish(
     title: str,
     kind: str,
     cut: dict[int, int] | None = None,
+    ctx_ids: Sequence[int] | None = None,
+    hot_path: bool = False,
 ) -> View:
     """Turn grouped sums into a sorted, pruned view tree (group 0 is the root).
 
     ``cut``: groups whose children were not built, and how many there would be (shown as
-    hidden).
+    hidden). ``ctx_ids``: the context each group stands for (a tree of contexts). ``hot_path``:
+    mark the hot path as :func:`top_down` does, and keep it below the depth limit.
     """
+    options = agg.options
     values = agg.evaluate(inc_sums, exc_sums)
-    sort = _sort_index(agg.options, agg.columns)
-    key = _key(values[sort])
+    sort = _sort_index(options, agg.columns)
+    key = _key(values[_sort_index(options, agg.columns, inclusive=True)])
+    order_key = _key(values[sort])
     total = float(key[0]) if np.isfinite(key[0]) else 0.0
-    cutoff = abs(total) * agg.options.threshold / 100.0
+    cutoff = abs(total) * options.threshold / 100.0
     nonzero = np.any(np.nan_to_num(values) != 0, axis=0)
     kids: list[list[int]] = [[] for _ in parents]
     for g, p in enumerate(parents):
@@ -334,19 +376,29 @@ def _finish(
             kids[p].append(g)
     nodes: list[ViewNode] = []
     for g, (label, k, file, line, module) in enumerate(labels):
-        nodes.append(ViewNode(label, k, values[:, g].copy(), file=file, line=line, module=module))
+        ctx = None if ctx_ids is None else int(ctx_ids[g])
+        nodes.append(
+            ViewNode(label, k, values[:, g].copy(), ctx_id=ctx, file=file, line=line, module=module)
+        )
     for g, count in (cut or {}).items():
         nodes[g].hidden += count
+    nodes[0].hot = hot_path
     stack = [(0, 0)]
     while stack:
         g, depth = stack.pop()
-        order = sorted(kids[g], key=lambda c: -key[c])
+        order = sorted(kids[g], key=lambda c: -order_key[c])
+        hot_child = -1
+        if nodes[g].hot and order and options.expand_hot:
+            biggest = max(order, key=lambda c: key[c])
+            if key[biggest] > 0 and key[biggest] >= options.hot_share * key[g]:
+                hot_child = biggest
         for c in order:
-            keep = (agg.options.show_zero or nonzero[c]) and key[c] >= cutoff
-            if keep and (agg.options.depth is None or depth < agg.options.depth):
+            keep = (options.show_zero or nonzero[c]) and (key[c] >= cutoff or c == hot_child)
+            if keep and (options.depth is None or depth < options.depth or c == hot_child):
+                nodes[c].hot = c == hot_child
                 nodes[g].children.append(nodes[c])
                 stack.append((c, depth + 1))
-            elif agg.options.show_zero or nonzero[c]:
+            elif options.show_zero or nonzero[c]:
                 nodes[g].hidden += 1
     return View(kind, title, agg.columns, nodes[0], sort)
 
@@ -359,7 +411,11 @@ def _instance_key(tree: ContextTree, node: int) -> Key | None:
         if f < 0:
             return ("function", "<unknown function>", -1)
         info = tree.functions[f]
-        return ("function", info.name, info.module)
+        # By name and where it is defined, not by name alone (issue #21 item 2): every
+        # __init__ of a program is its own function.
+        return ("function", info.name, info.module, info.file, info.line)
+    if is_module_code(tree, node):
+        return ("module code", int(tree.file[node]))
     if lex == LEX_INSTRUCTION and int(tree.relation[node]) == REL_CALL:
         return ("instruction", int(tree.module[node]), int(tree.offset[node]))
     if lex == LEX_ENTRY:
@@ -413,6 +469,7 @@ class _Callers:
 
     tree: ContextTree
     agg: _Aggregator
+    fn_cost: FloatArray  # each instance's exclusive inputs, elided callees' self cost included
     labels: list[Row] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     inc_parts: list[FloatArray] = field(default_factory=list)
@@ -431,8 +488,9 @@ class _Callers:
         for parent, node in zip(parent_of_group.tolist(), representative.tolist(), strict=True):
             label, kind = context_label(self.tree, node)
             file, line, module = _where(self.tree, node)
-            kind = kind if kind != "inlined" else "function"
-            self.labels.append((label.removeprefix("[I] "), kind, file, line, module))
+            if kind in ("function", "inlined") or is_module_code(self.tree, node):
+                label, kind = function_label(self.tree, node), "function"
+            self.labels.append((label, kind, file, line, module))
             self.parents.append(parent)
         groups = len(representative)
         agg = self.agg
@@ -442,8 +500,8 @@ class _Callers:
             ).reshape(len(agg.inc), groups)
         )
         self.exc_parts.append(
-            np.array([np.bincount(group, row[instance], groups) for row in agg.fn_cost]).reshape(
-                len(agg.fn_cost), groups
+            np.array([np.bincount(group, row[instance], groups) for row in self.fn_cost]).reshape(
+                len(self.fn_cost), groups
             )
         )
         return first
@@ -454,8 +512,14 @@ def callers_budget(n_contexts: int) -> int:
     return CALLER_ROWS_PER_CONTEXT * n_contexts + CALLER_ROWS_FLOOR
 
 
-def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
+def bottom_up(
+    catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None = None
+) -> View:
     """Each function's cost, split over the chains of its callers.
+
+    ``elided`` contexts (interpreter frames, :mod:`pyhpctk.present.elide`) are no function of
+    their own: they belong to their caller's frame, whose exclusive cost includes theirs, and
+    their callees' callers chains go straight to that caller.
 
     Built one level of callers at a time over arrays of (group, instance, position) triples, so
     memory holds one level, not every instance's whole chain. Chains can be quadratic in the
@@ -472,7 +536,7 @@ def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
     is_entry = np.zeros(n, dtype=bool)
     for i in range(1, n):
         k = _instance_key(tree, i)
-        if k is not None:
+        if k is not None and (elided is None or not elided[i]):
             kid[i] = key_id.setdefault(k, len(key_id))
             is_entry[i] = k[0] == "entry"
     n_keys = max(len(key_id), 1)
@@ -489,7 +553,13 @@ def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
     instance = np.flatnonzero((kid >= 0) & ~is_entry)
     instance = instance[instance > 0]
 
-    build = _Callers(tree, agg)
+    fn_cost = agg.fn_cost
+    if elided is not None and np.any(elided):
+        fn_cost = fn_cost.copy()
+        hidden_nodes = np.flatnonzero(elided)
+        hidden_nodes = hidden_nodes[owner[hidden_nodes] > 0]
+        np.add.at(fn_cost.T, owner[hidden_nodes], agg.self_cost.T[hidden_nodes])
+    build = _Callers(tree, agg, fn_cost)
     build.labels.append((exp.title or "<root>", "root", None, 0, None))
     build.parents.append(-1)
     build.inc_parts.append(agg.inc[:, :1].copy())
@@ -547,150 +617,23 @@ def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
     return View(view.kind, view.title, view.columns, view.root, view.sort_column, tuple(notes))
 
 
-@dataclass
-class _StaticScopes:
-    """The flat view's groups as a tree grown parents first: module, file, function, ...
-
-    Each group remembers its parent, its kind, and its nearest module, file, function-like
-    (function or inlined) and loop group, so no context ever needs its whole path.
-    """
-
-    labels: list[Row] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
-    depths: list[int] = field(default_factory=list)
-    module_of: list[int] = field(default_factory=list)
-    file_of: list[int] = field(default_factory=list)
-    function_of: list[int] = field(default_factory=list)  # innermost function-like, or -1
-    loop_of: list[int] = field(default_factory=list)  # innermost loop inside it, or -1
-    index: dict[tuple[int, Key], int] = field(default_factory=dict)
-
-    def group(self, parent: int, element: Key, row: Row) -> int:
-        found = self.index.get((parent, element))
-        if found is not None:
-            return found
-        me = len(self.labels)
-        self.index[(parent, element)] = me
-        kind = str(element[0]) if parent >= 0 else "root"
-        depth = self.depths[parent] + 1 if parent >= 0 else 0
-        self.labels.append(row)
-        self.parents.append(parent)
-        self.kinds.append(kind)
-        self.depths.append(depth)
-        self.module_of.append(me if depth == 1 else self.module_of[parent] if depth else -1)
-        self.file_of.append(me if depth == 2 else self.file_of[parent] if depth > 2 else -1)
-        function_like = kind in ("function", "inlined")
-        self.function_of.append(me if function_like else self.function_of[parent] if depth else -1)
-        self.loop_of.append(
-            me if kind == "loop" else -1 if function_like or depth <= 2 else self.loop_of[parent]
-        )
-        return me
-
-
-def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Load module → file → function → inlined function / loop → line."""
-    exp = catalog.experiment
-    tree = exp.tree
-    n = tree.size
-    agg = _Aggregator(catalog, options, columns_for(catalog, options))
-    scopes = _StaticScopes()
-    scopes.group(-1, ("root",), (exp.title or "<root>", "root", None, 0, None))
-    # scope[i]: the static scope (a group) context i belongs to, 0 for entry points;
-    # is_scope[i]: whether the context *is* that scope (function, inlined, loop or line).
-    scope = [0] * n
-    is_scope = [False] * n
-    parent: list[int] = tree.parent.tolist()
-    for i in range(1, n):
-        lex = int(tree.lexical_type[i])
-        rel = int(tree.relation[i])
-        if lex == LEX_ENTRY:
-            continue
-        up = scope[parent[i]]
-        if up and scopes.kinds[up] == "line":
-            up = scopes.parents[up]  # a call site line: what it calls belongs to the callee
-        label, kind = context_label(tree, i)
-        file, line, module = _where(tree, i)
-        row = (label, kind, file, line, module)
-        if (
-            (lex == LEX_FUNCTION and rel != REL_INLINED)
-            or (lex == LEX_INSTRUCTION and rel == REL_CALL)
-            or not up
-        ):
-            mod_name = module or "<unknown module>"
-            file_name = file if lex in (LEX_FUNCTION, LEX_LINE, LEX_LOOP) else None
-            g_mod = scopes.group(
-                0, ("module", mod_name), (_base(mod_name), "module", None, 0, mod_name)
-            )
-            g_file = scopes.group(
-                g_mod, ("file", file_name), (_base(file_name), "file", file_name, 0, mod_name)
-            )
-            if lex not in (LEX_LINE, LEX_LOOP):
-                scope[i] = scopes.group(g_file, ("function", label), row)
-                is_scope[i] = True
-                continue
-            up = g_file  # code outside any known function
-        if lex == LEX_FUNCTION:  # inlined
-            scope[i] = scopes.group(up, ("inlined", label), row)
-        elif lex == LEX_LOOP:
-            scope[i] = scopes.group(up, ("loop", file, int(tree.line[i])), row)
-        elif lex == LEX_LINE:
-            scope[i] = scopes.group(up, ("line", file, int(tree.line[i])), row)
-        else:  # a lexical instruction: stays in its enclosing scope
-            scope[i] = up
-            continue
-        is_scope[i] = True
-
-    n_groups = len(scopes.labels)
-    inc = np.zeros((agg.inc.shape[0], n_groups))
-    exc = np.zeros((agg.fn_cost.shape[0], n_groups))
-    start, end = _preorder_bounds(tree)
-    node_scope = np.array(scope, dtype=np.int64)
-    scope_nodes = np.flatnonzero(is_scope)
-    kinds = np.array(scopes.kinds)
-    depths = np.array(scopes.depths, dtype=np.int64)
-    # Inclusive: every scope and its module/file ancestors, from their outermost instances
-    # (a scope inside another instance of itself, i.e. recursion, adds nothing).
-    for level in (None, "file", "module"):
-        nodes, groups = scope_nodes, node_scope[scope_nodes]
-        if level is not None:
-            outer = (kinds[groups] == "function") | (depths[groups] <= 3)
-            nodes, groups = nodes[outer], groups[outer]
-            ancestor = scopes.file_of if level == "file" else scopes.module_of
-            groups = np.array(ancestor, dtype=np.int64)[groups]
-        counted = _outermost_members(groups, nodes, start, end) > 0
-        for row_in, row_out in zip(agg.inc, inc, strict=True):
-            row_out += np.bincount(groups[counted], row_in[nodes[counted]], n_groups)
-    # Exclusive: each context's self cost goes to its scope and up through the scopes that
-    # contain it, where function scope stops at the innermost function-like scope and
-    # lex_aware also at the innermost loop (formats.md §3.2): every line, file and module
-    # above it, the innermost function or inlined function, and the innermost loop inside that.
-    costed = np.flatnonzero(node_scope > 0)
-    direct = np.array(
-        [np.bincount(node_scope[costed], row[costed], n_groups) for row in agg.self_cost]
-    ).reshape(len(agg.self_cost), n_groups)
-    through = direct.copy()  # summed over each group's subtree
-    group_parent = np.array(scopes.parents, dtype=np.int64)
-    for depth in range(int(depths.max()), 1, -1):
-        at = np.flatnonzero(depths == depth)
-        np.add.at(through.T, group_parent[at], through.T[at])
-    plain = ~np.isin(kinds, ("function", "inlined", "loop"))
-    exc[:, plain] = through[:, plain]
-    for nearest in (scopes.function_of, scopes.loop_of):
-        target = np.array(nearest, dtype=np.int64)
-        has = np.flatnonzero(target >= 0)
-        for row_in, row_out in zip(direct, exc, strict=True):
-            row_out += np.bincount(target[has], row_in[has], n_groups)
-    inc[:, 0] = agg.inc[:, 0]
-    exc[:, 0] = agg.self_cost.sum(axis=1)
-    return _finish(agg, scopes.labels, scopes.parents, inc, exc, exp.title, "flat")
-
-
-def build_view(kind: str, catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Build the named view (one of :data:`VIEW_KINDS`)."""
+def build_view(
+    kind: str, catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None = None
+) -> View:
+    """Build the named view (one of :data:`VIEW_KINDS`), leaving out ``elided`` contexts
+    (their cost stays with their callers: :mod:`pyhpctk.present.elide`)."""
+    if elided is not None and not np.any(elided):
+        elided = None
     if kind == "top-down":
+        if elided is not None:
+            from pyhpctk.present.elide import folded_top_down
+
+            return folded_top_down(catalog, options, elided)
         return top_down(catalog, options)
     if kind == "bottom-up":
-        return bottom_up(catalog, options)
+        return bottom_up(catalog, options, elided)
     if kind == "flat":
-        return flat(catalog, options)
+        from pyhpctk.present.flat import flat
+
+        return flat(catalog, options, elided)
     raise ValueError(f"unknown view {kind!r}")
