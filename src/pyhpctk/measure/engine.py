@@ -27,6 +27,7 @@ import sys
 import sysconfig
 import threading
 
+from pyhpctk.measure.config import ENV_DEBUG
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
-DRAIN_PERIOD_S = 0.02
+DRAIN_PERIOD_S = 0.05
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
 
@@ -139,6 +140,18 @@ class EngineSampler:
 
     def stats(self) -> dict[str, int]:
         return dict(self.module.stats())
+
+    def report(self) -> None:
+        """Say what went wrong while sampling (always), and the counts (PYHPCTK_PYRUN_DEBUG)."""
+        stats = self.stats()
+        if stats["dropped"]:
+            sys.stderr.write(
+                f"pyrun: {stats['dropped']} samples did not fit their thread's buffer; their"
+                " time went to the next sample\n"
+            )
+        if os.environ.get(ENV_DEBUG) == "1":
+            counts = ", ".join(f"{name} {value}" for name, value in sorted(stats.items()))
+            sys.stderr.write(f"pyrun: sampling engine in pid {os.getpid()}: {counts}\n")
 
     # -- drain -----------------------------------------------------------------------------
 

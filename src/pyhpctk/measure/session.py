@@ -798,6 +798,7 @@ class Session:
             with self.lock:
                 if not self.finished:
                     self.engine.drain()  # writes each sampled thread's files
+            self.engine.report()
         with self.lock:
             if self.finished:
                 return

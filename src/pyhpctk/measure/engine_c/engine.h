@@ -85,6 +85,7 @@ typedef struct Slot {
     _Atomic unsigned long ident; /* pthread_self() of the thread, 0 until known */
     timer_t timers[NTIMERS];
     int armed[NTIMERS];
+    int perf_fd;            /* the CPU "timer" as a perf_events task-clock counter, or -1 */
     /* producer side (the handler on the thread) */
     int64_t last_cpu_ns;
     int64_t last_wall_ns;
@@ -112,15 +113,24 @@ typedef struct {
     int signo;
     int trace;
     int64_t period_ns[NTIMERS]; /* 0: that timer is not used */
+    int use_perf;              /* CPU sampling through perf_events task-clock (else timers) */
+    _Atomic int perf_threads;  /* threads sampled through perf_events now */
     pid_t monitor_tid;
     pid_t excluded_tid[8];     /* pyrun's own threads (the drain thread) */
     int nexcluded;
     _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
     _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
+    _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
 } Engine;
 
 extern Engine engine;
 extern Slot engine_slots[ENGINE_MAX_SLOTS];
+
+/* perf_events counters: the slot value (as in si_value) of each file descriptor, bit 63 set. */
+#define ENGINE_FD_TABLE 65536
+#define ENGINE_FD_VALID (1ull << 63)
+#define ENGINE_PERF_MAX_THREADS 256 /* beyond: timers (each counter holds a file descriptor) */
+extern _Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
 
 /* handler.c */
 void engine_on_signal(int signo, siginfo_t *info, void *context);

@@ -32,6 +32,7 @@
 
 Engine engine;
 Slot engine_slots[ENGINE_MAX_SLOTS];
+_Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
 
 int64_t engine_clock_ns(clockid_t clock) {
     struct timespec ts;
@@ -304,9 +305,15 @@ void engine_on_signal(int signo, siginfo_t *info, void *context) {
     (void)signo;
     int saved_errno = errno;
     atomic_fetch_add(&engine.in_handler, 1); /* seq_cst: engine_stop() reads it after clearing */
-    if (atomic_load(&engine.enabled) && info != NULL &&
-        info->si_code == SI_TIMER) {
-        uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
+    uint64_t value = 0;
+    if (info != NULL && info->si_code == SI_TIMER) {
+        value = (uint64_t)(uintptr_t)info->si_value.sival_ptr | ENGINE_FD_VALID;
+    } else if (info != NULL && (info->si_code == POLL_IN || info->si_code == POLL_HUP) &&
+               info->si_fd >= 0 && info->si_fd < ENGINE_FD_TABLE) {
+        value = atomic_load_explicit(&engine_fd_slot[info->si_fd], memory_order_acquire);
+    }
+    if (atomic_load(&engine.enabled) && (value & ENGINE_FD_VALID)) {
+        value &= ~ENGINE_FD_VALID;
         uint32_t index = (uint32_t)(value & 0x7fff);
         int timer = (int)((value >> 15) & 1);
         uint64_t gen = value >> 16;
@@ -316,8 +323,12 @@ void engine_on_signal(int signo, siginfo_t *info, void *context) {
                 atomic_load_explicit(&slot->state, memory_order_acquire) == SLOT_LIVE) {
                 unsigned long self = (unsigned long)pthread_self();
                 unsigned long known = atomic_load_explicit(&slot->ident, memory_order_relaxed);
-                if (known == 0) atomic_store_explicit(&slot->ident, self, memory_order_relaxed);
-                if (known == 0 || known == self) take_sample(slot, timer, context);
+                if (known == 0 && engine_gettid() == slot->tid) { /* first sample: check once */
+                    atomic_store_explicit(&slot->ident, self, memory_order_relaxed);
+                    known = self;
+                }
+                if (known == self) take_sample(slot, timer, context);
+                else atomic_fetch_add(&engine.misdelivered, 1);
             }
         }
     }

@@ -422,15 +422,16 @@ static int choose_signal(void) {
 }
 
 PyDoc_STRVAR(start_doc,
-"start(cpu_period_ns, wall_period_ns, trace) -> signal number\n\n"
-"Sample every thread: a timer on each thread's CPU clock (period 0: none) and one on the\n"
-"monotonic clock, delivering a free realtime signal to that thread. Raises OSError when no\n"
-"realtime signal is free or timers cannot be created.");
+"start(cpu_period_ns, wall_period_ns, trace, perf=True) -> signal number\n\n"
+"Sample every thread: on its CPU time (a perf_events task-clock counter, or without perf or\n"
+"where it is refused a timer on the thread's CPU clock; period 0: none) and on the monotonic\n"
+"clock, each delivering a free realtime signal to that thread. Raises OSError when no\n"
+"realtime signal is free or the monitor thread cannot start.");
 
 static PyObject *engine_start(PyObject *module, PyObject *args) {
     long long cpu_period, wall_period;
-    int trace;
-    if (!PyArg_ParseTuple(args, "LLp", &cpu_period, &wall_period, &trace)) return NULL;
+    int trace, use_perf = 1;
+    if (!PyArg_ParseTuple(args, "LLp|p", &cpu_period, &wall_period, &trace, &use_perf)) return NULL;
     if (atomic_load(&engine.enabled)) return PyLong_FromLong(engine.signo);
     if (engine.signo == 0) {
         int signo = choose_signal();
@@ -448,6 +449,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
     }
     forget_codes();
     engine.period_ns[TIMER_CPU] = cpu_period;
+    engine.use_perf = use_perf;
     engine.period_ns[TIMER_WALL] = wall_period;
     engine.trace = trace;
     atomic_store(&engine.enabled, 1);
@@ -654,10 +656,13 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         dropped += slot->dropped;
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:i,s:i}", "samples", samples, "dropped", dropped,
-                         "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
-                         "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks),
-                         "live_threads", live, "signal", engine.signo);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i}", "misdelivered",
+                         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
+                         dropped, "unknown_frames",
+                         (unsigned long long)atomic_load(&engine.unknown_frames), "bad_stacks",
+                         (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads",
+                         live, "signal", engine.signo, "perf_threads",
+                         atomic_load(&engine.perf_threads));
 }
 
 static PyMethodDef methods[] = {

@@ -22,6 +22,9 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <linux/perf_event.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -34,7 +37,7 @@
 
 #include "engine.h"
 
-#define MONITOR_POLL_NS 5000000ll       /* thread count check */
+#define MONITOR_POLL_NS 10000000ll      /* thread count check */
 #define MONITOR_FULL_SCAN_NS 100000000ll /* full listing even when the count did not change */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,6 +104,7 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     slot->python = 0;
     atomic_store(&slot->ident, 0);
     slot->armed[0] = slot->armed[1] = 0;
+    slot->perf_fd = -1;
     slot->last_cpu_ns = cpu_baseline;
     slot->last_wall_ns = engine_clock_ns(CLOCK_MONOTONIC);
     slot->prev_depth = 0;
@@ -117,6 +121,67 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     return slot;
 }
 
+/* Whether `fd` is (still) a perf_events file descriptor: the program may have closed ours and
+ * reused the number, and then it is not ours to close. */
+static int is_perf_fd(int fd) {
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n <= 0) return 0;
+    target[n] = 0;
+    return strcmp(target, "anon_inode:[perf_event]") == 0;
+}
+
+/* CPU sampling through a perf_events task-clock counter of the thread: its overflow, every
+ * period of the thread's CPU time measured by an hrtimer, sends the engine's signal to that
+ * thread (O_ASYNC, F_SETSIG, F_SETOWN_EX). POSIX CPU-clock timers are only checked at the
+ * scheduler tick (CONFIG_HZ, 250/s here), which caps their rate and aliases with loops. */
+static int arm_perf(Slot *slot, uint64_t value) {
+    if (!engine.use_perf || atomic_load(&engine.perf_threads) >= ENGINE_PERF_MAX_THREADS)
+        return -1;
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = (uint64_t)engine.period_ns[TIMER_CPU];
+    attr.wakeup_events = 1;
+    attr.disabled = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, slot->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOENT)
+            engine.use_perf = 0; /* not allowed here: timers from now on */
+        return -1;
+    }
+    struct f_owner_ex owner = {F_OWNER_TID, slot->tid};
+    if (fd >= ENGINE_FD_TABLE || fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETSIG, engine.signo) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+        close(fd);
+        return -1;
+    }
+    atomic_store_explicit(&engine_fd_slot[fd], value | ENGINE_FD_VALID, memory_order_release);
+    if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+        atomic_store(&engine_fd_slot[fd], 0);
+        close(fd);
+        return -1;
+    }
+    slot->perf_fd = fd;
+    atomic_fetch_add(&engine.perf_threads, 1);
+    return 0;
+}
+
+static void disarm_perf(Slot *slot) {
+    int fd = slot->perf_fd;
+    if (fd < 0) return;
+    slot->perf_fd = -1;
+    atomic_store(&engine_fd_slot[fd], 0);
+    if (is_perf_fd(fd)) {
+        ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+        close(fd);
+    }
+    atomic_fetch_sub(&engine.perf_threads, 1);
+}
+
 /* Arm timer `index` (TIMER_CPU / TIMER_WALL) of a live slot, first expiry at a random point of
  * the first period (threads started together do not tick together). */
 int engine_arm(Slot *slot, int index) {
@@ -124,6 +189,10 @@ int engine_arm(Slot *slot, int index) {
     if (period <= 0 || slot->armed[index]) return 0;
     uint32_t number = (uint32_t)(slot - engine_slots);
     uint64_t value = (atomic_load(&slot->gen) << 16) | ((uint64_t)index << 15) | number;
+    if (index == TIMER_CPU && arm_perf(slot, value) == 0) {
+        slot->armed[index] = 1;
+        return 0;
+    }
     struct sigevent event;
     memset(&event, 0, sizeof(event));
     event.sigev_notify = SIGEV_THREAD_ID;
@@ -152,9 +221,11 @@ int engine_arm(Slot *slot, int index) {
 
 void engine_disarm(Slot *slot) {
     for (int i = 0; i < NTIMERS; i++) {
-        if (slot->armed[i]) timer_delete(slot->timers[i]);
+        if (slot->armed[i] && !(i == TIMER_CPU && slot->perf_fd >= 0))
+            timer_delete(slot->timers[i]);
         slot->armed[i] = 0;
     }
+    disarm_perf(slot);
 }
 
 /* The consumer is done with an ended slot. Call with the table lock held. */
@@ -267,8 +338,14 @@ void engine_after_fork_child(void) {
     monitor_running = 0;
     engine.monitor_tid = 0;
     engine.nexcluded = 0;
+    atomic_store(&engine.perf_threads, 0);
     for (uint32_t i = 0; i < high_water; i++) {
         Slot *slot = &engine_slots[i];
+        if (slot->perf_fd >= 0) { /* the parent's counter, inherited: it counts the parent */
+            atomic_store(&engine_fd_slot[slot->perf_fd], 0);
+            if (is_perf_fd(slot->perf_fd)) close(slot->perf_fd);
+            slot->perf_fd = -1;
+        }
         slot->armed[0] = slot->armed[1] = 0;
         atomic_fetch_add(&slot->gen, 1);
         atomic_store(&slot->state, SLOT_FREE);
