@@ -117,8 +117,12 @@ def main_profile(profiles: list[Profile]) -> Profile:
 CPU = "CPUTIME (sec)"
 
 
-def test_straight_line_code_before_a_trivial_call_keeps_its_self_time(tmp_path: Path) -> None:
-    profiles, _ = run_case(tmp_path, "straight", 1.0)
+@pytest.mark.parametrize("cpu_timer", ["perf", "posix"])
+def test_straight_line_code_before_a_trivial_call_keeps_its_self_time(
+    tmp_path: Path, cpu_timer: str
+) -> None:
+    """Also with POSIX CPU-clock timers, the engine's CPU clock where perf_events is refused."""
+    profiles, _ = run_case(tmp_path, "straight", 1.0, env={"PYHPCTK_PYRUN_CPU_TIMER": cpu_timer})
     main = main_profile(profiles)
     work = main.inclusive(CPU, "straight")
     assert work > 0.8
@@ -182,10 +186,14 @@ def test_two_threads_one_to_three_and_no_thread_above_its_clock(tmp_path: Path) 
         assert profile.total(CPU) >= 0.9 * clocks[name], (profile.total(CPU), clocks)
 
 
-def test_blas_threads_python_never_started_are_measured(tmp_path: Path) -> None:
-    profiles, truth = run_case(
-        tmp_path, "blas", 2.0, env={"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
-    )
+@pytest.mark.parametrize("cpu_timer", ["perf", "posix"])
+def test_blas_threads_python_never_started_are_measured(tmp_path: Path, cpu_timer: str) -> None:
+    env = {
+        "OPENBLAS_NUM_THREADS": "2",
+        "OMP_NUM_THREADS": "2",
+        "PYHPCTK_PYRUN_CPU_TIMER": cpu_timer,
+    }
+    profiles, truth = run_case(tmp_path, "blas", 2.0, env=env)
     assert int(truth["threads"]) >= 2  # type: ignore[call-overload]
     process_cpu = float(truth["process_cpu"])  # type: ignore[arg-type]
     attributed = sum(profile.total(CPU) for profile in profiles)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
+ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, not perf_events
 DRAIN_PERIOD_S = 0.05
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
@@ -112,7 +113,8 @@ class EngineSampler:
         self.started = False
 
     def start(self) -> None:
-        self.module.start(self.cpu_period_ns, self.wall_period_ns, self.session.options.trace)
+        perf = os.environ.get(ENV_CPU_TIMER, "").strip().lower() != "posix"
+        self.module.start(self.cpu_period_ns, self.wall_period_ns, self.session.options.trace, perf)
         self.started = True
 
     def register_current_thread(self) -> None:
@@ -211,7 +213,7 @@ class EngineSampler:
         if state is None:
             thread = threading._active.get(key)  # type: ignore[attr-defined]
             state = session.register_thread(
-                thread, main=thread is threading.main_thread(), ident=key
+                thread, main=thread is threading.main_thread(), ident=key, native_id=tid
             )
         state.native_id = tid
         return state

@@ -314,19 +314,26 @@ class Session:
             self.states.pop(ident, None)
 
     def register_thread(
-        self, thread: threading.Thread | None, main: bool = False, ident: int | None = None
+        self,
+        thread: threading.Thread | None,
+        main: bool = False,
+        ident: int | None = None,
+        native_id: int | None = None,
     ) -> ThreadState:
-        """Start measuring a thread (normally called from that thread itself)."""
+        """Start measuring a thread (normally called from that thread itself).
+
+        ``native_id``: the kernel thread id, where the caller knows it (the engine does).
+        """
         own = ident is None
         if ident is None:
             ident = threading.get_ident()
         clock_id: int | None = None
-        native = getattr(thread, "native_id", None) if thread is not None else None
+        native = getattr(thread, "native_id", None) if thread is not None else native_id
         if own:
             native = threading.get_native_id()
         if native is not None:
             clock_id = thread_cpu_clock(native)
-        elif ident is not None:
+        elif ident is not None and self.engine is None:
             try:
                 clock_id = time.pthread_getcpuclockid(ident)
             except OSError:
