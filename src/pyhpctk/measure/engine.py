@@ -157,8 +157,12 @@ class EngineSampler:
 
     # -- drain -----------------------------------------------------------------------------
 
-    def drain(self) -> None:
-        """Move every thread's records into its CCT (call with the session lock held)."""
+    def drain(self, retire: bool = True) -> None:
+        """Move every thread's records into its CCT (call with the session lock held).
+
+        A thread that ended is written and forgotten, unless ``retire`` is false (the engine
+        stopped for an ``exec``, and the threads go on if it fails).
+        """
         session = self.session
         functions = session.functions
         batches = self.module.drain(
@@ -196,7 +200,7 @@ class EngineSampler:
                     state.trace_nodes.append(node)
                     state.idle = False
                 cct.last_leaf = node
-            if ended:
+            if ended and retire:
                 session.states.pop(key, None)
                 session._retire(state, final_delta=False)
         if tracing:

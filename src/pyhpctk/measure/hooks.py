@@ -116,15 +116,25 @@ def _exit(status: int) -> NoReturn:
 
 
 def _execv(path: Any, argv: Any) -> NoReturn:
-    if _session is not None:
-        _session.checkpoint()
-    _real_execv(path, argv)
+    session = _session
+    if session is not None:
+        session.before_exec()
+    try:
+        _real_execv(path, argv)
+    finally:  # only reached when the exec failed
+        if session is not None:
+            session.after_failed_exec()
 
 
 def _execve(path: Any, argv: Any, env: Any) -> NoReturn:
-    if _session is not None:
-        _session.checkpoint()
-    _real_execve(path, argv, env)
+    session = _session
+    if session is not None:
+        session.before_exec()
+    try:
+        _real_execve(path, argv, env)
+    finally:  # only reached when the exec failed
+        if session is not None:
+            session.after_failed_exec()
 
 
 def _before_fork() -> None:

@@ -781,6 +781,24 @@ class Session:
         for state, data in encoded:
             self._write_thread(state, data)
 
+    def before_exec(self) -> None:
+        """The process is about to ``exec``: stop sampling (a signal pending at the exec would
+        kill the new program) and write every thread's files."""
+        if self.engine is not None and self.engine.started:
+            self.engine.stop()
+            with self.lock:
+                if not self.finished:
+                    self.engine.drain(retire=False)
+        self.checkpoint()
+
+    def after_failed_exec(self) -> None:
+        """The ``exec`` failed: the program goes on, so does its measurement."""
+        if self.engine is not None and not self.engine.started and not self.finished:
+            try:
+                self.engine.start()
+            except OSError as error:
+                sys.stderr.write(f"pyrun: cannot restart the sampling engine: {error}\n")
+
     def _all_states(self) -> list[ThreadState]:
         return list(self.states.values()) + self.streams
 

@@ -528,9 +528,9 @@ static PyObject *engine_exclude(PyObject *module, PyObject *arg) {
 }
 
 PyDoc_STRVAR(stop_doc,
-"stop()\n\nStop sampling: delete every timer, wait for running handlers, and record each live\n"
-"thread's time since its last sample (threads whose CPU clock can still be read). drain()\n"
-"then returns everything, every thread marked ended.");
+"stop()\n\nStop sampling: delete every timer, wait for running handlers, record each live\n"
+"thread's time since its last sample (threads whose CPU clock can still be read), and discard\n"
+"signals still pending. drain() then returns everything, every thread marked ended.");
 
 static PyObject *engine_stop(PyObject *module, PyObject *unused) {
     if (!atomic_load(&engine.enabled)) Py_RETURN_NONE;
@@ -553,6 +553,13 @@ static PyObject *engine_stop(PyObject *module, PyObject *unused) {
         atomic_store(&slot->state, SLOT_ENDED);
     }
     engine_unlock();
+    /* Discard the engine's signals still pending anywhere (a perf counter's overflow queued just
+     * before it was closed): ignoring a signal discards its pending instances, in every thread.
+     * One pending at an exec would kill the new program (its disposition is then SIG_DFL). */
+    struct sigaction ours, ignore;
+    memset(&ignore, 0, sizeof(ignore));
+    ignore.sa_handler = SIG_IGN;
+    if (sigaction(engine.signo, &ignore, &ours) == 0) sigaction(engine.signo, &ours, NULL);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
