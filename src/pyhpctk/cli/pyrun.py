@@ -32,7 +32,8 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
     "events",
     multiple=True,
     metavar="EVENT[@PERIOD]",
-    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000) or REALTIME; "
+    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000), REALTIME or GILWAIT "
+    "(time waiting for the GIL); "
     "or measure GPU work: gpu=nvidia (CUPTI), gpu=amd, gpu=simulated (replays a recording), "
     "with options such as gpu=nvidia,pc (pyrun -L lists them).",
 )
@@ -55,7 +56,11 @@ def pyrun(
     checkpoint: float,
     command: tuple[str, ...],
 ) -> int:
-    """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts."""
+    """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts.
+
+    Each thread, Python's or a native library's, is sampled where it is at each tick of its own
+    timer (docs/pyrun.md).
+    """
     if list_events:
         click.echo(event_listing(), nl=False)
         return 0
