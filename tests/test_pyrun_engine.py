@@ -225,3 +225,23 @@ def test_blocking_calls_keep_their_timeouts_under_realtime_signals(tmp_path: Pat
     _, truth = run_case(tmp_path, "eintr", 0, events=("REALTIME@1000",))
     checks: dict[str, bool] = truth["checks"]  # type: ignore[assignment]
     assert checks and all(checks.values()), checks
+
+
+def test_code_objects_that_die_before_the_drain_are_still_named(tmp_path: Path) -> None:
+    """exec'd code dies right after it ran, long before the drain names its frames: the code
+    watcher (3.12+) or the deallocator hook (3.11) keeps it alive until then."""
+    profiles, truth = run_case(tmp_path, "dying", 1.0)
+    main = main_profile(profiles)
+    assert int(truth["codes"]) > 100  # type: ignore[call-overload]
+    labels = {label for _, label, _ in main.nodes.values()}
+    assert "<unknown code>" not in labels
+    exec_cpu: dict[str, float] = truth["exec_cpu"]  # type: ignore[assignment]
+    total = sum(exec_cpu.values())
+    measured = {name: main.inclusive(CPU, name) for name in exec_cpu}
+    attributed = sum(measured.values())
+    assert attributed == pytest.approx(total, rel=0.15), (measured, exec_cpu)
+    for name, seconds in exec_cpu.items():  # each to its own function, not to a later one
+        assert measured[name] / attributed == pytest.approx(seconds / total, abs=0.05), (
+            measured,
+            exec_cpu,
+        )

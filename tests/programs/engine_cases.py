@@ -269,6 +269,25 @@ def case_eintr() -> None:
     right.close()
 
 
+def case_dying() -> None:
+    """Code objects that die right after they ran (exec of fresh source, as eval-heavy code,
+    namedtuple and dataclass creation do): each must still be named in the profile."""
+    exec_cpu: dict[str, float] = {}
+    end = time.thread_time() + SECONDS
+    index = 0
+    while time.thread_time() < end:
+        name = f"fresh_{index % 4}"  # work 1:2:3:4, each in code compiled afresh
+        source = f"def {name}():\n    return spin({1000 * (index % 4 + 1)})\n{name}()\n"
+        code = compile(source, f"<fresh-{index}>", "exec")
+        t0 = time.thread_time()
+        exec(code, {"spin": spin})
+        exec_cpu[name] = exec_cpu.get(name, 0.0) + time.thread_time() - t0
+        del code
+        index += 1
+    result["exec_cpu"] = exec_cpu
+    result["codes"] = index
+
+
 CASES = {
     "straight": case_straight,
     "ccalls": case_ccalls,
@@ -278,6 +297,7 @@ CASES = {
     "blas": case_blas,
     "gil": case_gil,
     "eintr": case_eintr,
+    "dying": case_dying,
 }
 CASES[CASE]()
 result["process_cpu"] = time.process_time()

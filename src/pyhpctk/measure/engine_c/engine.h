@@ -147,6 +147,7 @@ int engine_arm(Slot *slot, int index);
 void engine_disarm(Slot *slot);
 void engine_free_slot(Slot *slot);
 void engine_lock(void);
+uint32_t engine_slots_used(void);
 void engine_unlock(void);
 void engine_after_fork_child(void);
 pid_t engine_gettid(void);

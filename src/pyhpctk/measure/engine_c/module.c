@@ -197,7 +197,8 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
     Py_ssize_t nslots = 0;
     size_t used = 0;
     engine_lock();
-    for (uint32_t i = 0; i < ENGINE_MAX_SLOTS; i++) {
+    uint32_t used = engine_slots_used();
+    for (uint32_t i = 0; i < used; i++) {
         Slot *slot = &engine_slots[i];
         int state = atomic_load_explicit(&slot->state, memory_order_acquire);
         if (state == SLOT_FREE || slot->ring == NULL) continue;
@@ -340,7 +341,8 @@ fail:
 static int pending_names(void *code) {
     int found = 0;
     engine_lock();
-    for (uint32_t i = 0; i < ENGINE_MAX_SLOTS && !found; i++) {
+    uint32_t used = engine_slots_used();
+    for (uint32_t i = 0; i < used && !found; i++) {
         Slot *slot = &engine_slots[i];
         if (atomic_load(&slot->state) == SLOT_FREE || slot->ring == NULL) continue;
         uint64_t head = atomic_load_explicit(&slot->head, memory_order_acquire);
@@ -402,10 +404,13 @@ static void on_code_dealloc(PyObject *code) {
 static int busy; /* drain() is not reentrant */
 
 static void forget_codes(void) {
-    for (size_t i = 0; i < codes_cap; i++) Py_XDECREF(codes[i].code);
-    free(codes);
+    /* detached first: a deallocation below runs the code hook, which must find an empty table */
+    CodeEntry *old = codes;
+    size_t cap = codes_cap;
     codes = NULL;
     codes_cap = codes_used = 0;
+    for (size_t i = 0; i < cap; i++) Py_XDECREF(old[i].code);
+    free(old);
     free(lines);
     lines = NULL;
     lines_cap = lines_used = 0;
@@ -522,7 +527,15 @@ static PyObject *engine_exclude(PyObject *module, PyObject *arg) {
     if (engine.nexcluded < (int)(sizeof(engine.excluded_tid) / sizeof(pid_t)))
         engine.excluded_tid[engine.nexcluded++] = (pid_t)tid;
     Slot *slot = engine_slot_for_tid((pid_t)tid, 0, 0);
-    if (slot != NULL) engine_free_slot(slot);
+    if (slot != NULL) {
+        engine_disarm(slot);
+        /* another thread's handler may be writing its ring: let it finish before the slot can
+         * be handed to a new thread */
+        if ((pid_t)tid != engine_gettid())
+            for (int spins = 0; atomic_load(&engine.in_handler) != 0 && spins < 100000; spins++)
+                sched_yield();
+        engine_free_slot(slot);
+    }
     engine_unlock();
     Py_RETURN_NONE;
 }
@@ -601,11 +614,7 @@ static PyObject *engine_drain(PyObject *module, PyObject *args) {
     }
     busy = 1;
     PyObject *result = NULL;
-    StagedSlot *staged = calloc(ENGINE_MAX_SLOTS, sizeof(StagedSlot));
-    if (staged == NULL) {
-        busy = 0;
-        return PyErr_NoMemory();
-    }
+    static StagedSlot staged[ENGINE_MAX_SLOTS]; /* drain() runs once at a time */
     Py_ssize_t nslots = stage_rings(staged);
     if (resolve_pending(callback) < 0) goto done;
     result = PyList_New(0);
@@ -639,7 +648,6 @@ static PyObject *engine_drain(PyObject *module, PyObject *args) {
         }
     }
 done:
-    free(staged);
     busy = 0;
     return result;
 }

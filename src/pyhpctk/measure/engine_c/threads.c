@@ -48,6 +48,7 @@ static uint32_t high_water; /* slots [0, high_water) have been used */
 static uint64_t random_state = 0x9E3779B97F4A7C15ull;
 
 void engine_lock(void) { pthread_mutex_lock(&table_lock); }
+uint32_t engine_slots_used(void) { return high_water; }
 void engine_unlock(void) { pthread_mutex_unlock(&table_lock); }
 
 pid_t engine_gettid(void) { return (pid_t)syscall(SYS_gettid); }
