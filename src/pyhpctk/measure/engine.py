@@ -26,6 +26,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 
 from pyhpctk.measure.config import ENV_DEBUG
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
 ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, not perf_events
-DRAIN_PERIOD_S = 0.05
+DRAIN_PERIOD_S = 0.1
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
 
@@ -111,6 +112,8 @@ class EngineSampler:
         self.wall_period_ns = min(wall) * 1000 if wall else 0
         self.rules = tuple(tuple(tuple(by_gil) for by_gil in by_timer) for by_timer in rules)
         self.started = False
+        self.drain_cpu_s = 0.0  # CPU time spent draining (reported with PYHPCTK_PYRUN_DEBUG)
+        self.entries = 0
 
     def start(self) -> None:
         perf = os.environ.get(ENV_CPU_TIMER, "").strip().lower() != "posix"
@@ -152,6 +155,8 @@ class EngineSampler:
                 " time went to the next sample\n"
             )
         if os.environ.get(ENV_DEBUG) == "1":
+            stats["drain_entries"] = self.entries
+            stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)
             counts = ", ".join(f"{name} {value}" for name, value in sorted(stats.items()))
             sys.stderr.write(f"pyrun: sampling engine in pid {os.getpid()}: {counts}\n")
 
@@ -165,6 +170,7 @@ class EngineSampler:
         """
         session = self.session
         functions = session.functions
+        started = time.thread_time()
         batches = self.module.drain(
             functions.register, functions.named(UNKNOWN_CODE), functions.named(TRUNCATED)
         )
@@ -182,6 +188,7 @@ class EngineSampler:
             nodes = state.path_nodes
             values = cct.values_of(kind)
             node = nodes[-1] if nodes else cct.fence
+            self.entries += len(entries)
             for common, ips, timer, gil, cpu, wall, when in entries:
                 if common < len(nodes):
                     del nodes[common:]
@@ -205,6 +212,7 @@ class EngineSampler:
                 session._retire(state, final_delta=False)
         if tracing:
             self._mark_idle(seen)
+        self.drain_cpu_s += time.thread_time() - started
 
     def _state_of(self, key: int, tid: int) -> ThreadState:
         """The session's state of a sampled thread, made on first sight (numbered then)."""

@@ -37,7 +37,7 @@
 
 #include "engine.h"
 
-#define MONITOR_POLL_NS 10000000ll      /* thread count check */
+#define MONITOR_POLL_NS 20000000ll      /* thread count check */
 #define MONITOR_FULL_SCAN_NS 100000000ll /* full listing even when the count did not change */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
