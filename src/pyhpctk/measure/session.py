@@ -1,9 +1,12 @@
 """One process's measurement: the sampler thread, per-thread CCTs, and writing the files.
 
-A :class:`Session` owns a sampler thread that wakes every period, reads
+Samples come from the sampling engine (:mod:`pyhpctk.measure.engine`: a signal handler on each
+thread, per-thread timers, every thread of the process) whenever it is available; the session's
+sampler thread is then the engine's *drain*, which moves the samples into the threads' CCTs.
+Otherwise (the fallback) the sampler thread samples itself: it wakes every period, reads
 ``sys._current_frames()`` and each thread's own CPU clock, and attributes each thread's CPU-time
 delta (``CPUTIME``) or wall-time delta (``REALTIME``) since the previous sample to that thread's
-current Python stack. Only threads that used CPU since the last sample are unwound under
+current Python stack; only threads that used CPU since the last sample are unwound under
 ``CPUTIME``, which keeps the per-sample work proportional to the busy threads.
 
 Files are written per thread when the thread ends, for every thread at exit, and periodically as
