@@ -72,6 +72,23 @@ def load_engine() -> tuple[ModuleType | None, str]:
     return _engine, ""
 
 
+def build_problem() -> str:
+    """Why the engine is not usable here although it should be ('' when it is, or when this
+    interpreter is one the engine does not support). A source newer than the built extension
+    means a rebuild failed: ``pip install`` builds it as optional and keeps going."""
+    module, reason = load_engine()
+    if module is None:
+        supported = "free-threaded" not in reason and "supports" not in reason
+        return reason if supported and reason else ""
+    built = os.path.getmtime(module.__file__ or "")
+    sources = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_c")
+    if os.path.isdir(sources):
+        for name in os.listdir(sources):
+            if os.path.getmtime(os.path.join(sources, name)) > built:
+                return f"the sampling engine is older than {name}: its rebuild failed"
+    return ""
+
+
 def say_fallback_once(reason: str) -> None:
     """Explain the fallback once per pyrun run (children inherit the mark)."""
     if reason and not os.environ.get(ENV_FALLBACK_SAID):
@@ -239,3 +256,9 @@ class EngineSampler:
                 state.trace_times.append(now_ns)
                 state.trace_nodes.append(state.cct.no_activity)
                 state.idle = True
+
+
+if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.engine
+    problem = build_problem()
+    if problem:
+        sys.exit(f"{problem} (pip install -v -e . shows the compiler's messages)")

@@ -24,7 +24,9 @@
 #endif
 
 #include <errno.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <string.h>
 #include <ucontext.h>
 
@@ -329,6 +331,8 @@ void engine_on_signal(int signo, siginfo_t *info, void *context) {
                 }
                 if (known == self) take_sample(slot, timer, context);
                 else atomic_fetch_add(&engine.misdelivered, 1);
+                if (info->si_code != SI_TIMER) /* a perf counter: armed for its next overflow */
+                    ioctl(info->si_fd, PERF_EVENT_IOC_REFRESH, 1);
             }
         }
     }

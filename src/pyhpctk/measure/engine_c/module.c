@@ -197,8 +197,8 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
     Py_ssize_t nslots = 0;
     size_t used = 0;
     engine_lock();
-    uint32_t used = engine_slots_used();
-    for (uint32_t i = 0; i < used; i++) {
+    uint32_t slots = engine_slots_used();
+    for (uint32_t i = 0; i < slots; i++) {
         Slot *slot = &engine_slots[i];
         int state = atomic_load_explicit(&slot->state, memory_order_acquire);
         if (state == SLOT_FREE || slot->ring == NULL) continue;

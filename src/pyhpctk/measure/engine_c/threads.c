@@ -161,7 +161,10 @@ static int arm_perf(Slot *slot, uint64_t value) {
         return -1;
     }
     atomic_store_explicit(&engine_fd_slot[fd], value | ENGINE_FD_VALID, memory_order_release);
-    if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+    /* Enabled for one overflow at a time: the handler re-arms it (PERF_EVENT_IOC_REFRESH), so
+     * a thread that blocks the signal has at most one pending, never a growing queue of
+     * realtime signals eating the user's RLIMIT_SIGPENDING. */
+    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
         atomic_store(&engine_fd_slot[fd], 0);
         close(fd);
         return -1;
