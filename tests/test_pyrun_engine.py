@@ -23,6 +23,7 @@ import pytest
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpcrun, logical
 from pyhpctk.formats.hpcrun_model import placeholder_text
+from pyhpctk.measure import engine
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "engine_cases.py"
 PYTHON = sys.executable
@@ -115,6 +116,14 @@ def main_profile(profiles: list[Profile]) -> Profile:
 
 
 CPU = "CPUTIME (sec)"
+
+
+def test_the_engine_is_built_for_this_interpreter() -> None:
+    """pip builds the engine as optional: a compile error would leave the fallback (or a stale
+    build) in place without a word. On the interpreters it supports, it must load, current."""
+    assert engine.build_problem() == ""
+    module, reason = engine.load_engine()
+    assert module is not None, reason
 
 
 @pytest.mark.parametrize("cpu_timer", ["perf", "posix"])
