@@ -46,7 +46,10 @@ enum {
 
 enum { REC_PAD = 0, REC_SAMPLE = 1, REC_TAIL = 2 };
 
-/* Marker "code objects" of a recorded frame: not objects, never dereferenced. */
+/* Marker "code objects" of a recorded frame: not objects, never dereferenced. Code objects are
+ * 8-byte aligned, so the low bits of RawFrame.code are free to tag other kinds of frames: native
+ * frames under the Python ones (issue #17) can be recorded as (pc | tag, 0, 0) in the same
+ * records, from the interrupted context the handler already receives (its `context`). */
 #define CODE_TRUNCATED ((void *)1) /* the outer frames of a stack deeper than the limit */
 
 /* One frame as the handler reads it. check: a fingerprint of the code object (its co_name and
