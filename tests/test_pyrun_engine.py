@@ -239,7 +239,7 @@ def test_blocking_calls_keep_their_timeouts_under_realtime_signals(tmp_path: Pat
 def test_code_objects_that_die_before_the_drain_are_still_named(tmp_path: Path) -> None:
     """exec'd code dies right after it ran, long before the drain names its frames: the code
     watcher (3.12+) or the deallocator hook (3.11) keeps it alive until then."""
-    profiles, truth = run_case(tmp_path, "dying", 1.0)
+    profiles, truth = run_case(tmp_path, "dying", 2.0)
     main = main_profile(profiles)
     assert int(truth["codes"]) > 100  # type: ignore[call-overload]
     labels = {label for _, label, _ in main.nodes.values()}

@@ -96,6 +96,7 @@ typedef struct Slot {
     uint32_t prev_depth;
     int force_full;
     uint64_t dropped;       /* samples not written: the ring was full (deltas carried) */
+    uint64_t random;        /* xorshift state: the next CPU period is drawn in [p/2, 3p/2] */
     uint64_t samples;
     /* the ring */
     uint8_t *ring;

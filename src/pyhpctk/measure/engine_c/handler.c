@@ -303,6 +303,21 @@ static void take_sample(Slot *slot, int timer, void *context) {
     }
 }
 
+/* A perf counter stops after each overflow (one pending signal at most, even for a thread that
+ * blocks it); re-arm it for the next, after a period drawn uniformly in [p/2, 3p/2]: a fixed
+ * period would alias with loops whose iterations last about as long (a share of them would
+ * never be sampled), as the Python sampler's stratified wake-ups avoided. */
+static void rearm_counter(Slot *slot, int fd) {
+    uint64_t period = (uint64_t)engine.period_ns[TIMER_CPU], x = slot->random;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    slot->random = x;
+    uint64_t next = period / 2 + x % (period + 1);
+    ioctl(fd, PERF_EVENT_IOC_PERIOD, &next);
+    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+}
+
 void engine_on_signal(int signo, siginfo_t *info, void *context) {
     (void)signo;
     int saved_errno = errno;
@@ -331,8 +346,7 @@ void engine_on_signal(int signo, siginfo_t *info, void *context) {
                 }
                 if (known == self) take_sample(slot, timer, context);
                 else atomic_fetch_add(&engine.misdelivered, 1);
-                if (info->si_code != SI_TIMER) /* a perf counter: armed for its next overflow */
-                    ioctl(info->si_fd, PERF_EVENT_IOC_REFRESH, 1);
+                if (info->si_code != SI_TIMER) rearm_counter(slot, info->si_fd);
             }
         }
     }

@@ -112,6 +112,7 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     slot->force_full = 0;
     slot->dropped = 0;
     slot->samples = 0;
+    slot->random = next_random() | 1;
     atomic_store(&slot->head, 0);
     atomic_store(&slot->tail, 0);
     slot->resolved_depth = 0;
