@@ -111,7 +111,7 @@ def test_kernel_count_time_and_bytes_match_the_program(tmp_path: Path) -> None:
     assert kernel_nodes
     assert all(paths.get(main.lm[n], "").endswith(".gpubin") for n in kernel_nodes)
     session.finish()
-    streams = sorted(tmp_path.glob("*-5[0-9][0-9]-*.hpcrun"))
+    streams = sorted(tmp_path.glob("*-[0-9][0-9][0-9][0-9][0-9][0-9]-5[0-9][0-9]-*.hpcrun"))
     assert streams, "one profile and trace per GPU stream"
     records = 0
     for path in streams:  # (the driver's own activities are traced too, on their streams)

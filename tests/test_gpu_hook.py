@@ -379,7 +379,7 @@ def test_hooked_operations_known_unknown_and_from_threads_in_one_buffer(tmp_path
     assert unknown is not None
     session.finish()
     traced = 0
-    for path in tmp_path.glob("*-5[0-9][0-9]-*.hpctrace"):
+    for path in tmp_path.glob("*-[0-9][0-9][0-9][0-9][0-9][0-9]-5[0-9][0-9]-*.hpctrace"):
         traced += len(hpctrace.read(path).records)
     assert traced == 2 * 153  # every activity, the unknown ones too: a start and an end each
 

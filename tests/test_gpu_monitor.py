@@ -304,7 +304,7 @@ def test_stream_profiles_and_traces_are_valid_hpcrun_files(tmp_path: Path) -> No
     streams = {
         tuple(k) for k in np.stack([activities["context"], activities["stream"]], 1).tolist()
     }
-    profiles = sorted(tmp_path.glob("*-5[0-9][0-9]-*.hpcrun"))
+    profiles = sorted(tmp_path.glob("*-[0-9][0-9][0-9][0-9][0-9][0-9]-5[0-9][0-9]-*.hpcrun"))
     assert len(profiles) == len(streams)
     seen: set[tuple[int, int]] = set()
     records = 0
@@ -321,7 +321,7 @@ def test_stream_profiles_and_traces_are_valid_hpcrun_files(tmp_path: Path) -> No
         assert not profile.values.size  # stream files carry the trace, not values
     assert seen == streams
     assert records == 2 * len(activities)  # each operation: its start and NoActvty at its end
-    for path in tmp_path.glob("*-00[0-9]-*.hpcrun"):
+    for path in tmp_path.glob("*-[0-9][0-9][0-9][0-9][0-9][0-9]-00[0-9]-*.hpcrun"):
         assert hpcrun.verify(hpcrun.read(path)) == []
 
 
