@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo-out
 
-.PHONY: all demo test lint typecheck unit env clean help browser
+.PHONY: all demo test lint typecheck unit env clean help browser test-engine
 
 help:
 	@echo "make demo   run the whole pipeline on an example (no GPU needed)"
@@ -17,11 +17,13 @@ help:
 
 all: test
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/pyhpctk/measure/gpu/_cuptihook*.[ch])
+$(STAMP): pyproject.toml setup.py $(wildcard src/pyhpctk/measure/gpu/_cuptihook*.[ch]) \
+	  $(wildcard src/pyhpctk/measure/engine_c/*)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "pyhpctk needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -m pyhpctk.measure.engine
 	@touch $(STAMP)
 
 env: $(STAMP)
@@ -45,10 +47,36 @@ browser:
 unit: $(STAMP) browser
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: lint typecheck unit test-engine
+
+# pyrun's sampling engine reads each interpreter's own structures (docs/pyrun.md): its tests
+# also run on the other CPython versions it supports, each in a venv of its own (.venv-3.12,
+# .venv-3.13) where `pip install -e .` builds the engine for that version. The interpreters
+# come from pyenv (`pyenv prefix 3.12`) or from PATH (python3.12).
+ENGINE_PYTHONS ?= 3.12 3.13
+ENGINE_TESTS ?= tests/test_pyrun_engine.py
+ENGINE_SOURCES := setup.py pyproject.toml $(wildcard src/pyhpctk/measure/engine_c/*)
+
+test-engine: $(STAMP)
+	@for version in $(ENGINE_PYTHONS); do \
+	  python=""; \
+	  if command -v pyenv >/dev/null 2>&1 && prefix=$$(pyenv prefix $$version 2>/dev/null); then \
+	    python=$$prefix/bin/python$$version; \
+	  elif command -v python$$version >/dev/null 2>&1; then python=$$(command -v python$$version); fi; \
+	  if [ -z "$$python" ] || [ ! -x "$$python" ]; then \
+	    echo "make test-engine: CPython $$version not found (pyenv install $$version, or put python$$version on PATH; ENGINE_PYTHONS= skips)"; exit 1; fi; \
+	  venv=.venv-$$version; \
+	  if [ ! -f $$venv/.installed-stamp ] || [ -n "$$(find $(ENGINE_SOURCES) -newer $$venv/.installed-stamp 2>/dev/null)" ]; then \
+	    test -x $$venv/bin/python || $$python -m venv $$venv || exit 1; \
+	    $$venv/bin/python -m pip install --quiet -e . pytest pytest-xdist || exit 1; \
+	    $$venv/bin/python -m pyhpctk.measure.engine || exit 1; \
+	    touch $$venv/.installed-stamp; fi; \
+	  echo "engine tests on $$($$venv/bin/python -c 'import sys; print(sys.version.split()[0])')"; \
+	  $$venv/bin/python -m pytest -p no:cacheprovider -n 2 $(ENGINE_TESTS) || exit 1; \
+	done
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh $(DEMO_DIR)
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-3.* $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

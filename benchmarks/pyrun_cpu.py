@@ -1,237 +1,446 @@
-"""pyrun's overhead on CPU-bound Python programs, side by side with py-spy, pyinstrument, scalene.
+"""pyrun against py-spy, austin and pyinstrument: overhead and attribution on CPU-bound programs.
 
-For each workload (pure-Python, numpy-heavy, three threads) it runs the program plainly and under
-each profiler at comparable sampling rates (200 samples/s: pyrun's default ``CPUTIME@5000``,
-``py-spy record -r 200``, ``pyinstrument -i 0.005``, ``scalene --cpu-sampling-rate 0.005``), in
-rounds (each round runs every configuration once, in a rotated order, so load drifts hit all
-alike), and reports the median over rounds of ``wall(tool) / wall(plain)`` from the same round,
-plus the same ratio of CPU time (the children's user + system time, the profiler's own included).
+Each workload does a fixed amount of work (sized once, by measuring a plain run, to about
+``--seconds``) and measures its own truth: the CPU time (``time.thread_time``) spent in each of
+its named functions, and the time its work took (``time.perf_counter`` around the work, so
+start-up of an interpreter or of a profiler is left out). Every configuration (tool x rate) runs
+once per round, the rounds interleave the plain run with the profiled ones in a rotated order
+(load drifts on a shared machine hit all alike), and the report gives per configuration:
 
-The peer profilers are never project dependencies: they are pip-installed into a throwaway
-virtual environment that this script creates (``--peers-venv``, default
-``$TMPDIR/pyhpctk-bench-peers``) or that it is pointed to, and reach the measured interpreter only
-through ``PYTHONPATH`` for their own runs.
+- overhead: the median over rounds of ``work time under the tool / plain work time`` of the same
+  round; the same ratio of the process's CPU time during the work (signal handlers, pyrun's own
+  threads; not a profiler's separate process), less sensitive to a shared machine's load; and of
+  the whole command's wall time (start-up included);
+- attribution error: the largest difference, in percentage points, between the share of each
+  named function in the tool's profile (inclusive, over the named functions) and its share in the
+  workload's own measurement, median over rounds.
 
-    python benchmarks/pyrun_cpu.py --rounds 5            # all workloads, all tools
-    python benchmarks/pyrun_cpu.py --tools plain,pyrun    # no peers: nothing to install
+Workloads: ``one-thread`` (three functions with 1:2:3 work), ``three-threads`` (three threads
+doing 1:2:3), ``numpy`` (``np.sort``, a matrix product and a Python loop; one BLAS thread).
+Tools: ``pyrun`` (the engine), ``pyrun-thread`` (its Python sampler thread, the fallback),
+``py-spy`` (``record -r``), ``py-spy-nb`` (``--nonblocking``), ``austin`` (``-s``, CPU time;
+-i), ``pyinstrument`` (``-i``; it follows the main thread only, so it has no number for
+three-threads). Rates: pyrun ``CPUTIME@1e6/RATE``, py-spy ``-r RATE``, austin ``-i 1e6/RATE``,
+pyinstrument ``-i 1/RATE``.
 
-Set-up notes: every configuration runs with ``PYTHONDONTWRITEBYTECODE`` unset (bytecode cached,
-as users run) and ``OPENBLAS_NUM_THREADS=1``/``OMP_NUM_THREADS=1`` (BLAS thread pools would make
-the numpy workload's timing depend on the machine's other load); one warm-up round is discarded.
+The peer profilers are never project dependencies: they are pip-installed on demand into a
+throwaway virtual environment (``--peers-venv``, default ``$TMPDIR/pyhpctk-bench-peers``):
+py-spy, pyinstrument and ``austin-dist<3.7`` (austin 3.7+ binaries need glibc 2.38). py-spy and
+austin read the process from outside and need ptrace (root, or ``ptrace_scope`` 0).
+
+    python benchmarks/pyrun_cpu.py --rounds 5                  # everything, 200 and 1000 Hz
+    python benchmarks/pyrun_cpu.py --tools pyrun --rates 1000   # no peers: nothing to install
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TOOLS = ("plain", "pyrun", "py-spy", "pyinstrument", "scalene")
-PEERS = ("py-spy", "pyinstrument", "scalene")
-RATE_HZ = 200
+TOOLS = ("plain", "pyrun", "pyrun-thread", "py-spy", "py-spy-nb", "austin", "pyinstrument")
+PEERS = {"py-spy": "py-spy", "austin": "austin-dist<3.7", "pyinstrument": "pyinstrument"}
+
+COMMON = """
+import json, sys, threading, time
+ROUNDS, TRUTH = int(sys.argv[1]), sys.argv[2]
+cpu = {}
+
+def spin(n):
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+def timed(name, function, *args):
+    t0 = time.thread_time()
+    function(*args)
+    cpu[name] = cpu.get(name, 0.0) + time.thread_time() - t0
+
+PROCESS_START = time.process_time()
+
+def done(work_seconds):
+    with open(TRUTH, "w") as out:
+        process_cpu = time.process_time() - PROCESS_START
+        json.dump({"cpu": cpu, "work": work_seconds, "process_cpu": process_cpu}, out)
+"""
 
 WORKLOADS = {
-    "pure-python": """
-import sys
+    "one-thread": COMMON
+    + """
+def part_a(): spin(10_000)
+def part_b(): spin(20_000)
+def part_c(): spin(30_000)
 
-def inner(n):
-    total = 0
-    for i in range(n):
-        total += i * i % 7
-    return total
-
-def middle(n):
-    return inner(n)
-
-def outer(rounds):
-    return sum(middle(100_000) for _ in range(rounds))
-
-outer(int(400 * float(sys.argv[1])))
+start = time.perf_counter()
+for _ in range(ROUNDS):
+    timed("part_a", part_a)
+    timed("part_b", part_b)
+    timed("part_c", part_c)
+done(time.perf_counter() - start)
 """,
-    "numpy": """
-import sys
+    "three-threads": COMMON
+    + """
+lock = threading.Lock()
+
+def part_a(): spin(10_000)
+def part_b(): spin(20_000)
+def part_c(): spin(30_000)
+
+def run(name, function, rounds):
+    local = 0.0
+    for _ in range(rounds):
+        t0 = time.thread_time()
+        function()
+        local += time.thread_time() - t0
+    with lock:
+        cpu[name] = cpu.get(name, 0.0) + local
+
+start = time.perf_counter()
+threads = [threading.Thread(target=run, args=(n, f, ROUNDS))
+           for n, f in (("part_a", part_a), ("part_b", part_b), ("part_c", part_c))]
+for t in threads: t.start()
+for t in threads: t.join()
+done(time.perf_counter() - start)
+""",
+    "numpy": COMMON
+    + """
 import numpy as np
+rng = np.random.default_rng(0)
+array = rng.standard_normal(200_000)
+a, b = rng.standard_normal((200, 200)), rng.standard_normal((200, 200))
 
-def step(a, b):
-    c = a @ b
-    return np.fft.fft(c, axis=0).real / (1.0 + np.abs(c).max())
+def np_sort(): np.sort(array)
+def np_matmul(): a @ b
+def py_loop(): spin(5_000)
 
-def run(rounds):
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((256, 256))
-    b = rng.standard_normal((256, 256))
-    for _ in range(rounds):
-        a = np.sort(step(a, b), axis=1)
-    return float(a.sum())
-
-run(int(1000 * float(sys.argv[1])))
-""",
-    "three-threads": """
-import sys
-import threading
-
-def inner(n):
-    total = 0
-    for i in range(n):
-        total += i * i % 7
-    return total
-
-def work(rounds):
-    for _ in range(rounds):
-        inner(100_000)
-
-rounds = int(130 * float(sys.argv[1]))
-threads = [threading.Thread(target=work, args=(rounds,)) for _ in range(3)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+start = time.perf_counter()
+for _ in range(ROUNDS):
+    timed("np_sort", np_sort)
+    timed("np_matmul", np_matmul)
+    timed("py_loop", py_loop)
+done(time.perf_counter() - start)
 """,
 }
 
 
-@dataclass
-class Timing:
-    wall: float
-    cpu: float
-
-
 def ensure_peers(venv: Path, tools: list[str]) -> None:
-    """Create the throwaway venv holding the peer profilers, if it lacks any of them."""
-    wanted = [t for t in tools if t in PEERS]
+    """Create the throwaway venv holding the peer profilers, installing what it lacks."""
+    wanted = {PEERS[t.replace("-nb", "")] for t in tools if t.replace("-nb", "") in PEERS}
     if not wanted:
         return
     python = venv / "bin" / "python"
     if not python.exists():
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    missing = [
-        tool
-        for tool in wanted
-        if not (venv / "bin" / tool).exists()
-        and subprocess.run(
-            [str(python), "-c", f"import {tool.replace('-', '_')}"], capture_output=True
-        ).returncode
-    ]
+    names = {"py-spy": "py-spy", "austin-dist<3.7": "austin", "pyinstrument": "pyinstrument"}
+    missing = [spec for spec in wanted if not (venv / "bin" / names[spec]).exists()]
     if missing:
         print(f"installing {', '.join(missing)} into {venv}", file=sys.stderr)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *missing], check=True)
 
 
-def site_packages(venv: Path) -> str:
-    python = venv / "bin" / "python"
-    out = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
-
-
-def command(tool: str, script: Path, scale: str, work: Path, venv: Path) -> list[str]:
+def command(
+    tool: str, rate: int, script: Path, truth: Path, out: Path, venv: Path, rounds: int
+) -> list[str]:
     python = sys.executable
-    program = [str(script), scale]
-    out = str(work / f"{tool}-{script.stem}-{time.monotonic_ns()}")
+    program = [python, str(script), str(rounds), str(truth)]
     if tool == "plain":
-        return [python, *program]
-    if tool == "pyrun":
-        pyrun = str(Path(python).parent / "pyrun")
-        return [pyrun, "-o", out, python, *program]
-    if tool == "py-spy":
-        spy = str(venv / "bin" / "py-spy")
-        return [spy, "record", "-r", str(RATE_HZ), "-f", "raw", "-o", out, "--", python, *program]
-    if tool == "pyinstrument":
-        interval = str(1 / RATE_HZ)
-        return [python, "-m", "pyinstrument", "-i", interval, "-o", out, *program]
-    if tool == "scalene":
-        rate = str(1 / RATE_HZ)
+        return program
+    if tool in ("pyrun", "pyrun-thread"):
         return [
-            python, "-m", "scalene", "run", "--cpu-only", "--cpu-sampling-rate", rate,
-            "-o", out + ".json", str(script), "---", scale,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pyhpctk.cli.pyrun",
+            "-e",
+            f"CPUTIME@{1_000_000 // rate}",
+            "-o",
+            str(out),
+            *program,
+        ]
+    if tool in ("py-spy", "py-spy-nb"):
+        extra = ["--nonblocking"] if tool == "py-spy-nb" else []
+        return [
+            str(venv / "bin" / "py-spy"),
+            "record",
+            "-r",
+            str(rate),
+            *extra,
+            "-f",
+            "raw",
+            "-o",
+            str(out),
+            "--",
+            *program,
+        ]
+    if tool == "austin":
+        return [
+            str(venv / "bin" / "austin"),
+            "-s",
+            "-i",
+            str(1_000_000 // rate),
+            "-o",
+            str(out),
+            *program,
+        ]
+    if tool == "pyinstrument":
+        return [
+            python,
+            "-m",
+            "pyinstrument",
+            "-i",
+            str(1 / rate),
+            "-r",
+            "json",
+            "-o",
+            str(out),
+            *program[1:],
+        ]
     raise ValueError(tool)
 
 
-def timed(argv: list[str], env: dict[str, str]) -> Timing:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def shares_from_stacks(stacks: list[tuple[list[str], float]], names: list[str]) -> dict[str, float]:
+    """Inclusive weight of each named function over stacks (frames as function names)."""
+    weight = collections.Counter[str]()
+    for frames, value in stacks:
+        for name in set(frames) & set(names):
+            weight[name] += value
+    total = sum(weight[name] for name in names)
+    return {name: weight[name] / total for name in names} if total else {}
+
+
+def read_pyrun(out: Path, names: list[str]) -> dict[str, float]:
+    from pyhpctk.formats import hpcrun, logical
+
+    stacks = []
+    for path in out.glob("*.hpcrun"):
+        profile = hpcrun.read(path)
+        by_fid = {m.id: logical.read(out / m.path).by_fid() for m in profile.load_modules}
+        parent, label = {}, {}
+        for record in profile.cct:
+            node, lm, ip = int(record["id"]), int(record["lm_id"]), int(record["lm_ip"])
+            parent[node] = int(record["parent_id"])
+            label[node] = by_fid[lm][ip >> 32].funcname if lm else ""
+        ids, _, values = profile.decoded_values()
+        for node, value in zip(ids, values, strict=True):
+            frames, at = [], int(node)
+            while at:
+                frames.append(label[at])
+                at = parent[at]
+            stacks.append((frames, float(value)))
+    return shares_from_stacks(stacks, names)
+
+
+def read_collapsed(out: Path, names: list[str], separator: str, position: int) -> dict[str, float]:
+    """py-spy raw / austin collapsed stacks: ``frame;frame;... count``."""
+    stacks = []
+    for line in out.read_text(errors="replace").splitlines():
+        if not line or line.startswith("#") or " " not in line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        frames = []
+        for frame in stack.split(";"):
+            parts = frame.split(separator)
+            frames.append(parts[position].strip() if len(parts) > abs(position) else frame)
+        try:
+            stacks.append((frames, float(count)))
+        except ValueError:
+            continue
+    return shares_from_stacks(stacks, names)
+
+
+def read_pyinstrument(out: Path, names: list[str]) -> dict[str, float]:
+    stacks = []
+
+    def walk(frame: dict[str, object], path: list[str]) -> None:
+        here = [*path, str(frame.get("function", ""))]
+        children = frame.get("children") or []
+        child_time = sum(float(c["time"]) for c in children)  # type: ignore[index,union-attr]
+        stacks.append((here, float(frame["time"]) - child_time))  # type: ignore[arg-type]
+        for child in children:  # type: ignore[union-attr]
+            walk(child, here)
+
+    data = json.loads(out.read_text())
+    walk(data["root_frame"], [])
+    return shares_from_stacks(stacks, names)
+
+
+def attribution(tool: str, out: Path, names: list[str]) -> dict[str, float]:
+    if tool in ("pyrun", "pyrun-thread"):
+        return read_pyrun(out, names)
+    if tool in ("py-spy", "py-spy-nb"):
+        return read_collapsed(out, names, " (", 0)  # "function (file.py:line)"
+    if tool == "austin":
+        return read_collapsed(out, names, ":", 1)  # "file:function:line"
+    if tool == "pyinstrument":
+        return read_pyinstrument(out, names)
+    return {}
+
+
+def run_one(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{argv} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timing(wall, cpu)
+    return time.perf_counter() - start
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--scale", default="1.0", help="workload size factor (1.0: ~3-4 s of CPU)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="plain work time per workload")
     parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--rates", default="200,1000")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
         "--peers-venv", type=Path, default=Path(tempfile.gettempdir()) / "pyhpctk-bench-peers"
     )
     args = parser.parse_args()
     tools = args.tools.split(",")
+    rates = [int(r) for r in args.rates.split(",")]
     workloads = args.workloads.split(",")
     ensure_peers(args.peers_venv, tools)
-    peers_path = site_packages(args.peers_venv) if any(t in PEERS for t in tools) else ""
-    base_env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    base_env.pop("PYTHONDONTWRITEBYTECODE", None)
-    results: dict[tuple[str, str], list[Timing]] = {}
+    peers = (
+        subprocess.run(
+            [
+                str(args.peers_venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if (args.peers_venv / "bin" / "python").exists()
+        else ""
+    )
+    base = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    work_ratio: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
+    wall_ratio: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
+    cpu_ratio: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
+    errors: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
+    plain_work: dict[str, list[float]] = collections.defaultdict(list)
+    loads = []
     work = Path(tempfile.mkdtemp(prefix="pyrun-bench-"))
     try:
         scripts = {}
         for name in workloads:
             scripts[name] = work / f"bench_{name.replace('-', '_')}.py"
             scripts[name].write_text(WORKLOADS[name])
-        configs = [(w, t) for w in workloads for t in tools]
+        sizes = {}  # rounds of each workload for about --seconds of plain work, measured
+        for name in workloads:
+            truth = work / "truth.json"
+            run_one(
+                command("plain", 0, scripts[name], truth, work / "x", args.peers_venv, 20), base
+            )
+            took = json.loads(truth.read_text())["work"]
+            sizes[name] = max(20, int(20 * args.seconds / max(took, 1e-3)))
+        configs = [
+            (w, t, r)
+            for w in workloads
+            for t in tools
+            for r in (rates if t != "plain" else rates[:1])
+        ]
         for round_index in range(args.rounds + 1):  # round 0 warms caches, discarded
             shift = round_index % len(configs)
-            for workload, tool in configs[shift:] + configs[:shift]:
-                env = dict(base_env)
-                if tool in ("pyinstrument", "scalene"):
+            measured: dict[
+                tuple[str, str, int], tuple[float, float, float, dict[str, float], dict[str, float]]
+            ] = {}
+            for workload, tool, rate in configs[shift:] + configs[:shift]:
+                if tool == "pyinstrument" and workload == "three-threads":
+                    continue
+                env = dict(base)
+                if tool == "pyrun-thread":
+                    env["PYHPCTK_PYRUN_SAMPLER"] = "thread"
+                if tool == "pyinstrument":
                     env["PYTHONPATH"] = os.pathsep.join(
-                        p for p in (peers_path, env.get("PYTHONPATH", "")) if p
+                        p for p in (peers, env.get("PYTHONPATH", "")) if p
                     )
-                argv = command(tool, scripts[workload], args.scale, work, args.peers_venv)
-                timing = timed(argv, env)
-                if round_index:
-                    results.setdefault((workload, tool), []).append(timing)
-                print(f"round {round_index} {workload:14} {tool:13} {timing.wall:7.3f} s wall "
-                      f"{timing.cpu:7.3f} s cpu", file=sys.stderr)  # fmt: skip
+                truth, out = work / "truth.json", work / f"out-{tool}-{rate}"
+                shutil.rmtree(out, ignore_errors=True)
+                wall = run_one(
+                    command(
+                        tool, rate, scripts[workload], truth, out, args.peers_venv, sizes[workload]
+                    ),
+                    env,
+                )
+                data = json.loads(truth.read_text())
+                cpu: dict[str, float] = data["cpu"]
+                total = sum(cpu.values())
+                names = sorted(cpu)
+                shares = attribution(tool, out, names) if tool != "plain" else {}
+                measured[(workload, tool, rate)] = (
+                    wall,
+                    float(data["work"]),
+                    float(data["process_cpu"]),
+                    shares,
+                    {n: cpu[n] / total for n in names},
+                )
+                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(
+                    missing_ok=True
+                )
+                print(
+                    f"round {round_index} {workload:13} {tool:12} {rate:5} Hz {wall:6.2f} s",
+                    file=sys.stderr,
+                )
+            loads.append(os.getloadavg()[0])
+            if not round_index:
+                continue
+            for workload in workloads:
+                plain_wall, plain_time, plain_cpu, _, _ = measured[(workload, "plain", rates[0])]
+                plain_work[workload].append(plain_time)
+                for (w, tool, rate), (
+                    wall,
+                    work_time,
+                    work_cpu,
+                    shares,
+                    truth_shares,
+                ) in measured.items():
+                    if w != workload or tool == "plain":
+                        continue
+                    work_ratio[(w, tool, rate)].append(work_time / plain_time)
+                    cpu_ratio[(w, tool, rate)].append(work_cpu / plain_cpu)
+                    wall_ratio[(w, tool, rate)].append(wall / plain_wall)
+                    if shares:
+                        errors[(w, tool, rate)].append(
+                            100 * max(abs(shares.get(n, 0.0) - s) for n, s in truth_shares.items())
+                        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"rounds: {args.rounds}, scale {args.scale}, sampling rate {RATE_HZ}/s\n")
-    print("| workload | tool | plain wall (s) | wall ratio (median) | wall ratio (min) | "
-          "CPU ratio (median) |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- |")
-    for workload in workloads:
-        plain = results[(workload, "plain")]
-        for tool in tools:
-            if tool == "plain":
-                continue
-            runs = results[(workload, tool)]
-            wall = [r.wall / p.wall for r, p in zip(runs, plain, strict=True)]
-            cpu = [r.cpu / p.cpu for r, p in zip(runs, plain, strict=True)]
-            print(f"| {workload} | {tool} | {statistics.median(p.wall for p in plain):.2f} | "
-                  f"{statistics.median(wall):.3f} | {min(wall):.3f} | "
-                  f"{statistics.median(cpu):.3f} |")  # fmt: skip
+    machine = f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
+    print(f"\nmachine: {machine}, Python {platform.python_version()}")
+    print(f"load average during the run: {min(loads):.2f} to {max(loads):.2f}")
+    print(f"rounds: {args.rounds}; work sized to {args.seconds} s plain: {sizes}\n")
+    columns = (
+        "workload", "tool", "rate (Hz)", "plain work (s)", "work time ratio",
+        "process CPU ratio", "command wall ratio", "attribution error (points)",
+    )  # fmt: skip
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    order = sorted(
+        work_ratio,
+        key=lambda key: (workloads.index(key[0]), key[2], tools.index(key[1])),
+    )
+    for key in order:
+        workload, tool, rate = key
+        error = errors.get(key)
+        cells = (
+            workload, tool, str(rate), f"{statistics.median(plain_work[workload]):.2f}",
+            f"{statistics.median(work_ratio[key]):.3f}", f"{statistics.median(cpu_ratio[key]):.3f}",
+            f"{statistics.median(wall_ratio[key]):.3f}",
+            f"{statistics.median(error):.1f}" if error else "n/a",
+        )  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
     return 0
 
 

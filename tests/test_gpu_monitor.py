@@ -322,7 +322,7 @@ def test_stream_profiles_and_traces_are_valid_hpcrun_files(tmp_path: Path) -> No
         assert not profile.values.size  # stream files carry the trace, not values
     assert seen == streams
     assert records == 2 * len(activities)  # each operation: its start and NoActvty at its end
-    for path in tmp_path.glob("*-00[0-9]-*.hpcrun"):
+    for path in tmp_path.glob("*-[0-9][0-9][0-9][0-9][0-9][0-9]-00[0-9]-*.hpcrun"):
         assert hpcrun.verify(hpcrun.read(path)) == []
 
 

@@ -26,19 +26,23 @@ STEPS = 7
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("gpu") / "m"
-    status = pyrun_main(
-        [
-            "-e",
-            "gpu=simulated",
-            "-t",
-            "-o",
-            str(out),
-            sys.executable,
-            str(DEMO),
-            str(STEPS),
-            "--simulated",
-        ]
-    )
+    # pyrun measures every thread, BLAS pools included: one BLAS thread keeps the threads
+    # written to the application's and pyrun's own (which must not be written).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENBLAS_NUM_THREADS", "1")
+        status = pyrun_main(
+            [
+                "-e",
+                "gpu=simulated",
+                "-t",
+                "-o",
+                str(out),
+                sys.executable,
+                str(DEMO),
+                str(STEPS),
+                "--simulated",
+            ]
+        )
     assert status == 0
     return out
 

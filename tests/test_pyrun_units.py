@@ -15,7 +15,7 @@ import pytest
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import hpcrun, hpctrace, logical
 from pyhpctk.formats.hpcrun_model import placeholder_text
-from pyhpctk.measure import naming
+from pyhpctk.measure import engine, naming
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -33,7 +33,16 @@ from pyhpctk.measure.encode import (
     profile_model,
     trace_model,
 )
-from pyhpctk.measure.events import EventSpec, event_listing, parse_event, parse_events
+from pyhpctk.measure.events import (
+    CLOCK_THREAD_CPU,
+    CLOCK_WALL,
+    EVENTS,
+    READ_GIL_WAIT,
+    EventSpec,
+    event_listing,
+    parse_event,
+    parse_events,
+)
 from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
 
 # -- events ------------------------------------------------------------------------------------
@@ -52,6 +61,30 @@ def test_events_use_hpcruns_syntax() -> None:
 def test_bad_events_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError):
         parse_event(text)
+
+
+def test_the_registry_is_what_pyrun_lists_and_accepts() -> None:
+    listing = event_listing()
+    for event in EVENTS.values():
+        assert f"  {event.name:<10} " in listing
+        assert f"metric: {event.metric};" in listing
+        assert parse_event(f"{event.name}@1000").metric_name == event.metric
+    assert {e.clock for e in EVENTS.values()} == {CLOCK_THREAD_CPU, CLOCK_WALL}
+    assert parse_event("gilwait").event.reads == READ_GIL_WAIT
+
+
+def test_the_fallback_says_why_once_and_names_events_it_cannot_measure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(engine.ENV_FALLBACK_SAID, raising=False)
+    engine.say_fallback_once("the sampling engine is not built for this interpreter")
+    engine.say_fallback_once("the sampling engine is not built for this interpreter")
+    said = capsys.readouterr().err
+    assert said.count("GIL switch points") == 1
+    monkeypatch.setenv(engine.ENV_SAMPLER, "thread")
+    assert engine.load_engine() == (None, "")
+    Session(MeasureOptions(str(tmp_path), events=parse_events(["CPUTIME", "GILWAIT"])))
+    assert "GILWAIT needs the sampling engine; it is not measured" in capsys.readouterr().err
 
 
 def test_an_event_may_be_given_once() -> None:

@@ -35,7 +35,8 @@ from pyhpctk.measure.rendezvous import PTH_NAME, install_pth, uninstall_pth
     "events",
     multiple=True,
     metavar="EVENT[@PERIOD]",
-    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000) or REALTIME; "
+    help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000), REALTIME or GILWAIT "
+    "(time waiting for the GIL); "
     "or measure GPU work: gpu=nvidia (CUPTI), gpu=amd, gpu=simulated (replays a recording), "
     "with options such as gpu=nvidia,pc (pyrun -L lists them).",
 )
@@ -79,6 +80,9 @@ def pyrun(
     command: tuple[str, ...],
 ) -> int:
     """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts.
+
+    Each thread, Python's or a native library's, is sampled where it is at each tick of its own
+    timer (docs/pyrun.md).
 
     \b
     pyrun reaches a process through its environment (PYTHONPATH, PYHPCTK_PYRUN_*); at the end

@@ -222,6 +222,17 @@ class FunctionTable:
         self.fid_of[code] = fid
         return fid
 
+    def named(self, funcname: str) -> int:
+        """The fid of a frame that is no code object (``<unknown code>``): a NULL file name."""
+        key = (funcname, "", 0)
+        with self._lock:
+            fid = self._by_key.get(key)
+            if fid is None:
+                fid = len(self.stanzas) + 1
+                self._by_key[key] = fid
+                self.stanzas.append(FunctionStanza(fid, funcname, "", 0))
+        return fid
+
 
 class ThreadCCT:
     """One thread's calling context tree and sparse metric values (see the module docstring)."""

@@ -1,10 +1,13 @@
-"""Sampling events with hpcrun's syntax: ``-e NAME[@MICROSECONDS]``.
+"""Sampling events with hpcrun's syntax: ``-e NAME[@MICROSECONDS]``, and the event registry.
 
-pyrun knows two events, as hpcrun names them: ``CPUTIME`` (each thread's own CPU clock) and
-``REALTIME`` (wall-clock time). Each becomes one metric, ``CPUTIME (sec)`` / ``REALTIME (sec)``,
-stored as a real number of seconds with period 1, exactly as hpcrun writes it (see
-``meas/small.m`` in the reference data). This module is imported into every measured process, so
-it must stay free of numpy and of anything slow to import.
+:data:`EVENTS` is the one place that says what an event is: its name, the metric it writes (a
+real number of seconds with period 1, as hpcrun writes ``CPUTIME (sec)``; see ``meas/small.m`` in
+the reference data), the clock whose timer takes its samples, what a sample adds, and its
+description. ``pyrun -L``, the option checks and the session's sampling loop are all derived from
+it, so an event (a perf_events counter, later) is added here and nowhere else.
+
+This module is imported into every measured process, so it must stay free of numpy and of
+anything slow to import.
 """
 
 from __future__ import annotations
@@ -13,16 +16,66 @@ from pyhpctk.errors import UsageError
 
 DEFAULT_PERIOD_US = 5000  # hpcrun's default for CPUTIME/REALTIME: 200 samples per second
 
-#: name -> (one-line description, metric name as hpcrun writes it)
-KNOWN_EVENTS: dict[str, tuple[str, str]] = {
-    "CPUTIME": (
-        "CPU time of each thread (its own CPU clock), sampled every PERIOD microseconds",
-        "CPUTIME (sec)",
-    ),
-    "REALTIME": (
-        "wall-clock time of each thread, running or blocked, sampled every PERIOD microseconds",
-        "REALTIME (sec)",
-    ),
+#: Clocks a sampling timer runs on.
+CLOCK_THREAD_CPU = "cpu"  # each thread's own CPU clock: ticks only while the thread runs
+CLOCK_WALL = "wall"  # the monotonic clock: ticks for running and blocked threads alike
+
+#: What a sample adds to an event's metric.
+READ_DELTA = "delta"  # the clock's time since the thread's previous sample on that clock
+READ_GIL_WAIT = "gil-wait"  # that time, if the thread was waiting for the GIL at the sample
+
+
+class Event:
+    """One entry of the registry (a plain slotted class: dataclasses cost imports)."""
+
+    __slots__ = ("clock", "description", "metric", "name", "needs_engine", "reads")
+
+    def __init__(
+        self,
+        name: str,
+        metric: str,
+        clock: str,
+        reads: str,
+        description: str,
+        needs_engine: bool = False,
+    ) -> None:
+        self.name = name
+        self.metric = metric
+        self.clock = clock
+        self.reads = reads
+        self.description = description
+        self.needs_engine = needs_engine  # only the native engine can measure it
+
+
+#: The registry: every event pyrun can sample.
+EVENTS: dict[str, Event] = {
+    event.name: event
+    for event in (
+        Event(
+            "CPUTIME",
+            "CPUTIME (sec)",
+            CLOCK_THREAD_CPU,
+            READ_DELTA,
+            "CPU time of each thread (its own CPU clock), sampled every PERIOD microseconds of"
+            " that thread's CPU time",
+        ),
+        Event(
+            "REALTIME",
+            "REALTIME (sec)",
+            CLOCK_WALL,
+            READ_DELTA,
+            "wall-clock time of each thread, running or blocked, sampled every PERIOD microseconds",
+        ),
+        Event(
+            "GILWAIT",
+            "GILWAIT (sec)",
+            CLOCK_WALL,
+            READ_GIL_WAIT,
+            "wall-clock time each thread spends waiting for the GIL, where it waits (wall-clock"
+            " samples, every PERIOD microseconds, that find the thread blocked on the GIL)",
+            needs_engine=True,
+        ),
+    )
 }
 
 #: The smallest period accepted: below 100 us a Python sampler thread cannot keep up.
@@ -45,9 +98,9 @@ class EventSpec:
     def __init__(self, name: str, period_us: int = DEFAULT_PERIOD_US) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "period_us", period_us)
-        if self.name not in KNOWN_EVENTS:
+        if self.name not in EVENTS:
             raise UsageError(
-                f"unknown event {self.name!r}; known events: {', '.join(KNOWN_EVENTS)} "
+                f"unknown event {self.name!r}; known events: {', '.join(EVENTS)} "
                 "(pyrun -L lists them)"
             )
         if self.period_us < MIN_PERIOD_US:
@@ -76,13 +129,14 @@ class EventSpec:
         return f"EventSpec({self.name!r}, {self.period_us})"
 
     @property
-    def metric_name(self) -> str:
-        """The metric this event produces, e.g. ``CPUTIME (sec)``."""
-        return KNOWN_EVENTS[self.name][1]
+    def event(self) -> Event:
+        """The registry's entry for this event."""
+        return EVENTS[self.name]
 
     @property
-    def is_cpu_time(self) -> bool:
-        return self.name == "CPUTIME"
+    def metric_name(self) -> str:
+        """The metric this event produces, e.g. ``CPUTIME (sec)``."""
+        return EVENTS[self.name].metric
 
     def __str__(self) -> str:
         return f"{self.name}@{self.period_us}"
@@ -137,11 +191,23 @@ def events_from_env(text: str) -> tuple[EventSpec, ...]:
 def event_listing() -> str:
     """The text ``pyrun -L`` prints."""
     lines = ["Events pyrun can sample (-e NAME[@PERIOD], PERIOD in microseconds):", ""]
-    for name, (description, metric) in KNOWN_EVENTS.items():
-        lines.append(f"  {name:<10} {description}")
-        lines.append(f"  {'':<10} metric: {metric}; default period {DEFAULT_PERIOD_US} us")
+    for event in EVENTS.values():
+        lines += [
+            f"  {event.name:<10} {part}" if i == 0 else f"  {'':<10} {part}"
+            for i, part in enumerate(_wrap(event.description, 78))
+        ]
+        lines.append(
+            f"  {'':<10} metric: {event.metric}; default period {DEFAULT_PERIOD_US} us"
+            + ("; needs the sampling engine" if event.needs_engine else "")
+        )
     lines.append("")
     lines.append(f"Default: -e CPUTIME@{DEFAULT_PERIOD_US} (200 samples per second).")
+    lines += [
+        "Events on one clock share a timer, which runs at the shortest of their periods.",
+        "CPU-clock timers tick with the kernel's scheduler tick (CONFIG_HZ, often 250/s): a",
+        "shorter CPUTIME period yields at most that many samples per second per thread, each",
+        "carrying the exact CPU time since the previous one (docs/pyrun.md).",
+    ]
     lines += [
         "",
         "GPU work (at most one; combines with the events above and -t; docs/gpu.md):",
@@ -160,3 +226,16 @@ def event_listing() -> str:
         "  gpu=amd                    HIP (refused with a reason where ROCm tracing is absent)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters (textwrap costs an import)."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line] if line else lines

@@ -168,15 +168,27 @@ def _exit(status: int) -> NoReturn:
 
 
 def _execv(path: Any, argv: Any) -> NoReturn:
-    if _session is not None:
-        _write(_session, checkpoint=True)
-    _real_execv(path, argv)
+    session = _session
+    if session is not None:
+        session.before_exec()
+        _write(session, checkpoint=True)
+    try:
+        _real_execv(path, argv)
+    finally:  # only reached when the exec failed
+        if session is not None:
+            session.after_failed_exec()
 
 
 def _execve(path: Any, argv: Any, env: Any) -> NoReturn:
-    if _session is not None:
-        _write(_session, checkpoint=True)
-    _real_execve(path, argv, env)
+    session = _session
+    if session is not None:
+        session.before_exec()
+        _write(session, checkpoint=True)
+    try:
+        _real_execve(path, argv, env)
+    finally:  # only reached when the exec failed
+        if session is not None:
+            session.after_failed_exec()
 
 
 def _before_fork() -> None:

@@ -1,9 +1,12 @@
 """One process's measurement: the sampler thread, per-thread CCTs, and writing the files.
 
-A :class:`Session` owns a sampler thread that wakes every period, reads
+Samples come from the sampling engine (:mod:`pyhpctk.measure.engine`: a signal handler on each
+thread, per-thread timers, every thread of the process) whenever it is available; the session's
+sampler thread is then the engine's *drain*, which moves the samples into the threads' CCTs.
+Otherwise (the fallback) the sampler thread samples itself: it wakes every period, reads
 ``sys._current_frames()`` and each thread's own CPU clock, and attributes each thread's CPU-time
 delta (``CPUTIME``) or wall-time delta (``REALTIME``) since the previous sample to that thread's
-current Python stack. Only threads that used CPU since the last sample are unwound under
+current Python stack; only threads that used CPU since the last sample are unwound under
 ``CPUTIME``, which keeps the per-sample work proportional to the busy threads.
 
 Files are written per thread when the thread ends, for every thread at exit, and periodically as
@@ -34,7 +37,7 @@ import threading
 import time
 from array import array
 
-from pyhpctk.measure import losses, naming
+from pyhpctk.measure import engine, losses, naming
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -49,6 +52,7 @@ from pyhpctk.measure.encode import (
     encode_profile,
     encode_trace,
 )
+from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -117,7 +121,9 @@ class ThreadState:
         "last_ips",
         "last_path_leaf",
         "last_wall",
+        "native_id",
         "number",
+        "path_nodes",
         "stem",
         "thread",
         "trace_nodes",
@@ -149,6 +155,8 @@ class ThreadState:
         self.stem = ""
         self.last_ips: list[int] = []  # the last sampled path and its leaf (a fast path)
         self.last_path_leaf = cct.fence
+        self.native_id: int | None = None  # the kernel thread id, once the engine sampled it
+        self.path_nodes: list[int] = []  # the engine: the nodes of the last path, outermost first
 
 
 class Session:
@@ -159,11 +167,22 @@ class Session:
         self.clocks = clocks or Clocks()
         self.lock = threading.RLock()
         self._events = options.events
+        # The Python sampler thread (the fallback) reads the registry's deltas of both clocks.
         self._cpu_metric = next(
-            (i for i, event in enumerate(self._events) if event.is_cpu_time), -1
+            (
+                i
+                for i, spec in enumerate(self._events)
+                if spec.event.clock == CLOCK_THREAD_CPU and spec.event.reads == READ_DELTA
+            ),
+            -1,
         )
         self._real_metric = next(
-            (i for i, event in enumerate(self._events) if not event.is_cpu_time), -1
+            (
+                i
+                for i, spec in enumerate(self._events)
+                if spec.event.clock == CLOCK_WALL and spec.event.reads == READ_DELTA
+            ),
+            -1,
         )
         self.sampling_kind = MetricKind(
             SAMPLER_KIND, tuple(MetricSpec(event.metric_name) for event in self._events)
@@ -176,6 +195,17 @@ class Session:
         self._fast_switch = False
         # The GPU layer (pyhpctk.measure.gpu), when -e gpu=... asked for one.
         self.gpu: Extension | None = None
+        # The native sampling engine, or None: the Python sampler thread (measure/engine.py),
+        # which is also what a test that injects clocks drives.
+        module, reason = engine.load_engine() if clocks is None else (None, "")
+        self.engine = engine.EngineSampler(self, module) if module is not None else None
+        if module is None:
+            engine.say_fallback_once(reason)
+            for spec in self._events:
+                if spec.event.needs_engine:
+                    sys.stderr.write(
+                        f"pyrun: {spec.name} needs the sampling engine; it is not measured\n"
+                    )
         self._reset_process_state()
 
     # -- process state (everything a forked child starts afresh) ----------------------------
@@ -221,6 +251,8 @@ class Session:
     def after_fork_in_child(self) -> None:
         """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
         self.gpu = None  # the GPU runtime's threads and CUPTI do not survive a fork
+        if self.engine is not None:
+            self.engine.after_fork_in_child()  # no timer and no other thread survived
         self.lock = threading.RLock()
         self._reset_process_state()
         self._fast_switch = True
@@ -291,24 +323,38 @@ class Session:
 
     def exclude_thread(self, ident: int) -> None:
         """Never measure thread ``ident`` (one of the toolchain's own threads); forget its CCT."""
+        if self.engine is not None:
+            if ident == threading.get_ident():
+                self.engine.exclude_current_thread()
+            else:
+                thread = threading._active.get(ident)  # type: ignore[attr-defined]
+                if thread is not None and thread.native_id is not None:
+                    self.engine.exclude(thread.native_id)
         with self.lock:
             self._excluded.add(ident)
             self.states.pop(ident, None)
 
     def register_thread(
-        self, thread: threading.Thread | None, main: bool = False, ident: int | None = None
+        self,
+        thread: threading.Thread | None,
+        main: bool = False,
+        ident: int | None = None,
+        native_id: int | None = None,
     ) -> ThreadState:
-        """Start measuring a thread (normally called from that thread itself)."""
+        """Start measuring a thread (normally called from that thread itself).
+
+        ``native_id``: the kernel thread id, where the caller knows it (the engine does).
+        """
         own = ident is None
         if ident is None:
             ident = threading.get_ident()
         clock_id: int | None = None
-        native = getattr(thread, "native_id", None) if thread is not None else None
+        native = getattr(thread, "native_id", None) if thread is not None else native_id
         if own:
             native = threading.get_native_id()
         if native is not None:
             clock_id = thread_cpu_clock(native)
-        elif ident is not None:
+        elif ident is not None and self.engine is None:
             try:
                 clock_id = time.pthread_getcpuclockid(ident)
             except OSError:
@@ -348,6 +394,8 @@ class Session:
                 last_wall=self.clocks.wall(),
             )
             self.states[ident] = state
+        if own and self.engine is not None:
+            self.engine.register_current_thread()
         return state
 
     def thread_finished(self) -> None:
@@ -355,6 +403,19 @@ class Session:
         ident = threading.get_ident()
         if self.gpu is not None:
             self.gpu.thread_ending()  # attribute this thread's GPU activities before writing
+        if self.engine is not None:
+            # The engine records the thread's last moments; the drain writes its files.
+            self.engine.thread_end()
+            with self.lock:
+                if self.finished:
+                    return
+                self.engine.drain()
+                state = self.states.pop(ident, None)
+                if state is None:
+                    return
+                data = self._encode(state)
+            self._write_thread(state, data)
+            return
         with self.lock:
             state = self.states.pop(ident, None)
             if state is None or self.finished:
@@ -510,7 +571,12 @@ class Session:
         threads' scheduling is its business). ``sys.getswitchinterval`` keeps reporting the
         program's value (hooks).
         """
-        fast = program_threads <= 1 and self._stop_lock is not None and not self.finished
+        fast = (
+            program_threads <= 1
+            and self._stop_lock is not None
+            and not self.finished
+            and self.engine is None  # the engine samples without the GIL
+        )
         if fast != self._fast_switch:
             self._fast_switch = fast
             interval = self.program_switch_interval
@@ -549,8 +615,47 @@ class Session:
         self._stop_lock, self._stopped_lock = stop, stopped
         started = _thread.allocate_lock()
         started.acquire()
-        _thread.start_new_thread(self._sampler_main, (stop, stopped, started))
+        main = self._sampler_main if self.engine is None else self._drain_main
+        _thread.start_new_thread(main, (stop, stopped, started))
         started.acquire()
+        if self.engine is not None:
+            try:
+                self.engine.start()  # after the drain thread left itself out
+            except OSError as error:
+                sys.stderr.write(f"pyrun: cannot start the sampling engine: {error}\n")
+                return
+            self.engine.register_current_thread()
+
+    def _drain_main(
+        self, stop: _thread.LockType, stopped: _thread.LockType, started: _thread.LockType
+    ) -> None:
+        """The sampler thread under the engine: move samples into the CCTs, write checkpoints."""
+        self._sampler_ident = _thread.get_ident()
+        assert self.engine is not None
+        self.engine.exclude_current_thread()
+        started.release()
+        checkpoint = self.options.checkpoint_s
+        failures = 0
+        try:
+            while not stop.acquire(True, engine.DRAIN_PERIOD_S):
+                try:
+                    with self.lock:
+                        if not self.finished:
+                            self.engine.drain()
+                except Exception as error:  # one bad drain must not end the measurement
+                    failures += 1
+                    if failures == 1:
+                        sys.stderr.write(f"pyrun: a drain failed: {error!r}\n")
+                    if failures >= 100:
+                        raise
+                now = time.monotonic()
+                if checkpoint and now - self._last_checkpoint >= checkpoint:
+                    self._last_checkpoint = now
+                    self.checkpoint()
+        except Exception as error:  # never kill the program; say once why measurement stopped
+            sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
+        finally:
+            stopped.release()
 
     def _sampler_main(
         self, stop: _thread.LockType, stopped: _thread.LockType, started: _thread.LockType
@@ -706,9 +811,29 @@ class Session:
         with self.lock:
             if self.finished:
                 return
+            if self.engine is not None:
+                self.engine.drain()
             encoded = [(state, self._encode(state)) for state in self._all_states()]
         for state, data in encoded:
             self._write_thread(state, data)
+
+    def before_exec(self) -> None:
+        """The process is about to ``exec``: stop sampling (a signal pending at the exec would
+        kill the new program) and take in what was sampled; the caller then writes every
+        thread's files (hooks: a checkpoint that a fatal signal cannot cut short)."""
+        if self.engine is not None and self.engine.started:
+            self.engine.stop()
+            with self.lock:
+                if not self.finished:
+                    self.engine.drain(retire=False)
+
+    def after_failed_exec(self) -> None:
+        """The ``exec`` failed: the program goes on, so does its measurement."""
+        if self.engine is not None and not self.engine.started and not self.finished:
+            try:
+                self.engine.start()
+            except OSError as error:
+                sys.stderr.write(f"pyrun: cannot restart the sampling engine: {error}\n")
 
     def _all_states(self) -> list[ThreadState]:
         return list(self.states.values()) + self.streams
@@ -739,12 +864,18 @@ class Session:
                     " profiles are written without what was left\n"
                 )
         self.stop_sampler()
+        if self.engine is not None:
+            self.engine.stop()  # every thread's last moments are recorded
+            with self.lock:
+                if not self.finished:
+                    self.engine.drain()  # writes each sampled thread's files
+            self.engine.report()
         with self.lock:
             if self.finished:
                 return
             states = self._all_states()
             for state in states:
-                if not state.is_stream:
+                if not state.is_stream and self.engine is None:
                     self._final_delta(state)
             encoded = [(state, self._encode(state)) for state in states]
             self.finished = True

@@ -1,0 +1,164 @@
+"""Stress pyrun's sampling engine: RUNS runs of tests/programs/engine_stress.py under pyrun.
+
+Each run samples a program that starts THREADS short threads in waves while other threads
+dlopen/dlclose a C library in a loop, import fresh extension modules (each a new dlopen), fork
+children that are measured too, and signal the process (SIGUSR1, SIGALRM), with CPUTIME,
+REALTIME and GILWAIT at 1 kHz. A run passes when the program exits 0 within TIMEOUT seconds,
+prints ``stress ok``, and every profile it wrote passes ``pyhpctk verify``. On a timeout the
+stacks of the process tree are dumped with ``py-spy dump --native`` (where py-spy is installed:
+``pip install py-spy``; it is no dependency) before the tree is killed.
+
+    nice -n 10 python benchmarks/engine_stress.py --runs 1000      # the full stress (minutes)
+    python benchmarks/engine_stress.py --runs 3                     # what the test suite runs
+
+The C pieces (``looper.so``, ``fresh*/fresh.so``) are built with the C compiler (``cc``) and
+this interpreter's headers into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAM = REPO / "tests" / "programs" / "engine_stress.py"
+LOOPER = (
+    "long looper(long n) { volatile long x = 0; for (long i = 0; i < n; i++) x++; return x; }\n"
+)
+FRESH = """#include <Python.h>
+static PyObject *answer(PyObject *m, PyObject *a) { return PyLong_FromLong(42); }
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {0}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "fresh", "", -1, methods};
+PyMODINIT_FUNC PyInit_fresh(void) { return PyModule_Create(&def); }
+"""
+
+
+def build(directory: Path, fresh: int) -> None:
+    """looper.so and `fresh` copies of an extension module, each in a directory of its own."""
+    compiler = os.environ.get("CC", "cc")
+    (directory / "looper.c").write_text(LOOPER)
+    subprocess.run(
+        [
+            compiler,
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(directory / "looper.so"),
+            str(directory / "looper.c"),
+        ],
+        check=True,
+    )
+    (directory / "fresh.c").write_text(FRESH)
+    include = sysconfig.get_paths()["include"]
+    built = directory / "fresh.so"
+    subprocess.run(
+        [
+            compiler,
+            "-O1",
+            "-shared",
+            "-fPIC",
+            f"-I{include}",
+            "-o",
+            str(built),
+            str(directory / "fresh.c"),
+        ],
+        check=True,
+    )
+    for index in range(fresh):
+        copy = directory / f"fresh{index:03d}"
+        copy.mkdir()
+        shutil.copy(built, copy / "fresh.so")
+
+
+def descendants(pid: int) -> list[int]:
+    found = [pid]
+    for parent in found:
+        try:
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with open(f"/proc/{parent}/task/{task}/children") as children:
+                    found += [int(child) for child in children.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def dump_and_kill(process: subprocess.Popen[bytes]) -> str:
+    """The native and Python stacks of every process of the tree (py-spy), then SIGKILL."""
+    pids = descendants(process.pid)
+    dumps = []
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    for pid in pids:
+        if os.path.exists(py_spy):
+            done = subprocess.run(
+                [py_spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True
+            )
+            dumps.append(f"--- pid {pid}\n{done.stdout}{done.stderr}")
+        else:
+            dumps.append(f"--- pid {pid}: py-spy not installed, no stack dump")
+    for pid in reversed(pids):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+    return "\n".join(dumps)
+
+
+def run_once(directory: Path, out: Path, threads: int, timeout: float, python: str) -> str:
+    """'' when the run passed, else what went wrong."""
+    from pyhpctk.formats.inspect import verify_path
+
+    pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun"]
+    events = ["-e", "CPUTIME@1000", "-e", "REALTIME@1000", "-e", "GILWAIT@1000"]
+    command = [*pyrun, *events, "-o", str(out), python, str(PROGRAM), str(directory), str(threads)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"hung after {timeout} s; stacks:\n{dump_and_kill(process)}"
+    text = output.decode(errors="replace")
+    if process.returncode != 0 or "stress ok" not in text:
+        return f"exit status {process.returncode}:\n{text}"
+    verdict = verify_path(out)
+    if verdict.exit_code != 0:
+        return f"pyhpctk verify failed:\n{verdict}"
+    return ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=200)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--python", default=sys.executable, help="the measured interpreter")
+    args = parser.parse_args()
+    failures = 0
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="pyhpctk-stress-") as temporary:
+        directory = Path(temporary)
+        build(directory, fresh=10)
+        for run in range(args.runs):
+            out = directory / f"m{run}"
+            problem = run_once(directory, out, args.threads, args.timeout, args.python)
+            shutil.rmtree(out, ignore_errors=True)
+            if problem:
+                failures += 1
+                print(f"run {run + 1}: {problem}", flush=True)
+            if (run + 1) % 50 == 0 or run + 1 == args.runs:
+                elapsed = time.monotonic() - started
+                print(f"{run + 1} runs, {failures} failed, {elapsed:.0f} s", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""pyrun's sampling engine seen from Python: choosing it, and turning its samples into CCTs.
+
+The engine (the C extension ``pyhpctk.measure._engine``, sources in ``engine_c/``) samples every
+thread of the process from a signal handler on the sampled thread itself: per-thread timers on
+each thread's CPU clock (CPUTIME) and on the monotonic clock (REALTIME, GILWAIT), the thread's
+Python frames read as they are at the tick, its GIL state, into a per-thread ring. Threads that
+Python never started (BLAS and OpenMP pools) are found by the engine's monitor thread and
+sampled the same way. See docs/pyrun.md, "Sampling".
+
+:class:`EngineSampler` is the session's side of it: the session's sampler thread becomes the
+*drain*, which every :data:`DRAIN_PERIOD_S` (and at a thread's end, at checkpoints and at exit)
+takes the records out of the rings and walks each thread's CCT by them, adding to each metric
+what the event registry (:mod:`pyhpctk.measure.events`) says a sample of its clock adds.
+
+Where the extension is missing (no C compiler at install), the interpreter is not supported
+(free-threaded builds; versions other than 3.11 to 3.13) or ``PYHPCTK_PYRUN_SAMPLER=thread``
+asks for it, the session falls back to its Python sampler thread, and says once why (self time
+then lands at GIL switch points, and threads that never run Python are not measured).
+
+Standard library only: this runs inside the measured program.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import time
+
+from pyhpctk.measure.config import ENV_DEBUG
+from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
+
+TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from pyhpctk.measure.session import Session, ThreadState
+
+ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
+ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
+ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, not perf_events
+DRAIN_PERIOD_S = 0.1
+UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
+TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
+
+# Engine timers and GIL states (engine_c/engine.h).
+TIMER_CPU, TIMER_WALL, TIMER_END = 0, 1, 2
+GIL_NO_PYTHON, GIL_HELD, GIL_WAITING, GIL_RELEASED = 0, 1, 2, 3
+FIELD_CPU, FIELD_WALL = 0, 1
+
+
+def load_engine() -> tuple[ModuleType | None, str]:
+    """The engine's module, or None and why it cannot be used here."""
+    if os.environ.get(ENV_SAMPLER, "").strip().lower() == "thread":
+        return None, ""  # asked for: nothing to explain
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return (
+            None,
+            "this is a free-threaded interpreter, which the sampling engine does not support",
+        )
+    if sys.platform != "linux" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
+        version = sys.version.split()[0]
+        return None, f"the sampling engine supports CPython 3.11 to 3.13 on Linux, not {version}"
+    try:
+        from pyhpctk.measure import _engine  # type: ignore[attr-defined]
+    except ImportError:
+        return None, (
+            "the sampling engine is not built for this interpreter (no C compiler when pyhpctk"
+            " was installed?)"
+        )
+    return _engine, ""
+
+
+def build_problem() -> str:
+    """Why the engine is not usable here although it should be ('' when it is, or when this
+    interpreter is one the engine does not support). A source newer than the built extension
+    means a rebuild failed: ``pip install`` builds it as optional and keeps going."""
+    module, reason = load_engine()
+    if module is None:
+        supported = "free-threaded" not in reason and "supports" not in reason
+        return reason if supported and reason else ""
+    built = os.path.getmtime(module.__file__ or "")
+    sources = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_c")
+    if os.path.isdir(sources):
+        for name in os.listdir(sources):
+            if os.path.getmtime(os.path.join(sources, name)) > built:
+                return f"the sampling engine is older than {name}: its rebuild failed"
+    return ""
+
+
+def say_fallback_once(reason: str) -> None:
+    """Explain the fallback once per pyrun run (children inherit the mark)."""
+    if reason and not os.environ.get(ENV_FALLBACK_SAID):
+        os.environ[ENV_FALLBACK_SAID] = "1"
+        sys.stderr.write(
+            f"pyrun: {reason}; sampling with a Python thread instead: self time is then"
+            " attributed at GIL switch points, and threads that never run Python are not"
+            " measured (docs/pyrun.md)\n"
+        )
+
+
+class EngineSampler:
+    """The session's use of the engine (see the module docstring)."""
+
+    def __init__(self, session: Session, module: ModuleType) -> None:
+        self.session = session
+        self.module = module
+        cpu: list[int] = []
+        wall: list[int] = []
+        # rules[timer][gil]: the (metric, field) pairs a sample of that timer and state adds to
+        rules: list[list[list[tuple[int, int]]]] = [[[] for _ in range(4)] for _ in range(3)]
+        for metric, spec in enumerate(session.options.events):
+            event = spec.event
+            if event.clock == CLOCK_THREAD_CPU:
+                cpu.append(spec.period_us)
+                for gil in range(4):
+                    rules[TIMER_CPU][gil].append((metric, FIELD_CPU))
+                    rules[TIMER_END][gil].append((metric, FIELD_CPU))
+            elif event.clock == CLOCK_WALL:
+                wall.append(spec.period_us)
+                states = (GIL_WAITING,) if event.reads == READ_GIL_WAIT else range(4)
+                for gil in states:
+                    rules[TIMER_WALL][gil].append((metric, FIELD_WALL))
+                if event.reads != READ_GIL_WAIT:
+                    for gil in range(4):
+                        rules[TIMER_END][gil].append((metric, FIELD_WALL))
+        self.cpu_period_ns = min(cpu) * 1000 if cpu else 0
+        self.wall_period_ns = min(wall) * 1000 if wall else 0
+        self.rules = tuple(tuple(tuple(by_gil) for by_gil in by_timer) for by_timer in rules)
+        self.started = False
+        self.drain_cpu_s = 0.0  # CPU time spent draining (reported with PYHPCTK_PYRUN_DEBUG)
+        self.entries = 0
+
+    def start(self) -> None:
+        perf = os.environ.get(ENV_CPU_TIMER, "").strip().lower() != "posix"
+        self.module.start(self.cpu_period_ns, self.wall_period_ns, self.session.options.trace, perf)
+        self.started = True
+
+    def register_current_thread(self) -> None:
+        if self.started:
+            self.module.register_thread()
+
+    def exclude_current_thread(self) -> None:
+        self.module.exclude_thread(threading.get_native_id())
+
+    def exclude(self, native_id: int) -> None:
+        self.module.exclude_thread(native_id)
+
+    def thread_end(self) -> None:
+        if self.started:
+            self.module.thread_end()
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            self.module.stop()
+
+    def after_fork_in_child(self) -> None:
+        self.started = False
+        self.module.after_fork_child()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.module.stats())
+
+    def report(self) -> None:
+        """Say what went wrong while sampling (always), and the counts (PYHPCTK_PYRUN_DEBUG)."""
+        stats = self.stats()
+        if stats["dropped"]:
+            sys.stderr.write(
+                f"pyrun: {stats['dropped']} samples did not fit their thread's buffer; their"
+                " time went to the next sample\n"
+            )
+        if os.environ.get(ENV_DEBUG) == "1":
+            stats["drain_entries"] = self.entries
+            stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)
+            counts = ", ".join(f"{name} {value}" for name, value in sorted(stats.items()))
+            sys.stderr.write(f"pyrun: sampling engine in pid {os.getpid()}: {counts}\n")
+
+    # -- drain -----------------------------------------------------------------------------
+
+    def drain(self, retire: bool = True) -> None:
+        """Move every thread's records into its CCT (call with the session lock held).
+
+        A thread that ended is written and forgotten, unless ``retire`` is false (the engine
+        stopped for an ``exec``, and the threads go on if it fails).
+        """
+        session = self.session
+        functions = session.functions
+        started = time.thread_time()
+        batches = self.module.drain(
+            functions.register, functions.named(UNKNOWN_CODE), functions.named(TRUNCATED)
+        )
+        tracing = session.options.trace
+        lm = session.python_lm
+        kind = session.sampling_kind
+        rules = self.rules
+        seen: set[int] = set()
+        for ident, tid, _python, ended, entries in batches:
+            key = ident or -tid
+            state = self._state_of(key, tid)
+            seen.add(key)
+            cct = state.cct
+            child_of = cct.child_of
+            nodes = state.path_nodes
+            values = cct.values_of(kind)
+            node = nodes[-1] if nodes else cct.fence
+            self.entries += len(entries)
+            for common, ips, timer, gil, cpu, wall, when in entries:
+                if common < len(nodes):
+                    del nodes[common:]
+                    node = nodes[-1] if nodes else cct.fence
+                for ip in ips:
+                    found = child_of.get((node, lm, ip))
+                    node = cct.child(node, lm, ip) if found is None else found
+                    nodes.append(node)
+                for metric, field in rules[timer][gil]:
+                    value = wall if field else cpu
+                    if value > 0:
+                        values.add(node, metric, value * 1e-9)
+                if tracing and timer != TIMER_END:
+                    cct.retained[node] = 1
+                    state.trace_times.append(when)
+                    state.trace_nodes.append(node)
+                    state.idle = False
+                cct.last_leaf = node
+            if ended and retire:
+                session.states.pop(key, None)
+                session._retire(state, final_delta=False)
+        if tracing:
+            self._mark_idle(seen)
+        self.drain_cpu_s += time.thread_time() - started
+
+    def _state_of(self, key: int, tid: int) -> ThreadState:
+        """The session's state of a sampled thread, made on first sight (numbered then)."""
+        session = self.session
+        state = session.states.get(key)
+        if state is not None and state.native_id not in (None, tid):
+            session.states.pop(key)  # the ident was reused: the thread we knew has ended
+            session._retire(state, final_delta=False)
+            state = None
+        if state is None:
+            thread = threading._active.get(key)  # type: ignore[attr-defined]
+            state = session.register_thread(
+                thread, main=thread is threading.main_thread(), ident=key, native_id=tid
+            )
+        state.native_id = tid
+        return state
+
+    def _mark_idle(self, seen: set[int]) -> None:
+        """A thread that took no sample since the previous drain is idle: one NoActvty record."""
+        now_ns = self.session.clocks.epoch_ns()
+        for key, state in self.session.states.items():
+            if key not in seen and not state.idle and state.cct.no_activity >= 0:
+                state.cct.retain(state.cct.no_activity)
+                state.trace_times.append(now_ns)
+                state.trace_nodes.append(state.cct.no_activity)
+                state.idle = True
+
+
+if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.engine
+    problem = build_problem()
+    if problem:
+        sys.exit(f"{problem} (pip install -v -e . shows the compiler's messages)")

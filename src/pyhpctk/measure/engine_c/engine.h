@@ -1,0 +1,160 @@
+/* pyrun's sampling engine (pyhpctk.measure._engine): declarations shared by its C files.
+ *
+ * The engine samples every thread of the process from a signal handler that runs ON the sampled
+ * thread (docs/pyrun.md, "Sampling"):
+ *
+ * - threads.c: one slot per kernel thread, its POSIX timers (timer_create with SIGEV_THREAD_ID:
+ *   on the thread's own CPU clock for CPUTIME, on CLOCK_MONOTONIC for wall-clock events), and
+ *   the monitor thread that finds threads Python never started (BLAS and OpenMP pools) in
+ *   /proc/self/task;
+ * - handler.c: the async-signal-safe handler. It reads the thread's clocks, its GIL state and
+ *   its chain of _PyInterpreterFrame (code object and instruction offset of every frame, read
+ *   with this interpreter's own structure layouts), and appends one record to the slot's ring;
+ * - module.c: the Python module. drain() moves records out of the rings on a thread that holds
+ *   the GIL, turns (code object, instruction) into fid << 32 | line through caches, and hands
+ *   the Python side compact batches; a code watcher (3.12+) keeps code objects that a pending
+ *   record names alive, and 3.11 validates them instead.
+ *
+ * Ring discipline: one producer per ring (the handler on the slot's thread, or code on that
+ * thread with the engine's signal blocked, or any thread once every timer is gone and no handler
+ * runs), one consumer (drain(), under the GIL). head and tail only grow; records are contiguous
+ * (a PAD record fills the end of the buffer when the next record does not fit).
+ */
+#ifndef PYHPCTK_ENGINE_H
+#define PYHPCTK_ENGINE_H
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define ENGINE_MAX_SLOTS 4096       /* threads measured at once */
+#define ENGINE_MAX_DEPTH 2048       /* frames kept per sample: the innermost, under a marker */
+#define ENGINE_WALK_LIMIT 1000000   /* a frame chain longer than this is not a chain */
+#define ENGINE_RING_BYTES (256 * 1024)
+
+enum { TIMER_CPU = 0, TIMER_WALL = 1, NTIMERS = 2 };
+
+/* GIL state of a thread at a sample (issue #16, item 4). */
+enum {
+    GIL_NO_PYTHON = 0, /* the thread has no Python thread state */
+    GIL_HELD = 1,
+    GIL_WAITING = 2,   /* blocked on the GIL's mutex or condition variable */
+    GIL_RELEASED = 3,  /* has a thread state, runs without the GIL (a C call, a blocking call) */
+};
+
+enum { REC_PAD = 0, REC_SAMPLE = 1, REC_TAIL = 2 };
+
+/* Marker "code objects" of a recorded frame: not objects, never dereferenced. Code objects are
+ * 8-byte aligned, so the low bits of RawFrame.code are free to tag other kinds of frames: native
+ * frames under the Python ones (issue #17) can be recorded as (pc | tag, 0, 0) in the same
+ * records, from the interrupted context the handler already receives (its `context`). */
+#define CODE_TRUNCATED ((void *)1) /* the outer frames of a stack deeper than the limit */
+
+/* One frame as the handler reads it. check: a fingerprint of the code object (its co_name and
+ * co_filename pointers and first line), with which drain() recognises a code object that died
+ * and was replaced at the same address (3.11, which has no code watchers). */
+typedef struct {
+    void *code;
+    uint32_t instr; /* instruction offset in code units */
+    uint32_t check;
+} RawFrame;
+
+/* A record in a ring: this header, then `depth - common` frames, outermost first. */
+typedef struct {
+    uint32_t words;  /* size in 8-byte words, header included */
+    uint8_t kind;    /* REC_* */
+    uint8_t timer;   /* TIMER_* that fired */
+    uint8_t gil;     /* GIL_* */
+    uint8_t full;    /* 1: common is 0 because the previous record was lost */
+    uint32_t depth;  /* frames of the whole stack */
+    uint32_t common; /* outer frames equal to the previous record's */
+    int64_t cpu_ns;  /* thread CPU time since the previous CPU-timer record */
+    int64_t wall_ns; /* wall-clock time since the previous wall-timer record */
+    int64_t time_ns; /* CLOCK_REALTIME at the sample (traces) */
+} RecordHeader;
+
+#define RECORD_WORDS(nframes) \
+    ((sizeof(RecordHeader) + (size_t)(nframes) * sizeof(RawFrame) + 7) / 8)
+
+enum { SLOT_FREE = 0, SLOT_LIVE = 1, SLOT_ENDED = 2 };
+
+typedef struct Slot {
+    _Atomic uint64_t gen;   /* bumped when the slot is freed: a stale timer signal is ignored */
+    _Atomic int state;      /* SLOT_* */
+    pid_t tid;
+    int python;             /* registered by the thread itself through pyrun's hooks */
+    _Atomic unsigned long ident; /* pthread_self() of the thread, 0 until known */
+    timer_t timers[NTIMERS];
+    int armed[NTIMERS];
+    int perf_fd;            /* the CPU "timer" as a perf_events task-clock counter, or -1 */
+    /* producer side (the handler on the thread) */
+    int64_t last_cpu_ns;
+    int64_t last_wall_ns;
+    RawFrame *prev;         /* the stack of the last record written, outermost first */
+    uint32_t prev_depth;
+    int force_full;
+    uint64_t dropped;       /* samples not written: the ring was full (deltas carried) */
+    uint64_t random;        /* xorshift state: the next CPU period is drawn in [p/2, 3p/2] */
+    uint64_t samples;
+    /* the ring */
+    uint8_t *ring;
+    uint64_t cap;           /* bytes, a power of two */
+    _Atomic uint64_t head;  /* producer: bytes written */
+    _Atomic uint64_t tail;  /* consumer: bytes read */
+    /* consumer side (drain(), under the GIL) */
+    uint32_t *resolved_at;  /* per raw depth: resolved frames above it */
+    uint64_t *resolved_ip;  /* the resolved path, outermost first */
+    uint32_t resolved_depth;
+    uint32_t raw_depth;
+    int reported;           /* the Python side knows this thread */
+} Slot;
+
+typedef struct {
+    _Atomic int enabled;       /* the handler records only while set */
+    _Atomic int in_handler;    /* handlers running now (stop() waits for 0) */
+    int signo;
+    int trace;
+    int64_t period_ns[NTIMERS]; /* 0: that timer is not used */
+    int use_perf;              /* CPU sampling through perf_events task-clock (else timers) */
+    _Atomic int perf_threads;  /* threads sampled through perf_events now */
+    pid_t monitor_tid;
+    pid_t excluded_tid[8];     /* pyrun's own threads (the drain thread) */
+    int nexcluded;
+    _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
+    _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
+    _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
+} Engine;
+
+extern Engine engine;
+extern Slot engine_slots[ENGINE_MAX_SLOTS];
+
+/* perf_events counters: the slot value (as in si_value) of each file descriptor, bit 63 set. */
+#define ENGINE_FD_TABLE 65536
+#define ENGINE_FD_VALID (1ull << 63)
+#define ENGINE_PERF_MAX_THREADS 256 /* beyond: timers (each counter holds a file descriptor) */
+extern _Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
+
+/* handler.c */
+void engine_on_signal(int signo, siginfo_t *info, void *context);
+int engine_handler_init(void);
+int64_t engine_clock_ns(clockid_t clock);
+void engine_append_tail(Slot *slot, int64_t cpu_now, int64_t wall_now, int64_t time_now);
+uint32_t engine_code_check(void *code);
+
+/* threads.c */
+int engine_threads_start(void);
+void engine_threads_stop(void);
+Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline);
+int engine_arm(Slot *slot, int index);
+void engine_disarm(Slot *slot);
+void engine_free_slot(Slot *slot);
+void engine_lock(void);
+uint32_t engine_slots_used(void);
+void engine_unlock(void);
+void engine_after_fork_child(void);
+pid_t engine_gettid(void);
+clockid_t engine_thread_cpu_clock(pid_t tid);
+
+#endif

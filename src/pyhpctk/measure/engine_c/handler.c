@@ -1,0 +1,355 @@
+/* pyrun's sampling engine: the signal handler, which runs on the sampled thread itself.
+ *
+ * Async-signal-safe throughout: no allocation, no lock, no Python call that could run code or
+ * take a lock (PyGILState_GetThisThreadState and the "current thread state" getters read
+ * thread-local storage only), errno saved and restored. Structure layouts come from this
+ * interpreter's own internal headers (Py_BUILD_CORE_MODULE): the extension is compiled per
+ * interpreter, so they are the running version's.
+ *
+ * Reading the thread's own frames from a handler on that thread is what faulthandler's
+ * traceback dump does. A frame can be half pushed or half popped at the interrupt, so every
+ * pointer followed is checked: frames and code objects non-null and aligned, the code object's
+ * type is PyCode_Type before any code field is read, the instruction pointer lies inside the
+ * code, the chain is bounded. Frames that have not started (incomplete) and the C-stack shim
+ * frames of 3.12+ are skipped, as CPython's own frame walkers skip them.
+ */
+#define Py_BUILD_CORE_MODULE 1
+#include <Python.h>
+#include "internal/pycore_frame.h"
+#include "internal/pycore_gil.h"
+#include "internal/pycore_pystate.h"
+#include "internal/pycore_runtime.h"
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_interp.h"
+#endif
+
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "engine.h"
+
+Engine engine;
+Slot engine_slots[ENGINE_MAX_SLOTS];
+_Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
+
+int64_t engine_clock_ns(clockid_t clock) {
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* -- the interpreter's state, per version ----------------------------------------------------- */
+
+/* The thread state the GIL is attached to in this thread (NULL while detached). */
+static inline PyThreadState *attached_tstate(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#elif PY_VERSION_HEX >= 0x030C0000
+    return _PyThreadState_GetCurrent();
+#else
+    return _PyThreadState_UncheckedGet(); /* _PyRuntime.gilstate.tstate_current: the holder */
+#endif
+}
+
+static inline struct _gil_runtime_state *gil_of(PyThreadState *tstate) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyInterpreterState *interp = tstate->interp;
+    return interp == NULL ? NULL : interp->ceval.gil;
+#else
+    (void)tstate;
+    return &_PyRuntime.ceval.gil;
+#endif
+}
+
+static inline _PyInterpreterFrame *top_frame(PyThreadState *tstate) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return tstate->current_frame;
+#else
+    _PyCFrame *cframe = tstate->cframe;
+    if (cframe == NULL || ((uintptr_t)cframe & 7)) return NULL;
+    return cframe->current_frame;
+#endif
+}
+
+static inline PyObject *frame_code(_PyInterpreterFrame *frame) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return frame->f_executable;
+#else
+    return (PyObject *)frame->f_code;
+#endif
+}
+
+static inline _Py_CODEUNIT *frame_instr(_PyInterpreterFrame *frame) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return frame->instr_ptr; /* the instruction executing (or about to) */
+#else
+    return frame->prev_instr; /* the last instruction started */
+#endif
+}
+
+uint32_t engine_code_check(void *object) {
+    PyCodeObject *code = (PyCodeObject *)object;
+    uint64_t h = (uint64_t)(uintptr_t)code->co_name * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t)(uintptr_t)code->co_filename * 0xC2B2AE3D27D4EB4Full;
+    h ^= (uint64_t)(uint32_t)code->co_firstlineno * 0x165667B19E3779F9ull;
+    h ^= h >> 29;
+    return (uint32_t)h ^ (uint32_t)(h >> 32);
+}
+
+/* 1: a frame to record (code and instruction set); 0: a frame to skip; -1: not a frame. */
+static int read_frame(_PyInterpreterFrame *frame, void **code_out, uint32_t *instr_out) {
+    if ((uintptr_t)frame & 7) return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (frame->owner == FRAME_OWNED_BY_CSTACK) return 0; /* the entry shim of a C call */
+#endif
+    PyObject *object = frame_code(frame);
+    if (object == NULL || ((uintptr_t)object & 7)) return -1;
+    if (Py_TYPE(object) != &PyCode_Type) {
+#if PY_VERSION_HEX >= 0x030D0000
+        return 0; /* 3.13: f_executable may be None (shim) */
+#else
+        return -1;
+#endif
+    }
+    PyCodeObject *code = (PyCodeObject *)object;
+    _Py_CODEUNIT *first = _PyCode_CODE(code);
+    _Py_CODEUNIT *instr = frame_instr(frame);
+    if (frame->owner != FRAME_OWNED_BY_GENERATOR && instr < first + code->_co_firsttraceable)
+        return 0; /* incomplete: the frame is being pushed */
+    if (instr < first || instr >= first + Py_SIZE(code)) return -1;
+    *code_out = code;
+    *instr_out = (uint32_t)(instr - first);
+    return 1;
+}
+
+/* -- the GIL state ------------------------------------------------------------------------------ */
+
+/* Whether the interrupted thread is blocked in a futex call on the GIL's mutex or condition
+ * variable (inside take_gil, or drop_gil's wait for the next holder): the futex address is the
+ * first argument register, and the interrupted instruction is the system call (restarted: at
+ * it; interrupted: after it). No unwinding, no symbols: it works on a stripped interpreter. */
+static int blocked_on_gil(PyThreadState *tstate, void *context) {
+    struct _gil_runtime_state *gil = gil_of(tstate);
+    if (gil == NULL || context == NULL) return 0;
+    const ucontext_t *uc = (const ucontext_t *)context;
+    uintptr_t lo = (uintptr_t)gil, hi = lo + sizeof(*gil);
+#if defined(__x86_64__)
+    uintptr_t address = (uintptr_t)uc->uc_mcontext.gregs[REG_RDI];
+    const uint8_t *pc = (const uint8_t *)uc->uc_mcontext.gregs[REG_RIP];
+    if (address < lo || address >= hi) return 0;
+    if (pc[0] == 0x0f && pc[1] == 0x05) return 1; /* at `syscall` (being restarted) */
+    if (((uintptr_t)pc & 0xfff) >= 2 && pc[-2] == 0x0f && pc[-1] == 0x05) return 1;
+    return 0;
+#elif defined(__aarch64__)
+    uintptr_t address = (uintptr_t)uc->uc_mcontext.regs[0];
+    const uint32_t *pc = (const uint32_t *)uc->uc_mcontext.pc;
+    if (address < lo || address >= hi) return 0;
+    if (pc[0] == 0xd4000001u) return 1; /* svc #0 */
+    if (((uintptr_t)pc & 0xfff) >= 4 && pc[-1] == 0xd4000001u) return 1;
+    return 0;
+#else
+    (void)uc; (void)lo; (void)hi;
+    return 0;
+#endif
+}
+
+static int gil_state(PyThreadState *tstate, void *context) {
+    if (tstate == NULL) return GIL_NO_PYTHON;
+    if (attached_tstate() == tstate) return GIL_HELD;
+    return blocked_on_gil(tstate, context) ? GIL_WAITING : GIL_RELEASED;
+}
+
+/* -- the stack ---------------------------------------------------------------------------------- */
+
+/* Read the thread's frames into slot->prev (outermost first), keeping the innermost
+ * ENGINE_MAX_DEPTH - 1 under a CODE_TRUNCATED marker when deeper. Sets *common to the number of
+ * outer frames equal to the previous content. Returns the depth, or -1 for a chain that is not
+ * one (the slot then keeps an empty stack). */
+static int read_stack(Slot *slot, PyThreadState *tstate, uint32_t *common) {
+    uint32_t old_depth = slot->prev_depth;
+    _PyInterpreterFrame *top = tstate == NULL ? NULL : top_frame(tstate);
+    int64_t n = 0;
+    for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
+        void *code;
+        uint32_t instr;
+        int ok = read_frame(f, &code, &instr);
+        if (ok < 0 || n >= ENGINE_WALK_LIMIT) return -1;
+        n += ok;
+    }
+    uint32_t depth = n < ENGINE_MAX_DEPTH ? (uint32_t)n : ENGINE_MAX_DEPTH;
+    uint32_t first_diff = depth < old_depth ? depth : old_depth;
+    int64_t index = depth; /* the slot of the next frame, from the innermost down */
+    RawFrame *prev = slot->prev;
+    for (_PyInterpreterFrame *f = top; f != NULL && index > (n > depth ? 1 : 0); f = f->previous) {
+        void *code;
+        uint32_t instr;
+        if (read_frame(f, &code, &instr) <= 0) continue;
+        index--;
+        if ((uint32_t)index < first_diff &&
+            (prev[index].code != code || prev[index].instr != instr))
+            first_diff = (uint32_t)index;
+        prev[index].code = code;
+        prev[index].instr = instr;
+        prev[index].check = engine_code_check(code);
+    }
+    if (n > depth) {
+        if (prev[0].code != CODE_TRUNCATED) first_diff = 0;
+        prev[0].code = CODE_TRUNCATED;
+        prev[0].instr = 0;
+        prev[0].check = 0;
+    }
+    /* first_diff only looked at slots it rewrote; slots it kept equal are common */
+    slot->prev_depth = depth;
+    *common = first_diff;
+    return (int)depth;
+}
+
+/* -- the ring ----------------------------------------------------------------------------------- */
+
+/* Room for `bytes` contiguous bytes; returns where to write (NULL: full) and the head to
+ * publish once written. A PAD record fills the end of the buffer when the record does not. */
+static uint8_t *ring_reserve(Slot *slot, uint64_t bytes, uint64_t *publish) {
+    uint64_t head = atomic_load_explicit(&slot->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&slot->tail, memory_order_acquire);
+    uint64_t cap = slot->cap, pos = head & (cap - 1), pad = 0;
+    if (slot->ring == NULL || bytes > cap / 2) return NULL;
+    if (cap - pos < bytes) pad = cap - pos;
+    if (head + pad + bytes - tail > cap) return NULL;
+    if (pad) {
+        RecordHeader *filler = (RecordHeader *)(slot->ring + pos);
+        filler->words = (uint32_t)(pad / 8);
+        filler->kind = REC_PAD;
+        pos = 0;
+    }
+    *publish = head + pad + bytes;
+    return slot->ring + pos;
+}
+
+static int write_record(Slot *slot, int kind, int timer, int gil, uint32_t depth,
+                        uint32_t common, int64_t cpu, int64_t wall, int64_t now) {
+    int full = slot->force_full && common > 0;
+    if (full) common = 0;
+    uint32_t nframes = depth - common;
+    uint64_t bytes = RECORD_WORDS(nframes) * 8, publish;
+    uint8_t *at = ring_reserve(slot, bytes, &publish);
+    if (at == NULL) {
+        slot->dropped++;
+        slot->force_full = 1;
+        return 0;
+    }
+    RecordHeader *header = (RecordHeader *)at;
+    header->words = (uint32_t)(bytes / 8);
+    header->kind = (uint8_t)kind;
+    header->timer = (uint8_t)timer;
+    header->gil = (uint8_t)gil;
+    header->full = (uint8_t)full;
+    header->depth = depth;
+    header->common = common;
+    header->cpu_ns = cpu;
+    header->wall_ns = wall;
+    header->time_ns = now;
+    if (nframes) memcpy(at + sizeof(RecordHeader), slot->prev + common, nframes * sizeof(RawFrame));
+    atomic_store_explicit(&slot->head, publish, memory_order_release);
+    slot->force_full = 0;
+    slot->samples++;
+    return 1;
+}
+
+/* A record of the time since the last sample, at the last sample's stack (a thread's end, or
+ * the end of measurement). Called with no handler able to run on the slot. */
+void engine_append_tail(Slot *slot, int64_t cpu_now, int64_t wall_now, int64_t time_now) {
+    int64_t cpu = 0, wall = 0;
+    if (engine.period_ns[TIMER_CPU] && cpu_now > slot->last_cpu_ns) cpu = cpu_now - slot->last_cpu_ns;
+    if (engine.period_ns[TIMER_WALL] && wall_now > slot->last_wall_ns)
+        wall = wall_now - slot->last_wall_ns;
+    if (cpu == 0 && wall == 0) return;
+    if (write_record(slot, REC_TAIL, NTIMERS, GIL_NO_PYTHON, slot->prev_depth, slot->prev_depth,
+                     cpu, wall, time_now)) {
+        if (cpu) slot->last_cpu_ns = cpu_now;
+        if (wall) slot->last_wall_ns = wall_now;
+    }
+}
+
+/* -- the handler -------------------------------------------------------------------------------- */
+
+static void take_sample(Slot *slot, int timer, void *context) {
+    int64_t cpu = 0, wall = 0, cpu_now = 0, wall_now = 0;
+    if (timer == TIMER_CPU) {
+        cpu_now = engine_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        cpu = cpu_now - slot->last_cpu_ns;
+    } else {
+        wall_now = engine_clock_ns(CLOCK_MONOTONIC);
+        wall = wall_now - slot->last_wall_ns;
+    }
+    int64_t now = engine.trace ? engine_clock_ns(CLOCK_REALTIME) : 0;
+    PyThreadState *tstate = PyGILState_GetThisThreadState();
+    int gil = gil_state(tstate, context);
+    uint32_t common = 0;
+    int depth = read_stack(slot, tstate, &common);
+    if (depth < 0) {
+        atomic_fetch_add_explicit(&engine.bad_stacks, 1, memory_order_relaxed);
+        slot->prev_depth = 0;
+        slot->force_full = 1;
+        depth = 0;
+        common = 0;
+    }
+    if (write_record(slot, REC_SAMPLE, timer, gil, (uint32_t)depth, common, cpu, wall, now)) {
+        if (timer == TIMER_CPU) slot->last_cpu_ns = cpu_now;
+        else slot->last_wall_ns = wall_now;
+    }
+}
+
+/* A perf counter stops after each overflow (one pending signal at most, even for a thread that
+ * blocks it); re-arm it for the next, after a period drawn uniformly in [p/2, 3p/2]: a fixed
+ * period would alias with loops whose iterations last about as long (a share of them would
+ * never be sampled), as the Python sampler's stratified wake-ups avoided. */
+static void rearm_counter(Slot *slot, int fd) {
+    uint64_t period = (uint64_t)engine.period_ns[TIMER_CPU], x = slot->random;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    slot->random = x;
+    uint64_t next = period / 2 + x % (period + 1);
+    ioctl(fd, PERF_EVENT_IOC_PERIOD, &next);
+    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+}
+
+void engine_on_signal(int signo, siginfo_t *info, void *context) {
+    (void)signo;
+    int saved_errno = errno;
+    atomic_fetch_add(&engine.in_handler, 1); /* seq_cst: engine_stop() reads it after clearing */
+    uint64_t value = 0;
+    if (info != NULL && info->si_code == SI_TIMER) {
+        value = (uint64_t)(uintptr_t)info->si_value.sival_ptr | ENGINE_FD_VALID;
+    } else if (info != NULL && (info->si_code == POLL_IN || info->si_code == POLL_HUP) &&
+               info->si_fd >= 0 && info->si_fd < ENGINE_FD_TABLE) {
+        value = atomic_load_explicit(&engine_fd_slot[info->si_fd], memory_order_acquire);
+    }
+    if (atomic_load(&engine.enabled) && (value & ENGINE_FD_VALID)) {
+        value &= ~ENGINE_FD_VALID;
+        uint32_t index = (uint32_t)(value & 0x7fff);
+        int timer = (int)((value >> 15) & 1);
+        uint64_t gen = value >> 16;
+        if (index < ENGINE_MAX_SLOTS) {
+            Slot *slot = &engine_slots[index];
+            if (atomic_load_explicit(&slot->gen, memory_order_acquire) == gen &&
+                atomic_load_explicit(&slot->state, memory_order_acquire) == SLOT_LIVE) {
+                unsigned long self = (unsigned long)pthread_self();
+                unsigned long known = atomic_load_explicit(&slot->ident, memory_order_relaxed);
+                if (known == 0 && engine_gettid() == slot->tid) { /* first sample: check once */
+                    atomic_store_explicit(&slot->ident, self, memory_order_relaxed);
+                    known = self;
+                }
+                if (known == self) take_sample(slot, timer, context);
+                else atomic_fetch_add(&engine.misdelivered, 1);
+                if (info->si_code != SI_TIMER) rearm_counter(slot, info->si_fd);
+            }
+        }
+    }
+    atomic_fetch_sub(&engine.in_handler, 1);
+    errno = saved_errno;
+}

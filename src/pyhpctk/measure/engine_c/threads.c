@@ -1,0 +1,358 @@
+/* pyrun's sampling engine: slots, per-thread timers and the monitor thread.
+ *
+ * Each kernel thread that is measured has a slot (engine.h) and one POSIX timer per clock in
+ * use: CPUTIME arms a timer on the thread's own CPU clock (MAKE_THREAD_CPUCLOCK(tid, SCHED)),
+ * which only advances while that thread runs, so each tick is a period of that thread's CPU
+ * time; wall-clock events arm one on CLOCK_MONOTONIC. Both deliver the engine's realtime
+ * signal to that thread alone (SIGEV_THREAD_ID), with the slot's index, the timer and the
+ * slot's generation in si_value: a signal of a timer deleted in the meantime carries an old
+ * generation and is ignored.
+ *
+ * Python threads arm their own timers when they start (pyrun's thread hook). Every other thread
+ * (BLAS and OpenMP pools, threads of C++ libraries) is found by the monitor, a native thread
+ * with every signal blocked: it checks the number of threads (the link count of
+ * /proc/self/task) every few milliseconds, and lists /proc/self/task when that changed or every
+ * MONITOR_FULL_SCAN_NS anyway; a new thread gets a slot and timers, created from the monitor
+ * (timer_create may name any thread of the process), and a thread gone from the list is
+ * disarmed and marked ended. A thread found after measurement began counts its CPU time from
+ * its creation (its clock starts at 0); threads that existed before count from the start.
+ *
+ * The table lock guards allocation, freeing and the tid lookup; the signal handler never takes
+ * it (it reaches its slot through si_value).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <linux/perf_event.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+#define MONITOR_POLL_NS 20000000ll      /* thread count check */
+#define MONITOR_FULL_SCAN_NS 100000000ll /* full listing even when the count did not change */
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t monitor_thread;
+static int monitor_running;
+static _Atomic int monitor_stop;
+static uint32_t high_water; /* slots [0, high_water) have been used */
+static uint64_t random_state = 0x9E3779B97F4A7C15ull;
+
+void engine_lock(void) { pthread_mutex_lock(&table_lock); }
+uint32_t engine_slots_used(void) { return high_water; }
+void engine_unlock(void) { pthread_mutex_unlock(&table_lock); }
+
+pid_t engine_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+/* Linux's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): the CPU clock of thread `tid`. */
+clockid_t engine_thread_cpu_clock(pid_t tid) {
+    return (clockid_t)(((~(unsigned int)tid) << 3) | 6u);
+}
+
+static uint64_t next_random(void) {
+    random_state ^= random_state << 13;
+    random_state ^= random_state >> 7;
+    random_state ^= random_state << 17;
+    return random_state;
+}
+
+static int excluded(pid_t tid) {
+    if (tid == engine.monitor_tid) return 1;
+    for (int i = 0; i < engine.nexcluded; i++)
+        if (engine.excluded_tid[i] == tid) return 1;
+    return 0;
+}
+
+static int slot_buffers(Slot *slot) {
+    if (slot->ring == NULL) {
+        slot->ring = malloc(ENGINE_RING_BYTES); /* large: mmap'ed, pages touched as used */
+        slot->cap = ENGINE_RING_BYTES;
+    }
+    if (slot->prev == NULL) slot->prev = malloc(ENGINE_MAX_DEPTH * sizeof(RawFrame));
+    if (slot->resolved_at == NULL)
+        slot->resolved_at = malloc((ENGINE_MAX_DEPTH + 1) * sizeof(uint32_t));
+    if (slot->resolved_ip == NULL) slot->resolved_ip = malloc(ENGINE_MAX_DEPTH * sizeof(uint64_t));
+    return slot->ring && slot->prev && slot->resolved_at && slot->resolved_ip ? 0 : -1;
+}
+
+/* The live slot of `tid`; with `create`, a new one (CPU clock counted from cpu_baseline) if it
+ * has none. Call with the table lock held. */
+Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
+    Slot *free_slot = NULL;
+    for (uint32_t i = 0; i < high_water; i++) {
+        Slot *slot = &engine_slots[i];
+        int state = atomic_load(&slot->state);
+        if (state == SLOT_LIVE && slot->tid == tid) return slot;
+        if (state == SLOT_FREE && free_slot == NULL) free_slot = slot;
+    }
+    if (!create) return NULL;
+    if (free_slot == NULL) {
+        if (high_water >= ENGINE_MAX_SLOTS) return NULL;
+        free_slot = &engine_slots[high_water++];
+    }
+    Slot *slot = free_slot;
+    if (slot_buffers(slot) != 0) return NULL;
+    slot->tid = tid;
+    slot->python = 0;
+    atomic_store(&slot->ident, 0);
+    slot->armed[0] = slot->armed[1] = 0;
+    slot->perf_fd = -1;
+    slot->last_cpu_ns = cpu_baseline;
+    slot->last_wall_ns = engine_clock_ns(CLOCK_MONOTONIC);
+    slot->prev_depth = 0;
+    slot->force_full = 0;
+    slot->dropped = 0;
+    slot->samples = 0;
+    slot->random = next_random() | 1;
+    atomic_store(&slot->head, 0);
+    atomic_store(&slot->tail, 0);
+    slot->resolved_depth = 0;
+    slot->raw_depth = 0;
+    slot->resolved_at[0] = 0;
+    slot->reported = 0;
+    atomic_store_explicit(&slot->state, SLOT_LIVE, memory_order_release);
+    return slot;
+}
+
+/* Whether `fd` is (still) a perf_events file descriptor: the program may have closed ours and
+ * reused the number, and then it is not ours to close. */
+static int is_perf_fd(int fd) {
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n <= 0) return 0;
+    target[n] = 0;
+    return strcmp(target, "anon_inode:[perf_event]") == 0;
+}
+
+/* CPU sampling through a perf_events task-clock counter of the thread: its overflow, every
+ * period of the thread's CPU time measured by an hrtimer, sends the engine's signal to that
+ * thread (O_ASYNC, F_SETSIG, F_SETOWN_EX). POSIX CPU-clock timers are only checked at the
+ * scheduler tick (CONFIG_HZ, 250/s here), which caps their rate and aliases with loops. */
+static int arm_perf(Slot *slot, uint64_t value) {
+    if (!engine.use_perf || atomic_load(&engine.perf_threads) >= ENGINE_PERF_MAX_THREADS)
+        return -1;
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = (uint64_t)engine.period_ns[TIMER_CPU];
+    attr.wakeup_events = 1;
+    attr.disabled = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, slot->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOENT)
+            engine.use_perf = 0; /* not allowed here: timers from now on */
+        return -1;
+    }
+    struct f_owner_ex owner = {F_OWNER_TID, slot->tid};
+    if (fd >= ENGINE_FD_TABLE || fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETSIG, engine.signo) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+        close(fd);
+        return -1;
+    }
+    atomic_store_explicit(&engine_fd_slot[fd], value | ENGINE_FD_VALID, memory_order_release);
+    /* Enabled for one overflow at a time: the handler re-arms it (PERF_EVENT_IOC_REFRESH), so
+     * a thread that blocks the signal has at most one pending, never a growing queue of
+     * realtime signals eating the user's RLIMIT_SIGPENDING. */
+    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
+        atomic_store(&engine_fd_slot[fd], 0);
+        close(fd);
+        return -1;
+    }
+    slot->perf_fd = fd;
+    atomic_fetch_add(&engine.perf_threads, 1);
+    return 0;
+}
+
+static void disarm_perf(Slot *slot) {
+    int fd = slot->perf_fd;
+    if (fd < 0) return;
+    slot->perf_fd = -1;
+    atomic_store(&engine_fd_slot[fd], 0);
+    if (is_perf_fd(fd)) {
+        ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+        close(fd);
+    }
+    atomic_fetch_sub(&engine.perf_threads, 1);
+}
+
+/* Arm timer `index` (TIMER_CPU / TIMER_WALL) of a live slot, first expiry at a random point of
+ * the first period (threads started together do not tick together). */
+int engine_arm(Slot *slot, int index) {
+    int64_t period = engine.period_ns[index];
+    if (period <= 0 || slot->armed[index]) return 0;
+    uint32_t number = (uint32_t)(slot - engine_slots);
+    uint64_t value = (atomic_load(&slot->gen) << 16) | ((uint64_t)index << 15) | number;
+    if (index == TIMER_CPU && arm_perf(slot, value) == 0) {
+        slot->armed[index] = 1;
+        return 0;
+    }
+    struct sigevent event;
+    memset(&event, 0, sizeof(event));
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = engine.signo;
+    event.sigev_value.sival_ptr = (void *)(uintptr_t)value;
+#ifdef sigev_notify_thread_id
+    event.sigev_notify_thread_id = slot->tid;
+#else
+    event._sigev_un._tid = slot->tid;
+#endif
+    clockid_t clock = index == TIMER_CPU ? engine_thread_cpu_clock(slot->tid) : CLOCK_MONOTONIC;
+    if (timer_create(clock, &event, &slot->timers[index]) != 0) return -1;
+    int64_t first = 1 + (int64_t)(next_random() % (uint64_t)period);
+    struct itimerspec spec;
+    spec.it_interval.tv_sec = period / 1000000000;
+    spec.it_interval.tv_nsec = period % 1000000000;
+    spec.it_value.tv_sec = first / 1000000000;
+    spec.it_value.tv_nsec = first % 1000000000;
+    if (timer_settime(slot->timers[index], 0, &spec, NULL) != 0) {
+        timer_delete(slot->timers[index]);
+        return -1;
+    }
+    slot->armed[index] = 1;
+    return 0;
+}
+
+void engine_disarm(Slot *slot) {
+    for (int i = 0; i < NTIMERS; i++) {
+        if (slot->armed[i] && !(i == TIMER_CPU && slot->perf_fd >= 0))
+            timer_delete(slot->timers[i]);
+        slot->armed[i] = 0;
+    }
+    disarm_perf(slot);
+}
+
+/* The consumer is done with an ended slot. Call with the table lock held. */
+void engine_free_slot(Slot *slot) {
+    engine_disarm(slot);
+    atomic_fetch_add(&slot->gen, 1);
+    atomic_store_explicit(&slot->state, SLOT_FREE, memory_order_release);
+}
+
+/* -- the monitor thread ------------------------------------------------------------------------- */
+
+static int task_count(void) {
+    struct stat st;
+    if (stat("/proc/self/task", &st) != 0) return -1;
+    return (int)st.st_nlink;
+}
+
+/* List /proc/self/task: new threads get slots and timers, vanished ones are marked ended. */
+static void scan_threads(int initial) {
+    static uint8_t seen[ENGINE_MAX_SLOTS];
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL) return;
+    engine_lock();
+    memset(seen, 0, sizeof(seen));
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+        pid_t tid = (pid_t)atoi(entry->d_name);
+        if (tid <= 0 || excluded(tid)) continue;
+        Slot *slot = engine_slot_for_tid(tid, 0, 0);
+        if (slot == NULL) {
+            int64_t baseline = 0;
+            if (initial) {
+                baseline = engine_clock_ns(engine_thread_cpu_clock(tid));
+                if (baseline < 0) continue; /* it ended meanwhile */
+            }
+            slot = engine_slot_for_tid(tid, 1, baseline);
+            if (slot == NULL) continue;
+            if (engine_arm(slot, TIMER_CPU) != 0 || engine_arm(slot, TIMER_WALL) != 0) {
+                engine_disarm(slot); /* an exiting thread: forget it */
+                engine_free_slot(slot);
+                continue;
+            }
+        }
+        seen[slot - engine_slots] = 1;
+    }
+    closedir(dir);
+    for (uint32_t i = 0; i < high_water; i++) {
+        Slot *slot = &engine_slots[i];
+        if (atomic_load(&slot->state) == SLOT_LIVE && !seen[i] && !excluded(slot->tid)) {
+            engine_disarm(slot);
+            atomic_store_explicit(&slot->state, SLOT_ENDED, memory_order_release);
+        }
+    }
+    engine_unlock();
+}
+
+static void *monitor_main(void *unused) {
+    (void)unused;
+    __atomic_store_n(&engine.monitor_tid, engine_gettid(), __ATOMIC_RELEASE);
+    int last_count = -1;
+    int64_t last_scan = 0;
+    while (!atomic_load(&monitor_stop)) {
+        struct timespec pause = {0, MONITOR_POLL_NS};
+        nanosleep(&pause, NULL);
+        if (atomic_load(&monitor_stop)) break;
+        int count = task_count();
+        int64_t now = engine_clock_ns(CLOCK_MONOTONIC);
+        if (count != last_count || now - last_scan >= MONITOR_FULL_SCAN_NS) {
+            scan_threads(0);
+            last_count = count;
+            last_scan = now;
+        }
+    }
+    return NULL;
+}
+
+/* List the threads that exist now, then start the monitor (every signal blocked in it). */
+int engine_threads_start(void) {
+    if (monitor_running) return 0;
+    random_state ^= (uint64_t)engine_clock_ns(CLOCK_MONOTONIC) * 0x2545F4914F6CDD1Dull;
+    random_state ^= (uint64_t)getpid() << 32;
+    if (random_state == 0) random_state = 1;
+    atomic_store(&monitor_stop, 0);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int error = pthread_create(&monitor_thread, NULL, monitor_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (error != 0) return -1;
+    monitor_running = 1;
+    while (__atomic_load_n(&engine.monitor_tid, __ATOMIC_ACQUIRE) == 0)
+        sched_yield(); /* so the scan leaves the monitor out */
+    scan_threads(1);
+    return 0;
+}
+
+void engine_threads_stop(void) {
+    if (!monitor_running) return;
+    atomic_store(&monitor_stop, 1);
+    pthread_join(monitor_thread, NULL);
+    monitor_running = 0;
+    engine.monitor_tid = 0;
+}
+
+/* In a forked child: no timer, no monitor and no other thread survived; forget them (their
+ * timer ids mean nothing here: deleting one could delete a new timer of the child). */
+void engine_after_fork_child(void) {
+    pthread_mutex_init(&table_lock, NULL);
+    monitor_running = 0;
+    engine.monitor_tid = 0;
+    engine.nexcluded = 0;
+    atomic_store(&engine.perf_threads, 0);
+    for (uint32_t i = 0; i < high_water; i++) {
+        Slot *slot = &engine_slots[i];
+        if (slot->perf_fd >= 0) { /* the parent's counter, inherited: it counts the parent */
+            atomic_store(&engine_fd_slot[slot->perf_fd], 0);
+            if (is_perf_fd(slot->perf_fd)) close(slot->perf_fd);
+            slot->perf_fd = -1;
+        }
+        slot->armed[0] = slot->armed[1] = 0;
+        atomic_fetch_add(&slot->gen, 1);
+        atomic_store(&slot->state, SLOT_FREE);
+    }
+}
