@@ -4,8 +4,9 @@
   when it starts (reading its own CPU clock) and writes its profile when it ends.
 - **Exit**: an ``atexit`` handler registered before the program runs, so it runs after the
   program's own handlers, writes every thread's files.
-- **Signals that end the process** (SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ...: every catchable one
-  whose default action terminates, :data:`pyhpctk.measure.signals.TERMINATING`): their default
+- **Signals that end the process** (SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ...: every classic
+  catchable one whose default action terminates,
+  :data:`pyhpctk.measure.signals.WRITE_BEFORE_DYING`; not the real-time ones): their default
   would kill the process without ``atexit``. For each one left at its default, pyrun installs a
   handler that writes the files and then dies of that signal by its default action (exit status
   and core dump as without pyrun). ``signal.signal`` and ``signal.getsignal`` are wrapped: a
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 _session: Session | None = None
 _installed = False
-_TERMINATING = frozenset(signals.TERMINATING)
+_HOOKED = frozenset(signals.WRITE_BEFORE_DYING)
 # The thread writing files through one of the hooks below, and a signal that arrived in that
 # thread meanwhile: it is acted on once the files are written.
 _writer: int | None = None
@@ -136,7 +137,7 @@ def _write_then_signal_again(session: Session, signum: int) -> None:
 
 
 def _signal(signalnum: int, handler: _Handler) -> _Handler:
-    if signalnum not in _TERMINATING:
+    if signalnum not in _HOOKED:
         return _real_signal(signalnum, handler)
     # The program's own handler (or SIG_IGN) replaces pyrun's writer outright; asking for the
     # default gives the writer back. Either way the program sees what it asked for.
@@ -231,7 +232,7 @@ def install(session: Session) -> None:
         after_in_child=_after_fork_in_child,
     )
     if threading.current_thread() is threading.main_thread():
-        for signum in signals.TERMINATING:
+        for signum in signals.WRITE_BEFORE_DYING:
             # Only signals at their default: a handler or SIG_IGN already there (Python's own
             # for SIGINT, SIGPIPE and SIGXFSZ, nohup's) or a C library's (getsignal: None)
             # stays.
@@ -258,7 +259,7 @@ def uninstall() -> None:
     if signal.signal is _signal:
         signal.signal = _real_signal
         signal.getsignal = _real_getsignal
-        for signum in signals.TERMINATING:
+        for signum in signals.WRITE_BEFORE_DYING:
             if _real_getsignal(signum) is _on_fatal_signal:
                 _real_signal(signum, signal.SIG_DFL)
 

@@ -44,6 +44,15 @@ TERMINATING: tuple[int, ...] = tuple(
     int(getattr(signal, name)) for name in _NAMES if hasattr(signal, name)
 ) + tuple(range(int(getattr(signal, "SIGRTMIN", 0)), int(getattr(signal, "SIGRTMAX", -1)) + 1))
 
+#: What a measured process writes its profiles for before it dies (hooks). Not the real-time
+#: signals: they are the channel of the C libraries a process loads (glibc's threads, MPI and
+#: UCX progress engines) and of pyrun's own sampling engine, which takes the first one left at
+#: its default; a handler on each would leave it none. Launchers and batch systems end programs
+#: with the classic signals above.
+WRITE_BEFORE_DYING: tuple[int, ...] = tuple(
+    int(getattr(signal, name)) for name in _NAMES if hasattr(signal, name)
+)
+
 #: Signals whose default action also dumps core (signal(7)).
 _CORE_NAMES = ("SIGQUIT", "SIGXCPU", "SIGXFSZ", "SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL")
 DUMPS_CORE: frozenset[int] = frozenset(
