@@ -348,7 +348,7 @@ def pyview(
         blame,
         html,
         force,
-        overlap_report,
+        overlap=overlap_report,
     )
     return run_pyview(opts, _names_as_bytes(sys.stdout))
 
