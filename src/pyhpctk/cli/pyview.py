@@ -19,7 +19,7 @@ import click
 from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
-from pyhpctk.present import imbalance, traces
+from pyhpctk.present import imbalance, overlap, traces, waits
 from pyhpctk.present.api import Database, open_database
 from pyhpctk.present.fit import fit_view
 from pyhpctk.present.render import TextStyle, format_value, render_csv, render_json, render_text
@@ -57,6 +57,7 @@ class PyviewOptions:
     exclusive: bool = False
     show_internal: bool = False
     full: bool = False
+    overlap: bool = False  # issue #22: compute against communication per rank and stream
 
     def exports(self) -> list[tuple[str, str]]:
         """(option, file) of every export asked for, in the order they are written."""
@@ -152,6 +153,12 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
         did_something = True
     if opts.blame:
         traces.render_blame(traces.gpu_idle_blame(db.experiment), out)
+        across = waits.collective_waits(db.experiment)
+        if across.instances:  # several ranks ran collectives: who made whom wait
+            waits.render_waits(across, out)
+        did_something = True
+    if opts.overlap:
+        overlap.render_overlap(overlap.overlap_report(db.experiment), out)
         did_something = True
     if opts.trace_export:
         _write(
@@ -351,7 +358,19 @@ def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | No
 @click.option(
     "--trace-export", metavar="FILE", help="Write the traces as Perfetto / Chrome trace JSON."
 )
-@click.option("--blame", is_flag=True, help="GPU idleness blame over the traces.")
+@click.option(
+    "--blame",
+    is_flag=True,
+    help="GPU idleness blame over the traces; with several ranks, also which rank's work made "
+    "the others wait in collectives.",
+)
+@click.option(
+    "--overlap",
+    "overlap_report",
+    is_flag=True,
+    help="Per rank and GPU stream: time in compute, communication (NCCL), both at once, "
+    "copies and idle, from the traces.",
+)
 @click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
 @click.option(
     "--force",
@@ -386,6 +405,7 @@ def pyview(
     trace_summary: bool,
     trace_export: str | None,
     blame: bool,
+    overlap_report: bool,
     html: str | None,
     force: bool,
 ) -> int:
@@ -440,6 +460,7 @@ def pyview(
         exclusive,
         show_internal,
         full,
+        overlap=overlap_report,
     )
     return run_pyview(opts, _names_as_bytes(sys.stdout))
 

@@ -1,10 +1,11 @@
 """Who is measuring what: MPI rank, batch job, host id, file names and output directories.
 
 Files are named as hpcrun names them (formats.md §0.1):
-``<exe>-<rank:06d>-<thread:03d>-<hostid:08x>-<pid>-<gen>.hpcrun``. The MPI rank comes from the
-launcher's environment (Slurm, PMI, PMIx, Open MPI, MPICH, MVAPICH, Cray PALS) or, once the
-program has initialised it, from mpi4py. Every function takes the environment as an argument so
-tests can simulate launchers. Imported into every measured process: standard library only.
+``<exe>-<rank:06d>-<thread:03d>-<hostid:08x>-<pid>-<gen>.hpcrun``. The rank comes from the
+launcher's environment (torchrun, Slurm, PMI, PMIx, Open MPI, MPICH, MVAPICH, Cray PALS, and
+torch.distributed's ``env://`` convention) or, once the program has initialised it, from mpi4py.
+Every function takes the environment as an argument so tests can simulate launchers. Imported
+into every measured process: standard library only.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ RANK_VARIABLES: tuple[str, ...] = (
     "FLUX_TASK_RANK",  # Flux
 )
 
+#: torchrun's (torch.distributed.elastic's) variables: every worker it starts has them, with
+#: ``RANK`` its global rank. torchrun is the innermost launcher under ``srun torchrun``, where
+#: ``SLURM_PROCID`` numbers the nodes, not the workers: its ``RANK`` is trusted first.
+TORCHRUN_RUN_ID = "TORCHELASTIC_RUN_ID"
+#: torch.distributed's ``env://`` initialisation reads ``RANK`` and ``WORLD_SIZE``; a launcher of
+#: its own that sets both (and none of the above) is taken at its word, after every MPI launcher.
+ENV_RANK, ENV_WORLD_SIZE = "RANK", "WORLD_SIZE"
+
 #: Environment variables holding the batch job id (hpcrun's ``job-id`` header nv-pair).
 JOB_VARIABLES: tuple[str, ...] = (
     "SLURM_JOB_ID",
@@ -47,12 +56,33 @@ LAUNCH_VARIABLES: tuple[str, ...] = (
 
 
 def rank_from_env(env: Mapping[str, str]) -> int | None:
-    """The MPI rank the launcher gave this process, or None outside a parallel launch."""
+    """The rank the launcher gave this process, or None outside a parallel launch.
+
+    torchrun's ``RANK`` first (its workers also inherit the variables of a launcher above it),
+    then the MPI launchers', then a bare ``RANK`` with ``WORLD_SIZE`` (torch.distributed's
+    ``env://``).
+    """
+    rank = env.get(ENV_RANK, "").strip()
+    if env.get(TORCHRUN_RUN_ID, "").strip() and rank.isdigit():
+        return int(rank)
     for name in RANK_VARIABLES:
         value = env.get(name, "").strip()
         if value.isdigit():
             return int(value)
+    if rank.isdigit() and env.get(ENV_WORLD_SIZE, "").strip().isdigit():
+        return int(rank)
     return None
+
+
+def _torchrun_key(env: Mapping[str, str]) -> str:
+    """torchrun's run id when it names this launch alone, else ``""``.
+
+    torch 2.14's torchrun makes a fresh UUID per launch (seen with and without
+    ``--standalone``) and ``--rdzv-id`` is the user's; older releases' static rendezvous left
+    the placeholder ``none``, which every such launch shares, so it names nothing.
+    """
+    run = env.get(TORCHRUN_RUN_ID, "").strip()
+    return "" if run in ("", "none") else f"torchrun.{run}"
 
 
 def rank_from_mpi4py() -> int | None:
@@ -83,14 +113,15 @@ def launch_key(env: Mapping[str, str]) -> str:
     """A name shared by every rank of one parallel launch and by no other launch, or ``""``.
 
     Under Slurm it is ``JOBID.STEPID`` (two ``srun`` steps of one job are two runs); under other
-    launchers the PMIx namespace or Open MPI job id; under a rank-setting launcher with none of
-    those (MPICH's hydra) the id of the launcher's proxy, our parent.
+    launchers the PMIx namespace or Open MPI job id, or torchrun's run id where it is one of
+    its own; under a rank-setting launcher with none of those (MPICH's hydra, a torchrun whose
+    run id is ``none``) the id of the launcher's process on this node, our parent (torchrun's
+    agent starts every worker of the node).
     """
     job = env.get("SLURM_JOB_ID", "").strip()
     if job and env.get("SLURM_STEP_ID", "").strip():
         return f"{job}.{env['SLURM_STEP_ID'].strip()}"
-    for name in LAUNCH_VARIABLES:
-        value = env.get(name, "").strip()
+    for value in (*(env.get(name, "").strip() for name in LAUNCH_VARIABLES), _torchrun_key(env)):
         if value:
             return "".join(c if c.isalnum() or c in "._-" else "_" for c in value)
     if rank_from_env(env) is not None:
@@ -102,11 +133,12 @@ def launch_key(env: Mapping[str, str]) -> str:
 def launch_key_is_per_node(env: Mapping[str, str]) -> bool:
     """Whether :func:`launch_key` had to name the launch after this node's launcher proxy.
 
-    MPICH's hydra exports no launch id, so its ranks on different nodes get different keys.
+    MPICH's hydra and a torchrun with run id ``none`` export no launch id, so their ranks on
+    different nodes get different keys.
     """
     if env.get("SLURM_JOB_ID", "").strip() and env.get("SLURM_STEP_ID", "").strip():
         return False
-    if any(env.get(name, "").strip() for name in LAUNCH_VARIABLES):
+    if any(env.get(name, "").strip() for name in LAUNCH_VARIABLES) or _torchrun_key(env):
         return False
     return rank_from_env(env) is not None
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pyhpctk.errors import UsageError
-from pyhpctk.present import frames, imbalance, traces
+from pyhpctk.present import frames, imbalance, overlap, traces, waits
 from pyhpctk.present.elide import internal_frames
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import Experiment
@@ -201,6 +201,14 @@ class Database:
 
     def gpu_idle_blame(self) -> traces.Blame:
         return traces.gpu_idle_blame(self.experiment)
+
+    def overlap_report(self) -> list[overlap.RankShare]:
+        """Per rank and GPU stream: compute, communication, both, copies, idle (issue #22)."""
+        return overlap.overlap_report(self.experiment)
+
+    def collective_waits(self) -> waits.Waits:
+        """Which rank's work made the others wait in collectives (issue #22)."""
+        return waits.collective_waits(self.experiment)
 
 
 def open_database(path: str | os.PathLike[str]) -> Database:

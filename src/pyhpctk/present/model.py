@@ -198,6 +198,18 @@ class ProfileInfo:
     def is_gpu(self) -> bool:
         return any(kind in ("GPUSTREAM", "GPUCONTEXT", "GPUDEVICE") for kind, _ in self.identifier)
 
+    def element(self, kind: str) -> int | None:
+        """The id of the tuple's ``kind`` element (``"RANK"``, ``"GPUDEVICE"``...), or None."""
+        for name, ident in self.identifier:
+            if name == kind:
+                return ident
+        return None
+
+    @property
+    def rank(self) -> int | None:
+        """The process's rank (None: measured outside a parallel launch)."""
+        return self.element("RANK")
+
 
 @dataclass(frozen=True, slots=True)
 class TraceLine:

@@ -14,7 +14,8 @@ context ends at its last timestamp.
 * :func:`gpu_idle_blame` — the GPU idleness analysis of Zhou et al. (SC'21): over the time when
   every GPU stream is idle and at least one CPU thread is busy, the idle time is shared equally
   among the busy CPU threads and charged to the CPU function each is running; functions are then
-  ranked by blame.
+  ranked by blame. With several ranks each rank is taken alone (its streams, its threads) and
+  the blames are added; :mod:`.waits` adds the waits across ranks.
 """
 
 from __future__ import annotations
@@ -334,17 +335,46 @@ def _states(line: TraceLine, cuts: npt.NDArray[np.int64]) -> npt.NDArray[np.int6
 
 
 def gpu_idle_blame(exp: Experiment) -> Blame:
-    """Share GPU idle time among the CPU functions running while every GPU stream is idle."""
+    """Share GPU idle time among the CPU functions running while every GPU stream is idle.
+
+    Each rank (the ``RANK`` of the id tuples) is taken alone: its GPU is idle when all of its
+    own streams are, and only its own threads are blamed; the ranks' blames are added.
+    """
     lines = [line for line in _lines(exp) if len(line.timestamps)]
-    gpu = [line for line in lines if _profile(exp, line.profile).is_gpu]
-    cpu = [line for line in lines if not _profile(exp, line.profile).is_gpu]
     if not any(_profile(exp, line.profile).is_gpu for line in _lines(exp)):
         raise NoTraceError(f"{exp.path}: no GPU stream in the traces: nothing to blame")
-    if not lines:
-        return Blame(0, 0, (), ())
+    ranks: dict[int | None, list[TraceLine]] = {}
+    for line in lines:
+        ranks.setdefault(_profile(exp, line.profile).rank, []).append(line)
+    idle_ns = blamed_ns = 0
+    per_ctx: dict[int, float] = {}
+    for group in ranks.values():
+        gpu = [line for line in group if _profile(exp, line.profile).is_gpu]
+        cpu = [line for line in group if not _profile(exp, line.profile).is_gpu]
+        idle, blamed = _rank_idle_blame(gpu, cpu, per_ctx)
+        idle_ns, blamed_ns = idle_ns + idle, blamed_ns + blamed
+    per_fn: dict[str, float] = {}
+    for ctx, value in per_ctx.items():
+        name = function_of(exp, ctx)
+        per_fn[name] = per_fn.get(name, 0.0) + value
+    return Blame(
+        idle_ns,
+        blamed_ns,
+        tuple(sorted(per_fn.items(), key=lambda kv: (-kv[1], kv[0]))),
+        tuple(sorted(per_ctx.items(), key=lambda kv: (-kv[1], kv[0]))),
+    )
+
+
+def _rank_idle_blame(
+    gpu: list[TraceLine], cpu: list[TraceLine], per_ctx: dict[int, float]
+) -> tuple[int, int]:
+    """One rank's (GPU idle ns, blamed ns); its blame by context is added to ``per_ctx``."""
+    lines = gpu + cpu
+    if not gpu:  # a rank without a traced GPU stream has no GPU idleness to blame
+        return 0, 0
     cuts = np.unique(np.concatenate([line.timestamps.astype(np.int64) for line in lines]))
     if len(cuts) < 2:
-        return Blame(0, 0, (), ())
+        return 0, 0
     length = np.diff(cuts).astype(np.float64)
     gpu_busy = np.zeros(len(length), dtype=bool)
     for line in gpu:
@@ -356,7 +386,6 @@ def gpu_idle_blame(exp: Experiment) -> Blame:
     active = (cpu_states != IDLE).sum(axis=0)
     blamed = idle & (active > 0)
     share = np.where(blamed, length / np.maximum(active, 1), 0.0)
-    per_ctx: dict[int, float] = {}
     for row in cpu_states:
         hit = blamed & (row != IDLE)
         if not np.any(hit):
@@ -365,16 +394,7 @@ def gpu_idle_blame(exp: Experiment) -> Blame:
         sums = np.bincount(inverse, weights=share[hit], minlength=len(ids))
         for ctx, value in zip(ids.tolist(), sums.tolist(), strict=True):
             per_ctx[int(ctx)] = per_ctx.get(int(ctx), 0.0) + float(value)
-    per_fn: dict[str, float] = {}
-    for ctx, value in per_ctx.items():
-        name = function_of(exp, ctx)
-        per_fn[name] = per_fn.get(name, 0.0) + value
-    return Blame(
-        int(length[idle].sum()),
-        int(length[blamed].sum()),
-        tuple(sorted(per_fn.items(), key=lambda kv: (-kv[1], kv[0]))),
-        tuple(sorted(per_ctx.items(), key=lambda kv: (-kv[1], kv[0]))),
-    )
+    return int(length[idle].sum()), int(length[blamed].sum())
 
 
 def render_blame(blame: Blame, out: TextIO, top: int = 20) -> None:

@@ -4,6 +4,10 @@ Activities are grouped by (CCT, node, kind, kernel or copy direction) with numpy
 consulted once per group, and the metrics are summed per node with ``np.bincount``. Kernels go
 below their placeholder as ``GPUKernl → gpubin@entry`` (hpcrun's shape).
 
+Kernels whose names say they are communication (NCCL's collectives,
+:mod:`pyhpctk.core.communication`) also get ``GCOMM (sec)`` and ``GCOMM:COUNT`` at the same node,
+in a metric kind the session is given at the first such kernel (issue #22).
+
 An activity that ran as a node of a CUDA graph goes below its launch's ``GPUGraph``
 placeholder, into a copy of the call path that made the node (the capture), then under the
 usual placeholder: ``replay line → GPUGraph → capture path → GPUKernl → kernel``
@@ -18,6 +22,7 @@ import threading
 
 import numpy as np
 
+from pyhpctk.core.communication import is_communication
 from pyhpctk.measure.cct import MAIN_FENCE, THREAD_FENCE, KindValues, ThreadCCT, placeholder_ip
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
@@ -79,6 +84,7 @@ class Attributor:
         # Per CCT (held, so its id stays its own): (call, placeholder, kind, detail) → the node
         # metric_node gives; a CCT never loses a node, so an answer stays right.
         self._nodes: dict[int, tuple[ThreadCCT, dict[tuple[int, int, int, int], int]]] = {}
+        self.communication = CommunicationKernels(host)
 
     def live_cct(
         self, operation: Operation, call: int, placeholder: int
@@ -193,6 +199,7 @@ class Attributor:
                 )
         targets = nodes[inverse]
         self.add_metrics(cct, rows, targets)
+        self.communication.attribute(cct, rows, targets, names)
         self.kernels_attributed(cct, rows, targets, names)
 
     def _node_cache(self, cct: ThreadCCT) -> dict[tuple[int, int, int, int], int]:
@@ -333,6 +340,58 @@ class Attributor:
             for value in np.unique(sub).tolist():
                 part = sub == value
                 add(gm.GSYNC_TIME + int(value), selected[part], waited[part])
+        add_columns(cct.values_of(self.kind), nodes.tolist(), columns)
+
+
+class CommunicationKernels:
+    """``GCOMM`` for the kernels whose names say they are communication (issue #22).
+
+    Names are classified once each (a buffer's function table only grows); the metric kind is
+    added to the session at the first communication kernel, so a program without any writes
+    the same profiles as before.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.kind: MetricKind | None = None
+        self._known: dict[str, bool] = {}
+        self._flags: tuple[int, int, np.ndarray] = (0, 0, np.zeros(0, dtype=bool))
+
+    def flags(self, names: list[str]) -> np.ndarray:
+        """One bool per name of ``names``: is it a communication kernel."""
+        ident, length, flags = self._flags
+        if ident != id(names) or length != len(names):
+            known = self._known
+            flags = np.array(
+                [known.setdefault(n, is_communication(n)) for n in names], dtype=bool
+            )
+            self._flags = (id(names), len(names), flags)
+        return flags
+
+    def attribute(
+        self, cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]
+    ) -> None:
+        """Add ``GCOMM`` and ``GCOMM:COUNT`` of the communication kernels among ``rows``."""
+        flags = self.flags(names)
+        if not flags.any():
+            return
+        function = rows["function"].astype(np.int64)
+        known = (rows["kind"] == act.KERNEL) & (function >= 0) & (function < len(flags))
+        mask = np.zeros(len(rows), dtype=bool)
+        mask[known] = flags[function[known]]
+        if not mask.any():
+            return
+        if self.kind is None:
+            self.kind = self.host.add_metric_kind(gm.comm_metric_kind())
+        nodes, inverse = np.unique(targets[mask], return_inverse=True)
+        inverse = inverse.reshape(-1)
+        chosen = rows[mask]
+        duration = (chosen["end"].astype(np.int64) - chosen["start"].astype(np.int64)).clip(0)
+        width = len(nodes)
+        columns = {
+            gm.GCOMM: np.bincount(inverse, weights=duration / 1e9, minlength=width),
+            gm.GCOMM_COUNT: np.bincount(inverse, minlength=width).astype(np.float64),
+        }
         add_columns(cct.values_of(self.kind), nodes.tolist(), columns)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 
 import numpy as np
 
@@ -77,3 +78,65 @@ def save_gpubin(output_dir: str, cubin: bytes) -> str:
             stream.write(cubin)
         os.replace(temporary, path)
     return path
+
+
+EM_CUDA = 190  # System V gABI machine number of NVIDIA's CUDA
+_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
+_SECTION = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
+_KERNEL_BYTES = 16  # one 16-byte slot per kernel (sm_70+ instructions are 16 bytes)
+
+
+def synthetic_cubin(kernels: list[str]) -> bytes:
+    """A cubin-shaped ELF holding one ``.text.<name>`` function per kernel name, no code.
+
+    The simulated driver "loads" it as the real one loads a module, so a replayed kernel gets a
+    node (gpubin, file offset of its section) as on a GPU and pyprof names it from the symbol
+    table (issue #22). Each function is one zeroed 16-byte slot; nothing else of a cubin is
+    there (no line map, no ``.nv.info``).
+    """
+    names = [name for name in dict.fromkeys(kernels) if name]
+    shstrtab = bytearray(b"\0.shstrtab\0.strtab\0.symtab\0")
+    strtab = bytearray(b"\0")
+    text_names, symbol_names = [], []
+    for name in names:
+        text_names.append(len(shstrtab))
+        shstrtab += f".text.{name}".encode() + b"\0"
+        symbol_names.append(len(strtab))
+        strtab += name.encode() + b"\0"
+    symbols = bytearray(_SYMBOL.size)  # the null symbol
+    for index, at in enumerate(symbol_names):
+        # STB_GLOBAL | STT_FUNC, STO_CUDA_ENTRY, the kernel's own section, value 0 as in cubins
+        symbols += _SYMBOL.pack(at, 0x12, 0x10, 4 + index, 0, _KERNEL_BYTES)
+    offset = 64
+    layout = []
+    for blob in (bytes(shstrtab), bytes(strtab), bytes(symbols)):
+        layout.append((offset, len(blob)))
+        offset += len(blob)
+    offset = (offset + 127) & ~127
+    code_at = offset
+    offset += _KERNEL_BYTES * len(names)
+    section_table = (offset + 7) & ~7
+    headers = [bytes(_SECTION.size)]
+    for (at, size), (label, kind, link, info, entry) in zip(
+        layout, ((1, 3, 0, 0, 0), (11, 3, 0, 0, 0), (19, 2, 2, 1, _SYMBOL.size)), strict=True
+    ):
+        headers.append(_SECTION.pack(label, kind, 0, 0, at, size, link, info, 1, entry))
+    for index, name_at in enumerate(text_names):
+        code = code_at + index * _KERNEL_BYTES
+        headers.append(_SECTION.pack(name_at, 1, 0x6, 0, code, _KERNEL_BYTES, 0, 0, 128, 0))
+    header = (
+        ELF_MAGIC
+        + bytes([2, 1, 1, 0x33, 7])  # 64-bit, little-endian, version 1, CUDA ABI (as nvcc's)
+        + bytes(7)
+        + struct.pack("<HHIQQQIHHHHHH", 2, EM_CUDA, 1, 0, 0, section_table, 0x5A0, 64, 56, 0,
+                      64, len(headers), 1)
+    )  # fmt: skip
+    image = bytearray(header)
+    for blob in (bytes(shstrtab), bytes(strtab), bytes(symbols)):
+        image += blob
+    image += bytes(code_at - len(image))
+    image += bytes(_KERNEL_BYTES * len(names))
+    image += bytes(section_table - len(image))
+    for item in headers:
+        image += item
+    return bytes(image)

@@ -328,3 +328,28 @@ assert len(PC_METRICS) == 30, "hpcrun writes 30 GPU instruction metrics (meas/..
 def pc_metric_kind() -> MetricKind:
     """A fresh GPU instruction (PC sampling) kind; added before :func:`gpu_metric_kind`."""
     return MetricKind(PC_KIND_NAME, PC_METRICS)
+
+
+# -- issue #22: communication kernels (NCCL collectives), a kind of pyrun's own ----------------
+
+COMM_KIND_NAME = "gpu-communication"
+#: hpcrun has no communication metric; these two follow its naming (``GKER``, ``GKER:COUNT``).
+#: Communication kernels are kernels too: their time is also in ``GKER (sec)``, so compute is
+#: ``GKER - GCOMM``. Bytes are not among them: no record says them (docs/gpu.md).
+COMM_METRICS: tuple[GpuMetricSpec, ...] = (
+    GpuMetricSpec(
+        "GCOMM (sec)",
+        "GPU time: communication kernels (NCCL collectives, also in GKER) (seconds)",
+        True,
+        move_to_proc=True,
+    ),
+    GpuMetricSpec(
+        "GCOMM:COUNT", "GPU communication kernels: launch count", False, move_to_proc=True
+    ),
+)
+GCOMM, GCOMM_COUNT = 0, 1
+
+
+def comm_metric_kind() -> MetricKind:
+    """A fresh communication kind (added to a session at its first communication kernel)."""
+    return MetricKind(COMM_KIND_NAME, COMM_METRICS)

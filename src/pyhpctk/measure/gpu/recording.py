@@ -12,6 +12,7 @@ reported, in the buffers they came in. It is JSON with columnar arrays, small an
      "activities": {"kind": [...], "correlation": [...], "start": [...], ...},
      "buffers": [records in buffer 0, records in buffer 1, ...],
      "clones": {"node": [...], "original": [...]},               # version 1.1, optional
+     "kernel_module": true,                                      # version 1.2, optional
      "dropped": 0, "note": "how it was made"}
 
 Version 1.1 adds CUDA graphs: an operation of kind ``"node"`` is the making of a graph node
@@ -20,6 +21,12 @@ operation of kind ``"graph"`` is a graph launch (answered by every activity of t
 nodes), activities have ``graph`` and ``graph_node`` columns (CUPTI's ``graphId`` and
 ``graphNodeId``; left out when all are 0), and ``clones`` maps the nodes of an instantiated
 graph to the nodes they were cloned from (CUPTI's ``GRAPHNODE_CLONED``).
+
+Version 1.2 adds ``kernel_module``: when true, the simulated driver loads a module holding every
+recorded kernel (:func:`~pyhpctk.measure.gpu.cubin.synthetic_cubin`) before the replay, so
+kernels get their ``(gpubin, entry)`` node and their names reach the database as on a GPU
+(issue #22: pyview tells communication kernels from compute by name). Older recordings replay
+as before, every kernel at its ``GPUKernl`` placeholder.
 
 Kinds are :mod:`pyhpctk.measure.gpu.activity` names ("kernel", "copy"...). Bad files raise
 :class:`~pyhpctk.errors.FormatError` naming the file, the section and the problem.
@@ -38,7 +45,7 @@ from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.measure.gpu import activity as act
 
 FORMAT_NAME = "pyhpctk-gpu-recording"
-VERSION = (1, 1)
+VERSION = (1, 2)
 #: Activity columns a file may leave out (all 0): version 1.0 files have none of them.
 _OPTIONAL = ("graph", "graph_node")
 OPERATION_FIELDS = ("thread", "correlation", "kind", "site")
@@ -55,6 +62,7 @@ class Recording:
         "device",
         "dropped",
         "functions",
+        "kernel_module",
         "note",
         "operations",
     )
@@ -69,6 +77,7 @@ class Recording:
         dropped: int = 0,
         note: str = "",
         clones: dict[int, int] | None = None,
+        kernel_module: bool = False,
     ) -> None:
         self.device = device
         self.functions = functions
@@ -78,6 +87,7 @@ class Recording:
         self.dropped = dropped
         self.note = note
         self.clones = dict(clones or {})  # graph node of an instantiated graph → its original
+        self.kernel_module = kernel_module  # replayed with a module naming every kernel (1.2)
         if sum(buffers) != len(activities):
             raise ValueError("buffer sizes do not add up to the number of activities")
 
@@ -87,6 +97,16 @@ class Recording:
 
     def threads(self) -> list[int]:
         return sorted(set(self.operations["thread"].tolist()))
+
+    def devices(self) -> list[int]:
+        return sorted(set(self.activities["device"].tolist()))
+
+    def threads_of_device(self, device: int) -> list[int]:
+        """The recorded threads whose operations ran work on ``device`` (a rank's threads)."""
+        ran = self.activities["correlation"][self.activities["device"] == device]
+        ops = self.operations
+        issued = np.isin(ops["correlation"], ran) & (ops["kind"] != act.GRAPH_NODE)
+        return sorted(set(ops["thread"][issued].tolist()))
 
 
 OPERATION_DTYPE = np.dtype(
@@ -131,6 +151,7 @@ def to_json(recording: Recording) -> str:
             if recording.clones
             else {}
         ),
+        **({"kernel_module": True} if recording.kernel_module else {}),
         "operations": operations,
         "activities": activities,
     }
@@ -225,6 +246,7 @@ def loads(text: str | bytes, path: str = "<recording>") -> Recording:
         int(document.get("dropped", 0)),
         str(document.get("note", "")),
         clones,
+        bool(document.get("kernel_module", False)),
     )
 
 

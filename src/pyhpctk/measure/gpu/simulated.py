@@ -14,7 +14,9 @@ Two ways to drive it:
 
 - :meth:`SimulatedBackend.replay_thread` (tests): issue one recorded thread's operations, in
   order, optionally through a call-site function per recorded site and a pause hook between
-  operations (hypothesis picks interleavings through it);
+  operations (hypothesis picks interleavings through it); :meth:`SimulatedBackend.replay` does
+  that and delivers the activities answering them, at their recorded times (a program under
+  ``pyrun -e gpu=simulated`` replaying one rank of a recording of several devices, issue #22);
 - :meth:`SimulatedBackend.launch` & co. (``pyrun -e gpu=simulated``, the demo): a program calls
   a simulated runtime; each call issues a new operation and takes the next recorded activity of
   that kind as its answer, shifted to the current time.
@@ -134,6 +136,12 @@ class SimulatedBackend:
         if fine is not None:
             for cubin in fine.cubins:  # the simulated driver loads the recorded modules
                 monitor.module_loaded(cubin)
+        elif self.recording.kernel_module and self.recording.functions:
+            # A module holding the recorded kernels, as the driver loads one before a launch:
+            # kernels get their (gpubin, entry) node and their names reach the database.
+            from pyhpctk.measure.gpu.cubin import synthetic_cubin
+
+            monitor.module_loaded(synthetic_cubin(self.recording.functions))
         if not paused:
             self.resume()
 
@@ -314,15 +322,31 @@ class SimulatedBackend:
                 changed.notify_all()
         return len(ops)
 
-    def deliver_recorded(self, timeout: float = 30.0) -> None:
+    def replay(
+        self, thread: int, sites: Sequence[Callable[[Callable[[], None]], None]] = ()
+    ) -> int:
+        """Issue recorded thread ``thread``'s operations here, then deliver their activities.
+
+        Only the activities answering those operations are delivered, in their recorded
+        buffers and at their recorded times: a process replaying one rank's threads of a
+        recording of several devices sees that rank's GPU work alone.
+        """
+        count = self.replay_thread(thread, sites)
+        self.deliver_recorded(threads=(thread,))
+        return count
+
+    def deliver_recorded(self, timeout: float = 30.0, threads: Sequence[int] = ()) -> None:
         """Deliver the recorded activities buffer by buffer (the GPU's side of a replay).
 
         Each buffer waits until every recorded operation it answers has been issued; activities
         whose correlation id no recorded operation has are delivered as they come (the monitor
-        counts them as unmatched).
+        counts them as unmatched). With ``threads``, only the activities answering those
+        recorded threads' operations are delivered.
         """
         recording = self.recording
         ops = recording.operations
+        if threads:
+            ops = ops[np.isin(ops["thread"], np.asarray(threads, dtype=ops["thread"].dtype))]
         known = set(ops["correlation"][ops["kind"] != act.GRAPH_NODE].tolist())  # not node ids
         activities = recording.activities
         slices = (
@@ -336,6 +360,10 @@ class SimulatedBackend:
         deadline = time.monotonic() + timeout
         for part in slices:
             rows = activities[part]
+            if threads:
+                rows = rows[np.isin(rows["correlation"], np.fromiter(known, np.uint64))]
+                if not len(rows):
+                    continue
             needed = {c for c in rows["correlation"].tolist() if c in known}
             with self._issued_changed:
                 while not needed <= self._issued:

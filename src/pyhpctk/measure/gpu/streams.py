@@ -3,7 +3,11 @@
 hpcrun writes each GPU stream as its own "thread" (formats.md §0.1, §1.3, §1.5, §1.8, §2):
 
 - thread ids from 500, in the order streams are first seen;
-- id tuple ``NODE / [RANK] / GPUCONTEXT(ctx) / GPUSTREAM(stream)``, both LOGIC_ONLY;
+- id tuple ``NODE / GPUDEVICE(device) / [RANK] / GPUCONTEXT(ctx) / GPUSTREAM(stream)``, the last
+  three LOGIC_ONLY. hpcrun 2024's ``gpu_compute_profile_name`` leaves GPUDEVICE out (its line is
+  ``#if 0``) and tells devices apart only by CUPTI's context ids, which no view can turn back
+  into a device; pyrun writes it where hpcrun's disabled line and hpcprof's converter of
+  version-2 profiles put it, after NODE and before RANK (docs/gpu.md, "Several devices");
 - a CCT holding ``NoActvty`` under the root and, under a copy of each launching thread's calling
   context, the trace placeholders (``GPUTrace → gpubin@entry`` for kernels); no metric values;
 - a ``.hpctrace`` with the call-trace flag (0x4) whose records alternate between an operation's
@@ -42,18 +46,20 @@ if TYPE_CHECKING:
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.channels import SpscChannel
 
-KIND_GPUCONTEXT, KIND_GPUSTREAM = 5, 6  # formats.md §1.7
+KIND_GPUDEVICE, KIND_GPUCONTEXT, KIND_GPUSTREAM = 4, 5, 6  # formats.md §1.7
 TRACE_FLAG_CALL_TRACE = 0x4  # formats.md §2: GPU stream traces
 _TRACE_RECORD = np.dtype([("time", ">u8"), ("node_id", ">u4")])
 assert _TRACE_RECORD.itemsize == 12
 
 
 class StreamIdentity(ProfileIdentity):
-    """A GPU stream's identity: thread number 500+, context and stream in the id tuple."""
+    """A GPU stream's identity: thread number 500+, device, context and stream in the id tuple."""
 
-    __slots__ = ("context", "disorder", "stream")
+    __slots__ = ("context", "device", "disorder", "stream")
 
-    def __init__(self, base: ProfileIdentity, context: int, stream: int, disorder: int) -> None:
+    def __init__(
+        self, base: ProfileIdentity, context: int, stream: int, disorder: int, device: int = 0
+    ) -> None:
         super().__init__(
             base.program_name,
             base.program_path,
@@ -64,6 +70,7 @@ class StreamIdentity(ProfileIdentity):
             base.host_id,
             base.pid,
         )
+        self.device = device
         self.context = context
         self.stream = stream
         self.disorder = disorder
@@ -76,8 +83,9 @@ class StreamIdentity(ProfileIdentity):
         ]
 
     def id_tuple(self) -> list[tuple[int, int, int]]:
-        """formats.md §1.8: NODE, optional RANK, GPUCONTEXT, GPUSTREAM."""
+        """formats.md §1.8: NODE, GPUDEVICE, optional RANK, GPUCONTEXT, GPUSTREAM."""
         elements = [((INTERP_LOGIC_LOCAL << 14) | KIND_NODE, self.host_id, 0)]
+        elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_GPUDEVICE, self.device, self.device))
         if self.mpi_rank is not None:
             elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_RANK, self.mpi_rank, self.mpi_rank))
         elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_GPUCONTEXT, self.context, self.context))
@@ -168,8 +176,8 @@ def write_stream_files(session: Host, kind: MetricKind, stream: StreamTrace) -> 
     times, nodes, disorder = stream.records()
     with session.lock:
         base = session.stream_identity(stream.number)
-        _, context, stream_id = stream.key
-        identity = StreamIdentity(base, context, stream_id, disorder)
+        device, context, stream_id = stream.key
+        identity = StreamIdentity(base, context, stream_id, disorder, device)
         span = (int(times.min()), int(times.max())) if len(times) else (0, 0)
         profile = encode_profile(stream.cct, identity, session.load_modules, session.kinds, span)
         trace = encode_stream_trace(stream.cct, times, nodes)
