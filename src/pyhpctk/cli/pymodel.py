@@ -15,7 +15,14 @@ from pyhpctk.formats import output
 from pyhpctk.model.analyze import AnalysisOptions, analyze
 from pyhpctk.model.fit import WEIGHTINGS, FitOptions
 from pyhpctk.model.report import write_extrap_jsonl, write_json, write_table
-from pyhpctk.model.series import load_series, params_from_titles, parse_param, read_param_csv
+from pyhpctk.model.series import (
+    SCOPE_ALIASES,
+    SCOPES,
+    load_series,
+    params_from_titles,
+    parse_param,
+    read_param_csv,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +149,7 @@ def run(options: Options) -> int:
     "--scope",
     default="inclusive",
     show_default=True,
-    type=click.Choice(["inclusive", "exclusive", "point", "function", "execution", "lex_aware"]),
+    type=click.Choice([*SCOPE_ALIASES, *SCOPES]),
     help="Which values: inclusive (execution) or exclusive (lex_aware).",
 )
 @click.option(

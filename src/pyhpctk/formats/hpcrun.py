@@ -40,6 +40,15 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats._whole import Buffer, Source, read_whole
+from pyhpctk.formats.hpcrun_constants import (
+    ENDIAN_BIG,
+    FOOTER_MAGIC,
+    PRIMARY_ROOT,
+    PROFILE_MAGIC,
+    PROFILE_VERSION,
+    SECTION_ALIGNMENT,
+    SPARSE_END_NODE,
+)
 from pyhpctk.formats.hpcrun_model import (
     CCT_FLAG_UNWOUND,
     CCT_ID_RETAINED,
@@ -95,11 +104,10 @@ __all__ = [
 ]
 
 
-# formats.md §1.3: 18-byte magic, 5-byte version, 1-byte endianness marker.
-MAGIC = b"HPCRUN-profile____"
-VERSION = "04.00"
+# formats.md §1.3: 18-byte magic, 5-byte version, 1-byte endianness marker (.hpcrun_constants).
+MAGIC = PROFILE_MAGIC
+VERSION = PROFILE_VERSION
 MAJOR, MINOR = 4, 0
-ENDIAN_BIG = b"b"
 HEADER_PREFIX_SIZE = 24
 
 # formats.md §1.9: 14 big-endian u64, the last one the magic "HPCRUNsm".
@@ -121,16 +129,13 @@ FOOTER_FIELDS = (
 )
 FOOTER_DTYPE = np.dtype([(name, ">u8") for name in FOOTER_FIELDS])
 assert FOOTER_DTYPE.itemsize == 112
-FOOTER_MAGIC = 0x48504352554E736D
-SECTION_ALIGNMENT = 1024  # formats.md §1.2; write_data.c's MULTIPLE_1024
-SPARSE_END_NODE = 0x656E6421  # formats.md §1.8: "end!", the node-start sentinel
 
 _U16, _U32, _U64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
 _METRIC_TAIL = struct.Struct(">HHdQ")  # is_frequency, is_multiplexed, threshold_mean, num_samples
 
 # Section names used in error messages, in file order (formats.md §1.2).
 SECTIONS = ("header", "load map", "cct", "metric table", "id-tuple dictionary", "sparse metrics")
-_PRIMARY_ROOT_IP = placeholder_ip("^Primary")
+_PRIMARY_ROOT_IP = placeholder_ip(PRIMARY_ROOT)
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,6 +73,20 @@ import numpy.typing as npt
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _db
 from pyhpctk.formats._db import Buffer
+from pyhpctk.formats.vocabulary import (
+    DEFAULT_ID_NAMES,
+    ENTRY_POINT_NAMES,
+    FILE_COPIED,
+    NO_PROPAGATION_INDEX,
+    PROPAGATION_FUNCTION_BIT,
+    Combine,
+    ContextFlags,
+    LexicalType,
+    Relation,
+    ScopeType,
+    StandardScope,
+)
+from pyhpctk.formats.vocabulary import EntryPoint as EntryPointKind
 
 FORMAT_ID = b"meta"
 FOOTER = _db.FOOTERS[FORMAT_ID]
@@ -205,71 +219,11 @@ for _dtype, _size in (
 ):
     assert _dtype.itemsize == _size
 
-CTX_HAS_FUNCTION, CTX_HAS_SRCLOC, CTX_HAS_POINT = 0x1, 0x2, 0x4
-FILE_COPIED = 0x1
-PROPAGATION_FUNCTION_BIT = 0x1  # §3.7: bit 0 is set exactly on lexical (enclosure) contexts
-NO_PROPAGATION_INDEX = 255  # §3.9 item 8
+# formats.md §3.2: the enumerations and flag bits are the database's vocabulary (.vocabulary),
+# re-exported here under the names this module's users know (EntryPointKind is its EntryPoint:
+# here EntryPoint is the record).
+CTX_HAS_FUNCTION, CTX_HAS_SRCLOC, CTX_HAS_POINT = (int(flag) for flag in ContextFlags)
 
-
-class ScopeType(IntEnum):
-    """{PS}.type (formats.md §3.2)."""
-
-    CUSTOM = 0
-    POINT = 1
-    EXECUTION = 2
-    TRANSITIVE = 3
-
-
-class Combine(IntEnum):
-    """{SS}.combine (formats.md §3.2)."""
-
-    SUM = 0
-    MIN = 1
-    MAX = 2
-
-
-class Relation(IntEnum):
-    """{Ctx}.relation: the edge from the parent (formats.md §3.2, §3.7)."""
-
-    LEXICAL = 0
-    CALL = 1
-    INLINED_CALL = 2
-
-
-class LexicalType(IntEnum):
-    """{Ctx}.lexicalType (formats.md §3.2, §3.7)."""
-
-    FUNCTION = 0
-    LOOP = 1
-    LINE = 2
-    INSTRUCTION = 3
-
-
-class EntryPointKind(IntEnum):
-    """{Entry}.entryPoint (formats.md §3.2, §3.7)."""
-
-    UNKNOWN_ENTRY = 0
-    MAIN_THREAD = 1
-    APPLICATION_THREAD = 2
-
-
-ENTRY_POINT_NAMES = {
-    EntryPointKind.UNKNOWN_ENTRY: "unknown entry",
-    EntryPointKind.MAIN_THREAD: "main thread",
-    EntryPointKind.APPLICATION_THREAD: "application thread",
-}
-
-# formats.md §1.7 / §3.2: the names hpcprof writes.
-DEFAULT_ID_NAMES = (
-    "SUMMARY",
-    "NODE",
-    "RANK",
-    "THREAD",
-    "GPUDEVICE",
-    "GPUCONTEXT",
-    "GPUSTREAM",
-    "CORE",
-)
 DEFAULT_TITLE = "<unnamed>"
 DEFAULT_DESCRIPTION = "TODO database description"
 
@@ -288,11 +242,9 @@ class PropagationScope:
 
 
 # formats.md §3.2: hpcprof always emits exactly these 4 scopes, in this order.
-STANDARD_SCOPES = (
-    PropagationScope("point", ScopeType.POINT),
-    PropagationScope("function", ScopeType.TRANSITIVE, 0),
-    PropagationScope("lex_aware", ScopeType.CUSTOM),
-    PropagationScope("execution", ScopeType.EXECUTION),
+STANDARD_SCOPES = tuple(
+    PropagationScope(scope.label, scope.scope_type, scope.propagation_index)
+    for scope in StandardScope
 )
 
 
@@ -1633,7 +1585,7 @@ def _enum_name(enum: type[IntEnum], value: int) -> str:
 _RELATION_ARROWS = {
     Relation.LEXICAL: "lexical",
     Relation.CALL: "call",
-    Relation.INLINED_CALL: "inlined",
+    Relation.INLINED: "inlined",
 }
 
 
@@ -1729,6 +1681,11 @@ def _scope_name(db: MetaDB, k: int) -> str:
 
 __all__ = [
     "CONTEXT_TABLE_DTYPE",
+    "DEFAULT_ID_NAMES",
+    "ENTRY_POINT_NAMES",
+    "FILE_COPIED",
+    "NO_PROPAGATION_INDEX",
+    "PROPAGATION_FUNCTION_BIT",
     "STANDARD_SCOPES",
     "Combine",
     "Context",

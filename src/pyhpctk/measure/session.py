@@ -30,6 +30,7 @@ import threading
 import time
 from array import array
 
+from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE  # formats.md §1.4
 from pyhpctk.measure import naming
 from pyhpctk.measure.cct import (
     FunctionTable,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from pyhpctk.measure.config import MeasureOptions
     from pyhpctk.measure.gpu.monitor import GpuMonitor
 
-LM_FLAG_ANALYZE = 0x1  # formats.md §1.4
 SAMPLER_KIND = "sampling"
 # The interpreter's own functions: hooks.py wraps the sys attributes for the program.
 _set_switch_interval = sys.setswitchinterval

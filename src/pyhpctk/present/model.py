@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats.vocabulary import SCOPE_NAMES, Combine
 
 ContextId = NewType("ContextId", int)
 MetricId = NewType("MetricId", int)
@@ -31,21 +32,15 @@ ProfileIndex = NewType("ProfileIndex", int)
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# formats.md §3.2, {Ctx} lexicalType, plus two pseudo-types for the tree's top levels.
+# formats.md §3.2: a context's lexical type and relation are the database's vocabulary
+# (LexicalType, Relation); the tree's two top levels, which meta.db holds no {Ctx} for, get
+# pseudo-values outside it.
 LEX_ROOT = -2  # the implicit global context (ctxId 0)
 LEX_ENTRY = -1  # an entry point ("main thread", "application thread", ...)
-LEX_FUNCTION, LEX_LOOP, LEX_LINE, LEX_INSTRUCTION = 0, 1, 2, 3
-# formats.md §3.2, {Ctx} relation; entry points and the root have none.
-REL_NONE = -1
-REL_LEXICAL, REL_CALL, REL_INLINED = 0, 1, 2
+REL_NONE = -1  # entry points and the root have no relation
 
 # formats.md §3.2: the four propagation scopes hpcprof always writes, and their viewer terms.
-SCOPE_POINT, SCOPE_FUNCTION, SCOPE_LEX_AWARE, SCOPE_EXECUTION = (
-    "point",
-    "function",
-    "lex_aware",
-    "execution",
-)
+SCOPE_POINT, SCOPE_FUNCTION, SCOPE_LEX_AWARE, SCOPE_EXECUTION = SCOPE_NAMES
 INCLUSIVE_SCOPE = SCOPE_EXECUTION
 EXCLUSIVE_SCOPE = SCOPE_LEX_AWARE
 
@@ -147,7 +142,7 @@ class SummaryStat:
 
     scope: str
     formula: str
-    combine: str  # "sum", "min" or "max"
+    combine: str  # Combine.label: "sum", "min" or "max"
     stat_id: int
 
 
@@ -166,7 +161,9 @@ class MetricInfo:
                 return ident
         return None
 
-    def stat_id(self, scope: str, combine: str = "sum", formula: str = "$$") -> int | None:
+    def stat_id(
+        self, scope: str, combine: str = Combine.SUM.label, formula: str = "$$"
+    ) -> int | None:
         for stat in self.summaries:
             if stat.scope == scope and stat.combine == combine and stat.formula == formula:
                 return stat.stat_id

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats.vocabulary import Combine, LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
     LEX_ROOT,
@@ -35,8 +36,15 @@ from pyhpctk.present.model import (
     TraceLine,
 )
 
-COMBINE_NAMES = {int(metadb.Combine.SUM): "sum", int(metadb.Combine.MIN): "min", 2: "max"}
 REQUIRED = ("meta.db", "profile.db", "cct.db")
+
+
+def _combine_label(value: int) -> str:
+    """``sum``, ``min``, ``max``; a value this version does not know keeps its number."""
+    try:
+        return Combine(value).label
+    except ValueError:
+        return f"combine{value}"
 
 
 def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
@@ -56,8 +64,11 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
     relation = col("relation", REL_NONE, np.int16).astype(np.int8)
     raw_lex = table["lexical_type"].astype(np.int16)
     raw_rel = table["relation"].astype(np.int16)
-    lexical[1:] = np.where(entry, LEX_ENTRY, np.where(raw_lex == metadb.NO_ENUM, 3, raw_lex))
-    relation[1:] = np.where(entry, REL_NONE, np.where(raw_rel == metadb.NO_ENUM, 1, raw_rel))
+    unknown_lex, unknown_rel = raw_lex == metadb.NO_ENUM, raw_rel == metadb.NO_ENUM
+    lexical[1:] = np.where(
+        entry, LEX_ENTRY, np.where(unknown_lex, LexicalType.INSTRUCTION, raw_lex)
+    )
+    relation[1:] = np.where(entry, REL_NONE, np.where(unknown_rel, Relation.CALL, raw_rel))
     parent = np.empty(n, dtype=np.int64)
     parent[0] = -1
     parent[1:] = index.parent_row + 1  # -1 (under the global context) becomes node 0
@@ -101,7 +112,7 @@ def metrics_from_metadb(meta: metadb.MetaDB) -> tuple[MetricInfo, ...]:
                 SummaryStat(
                     scope_names[s.scope],
                     s.formula,
-                    COMBINE_NAMES.get(int(s.combine), f"combine{s.combine}"),
+                    _combine_label(s.combine),
                     s.stat_metric_id,
                 )
                 for s in m.summaries

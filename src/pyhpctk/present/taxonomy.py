@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats.vocabulary import SCOPE_EXECUTION, Combine
 from pyhpctk.present.formula import BinOp, Call, Expr, Neg, Num, Ref
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -260,7 +261,7 @@ class Input:
     metric: str
     scope: str
     formula: str = "$$"
-    combine: str = "sum"
+    combine: str = Combine.SUM.label
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,9 +289,9 @@ def _formula(node: Any, inputs: dict[str, Input], path: str | None) -> Expr:
     if isinstance(node, dict) and "metric" in node:
         inp = Input(
             str(node["metric"]),
-            str(node.get("scope", "execution")),
+            str(node.get("scope", SCOPE_EXECUTION.label)),
             str(node.get("formula", "$$")),
-            str(node.get("combine", "sum")),
+            str(node.get("combine", Combine.SUM.label)),
         )
         ref = f"#in{len(inputs)}"
         for name, known in inputs.items():

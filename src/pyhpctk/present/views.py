@@ -23,18 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from pyhpctk.formats.vocabulary import Combine, LexicalType, Relation
 from pyhpctk.present import formula as fx
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import (
     LEX_ENTRY,
-    LEX_FUNCTION,
-    LEX_INSTRUCTION,
-    LEX_LINE,
-    LEX_LOOP,
     LEX_ROOT,
-    REL_CALL,
-    REL_INLINED,
-    REL_LEXICAL,
     ContextTree,
     FloatArray,
     IntArray,
@@ -146,14 +140,14 @@ def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
         return "<root>", "root"
     if lex == LEX_ENTRY:
         return tree.names[node] or "<entry>", "entry"
-    if lex == LEX_FUNCTION:
+    if lex == LexicalType.FUNCTION:
         name = tree.function_name(node) or "<unknown function>"
-        if int(tree.relation[node]) == REL_INLINED:
+        if int(tree.relation[node]) == Relation.INLINED:
             return f"[I] {name}", "inlined"
         return name, "function"
-    if lex == LEX_LOOP:
+    if lex == LexicalType.LOOP:
         return f"loop at {_base(tree.file_name(node))}: {int(tree.line[node])}", "loop"
-    if lex == LEX_LINE:
+    if lex == LexicalType.LINE:
         return f"{_base(tree.file_name(node))}: {int(tree.line[node])}", "line"
     module = tree.module_name(node)
     return f"{_base(module) if module else '<unknown module>'}+0x{int(tree.offset[node]):x}", (
@@ -263,7 +257,7 @@ class _Aggregator:
                         inp = self.catalog.exclusive_input(inp)
                     store.append((name, ref))
                     column = self.catalog.input_column(inp)
-                    if inp.combine != "sum":
+                    if inp.combine != Combine.SUM.label:
                         # A min or max over profiles cannot be summed over contexts: unknown.
                         column = np.full(tree.size, np.nan)
                     cols.append(column)
@@ -273,7 +267,7 @@ class _Aggregator:
         # self(x) = function(x) - sum of function(y) over lexical children y (function scope is
         # transitive over lexical edges, formats.md §3.7); hidden (elided) contexts stay in x.
         self.self_cost = self.fn_cost.copy()
-        lexical = np.flatnonzero(tree.relation == REL_LEXICAL)
+        lexical = np.flatnonzero(tree.relation == Relation.LEXICAL)
         lexical = lexical[lexical > 0]
         if len(lexical):
             np.subtract.at(self.self_cost.T, tree.parent[lexical], self.fn_cost.T[lexical])
@@ -361,13 +355,13 @@ def _finish(
 def _instance_key(tree: ContextTree, node: int) -> Key | None:
     """What makes a context a function instance for the callers view, or None."""
     lex = int(tree.lexical_type[node])
-    if lex == LEX_FUNCTION:
+    if lex == LexicalType.FUNCTION:
         f = int(tree.function[node])
         if f < 0:
             return ("function", "<unknown function>", -1)
         info = tree.functions[f]
         return ("function", info.name, info.module)
-    if lex == LEX_INSTRUCTION and int(tree.relation[node]) == REL_CALL:
+    if lex == LexicalType.INSTRUCTION and int(tree.relation[node]) == Relation.CALL:
         return ("instruction", int(tree.module[node]), int(tree.offset[node]))
     if lex == LEX_ENTRY:
         return ("entry", tree.names[node])
@@ -499,28 +493,30 @@ def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
             path[i] = ()
             continue
         if (
-            (lex == LEX_FUNCTION and rel != REL_INLINED)
-            or (lex == LEX_INSTRUCTION and rel == REL_CALL)
+            (lex == LexicalType.FUNCTION and rel != Relation.INLINED)
+            or (lex == LexicalType.INSTRUCTION and rel == Relation.CALL)
             or not up
         ):
             mod_name = module or "<unknown module>"
-            file_name = file if lex in (LEX_FUNCTION, LEX_LINE, LEX_LOOP) else None
+            file_name = (
+                file if lex in (LexicalType.FUNCTION, LexicalType.LINE, LexicalType.LOOP) else None
+            )
             p_mod: tuple[Key, ...] = (("module", mod_name),)
             group(p_mod, (_base(mod_name), "module", None, 0, mod_name))
             p_file = (*p_mod, ("file", file_name))
             group(p_file, (_base(file_name), "file", file_name, 0, mod_name))
-            if lex in (LEX_LINE, LEX_LOOP):
+            if lex in (LexicalType.LINE, LexicalType.LOOP):
                 up = p_file  # code outside any known function
             else:
                 path[i] = (*p_file, ("function", label))
                 scope_group[i] = group(path[i], (label, kind, file, line, module))
                 is_scope[i] = True
                 continue
-        if lex == LEX_FUNCTION:  # inlined
+        if lex == LexicalType.FUNCTION:  # inlined
             path[i] = (*up, ("inlined", label))
-        elif lex == LEX_LOOP:
+        elif lex == LexicalType.LOOP:
             path[i] = (*up, ("loop", file, int(tree.line[i])))
-        elif lex == LEX_LINE:
+        elif lex == LexicalType.LINE:
             path[i] = (*up, ("line", file, int(tree.line[i])))
         else:  # a lexical instruction: stays in its enclosing scope
             path[i] = up
