@@ -204,7 +204,7 @@ def worker(args: argparse.Namespace) -> int:
     from pyhpctk.analysis.comm import world
     from pyhpctk.analysis.distributed import run_distributed
     from pyhpctk.analysis.options import ProfOptions
-    from pyhpctk.cli.pyprof_mpi import parse_size
+    from pyhpctk.cli.pyprof import parse_size
 
     comm = world()
     stages: dict[str, float] = {}
@@ -427,7 +427,7 @@ def main() -> int:
 
 def parse_bytes(text: str) -> int:
     """``512M`` -> bytes (the units of pyprof-mpi's --memory-limit)."""
-    from pyhpctk.cli.pyprof_mpi import parse_size
+    from pyhpctk.cli.pyprof import parse_size
 
     return parse_size(text)
 

@@ -20,7 +20,7 @@ from pyhpctk.analysis.distributed import BYTES_PER_VALUE, plan_rounds, run_distr
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.analysis.unify import RawKey, RawTree
-from pyhpctk.cli.pyprof_mpi import parse_size
+from pyhpctk.cli.pyprof import parse_size
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import cctdb
 

@@ -1,18 +1,24 @@
-"""The few collective operations pyprof-mpi needs, over mpi4py or within one process.
+"""The few collective operations pyprof's driver needs, over mpi4py or within one process.
 
-:class:`Comm` is the interface :mod:`.distributed` is written against; :class:`SerialComm` is a
-world of one process (pyprof-mpi without MPI, and the unit tests of the round-based ``cct.db``
-construction), :class:`MpiComm` wraps an ``mpi4py`` communicator. Python objects travel pickled
-(mpi4py's lower-case methods); integer arrays summed over ranks use ``Allreduce`` on the buffer.
-mpi4py is imported only by :func:`world`, so nothing else here needs it installed.
+:class:`Comm` is the interface the analysis driver (:mod:`.pipeline`) is written against;
+:class:`SerialComm` is a world of one process (pyprof, and pyprof-mpi without MPI),
+:class:`MpiComm` wraps an ``mpi4py`` communicator. Python objects travel pickled (mpi4py's
+lower-case methods); integer arrays summed over ranks use ``Allreduce`` on the buffer. mpi4py is
+imported only by :func:`world`, so nothing else here needs it installed.
+
+:func:`on_all`, :func:`on_root` and :func:`agree` make an error met on one rank stop every rank
+together, with the first rank's message (:class:`DistributedError` on the others).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+from pyhpctk.errors import PyhpctkError
 
 T = TypeVar("T")
 Arrays = tuple[npt.NDArray[Any], ...]
@@ -210,4 +216,70 @@ def world() -> MpiComm:
     return MpiComm(MPI.COMM_WORLD)
 
 
-__all__ = ["Arrays", "Comm", "MpiComm", "SerialComm", "world"]
+class DistributedError(PyhpctkError):
+    """An error one rank met, raised on every rank so that all of them stop together."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def agree(comm: Comm, error: BaseException | None) -> None:
+    """Raise the first rank's error on every rank (a collective: every rank must call it)."""
+    report = None
+    if error is not None:
+        report = (getattr(error, "exit_code", 2), str(error))
+    if comm.size == 1:
+        if error is not None:
+            raise error
+        return
+    reports = comm.allgather(report)
+    first = next((r for r in reports if r is not None), None)
+    if first is not None:
+        if error is not None and reports.index(first) == comm.rank:
+            raise error
+        raise DistributedError(first[1], first[0])
+
+
+def on_all(comm: Comm, function: Callable[[], T]) -> T:
+    """``function()`` on every rank; an error on any rank is raised on all of them."""
+    try:
+        result = function()
+    except (PyhpctkError, OSError) as error:
+        agree(comm, error)
+        raise  # not reached: agree raises
+    agree(comm, None)
+    return result
+
+
+def on_root(comm: Comm, function: Callable[[], T]) -> T:
+    """``function()`` on rank 0, its result broadcast; its error is raised on every rank."""
+    if comm.size == 1:
+        return function()
+    payload: tuple[T | None, tuple[int, str] | None] = (None, None)
+    error: BaseException | None = None
+    if comm.rank == 0:
+        try:
+            payload = (function(), None)
+        except (PyhpctkError, OSError) as caught:
+            error = caught
+            payload = (None, (getattr(caught, "exit_code", 2), str(caught)))
+    result, report = comm.bcast(payload)
+    if report is not None:
+        if error is not None:
+            raise error
+        raise DistributedError(report[1], report[0])
+    return result  # type: ignore[return-value]
+
+
+__all__ = [
+    "Arrays",
+    "Comm",
+    "DistributedError",
+    "MpiComm",
+    "SerialComm",
+    "agree",
+    "on_all",
+    "on_root",
+    "world",
+]

@@ -30,6 +30,7 @@ from pyhpctk.core.metrics import (
     SCOPE_LEX_AWARE,
     SCOPE_POINT,
     Combine,
+    MetricInfo,
     Partial,
 )
 
@@ -219,6 +220,19 @@ def profile_values(prop: Propagated, bases: npt.NDArray[np.int64]) -> SparseValu
     planes[:, :, SCOPE_EXECUTION] = prop.execution
     ids = (bases[prop.metrics][:, None] + np.arange(N_SCOPES)[None, :]).reshape(-1)
     return _sparse(prop.nodes, ids, planes.reshape(n, m * N_SCOPES))
+
+
+def metric_bases(
+    metrics: list[MetricInfo], partials: tuple[Partial, ...]
+) -> tuple[dict[str, int], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """(base id by stored metric name, base per global metric index or -1, move-to-proc flags)."""
+    stored = [m for m in metrics if not m.is_derived]
+    bases_by_name = {m.name: N_SCOPES * len(partials) * i for i, m in enumerate(stored)}
+    global_base = np.asarray(
+        [bases_by_name.get(m.name, -1) for m in metrics] or [0], dtype=np.int64
+    )
+    move = np.asarray([m.move_to_proc for m in metrics] or [False], dtype=bool)
+    return bases_by_name, global_base, move
 
 
 def summarize(

@@ -15,6 +15,7 @@ terms of that tree. Nothing here knows about structure files or databases.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -594,3 +595,19 @@ def combine(left: Unified, right: Unified) -> Unified:
         data.remap(mapping)
         data.tree = left.tree
     return Unified(left.tree, left.profiles + right.profiles)
+
+
+def reduce_pairwise(parts: list[Unified], jobs: int) -> Unified:
+    """Merge partial unifications pairwise (a tree reduction of depth log2 n)."""
+    if not parts:
+        raise ValueError("nothing to reduce")
+    while len(parts) > 1:
+        pairs = [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+        odd = [parts[-1]] if len(parts) % 2 else []
+        if jobs > 1 and len(pairs) > 1:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                merged = list(pool.map(lambda p: combine(*p), pairs))
+        else:
+            merged = [combine(a, b) for a, b in pairs]
+        parts = merged + odd
+    return parts[0]
