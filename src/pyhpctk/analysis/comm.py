@@ -51,9 +51,13 @@ class Comm(Protocol):
         """Element ``r`` of ``objs`` goes to rank ``r``; the result holds one from each rank."""
         ...
 
-    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
-        """:meth:`alltoall` for tuples of numpy arrays (same dtypes in every tuple), sent as
-        raw buffers rather than pickles."""
+    def alltoall_columns(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
+        """Columns of values for every rank, as raw buffers: ``columns[f]`` holds the parts for
+        ranks 0, 1, ... back to back, ``counts[rank, f]`` elements each. The result holds
+        the parts from every rank back to back, in rank order, and their counts; the columns
+        are the send buffers (no copy is made before sending)."""
         ...
 
     def send(self, obj: object, dest: int) -> None:
@@ -93,8 +97,10 @@ class SerialComm:
             raise ValueError("alltoall needs one object per rank")
         return list(objs)
 
-    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
-        return self.alltoall(parts)
+    def alltoall_columns(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
+        return columns, counts.copy()
 
     def send(self, obj: object, dest: int) -> None:
         raise RuntimeError("a world of one rank has nobody to send to")
@@ -139,47 +145,49 @@ class MpiComm:
         result: list[T] = self._comm.alltoall(objs)
         return result
 
-    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
+    def alltoall_columns(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
         from mpi4py import MPI
 
         size = self.size
-        if len(parts) != size:
-            raise ValueError("alltoall_arrays needs one tuple per rank")
-        fields = len(parts[0])
-        counts = np.array([[len(a) for a in p] for p in parts], dtype=np.int64).reshape(size, -1)
+        counts = np.ascontiguousarray(counts, dtype=np.int64).reshape(size, len(columns))
         received = np.empty_like(counts)
         self._comm.Alltoall(counts, received)
-        dtypes = [a.dtype for a in parts[0]]
-        widths = np.array([d.itemsize for d in dtypes], dtype=np.int64)
-        out_bytes = counts * widths
-        in_bytes = received * widths
+        widths = np.array([c.dtype.itemsize for c in columns], dtype=np.int64)
+        out_bytes, in_bytes = counts * widths, received * widths
         # Counts and displacements are C ints: pickle what would not fit.
         too_big = max(
             int(out_bytes.sum(axis=0).max(initial=0)), int(in_bytes.sum(axis=0).max(initial=0))
         )
         if self._comm.allreduce(too_big, op=MPI.MAX) > _INT_MAX:
-            return self.alltoall(parts)
-        columns = []
-        for f in range(fields):
-            send = np.ascontiguousarray(np.concatenate([p[f] for p in parts])).view(np.uint8)
-            send_counts = out_bytes[:, f]
-            recv_counts = in_bytes[:, f]
-            recv = np.empty(int(recv_counts.sum()), dtype=np.uint8)
+            return self._alltoall_pickled(columns, counts)
+        result = []
+        for f, column in enumerate(columns):
+            send = np.ascontiguousarray(column).view(np.uint8)
+            recv = np.empty(int(in_bytes[:, f].sum()), dtype=np.uint8)
             self._comm.Alltoallv(
-                [send, (send_counts.tolist(), _starts(send_counts)), MPI.BYTE],
-                [recv, (recv_counts.tolist(), _starts(recv_counts)), MPI.BYTE],
+                [send, (out_bytes[:, f].tolist(), _starts(out_bytes[:, f])), MPI.BYTE],
+                [recv, (in_bytes[:, f].tolist(), _starts(in_bytes[:, f])), MPI.BYTE],
             )
-            columns.append(recv.view(dtypes[f]))
-        result: list[Arrays] = []
-        starts = np.zeros(fields, dtype=np.int64)
-        for r in range(size):
-            row = []
-            for f in range(fields):
-                n = int(received[r, f])
-                row.append(columns[f][int(starts[f]) : int(starts[f]) + n])
-                starts[f] += n
-            result.append(tuple(row))
-        return result
+            result.append(recv.view(column.dtype))
+        return tuple(result), received
+
+    def _alltoall_pickled(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
+        starts = np.cumsum(counts, axis=0) - counts
+        parts = [
+            tuple(
+                c[int(starts[r, f]) : int(starts[r, f] + counts[r, f])]
+                for f, c in enumerate(columns)
+            )
+            for r in range(self.size)
+        ]
+        incoming = self.alltoall(parts)
+        received = np.array([[len(a) for a in p] for p in incoming], dtype=np.int64)
+        joined = tuple(np.concatenate([p[f] for p in incoming]) for f in range(len(columns)))
+        return joined, received.reshape(self.size, len(columns))
 
     def send(self, obj: object, dest: int) -> None:
         self._comm.send(obj, dest=dest, tag=17)

@@ -14,15 +14,17 @@ same order on any number of ranks, so every rank count writes the same bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.analysis.planes import ProfilePlane, Spill
-from pyhpctk.analysis.stats import SparseValues, TreeShape, summarize
+from pyhpctk.analysis.stats import SparseValues, TreeShape, summarize_groups
 from pyhpctk.core.metrics import N_SCOPES, SCOPE_FUNCTION, Partial
-from pyhpctk.formats import cctdb
+from pyhpctk.formats import cctdb, profiledb
 
 BYTES_PER_VALUE = 192
 """Peak bytes one value costs a rank while cct.db is built (sent, received, sorted, written)."""
@@ -90,25 +92,31 @@ class Window:
     summary: SparseValues
 
 
-Payload = tuple[
-    npt.NDArray[np.int32],
-    npt.NDArray[np.uint16],
-    npt.NDArray[np.int32],
-    npt.NDArray[np.float64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.float64],
-]
-"""(ctx, metric, profile index, value) of the owner's contexts, then (ctx, metric, value) of
-``function``-scope values of loop children the owner needs for its loops' summary."""
+# The columns one round sends: per value its metric id and value; per run of values of one
+# context in one profile, the context and the run's length; per profile slice, the profile.db
+# index and its number of values; and the loop children's function values an owner needs for
+# its loops' summary lex_aware (formats.md §3.2), one row each.
+COLUMN_DTYPES: tuple[np.dtype[Any], ...] = tuple(
+    np.dtype(t) for t in ("u2", "f8", "i4", "i4", "i4", "i8", "i8", "i8", "f8")
+)
+METRIC, VALUE, RUN_CTX, RUN_LEN, PROFILE, PROFILE_LEN, CHILD_CTX, CHILD_METRIC, CHILD_VALUE = range(
+    9
+)
 
 
-def _joined(parts: list[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+@dataclass(slots=True)
+class Columns:
+    """What a rank sends (to every owner) or receives (from every rank) in one round: one
+    contiguous array per field, owners' (or senders') parts back to back in rank order, and
+    ``counts[rank, field]``. Received parts in rank order are in profile order: ranks hold
+    contiguous ranges of profiles."""
 
+    arrays: tuple[npt.NDArray[Any], ...]
+    counts: npt.NDArray[np.int64]
 
-def _joined_float(parts: list[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+    def rank_part(self, field: int, rank: int) -> npt.NDArray[Any]:
+        start = int(self.counts[:rank, field].sum())
+        return self.arrays[field][start : start + int(self.counts[rank, field])]
 
 
 def outgoing(
@@ -118,30 +126,19 @@ def outgoing(
     owners: npt.NDArray[np.int64],
     loop_children: npt.NDArray[np.int64],
     loop_parents: npt.NDArray[np.int64],
-) -> list[Payload]:
-    """What this rank sends each owner in one round, profile by profile in index order."""
+) -> Columns:
+    """What this rank sends each owner in one round, profile by profile in index order.
+
+    Each value is copied once, into the column it travels in. Slices of blocks kept in memory
+    are views until then; slices of blocks read back from the scratch file are copied at once,
+    so that only the round's values stay in memory, not whole blocks.
+    """
     start, stop = int(owners[0]), int(owners[-1])
-    # Per owner: lists of (ctx, metric, profile index, value) slices, profile by profile.
-    parts: list[
-        tuple[
-            list[npt.NDArray[np.int32]],
-            list[npt.NDArray[np.uint16]],
-            list[npt.NDArray[np.int32]],
-            list[npt.NDArray[np.float64]],
-        ]
-    ] = [([], [], [], []) for _ in range(ranks)]
-    # Loop children outside their parent's owner's range, per owner.
-    in_window = (loop_parents >= start) & (loop_parents < stop)
-    children = loop_children[in_window]
-    child_owner = np.searchsorted(owners, loop_parents[in_window], side="right") - 1
-    foreign = (children < owners[child_owner]) | (children >= owners[child_owner + 1])
-    children, child_owner = children[foreign], child_owner[foreign]
-    order = np.argsort(children, kind="stable")
-    children, child_owner = children[order], child_owner[order]
-    extra_ctx: list[npt.NDArray[np.int64]] = []
-    extra_metric: list[npt.NDArray[np.int64]] = []
-    extra_value: list[npt.NDArray[np.float64]] = []
-    extra_owner: list[npt.NDArray[np.int64]] = []
+    parts: list[list[list[npt.NDArray[Any]]]] = [[[] for _ in range(9)] for _ in range(ranks)]
+    keep: Callable[[npt.NDArray[Any]], npt.NDArray[Any]] = (
+        (lambda a: a) if spill is None else np.ascontiguousarray
+    )
+    children, child_owner = _foreign_children(owners, start, stop, loop_children, loop_parents)
     for m in planes:
         block = m.load(spill)
         ids = block.ctx_ids().astype(np.int64)
@@ -152,103 +149,181 @@ def outgoing(
         if cut[-1] > cut[0]:
             at = bounds[cut].tolist()
             cuts = cut.tolist()
-            ids32 = ids.astype(np.int32)
-            counts = np.diff(bounds)
+            lengths = np.diff(bounds)
             metric_ids = block.values["metric_id"]
             values = block.values["value"]
             for r in range(ranks):
                 c0, c1 = cuts[r], cuts[r + 1]
                 if c1 > c0:
                     v0, v1 = at[r], at[r + 1]
-                    ctx_r, metric_r, prof_r, value_r = parts[r]
-                    ctx_r.append(np.repeat(ids32[c0:c1], counts[c0:c1]))
-                    metric_r.append(metric_ids[v0:v1].astype(np.uint16))  # copies
-                    prof_r.append(np.full(v1 - v0, m.position + 1, dtype=np.int32))
-                    value_r.append(values[v0:v1].astype(np.float64))
+                    mine = parts[r]
+                    mine[METRIC].append(keep(metric_ids[v0:v1]))
+                    mine[VALUE].append(keep(values[v0:v1]))
+                    mine[RUN_CTX].append(ids[c0:c1])
+                    mine[RUN_LEN].append(lengths[c0:c1])
+                    mine[PROFILE].append(np.array([m.position + 1]))
+                    mine[PROFILE_LEN].append(np.array([v1 - v0]))
         if len(children) and len(ids):
-            at_child = np.minimum(np.searchsorted(ids, children), len(ids) - 1)
-            present = ids[at_child] == children
-            if np.any(present):
-                rows = at_child[present]
-                count = bounds[rows + 1] - bounds[rows]
-                index = np.repeat(bounds[rows], count) + (
-                    np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-                )
-                metric = block.values["metric_id"][index].astype(np.int64)
-                keep = metric % N_SCOPES == SCOPE_FUNCTION
-                extra_ctx.append(np.repeat(children[present], count)[keep])
-                extra_metric.append(metric[keep])
-                extra_value.append(np.asarray(block.values["value"][index][keep], np.float64))
-                extra_owner.append(np.repeat(child_owner[present], count)[keep])
+            _children_values(block, ids, bounds, children, child_owner, parts)
+    counts = np.array(
+        [[sum(len(a) for a in parts[r][f]) for f in range(9)] for r in range(ranks)],
+        dtype=np.int64,
+    ).reshape(ranks, 9)
+    arrays = []
+    for f, dtype in enumerate(COLUMN_DTYPES):
+        column = np.empty(int(counts[:, f].sum()), dtype)
+        at_ = 0
+        for r in range(ranks):
+            n = int(counts[r, f])
+            if n:
+                np.concatenate(parts[r][f], out=column[at_ : at_ + n], casting="unsafe")
+            at_ += n
+            parts[r][f] = []
+        arrays.append(column)
+    return Columns(tuple(arrays), counts)
 
-    e_ctx = _joined(extra_ctx)
-    e_metric = _joined(extra_metric)
-    e_value = _joined_float(extra_value)
-    e_owner = _joined(extra_owner)
-    e_by = np.argsort(e_owner, kind="stable")
-    e_cuts = np.searchsorted(e_owner[e_by], np.arange(ranks + 1))
-    result: list[Payload] = []
-    for r in range(ranks):
-        extra = e_by[e_cuts[r] : e_cuts[r + 1]]
-        ctx_r, metric_r, prof_r, value_r = parts[r]
-        result.append(
-            (
-                np.concatenate(ctx_r) if ctx_r else np.zeros(0, np.int32),
-                np.concatenate(metric_r) if metric_r else np.zeros(0, np.uint16),
-                np.concatenate(prof_r) if prof_r else np.zeros(0, np.int32),
-                np.concatenate(value_r) if value_r else np.zeros(0, np.float64),
-                e_ctx[extra],
-                e_metric[extra],
-                e_value[extra],
-            )
-        )
-        parts[r] = ([], [], [], [])
-    return result
+
+def _foreign_children(
+    owners: npt.NDArray[np.int64],
+    start: int,
+    stop: int,
+    loop_children: npt.NDArray[np.int64],
+    loop_parents: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Loop children of this round's loops owned by another rank than their loop, sorted, and
+    the owner of each one's loop."""
+    in_window = (loop_parents >= start) & (loop_parents < stop)
+    children = loop_children[in_window]
+    child_owner = np.searchsorted(owners, loop_parents[in_window], side="right") - 1
+    foreign = (children < owners[child_owner]) | (children >= owners[child_owner + 1])
+    children, child_owner = children[foreign], child_owner[foreign]
+    order = np.argsort(children, kind="stable")
+    return children[order], child_owner[order]
+
+
+def _children_values(
+    block: profiledb.ProfileValues,
+    ids: npt.NDArray[np.int64],
+    bounds: npt.NDArray[np.int64],
+    children: npt.NDArray[np.int64],
+    child_owner: npt.NDArray[np.int64],
+    parts: list[list[list[npt.NDArray[Any]]]],
+) -> None:
+    """One profile's ``function`` values of the foreign loop children, to their loops' owners."""
+    at_child = np.minimum(np.searchsorted(ids, children), len(ids) - 1)
+    present = ids[at_child] == children
+    if not np.any(present):
+        return
+    rows = at_child[present]
+    count = bounds[rows + 1] - bounds[rows]
+    index = np.repeat(bounds[rows], count) + (
+        np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    )
+    metric = block.values["metric_id"][index].astype(np.int64)
+    function = metric % N_SCOPES == SCOPE_FUNCTION
+    ctx = np.repeat(children[present], count)[function]
+    owner = np.repeat(child_owner[present], count)[function]
+    value = np.asarray(block.values["value"][index][function], np.float64)
+    metric = metric[function]
+    for r in np.unique(owner).tolist():
+        mine = owner == r
+        parts[r][CHILD_CTX].append(ctx[mine])
+        parts[r][CHILD_METRIC].append(metric[mine])
+        parts[r][CHILD_VALUE].append(value[mine])
 
 
 def own_window(
-    incoming: list[Payload], lo: int, hi: int, shape: TreeShape, partials: tuple[Partial, ...]
+    received: Columns, lo: int, hi: int, shape: TreeShape, partials: tuple[Partial, ...]
 ) -> Window:
-    """cct.db blocks of contexts ``lo..hi-1`` (slices to write in order), their summary values."""
-    ctx = np.concatenate([p[0] for p in incoming]).astype(np.int64)
-    metric = np.concatenate([p[1] for p in incoming]).astype(np.int64)
-    prof = np.concatenate([p[2] for p in incoming])
-    value = np.concatenate([p[3] for p in incoming])
-    key = (ctx << 16) | metric
-    order = np.argsort(key, kind="stable")
-    key, prof_sorted, value_sorted = key[order], prof[order], value[order]
-    del order
-    span = hi - lo
-    local = (key >> 16) - lo
-    n_values = np.bincount(local, minlength=span).astype(np.int64)
-    new_metric = np.ones(len(key), dtype=bool)
-    new_metric[1:] = key[1:] != key[:-1]
-    first = np.flatnonzero(new_metric)
-    n_metrics = np.bincount(local[first], minlength=span).astype(np.int64)
+    """cct.db blocks of contexts ``lo..hi-1`` (slices to write in order), their summary values.
+
+    The values arrive in profile order; each goes to its place in context-major order
+    (formats.md §3.4: by context, metric, then profile) by a counting sort over (context,
+    metric) keys, so each keeps the profile order within its key without a comparison sort.
+    """
+    arrays = received.arrays
+    metric, value = arrays[METRIC], arrays[VALUE]
+    n, span = len(value), hi - lo
+    ctx = np.repeat(arrays[RUN_CTX].astype(np.int64) - lo, arrays[RUN_LEN])
+    used = np.flatnonzero(np.bincount(metric, minlength=1)).astype(np.int64)
+    dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=np.int64)
+    dense[used] = np.arange(len(used))
+    n_ids = max(len(used), 1)
+    key = ctx * n_ids + dense[metric]
+    del ctx
+    position = _context_major_positions(key, span * n_ids, arrays[PROFILE_LEN])
+    counts = np.bincount(key, minlength=span * n_ids)
+    del key
+    records = np.empty(n, cctdb.CCT_VALUE_DTYPE)
+    sorted_value = np.empty(n, np.float64)
+    sorted_value[position] = value
+    records["value"] = sorted_value
+    records["prof_index"][position] = np.repeat(arrays[PROFILE], arrays[PROFILE_LEN])
+    del position
+    present = np.flatnonzero(counts).astype(np.int64)
+    starts = (np.cumsum(counts) - counts)[present]
+    u_local, u_metric = present // n_ids, used[present % n_ids] if len(used) else present
+    n_values = np.bincount(u_local, weights=counts[present], minlength=span).astype(np.int64)
+    n_metrics = np.bincount(u_local, minlength=span).astype(np.int64)
     value_bounds = np.concatenate([[0], np.cumsum(n_values)])
-    sizes = n_values * cctdb.CCT_VALUE_DTYPE.itemsize + (
-        (n_metrics * cctdb.CCT_METRIC_INDEX_DTYPE.itemsize + 3) // 4 * 4
+    index = np.empty(len(present), cctdb.CCT_METRIC_INDEX_DTYPE)
+    index["metric_id"] = u_metric.astype(np.uint16)
+    index["start"] = starts - value_bounds[u_local]
+    pieces, size = _block_pieces(records, index, n_values, n_metrics)
+    summary = summarize_groups(
+        shape, u_local + lo, u_metric, starts, sorted_value, partials, _children(arrays)
     )
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return Window(pieces, size, n_metrics, summary)
+
+
+def _context_major_positions(
+    key: npt.NDArray[np.int64], n_keys: int, profile_lengths: npt.NDArray[np.int32]
+) -> npt.NDArray[np.int64]:
+    """Where each value goes when sorted by ``key``, values of one key in arrival order.
+
+    Arrival order is profile order and a profile has at most one value per key, so each
+    profile's values move by one fancy-indexed step per profile (a counting sort). When the
+    key space is much larger than the values (a sparse window), a stable sort does it.
+    """
+    if n_keys > 4 * len(key) + (1 << 20):
+        position = np.empty(len(key), np.int64)
+        position[np.argsort(key, kind="stable")] = np.arange(len(key))
+        return position
+    counts = np.bincount(key, minlength=n_keys)
+    fill = np.cumsum(counts) - counts
+    position = np.empty(len(key), np.int64)
+    at = 0
+    for length in profile_lengths.tolist():
+        mine = key[at : at + length]
+        position[at : at + length] = fill[mine]
+        fill[mine] += 1
+        at += length
+    return position
+
+
+def _block_pieces(
+    records: npt.NDArray[np.void],
+    index: npt.NDArray[np.void],
+    n_values: npt.NDArray[np.int64],
+    n_metrics: npt.NDArray[np.int64],
+) -> tuple[list[memoryview], int]:
+    """The window's cct.db bytes as slices to write back to back, and their total size.
+
+    Each block is [values][metric indices][padding] (formats.md §3.4): the values and indices of
+    all blocks are two sorted arrays, so the file bytes are alternating slices of them, written
+    with one pwritev per 1024 slices (no image of the window is built).
+    """
+    value_bytes = n_values * cctdb.CCT_VALUE_DTYPE.itemsize
+    index_bytes = n_metrics * cctdb.CCT_METRIC_INDEX_DTYPE.itemsize
+    sizes = value_bytes + (index_bytes + 3) // 4 * 4
     pieces: list[memoryview] = []
-    if len(key):
-        records = np.empty(len(key), cctdb.CCT_VALUE_DTYPE)
-        records["prof_index"] = prof_sorted
-        records["value"] = value_sorted
-        index = np.empty(len(first), cctdb.CCT_METRIC_INDEX_DTYPE)
-        index["metric_id"] = (key[first] & 0xFFFF).astype(np.uint16)
-        index["start"] = first - value_bounds[local[first]]
-        # Each block is [values][metric indices][padding]: the values and indices of all
-        # blocks are two sorted arrays, so the file bytes are alternating slices of them,
-        # written with one pwritev per 1024 slices (no image of the window is built).
-        value_bytes = (n_values * cctdb.CCT_VALUE_DTYPE.itemsize).tolist()
-        index_bytes = (n_metrics * cctdb.CCT_METRIC_INDEX_DTYPE.itemsize).tolist()
-        pads = (sizes.astype(np.int64) - n_values * 12 - n_metrics * 10).tolist()
+    if len(records):
         values_view = memoryview(records.view(np.uint8).data).cast("B")
         index_view = memoryview(index.view(np.uint8).data).cast("B")
         zeros = memoryview(bytes(4))
         v = i = 0
-        for nv, ni, pad in zip(value_bytes, index_bytes, pads, strict=True):
+        pads = (sizes - value_bytes - index_bytes).tolist()
+        for nv, ni, pad in zip(value_bytes.tolist(), index_bytes.tolist(), pads, strict=True):
             if nv:
                 pieces.append(values_view[v : v + nv])
                 v += nv
@@ -257,29 +332,28 @@ def own_window(
                 i += ni
             if pad:
                 pieces.append(zeros[:pad])
-    # The summary from the sorted rows (summarize's stable sort then finds them in order).
-    extra = [p for p in incoming if len(p[4])]
-    del ctx, metric, prof, value
-    summary_input = SparseValues(
-        np.concatenate([key >> 16] + [p[4] for p in extra]),
-        np.concatenate([key & 0xFFFF] + [p[5] for p in extra]),
-        np.concatenate([value_sorted] + [p[6] for p in extra]),
-    )
-    del key, prof_sorted, value_sorted
-    summary = summarize(shape, [summary_input], partials)
-    inside = (summary.ctx >= lo) & (summary.ctx < hi)
-    return Window(
-        pieces,
-        int(offsets[-1]),
-        n_metrics,
-        SparseValues(summary.ctx[inside], summary.metric[inside], summary.value[inside]),
-    )
+    return pieces, int(sizes.sum())
+
+
+def _children(arrays: tuple[npt.NDArray[Any], ...]) -> SparseValues | None:
+    """The received loop children's function values, summed per (context, metric) in profile
+    order (the order their rows arrived in)."""
+    ctx, metric, value = arrays[CHILD_CTX], arrays[CHILD_METRIC], arrays[CHILD_VALUE]
+    if not len(ctx):
+        return None
+    stride = int(metric.max()) + 1
+    key = ctx * stride + metric
+    order = np.argsort(key, kind="stable")
+    key, value = key[order], value[order]
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    return SparseValues(key[first] // stride, key[first] % stride, np.add.reduceat(value, first))
 
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "COLUMN_DTYPES",
     "MAX_ROUND_VALUES",
-    "Payload",
+    "Columns",
     "Window",
     "outgoing",
     "own_window",

@@ -32,6 +32,7 @@ writes the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import threading
@@ -461,7 +462,7 @@ def run(
         plan = state.plan
         assert plan is not None
         return RunReport(plan.output, 0, len(plan.shape), 0, 0, (), state.timings)
-    return report
+    return dataclasses.replace(report, timings=state.timings)  # rank 0's came through bcast
 
 
 def aggregate(options: ProfOptions, progress: Progress | None = None) -> AggregateDatabase:

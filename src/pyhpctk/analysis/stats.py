@@ -260,13 +260,50 @@ def summarize(
     change[1:] = keys[1:] != keys[:-1]
     starts = np.flatnonzero(change)
     unique_keys = keys[starts]
-    u_ctx, u_metric = unique_keys // stride, unique_keys % stride
+    return summarize_groups(
+        shape, unique_keys // stride, unique_keys % stride, starts, value, partials
+    )
+
+
+def summarize_groups(
+    shape: TreeShape,
+    u_ctx: npt.NDArray[np.int64],
+    u_metric: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    value: npt.NDArray[np.float64],
+    partials: tuple[Partial, ...],
+    children: SparseValues | None = None,
+) -> SparseValues:
+    """:func:`summarize` of values already grouped: group ``g`` is (``u_ctx[g]``,
+    ``u_metric[g]``), sorted and unique, and holds ``value[starts[g]:starts[g + 1]]`` in profile
+    order (so sums add in the order serial pyprof adds them).
+
+    ``children``: summed ``function`` values of loops' lexical children whose own values are
+    summarised elsewhere (another rank's contexts); they count in their loops' ``lex_aware``
+    only and yield no row themselves.
+    """
+    if not len(starts):
+        return SparseValues.empty()
+    stride = int(u_metric.max(initial=0)) + 1
+    if children is not None and len(children):
+        stride = max(stride, int(children.metric.max()) + 1)
+    unique_keys = u_ctx * stride + u_metric
     scope = u_metric % N_SCOPES
     base = u_metric - scope
     sums = np.add.reduceat(value, starts)
 
     # lex_aware of loops in the summary: point + function of lexical non-loop children.
-    lex_sum = _summary_lex_aware(shape, unique_keys, stride, sums)
+    if children is not None and len(children):
+        keys = np.concatenate([unique_keys, children.ctx * stride + children.metric])
+        order = np.argsort(keys, kind="stable")
+        merged = _summary_lex_aware(
+            shape, keys[order], stride, np.concatenate([sums, children.value])[order]
+        )
+        lex_sum = np.empty(len(keys))
+        lex_sum[order] = merged
+        lex_sum = lex_sum[: len(unique_keys)]
+    else:
+        lex_sum = _summary_lex_aware(shape, unique_keys, stride, sums)
 
     out_ctx: list[npt.NDArray[np.int64]] = []
     out_id: list[npt.NDArray[np.int64]] = []

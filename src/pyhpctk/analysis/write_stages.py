@@ -17,13 +17,12 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
 from pyhpctk.analysis.comm import on_all, on_root
 from pyhpctk.analysis.database import AggregateDatabase
-from pyhpctk.analysis.exchange import Payload, outgoing, own_window, plan_rounds, split_even
+from pyhpctk.analysis.exchange import Columns, outgoing, own_window, plan_rounds, split_even
 from pyhpctk.analysis.planes import pwritev_all
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.state import Analysis, RunReport
@@ -142,8 +141,9 @@ def write_cct_db(state: Analysis) -> None:
         sending = outgoing(
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
         )
-        incoming = cast(list[Payload], comm.alltoall_arrays(list(sending)))
-        del sending
+        arrays, counts = comm.alltoall_columns(sending.arrays, sending.counts)
+        incoming = Columns(arrays, counts)
+        del sending, arrays
         lo, hi = int(owners[comm.rank]), int(owners[comm.rank + 1])
         piece = on_all(comm, partial(own_window, incoming, lo, hi, shape, state.partials))
         del incoming
