@@ -15,13 +15,13 @@ every rank with the first one's message (:func:`~.comm.on_all`).
    any grouping gives serial pyprof's tree. It is broadcast; ranks re-map their profiles into it.
 3. :func:`expand_contexts` on rank 0: structure files, symbols, logical metadata, GPU
    reconstruction (``GINS`` weights summed over ranks); what the statistics need is broadcast.
-   Rank 0 then writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
-   (:func:`write_meta_db`) while every rank goes on.
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
    disjoint slices of the files at offsets from exclusive scans of those sizes; cct.db is built
    in rounds by the exchange of :mod:`.exchange`, which also yields the summary profile.
+   Meanwhile rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
+   (:func:`write_meta_db`), and owns that much less of cct.db.
 6. :func:`finish` on rank 0: the summary block, heads and footers, and the rename into place.
 
 :func:`aggregate` runs stages 1-4 in memory on one process (an
@@ -438,7 +438,6 @@ def run(
     _timed(state, "staging", stage_files)
     finished = False
     try:
-        write_meta_db(state)
         if options.memory_limit is not None:
             state.spill = open_spill(state.comm)
         _timed(state, "statistics", statistics)
@@ -446,6 +445,7 @@ def run(
         with state.stage("writing database", 3) as advance:
             _timed(state, "profile.db", write_profile_db)
             advance(1)
+            write_meta_db(state)  # on a thread of rank 0, which owns less of cct.db meanwhile
             _timed(state, "cct.db", write_cct_db)
             advance(1)
             report = _timed(state, "finish", finish)
