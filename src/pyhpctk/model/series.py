@@ -209,7 +209,7 @@ def load_series(
         meta = metadb.read(path / "meta.db")
         profiles = profiledb.read(path / "profile.db")
         stat_id, metric_name = _stat_metric_id(meta, metric, scope, path)
-        summary = [i for i, info in enumerate(profiles.profiles) if info.is_summary]
+        summary = np.flatnonzero(profiles.is_summary()).tolist()
         if not summary:
             raise SeriesError(f"{path}: profile.db has no summary profile")
         block = profiles.block(summary[0])

@@ -12,6 +12,7 @@ Only plain metrics have per-profile values: a derived metric is a formula over s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,8 @@ from pyhpctk.present.model import (
     Experiment,
     FloatArray,
     ProfileInfo,
+    ProfileList,
+    profile_indices,
 )
 from pyhpctk.present.views import context_label
 
@@ -71,15 +74,17 @@ class ContextSpread:
     path: tuple[str, ...]  # labels from the entry point down to this context
     metric: str
     inclusive: bool
-    profiles: tuple[ProfileInfo, ...]
+    profiles: Sequence[ProfileInfo]
     values: FloatArray  # one per profile in ``profiles`` (zeros included)
     stats: ProfileStats
 
 
-def select_profiles(exp: Experiment, kind: str = "all") -> tuple[ProfileInfo, ...]:
+def select_profiles(exp: Experiment, kind: str = "all") -> Sequence[ProfileInfo]:
     """Non-summary profiles of a kind: ``all``, ``cpu`` (threads) or ``gpu`` (streams)."""
     if kind == "all":
         return exp.profiles
+    if kind in ("cpu", "gpu") and isinstance(exp.profiles, ProfileList):
+        return exp.profiles.where(kind)
     if kind == "gpu":
         return tuple(p for p in exp.profiles if p.is_gpu)
     if kind == "cpu":
@@ -112,18 +117,25 @@ def spread(
     ctx_id: int,
     metric: str,
     inclusive: bool = True,
-    profiles: tuple[ProfileInfo, ...] | None = None,
+    profiles: Sequence[ProfileInfo] | None = None,
 ) -> ContextSpread:
     """Per-profile values of ``metric`` at one context, and their statistics."""
     exp = catalog.experiment
     profiles = exp.profiles if profiles is None else profiles
     prop = _prop_id(catalog, metric, inclusive)
     where, values = exp.values.context_profiles(ctx_id, prop)
+    # Each value to its profile's position among ``profiles`` (a search, not a dictionary of
+    # every profile: a database may hold 100,000 of them).
+    indices = profile_indices(profiles)
     dense = np.zeros(len(profiles))
-    slot = {p.index: i for i, p in enumerate(profiles)}
-    for prof, value in zip(where.tolist(), values.tolist(), strict=True):
-        if prof in slot:
-            dense[slot[prof]] = value
+    if len(indices):
+        ascending = bool(np.all(indices[1:] > indices[:-1]))  # a database's list is
+        order = None if ascending else np.argsort(indices, kind="stable")
+        by_index = indices if order is None else indices[order]
+        at = np.searchsorted(by_index, where)
+        np.minimum(at, len(indices) - 1, out=at)
+        listed = by_index[at] == where
+        dense[at[listed] if order is None else order[at[listed]]] = values[listed]
     node = exp.tree.node_of(ctx_id)
     label = context_label(exp.tree, node)[0] if node >= 0 else f"<hidden context {ctx_id}>"
     path = context_path(exp, node) if node >= 0 else (label,)
@@ -137,7 +149,7 @@ def most_imbalanced(
     metric: str,
     count: int = 10,
     min_share: float = 1.0,
-    profiles: tuple[ProfileInfo, ...] | None = None,
+    profiles: Sequence[ProfileInfo] | None = None,
     inclusive: bool = True,
 ) -> list[ContextSpread]:
     """Contexts holding at least ``min_share`` percent of the total, by imbalance (max/mean-1).

@@ -15,15 +15,15 @@ This module must not import the format readers nor do any I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NewType, Protocol
+from typing import NewType, Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats.vocabulary import SCOPE_NAMES, Combine
+from pyhpctk.formats.vocabulary import GPU_ID_NAMES, SCOPE_NAMES, Combine
 
 ContextId = NewType("ContextId", int)
 MetricId = NewType("MetricId", int)
@@ -183,7 +183,57 @@ class ProfileInfo:
 
     @property
     def is_gpu(self) -> bool:
-        return any(kind in ("GPUSTREAM", "GPUCONTEXT", "GPUDEVICE") for kind, _ in self.identifier)
+        return any(kind in GPU_ID_NAMES for kind, _ in self.identifier)
+
+
+class ProfileList(Sequence[ProfileInfo]):
+    """Profiles of a database, each :class:`ProfileInfo` made only when asked for.
+
+    ``indices`` are the profiles' profile.db indices (ascending); ``identify(index)`` gives one
+    profile's identifier; ``gpu()`` says for every index of the database whether it is a GPU
+    stream. A database of 100,000 profiles is opened, viewed and summarised without 100,000
+    objects (issue #19): only the arrays and what is printed.
+    """
+
+    __slots__ = ("_gpu", "_identify", "indices")
+
+    def __init__(
+        self,
+        indices: IntArray,
+        identify: Callable[[int], tuple[tuple[str, int], ...]],
+        gpu: Callable[[], npt.NDArray[np.bool_]],
+    ) -> None:
+        self.indices = indices
+        self._identify = identify
+        self._gpu = gpu
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, position: int) -> ProfileInfo: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> ProfileList: ...
+
+    def __getitem__(self, position: int | slice) -> ProfileInfo | ProfileList:
+        if isinstance(position, slice):
+            return ProfileList(self.indices[position], self._identify, self._gpu)
+        index = int(self.indices[position])
+        return ProfileInfo(index, self._identify(index))
+
+    def where(self, kind: str) -> ProfileList:
+        """The GPU streams (``gpu``) or the other profiles (``cpu``) among these."""
+        gpu = self._gpu()[self.indices]
+        chosen = gpu if kind == "gpu" else ~gpu
+        return ProfileList(self.indices[chosen], self._identify, self._gpu)
+
+
+def profile_indices(profiles: Sequence[ProfileInfo]) -> IntArray:
+    """The profile.db indices of ``profiles``, in their order (no object made for a list)."""
+    if isinstance(profiles, ProfileList):
+        return profiles.indices
+    return np.fromiter((p.index for p in profiles), dtype=np.int64, count=len(profiles))
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +329,7 @@ class Experiment:
     title: str
     tree: ContextTree
     metrics: tuple[MetricInfo, ...]
-    profiles: tuple[ProfileInfo, ...]
+    profiles: Sequence[ProfileInfo]
     values: ValueSource
     traces: TraceSource | None = None
     taxonomy_text: str | None = None  # metrics/default.yaml, when the database has one

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
-from pyhpctk.formats.vocabulary import Combine, LexicalType, Relation
+from pyhpctk.formats.vocabulary import GPU_ID_NAMES, Combine, LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
     LEX_ROOT,
@@ -31,7 +31,7 @@ from pyhpctk.present.model import (
     FloatArray,
     FunctionInfo,
     MetricInfo,
-    ProfileInfo,
+    ProfileList,
     SummaryStat,
     TraceLine,
 )
@@ -164,17 +164,40 @@ class DatabaseValues:
         return pairs["prof_index"].astype(np.int64), pairs["value"].astype(np.float64)
 
 
+def profile_list(profiles: profiledb.ProfileDB, id_names: Sequence[str]) -> ProfileList:
+    """The non-summary profiles of a profile.db, each made when asked for (issue #19: a
+    database of 100,000 profiles opens without 100,000 objects)."""
+    table = profiles.profiles
+    names = list(id_names)
+
+    def identify(index: int) -> tuple[tuple[str, int], ...]:
+        return tuple(
+            (names[e.kind] if e.kind < len(names) else f"kind{e.kind}", e.logical_id)
+            for e in (table[index].id_tuple or ())
+        )
+
+    def gpu() -> npt.NDArray[np.bool_]:
+        kinds = [k for k, name in enumerate(names) if name in GPU_ID_NAMES]
+        if isinstance(table, profiledb.ProfileTable):
+            return table.has_kind(kinds)
+        return np.array(
+            [any(e.kind in kinds for e in (p.id_tuple or ())) for p in table], dtype=bool
+        )
+
+    return ProfileList(np.arange(1, len(table), dtype=np.int64), identify, gpu)
+
+
 @dataclass
 class DatabaseTraces:
-    """:class:`~pyhpctk.present.model.TraceSource` over a lazily read trace.db."""
+    """:class:`~pyhpctk.present.model.TraceSource` over trace.db, opened when first asked."""
 
-    db: tracedb.TraceDB
+    path: Path
     _lines: list[TraceLine] | None = None
 
     def lines(self) -> Sequence[TraceLine]:
         if self._lines is None:
             self._lines = []
-            for line in self.db.lines:
+            for line in tracedb.read(self.path).lines:
                 self._lines.append(
                     TraceLine(
                         line.prof_index,
@@ -210,28 +233,18 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     meta = metadb.read(d / "meta.db")
     profiles = profiledb.read(d / "profile.db")
     contexts = cctdb.read(d / "cct.db")
-    if not profiles.profiles or not profiles.profiles[0].is_summary:
+    if not len(profiles.profiles) or not profiles.profiles[0].is_summary:
         raise FormatError(d / "profile.db", "ProfileInfos", "profile 0 is not the summary profile")
-    names = meta.id_names
-    infos = []
-    for i, prof in enumerate(profiles.profiles):
-        if i == 0:
-            continue
-        ident = tuple(
-            (names[e.kind] if e.kind < len(names) else f"kind{e.kind}", e.logical_id)
-            for e in (prof.id_tuple or ())
-        )
-        infos.append(ProfileInfo(i, ident))
     traces = None
     if (d / "trace.db").is_file():
-        traces = DatabaseTraces(tracedb.read(d / "trace.db"))
+        traces = DatabaseTraces(d / "trace.db")
     taxonomy = d / "metrics" / "default.yaml"
     return Experiment(
         path=str(d),
         title=meta.title,
         tree=tree_from_metadb(meta),
         metrics=metrics_from_metadb(meta),
-        profiles=tuple(infos),
+        profiles=profile_list(profiles, meta.id_names),
         values=DatabaseValues(profiles, contexts),
         traces=traces,
         taxonomy_text=taxonomy.read_text(encoding="utf-8") if taxonomy.is_file() else None,
