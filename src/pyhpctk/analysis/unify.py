@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -594,6 +595,49 @@ def extract(
     measurement: str = "",
 ) -> ProfileData:
     """Reduce one profile (and its trace) to a raw tree plus bulk value and trace arrays."""
+    tree, local, locate = _cct_tree(profile, path)
+
+    def lookup(node_ids: npt.NDArray[np.int64], what: str) -> npt.NDArray[np.int64]:
+        """Raw nodes of hpcrun node ids (values, trace records), vectorised."""
+        where = locate(node_ids)
+        if len(node_ids) and np.any(where < 0):
+            bad = node_ids[where < 0][0]
+            raise FormatError(path, what, f"refers to CCT node {int(bad)}, which does not exist")
+        result: npt.NDArray[np.int64] = local[where]
+        return result
+
+    metrics = [metric_info(d) for d in profile.metrics]
+    value_node, metric, decoded = _decoded_values(profile, metrics, lookup, path)
+    trace_time = trace_node = None
+    call_trace = False
+    if trace is not None:
+        records = trace.records
+        trace_time = records["time"].astype(np.uint64)
+        trace_node = lookup(records["node_id"].astype(np.int64), "trace")
+        call_trace = bool(trace.flags & TRACE_FLAG_CALL_TRACE)
+
+    id_tuple = [(int(e["kind"]), int(e["physical"]), int(e["logical"])) for e in profile.id_tuple]
+    return ProfileData(
+        name=name,
+        tree=tree,
+        header=dict(profile.nvpairs),
+        id_tuple=id_tuple,
+        metrics=metrics,
+        value_node=value_node,
+        value_metric=metric,
+        value=decoded,
+        trace_time=trace_time,
+        trace_node=trace_node,
+        call_trace=call_trace,
+        module_paths={lm.path: measurement for lm in profile.load_modules},
+    )
+
+
+def _cct_tree(
+    profile: HpcrunProfile, path: str | None
+) -> tuple[RawTree, npt.NDArray[np.int64], _Locator]:
+    """A profile's CCT as a :class:`RawTree` (formats.md §1.5): the tree, the raw node of each
+    file node, and the lookup from hpcrun node ids to file positions."""
     modules = {lm.id: lm.path for lm in profile.load_modules}
     cct = profile.cct
     ids = cct["id"].astype(np.int64)
@@ -648,34 +692,26 @@ def extract(
         lm_unique, lm_inverse = np.unique(lm_ids, return_inverse=True)
         code = np.asarray([codes[lm] for lm in lm_unique.tolist()], dtype=np.int64)[lm_inverse]
         tree = RawTree.from_columns(parent_pos.astype(np.int64), code, ips, unwound)
-        local = np.arange(n, dtype=np.int64)
-    else:
-        keys: list[RawKey] = list(
-            zip(
-                [module_of[lm] for lm in lm_ids.tolist()],
-                ips.tolist(),
-                unwound.tolist(),
-                strict=True,
-            )
-        )
-        tree = RawTree()
-        local = np.empty(n, dtype=np.int64)
-        for index in range(n):
-            parent = int(parent_pos[index])
-            local[index] = tree.node(-1 if parent < 0 else int(local[parent]), keys[index])
+        return tree, np.arange(n, dtype=np.int64), locate
+    keys: list[RawKey] = list(
+        zip([module_of[lm] for lm in lm_ids.tolist()], ips.tolist(), unwound.tolist(), strict=True)
+    )
+    tree = RawTree()
+    local = np.empty(n, dtype=np.int64)
+    for index in range(n):
+        parent = int(parent_pos[index])
+        local[index] = tree.node(-1 if parent < 0 else int(local[parent]), keys[index])
+    return tree, local, locate
 
-    def lookup(node_ids: npt.NDArray[np.int64], what: str) -> npt.NDArray[np.int64]:
-        """Raw nodes of hpcrun node ids (values, trace records), vectorised."""
-        where = locate(node_ids)
-        if len(node_ids) and np.any(where < 0):
-            bad = node_ids[where < 0][0]
-            raise FormatError(path, what, f"refers to CCT node {int(bad)}, which does not exist")
-        result: npt.NDArray[np.int64] = local[where]
-        return result
 
-    metrics = [metric_info(d) for d in profile.metrics]
-
-    # formats.md §1.8: run i of (value, metric) pairs belongs to node_starts[i].
+def _decoded_values(
+    profile: HpcrunProfile,
+    metrics: list[MetricInfo],
+    lookup: Callable[[npt.NDArray[np.int64], str], npt.NDArray[np.int64]],
+    path: str | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """(raw node, metric index, value x period) of every stored value (formats.md §1.8: run i
+    of (value, metric) pairs belongs to node_starts[i])."""
     values = profile.values
     starts = profile.node_starts
     n_values = len(values)
@@ -694,30 +730,7 @@ def extract(
     real_values = bits.view(np.float64)
     int_values = bits.astype(np.float64)
     decoded = np.where(is_real[metric], real_values, int_values) * period[metric]
-
-    trace_time = trace_node = None
-    call_trace = False
-    if trace is not None:
-        records = trace.records
-        trace_time = records["time"].astype(np.uint64)
-        trace_node = lookup(records["node_id"].astype(np.int64), "trace")
-        call_trace = bool(trace.flags & TRACE_FLAG_CALL_TRACE)
-
-    id_tuple = [(int(e["kind"]), int(e["physical"]), int(e["logical"])) for e in profile.id_tuple]
-    return ProfileData(
-        name=name,
-        tree=tree,
-        header=dict(profile.nvpairs),
-        id_tuple=id_tuple,
-        metrics=metrics,
-        value_node=value_node,
-        value_metric=metric,
-        value=decoded.astype(np.float64),
-        trace_time=trace_time,
-        trace_node=trace_node,
-        call_trace=call_trace,
-        module_paths={lm.path: measurement for lm in profile.load_modules},
-    )
+    return value_node, metric, decoded.astype(np.float64)
 
 
 @dataclass(slots=True)
