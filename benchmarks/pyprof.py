@@ -5,11 +5,15 @@ A generator writes a measurement directory like hpcrun's: thousands of ``.hpcrun
 calling context tree of tens of thousands of nodes drawn from one random recursive tree (so they
 unify into a shared tree with per-profile variation), sparse values on about half the nodes, and
 an ``.hpctrace`` beside every profile. Then, for each rank count of ``--ranks``, the benchmark
-launches ``mpiexec -n N python benchmarks/pyprof.py --worker ...``, whose ranks run
-``pyprof-mpi`` in-process and report wall time and each rank's peak RSS. It prints a table:
-input MB/s (total and per core), profiles/s, peak RSS per rank against ``--memory-limit``,
-database size against a dense layout, and parallel efficiency relative to the first rank count.
-Every database is compared byte for byte with the first one (any rank count must give the same).
+launches ``mpiexec -n N python benchmarks/pyprof.py --worker ...``, whose ranks run the
+analysis driver in-process (``pipeline.run`` on ``MPI.COMM_WORLD``) and report wall time, each
+rank's peak RSS and each rank's seconds per stage (printed as a table per rank count, so the
+critical path is visible). ``--serial`` first runs serial pyprof (the driver on one process, no
+MPI; shown as rank count ``pyprof``); ``--src DIR`` measures another checkout's ``src/`` (to
+measure before a change). It prints a table: input MB/s (total and per core), profiles/s, peak
+RSS per rank against ``--memory-limit``, database size against a dense layout, and parallel
+efficiency relative to the first MPI rank count. Every database is compared byte for byte with
+the first one (any rank count must give the same).
 
 Runs with only Python >= 3.11, numpy, click and mpi4py present, from a checkout::
 
