@@ -154,8 +154,13 @@ def propagate(
     function = point.copy()
     depth = shape.depth[nodes]
     if len(nodes):
+        # The rows of each level, ascending (as np.nonzero gives them), from one stable sort.
+        # (16-bit keys take numpy's radix sort.)
+        small = depth.astype(np.int16) if int(depth.max()) < 1 << 15 else depth
+        by_depth = np.argsort(small, kind="stable")
+        cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
         for level in range(int(depth.max()), 0, -1):
-            rows = np.nonzero(depth == level)[0]
+            rows = by_depth[cuts[level] : cuts[level + 1]]
             parents = local[shape.parent[nodes[rows]]]
             np.add.at(execution, parents, execution[rows])
             lexical = shape.lexical[nodes[rows]]

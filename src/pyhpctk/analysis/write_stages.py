@@ -23,7 +23,7 @@ import numpy as np
 from pyhpctk.analysis.comm import on_all, on_root
 from pyhpctk.analysis.database import AggregateDatabase
 from pyhpctk.analysis.exchange import Columns, outgoing, own_window, plan_rounds, split_even
-from pyhpctk.analysis.planes import pwritev_all
+from pyhpctk.analysis.planes import block_of, pwritev_all
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.state import Analysis, RunReport
 from pyhpctk.analysis.stats import SparseValues, metric_bases
@@ -185,11 +185,13 @@ def finish(state: Analysis) -> RunReport:
             cctdb.write_footer(fd, cct_plan)
         finally:
             os.close(fd)
-        parts = state.summary_parts
-        summary = profiledb.ProfileValues.from_triples(
-            np.concatenate([p.ctx for p in parts] or [np.zeros(0, np.int64)]),
-            np.concatenate([p.metric for p in parts] or [np.zeros(0, np.int64)]),
-            np.concatenate([p.value for p in parts] or [np.zeros(0, np.float64)]),
+        parts = state.summary_parts  # the owners' windows in context order: already sorted
+        summary = block_of(
+            SparseValues(
+                np.concatenate([p.ctx for p in parts] or [np.zeros(0, np.int64)]),
+                np.concatenate([p.metric for p in parts] or [np.zeros(0, np.int64)]),
+                np.concatenate([p.value for p in parts] or [np.zeros(0, np.float64)]),
+            )
         )
         layout.n_values[0], layout.n_ctxs[0] = summary.n_values, summary.n_contexts
         final = profiledb.layout(layout.infos, layout.n_values, layout.n_ctxs)
