@@ -244,15 +244,16 @@ def own_window(
     arrays = received.arrays
     metric, value = arrays[METRIC], arrays[VALUE]
     n, span = len(value), hi - lo
-    ctx = np.repeat(arrays[RUN_CTX].astype(np.int64) - lo, arrays[RUN_LEN])
     used = np.flatnonzero(np.bincount(metric, minlength=1)).astype(np.int64)
-    dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=np.int64)
-    dense[used] = np.arange(len(used))
     n_ids = max(len(used), 1)
-    key = ctx * n_ids + dense[metric]
-    del ctx
-    position = _context_major_positions(key, span * n_ids, arrays[PROFILE_LEN])
+    # 32-bit keys and positions where they fit: half the memory traffic of this stage.
+    kind = np.int32 if max(span * n_ids, n) < 1 << 31 else np.int64
+    dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=kind)
+    dense[used] = np.arange(len(used))
+    key = np.repeat((arrays[RUN_CTX].astype(kind) - lo) * n_ids, arrays[RUN_LEN])
+    key += dense[metric]
     counts = np.bincount(key, minlength=span * n_ids)
+    position = _context_major_positions(key, counts, arrays[PROFILE_LEN])
     del key
     records = np.empty(n, cctdb.CCT_VALUE_DTYPE)
     sorted_value = np.empty(n, np.float64)
@@ -277,21 +278,23 @@ def own_window(
 
 
 def _context_major_positions(
-    key: npt.NDArray[np.int64], n_keys: int, profile_lengths: npt.NDArray[np.int32]
-) -> npt.NDArray[np.int64]:
-    """Where each value goes when sorted by ``key``, values of one key in arrival order.
+    key: npt.NDArray[np.integer[Any]],
+    counts: npt.NDArray[np.int64],
+    profile_lengths: npt.NDArray[np.int32],
+) -> npt.NDArray[np.integer[Any]]:
+    """Where each value goes when sorted by ``key`` (``counts``: values per key), values of
+    one key in arrival order.
 
     Arrival order is profile order and a profile has at most one value per key, so each
     profile's values move by one fancy-indexed step per profile (a counting sort). When the
     key space is much larger than the values (a sparse window), a stable sort does it.
     """
-    if n_keys > 4 * len(key) + (1 << 20):
+    if len(counts) > 4 * len(key) + (1 << 20):
         position = np.empty(len(key), np.int64)
         position[np.argsort(key, kind="stable")] = np.arange(len(key))
         return position
-    counts = np.bincount(key, minlength=n_keys)
-    fill = np.cumsum(counts) - counts
-    position = np.empty(len(key), np.int64)
+    fill = (np.cumsum(counts) - counts).astype(key.dtype)
+    position = np.empty(len(key), key.dtype)
     at = 0
     for length in profile_lengths.tolist():
         mine = key[at : at + length]
