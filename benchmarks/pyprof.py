@@ -10,7 +10,8 @@ analysis driver in-process (``pipeline.run`` on ``MPI.COMM_WORLD``) and report w
 rank's peak RSS and each rank's seconds per stage (printed as a table per rank count, so the
 critical path is visible). ``--serial`` first runs serial pyprof (the driver on one process, no
 MPI; shown as rank count ``pyprof``); ``--src DIR`` measures another checkout's ``src/`` (to
-measure before a change). It prints a table: input MB/s (total and per core), profiles/s, peak
+measure before a change). It prints a table: input MB/s (total and per core), profiles/s, CPU
+seconds of the busiest rank (steadier than wall time on a shared machine), peak
 RSS per rank against ``--memory-limit``, database size against a dense layout, and parallel
 efficiency relative to the first MPI rank count. Every database is compared byte for byte with
 the first one (any rank count must give the same).
@@ -207,43 +208,50 @@ def worker(args: argparse.Namespace) -> int:
 
     from pyhpctk.analysis.options import ProfOptions
     from pyhpctk.analysis.pipeline import run
-    from pyhpctk.cli.pyprof import parse_size
+
+    try:
+        from pyhpctk.cli.pyprof import parse_size
+    except ImportError:  # a checkout from before the one driver (--src)
+        from pyhpctk.cli.pyprof_mpi import parse_size
 
     limit = parse_size(args.memory_limit) if args.memory_limit else None
-    extra = {"memory_limit": limit} if limit else {}
+    capped = "memory_limit" in inspect.signature(ProfOptions.build).parameters  # not before
+    extra = {"memory_limit": limit} if limit and capped else {}
     options = ProfOptions.build(
         [args.measurement], output=args.output, copy_sources=False, jobs=args.jobs, **extra
     )
     if args.serial:  # pyprof: the driver on this process alone, no MPI
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = run(options)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         timings = getattr(report, "timings", {})  # older checkouts (--src) report none
-        result = {"status": 0, "wall": wall, "rss": [rss], "stages": [timings]}
+        result = {"status": 0, "wall": wall, "rss": [rss], "cpu": [cpu], "stages": [timings]}
         print("RESULT " + json.dumps(result))
         return 0
     from pyhpctk.analysis.comm import world
 
     comm = world()
     comm.barrier()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if "comm" in inspect.signature(run).parameters:
         report = run(options, comm=comm)
     else:  # a checkout from before the one driver (--src): pyprof-mpi's own entry point
         from pyhpctk.analysis.distributed import run_distributed
 
         report = run_distributed(options, comm, limit)
+    cpu = time.process_time() - cpu
     comm.barrier()
     wall = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    everyone = comm.gather((rss, getattr(report, "timings", {})))
+    everyone = comm.gather((rss, cpu, getattr(report, "timings", {})))
     if everyone is not None:
         result = {
             "status": 0,
             "wall": wall,
-            "rss": [r for r, _ in everyone],
-            "stages": [t for _, t in everyone],
+            "rss": [r for r, _, _ in everyone],
+            "cpu": [c for _, c, _ in everyone],
+            "stages": [t for _, _, t in everyone],
         }
         print("RESULT " + json.dumps(result))
     return 0
@@ -409,7 +417,7 @@ def main() -> int:
             output = work / f"db-{n}"
             fast = launch(mpiexec, n, measurement, output, None, env, args.jobs)
             capped = None
-            if limit:
+            if limit and not (n == 0 and args.src):  # before the one driver, no cap serially
                 capped_db = work / f"db-{n}-capped"
                 capped = launch(mpiexec, n, measurement, capped_db, limit, env, args.jobs)
             same = True
@@ -443,9 +451,9 @@ def main() -> int:
         print()
         head = (
             "| ranks | wall (s) | MB/s | MB/s per core | profiles/s | efficiency "
-            "| peak RSS/rank (MB) |"
+            "| CPU s/rank (max) | peak RSS/rank (MB) |"
         )
-        rule = "| --- | --- | --- | --- | --- | --- | --- |"
+        rule = "| --- | --- | --- | --- | --- | --- | --- | --- |"
         if limit:
             cap_mb = parse_bytes(limit) / 1e6
             head += f" capped {limit}: wall (s) | capped: peak RSS/rank (MB) | <= cap + 200 MB |"
@@ -462,7 +470,7 @@ def main() -> int:
             efficiency = f"{(base_wall * base_n) / (wall * n):.0%}" if n else "-"
             line = (
                 f"| {n or 'pyprof'} | {wall:.2f} | {rate:.1f} | {rate / cores:.1f} | "
-                f"{profiles / wall:.1f} | {efficiency} | {rss:.0f} |"
+                f"{profiles / wall:.1f} | {efficiency} | {max(fast['cpu']):.2f} | {rss:.0f} |"  # type: ignore[call-overload]
             )
             if capped is not None:
                 capped_rss = max(capped["rss"]) / 1e6  # type: ignore[call-overload]
