@@ -17,7 +17,7 @@ help:
 
 all: test
 
-$(STAMP): pyproject.toml setup.py src/pyhpctk/measure/gpu/_cuptihook.c
+$(STAMP): pyproject.toml setup.py $(wildcard src/pyhpctk/measure/gpu/_cuptihook*.[ch])
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "pyhpctk needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

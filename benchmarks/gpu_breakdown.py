@@ -1,17 +1,25 @@
-"""Per-launch cost of GPU measurement, layer by layer, inside one process (issue #6, item 8).
+"""Per-launch cost of GPU measurement, layer by layer, inside one process (issues #6 and #18).
 
     PYTHONPATH=src python3 benchmarks/gpu_breakdown.py [--launches 20000] [--repeat 5]
+        [--children layers,session,torch,resnet18,gpt2,layers:resnet18] [--times 2]
 
 Separate processes differ by up to 30% on the device machine (plain runs of the same loop); here
-each layer is added to the same process in turn, and the launch-bound CuPy loop of
-``pyrun_gpu.py`` is timed after each (best of ``--repeat``):
+each layer is added to the same process in turn, and a workload is timed after each (best of
+``--repeat``), in a child process per workload (``layers``: the launch-bound CuPy loop of
+``pyrun_gpu.py``; ``layers:resnet18``, ``layers:gpt2``: those models' training steps):
 
 1. ``plain``;
-2. ``+activity``: CUPTI kernel activity on, buffers handed back unread (raw ctypes callbacks);
+2. ``+activity``: CUPTI's activity kinds on, buffers handed back unread (raw ctypes callbacks):
+   what CUPTI itself costs, the floor under any tool built on it;
 3. ``+hook``: the C CUPTI hook subscribed, its slow path a constant (no monitor);
 
-then, in a child process, a whole pyrun session (``gpu=nvidia``, C hook) with the time spent in
-the monitor's buffer processing and attribution, and the hook's fast/slow counts.
+then, in a child process each, a whole pyrun session (``gpu=nvidia``, C hook) on the launch
+loop (``session``), the MLP (``torch``), ResNet-18 and GPT-2 (the workloads of
+``pyrun_gpu.py``): the times, the hook's counters (``slow``: Python entered at a call site;
+``unlocked``: operations recorded without the GIL; ``inner``: driver calls inside runtime
+calls, not operations), the wall and CPU time spent in reading buffers (``parse``), the
+monitor's matching and attribution (``_process``, ``attribute``) and the slow path
+(``operation_token``, ``current_context``). Every child runs ``--times`` times.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,12 +45,7 @@ def _loop(cp: object, launches: int) -> float:
     return time.perf_counter() - began
 
 
-def _best(cp: object, launches: int, repeat: int) -> float:
-    return min(_loop(cp, launches) for _ in range(repeat))
-
-
-def layers(launches: int, repeat: int) -> dict[str, float]:
-    import cupy as cp
+def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, float]:
     from cupti import cupti
 
     from pyhpctk.measure.gpu.cupti_backend import (
@@ -51,8 +55,14 @@ def layers(launches: int, repeat: int) -> dict[str, float]:
         load_hook,
     )
 
-    _loop(cp, 1000)
-    out = {"plain": _best(cp, launches, repeat)}
+    if workload == "launch":
+        import cupy as cp
+
+        body = lambda: _loop(cp, launches)  # noqa: E731
+    else:
+        body = _steps(workload)
+    body()
+    out = {"plain": min(body() for _ in range(repeat))}
     cupti.get_timestamp()
     lib = ctypes.CDLL(_loaded_library("libcupti") or "libcupti.so")
     blocks: dict[int, object] = {}
@@ -69,37 +79,60 @@ def layers(launches: int, repeat: int) -> dict[str, float]:
 
     keep = (BUFFER_REQUESTED(requested), BUFFER_COMPLETED(completed))
     lib.cuptiActivityRegisterCallbacks(*keep)
-    cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
-    out["+activity"] = _best(cp, launches, repeat)
+    kinds = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "MEMORY2")
+    for kind in kinds:  # what gpu=nvidia enables
+        cupti.activity_enable(getattr(cupti.ActivityKind, kind))
+    out["+activity"] = min(body() for _ in range(repeat))
     hook = load_hook()
     if hook is not None:
         entries = [
             (domain, int(m), 1, 0, 0)
-            for domain, enum in ((1, cupti.RuntimeApiTraceCbid), (2, cupti.DriverApiTraceCbid))
+            for domain, enum in (
+                (int(cupti.CallbackDomain.RUNTIME_API), cupti.RuntimeApiTraceCbid),
+                (int(cupti.CallbackDomain.DRIVER_API), cupti.DriverApiTraceCbid),
+            )
             for n, m in enum.__members__.items()
             if "Launch" in n and "SIZE" not in n and "INVALID" not in n and int(m) < 4096
         ]
         hook.configure(entries, lambda *a: 0, None, 6, 0xFFFFFFFF)
         out["refused"] = hook.subscribe(_loaded_library("libcupti"))
-        out["+hook"] = _best(cp, launches, repeat)
+        out["+hook"] = min(body() for _ in range(repeat))
         out["hook_stats"] = hook.stats()  # type: ignore[assignment]
         hook.unsubscribe()
-    cupti.activity_flush_all(1)
+    lib.cuptiActivityFlushAll(1)  # through ctypes: the GIL released (docs/gpu.md, "No hang")
     return out
 
 
-def _timed(owner: type, name: str, spent: dict[str, float], counts: dict[str, int]) -> None:
+def _timed(owner: object, name: str, spent: dict[str, float], counts: dict[str, int]) -> None:
+    """Wall time, CPU time of the calling thread (``NAME cpu``: the wall time also counts waits
+    for the GIL) and number of the calls of ``owner.name``."""
     original = getattr(owner, name)
 
     def timed(*args: object, **kwargs: object) -> object:
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.thread_time()
         try:
             return original(*args, **kwargs)
         finally:
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - began
+            spent[name + " cpu"] = spent.get(name + " cpu", 0.0) + time.thread_time() - cpu
             counts[name] = counts.get(name, 0) + 1
 
     setattr(owner, name, timed)
+
+
+def _steps(workload: str) -> Callable[[], float]:
+    """Seconds of 10 training steps of ``pyrun_gpu.py``'s ResNet-18 or GPT-2, per call."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from pyrun_gpu import _model_steps
+
+    steps = _model_steps(workload, 10)
+
+    def body() -> float:
+        began = time.perf_counter()
+        steps()
+        return time.perf_counter() - began
+
+    return body
 
 
 def _torch_loop(steps: int) -> Callable[[], float]:
@@ -129,16 +162,20 @@ def _torch_loop(steps: int) -> Callable[[], float]:
 def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, object]:
     from pyhpctk.measure import runtime
     from pyhpctk.measure.gpu import install, shutdown
+    from pyhpctk.measure.gpu.attribution import Attributor
     from pyhpctk.measure.gpu.monitor import GpuMonitor
     from pyhpctk.measure.session import Session
 
     spent: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for name in ("_process", "_attribute_pending", "operation_token", "_slow_operation"):
+    for name in ("_process", "operation_token", "_slow_operation"):
         _timed(GpuMonitor, name, spent, counts)
+    _timed(Attributor, "attribute", spent, counts)
     _timed(Session, "current_context", spent, counts)
     if workload == "torch":
         body = _torch_loop(50)
+    elif workload in ("resnet18", "gpt2"):  # issue #18: the real models of pyrun_gpu.py
+        body = _steps(workload)
     else:
         import cupy as cp
 
@@ -152,15 +189,17 @@ def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, o
     parse = backend.parse_raw  # type: ignore[attr-defined]
 
     def timed_parse(*args: object) -> object:
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.thread_time()
         result = parse(*args)
         spent["parse"] = spent.get("parse", 0.0) + time.perf_counter() - began
+        spent["parse cpu"] = spent.get("parse cpu", 0.0) + time.thread_time() - cpu
         return result
 
     backend.parse_raw = timed_parse  # type: ignore[attr-defined]
     times = [body() for _ in range(repeat)]
     native = getattr(backend, "native", None)
     stats = native.stats() if native is not None else {}
+    walk = getattr(native, "FRAME_WALK", "")
     began = time.perf_counter()
     gpu = shutdown(monitor)
     runtime.stop(measured)
@@ -174,6 +213,7 @@ def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, o
         "calls": counts,
         "threads": len(monitor.threads),
         "gpu": gpu.as_dict(),
+        "frame_walk": walk,
     }
 
 
@@ -181,33 +221,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--child", choices=("layers", "session", "torch"))
+    children = ("layers", "session", "torch", "resnet18", "gpt2", "layers:resnet18", "layers:gpt2")
+    parser.add_argument("--child", choices=children)
+    parser.add_argument(
+        "--children", default="layers,session,torch", help="what to run, e.g. resnet18,gpt2"
+    )
+    parser.add_argument("--times", type=int, default=2, help="runs of each child")
     args = parser.parse_args()
-    if args.child == "layers":
-        print(json.dumps(layers(args.launches, args.repeat)))
+    if args.child is not None and args.child.startswith("layers"):
+        workload = args.child.partition(":")[2] or "launch"
+        print(json.dumps(layers(args.launches, args.repeat, workload)))
         return
-    if args.child in ("session", "torch"):
-        workload = "torch" if args.child == "torch" else "launch"
+    if args.child in ("session", "torch", "resnet18", "gpt2"):
+        workload = "launch" if args.child == "session" else args.child
         print(json.dumps(session(args.launches, args.repeat, workload)))
         return
-    for child in ("layers", "session", "torch", "layers", "session", "torch"):
+    for child in [c for c in args.children.split(",") if c] * args.times:
         command = [sys.executable, __file__, "--child", child]
         command += ["--launches", str(args.launches), "--repeat", str(args.repeat)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            print(child, "failed: no end after 300 s")
+            continue
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode or not lines:
             print(child, "failed:", done.stderr[-3000:])
             continue
         result = json.loads(lines[-1])
-        if child == "layers":
+        if child.startswith("layers"):
             plain = result["plain"]
+            print(child)
             for name in ("plain", "+activity", "+hook"):
                 if name in result:
                     extra = (result[name] - plain) / args.launches * 1e6
-                    print(
-                        f"{name:10} {result[name]:.4f} s  {result[name] / plain:.3f}x  "
-                        f"{extra:+.2f} µs/launch"
-                    )
+                    per = f"  {extra:+.2f} µs/launch" if child == "layers" else ""
+                    print(f"{name:10} {result[name]:.4f} s  {result[name] / plain:.3f}x{per}")
             stats = result.get("hook_stats") or {}
             print("hook", stats, "refused", result.get("refused"))
             if "+hook" in result and not (stats.get("fast") or stats.get("slow")):

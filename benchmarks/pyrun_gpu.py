@@ -6,7 +6,11 @@ Workloads (each timed after a warm-up, GPU synchronized at the end of the timed 
 
 - ``launch``: a launch-bound CuPy loop, 20,000 tiny elementwise kernels;
 - ``compute``: a compute-bound CuPy loop of large (8192²) float32 matrix products;
-- ``torch``: PyTorch training steps of a 4-layer MLP (forward, backward, SGD step).
+- ``torch``: PyTorch training steps of a 4-layer MLP (forward, backward, SGD step);
+- ``resnet18``: torchvision ResNet-18 training steps, batch 64 of 224² images, AdamW
+  (random weights and data, nothing downloaded; issue #18);
+- ``gpt2``: Hugging Face ``GPT2LMHeadModel`` from ``GPT2Config(n_layer=6, n_embd=512,
+  n_head=8)``, random weights, batch 8 of 256 tokens, AdamW (issue #18).
 
 Modes, each in its own process (CUPTI allows one subscriber per process):
 
@@ -16,7 +20,9 @@ Modes, each in its own process (CUPTI allows one subscriber per process):
 - ``pyrun-pyhook``: the same with ``gpu=nvidia,hook=python`` (cupti-python's callbacks);
   the timed region includes attributing activities
   at safe points, the final flush and attribution are reported separately (``shutdown_s``);
-- ``torchprof``: ``torch.profiler`` with CUDA activities, on the PyTorch workload only.
+- ``pyrun-t``: ``pyrun`` with tracing (``-t``: stream traces written at the end);
+- ``torchprof``: ``torch.profiler`` with CUDA activities and ``with_stack=True`` (the Python
+  calling context, as pyrun records it), on the PyTorch workloads only.
 
 The reported ratio is the timed region's wall time over the plain run's (best of ``--repeat``):
 a table of the best of all rounds, then the median and range of the ratios to the plain run of
@@ -33,8 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
-WORKLOADS = ("launch", "compute", "torch")
+WORKLOADS = ("launch", "compute", "torch", "resnet18", "gpt2")
+TORCH_WORKLOADS = ("torch", "resnet18", "gpt2")
 
 
 def _launch(cp: object, n: int = 20000) -> None:
@@ -81,11 +89,50 @@ def _torch_steps(setup: tuple[object, ...], n: int = 50) -> None:
     torch.cuda.synchronize()  # type: ignore[attr-defined]
 
 
-def run_one(workload: str, mode: str, repeat: int) -> dict[str, object]:
+def _model_steps(workload: str, steps: int) -> Callable[[], None]:
+    """``steps`` training steps of ResNet-18 or the GPT-2 configuration (random, local)."""
+    import torch
+
+    if workload == "resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(weights=None, num_classes=1000).cuda()
+        data = torch.randn(64, 3, 224, 224, device="cuda")
+        target = torch.randint(0, 1000, (64,), device="cuda")
+
+        def loss_of() -> object:
+            return torch.nn.functional.cross_entropy(model(data), target)
+
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(n_layer=6, n_embd=512, n_head=8, n_positions=256, vocab_size=8192)
+        model = GPT2LMHeadModel(config).cuda()
+        tokens = torch.randint(0, config.vocab_size, (8, 256), device="cuda")
+
+        def loss_of() -> object:
+            return model(input_ids=tokens, labels=tokens).loss
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def run() -> None:
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_of()
+            loss.backward()  # type: ignore[attr-defined]
+            optimizer.step()
+        torch.cuda.synchronize()
+
+    return run
+
+
+def run_one(workload: str, mode: str, repeat: int, steps: int = 10) -> dict[str, object]:
     """Time one workload in one mode (this process)."""
     if workload == "torch":
         setup = _torch_setup()
         body = lambda: _torch_steps(setup)  # noqa: E731
+    elif workload in ("resnet18", "gpt2"):
+        body = _model_steps(workload, steps)
     else:
         import cupy as cp
 
@@ -93,13 +140,13 @@ def run_one(workload: str, mode: str, repeat: int) -> dict[str, object]:
     body()  # warm-up: kernels compiled and loaded, pools filled
     result: dict[str, object] = {"workload": workload, "mode": mode}
     times: list[float] = []
-    if mode in ("pyrun", "pyrun-pyhook"):
+    if mode in ("pyrun", "pyrun-pyhook", "pyrun-t"):
         from pyhpctk.measure import runtime
         from pyhpctk.measure.gpu import install, shutdown
 
         out = tempfile.mkdtemp(prefix="pyrun-gpu-bench-")
-        session = runtime.start(out, install_hooks=False)
-        hook = "c" if mode == "pyrun" else "python"
+        session = runtime.start(out, trace=mode == "pyrun-t", install_hooks=False)
+        hook = "python" if mode == "pyrun-pyhook" else "c"
         monitor = install(session, f"gpu=nvidia,hook={hook}")
         for _ in range(repeat):
             began = time.perf_counter()
@@ -118,7 +165,8 @@ def run_one(workload: str, mode: str, repeat: int) -> dict[str, object]:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with profile(activities=activities, with_stack=True) as prof:
             for _ in range(repeat):
                 began = time.perf_counter()
                 body()
@@ -143,23 +191,40 @@ def run_all(
     rounds: int = 2,
     workloads: tuple[str, ...] = WORKLOADS,
     cpus: str = "",
+    steps: int = 10,
+    modes: tuple[str, ...] = (),
+    budget: float = 0.0,
+    out: str | None = None,
 ) -> list[dict[str, object]]:
     """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair).
 
     ``cpus`` ("2-5", "3,4"): the processors every child is pinned to, so that plain and
-    measured runs do not land on different cores (``os.sched_setaffinity``).
+    measured runs do not land on different cores (``os.sched_setaffinity``). ``budget``
+    (seconds, 0: none): no round is started that the slowest round so far says would not end
+    within it, so a time-limited run still ends with whole rounds and its tables. ``out``: the
+    results so far are written there after each child.
     """
-    results = []
+    results: list[dict[str, object]] = []
     plan = [
         (round_, workload, mode)
         for round_ in range(rounds)
         for workload in workloads
-        for mode in ["plain", "pyrun", "pyrun-pyhook"]
-        + (["torchprof"] if workload == "torch" else [])
+        for mode in ["plain", "pyrun", "pyrun-t", "pyrun-pyhook"]
+        + (["torchprof"] if workload in TORCH_WORKLOADS else [])
+        if not modes or mode in modes
     ]
+    began = time.monotonic()
+    round_began, slowest, current = began, 0.0, 0
     for round_, workload, mode in plan:
+        if round_ != current:  # a round ended: is there time for another?
+            now = time.monotonic()
+            slowest, round_began, current = max(slowest, now - round_began), now, round_
+            if budget and now - began + slowest > budget:
+                print(f"stopped after {round_} rounds: the budget of {budget:.0f} s", flush=True)
+                break
         command = [sys.executable, __file__, "--workload", workload, "--mode", mode]
-        command += ["--repeat", str(repeat)] + (["--cpus", cpus] if cpus else [])
+        command += ["--repeat", str(repeat), "--steps", str(steps)]
+        command += ["--cpus", cpus] if cpus else []
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode or not lines:
@@ -169,6 +234,9 @@ def run_all(
         result["round"] = round_
         results.append(result)
         print(json.dumps(result), flush=True)
+        if out:
+            with open(out, "w", encoding="utf-8") as stream:
+                json.dump(results, stream, indent=1)
     return results
 
 
@@ -242,12 +310,19 @@ def main() -> int:
     parser.add_argument("--all", action="store_true")
     parser.add_argument("--workload", choices=WORKLOADS)
     parser.add_argument(
-        "--mode", choices=("plain", "pyrun", "pyrun-pyhook", "torchprof"), default="plain"
+        "--mode",
+        choices=("plain", "pyrun", "pyrun-t", "pyrun-pyhook", "torchprof"),
+        default="plain",
     )
+    parser.add_argument("--steps", type=int, default=10, help="training steps per repetition")
+    parser.add_argument("--modes", default="", help="subset of modes (--all), e.g. plain,pyrun")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (--all)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="subset (--all)")
     parser.add_argument("--cpus", default="", help="pin every run to these CPUs, e.g. 2-5")
+    parser.add_argument(
+        "--budget", type=float, default=0.0, help="seconds (--all): start no round past them"
+    )
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.cpus:
@@ -257,15 +332,15 @@ def main() -> int:
         unknown = set(chosen) - set(WORKLOADS)
         if unknown:
             parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
-        results = run_all(args.repeat, args.rounds, chosen, args.cpus)
+        modes = tuple(m for m in args.modes.split(",") if m)
+        results = run_all(
+            args.repeat, args.rounds, chosen, args.cpus, args.steps, modes, args.budget, args.out
+        )
         print(table(results))
         print()
         print(paired(results))
-        if args.out:
-            with open(args.out, "w", encoding="utf-8") as out:
-                json.dump(results, out, indent=1)
         return 0
-    print(json.dumps(run_one(args.workload, args.mode, args.repeat)))
+    print(json.dumps(run_one(args.workload, args.mode, args.repeat, args.steps)))
     return 0
 
 

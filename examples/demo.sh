@@ -19,8 +19,10 @@ pyprof -o "$out/database" "$out/measurements"
 echo "== 4. pyhpctk verify: check the database"
 pyhpctk verify "$out/database"
 
-echo "== 5. pyview: top-down view"
-pyview --depth 12 "$out/database"
+echo "== 5. pyview: top-down view (the hot path, within a screen; pyview --full shows every row)"
+pyview "$out/database"
+echo "== 5b. pyview: the functions that cost most themselves (bottom-up, by exclusive time)"
+pyview --bottom-up --exclusive --hot-path 100 --lines 8 "$out/database"
 
 echo "== 6. GPU: which Python line launched which GPU work (CUPTI with a GPU, else simulated)"
 if python -c "import cupy, sys; sys.exit(cupy.cuda.runtime.getDeviceCount() == 0)" 2>/dev/null; then

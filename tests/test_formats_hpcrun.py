@@ -214,7 +214,7 @@ def real_bits(x: float) -> int:
 u16 = st.integers(0, 2**16 - 1)
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
-text = st.text(max_size=12)
+text = st.text(st.characters(codec="utf-8", blacklist_characters="\0"), max_size=12)  # C strings
 
 
 @st.composite

@@ -193,12 +193,19 @@ _RANGES = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1
     lambda pairs: "{" + " ".join(f"[{lo:#x}-{hi:#x})" for lo, hi in pairs) + "}"
 )
 
+# What the reader reads as numbers (it refuses anything else): addresses, lines, call targets.
+_NUMBERS = {
+    "v": _RANGES,
+    "l": st.integers(0, 2**32 - 1).map(str),
+    "t": st.integers(0, 2**64 - 1).map(hex),
+}
+
 
 def _attrs(tag: str) -> st.SearchStrategy[dict[str, str]]:
     names = ATTRIBUTE_ORDER[tag]
 
     def values(order: list[str]) -> st.SearchStrategy[dict[str, str]]:
-        return st.tuples(*[_RANGES if n == "v" else _ATTR_TEXT for n in order]).map(
+        return st.tuples(*[_NUMBERS.get(n, _ATTR_TEXT) for n in order]).map(
             lambda vals: dict(zip(order, vals, strict=True))
         )
 

@@ -72,12 +72,13 @@ def test_by_fid_indexes_stanzas() -> None:
     assert sorted(example().by_fid()) == [1, 2, 3]
 
 
+names = st.text(st.characters(codec="utf-8", blacklist_characters="\0"), max_size=20)  # C strings
 stanzas = st.builds(
     LogicalStanza,
     st.integers(0, 2**32 - 1),
-    st.text(max_size=20),
+    names,
     st.integers(0, 255),
-    st.text(max_size=20),
+    names,
     st.integers(0, 2**32 - 1),
 )
 

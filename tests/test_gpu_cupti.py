@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from formats_helpers import STREAM_PROFILES
 from pyhpctk.formats import hpcrun, hpctrace
 from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import install, shutdown
@@ -111,7 +112,7 @@ def test_kernel_count_time_and_bytes_match_the_program(tmp_path: Path) -> None:
     assert kernel_nodes
     assert all(paths.get(main.lm[n], "").endswith(".gpubin") for n in kernel_nodes)
     session.finish()
-    streams = sorted(tmp_path.glob("*-5[0-9][0-9]-*.hpcrun"))
+    streams = sorted(tmp_path.glob(STREAM_PROFILES))
     assert streams, "one profile and trace per GPU stream"
     records = 0
     for path in streams:  # (the driver's own activities are traced too, on their streams)
@@ -168,3 +169,53 @@ def test_threads_launching_at_once_are_attributed_to_their_own_thread(tmp_path: 
         nodes = _under(session, cct, thread_loop.__code__)
         assert _metric(session, cct, nodes, gm.GKER_COUNT) == count
     assert stats.unmatched == 0
+
+
+def torch_layer(torch: object, layer: object, x: object) -> object:
+    # relu: a kernel of PyTorch's own, launched through the runtime (cudaLaunchKernel)
+    return torch.relu(layer(x))  # type: ignore[attr-defined, operator]
+
+
+def test_pytorch_launches_are_one_operation_each_and_sites_are_unwound_once(
+    tmp_path: Path,
+) -> None:
+    """PyTorch launches through the runtime (cudaLaunchKernel, which makes cuLaunchKernel):
+    each launch is one operation whose activity comes (issue #18: the inner driver call is
+    not an operation of its own), and a model's call sites enter Python once, not per step."""
+    import torch
+
+    layers = [torch.nn.Linear(64, 64).cuda() for _ in range(120)]
+    x = torch.randn(32, 64, device="cuda")
+
+    def deeper(i: int, y: object) -> object:
+        # Layer i is launched i frames deep: 120 distinct call chains, as a model's nested
+        # modules make them (one line in a loop would be one chain).
+        if i == len(layers):
+            return y
+        return deeper(i + 1, torch_layer(torch, layers[i], y))
+
+    def step() -> None:
+        deeper(0, x)
+        torch.cuda.synchronize()
+
+    step()  # cuBLAS and the kernels loaded before measuring
+    session = _session(tmp_path, trace=False)
+    monitor = install(session, "gpu=nvidia")
+    native = monitor.backend.native  # type: ignore[attr-defined]
+    assert native is not None, "the C hook is not built"
+    before = after = native.stats()
+    for index in range(6):  # one call site: the first step meets every chain, the others none
+        step()
+        if index == 0:
+            before = native.stats()
+    after = native.stats()
+    stats = shutdown(monitor)
+    assert stats.unmatched == 0 and stats.matched + stats.internal == stats.activities > 5 * 120
+    assert after["inner"] > 0  # runtime calls made driver calls: not operations
+    assert stats.unmatched_operations <= 0.05 * stats.operations, stats.as_dict()
+    assert before["slow"] >= 120, before  # the first step met each chain once
+    # No site through Python again (a 64-site cache unwound hundreds per step here).
+    assert after["slow"] - before["slow"] <= 2, (before, after)
+    main = session.states[threading.get_ident()].cct
+    nodes = _under(session, main, torch_layer.__code__)
+    assert _metric(session, main, nodes, gm.GKER_COUNT) >= 6 * 2 * 120  # every step's launches

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from formats_helpers import STREAM_PROFILES
 from pyhpctk.formats import hpcrun, hpctrace
 from pyhpctk.measure.cct import ThreadCCT
 from pyhpctk.measure.config import MeasureOptions
@@ -304,7 +305,7 @@ def test_stream_profiles_and_traces_are_valid_hpcrun_files(tmp_path: Path) -> No
     streams = {
         tuple(k) for k in np.stack([activities["context"], activities["stream"]], 1).tolist()
     }
-    profiles = sorted(tmp_path.glob("*-5[0-9][0-9]-*.hpcrun"))
+    profiles = sorted(tmp_path.glob(STREAM_PROFILES))
     assert len(profiles) == len(streams)
     seen: set[tuple[int, int]] = set()
     records = 0
@@ -501,4 +502,4 @@ def test_activities_of_the_backends_own_calls_are_left_out(tmp_path: Path) -> No
     stats = shutdown(monitor, report=False)
     assert (stats.matched, stats.own, stats.unmatched) == (1, 1, 1)
     assert stats.activities == 3
-    assert not monitor._own_calls  # forgotten once its record came
+    assert not monitor.matcher.own_calls  # forgotten once its record came

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, classify_api
+from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, classify_api, load_hook
 
 KERNEL_KIND, MEMCPY_KIND = 10, 1  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, _MEMCPY
 
@@ -64,7 +64,7 @@ MEMCPY = np.dtype(
     [
         ("cuLaunchKernel", act.KERNEL),
         ("cudaLaunchKernel_v7000", act.KERNEL),
-        ("cuGraphLaunch", act.KERNEL),
+        ("cuGraphLaunch", act.GRAPH),  # its nodes' activities go below GPUGraph (issue #18)
         ("cuMemcpyHtoDAsync_v2", act.COPY),
         ("cudaMemsetAsync_v3020", act.MEMSET),
         ("cudaMalloc_v3020", act.ALLOC),
@@ -105,7 +105,7 @@ def test_callbacks_are_learned_from_their_names(inst: bool) -> None:
     backend = CuptiBackend(inst=inst)
     backend.learn_apis(2, NAMES)
     kinds = {name: backend.api_kinds.get((2, cbid)) for name, cbid in NAMES.items()}
-    assert kinds["cuLaunchKernel"] == kinds["cuGraphLaunch"] == act.KERNEL
+    assert kinds["cuLaunchKernel"] == act.KERNEL and kinds["cuGraphLaunch"] == act.GRAPH
     assert kinds["cuCtxSynchronize"] == act.SYNC
     assert kinds["SIZE"] is kinds["cuCtxGetCurrent"] is kinds["cuProfilerStart"] is None
     assert backend.api_multi == {(2, 2)}
@@ -154,8 +154,14 @@ def _padded(dtype: np.dtype) -> int:
     return -(-dtype.itemsize // 8) * 8
 
 
-def _parsing_backend() -> CuptiBackend:
+#: The walks of a buffer's records: the C hook's record_offsets(), and numpy's run by run.
+WALKERS = ("c", "numpy")
+
+
+def _parsing_backend(walker: str = "c") -> CuptiBackend:
     backend = CuptiBackend()
+    backend.walker = load_hook() if walker == "c" else None
+    assert walker == "numpy" or backend.walker is not None, "the C hook is not built"
     backend.record_sizes = {KERNEL_KIND: _padded(SMALL_KERNEL), MEMCPY_KIND: _padded(MEMCPY)}
     backend.checks_left = 0  # no libcupti here to walk the buffer with
     backend._kinds = {KERNEL_KIND: act.KERNEL, MEMCPY_KIND: act.COPY}
@@ -163,6 +169,7 @@ def _parsing_backend() -> CuptiBackend:
     return backend
 
 
+@pytest.mark.parametrize("walker", WALKERS)
 @pytest.mark.parametrize(
     "pattern",
     [
@@ -171,10 +178,10 @@ def _parsing_backend() -> CuptiBackend:
         [MEMCPY_KIND],
     ],
 )
-def test_a_raw_buffer_is_read_in_place_run_by_run(pattern: list[int]) -> None:
+def test_a_raw_buffer_is_read_in_place(pattern: list[int], walker: str) -> None:
     dtypes = {KERNEL_KIND: SMALL_KERNEL, MEMCPY_KIND: MEMCPY}
     raw, _ = _buffer([(dtypes[kind], kind) for kind in pattern])
-    backend = _parsing_backend()
+    backend = _parsing_backend(walker)
     out = backend.parse_raw(raw.ctypes.data, len(raw))
     correlations = np.arange(len(pattern)) + 100  # what _buffer wrote, record by record
     kinds = np.array(pattern)
@@ -256,12 +263,15 @@ class FakeCupti:
         return 0
 
 
+@pytest.mark.parametrize("walker", WALKERS)
 @pytest.mark.parametrize("wrong", [False, True])
-def test_sizes_are_learned_from_cupti_and_the_first_buffer_is_checked(wrong: bool) -> None:
+def test_sizes_are_learned_from_cupti_and_the_first_buffer_is_checked(
+    wrong: bool, walker: str
+) -> None:
     pattern = [KERNEL_KIND] * 300 + [MEMCPY_KIND] * 5 + [KERNEL_KIND] * 4
     dtypes = {KERNEL_KIND: SMALL_KERNEL, MEMCPY_KIND: MEMCPY}
     raw, _ = _buffer([(dtypes[kind], kind) for kind in pattern])
-    backend = _parsing_backend()
+    backend = _parsing_backend(walker)
     truth = dict(backend.record_sizes)
     backend.record_sizes = {KERNEL_KIND: truth[KERNEL_KIND] + 8} if wrong else {}
     fake = FakeCupti(truth)
@@ -275,3 +285,50 @@ def test_sizes_are_learned_from_cupti_and_the_first_buffer_is_checked(wrong: boo
         assert fake.calls <= 256 + 1 + 2  # the checked prefix and one call per new kind
     again = backend.parse_raw(raw.ctypes.data, len(raw))  # now in place, run by run
     assert again["correlation"].tolist() == out["correlation"].tolist()
+
+
+def test_the_c_walk_finds_records_from_their_sizes_and_stops_where_one_is_not_known() -> None:
+    hook = load_hook()
+    assert hook is not None, "the C hook is not built"
+    kernel, memcpy = (SMALL_KERNEL, KERNEL_KIND), (MEMCPY, MEMCPY_KIND)
+    layout = [kernel, kernel, kernel, memcpy, kernel]
+    raw, offsets = _buffer(layout)
+    sizes = np.zeros(256, dtype=np.uint32)
+    sizes[KERNEL_KIND] = _padded(SMALL_KERNEL)
+
+    def walk(start: int = 0) -> tuple[list[int], int]:
+        found, stop = hook.record_offsets(raw.ctypes.data, len(raw), sizes.tobytes(), start)
+        return np.frombuffer(found, dtype=np.int64).tolist(), stop
+
+    assert walk() == (offsets[:3], offsets[3])  # the memcpy's size is not known
+    sizes[MEMCPY_KIND] = _padded(MEMCPY)
+    assert walk(offsets[3]) == (offsets[3:], len(raw))  # resumed where it stopped
+    assert walk() == (offsets, len(raw))
+    sizes[KERNEL_KIND] = len(raw) + 8  # a record that would not fit: not taken
+    assert walk() == ([], 0)
+
+
+def test_the_python_hook_takes_a_driver_call_inside_a_runtime_call_as_part_of_it() -> None:
+    """cudaLaunchKernel makes cuLaunchKernel: one operation, the runtime call's (the id its
+    kernel's activity carries), under hook=python as under the C hook."""
+    from types import SimpleNamespace
+
+    backend = CuptiBackend(hook="python")
+    driver, runtime = 1, 2  # CUpti_CallbackDomain (cupti_callbacks.h)
+    backend.api_kinds = {(runtime, 211): act.KERNEL, (driver, 307): act.KERNEL}
+    backend._domain_resource, backend._domain_driver, backend._enter = 3, driver, 0
+    made: list[int] = []
+    backend._operation = lambda kind, correlation, multi: made.append(correlation)  # type: ignore[attr-defined]
+
+    def call(domain: int, cbid: int, site: int, correlation: int) -> None:
+        data = SimpleNamespace(callback_site=site, correlation_id=correlation)
+        backend._callback(None, domain, cbid, data)
+
+    for correlation in (1, 3):
+        call(runtime, 211, 0, correlation)
+        call(driver, 307, 0, correlation + 1)
+        call(driver, 307, 1, correlation + 1)
+        call(runtime, 211, 1, correlation)
+    call(driver, 307, 0, 9)
+    call(driver, 307, 1, 9)
+    assert made == [1, 3, 9]

@@ -92,13 +92,15 @@ def test_source_names_never_place_a_copy_outside_the_database(
 def test_the_program_name_never_places_the_default_database_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The default output, hpctoolkit-PROGRAM-database, takes PROGRAM from the measurement."""
+    """The default output of several inputs, hpctoolkit-PROGRAM-database, takes PROGRAM from
+    the measurement files."""
     work = tmp_path / "work"
     (work / "hpctoolkit-python3-database").mkdir(parents=True)  # an earlier run's database
     monkeypatch.chdir(work)
     program = "python3-database/../../escape"
-    measurement = python_measurement(tmp_path / "m", ["/nowhere/app.py"], program)
-    assert pyprof_main([str(measurement)]) == 0
+    first = python_measurement(tmp_path / "m1", ["/nowhere/app.py"], program)
+    second = python_measurement(tmp_path / "m2", ["/nowhere/app.py"], program)
+    assert pyprof_main([str(first), str(second)]) == 0
     # Before: the database went to work/hpctoolkit-python3-database/../../escape-database.
     assert not (tmp_path / "escape-database").exists()
     assert sorted(p.name for p in work.iterdir()) == [
@@ -106,6 +108,47 @@ def test_the_program_name_never_places_the_default_database_elsewhere(
         "hpctoolkit-python3-database",
     ]
     assert "wrote" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        (["hpctoolkit-train-measurements"], "hpctoolkit-train-database"),
+        (["hpctoolkit-train-measurements-2"], "hpctoolkit-train-database-2"),  # pyrun's 2nd run
+        (["hpctoolkit-train-measurements-4242.0"], "hpctoolkit-train-database-4242.0"),  # srun
+        (["runs/app.m"], "app.m-database"),  # hpcprof's DIR-database, here, not in runs/
+        (["hpctoolkit-a-measurements", "hpctoolkit-a-measurements-2"], "hpctoolkit-a-database"),
+        (["hpctoolkit-a-measurements", "hpctoolkit-b-measurements"], "hpctoolkit-database"),
+    ],
+)
+def test_the_default_database_is_named_after_the_measured_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inputs: list[str], expected: str
+) -> None:
+    # Before: hpctoolkit-python3-database for every Python program (the interpreter's name).
+    monkeypatch.chdir(tmp_path)
+    for name in inputs:
+        python_measurement(tmp_path / name, ["/nowhere/app.py"], "python3")
+    assert pyprof_main(inputs) == 0
+    assert (tmp_path / expected / "meta.db").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if "database" in p.name) == [expected]
+
+
+def test_pyrun_then_pyprof_name_the_database_after_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from pyhpctk.cli.pyrun import main as pyrun_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("sum(i * i for i in range(200_000))\n")
+    assert pyrun_main([sys.executable, "train.py"]) == 0
+    assert pyprof_main(["hpctoolkit-train-measurements/"]) == 0
+    assert f"wrote {tmp_path / 'hpctoolkit-train-database'}:" in capsys.readouterr().err
+    # From inside the measurement directory, its own name still gives the database's.
+    monkeypatch.chdir(tmp_path / "hpctoolkit-train-measurements")
+    assert pyprof_main(["."]) == 0
+    assert (tmp_path / "hpctoolkit-train-measurements" / "hpctoolkit-train-database").is_dir()
 
 
 def test_a_symbolic_link_inside_src_is_never_followed(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from the sources, pyprof also places them inside the loops that contain them.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from pyhpctk.core.context import LexicalType
 from pyhpctk.structure.python_source import recover_structure
 
 PROGRAM = """\
+import time
+
+
 def kernel(n):
     total = 0
     for i in range(n):
@@ -31,7 +35,11 @@ def warmup(n):
     return sum(k * k for k in range(n))
 
 
-kernel(12_000)
+# About 0.2 s of CPU in kernel on any machine: sized by timing a short call, not by a count
+# that is long enough only on a slow one.
+began = time.process_time()
+kernel(300)
+kernel(int(300 * 0.2 / max(time.process_time() - began, 1e-6)))
 warmup(10)
 """
 
@@ -81,3 +89,85 @@ def test_samples_land_inside_the_python_loops_that_contain_them(tmp_path: Path) 
         if tuple(loops) == (outer, inner) and int(last[1]) == int(LexicalType.LINE)
     }
     assert body in lines_in_inner
+
+
+PACKAGE = """\
+import time
+
+
+def spin(seconds):
+    total = 0
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        for i in range(500):
+            total += i * i % 7
+    return total
+"""
+
+
+def _loops_by_file(database: Path) -> dict[str, set[int]]:
+    """The loop header lines each source file has in the database's calling context tree."""
+    found: dict[str, set[int]] = {}
+    for path in read_view(database).paths().values():
+        for label in path:
+            if not isinstance(label, tuple) or label[0] == "entry" or label[3] is None:
+                continue
+            if int(label[1]) == int(LexicalType.LOOP):
+                found.setdefault(str(label[3]), set()).add(int(label[4]))
+    return found
+
+
+def test_every_package_init_keeps_its_loops(tmp_path: Path) -> None:
+    """Issue #21, item 4: the ``__init__.py`` of several packages, each with loops that run.
+
+    Before, pystruct wrote every one to ``structs/__init__.py.hpcstruct``, each replacing the
+    one before, so only the last package analysed kept its loops in the profile.
+    """
+    packages = ["alpha", "beta", "gamma"]
+    headers: dict[str, tuple[int, int]] = {}
+    for number, name in enumerate(packages):
+        init = tmp_path / name / "__init__.py"
+        init.parent.mkdir()
+        # Each package's loops on other lines, so a loop found in one file is that file's own.
+        text = "# padding\n" * (3 * number) + PACKAGE
+        init.write_text(text)
+        headers[str(init)] = (_line_of("while time", text), _line_of("for i in", text))
+    app = tmp_path / "app.py"
+    app.write_text(
+        "".join(f"import {name}\n" for name in packages)
+        + "".join(f"{name}.spin(0.15)\n" for name in packages)
+    )
+    measurements = tmp_path / "m"
+    program = [sys.executable, str(app)]
+    assert pyrun(["-e", "CPUTIME@1000", "-o", str(measurements), *program]) == 0
+    assert pystruct([str(measurements), "-q"]) == 0
+    written = sorted(p.name for p in (measurements / "structs").glob("__init__.py*.hpcstruct"))
+    assert len(written) == len(packages), written
+    database = tmp_path / "db"
+    run_pyprof(ProfOptions.build([str(measurements)], output=str(database)))
+    loops = _loops_by_file(database)
+    for init, (outer, inner) in headers.items():
+        assert loops.get(init) == {outer, inner}, (init, loops)
+
+
+def test_a_package_init_that_joins_later_moves_and_leaves_no_stale_structure(
+    tmp_path: Path,
+) -> None:
+    """A second ``__init__.py`` appended to a measurement gives the first one a name of its
+    own; the file written under the plain name before is removed, not left describing the
+    same source twice."""
+    for name in ("alpha", "beta"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(PACKAGE)
+    measurements = tmp_path / "m"
+    for name in ("alpha", "beta"):
+        app = tmp_path / f"run_{name}.py"
+        app.write_text(f"import {name}\n{name}.spin(0.05)\n")
+        args = ["-e", "CPUTIME@1000", "-o", str(measurements), "--append"]
+        assert pyrun([*args, sys.executable, str(app)]) == 0
+        assert pystruct([str(measurements), "-q"]) == 0
+    structs = measurements / "structs"
+    inits = sorted(p.name for p in structs.glob("__init__.py*.hpcstruct"))
+    assert len(inits) == 2 and "__init__.py.hpcstruct" not in inits, inits
+    manifest = json.loads((structs / ".pystruct-manifest.json").read_text())
+    assert set(inits) <= set(manifest) and "__init__.py.hpcstruct" not in manifest

@@ -321,9 +321,12 @@ def test_cpu_time_attributed_equals_the_process_cpu_time(tmp_path: Path) -> None
     """
     out = tmp_path / "m"
     cpu_file = tmp_path / "process-cpu-seconds"
-    # 300 rounds (about 2.5 s of CPU): the fixed costs outside the program (start-up, the
-    # sampler thread, about 0.1 s on a loaded 2-core machine) stay well inside the bar.
-    assert pyrun("-o", str(out), PYTHON, str(PROGRAMS / "split.py"), str(cpu_file), "300") == 0
+    # 2 s of CPU, measured by the program (a fixed number of rounds took 2.5 s on the machine
+    # it was written on and 1 s on a faster one): the fixed costs outside the program
+    # (start-up, the sampler thread, about 0.1 s on a loaded 2-core machine) stay well inside
+    # the bar.
+    program = [PYTHON, str(PROGRAMS / "split.py"), str(cpu_file), "--cpu-seconds", "2"]
+    assert pyrun("-o", str(out), *program) == 0
     (measured,) = read_measurements(out)
     process_cpu = float(cpu_file.read_text())
     assert process_cpu > 1.5, "the program must run long enough for a stable answer"
@@ -336,8 +339,10 @@ def test_a_one_to_three_split_of_cpu_time_comes_out_within_5_points(tmp_path: Pa
     cpu_file = tmp_path / "process-cpu-seconds"
     # 1000 samples/s: a share estimated from n samples has a standard deviation of
     # sqrt(0.25 * 0.75 / n), 3 points for the ~200 samples of one second at the default rate,
-    # 1.4 points for ~1000: enough for "within 5 points" to test pyrun, not luck.
-    program = [PYTHON, str(PROGRAMS / "split.py"), str(cpu_file), "120"]
+    # 1.4 points for ~1000: enough for "within 5 points" to test pyrun, not luck. One second
+    # of CPU as the program measures it, not a number of rounds that lasts a second only on
+    # a machine of one speed.
+    program = [PYTHON, str(PROGRAMS / "split.py"), str(cpu_file), "--cpu-seconds", "1"]
     assert pyrun("-e", "CPUTIME@1000", "-o", str(out), *program) == 0
     (measured,) = read_measurements(out)
     light = measured.inclusive("light", "CPUTIME (sec)")

@@ -396,13 +396,14 @@ def test_a_bad_count_or_a_failing_gpu_layer_still_leaves_the_profiles(
     cct.add(kind, kernel, 0, -8)
     cct.add(kind, kernel, 1, 0.5)
 
-    class Broken:
-        backend = None
+    class Broken:  # an Extension (pyhpctk.measure.extension) whose finish fails
+        def thread_ending(self, timeout: float = 10.0) -> None:
+            pass
 
-        def close(self) -> None:
+        def finish(self, report: bool = True) -> object:
             raise RuntimeError("the monitor broke")
 
-    session.gpu = Broken()  # type: ignore[assignment]
+    session.gpu = Broken()
     session.finish()
     err = capsys.readouterr().err
     assert "finishing the GPU measurement failed (RuntimeError('the monitor broke'))" in err

@@ -5,11 +5,17 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from limits import within
+from pyhpctk.analysis.taxonomy import default_yaml
 from pyhpctk.cli.pyview import main
+from pyhpctk.core.metrics import PARTIALS_STATS, MetricInfo
+from pyhpctk.formats import tracedb
 
 CPU = "CPUTIME (sec)"
 
@@ -59,7 +65,8 @@ def test_other_views(
     top_level = [
         line[scope + 3 :] for line in lines[3:] if line[scope : scope + 3] in ("├─ ", "└─ ")
     ]
-    assert expected_first_child in top_level
+    named = expected_first_child
+    assert any(c == named or c.startswith(named + " (") for c in top_level)
 
 
 def test_depth_and_threshold_prune(capsys: pytest.CaptureFixture[str], reference: Path) -> None:
@@ -79,7 +86,7 @@ def test_csv_and_json_exports(
     )
     assert code == 0
     rows = list(csv.DictReader(out_csv.open()))
-    spin = next(r for r in rows if r["scope"] == "spinsleep" and r["depth"] == "1")
+    spin = next(r for r in rows if r["scope"].startswith("spinsleep (") and r["depth"] == "1")
     assert float(spin[f"{CPU} (I)"]) == pytest.approx(1.210259)
     doc = json.loads(out_json.read_text())
     assert doc["view"] == "bottom-up"
@@ -144,7 +151,12 @@ def test_measurements_are_not_a_database(
 ) -> None:
     (tmp_path / "app-000000-000-0-1-0.hpcrun").write_bytes(b"")
     code, _, err = run(capsys, str(tmp_path))
-    assert code == 2 and "not measurements (run pyprof on it first)" in err
+    # Before: "not measurements (run pyprof on it first)", the reverse of what it is.
+    assert code == 2
+    assert err.startswith(
+        f"pyview: error: {tmp_path}: this is a measurement directory; run pyprof on it "
+        f"(pyprof {tmp_path})"
+    )
 
 
 def test_incomplete_database(
@@ -165,6 +177,54 @@ def test_truncated_file_names_the_file(
     code, _, err = run(capsys, str(tmp_path / "db"))
     assert code == 2 and err.startswith(f"pyview: error: {meta}: ")
     assert "Traceback" not in err
+
+
+def _damage_trace(trace: Path, how: str) -> None:
+    """Damage trace.db in its header, its end, or the elements of one line (read lazily)."""
+    data = bytearray(trace.read_bytes())
+    if how == "magic":
+        data[:4] = b"XXXX"
+    elif how == "truncated":
+        data = data[: len(data) // 2]
+    else:  # line 0's first timestamp made later than the next one: not time-sorted
+        first = tracedb.read(trace).lines[0].elements["timestamp"][:2]
+        assert len(first) == 2 and first[0] < first[1]
+        at = bytes(data).index(struct.pack("<Q", int(first[0])))
+        data[at : at + 8] = struct.pack("<Q", int(first[1]) + 1)
+    trace.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["magic", "truncated", "line"])
+def test_a_damaged_trace_db_does_not_block_the_profile_views(
+    capsys: pytest.CaptureFixture[str], reference: Path, tmp_path: Path, how: str
+) -> None:
+    original = reference / "dbase" / "loops-cputime-t.d"
+    database = tmp_path / "db"
+    shutil.copytree(original, database)
+    _damage_trace(database / "trace.db", how)
+    _, expected, _ = run(capsys, str(original))
+    # Before: "pyview: error: .../trace.db: header: bad magic ..." and no view at all.
+    code, out, err = run(capsys, str(database))
+    assert code == 0 and out.replace(str(database), str(original)) == expected
+    if how == "line":  # lines are read when a view needs them: the profile views never do
+        assert err == ""
+    else:
+        assert err.startswith(f"warning: {database / 'trace.db'}: ")
+        assert "trace.db is damaged: the profile views are shown without it" in err
+    export = tmp_path / "trace.json"
+    for option in (["--trace-summary"], ["--blame"], ["--trace-export", str(export)]):
+        code, out, err = run(capsys, str(database), *option)
+        assert code == 2 and "Traceback" not in err
+        assert err.splitlines()[-1].startswith(f"pyview: error: {database / 'trace.db'}: ")
+        assert err.rstrip().endswith(
+            "trace.db is damaged, so the views that need the trace (--trace-summary, --blame, "
+            "--trace-export) cannot be shown; the profile views do not need it"
+        )
+    assert not export.exists()
+    report = tmp_path / "report.html"
+    code, _, _ = run(capsys, str(database), "--html", str(report))
+    data = report.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0]
+    assert code == 0 and json.loads(data)["timeline"] is None and json.loads(data)["tree"]
 
 
 def test_unknown_metric(capsys: pytest.CaptureFixture[str], small: Path) -> None:
@@ -205,9 +265,109 @@ def test_help_lists_every_view(capsys: pytest.CaptureFixture[str]) -> None:
 def test_broken_metric_taxonomy(
     capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
 ) -> None:
+    """A default.yaml that cannot be read: one warning, and meta.db's metrics are shown."""
     shutil.copytree(small, tmp_path / "db")
     taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
     taxonomy.write_text("roots:\n  - name: X\n    variants: {Sum: {formula: {inclusive: *nope}}}\n")
-    code, _, err = run(capsys, str(tmp_path / "db"))
-    assert code == 2
-    assert f"{taxonomy}: metric taxonomy: line 3: unknown alias '*nope'" in err
+    code, out, err = run(capsys, str(tmp_path / "db"))
+    assert code == 0
+    assert err == (
+        f"warning: {taxonomy}: metric taxonomy: line 3: unknown alias '*nope'; "
+        "showing meta.db's metrics instead\n"
+    )
+    assert "1.21e+00 100.0%" in out.splitlines()[2]
+
+
+def aliased(step: Callable[[int], str], count: int) -> str:
+    """A taxonomy whose one formula is built from ``count`` anchors, each using the last."""
+    anchors = "".join(f"  - &a{k} {step(k)}\n" for k in range(1, count + 1))
+    return (
+        f"inputs:\n  - &a0 1\n{anchors}roots:\n  - name: X\n"
+        f"    variants: {{Sum: {{formula: {{inclusive: *a{count}}}}}}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "roots:\n  - name: X\n    variants: [Sum, Mean]\n",  # a list where a mapping belongs
+        "roots:\n  - name: X\n    variants: {Sum: {formula: [1, 2]}}\n",
+        "roots:\n  - name: X\n    children: 7\n",
+        "roots: " + "[" * 5000 + "]" * 5000 + "\n",  # nested past any parser's stack
+        "roots:\n  - name: X\n    variants: {Sum: {formula: {inclusive: "
+        + "{+: [" * 3000
+        + "1"
+        + "]}" * 3000
+        + "}}}\n",
+        aliased(lambda k: f"{{+: [*a{k - 1}, 1]}}", 200),  # nests 200 deep through aliases
+        aliased(lambda k: f"{{+: [*a{k - 1}, *a{k - 1}]}}", 40),  # 2^40 terms
+    ],
+    ids=[
+        "variants-list",
+        "formula-list",
+        "children-number",
+        "deep-flow",
+        "deep-formula",
+        "alias-chain",
+        "alias-bomb",
+    ],
+)
+def test_malformed_metric_taxonomy_falls_back_to_meta_db(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path, text: str
+) -> None:
+    shutil.copytree(small, tmp_path / "db")
+    taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
+    taxonomy.write_text(text)
+    with within(30):
+        code, out, err = run(capsys, str(tmp_path / "db"))
+    assert code == 0, err
+    assert err.startswith(f"warning: {taxonomy}: metric taxonomy: ") and err.count("\n") == 1
+    assert err.endswith("; showing meta.db's metrics instead\n")
+    assert "1.21e+00 100.0%" in out.splitlines()[2]
+
+
+def test_metric_taxonomy_that_disagrees_with_meta_db(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """A default.yaml from another database reads statistics this meta.db does not have.
+
+    Before: CPUTIME (sec) (read as a max over threads, which small.d does not store) showed
+    zeros everywhere and REALTIME (sec) was dropped, without a word.
+    """
+    shutil.copytree(small, tmp_path / "db")
+    taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
+    taxonomy.write_text(
+        "roots:\n"
+        "  - name: CPUTIME (sec)\n"
+        "    variants:\n"
+        "      Max:\n"
+        "        formula:\n"
+        "          inclusive: {metric: CPUTIME (sec), scope: execution, combine: max}\n"
+        "  - name: REALTIME (sec)\n"
+        "    variants:\n"
+        "      Sum:\n"
+        "        formula:\n"
+        "          inclusive: {metric: REALTIME (sec), scope: execution}\n"
+    )
+    code, out, err = run(capsys, str(tmp_path / "db"))
+    assert code == 0
+    assert err == (
+        f"warning: {taxonomy}: metric taxonomy: disagrees with meta.db, which has no "
+        "'CPUTIME (sec)' (max of $$ in execution), 'REALTIME (sec)'; "
+        "showing meta.db's metrics instead\n"
+    )
+    assert "1.21e+00 100.0%" in out.splitlines()[2]
+    code, out, err = run(capsys, str(tmp_path / "db"), "--list-metrics")
+    assert out == "CPUTIME (sec)\n" and err.count("warning:") == 1
+
+
+def test_stats_taxonomy_on_a_sum_database_warns_once(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """pyprof -M stats's default.yaml (Mean, Min, ... variants) beside a database of sums."""
+    shutil.copytree(small, tmp_path / "db")
+    taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
+    taxonomy.write_text(default_yaml([MetricInfo(CPU)], {}, PARTIALS_STATS))
+    code, out, err = run(capsys, str(tmp_path / "db"), "--list-metrics")
+    assert code == 0 and out == f"{CPU}\n"
+    assert err.count("\n") == 1 and "(min of $$ in execution)" in err and " more;" in err

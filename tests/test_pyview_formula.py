@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyhpctk.cli.pyprof import main as pyprof
+from pyhpctk.cli.pyview import main as pyview
+from pyhpctk.formats import hpcrun
+from pyhpctk.formats.hpcrun_model import MetricDescriptor
 from pyhpctk.present import formula as fx
+from pyhpctk.present import open_database
 from pyhpctk.present.taxonomy import Input, load_yaml, parse_taxonomy
 
 
@@ -178,3 +183,68 @@ def test_every_reference_taxonomy_parses_and_names_gsamp_util(reference: Path) -
             assert stmem.inclusive is None and not stmem.percent  # exclusive only, no percent
         else:
             assert names == {"CPUTIME (sec)"}
+
+
+# -- formulas too deep for a recursive parser (issue #15 item 10) --------------------------------
+DEEP = {
+    "parentheses": "(" * 5000 + "a" + ")" * 5000,
+    "calls": "min(" * 5000 + "a" + ")" * 5000,
+    "signs": "-" * 5000 + "a",
+    "powers": "a^" * 5000 + "a",
+    "chain": "+".join(["a"] * 5000),
+}
+
+
+@pytest.mark.parametrize("text", DEEP.values(), ids=DEEP.keys())
+def test_formulas_nested_past_the_limit_are_refused(text: str) -> None:
+    with pytest.raises(fx.FormulaError) as caught:
+        fx.parse(text)
+    message = str(caught.value)
+    assert "levels deep" in message or "operations deep" in message
+    assert len(message) < 200  # the formula is not repeated in full
+
+
+def test_deep_derive_is_one_line_on_the_command_line(
+    reference: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = str(reference / "dbase" / "small.d")
+    assert pyview([small, "--derive", "x = " + DEEP["parentheses"]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyview: error: formula ") and err.count("\n") == 1
+    assert "nested more than 64 levels deep at column 65" in err
+
+
+@pytest.mark.parametrize("formula", ["(" * 5000 + "#0" + ")" * 5000, "#0 +", "-" * 5000 + "#0"])
+def test_pyprof_refuses_a_measurement_formula_it_cannot_parse(
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], formula: str
+) -> None:
+    """A derived metric in a .hpcrun metric table: one line, no database (was a traceback)."""
+    measurement = tmp_path / "m"
+    measurement.mkdir()
+    source = next((reference / "meas" / "small.m").glob("*.hpcrun"))
+    profile = hpcrun.read(source)
+    profile.metrics.append(MetricDescriptor("DER", formula=formula))
+    hpcrun.write(profile, measurement / source.name)
+    assert pyprof(["-o", str(tmp_path / "db"), str(measurement), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pyprof: error: derived metric 'DER': formula ")
+    assert err.count("\n") == 1 and len(err) < 300
+    assert not (tmp_path / "db").exists()
+
+
+def test_formulas_up_to_the_limits_are_evaluated_and_deeper_chains_refused(
+    reference: Path,
+) -> None:
+    nested = "(" * (fx.MAX_NESTING - 1) + "a" + ")" * (fx.MAX_NESTING - 1)
+    assert ev(nested, a=2.0) == 2.0
+    assert ev("+".join(["a"] * (fx.MAX_DEPTH + 1)), a=1.0) == fx.MAX_DEPTH + 1
+    # Derived metrics built on each other: bounded written out, too.
+    db = open_database(reference / "dbase" / "small.d")
+    chain = "+".join(["cputime"] * fx.MAX_DEPTH)
+    db.derive(f"d0 = {chain}")
+    db.derive(f"d1 = d0 + {chain}")  # 2 * MAX_DEPTH - 1 deep written out: still allowed
+    assert db.catalog.column("d1", inclusive=True)[0] == pytest.approx(
+        2 * fx.MAX_DEPTH * 1.210259, rel=1e-6
+    )
+    with pytest.raises(fx.FormulaError, match="written out, more than 512 operations deep"):
+        db.derive(f"d2 = d1 + {chain}")

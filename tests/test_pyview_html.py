@@ -3,12 +3,13 @@
 The browser tests carry the ``browser`` marker: they need Chromium (``apt-get install -y
 chromium``) and fail, never skip, when it is missing. A small harness is injected around the
 report: before it, a script that records every error and ``console.error``; after it, a script
-that clicks the first collapsed toggle and counts the visible rows. Chromium's ``--dump-dom``
-gives back the page after the scripts ran.
+that clicks the first collapsed toggle, counts the visible rows and reads the first rows' text.
+Chromium's ``--dump-dom`` gives back the page after the scripts ran.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -20,7 +21,12 @@ import pytest
 
 from pyhpctk.cli.pyview import main
 from pyhpctk.present import open_database
+from pyhpctk.present.api import Database
 from pyhpctk.present.html import render_html
+from pyhpctk.present.render import TEXT_DEPTH_LIMIT
+from pyhpctk.present.synthetic import Spec, build
+
+CPU = "CPUTIME (sec)"
 
 BEFORE = (
     "<script>window.__errors=[];"
@@ -53,11 +59,39 @@ AFTER = r"""<script>
       toggles[0].click();
       out.again = visible();
     }
+    var scope = function (r) { return r.querySelector("td.scope").textContent; };
+    out.scopes = Array.prototype.slice.call(rows, 0, 50).map(scope);
+    out.last = rows.length ? scope(rows[rows.length - 1]) : null;
     out.flame = document.querySelectorAll("#flame .fl").length;
     out.lanes = document.querySelectorAll("#timeline canvas").length;
     out.ready = document.body.dataset.ready || null;
+    // The views' tabs (top-down, bottom-up, flat): each shows its own table, whose rows fold.
+    out.tabs = {};
+    Array.prototype.forEach.call(document.querySelectorAll("#tabs .tab"), function (b) {
+      b.click();
+      var id = b.dataset.view === "top-down" ? "tree" : "view-" + b.dataset.view;
+      var table = document.getElementById(id);
+      var trs = table.querySelectorAll("tbody tr");
+      var seen = function () {
+        return Array.prototype.filter.call(trs, function (r) { return r.style.display !== "none"; })
+          .length;
+      };
+      var shut = Array.prototype.filter.call(table.querySelectorAll(".toggle"), function (t) {
+        return t.textContent === "\u25B8" && t.closest("tr").style.display !== "none";
+      });
+      var info = {rows: trs.length, shown: table.style.display !== "none", before: seen(),
+                  first: trs.length > 1 ? scope(trs[1]) : null,
+                  others: document.querySelectorAll("#views table").length};
+      if (shut.length) { shut[0].click(); info.after = seen(); }
+      out.tabs[b.dataset.view] = info;
+    });
   } catch (e) { window.__errors.push("harness: " + e); }
   out.errors = window.__errors;
+  // Chromium's --dump-dom dies (SIGILL) serialising a text node that holds a lone surrogate
+  // (a name that was not UTF-8): the page is measured, so leave only the harness to dump.
+  Array.prototype.forEach.call(document.querySelectorAll("header, section"), function (e) {
+    e.remove();
+  });
   var pre = document.createElement("pre");
   pre.id = "harness";
   pre.textContent = JSON.stringify(out);
@@ -100,7 +134,7 @@ def run_in_browser(page: str, tmp_path: Path) -> dict[str, Any]:
     )
     found = re.search(r'<pre id="harness">(.*?)</pre>', result.stdout, re.S)
     assert found, f"the page did not run: {result.stderr[-2000:]}"
-    data: dict[str, Any] = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    data: dict[str, Any] = json.loads(html.unescape(found.group(1)))
     return data
 
 
@@ -175,3 +209,91 @@ def test_huge_trees_are_cut_for_the_report(
     assert "small scopes hidden)" in render_html(db, view)
     chosen = report.report_view(db, None, None, None, 0.5, False)  # the user's threshold wins
     assert sum(1 for _ in chosen.root.walk()) > rows
+
+
+# Names a measurement can hold, each able to break a page that embeds them carelessly: markup,
+# a comment opener that hides the end of the data's <script> element, entity text, quotes,
+# backslashes, the JavaScript line separators and a byte that was not UTF-8 (a lone surrogate).
+HOSTILE = (
+    "<!--<script>",
+    "</script><b>bold</b>",
+    "<![CDATA[ ]]>",
+    "a&amp;b & c &lt;",
+    "\"double\" 'single'",
+    "back\\slash\\",
+    "line\u2028sep\u2029end",
+    "caf\udce9",
+)
+
+
+def hostile_report() -> tuple[str, Database]:
+    calls = tuple(
+        Spec("function", name=name, file="h.py", line=k, values={CPU: (float(k + 1),)})
+        for k, name in enumerate(HOSTILE)
+    )
+    main = Spec("function", name="main", file="h.py", line=1, children=calls)
+    exp = build([Spec("entry", name="main thread", children=(main,))], [CPU], [(("THREAD", 0),)])
+    db = Database(exp)
+    return render_html(db, db.view("top-down")), db
+
+
+def test_report_data_holds_no_markup_characters() -> None:
+    page, _ = hostile_report()
+    embedded = re.search(r'id="report-data">(.*?)</script>', page, re.S)
+    assert embedded is not None
+    assert not set("<>&") & set(embedded.group(1))
+    names = {n["l"] for n in json.loads(embedded.group(1))["tree"]["nodes"]}
+    assert set(HOSTILE) <= names  # JSON.parse gives every name back as it was
+    page.encode("utf-8")  # the whole page can be written as UTF-8
+
+
+@pytest.mark.browser
+def test_hostile_names_render_as_text_in_chromium(tmp_path: Path) -> None:
+    page, db = hostile_report()
+    result = run_in_browser(page, tmp_path)
+    assert result["errors"] == [] and result["ready"] == "yes"
+    assert result["rows"] == sum(1 for _ in db.view("top-down").root.walk())
+    shown = {s.lstrip("\u25be\u25b8") for s in result["scopes"]}
+    assert set(HOSTILE) <= shown, set(HOSTILE) - shown
+
+
+@pytest.mark.browser
+def test_deep_report_renders_in_chromium(tmp_path: Path) -> None:
+    # 2,000 recursive calls: 4,003 rows. The flame graph used to recurse once per level and
+    # overflowed the browser's stack near 2,300 levels; rows were indented 16 px per level.
+    node = Spec("line", file="r.py", line=9, values={CPU: (1.0,)})
+    for _ in range(2000):
+        node = Spec(
+            "function",
+            name="rec",
+            file="r.py",
+            line=1,
+            children=(Spec("line", file="r.py", line=2, children=(node,)),),
+        )
+    exp = build([Spec("entry", name="main thread", children=(node,))], [CPU], [(("THREAD", 0),)])
+    db = Database(exp)
+    view = db.view("top-down")
+    result = run_in_browser(render_html(db, view), tmp_path)
+    assert result["errors"] == [] and result["ready"] == "yes"
+    assert result["rows"] == exp.tree.size and result["flame"] == exp.tree.size
+    assert result["last"] == f"[depth {exp.tree.size - 1}] r.py: 9"
+    assert result["scopes"][TEXT_DEPTH_LIMIT].lstrip("\u25be") == "rec"  # depth 40: indented
+
+
+@pytest.mark.browser
+def test_report_offers_bottom_up_and_flat_views_in_chromium(
+    reference: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "report.html"
+    assert main([str(reference / "dbase" / "small.d"), "--html", str(target)]) == 0
+    result = run_in_browser(target.read_text(encoding="utf-8"), tmp_path)
+    assert result["errors"] == [] and result["ready"] == "yes"
+    db = open_database(reference / "dbase" / "small.d")
+    tabs = result["tabs"]
+    assert sorted(tabs) == ["bottom-up", "flat", "top-down"]
+    for kind in ("bottom-up", "flat"):
+        tab, view = tabs[kind], db.view(kind)
+        assert tab["shown"] and tab["others"] == 3
+        assert tab["rows"] == sum(1 for _ in view.root.walk())
+        assert tab["first"].lstrip("\u25be\u25b8") == view.root.children[0].label
+        assert tab["after"] > tab["before"]  # a folded row opens

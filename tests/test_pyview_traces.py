@@ -30,6 +30,7 @@ from pyhpctk.present.traces import (
     NoTraceError,
     gpu_idle_blame,
     render_blame,
+    render_summary,
     summarize,
     to_perfetto,
 )
@@ -149,7 +150,25 @@ def test_perfetto_export_nests_call_stacks_and_separates_gpu_streams() -> None:
     first_end = next(e for e in t0 if e["ph"] == "E")
     assert first_end["ts"] == pytest.approx(0.020)  # f.py: 1 ends at 20 ns = 0.020 us
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
-    assert names == {"THREAD 0", "THREAD 1", "GPUCONTEXT 0 / GPUSTREAM 7"}
+    assert names == {
+        "main thread (THREAD 0)",
+        "main thread (THREAD 1)",
+        "GPUCONTEXT 0 / GPUSTREAM 7",
+    }
+
+
+def test_cpu_only_export_has_no_gpu_process_and_the_summary_tells_cpu_from_wall_time() -> None:
+    exp = traced_program(with_gpu=False)
+    doc = to_perfetto(exp)
+    processes = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
+    assert processes == ["CPU threads"]  # no empty "GPU streams" process (issue #21 item 7)
+    t0 = next(s for s in summarize(exp) if s.profile == "THREAD 0")
+    assert t0.cpu_ns == 2_000_000_000  # f's and g's CPUTIME in thread 0: 1 s each
+    out = io.StringIO()
+    render_summary(summarize(exp), out)
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("  THREAD 0 "))
+    assert "over 0.000000s of wall time, in a calling context 0.000000s (90.0%)" in line
+    assert line.endswith("; CPU time 2.000000s (4000000000.0% of the wall time)")
 
 
 @pytest.mark.parametrize("name", ["small.d", "loops-cputime-t.d", "loops-cuda-nvidia-t.d"])

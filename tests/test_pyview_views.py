@@ -80,8 +80,12 @@ def view(exp: Experiment, kind: str, depth: int | None = None, threshold: float 
 
 
 def find(node: ViewNode, *labels: str) -> ViewNode:
+    """The descendant reached through children with these labels; a function named ``f``
+    matches ``f`` and ``f (file: line)``, as the aggregating views name functions."""
     for label in labels:
-        matches = [c for c in node.children if c.label == label]
+        matches = [
+            c for c in node.children if c.label == label or c.label.startswith(label + " (")
+        ]
         assert len(matches) == 1, (label, [c.label for c in node.children])
         node = matches[0]
     return node
@@ -232,7 +236,10 @@ def test_small_bottom_up_and_flat_match_hpctoolkits_dump(reference: Path) -> Non
     bu = db.view("bottom-up")
     spin = find(bu.root, "spinsleep")
     assert iv(spin) == pytest.approx((1.210259, 1.210259))
-    assert top_entries(spin) == [("caller", 0.605316), ("main", 0.604943)]
+    assert top_entries(spin) == [
+        ("caller (small.c: 6)", 0.605316),
+        ("main (small.c: 10)", 0.604943),
+    ]
     flat = db.view("flat")
     spin_flat = find(flat.root, "testmeas-small", "small.c", "spinsleep")
     assert iv(find(spin_flat, "loop at small.c: 3", "small.c: 3")) == pytest.approx(

@@ -187,13 +187,18 @@ def logical_steps(
         return (ContextKey(Relation.CALL, LexicalType.FUNCTION, function=None),)
     if stanza.name is None:  # module-level code: a bare line
         return (ContextKey(Relation.CALL, LexicalType.LINE, file=stanza.file or "", line=line),)
+    # A function is what it is, not its fid: each process writes its own logical file and numbers
+    # its functions in the order it meets them, so the same function in a spawned worker or a
+    # subprocess has another (module, fid) than in its parent. Keyed by name, file and first
+    # line, it is one function and its frames one context in every process (issue #21), as
+    # hpcprof unifies native frames by load module and address.
     function = Function(
         name=stanza.name,
         module=LOGICAL_PYTHON,
         offset=0,
         file=stanza.file,
         line=stanza.line,
-        token=("logical", fid, stanza.name, stanza.file, stanza.line),
+        token=("logical", stanza.name, stanza.file, stanza.line),
     )
     call = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=function)
     if stanza.file is None or line == 0:
@@ -224,11 +229,22 @@ class ModuleClassifiers:
     logical: dict[str, Mapping[int, LogicalFunction]] = field(default_factory=dict)
     python_loops: dict[str, PythonLoops] = field(default_factory=dict)  # by source path
     presented_path: dict[str, str] = field(default_factory=dict)
+    call_graphs: dict[str, bool] = field(default_factory=dict)  # cache of :meth:`reconstructs`
 
     def reconstructs(self, module: str) -> bool:
-        """Whether non-unwound samples of ``module`` wait for GPU reconstruction (:mod:`.gpu`)."""
-        index = self.structures.get(module)
-        return index is not None and index.has_calls and bool(index.call_sites)
+        """Whether non-unwound samples of ``module`` wait for GPU reconstruction (:mod:`.gpu`).
+
+        As for hpcprof, a structure has a call graph when its ``LM`` says ``has-calls="1"`` (a
+        ``+gpucfg`` analysis, even of a binary without calls) or any ``C`` names a target.
+        """
+        found = self.call_graphs.get(module)
+        if found is None:
+            index = self.structures.get(module)
+            found = index is not None and (
+                index.has_calls or any(c.target is not None for c in index.call_sites)
+            )
+            self.call_graphs[module] = found
+        return found
 
     def steps(self, module: str, offset: int) -> Steps:
         shown = self.presented_path.get(module, module)
@@ -401,10 +417,13 @@ def expand(
         if key_ids is None:
             key_ids = tuple(tree.intern(key) for key in classifiers.steps(module, offset))
             cache[(module, offset)] = key_ids
-        if not _unwound and tree.lexical_type_of(key_ids[0]) == LexicalType.INSTRUCTION:
-            # A non-unwound GPU PC sample with no structure to name its function: hpcprof files it
-            # under an unknown function below the kernel placeholder (loops-cuda-nvidiapc-t).
-            key_ids = (unknown, *key_ids)
+        if not _unwound:
+            # A non-unwound GPU PC sample with no call graph to rebuild its calling context:
+            # hpcprof files it under an unknown function below the kernel placeholder, then at its
+            # function and line if a structure (one without --gpucfg) knows them, else as the
+            # bare instruction (loops-cuda-nvidiapc-t.nostruct.d); the call context is the one
+            # below the unknown function.
+            anchor = tree.child_interned(anchor, unknown)
         ctx = tree.child_interned(anchor, key_ids[0])
         call_ctx[ident] = ctx
         for key_id in key_ids[1:]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyhpctk.errors import PyhpctkError, UsageError
+from pyhpctk.formats.inspect import misplaced_input
 
 
 class InputError(PyhpctkError):
@@ -42,7 +43,8 @@ def discover(measurements: tuple[Path, ...] | list[Path]) -> list[ProfileSource]
         if not directory.exists():
             raise InputError(f"{directory}: no such measurement directory")
         if not directory.is_dir():
-            raise InputError(f"{directory}: not a directory (pyprof reads measurement directories)")
+            advice = misplaced_input(directory) or "pyprof reads measurement directories"
+            raise InputError(f"{directory}: not a directory: {advice}")
         real = directory.resolve()
         if real in seen:
             raise UsageError(f"{directory}: measurement directory given twice")

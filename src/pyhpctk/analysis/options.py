@@ -16,8 +16,9 @@ class ProfOptions:
     """What to aggregate and how.
 
     ``measurements``: measurement directories (as hpcrun/pyrun write them).
-    ``output``: the database directory to create; None means ``hpctoolkit-<program>-database``
-    next to the first measurement directory, as hpcprof names it.
+    ``output``: the database directory to create; None means hpcprof's default name after the
+    measurement directory (``hpctoolkit-<app>-database``), in the current directory
+    (:func:`~pyhpctk.analysis.pipeline.default_output`).
     ``jobs``: worker threads for reading and expanding profiles (1 = serial).
     ``structs``: extra hpcstruct files (``-S``), used before those in ``MEAS/structs/``.
     ``ignore_structs``: use no structure file at all (``--ignore-structs``).

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import threading
 import time
@@ -263,7 +264,9 @@ def expand_contexts(state: Analysis) -> None:
             module_dirs.items(), explicit, found, screened.problems, not options.ignore_structs
         )
         expansion = expand(raw, classifiers)
-        expansion = reconstruct_gpu_contexts(raw, expansion, classifiers, [], state.weights)
+        expansion = reconstruct_gpu_contexts(
+            raw, expansion, classifiers, [], state.weights, screened.problems
+        )
         state.expanded = tree = expansion.tree
         expansion.tree = ContextTree()  # the placement travels without the tree
         title = options.title or screened.usable[0].program or "database"
@@ -513,14 +516,31 @@ def aggregate(options: ProfOptions, progress: Progress | None = None) -> Aggrega
 
 
 def default_output(options: ProfOptions, title: str) -> Path:
-    """hpcprof's default database name, in the current directory.
+    """The default database name, in the current directory: it follows the measured program.
 
-    The title is the measured program's name, which a measurement file gives: only its last
-    path component is used, so that ``program-name=../../x`` cannot place the database
-    elsewhere (issue #15).
+    hpcprof's rule (``args.cpp``) names it after its one input: ``hpctoolkit-APP-measurements``
+    (pyrun's and hpcrun's default, ``-N`` or a job or launch key after it) gives
+    ``hpctoolkit-APP-database`` with the same tail, any other directory ``DIR-database``.
+    Inputs that all name one APP give ``hpctoolkit-APP-database``; otherwise the title does,
+    the program a measurement file names (``program-name``), unless that is only the Python
+    interpreter every pyrun profile names. Only last path components are used, so neither a
+    directory nor ``program-name=../../x`` can place the database elsewhere (issue #15).
     """
-    name = title.replace("\0", "").rsplit("/", 1)[-1] or "database"
-    return Path(os.getcwd()) / f"hpctoolkit-{name}-database"
+    here = Path(os.getcwd())
+    names = [Path(os.path.abspath(m)).name for m in options.measurements]
+    measured = [re.fullmatch(r"hpctoolkit-(.+)-measurements(-[^/]*)?", name) for name in names]
+    if len(names) == 1 and measured[0] is not None:
+        app, tail = measured[0].groups()
+        return here / f"hpctoolkit-{app}-database{tail or ''}"
+    if len(names) == 1 and names[0]:
+        return here / f"{names[0]}-database"
+    apps = {None if match is None else match.group(1) for match in measured}
+    if len(apps) == 1 and None not in apps:
+        return here / f"hpctoolkit-{apps.pop()}-database"
+    program = title.replace("\0", "").rsplit("/", 1)[-1]
+    if not program or re.fullmatch(r"python[0-9.]*[a-z]?", program):
+        return here / "hpctoolkit-database"  # hpcprof's name when there is no one input
+    return here / f"hpctoolkit-{program}-database"
 
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from pyhpctk.analysis import inputs
+from pyhpctk.analysis import inputs, kernel_symbols
 from pyhpctk.analysis.expand import LogicalFunction, ModuleClassifiers
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.python_loops import PythonLoops
@@ -107,6 +107,10 @@ def build_classifiers(
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
     for module, measurement in module_paths:
+        kernel = kernel_symbols.load(module, measurement, problems)  # perf events' kernel frames
+        if kernel is not None:
+            classifiers.symbols[module] = kernel
+            continue
         if module.startswith("<"):  # pseudo-modules (GPU range trees) have no file
             continue
         stem = Path(module).name

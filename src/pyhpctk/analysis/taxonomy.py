@@ -12,7 +12,7 @@ The file (formats.md §0.2; reference: ``dbase/*/metrics/default.yaml``) has two
   ``visible by default: false``; 2 and 3 keep only the inclusive or exclusive formula.
 
 With ``-M stats`` each stored metric also gets Mean / Min / Max / StdDev / CfVar variants built
-from the summary partials. Anchor names escape every character outside ``[A-Za-z0-9_]`` as
+from the summary partials. Anchor names escape every byte outside ``[A-Za-z0-9_-]`` as
 ``x<hex>_``, as hpcprof does. The writer only formats text; it never reads databases.
 """
 
@@ -23,20 +23,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyhpctk.core.metrics import PARTIALS_STATS, Combine, MetricInfo, Partial
+from pyhpctk.errors import PyhpctkError
 
 _SHOWN_SCOPES = ("execution", "lex_aware", "function")
 SHOW_HIDE, SHOW_INCLUSIVE, SHOW_EXCLUSIVE, SHOW_INVISIBLE = 0, 2, 3, 4
 
 
-class FormulaError(ValueError):
-    """A derived metric's formula cannot be parsed."""
+class FormulaError(PyhpctkError, ValueError):
+    """A derived metric's formula (from a measurement's metric table) cannot be parsed."""
+
+
+# The parser and render() recurse: formulas nesting deeper, or with longer operator chains,
+# are refused instead of exhausting Python's stack (hpcrun's own formulas nest a few levels).
+MAX_NESTING = 64
+MAX_DEPTH = 256
+
+
+_ANCHOR_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
 def escape(text: str) -> str:
-    """hpcprof's anchor escaping: ``CPUTIME (sec)`` -> ``CPUTIMEx20_x28_secx29_``."""
-    return "".join(
-        c if c.isascii() and (c.isalnum() or c == "_") else f"x{ord(c):x}_" for c in text
-    )
+    """hpcprof's anchor escaping (``sanitize``): ``CPUTIME (sec)`` -> ``CPUTIMEx20_x28_secx29_``.
+
+    ASCII letters, digits, ``-`` and ``_`` stay (``perf::cpu-clock`` -> ``perfx3a_x3a_cpu-clock``);
+    every other byte of the UTF-8 name becomes ``x<hex>_`` of that byte as a C ``char``, which is
+    signed on x86-64, so ``é`` (bytes C3 A9) is ``xffffffc3_xffffffa9_``.
+    """
+    out = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        if byte in _ANCHOR_SAFE:
+            out.append(chr(byte))
+        else:
+            out.append(f"x{byte if byte < 0x80 else byte | 0xFFFFFF00:x}_")
+    return "".join(out)
 
 
 def anchor(metric: str, partial_index: int, partial: Partial, scope: str) -> str:
@@ -66,6 +85,12 @@ Expr = tuple[str, tuple["Expr", ...]] | int | float | str
 class _Parser:
     tokens: list[str]
     pos: int = 0
+    nesting: int = 0
+
+    def nest(self, step: int) -> None:
+        self.nesting += step
+        if self.nesting > MAX_NESTING:
+            raise FormulaError(f"nested more than {MAX_NESTING} levels deep")
 
     def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -92,16 +117,24 @@ class _Parser:
         return left
 
     def power(self) -> Expr:
-        base = self.unary()
-        if self.peek() == "^":
-            self.take()
-            return ("^", (base, self.power()))  # right-associative
-        return base
+        self.nest(1)  # "(", "^" and arguments all come through here
+        try:
+            base = self.unary()
+            if self.peek() == "^":
+                self.take()
+                return ("^", (base, self.power()))  # right-associative
+            return base
+        finally:
+            self.nest(-1)
 
     def unary(self) -> Expr:
         if self.peek() == "-":
             self.take()
-            return ("-", (self.unary(),))
+            self.nest(1)
+            try:
+                return ("-", (self.unary(),))
+            finally:
+                self.nest(-1)
         return self.atom()
 
     def atom(self) -> Expr:
@@ -132,22 +165,39 @@ _TOKEN = re.compile(r"\s*(#\{[^}]*\}|#\d+|\d+\.?\d*(?:[eE][-+]?\d+)?|min|max|[-+
 
 def parse_formula(formula: str) -> Expr:
     """Parse a ``.hpcrun`` formula whose ``#N`` were replaced by ``#{metric name}``."""
+    shown = formula if len(formula) <= 60 else formula[:60] + "..."
     tokens: list[str] = []
     pos = 0
     text = formula.strip()
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None:
-            raise FormulaError(f"cannot parse {formula!r} at {text[pos:]!r}")
+            raise FormulaError(f"formula {shown!r}: cannot parse it at column {pos + 1}")
         tokens.append(match.group(1))
         pos = match.end()
         while pos < len(text) and text[pos].isspace():
             pos += 1
     parser = _Parser(tokens)
-    expr = parser.expression()
-    if parser.peek() is not None:
-        raise FormulaError(f"trailing {parser.peek()!r} in {formula!r}")
+    try:
+        expr = parser.expression()
+        if parser.peek() is not None:
+            raise FormulaError(f"trailing {parser.peek()!r}")
+    except FormulaError as error:
+        raise FormulaError(f"formula {shown!r}: {error}") from None
+    if _depth(expr) > MAX_DEPTH:
+        raise FormulaError(f"formula {shown!r}: more than {MAX_DEPTH} operations deep")
     return expr
+
+
+def _depth(expr: Expr) -> int:
+    deepest = 0
+    stack = [(expr, 0)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(node, tuple):
+            stack.extend((arg, d + 1) for arg in node[1])
+    return deepest
 
 
 def render(expr: Expr, scope: str, partial_index: int = 0, partial: Partial | None = None) -> str:
@@ -230,7 +280,10 @@ def default_yaml(
         lines.append("    variants:")
         render_list = "[number, percent]" if metric.show_percent else "[number]"
         if metric.is_derived:
-            expr = parse_formula(formulas.get(metric.name, metric.formula))
+            try:
+                expr = parse_formula(formulas.get(metric.name, metric.formula))
+            except FormulaError as error:
+                raise FormulaError(f"derived metric {metric.name!r}: {error}") from None
             lines += _variant(
                 '""', render_list, metric.show, {s: render(expr, s) for s in _SHOWN_SCOPES}
             )

@@ -3,17 +3,95 @@
 A command's click function does the work by calling the library; :func:`run_command` turns a
 :class:`~pyhpctk.errors.PyhpctkError` into one line on stderr and its exit code, so users never
 see a traceback for bad input. Tests call ``main([...])`` and read the returned status.
+
+It also makes standard output safe for commands that print a lot (``pyhpctk dump``, ``pyview``,
+``--help``): a reader that goes away (``| head -1``) ends the command quietly with status 141, as
+SIGPIPE ends other Unix tools; a full disk (``> /dev/full``) is one message and status 1; and a
+name the output encoding cannot hold (a non-UTF-8 file name, an ASCII terminal) is written as a
+backslash escape instead of stopping the command.
 """
 
 from __future__ import annotations
 
+import codecs
+import errno
+import io
+import os
+import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import click
 
+from pyhpctk import __version__
 from pyhpctk.errors import FormatWarning, PyhpctkError
+
+_Command = TypeVar("_Command", bound=Callable[..., object])
+
+
+def version_option(prog_name: str) -> Callable[[_Command], _Command]:
+    """``--version``: every tool prints ``PROG, version V`` from the one version,
+    :data:`pyhpctk.__version__` (the package metadata reads it too)."""
+    return click.version_option(__version__, "--version", prog_name=prog_name)
+
+
+#: What a shell reports for a command that SIGPIPE ended (128 + 13).
+EXIT_BROKEN_PIPE = 128 + int(signal.SIGPIPE)
+#: Exit status when the output could not be written (a full disk), as cat and cp use.
+EXIT_WRITE_FAILED = 1
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_ESCAPING = "pyhpctk.surrogateescape_or_backslash"
+
+
+def _surrogateescape_or_backslash(error: UnicodeError) -> tuple[str | bytes, int]:
+    """Bytes that were not UTF-8 (surrogate escapes) go out as they came in; any other
+    character the encoding cannot hold becomes a backslash escape."""
+    assert isinstance(error, UnicodeEncodeError)
+    try:
+        return codecs.lookup_error("surrogateescape")(error)
+    except UnicodeError:
+        return codecs.backslashreplace_errors(error)
+
+
+codecs.register_error(_ESCAPING, _surrogateescape_or_backslash)
+
+
+@contextmanager
+def _forgiving_encoding(stream: Any) -> Iterator[None]:
+    """Let ``stream`` write every string: 'strict' becomes 'backslashreplace' (the output stays
+    valid in its encoding), 'surrogateescape' also escapes what it cannot pass through."""
+    old = getattr(stream, "errors", None)
+    new = {"strict": "backslashreplace", "surrogateescape": _ESCAPING}.get(old or "")
+    if new is None or not isinstance(stream, io.TextIOWrapper):
+        yield
+        return
+    stream.reconfigure(errors=new)
+    try:
+        yield
+    finally:
+        stream.reconfigure(errors=old)
+
+
+def _discard_stdout() -> None:
+    """Point file descriptor 1 at /dev/null when stdout cannot take what is still buffered,
+    so the interpreter's last flush neither fails nor prints "Exception ignored"."""
+    try:
+        sys.stdout.flush()
+        return
+    except OSError:
+        pass
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture): nothing to flush later
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _show_warning(
@@ -30,11 +108,14 @@ def _show_warning(
 def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: str) -> int:
     """Run ``command`` on ``argv`` (``sys.argv[1:]`` when None) and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _forgiving_encoding(sys.stdout):
         warnings.simplefilter("always", FormatWarning)
         warnings.showwarning = _show_warning
         try:
-            result = command.main(args=args, prog_name=prog_name, standalone_mode=False)
+            # Not command.main(): click answers a closed pipe there itself, with status 1.
+            with command.make_context(prog_name, args) as ctx:
+                result = command.invoke(ctx)
+            sys.stdout.flush()  # a failure writing the tail belongs to this command too
         except PyhpctkError as error:
             click.echo(f"{prog_name}: error: {error}", err=True)
             return error.exit_code
@@ -47,8 +128,16 @@ def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: s
         except click.exceptions.Exit as error:
             return int(error.exit_code)
         except BrokenPipeError:
-            return 0
-        except KeyboardInterrupt:
+            _discard_stdout()
+            return EXIT_BROKEN_PIPE
+        except OSError as error:
+            if error.errno not in _NO_ROOM:
+                raise
+            _discard_stdout()
+            what = error.filename if error.filename is not None else "the output"
+            click.echo(f"{prog_name}: error: cannot write {what}: {error.strerror}", err=True)
+            return EXIT_WRITE_FAILED
+        except (KeyboardInterrupt, EOFError):
             click.echo(f"{prog_name}: interrupted", err=True)
             return 130
     return int(result) if isinstance(result, int) else 0

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 
-from pyhpctk import __version__
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.formats.inspect import dump_path, verify_path
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="pyhpctk")
+@version_option("pyhpctk")
 def cli() -> None:
     """pyhpctk utilities: inspect the files the toolchain reads and writes.
 
@@ -29,7 +28,9 @@ def dump(path: Path) -> None:
 
     PATH is any file pyhpctk knows (.hpcrun, .hpctrace, meta.db, profile.db, cct.db, trace.db,
     .hpcstruct, logical/python.*), a measurement directory or a database directory. The format
-    is detected from the content, not the name.
+    is detected from the content, not the name. Damaged content that can still be parsed is
+    shown as stored, under a "# problem:" line; a file that cannot be parsed is one error line
+    (in a directory, marked "# unreadable:" while the other files are shown) and exit status 2.
 
     \b
     Examples:
@@ -46,8 +47,10 @@ def verify(path: Path, quiet: bool) -> int:
     """Check PATH (a file, measurement directory or database) for consistency.
 
     Each file is checked alone (offsets inside the file, parents before children, sorted sparse
-    indices, ...), then the files of a directory against each other (traces name existing
-    nodes, cct.db is the transpose of profile.db, ...).
+    indices, header numbers that are numbers, no NaN values or negative times, ...), then the
+    files of a directory against each other: every id one file takes from another's table
+    (trace nodes, Python functions, contexts, metrics, profiles) must be in it, trace times
+    within their bounds, cct.db the transpose of profile.db. docs/formats.md lists every check.
 
     Exit status: 0 clean, 1 problems found, 2 something could not be read.
     """

@@ -12,13 +12,14 @@ from typing import Any
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.model.driver import ModelOptions, run
 from pyhpctk.model.fit import WEIGHTINGS
 from pyhpctk.model.series import SCOPE_ALIASES, SCOPES
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pymodel")
 @click.argument("databases", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "--param",

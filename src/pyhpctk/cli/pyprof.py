@@ -20,7 +20,7 @@ import click
 
 from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
 from pyhpctk.analysis.pipeline import run
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 
 
@@ -69,7 +69,9 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
             "--output",
             type=click.Path(path_type=Path),
             default=None,
-            help="Database directory to create (default: hpctoolkit-<program>-database).",
+            help="Database directory to create (default, in the current directory: "
+            "hpctoolkit-<app>-database for hpctoolkit-<app>-measurements, DIR-database for "
+            "another DIR).",
         ),
         click.option(
             "-j",
@@ -163,6 +165,7 @@ def parse_size(text: str) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pyprof")
 @analysis_options()
 def command(**arguments: Any) -> int:
     """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database.

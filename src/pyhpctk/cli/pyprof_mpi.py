@@ -15,12 +15,13 @@ from typing import Any
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.cli.pyprof import _progress_for, analysis_options, prof_options
 from pyhpctk.errors import PyhpctkError, UsageError
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pyprof-mpi")
 @analysis_options(per_rank=True)
 @click.option(
     "--memory-limit",

@@ -7,24 +7,27 @@ from __future__ import annotations
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S
 from pyhpctk.measure.events import event_listing, parse_events
 from pyhpctk.measure.gpu import check as check_gpu_spec
 from pyhpctk.measure.gpu.spec import is_gpu_event, parse_gpu_event
 from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
+from pyhpctk.measure.rendezvous import PTH_NAME, install_pth, uninstall_pth
 
 
 @click.command(
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]}
 )
+@version_option("pyrun")
 @click.option(
     "-o",
     "--output",
     "output",
     metavar="DIR",
-    help="Measurement directory (default: hpctoolkit-<program>-measurements[-<job>]).",
+    help="Measurement directory (default: hpctoolkit-<program>-measurements[-<job>]); an "
+    "existing one must be empty (see --append).",
 )
 @click.option(
     "-e",
@@ -46,6 +49,23 @@ from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
     metavar="SECONDS",
     help="Rewrite the files this often while running (0: only at the end).",
 )
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add this run to a measurement directory that already holds one (pyprof then merges "
+    "them). Without it an existing non-empty DIR is refused, except by the ranks of one "
+    "parallel launch, which share it.",
+)
+@click.option(
+    "--install-pth",
+    metavar="VENV",
+    help="Let the Python processes of VENV (a venv, or an interpreter) that a launcher starts "
+    "with a cleared environment (env -i, pyperf's workers) find pyrun: writes one .pth line "
+    "into its site-packages, and exits. Nothing changes for runs outside pyrun.",
+)
+@click.option(
+    "--uninstall-pth", metavar="VENV", help="Remove what --install-pth VENV wrote, and exit."
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def pyrun(
     output: str | None,
@@ -53,12 +73,23 @@ def pyrun(
     trace: bool,
     list_events: bool,
     checkpoint: float,
+    append: bool,
+    install_pth: str | None,
+    uninstall_pth: str | None,
     command: tuple[str, ...],
 ) -> int:
-    """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts."""
+    """Run COMMAND [ARGS...] unchanged and measure every Python process and thread it starts.
+
+    \b
+    pyrun reaches a process through its environment (PYTHONPATH, PYHPCTK_PYRUN_*); at the end
+    it names the Python processes it saw start but could not measure, and why. A launcher
+    that clears the environment must pass PYTHONPATH on (docs/pyrun.md), or see --install-pth.
+    """
     if list_events:
         click.echo(event_listing(), nl=False)
         return 0
+    if install_pth is not None or uninstall_pth is not None:
+        return _pth(install_pth, uninstall_pth, command)
     gpu_events = [parse_gpu_event(e) for e in events if is_gpu_event(e)]
     if len(gpu_events) > 1:
         raise UsageError("give at most one gpu=... event")
@@ -71,15 +102,39 @@ def pyrun(
         trace=trace,
         checkpoint_s=checkpoint,
         gpu=str(gpu_events[0]) if gpu_events else None,
+        append=append,
     )
-    return run(options).returncode
+    return run(options).exit_status
+
+
+def _pth(install: str | None, uninstall: str | None, command: tuple[str, ...]) -> int:
+    if install is not None and uninstall is not None:
+        raise UsageError("--install-pth and --uninstall-pth contradict each other: choose one")
+    if command:
+        raise UsageError("--install-pth and --uninstall-pth run no command: give them alone")
+    if install is not None:
+        path = install_pth(install)
+        click.echo(
+            f"pyrun: wrote {path}: Python processes of {install} started under pyrun with a "
+            f"cleared environment are measured; pyrun --uninstall-pth {install} removes it",
+            err=True,
+        )
+        return 0
+    assert uninstall is not None
+    removed = uninstall_pth(uninstall)
+    if removed is None:
+        click.echo(f"pyrun: {uninstall} has no {PTH_NAME}: nothing to remove", err=True)
+    else:
+        click.echo(f"pyrun: removed {removed}", err=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``pyrun`` console script; returns the command's exit status.
 
     From the real command line (``argv`` None) a command killed by a signal makes pyrun die of
-    the same signal; called with ``argv``, it returns ``128 + signal`` instead.
+    the same signal; called with ``argv``, it returns ``128 + signal`` instead. A command that
+    succeeded while some of its profiles could not be written gives 74 (docs/pyrun.md).
     """
     status = run_command(pyrun, argv, "pyrun")
     if argv is None and status < 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.structure.driver import (
     StructOptions,
     TargetsFailed,
@@ -103,6 +103,7 @@ def _run(options: PystructOptions) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pystruct")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option(
     "-o",
@@ -125,7 +126,8 @@ def _run(options: PystructOptions) -> int:
     type=click.Choice(["yes", "no"]),
     default="no",
     show_default=True,
-    help="CUDA cubins: recover CFGs, loops and call sites with nvdisasm.",
+    help="CUDA cubins: recover CFGs, loops and call sites (sm_70 and newer through nvdisasm, "
+    "which must read the cubin's architecture; sm_5x/sm_6x decoded by pystruct).",
 )
 @click.option(
     "--cache",

@@ -7,6 +7,8 @@ with colours and tree glyphs when stdout is a terminal, plain text when it is pi
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,11 +16,12 @@ from typing import TextIO
 
 import click
 
-from pyhpctk.cli._common import run_command
+from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
 from pyhpctk.present import imbalance, traces
 from pyhpctk.present.api import Database, open_database
+from pyhpctk.present.fit import fit_view
 from pyhpctk.present.render import TextStyle, format_value, render_csv, render_json, render_text
 from pyhpctk.present.views import View
 
@@ -48,6 +51,12 @@ class PyviewOptions:
     blame: bool
     html: str | None
     force: bool = False
+    hot_path: float = 50.0  # percent of its parent a row holds to be expanded
+    lines: int | None = None  # text rows at most (None: the terminal's height, or 100; 0: all)
+    width: int | None = None  # columns (None: the terminal's width, or no limit; 0: no limit)
+    exclusive: bool = False
+    show_internal: bool = False
+    full: bool = False
 
     def exports(self) -> list[tuple[str, str]]:
         """(option, file) of every export asked for, in the order they are written."""
@@ -72,7 +81,7 @@ def _write(dest: str, option: str, force: bool, writer: Callable[[TextIO], None]
 
 def _print_spread(db: Database, spread: imbalance.ContextSpread, out: TextIO) -> None:
     s = spread.stats
-    out.write(f"{spread.metric} at context {spread.ctx_id}: {' > '.join(spread.path)}\n")
+    out.write(f"{spread.metric} at context {spread.ctx_id}: {imbalance.short_path(spread.path)}\n")
     out.write(
         f"  {s.count} profiles: min {s.minimum:.4g}  mean {s.mean:.4g}  max {s.maximum:.4g}  "
         f"stddev {s.stddev:.4g}  cv {s.cv:.3f}  imbalance {100 * s.imbalance:.1f}%\n"
@@ -158,15 +167,31 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
         nonlocal view
         if view is None:
             view = db.view(
-                opts.view, metrics, opts.sort, opts.depth, opts.threshold, opts.show_zero
+                opts.view,
+                metrics,
+                opts.sort,
+                opts.depth,
+                opts.threshold,
+                opts.show_zero,
+                exclusive=opts.exclusive,
+                show_internal=opts.show_internal or opts.full,
+                hot_share=opts.hot_path / 100.0,
             )
         return view
 
     if opts.html:
-        from pyhpctk.present.html import report_view, write_html
+        from pyhpctk.present.html import report_views, write_html
 
-        top = report_view(db, metrics, opts.sort, opts.depth, opts.threshold, opts.show_zero)
-        _write(opts.html, "--html", opts.force, lambda f: write_html(db, top, f))
+        report = report_views(
+            db,
+            metrics,
+            opts.sort,
+            opts.depth,
+            opts.threshold,
+            opts.show_zero,
+            show_internal=opts.show_internal or opts.full,
+        )
+        _write(opts.html, "--html", opts.force, lambda f: write_html(db, report, f))
         did_something = True
     if opts.csv:
         _write(opts.csv, "--csv", opts.force, lambda f: render_csv(get_view(), f))
@@ -178,11 +203,38 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
         color = opts.color if opts.color is not None else out.isatty()
         terminal = out.isatty()
         tree = opts.tree if opts.tree is not None else ("unicode" if terminal else "indent")
-        render_text(get_view(), out, TextStyle(color=color, tree=tree))
+        size = shutil.get_terminal_size((0, 0)) if terminal else None
+        width, budget = screen(opts, size)
+        # -d N asks for every row to that depth (the hot path beyond), --full for every row.
+        expand_all = opts.full or opts.depth is not None
+        fitted = fit_view(get_view(), None if expand_all else opts.hot_path / 100.0, budget)
+        render_text(fitted.view, out, TextStyle(color=color, tree=tree, width=width), fitted.cut)
     return 0
 
 
+#: Text rows (below the title and header) when stdout is not a terminal.
+PIPED_LINES = 100
+
+
+def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | None, int | None]:
+    """(width, row budget) of the text output: what the options ask, else the terminal's size
+    (``size``; None when stdout is not a terminal: no width limit and :data:`PIPED_LINES`
+    rows). ``--full`` and 0 mean no limit."""
+    if opts.full:
+        return None, None
+    width = opts.width
+    if width is None and size is not None and size.columns > 0:
+        width = size.columns
+    budget = opts.lines
+    if budget is None:
+        terminal = size is not None and size.lines > 0
+        # Title, header, a note and the "more rows" line, and the shell's prompt after them.
+        budget = max(size.lines - 5, 20) if size is not None and terminal else PIPED_LINES
+    return (width or None), (budget or None)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("pyview")
 @click.argument("database", type=click.Path())
 @click.option("--top-down", is_flag=True, help="Calling context tree (default).")
 @click.option(
@@ -211,7 +263,8 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
     "--depth",
     type=click.IntRange(min=0),
     metavar="N",
-    help="Show N levels (the hot path is always expanded).",
+    help="Expand every scope down to N levels instead of the hot path alone (the hot path is "
+    "always expanded).",
 )
 @click.option(
     "-t",
@@ -223,6 +276,47 @@ def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
     help="Hide scopes below PCT percent of the total.",
 )
 @click.option("--show-zero", is_flag=True, help="Also show scopes whose values are all zero.")
+@click.option(
+    "--hot-path",
+    type=click.FloatRange(0, 100),
+    default=50.0,
+    show_default=True,
+    metavar="PCT",
+    help="Expand a scope while it holds at least PCT percent of its parent (hpcviewer's hot "
+    "path); 0 expands every scope.",
+)
+@click.option(
+    "--lines",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Show at most N rows, the largest; '… N more rows' says what was left out "
+    "(default: the terminal's height, 100 when not a terminal; 0: no limit).",
+)
+@click.option(
+    "--width",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Cut rows to N columns (default: the terminal's width; no limit when not a "
+    "terminal; 0: no limit).",
+)
+@click.option(
+    "-E",
+    "--exclusive",
+    is_flag=True,
+    help="Order rows by the sort metric's exclusive value (self cost) instead of inclusive.",
+)
+@click.option(
+    "--show-internal",
+    is_flag=True,
+    help="Show the interpreter's frames (import system, runpy, site); by default they are "
+    "left out and their cost is shown in their callers.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="The whole view: every scope expanded, no row or width limit, interpreter frames "
+    "shown (pyview's output before these defaults).",
+)
 @click.option("--color/--no-color", default=None, help="Colours (default: when a terminal).")
 @click.option(
     "--tree",
@@ -275,6 +369,12 @@ def pyview(
     depth: int | None,
     threshold: float,
     show_zero: bool,
+    hot_path: float,
+    lines: int | None,
+    width: int | None,
+    exclusive: bool,
+    show_internal: bool,
+    full: bool,
     color: bool | None,
     tree: str | None,
     csv: str | None,
@@ -290,6 +390,13 @@ def pyview(
     force: bool,
 ) -> int:
     """Show the performance database DATABASE (a pyprof / hpcprof output directory).
+
+    \b
+    The text views show the hot path (rows holding at least --hot-path percent of their
+    parent are expanded, the others folded beside them), at most --lines rows (the largest;
+    '... N more rows' says what was cut), cut to the terminal's width, without the
+    interpreter's import-system, runpy and site frames (--show-internal). --full prints every
+    row of the view.
 
     \b
     Exports (--csv, --json, --html, --trace-export FILE; '-' is stdout) never replace an
@@ -327,6 +434,12 @@ def pyview(
         blame,
         html,
         force,
+        hot_path,
+        lines,
+        width,
+        exclusive,
+        show_internal,
+        full,
     )
     return run_pyview(opts, _names_as_bytes(sys.stdout))
 

@@ -57,13 +57,13 @@ def detect(head: bytes) -> str | None:
 
 def detect_file(path: str | os.PathLike[str]) -> str:
     """The format of the file at ``path``; a FormatError when it is none we know."""
-    try:
-        with open(path, "rb") as stream:
+    from pyhpctk.formats._whole import open_regular  # imports typing: not at the top
+
+    with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
+        try:
             head = stream.read(SNIFF_BYTES)
-    except IsADirectoryError:
-        raise FormatError(path, "file", "is a directory, not a file") from None
-    except OSError as error:
-        raise FormatError(path, "file", error.strerror or str(error)) from None
+        except OSError as error:
+            raise FormatError(path, "file", error.strerror or str(error)) from None
     name = detect(head)
     if name is None:
         raise FormatError(path, "header", "not a file format pyhpctk knows (unrecognised magic)")

@@ -94,6 +94,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats._whole import open_regular
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 """Anything the readers accept as the bytes of a whole file."""
@@ -151,7 +152,7 @@ def open_source(source: Source) -> tuple[Buffer, str | None]:
     if isinstance(source, str | os.PathLike):
         path = os.fspath(source)
         try:
-            with open(path, "rb") as handle:
+            with open_regular(path) as handle:
                 size = os.fstat(handle.fileno()).st_size
                 if size == 0:
                     return b"", path

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 from pyhpctk.formats.profiledb import ProfileDB, ProfileValues
 
@@ -393,6 +393,15 @@ def read(source: _db.Source, *, lazy: bool = True) -> CctDB:
     if np.any(bad):
         c = int(np.flatnonzero(bad)[0])
         raise FormatError(path, "CtxInfos", f"context {c}: block points past the end of the data")
+    pv, pm = infos["p_values"], infos["p_metric_indices"]
+    _blocks.refuse_overlaps(  # formats.md §3.6: aliases would multiply the values a file holds
+        path,
+        "CtxInfos",
+        [
+            ("context {} values", pv, pv + nv * np.uint64(CCT_VALUE_DTYPE.itemsize)),
+            ("context {} metric indices", pm, pm + nm * np.uint64(CCT_METRIC_INDEX_DTYPE.itemsize)),
+        ],
+    )
     contexts = _db.FileBlocks(
         buf,
         path,
@@ -653,9 +662,11 @@ def dump(obj: CctDB, out: TextIO) -> None:
     nv, nm = obj.value_counts()
     out.write(f"cct.db: {obj.n_contexts} contexts, {int(nv.sum())} values\n")
     for c in np.flatnonzero(nv | nm).tolist():
-        block = obj.values[c]
+        block, problem = _blocks.block_for_dump(obj.values, c)
         out.write(f"ctx {c}: {block.n_values} values in {block.n_metrics} metrics\n")
-        bounds = block.bounds().tolist()
+        if problem is not None:
+            out.write(f"  # problem: {problem}\n")
+        bounds = _blocks.dump_bounds(block.metric_indices, block.n_values)
         prof = block.values["prof_index"].tolist()
         values = block.values["value"].tolist()
         for j, metric in enumerate(block.metric_ids().tolist()):
@@ -667,13 +678,18 @@ def verify(obj: CctDB) -> list[str]:
     """Consistency problems (formats.md §3.4), empty when clean."""
     packed = obj.values
     if isinstance(packed, PackedContexts):
-        return [
+        found = [
             f"context {c}: {p}"
             for c, p in packed_problems(
                 packed.metric_indices, packed.values, packed.metric_bounds, packed.value_bounds
             )
         ]
-    found: list[str] = []
+        bad = ~np.isfinite(np.asarray(packed.values["value"], dtype=np.float64))
+        if bad.any():
+            c = int(np.searchsorted(packed.value_bounds, int(np.argmax(bad)), side="right")) - 1
+            found.append(f"context {c}: {_blocks.non_finite_problem(packed.values)[0]}")
+        return found
+    found = []
     nv, nm = obj.value_counts()
     for c in np.flatnonzero(nv | nm).tolist():
         try:
@@ -682,6 +698,7 @@ def verify(obj: CctDB) -> list[str]:
             found.append(f"context {c}: {error.problem}")
             continue
         found.extend(f"context {c}: {p}" for p in block.problems())
+        found.extend(f"context {c}: {p}" for p in _blocks.non_finite_problem(block.values))
     return found
 
 

@@ -19,7 +19,8 @@ fill; an offset already on a boundary is kept), and the footer at the next multi
 ``write(read(f))`` gives back ``f`` byte for byte for every file laid out that way, which is every
 file hpcrun writes. Normalisation: a file whose sections are placed differently (other holes,
 non-zero bytes in holes) is read fine and written back in hpcrun's layout. Strings are decoded as
-UTF-8 with ``surrogateescape``, so any bytes round-trip exactly.
+UTF-8 with ``surrogateescape``, so any bytes round-trip exactly, except NUL: hpcrun writes C
+strings, so a NUL inside one is damage (refused; the writer refuses to write one).
 
 This module must never guess: bad input raises ``FormatError(path, section, problem)``, never a
 bare ``struct.error``/``IndexError``/``ValueError``/``UnicodeDecodeError``.
@@ -39,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats import hpcrun_check
 from pyhpctk.formats._whole import Buffer, Source, read_whole
 from pyhpctk.formats.hpcrun_constants import (
     ENDIAN_BIG,
@@ -197,7 +199,10 @@ class _Cursor:
             self.pos = start
             raise self.truncated(stop - start, what)
         self.pos = stop
-        return bytes(self.buf[start:stop]).decode("utf-8", "surrogateescape")
+        raw = bytes(self.buf[start:stop])
+        if b"\0" in raw:  # hpcrun writes C strings (strlen bytes): a NUL is damage
+            raise self.error(f"{what} at offset {start:#x} holds a NUL byte")
+        return raw.decode("utf-8", "surrogateescape")
 
     def nvpairs(self, what: str) -> list[tuple[str, str]]:
         count = self.u32(f"{what} count")
@@ -378,10 +383,13 @@ def _read_sparse(
     return id_tuple, values, starts[:-1]
 
 
-def read(source: Source) -> HpcrunProfile:
+def read(source: Source, *, strict: bool = True) -> HpcrunProfile:
     """Read a whole ``.hpcrun`` profile from a path, a buffer or a binary stream.
 
-    Bulk arrays of the result are read-only views of the file's bytes.
+    Bulk arrays of the result are read-only views of the file's bytes. With ``strict`` (the
+    default) a CCT or sparse section hpcprof could not use is a FormatError; ``strict=False``
+    returns such a profile anyway (for :func:`dump` and :func:`verify`, which show and list
+    what is wrong), though every section must still parse.
     """
     buf, path = read_whole(source)
     # The prefix first: a newer major version may have another footer.
@@ -417,7 +425,7 @@ def read(source: Source) -> HpcrunProfile:
         node_starts=node_starts,
         version=version,
     )
-    fatal = _fatal_problems(profile)
+    fatal = _fatal_problems(profile) if strict else []
     if fatal:
         raise FormatError(path, *fatal[0])
     return profile
@@ -544,15 +552,15 @@ def verify(profile: HpcrunProfile) -> list[str]:
 
     Includes everything :func:`read` refuses, plus what hpcprof would stumble on or that hpcrun
     never writes: unknown load modules, bad metric flags, unsorted or zero values, nodes with
-    values out of CCT order, an id tuple naming kinds missing from the dictionary.
+    values out of CCT order, an id tuple naming kinds missing from the dictionary, and
+    (:mod:`~pyhpctk.formats.hpcrun_check`) header numbers that are no numbers, a trace span
+    that ends before it starts, NaN or infinite values, negative times.
     """
     index = _Index(profile.cct)
     problems = [f"{section}: {problem}" for section, problem in _fatal_problems(profile, index)]
     if not profile.version.startswith("04."):
         problems.append(f"header: version {profile.version!r} is not 04.xx")
-    for name in ("program-name", "mpi-rank", "thread-id", "host-id", "process-id"):
-        if not any(key == name for key, _ in profile.nvpairs):
-            problems.append(f"header: nv-pair {name!r} is missing")
+    problems.extend(hpcrun_check.header_problems(profile))
 
     lm_ids = [m.id for m in profile.load_modules]
     if len(set(lm_ids)) != len(lm_ids):
@@ -593,6 +601,7 @@ def verify(profile: HpcrunProfile) -> list[str]:
 
     if not any(s.startswith("sparse metrics") for s in problems):
         problems.extend(_sparse_order_problems(profile, index))
+        problems.extend(hpcrun_check.value_problems(profile))
     return problems
 
 
@@ -642,6 +651,8 @@ def _string(text: str) -> bytes:
     raw = _encode(text)
     if len(raw) > 0xFFFFFFFF:
         raise ValueError("a string longer than 4 GiB cannot be written")
+    if b"\0" in raw:
+        raise ValueError(f"hpcrun strings are C strings and cannot hold NUL: {text!r}")
     return struct.pack(">I", len(raw)) + raw
 
 
@@ -870,7 +881,10 @@ def dump(
 def _dump_values(profile: HpcrunProfile, out: TextIO) -> None:
     n_nodes = len(profile.node_starts)
     out.write(f"[values] {len(profile.values)} values on {n_nodes} nodes\n")
-    if len(_fatal_problems(profile)):
+    fatal = _fatal_problems(profile)
+    if fatal:
+        # Only a profile read with strict=False gets here: show what hpcprof could not use.
+        out.writelines(f"  # problem: {section}: {problem}\n" for section, problem in fatal)
         for raw in profile.values:
             out.write(f"  raw bits={int(raw['value_bits']):#018x} metric={int(raw['metric'])}\n")
         return

@@ -122,6 +122,17 @@ def metric_flags(
     )
 
 
+# Metric names carry their unit in parentheses (``CPUTIME (sec)``, ``GKER (sec)``, formats.md §1.6
+# and §7); a time can be neither negative nor anything but a finite number.
+TIME_UNITS = frozenset({"sec", "s", "msec", "ms", "usec", "us", "nsec", "ns"})
+
+
+def is_time_metric(name: str) -> bool:
+    """Does metric ``name`` measure a time (its unit suffix is seconds or a fraction of one)?"""
+    head, _, unit = name.rpartition(" (")
+    return bool(head) and unit.endswith(")") and unit[:-1] in TIME_UNITS
+
+
 # formats.md §1.5: the placeholders code refers to by name.
 PRIMARY_ROOT = "^Primary"
 PARTIAL_ROOT = "^Partial"

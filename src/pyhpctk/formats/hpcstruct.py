@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcstruct_model import (
     ALIEN,
     CALL,
@@ -201,11 +202,16 @@ ATTRIBUTE_ORDER: Mapping[str, tuple[str, ...]] = {
 _SELF_CLOSING = frozenset({STATEMENT, CALL})
 
 # formats.md §4.2, address-set grammar: "{" then "[0xLO-0xHI)" separated by single spaces, "}".
-_HEX_RANGE = r"\[0x[0-9a-fA-F]+-0x[0-9a-fA-F]+\)"
+# Addresses are offsets in a binary: 64 bits at most (leading zeros aside).
+_ADDRESS = r"0x0*[0-9a-fA-F]{1,16}"
+_HEX_RANGE = rf"\[{_ADDRESS}-{_ADDRESS}\)"
 _ADDRESS_SET = re.compile(rf"\{{(?:{_HEX_RANGE}(?: {_HEX_RANGE})*)?\}}")
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 _DECIMAL = re.compile(r"\d+")
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_HEX = re.compile(_ADDRESS)
+# A line number as meta.db holds it (u32, formats.md §3.2).
+_LINE = re.compile(r"0*\d{1,10}")
+_LINE_MAX = 0xFFFFFFFF
 
 _CHUNK = 1 << 20  # bytes fed to expat at a time
 
@@ -250,7 +256,7 @@ def _source_name(source: Source) -> str | None:
 
 def _chunks(source: Source) -> Iterator[bytes | memoryview]:
     if isinstance(source, str | os.PathLike):
-        with open(source, "rb") as stream:
+        with open_regular(source) as stream:
             while chunk := stream.read(_CHUNK):
                 yield chunk
     elif isinstance(source, bytes | bytearray | memoryview):
@@ -320,7 +326,18 @@ class _Reader:
             raise self.error(f"unknown element <{tag}>", tag)
         ranges = attrs.get("v")
         if ranges is not None and _ADDRESS_SET.fullmatch(ranges) is None:
-            raise self.error(f"bad address set v={ranges!r} (expected {{[0xLO-0xHI) ...}})", tag)
+            raise self.error(
+                f"bad address set v={_clip(ranges)!r} (expected {{[0xLO-0xHI) ...}} of 64-bit "
+                "addresses)",
+                tag,
+            )
+        # Tools read these as numbers (Scope.line, Scope.call_target): refuse what is none.
+        line = attrs.get("l")
+        if line is not None and (_LINE.fullmatch(line) is None or int(line) > _LINE_MAX):
+            raise self.error(f"line l={_clip(line)!r} is not a line number (0 to 2^32-1)", tag)
+        target = attrs.get("t")
+        if target is not None and _HEX.fullmatch(target) is None:
+            raise self.error(f"call target t={_clip(target)!r} is not a 64-bit 0x address", tag)
         scope = Scope(tag, attrs, [])
         if self.stack:
             self.stack[-1].children.append(scope)
@@ -373,12 +390,18 @@ class _Reader:
             self.stack.pop()
 
 
+def _clip(text: str) -> str:
+    """An attribute value short enough for a one-line message."""
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def read(source: Source) -> StructureFile:
     """Parse an hpcstruct file (path, bytes or binary stream) into a :class:`StructureFile`.
 
     Parsing streams through expat in 1 MiB chunks; attribute order and the DOCTYPE text are kept.
     Raises :class:`FormatError` (with the line number) for malformed or truncated XML, a wrong
-    root element, an unknown element, a bad ``v`` address set or a major version other than 4;
+    root element, an unknown element, a bad ``v`` address set (or an address past 64 bits), a
+    line ``l`` or call target ``t`` that is not a number, or a major version other than 4;
     warns with :class:`FormatWarning` for a newer minor version.
     """
     reader = _Reader(_source_name(source))

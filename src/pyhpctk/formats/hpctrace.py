@@ -29,6 +29,7 @@ import numpy as np
 from pyhpctk.errors import FormatError
 from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun import parse_version
+from pyhpctk.formats.hpcrun_check import trace_span
 from pyhpctk.formats.hpcrun_constants import ENDIAN_BIG, TRACE_MAGIC, TRACE_VERSION
 from pyhpctk.formats.hpcrun_model import (
     CCT_ID_RETAINED,
@@ -158,8 +159,10 @@ def verify(trace: HpctraceFile) -> list[str]:
 def verify_trace(trace: HpctraceFile, profile: HpcrunProfile) -> list[str]:
     """Problems of ``trace`` read with its sibling ``profile``; empty when clean.
 
-    Beyond :func:`verify`: every node a record names must be in the profile's CCT, and times may
-    run backwards only within the profile's ``trace-disorder`` window (formats.md §1.3, §2): with
+    Beyond :func:`verify`: every node a record names must be in the profile's CCT, every time
+    must lie in the profile's ``trace-min-time``..``trace-max-time`` (hpcrun and pyrun write the
+    trace's own first and last time there, ``0``..``0`` for no trace), and times may run
+    backwards only within the profile's ``trace-disorder`` window (formats.md §1.3, §2): with
     disorder D, no record may be earlier than any record more than D positions before it.
     """
     problems = verify(trace)
@@ -175,6 +178,16 @@ def verify_trace(trace: HpctraceFile, profile: HpcrunProfile) -> list[str]:
     disorder_text = profile.header("trace-disorder", "0")
     disorder = int(disorder_text) if disorder_text.isdigit() else 0
     times = np.asarray(trace.records["time"], dtype=np.uint64)
+    span = trace_span(profile)
+    if span is not None and len(times):
+        low, high = span
+        outside = (times < np.uint64(low)) | (times > np.uint64(high))
+        if outside.any():
+            i = int(np.argmax(outside))
+            problems.append(
+                f"records: record {i} at time {int(times[i])} lies outside the profile's "
+                f"trace-min-time..trace-max-time {low}..{high} ({int(outside.sum())} such records)"
+            )
     if len(times) > disorder + 1:
         running_max = np.maximum.accumulate(times)
         late = times[disorder + 1 :] < running_max[: len(times) - disorder - 1]

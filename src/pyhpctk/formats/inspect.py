@@ -10,16 +10,14 @@ This module reads; it never writes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from pyhpctk import formats
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import metadb
-
-DATABASE_FILES = ("meta.db", "profile.db", "cct.db", "trace.db")
+from pyhpctk.formats import crosscheck
+from pyhpctk.formats.crosscheck import DATABASE_FILES
 
 
 @dataclass(slots=True)
@@ -57,6 +55,54 @@ def kind_of(path: Path) -> str:
     )
 
 
+# Formats by the directory they belong to (formats.md §0.1), for :func:`misplaced_input`.
+_MEASUREMENT_FORMATS = ("hpcrun", "hpctrace", "logical")
+_DATABASE_FORMATS = ("metadb", "profiledb", "cctdb", "tracedb")
+
+
+def misplaced_input(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is, and which tool reads it: the sentence a tool adds when it was handed
+    another tool's input (``this is a measurement directory; run pyprof on it ...``).
+
+    None when ``path`` is none of the toolchain's inputs (missing, or something else): the
+    tool's own message then stands alone. Reads at most a file's first bytes.
+    """
+    where = Path(path)
+    if where.is_dir():
+        if (where / "meta.db").is_file():
+            return f"this is a database; pyview shows it (pyview {where})"
+        if any(where.glob("*.hpcrun")) or any(where.glob("gpubins/*.gpubin")):
+            return (
+                f"this is a measurement directory; run pyprof on it (pyprof {where}), then "
+                "pyview on the database pyprof writes"
+            )
+        return None
+    if not where.is_file():
+        return None
+    if where.suffix in (".py", ".pyw"):
+        return f"this is a Python source; measure it with pyrun (pyrun python {where})"
+    try:
+        name = formats.detect_file(where)
+    except FormatError:
+        return None
+    if name in _DATABASE_FORMATS:
+        directory = where.parent
+        return (
+            f"this is the {where.name} of the database {directory}; pyview shows it "
+            f"(pyview {directory})"
+        )
+    if name in _MEASUREMENT_FORMATS:
+        directory = where.parent.parent if name == "logical" else where.parent
+        return (
+            f"this is a measurement file of {directory}; the tools read the whole directory "
+            f"(pystruct {directory}, pyprof {directory})"
+        )
+    return (
+        "this is a structure file; pyprof reads it from MEASUREMENTS/structs/ or with -S "
+        f"(pyprof -S {where} MEASUREMENTS)"
+    )
+
+
 def measurement_files(path: Path) -> list[Path]:
     """Every file of a measurement directory that has a format we read, in a stable order."""
     files = sorted(path.glob("*.hpcrun")) + sorted(path.glob("*.hpctrace"))
@@ -77,7 +123,12 @@ def files_of(path: Path) -> list[Path]:
 
 
 def dump_path(path: str | os.PathLike[str], out: TextIO) -> None:
-    """Write the readable text of a file, or of every file of a directory, to ``out``."""
+    """Write the readable text of a file, or of every file of a directory, to ``out``.
+
+    What is wrong in a file that can be read is shown, marked ``# problem:``; a file that
+    cannot be read at all is a FormatError, raised once every other file of a directory has
+    been shown (each unreadable one marked ``# unreadable:`` in its place).
+    """
     root = Path(path)
     kind = kind_of(root)
     files = files_of(root)
@@ -85,11 +136,27 @@ def dump_path(path: str | os.PathLike[str], out: TextIO) -> None:
         others = sorted(p.name for p in (root / "gpubins").glob("*") if p.is_file())
         if others:
             out.write(f"# gpubins: {', '.join(others)}\n")
+    if kind == "file":
+        _dump_file(files[0], formats.detect_file(files[0]), out)
+        return
+    unreadable: list[FormatError] = []
     for file in files:
-        name = formats.detect_file(file)
-        if kind != "file":
+        try:
+            name = formats.detect_file(file)
             out.write(f"=== {file.relative_to(root)} ({name})\n")
-        formats.module(name).dump(formats.module(name).read(file), out)
+            _dump_file(file, name, out)
+        except FormatError as error:
+            out.write(f"# unreadable: {error}\n")
+            unreadable.append(error)
+    if unreadable:
+        raise unreadable[0]
+
+
+def _dump_file(file: Path, name: str, out: TextIO) -> None:
+    module = formats.module(name)
+    # A profile hpcprof could not use is still shown (dump marks what is wrong).
+    obj = module.read(file, strict=False) if name == "hpcrun" else module.read(file)
+    module.dump(obj, out)
 
 
 def _read_checked(file: Path, report: Report) -> tuple[str, object] | None:
@@ -119,47 +186,7 @@ def verify_path(path: str | os.PathLike[str]) -> Report:
         if result is not None:
             read[file] = result
     if kind == "measurements":
-        _verify_measurement_links(read, report)
+        report.problems.extend(crosscheck.measurement_problems(read))
     elif kind == "database":
-        _verify_database_links(root, read, report)
+        report.problems.extend(crosscheck.database_problems(root, read))
     return report
-
-
-def _verify_measurement_links(read: dict[Path, tuple[str, object]], report: Report) -> None:
-    """Each trace must name only nodes of its sibling profile (formats.md §2); each profile's
-    ``logical/`` load module (a path relative to the directory, pyrun's Python frames) must exist.
-    """
-    verify_trace: Callable[[object, object], list[str]] = formats.module("hpctrace").verify_trace
-    for file, (name, profile) in read.items():
-        if name != "hpcrun":
-            continue
-        for module in getattr(profile, "load_modules", ()):
-            rel = str(module.path)
-            if rel.startswith("logical/") and not (file.parent / rel).is_file():
-                report.problems.append(f"{file}: load module {rel} is missing")
-    for file, (name, trace) in read.items():
-        if name != "hpctrace":
-            continue
-        sibling = read.get(file.with_suffix(".hpcrun"))
-        if sibling is None:
-            report.problems.append(f"{file}: trace without a readable sibling .hpcrun profile")
-            continue
-        report.problems.extend(f"{file}: {p}" for p in verify_trace(trace, sibling[1]))
-
-
-def _verify_database_links(
-    root: Path, read: dict[Path, tuple[str, object]], report: Report
-) -> None:
-    """profile.db and cct.db hold the same values; traces name contexts of meta.db (§3.4, §3.5)."""
-    missing = [n for n in DATABASE_FILES[:3] if not (root / n).is_file()]
-    report.problems.extend(f"{root}: missing {n}" for n in missing)
-    parts = {name: obj for name, obj in read.values()}
-    meta, profiles, contexts = parts.get("metadb"), parts.get("profiledb"), parts.get("cctdb")
-    if profiles is not None and contexts is not None:
-        check = formats.module("cctdb").verify_against_profiles
-        report.problems.extend(f"{root}: {p}" for p in check(contexts, profiles))
-    traces = parts.get("tracedb")
-    if isinstance(meta, metadb.MetaDB) and traces is not None:
-        known = meta.index().table["ctx_id"]
-        check = formats.module("tracedb").verify_contexts
-        report.problems.extend(f"{root / 'trace.db'}: {p}" for p in check(traces, known))

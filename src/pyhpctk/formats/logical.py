@@ -8,7 +8,8 @@ until end of file, stanzas ``{ u32 fid; str funcname; u8 mangling; str filename;
 
 Stanzas are kept in file order (hpcrun writes them in hash-table order, not by fid), so
 ``write(read(f)) == f`` byte for byte. Strings are decoded as UTF-8 with ``surrogateescape``
-so any bytes round-trip. The files are small, so they are parsed with :mod:`struct`.
+so any bytes round-trip, except NUL (hpcrun's names are C strings: a NUL in one is damage, and
+no database could hold the name). The files are small, so they are parsed with :mod:`struct`.
 This module must never raise anything but :class:`~pyhpctk.errors.FormatError` on bad input.
 """
 
@@ -102,7 +103,10 @@ def read(source: Source) -> LogicalMetadata:
     def string(what: str, index: int) -> str:
         (length,) = struct.unpack_from(">I", buf, take(4, f"length of {what}", index))
         start = take(length, what, index)
-        return buf[start : start + length].decode("utf-8", "surrogateescape")
+        raw = buf[start : start + length]
+        if b"\0" in raw:  # C strings in hpcrun, names a database holds as C strings
+            raise FormatError(path, f"stanza {index}", f"{what} holds a NUL byte")
+        return raw.decode("utf-8", "surrogateescape")
 
     while pos < end:
         i = len(stanzas)
@@ -117,6 +121,8 @@ def read(source: Source) -> LogicalMetadata:
 
 def _string(text: str) -> bytes:
     raw = text.encode("utf-8", "surrogateescape")
+    if b"\0" in raw:
+        raise ValueError(f"logical names are C strings and cannot hold NUL: {text!r}")
     return struct.pack(">I", len(raw)) + raw
 
 

@@ -49,12 +49,13 @@ the same bytes for every hpcprof file in the reference data; without it, only th
 
 Reader: every pointer and size is bounds-checked; every function/file/module/scope pointer must
 hit an entry of its table; child arrays must be tiled exactly by their records, and may not be
-shared or overlap (so a corrupt file cannot loop). Bad input raises
-:class:`~pyhpctk.errors.FormatError`; a newer minor version warns. The Context section is read in
-two passes: a loop that only finds record offsets (depth-first pre-order), then bulk numpy
-gathers of all fields, flags and flex words, from which both the objects and the flat index are
-made; the writer lays out all context records with numpy in one go. Deep trees are handled
-without recursion.
+shared or overlap (so a corrupt file cannot loop); neither may the metrics' scope-instance and
+summary arrays, nor the strings named (so a small file cannot name the square of its size).
+Bad input raises :class:`~pyhpctk.errors.FormatError`; a newer minor version warns. The Context
+section is read in two passes: a loop that only finds record offsets (depth-first pre-order),
+then bulk numpy gathers of all fields, flags and flex words, from which both the objects and the
+flat index are made; the writer lays out all context records with numpy in one go. Deep trees
+are handled without recursion.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import Buffer
 from pyhpctk.formats.vocabulary import (
     DEFAULT_ID_NAMES,
@@ -598,8 +599,10 @@ class MetaDB:
     """The whole of a ``meta.db`` (formats.md §3.2); see the module docstring for the rules.
 
     ``string_order`` is a layout hint (the Strings pool order read from a file), not data: it is
-    ignored by ``==``. :meth:`index` caches a :class:`ContextIndex`; call
-    :meth:`invalidate_index` after changing the tree.
+    ignored by ``==``, as is ``read_problems``: what :func:`read` saw in the bytes that the model
+    cannot hold (a string outside the Strings pool), which :func:`verify` reports.
+    :meth:`index` caches a :class:`ContextIndex`; call :meth:`invalidate_index` after changing
+    the tree.
     """
 
     title: str = DEFAULT_TITLE
@@ -612,6 +615,7 @@ class MetaDB:
     functions: list[Function] = field(default_factory=list)
     entry_points: list[EntryPoint] = field(default_factory=list)
     string_order: tuple[str, ...] | None = None
+    read_problems: tuple[str, ...] = field(default=(), repr=False)
     _index: ContextIndex | None = field(default=None, repr=False)
 
     def __eq__(self, other: object) -> bool:
@@ -662,6 +666,11 @@ class _Reader:
         self.buf = buf
         self.path = path
         self.size = len(buf)
+        self.strings: dict[int, str] = {}
+        # Bytes of distinct strings decoded so far: hpcprof's strings are disjoint, so more than
+        # the file holds means pointers into one another's strings (a file naming far more
+        # text than it holds, pointer by pointer).
+        self.decoded = 0
 
     def fail(self, section: str, problem: str) -> FormatError:
         return FormatError(self.path, section, problem)
@@ -690,7 +699,18 @@ class _Reader:
         )
 
     def string(self, pointer: int, section: str) -> str:
-        return _db.cstring_at(self.buf, pointer, self.path, section)
+        found = self.strings.get(pointer)
+        if found is None:
+            found = _db.cstring_at(self.buf, pointer, self.path, section)
+            self.strings[pointer] = found
+            self.decoded += len(found)
+            if self.decoded > self.size:
+                raise self.fail(
+                    section,
+                    f"string pointers overlap: the strings named add up to more than the "
+                    f"file's {self.size} bytes",
+                )
+        return found
 
 
 def _resolve(
@@ -777,6 +797,20 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
         "Metrics",
         "metric descriptions",
     )
+    # formats.md §3.6: each metric has arrays of its own; aliases would let a small file name
+    # the square of its size in scope instances.
+    n_insts = metric_recs["nScopeInsts"].astype(np.uint64)
+    n_sums = metric_recs["nSummaries"].astype(np.uint64)
+    p_insts, p_sums = metric_recs["pScopeInsts"], metric_recs["pSummaries"]
+    sz_insts, sz_sums = np.uint64(mh["szScopeInst"]), np.uint64(mh["szSummary"])
+    _blocks.refuse_overlaps(
+        path,
+        "Metrics",
+        [
+            ("the scope instances of metric {}", p_insts, p_insts + n_insts * sz_insts),
+            ("the summaries of metric {}", p_sums, p_sums + n_sums * sz_sums),
+        ],
+    )
     # Metric tables are small and many (4 records per metric): numpy views per metric, but
     # scope pointers resolved through a dict, since per-call numpy overhead dominates here.
     scope_of = {p_scopes + k * sz_scope: k for k in range(n_scopes)}
@@ -823,9 +857,19 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
         string_order.append(text)
         pos += len(raw) + 1
 
+    stray: list[str] = []
+
     def pooled(pointer: int, section: str) -> str:
         found = strings_at.get(pointer)
-        return found if found is not None else r.string(pointer, section)
+        if found is not None:
+            return found
+        # formats.md §3.6: these strings live in the Strings pool; elsewhere is readable, not right.
+        if len(stray) < 10:
+            stray.append(
+                f"{section}: string pointer 0x{pointer:x} is not the start of a string of the "
+                f"Strings section [0x{s_off:x}, 0x{s_off + s_size:x})"
+            )
+        return r.string(pointer, section)
 
     def table(k: int, dtype: np.dtype[np.void], what: str) -> tuple[npt.NDArray[np.void], int, int]:
         h = need(k, TABLE_HEADER_DTYPE)
@@ -899,6 +943,7 @@ def _read_buffer(buf: Buffer, path: str | None) -> MetaDB:
         functions=functions,
         entry_points=entry_points,
         string_order=tuple(string_order),
+        read_problems=tuple(stray),
         _index=index,
     )
 
@@ -1496,12 +1541,13 @@ def write(db: MetaDB, dest: _db.Dest) -> None:
 def verify(db: MetaDB) -> list[str]:
     """Consistency problems of ``db`` (formats.md §3.2, §3.7); empty when clean.
 
-    Checks: every scope, module, file and function index resolves ("dangling ..." otherwise);
+    Checks: names that :func:`read` found outside the Strings section (``read_problems``);
+    every scope, module, file and function index resolves ("dangling ..." otherwise);
     prop and stat metric ids are each unique; ctxIds are unique and not 0; the propagation bit 0
     is set exactly on lexical contexts. Runs in bulk over the flat index (built afresh, so it
     sees the tree as it is now).
     """
-    problems = _table_problems(db)
+    problems = [*db.read_problems, *_table_problems(db)]
     try:
         index = ContextIndex.build(db.entry_points)
     except (OverflowError, ValueError) as error:

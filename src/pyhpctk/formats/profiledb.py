@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 
@@ -311,9 +311,9 @@ class ProfileTable(Sequence[ProfileInfo]):
 
 
 def _id_tuples_fit(buf: _db.Buffer, pointers: npt.NDArray[np.uint64], limit: int) -> bool:
-    """Do all id tuples lie inside ``[0, limit)`` (the check :func:`_read_id_tuple` makes, for
-    every profile at once)?"""
-    at = np.asarray(pointers, dtype=np.uint64)
+    """Do all id tuples lie inside ``[0, limit)`` without overlapping one another (the checks of
+    :func:`_refuse_overlapping_tuples` and :func:`_read_id_tuple`, for every profile at once)?"""
+    at = np.unique(np.asarray(pointers, dtype=np.uint64))
     at = at[at != 0]
     if not len(at):
         return True
@@ -322,7 +322,8 @@ def _id_tuples_fit(buf: _db.Buffer, pointers: npt.NDArray[np.uint64], limit: int
     raw = np.frombuffer(buf, np.uint8)
     start = at.astype(np.int64)
     n = raw[start].astype(np.int64) | (raw[start + 1].astype(np.int64) << 8)
-    return bool(np.all(start + 8 + 16 * n <= limit))
+    end = start + ID_TUPLE_HEADER_DTYPE.itemsize + 16 * n
+    return bool(np.all(end <= limit)) and not bool(np.any(start[1:] < end[:-1]))
 
 
 def default_block_order(profiles: Sequence[ProfileInfo]) -> tuple[int, ...]:
@@ -435,6 +436,21 @@ def _read_id_tuple(
     )
 
 
+def _refuse_overlapping_tuples(
+    buf: _db.Buffer, path: str | None, pointers: npt.NDArray[np.uint64]
+) -> None:
+    """Profiles may share an id tuple, but distinct tuples may not overlap (§3.3, §3.6)."""
+    distinct = sorted(set(pointers.tolist()) - {0})
+    end = 0
+    for previous, at in zip([0, *distinct], distinct, strict=False):
+        if at < end:
+            raise FormatError(
+                path, "IdTuples", f"the id tuples at 0x{previous:x} and 0x{at:x} overlap"
+            )
+        n = _db.u16_at(buf, at, path, "IdTuples")
+        end = at + ID_TUPLE_HEADER_DTYPE.itemsize + 16 * n
+
+
 def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
     """Read a profile.db from a path (memory-mapped), a buffer or a binary file object.
 
@@ -456,12 +472,29 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
         raise FormatError(
             path, "ProfileInfos", f"profile {i}: value block points past the end of the data"
         )
+    # formats.md §3.6: every non-empty array has bytes of its own (aliases would let a small
+    # file name the square of its size in values).
+    nv, nc = infos["n_values"], infos["n_ctxs"].astype(np.uint64)
+    pv, pc = infos["p_values"], infos["p_ctx_indices"]
+    _blocks.refuse_overlaps(
+        path,
+        "ProfileInfos",
+        [
+            ("profile {} values", pv, pv + nv * np.uint64(PROFILE_VALUE_DTYPE.itemsize)),
+            (
+                "profile {} context indices",
+                pc,
+                pc + nc * np.uint64(PROFILE_CTX_INDEX_DTYPE.itemsize),
+            ),
+        ],
+    )
     tuple_limit = min(limit, tuples_at + tuples_size)
     profiles: Sequence[ProfileInfo]
     if _id_tuples_fit(buf, infos["p_id_tuple"], tuple_limit):
         # Every tuple checked at once; each profile's info is made when asked for.
         profiles = ProfileTable(buf, infos["flags"], infos["p_id_tuple"])
-    else:  # one of them does not fit: find which, for the message
+    else:  # one of them is wrong: find which, for the message
+        _refuse_overlapping_tuples(buf, path, infos["p_id_tuple"])
         cache: dict[int, tuple[IdTupleElement, ...]] = {}
         profiles = []
         for flags, p_tuple in zip(
@@ -640,8 +673,10 @@ def dump(obj: ProfileDB, out: TextIO) -> None:
     out.write(f"block order: {' '.join(str(i) for i in obj.block_order)}\n")
     for i, info in enumerate(obj.profiles):
         out.write(f"profile {i}: {info.describe()}: {int(nv[i])} values in {int(nc[i])} contexts\n")
-        block = obj.values[i]
-        bounds = block.bounds().tolist()
+        block, problem = _blocks.block_for_dump(obj.values, i)
+        if problem is not None:
+            out.write(f"  # problem: {problem}\n")
+        bounds = _blocks.dump_bounds(block.ctx_indices, block.n_values)
         metric_ids = block.values["metric_id"].tolist()
         values = block.values["value"].tolist()
         for j, ctx in enumerate(block.ctx_ids().tolist()):
@@ -663,4 +698,5 @@ def verify(obj: ProfileDB) -> list[str]:
             found.append(f"profile {i}: {error.problem}")
             continue
         found.extend(f"profile {i}: {p}" for p in block.problems())
+        found.extend(f"profile {i}: {p}" for p in _blocks.non_finite_problem(block.values))
     return found

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _db
+from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 
 FORMAT_ID = _db.FORMAT_IDS["trace"]
@@ -199,6 +199,12 @@ class TraceDB:
             return default_line_order(len(self.lines))
         return self._line_order
 
+    def prof_indices(self) -> npt.NDArray[np.int64]:
+        """Each line's profile index, without loading any line."""
+        if isinstance(self.lines, _FileLines):
+            return self.lines.prof_indices()
+        return np.array([line.prof_index for line in self.lines], dtype=np.int64)
+
     def rooms(self) -> npt.NDArray[np.int64]:
         """Each line's room in elements, without loading any line."""
         rooms = getattr(self.lines, "rooms", None)
@@ -280,14 +286,19 @@ class _FileLines(Sequence[TraceLine]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         i = range(len(self))[index]
+        line = self.raw(i)
+        found = line.problems()
+        if found:
+            raise FormatError(self._path, f"trace line {i}", "; ".join(found))
+        return line
+
+    def raw(self, i: int) -> TraceLine:
+        """Line ``i`` as a view of the buffer, unchecked (its pointers were checked by read)."""
         count = int(self._count[i])
         if count:
             elements = np.frombuffer(self._buf, TRACE_ELEMENT_DTYPE, count, int(self._start[i]))
         else:
             elements = np.zeros(0, TRACE_ELEMENT_DTYPE)
-        found = element_problems(elements)
-        if found:
-            raise FormatError(self._path, f"trace line {i}", "; ".join(found))
         room = int(self._room[i])
         return TraceLine(int(self._prof[i]), elements, None if room == count else room)
 
@@ -313,6 +324,8 @@ def read(source: _db.Source, *, lazy: bool = True) -> TraceDB:
             f"trace line {i}: elements [0x{int(start[i]):x}, 0x{int(end[i]):x}) are not a whole "
             f"number of elements inside the data",
         )
+    # formats.md §3.6: lines are disjoint (aliases would multiply the elements a file holds).
+    _blocks.refuse_overlaps(path, "CtxTraces", [("trace line {} elements", start, end)])
     # Recover the line order and each line's room: by start, a zero-room line before its alias.
     count = ((end - start) // np.uint64(12)).astype(np.int64)
     start64 = start.astype(np.int64)
@@ -431,9 +444,11 @@ def dump(obj: TraceDB, out: TextIO) -> None:
     )
     out.write(f"line order: {' '.join(str(i) for i in obj.line_order)}\n")
     for i in range(len(obj.lines)):
-        line = obj.lines[i]
+        line, problem = _blocks.block_for_dump(obj.lines, i)
         room = "" if line.capacity is None else f", room for {line.capacity}"
         out.write(f"line {i}: profile {line.prof_index}: {len(line.elements)} elements{room}\n")
+        if problem is not None:
+            out.write(f"  # problem: {problem}\n")
         times = line.elements["timestamp"].tolist()
         ctx = line.elements["ctx_id"].tolist()
         out.writelines(f"  {t} ctx {c}\n" for t, c in zip(times, ctx, strict=True))
@@ -487,6 +502,20 @@ def verify(
                     f"line {i}: timestamps {low}..{high} fall outside the database's range "
                     f"{obj.min_timestamp}..{obj.max_timestamp}"
                 )
+    n_elements = (
+        obj.lines.counts()
+        if isinstance(obj.lines, _FileLines)
+        else np.array([len(line.elements) for line in obj.lines], dtype=np.int64)
+    )
+    if obj.min_timestamp > obj.max_timestamp and n_elements.any():
+        found.append(
+            f"the database's range {obj.min_timestamp}..{obj.max_timestamp} ends before it starts"
+        )
+    # formats.md §3.5: one line per thread profile.
+    prof, lines_of = np.unique(obj.prof_indices(), return_counts=True)
+    if (lines_of > 1).any():
+        twice = prof[lines_of > 1][:10].tolist()
+        found.append(f"profiles {twice} have more than one trace line")
     if known_ctx_ids is not None:
         found.extend(verify_contexts(obj, known_ctx_ids))
     return found

@@ -4,10 +4,15 @@
   when it starts (reading its own CPU clock) and writes its profile when it ends.
 - **Exit**: an ``atexit`` handler registered before the program runs, so it runs after the
   program's own handlers, writes every thread's files.
-- **SIGTERM**: its default action would kill the process without ``atexit``; pyrun installs a
-  handler that writes the files and then dies of SIGTERM as before. ``signal.signal`` and
-  ``signal.getsignal`` are wrapped so the program still installs, sees and gets called through
-  its own SIGTERM handler. SIGINT keeps Python's default (``KeyboardInterrupt`` reaches ``atexit``).
+- **Signals that end the process** (SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ...: every catchable one
+  whose default action terminates, :data:`pyhpctk.measure.signals.TERMINATING`): their default
+  would kill the process without ``atexit``. For each one left at its default, pyrun installs a
+  handler that writes the files and then dies of that signal by its default action (exit status
+  and core dump as without pyrun). ``signal.signal`` and ``signal.getsignal`` are wrapped: a
+  program that installs its own handler gets exactly that handler (pyrun steps aside), and one
+  that restores ``SIG_DFL`` gets pyrun's writer back while ``getsignal`` reports ``SIG_DFL``.
+  Signals the program or its parent ignore (Python ignores SIGPIPE and SIGXFSZ; ``nohup``
+  SIGHUP) and SIGINT (Python's ``KeyboardInterrupt`` reaches ``atexit``) are left alone.
 - **os._exit and exec**: wrapped to write the files first (``multiprocessing`` fork children end
   with ``os._exit``).
 - **sys.setswitchinterval / getswitchinterval**: wrapped so the program sets and sees its own
@@ -20,11 +25,14 @@ program keep working, and ``threading.enumerate()`` does not list the sampler.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import signal
 import sys
 import threading
+
+from pyhpctk.measure import signals
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -38,7 +46,12 @@ if TYPE_CHECKING:
 
 _session: Session | None = None
 _installed = False
-_program_sigterm: _Handler = signal.SIG_DFL
+_TERMINATING = frozenset(signals.TERMINATING)
+# The thread writing files through one of the hooks below, and a signal that arrived in that
+# thread meanwhile: it is acted on once the files are written.
+_writer: int | None = None
+_deferred: list[int] = []
+_written_for_signal = False  # a helper wrote the files for a signal: the next one ends us
 _real_signal = signal.signal
 _real_getsignal = signal.getsignal
 _real_exit = os._exit
@@ -68,34 +81,73 @@ def _bootstrap_inner(self: threading.Thread) -> None:
             session.thread_finished()
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> Any:
-    handler = _program_sigterm
-    if callable(handler):
-        return handler(signum, frame)
-    if handler == signal.SIG_IGN:
-        return None
-    # The program left SIGTERM at its default: write the files, then die of SIGTERM as it would.
-    if _session is not None:
-        _session.finish()
-    _real_signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-    return None
+def _write(session: Session, checkpoint: bool = False) -> None:
+    """Finish (or checkpoint) ``session``; a fatal signal arriving meanwhile waits until done."""
+    global _writer
+    me = threading.get_ident()
+    outer = _writer == me
+    _writer = me
+    try:
+        if checkpoint:
+            session.checkpoint()
+        else:
+            session.finish()
+    finally:
+        if not outer:
+            _writer = None
+            if _deferred:
+                signals.die_of(_deferred[0], _real_signal, _real_exit)
+
+
+def _on_fatal_signal(signum: int, frame: FrameType | None) -> None:
+    """A signal the program left at its default: write the files, then die of it as it would."""
+    session = _session
+    if session is None or _written_for_signal:
+        signals.die_of(signum, _real_signal, _real_exit)
+        return
+    if _writer == threading.get_ident():
+        # It interrupted pyrun's own writing in this thread (Python runs handlers between any
+        # two bytecodes): finishing that first writes complete files, then _write dies of it.
+        _deferred.append(signum)
+        return
+    if session.lock._is_owned():  # type: ignore[attr-defined]
+        # It interrupted pyrun code in this thread that holds the session lock, halfway through
+        # changing a CCT: a helper writes once this thread has let go, then signals again.
+        _thread.start_new_thread(_write_then_signal_again, (session, signum))
+        return
+    _write_reporting(session, signum)
+    signals.die_of(signum, _real_signal, _real_exit)
+
+
+def _write_reporting(session: Session, signum: int) -> None:
+    try:
+        _write(session)
+    except Exception as error:  # the process must die of the signal whatever happened
+        name = signals.name_of(signum)
+        sys.stderr.write(f"pyrun: writing the profiles on {name} failed: {error!r}\n")
+
+
+def _write_then_signal_again(session: Session, signum: int) -> None:
+    global _written_for_signal
+    session.exclude_thread(threading.get_ident())  # pyrun's own: not measured
+    _write_reporting(session, signum)
+    _written_for_signal = True
+    os.kill(os.getpid(), signum)  # the main thread's handler now dies of it
 
 
 def _signal(signalnum: int, handler: _Handler) -> _Handler:
-    global _program_sigterm
-    if signalnum != signal.SIGTERM:
+    if signalnum not in _TERMINATING:
         return _real_signal(signalnum, handler)
-    _real_signal(signalnum, handler)  # validates the handler, as the original would
-    _real_signal(signalnum, _on_sigterm)
-    previous, _program_sigterm = _program_sigterm, handler
-    return previous
+    # The program's own handler (or SIG_IGN) replaces pyrun's writer outright; asking for the
+    # default gives the writer back. Either way the program sees what it asked for.
+    default = not callable(handler) and handler == signal.SIG_DFL
+    previous = _real_signal(signalnum, _on_fatal_signal if default else handler)
+    return signal.SIG_DFL if previous is _on_fatal_signal else previous
 
 
 def _getsignal(signalnum: int) -> _Handler:
-    if signalnum == signal.SIGTERM and _real_getsignal(signalnum) is _on_sigterm:
-        return _program_sigterm
-    return _real_getsignal(signalnum)
+    handler = _real_getsignal(signalnum)
+    return signal.SIG_DFL if handler is _on_fatal_signal else handler
 
 
 def _setswitchinterval(interval: float) -> None:
@@ -111,19 +163,19 @@ def _getswitchinterval() -> float:
 
 def _exit(status: int) -> NoReturn:
     if _session is not None:
-        _session.finish()
+        _write(_session)
     _real_exit(status)
 
 
 def _execv(path: Any, argv: Any) -> NoReturn:
     if _session is not None:
-        _session.checkpoint()
+        _write(_session, checkpoint=True)
     _real_execv(path, argv)
 
 
 def _execve(path: Any, argv: Any, env: Any) -> NoReturn:
     if _session is not None:
-        _session.checkpoint()
+        _write(_session, checkpoint=True)
     _real_execve(path, argv, env)
 
 
@@ -144,12 +196,12 @@ def _after_fork_in_child() -> None:
 
 def _at_exit() -> None:
     if _session is not None:
-        _session.finish()
+        _write(_session)
 
 
 def install(session: Session) -> None:
     """Make ``session`` this process's measurement and hook it into the process's life."""
-    global _session, _installed, _program_sigterm
+    global _session, _installed
     _session = session
     if _installed:
         return
@@ -167,12 +219,14 @@ def install(session: Session) -> None:
         after_in_child=_after_fork_in_child,
     )
     if threading.current_thread() is threading.main_thread():
-        current = _real_getsignal(signal.SIGTERM)
-        if current in (signal.SIG_DFL, None):
-            _program_sigterm = signal.SIG_DFL
-            _real_signal(signal.SIGTERM, _on_sigterm)
-            signal.signal = _signal
-            signal.getsignal = _getsignal
+        for signum in signals.TERMINATING:
+            # Only signals at their default: a handler or SIG_IGN already there (Python's own
+            # for SIGINT, SIGPIPE and SIGXFSZ, nohup's) or a C library's (getsignal: None)
+            # stays.
+            if _real_getsignal(signum) == signal.SIG_DFL:
+                _real_signal(signum, _on_fatal_signal)
+        signal.signal = _signal
+        signal.getsignal = _getsignal
 
 
 def uninstall() -> None:
@@ -192,9 +246,9 @@ def uninstall() -> None:
     if signal.signal is _signal:
         signal.signal = _real_signal
         signal.getsignal = _real_getsignal
-        if _real_getsignal(signal.SIGTERM) is _on_sigterm:
-            handler = _program_sigterm
-            _real_signal(signal.SIGTERM, handler if handler is not None else signal.SIG_DFL)
+        for signum in signals.TERMINATING:
+            if _real_getsignal(signum) is _on_fatal_signal:
+                _real_signal(signum, signal.SIG_DFL)
 
 
 def start(session: Session, install_hooks: bool = True) -> Session:
@@ -212,7 +266,7 @@ def stop() -> None:
     """Finish the installed session (write every file) and undo the hooks."""
     session = _session
     if session is not None:
-        session.finish()
+        _write(session)
     uninstall()
 
 

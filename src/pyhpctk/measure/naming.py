@@ -99,6 +99,18 @@ def launch_key(env: Mapping[str, str]) -> str:
     return ""
 
 
+def launch_key_is_per_node(env: Mapping[str, str]) -> bool:
+    """Whether :func:`launch_key` had to name the launch after this node's launcher proxy.
+
+    MPICH's hydra exports no launch id, so its ranks on different nodes get different keys.
+    """
+    if env.get("SLURM_JOB_ID", "").strip() and env.get("SLURM_STEP_ID", "").strip():
+        return False
+    if any(env.get(name, "").strip() for name in LAUNCH_VARIABLES):
+        return False
+    return rank_from_env(env) is not None
+
+
 def host_id() -> int:
     """A 32-bit id of this host (hpcrun's ``host-id``).
 

@@ -11,11 +11,15 @@ checkpoints (atomically: write a temporary file, then rename), so a hard crash s
 last checkpoint. :mod:`pyhpctk.measure.hooks` connects a session to the process (exit, signals,
 fork, ``os._exit``, thread start and end).
 
-Extension points for other monitors (a GPU layer): :meth:`Session.add_metric_kind`,
+Extension points for other monitors (a GPU layer), declared as the protocol
+:class:`pyhpctk.measure.extension.Host`: :meth:`Session.add_metric_kind`,
 :meth:`Session.add_load_module`, :meth:`Session.current_context` (this thread's CCT and the node
-of its current call path, to hang placeholders under) and :meth:`Session.open_stream` (a
-CCT written as its own "thread", e.g. a GPU stream numbered from 500). Take :attr:`Session.lock`
-while changing a CCT from outside the sampler.
+of its current call path, to hang placeholders under), :meth:`Session.open_stream` (a
+CCT written as its own "thread", e.g. a GPU stream numbered from 500), :meth:`Session.live_thread`
+and :meth:`Session.stream_identity`. Take :attr:`Session.lock` while changing a CCT from outside
+the sampler. The extension itself is held as an
+:class:`~pyhpctk.measure.extension.Extension` in :attr:`Session.gpu`; the session never imports
+it.
 
 Standard library only: this runs inside the measured program.
 """
@@ -31,7 +35,7 @@ import time
 from array import array
 
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE  # formats.md §1.4
-from pyhpctk.measure import naming
+from pyhpctk.measure import losses, naming
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -53,8 +57,10 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from pyhpctk.measure.config import MeasureOptions
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.extension import Extension
 
+
+_FINISH_WAIT_S = 10.0  # how long a second finish() waits for the first to write the files
 SAMPLER_KIND = "sampling"
 # The interpreter's own functions: hooks.py wraps the sys attributes for the program.
 _set_switch_interval = sys.setswitchinterval
@@ -170,7 +176,7 @@ class Session:
         self._fast_interval = max(50e-6, options.period_s / 8)
         self._fast_switch = False
         # The GPU layer (pyhpctk.measure.gpu), when -e gpu=... asked for one.
-        self.gpu: GpuMonitor | None = None
+        self.gpu: Extension | None = None
         self._reset_process_state()
 
     # -- process state (everything a forked child starts afresh) ----------------------------
@@ -180,6 +186,9 @@ class Session:
         # Serialises file writes (checkpoints, thread ends, exit) so a thread's name is claimed
         # once; never held while sampling.
         self._write_lock = threading.Lock()
+        # Held while finish() writes: a second caller (a fatal signal in the main thread while
+        # another thread ends the process with os._exit) waits for the files before it returns.
+        self._finish_lock = threading.RLock()
         self.ids = NodeIdAllocator()
         self.functions = FunctionTable(skip_prefixes=(_MEASURE_DIR,))
         self.kinds: list[MetricKind] = []
@@ -208,6 +217,7 @@ class Session:
         self._host_id: int | None = None
         self._last_checkpoint = self.clocks.wall()
         self.write_errors: list[str] = []
+        self._lost: set[str] = set()  # profiles whose last write failed (told to pyrun)
 
     def after_fork_in_child(self) -> None:
         """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
@@ -268,6 +278,15 @@ class Session:
             )
             self.streams.append(state)
             return state.cct
+
+    def live_thread(self, ident: int) -> tuple[ThreadCCT, threading.Thread | None] | None:
+        """The CCT measured now for thread ``ident``, and its thread object (None: none)."""
+        state = self.states.get(ident)
+        return None if state is None else (state.cct, state.thread)
+
+    def stream_identity(self, number: int) -> ProfileIdentity:
+        """The identity of a profile written as thread ``number`` (a GPU stream)."""
+        return self._identity_of(number)
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -589,6 +608,9 @@ class Session:
     # -- writing ---------------------------------------------------------------------------------
 
     def identity(self, state: ThreadState) -> ProfileIdentity:
+        return self._identity_of(state.number)
+
+    def _identity_of(self, number: int) -> ProfileIdentity:
         env = os.environ
         rank = naming.rank_from_mpi4py()
         if rank is None:
@@ -603,7 +625,7 @@ class Session:
             env_path=env.get("PATH", ""),
             job_id=naming.job_id_from_env(env),
             mpi_rank=self._mpi_rank,
-            thread=state.number,
+            thread=number,
             host_id=self._host_id,
             pid=self.pid,
         )
@@ -650,6 +672,8 @@ class Session:
     ) -> None:
         base, profile, trace, logical = data
         directory = self.options.output_dir
+        # The logical file goes first: a profile is never written without the functions it
+        # names. A failure leaves the previous complete files (or none), never a partial one.
         try:
             _atomic_write(os.path.join(directory, self.logical_path), logical)
             if not state.stem or not state.stem.startswith(base[: base.rfind("-")]):
@@ -663,10 +687,20 @@ class Session:
             if trace is not None:
                 _atomic_write(os.path.join(directory, state.stem + ".hpctrace"), trace)
         except OSError as error:
+            name = (state.stem or base) + ".hpcrun"
+            self._lost.add(name)
+            losses.tell_pyrun(losses.LOST, name, error.strerror or str(error))
             message = f"pyrun: cannot write measurement files to {directory}: {error}"
             if message not in self.write_errors:
                 self.write_errors.append(message)
                 sys.stderr.write(message + "\n")
+            return
+        if self._lost:
+            name = state.stem + ".hpcrun"
+            for lost in (name, base + ".hpcrun"):  # a checkpoint that failed, written now
+                if lost in self._lost:
+                    self._lost.discard(lost)
+                    losses.tell_pyrun(losses.WRITTEN, lost)
 
     def checkpoint(self) -> None:
         """Write every live thread's files now (atomic replace), keeping measurement going."""
@@ -681,15 +715,25 @@ class Session:
         return list(self.states.values()) + self.streams
 
     def finish(self) -> None:
-        """Stop measuring and write every thread's files (exit, SIGTERM, ``os._exit``, exec)."""
-        if self.finished or self.pid != os.getpid():
+        """Stop measuring and write every thread's files (exit, a fatal signal, ``os._exit``).
+
+        Returns once the files are written, also when another thread is writing them.
+        """
+        if self.pid != os.getpid():
             return
+        if not self._finish_lock.acquire(True, _FINISH_WAIT_S):
+            return  # the other writer is stuck: the caller goes on (and the process ends)
+        try:
+            if not self.finished:
+                self._finish()
+        finally:
+            self._finish_lock.release()
+
+    def _finish(self) -> None:
         monitor, self.gpu = self.gpu, None
         if monitor is not None:
-            from pyhpctk.measure import gpu
-
             try:
-                gpu.shutdown(monitor)  # flush, attribute every activity, write the stream files
+                monitor.finish()  # flush, attribute every activity, write the stream files
             except Exception as error:  # the threads' profiles are still written below
                 sys.stderr.write(
                     f"pyrun: gpu: finishing the GPU measurement failed ({error!r}); the threads'"
@@ -710,16 +754,26 @@ class Session:
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: never half a file."""
+    """Write ``data`` to ``path`` through a temporary file and a rename: never half a file.
+
+    On failure (a full disk) the temporary file is removed and ``path`` keeps what it held.
+    """
     temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(temporary, "wb") as stream:
-            stream.write(data)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "wb") as stream:
-            stream.write(data)
-    os.replace(temporary, path)
+        try:
+            _write_new(temporary, data)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write_new(temporary, data)
+        os.replace(temporary, path)
+    except BaseException:
+        _unlink_quietly(temporary)
+        raise
+
+
+def _write_new(path: str, data: bytes) -> None:
+    with open(path, "wb") as stream:
+        stream.write(data)
 
 
 def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
@@ -730,9 +784,8 @@ def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
     """
     prefix = base[: base.rfind("-")]
     temporary = os.path.join(directory, f".{prefix}.{threading.get_ident()}.tmp")
-    with open(temporary, "wb") as stream:
-        stream.write(profile)
     try:
+        _write_new(temporary, profile)
         generation = 0
         while True:
             stem = f"{prefix}-{generation}"

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import PyhpctkError, UsageError
 from pyhpctk.formats import metadb, profiledb
+from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.vocabulary import SCOPE_EXECUTION, SCOPE_LEX_AWARE, SCOPE_NAMES, Combine
 from pyhpctk.model.pmnf import FloatArray
 
@@ -205,7 +206,10 @@ def load_series(
     metric_name = ""
     for path in map(Path, databases):
         if not (path / "meta.db").is_file() or not (path / "profile.db").is_file():
-            raise SeriesError(f"{path}: not a database (needs meta.db and profile.db)")
+            advice = misplaced_input(path)
+            if advice is None or advice.startswith("this is a database"):
+                raise SeriesError(f"{path}: not a database (needs meta.db and profile.db)")
+            raise SeriesError(f"{path}: not a database: {advice}")
         meta = metadb.read(path / "meta.db")
         profiles = profiledb.read(path / "profile.db")
         stat_id, metric_name = _stat_metric_id(meta, metric, scope, path)

@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from pyhpctk.errors import UsageError
-from pyhpctk.present import imbalance, traces
+from pyhpctk.present import frames, imbalance, traces
+from pyhpctk.present.elide import internal_frames
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import Experiment
 from pyhpctk.present.render import view_to_dict
 from pyhpctk.present.source import open_experiment
-from pyhpctk.present.views import View, ViewOptions, build_view, context_label
+from pyhpctk.present.views import HOT_PATH_SHARE, View, ViewOptions, build_view, context_label
 
 
 class Database:
@@ -37,6 +38,7 @@ class Database:
     def __init__(self, experiment: Experiment) -> None:
         self.experiment = experiment
         self.catalog = MetricCatalog(experiment)
+        self._internal: np.ndarray[Any, np.dtype[np.bool_]] | None = None
 
     @property
     def metric_names(self) -> list[str]:
@@ -79,17 +81,41 @@ class Database:
         depth: int | None = None,
         threshold: float = 0.0,
         show_zero: bool = False,
+        exclusive: bool = False,
+        show_internal: bool = False,
+        hot_share: float = HOT_PATH_SHARE,
     ) -> View:
-        """Build a view (``top-down``, ``bottom-up`` or ``flat``)."""
+        """Build a view (``top-down``, ``bottom-up`` or ``flat``).
+
+        ``exclusive``: order rows by the sort metric's exclusive value. Interpreter frames (the
+        import system, runpy) are left out, their cost kept in their callers
+        (:mod:`pyhpctk.present.elide`), unless ``show_internal``. ``hot_share``: the share of
+        its parent a child holds to be on the hot path.
+        """
         names = self._metrics(metrics)
         sort_name = self.catalog.resolve(sort) if sort else None
         if sort_name is not None and sort_name not in names:
             names = (sort_name, *names)
         try:
-            options = ViewOptions(names, sort_name, depth, threshold, show_zero)
+            options = ViewOptions(
+                names,
+                sort_name,
+                depth,
+                threshold,
+                show_zero,
+                sort_exclusive=exclusive,
+                hot_share=hot_share,
+            )
         except ValueError as error:
             raise UsageError(str(error)) from None
-        return build_view(kind, self.catalog, options)
+        elided = None if show_internal else self.internal_frames()
+        return build_view(kind, self.catalog, options, elided)
+
+    def internal_frames(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which contexts are interpreter frames (:func:`pyhpctk.present.elide.internal_frames`)."""
+        if self._internal is None:
+            self._internal = internal_frames(self.experiment.tree)
+        return self._internal
 
     def tree_dict(self, view: View) -> dict[str, Any]:
         """A view as nested plain dicts (what ``--json`` writes)."""
@@ -128,6 +154,31 @@ class Database:
         if view is None:
             return pandas.DataFrame(self.arrays())
         return pandas.DataFrame(self.records(view))
+
+    def profile_tables(
+        self, metrics: Sequence[str] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Every context of every profile (thread, rank, GPU stream) with its values, and the
+        profiles' identifiers, as columns (:func:`pyhpctk.present.frames.profile_tables`)."""
+        names = self._metrics(metrics)
+        try:
+            return frames.profile_tables(self.catalog, names)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+
+    def to_thicket(self, metrics: Sequence[str] | None = None) -> tuple[Any, Any]:
+        """(performance, metadata) pandas DataFrames in thicket's layout: the first indexed by
+        ``(node, profile)`` with a column per metric, the second by ``profile``; every thread
+        is there, where hatchet's reader sees only the main thread. Needs pandas."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError:
+            raise UsageError("to_thicket() needs pandas: pip install pandas") from None
+        performance, metadata = self.profile_tables(metrics)
+        return (
+            pandas.DataFrame(performance).set_index(["node", "profile"]),
+            pandas.DataFrame(metadata).set_index("profile"),
+        )
 
     def spread(self, ctx_id: int, metric: str, profiles: str = "all") -> imbalance.ContextSpread:
         """Per-thread values of a metric at one context, with min/mean/max/CV."""

@@ -18,6 +18,11 @@ Grammar (``^`` binds tightest and is right-associative; unary minus binds looser
 
 Functions: ``min``, ``max`` (one or more arguments), ``abs``, ``sqrt``. Division by zero and
 ``0/0`` give NaN, which the views show as an empty cell, as hpcviewer does.
+
+The parser and the evaluator recurse, so a formula may nest at most :data:`MAX_NESTING`
+parentheses, calls, signs or powers, and its tree may be at most :data:`MAX_DEPTH` operations
+deep (``a + b + ...`` chains): anything deeper is a :class:`FormulaError`, never a
+RecursionError.
 """
 
 from __future__ import annotations
@@ -31,13 +36,18 @@ import numpy as np
 from pyhpctk.errors import UsageError
 from pyhpctk.present.model import FloatArray
 
+MAX_NESTING = 64  # parentheses, calls, unary signs and powers inside one another
+MAX_DEPTH = 256  # operations from the root of a formula's tree to its deepest leaf
+_SHOWN = 60  # characters of a formula an error message repeats
+
 
 class FormulaError(UsageError):
     """A formula that cannot be parsed or evaluated; the message points at the problem."""
 
     def __init__(self, formula: str, problem: str, column: int | None = None) -> None:
         where = f" at column {column + 1}" if column is not None else ""
-        super().__init__(f"formula {formula!r}: {problem}{where}")
+        shown = formula if len(formula) <= _SHOWN else formula[:_SHOWN] + "..."
+        super().__init__(f"formula {shown!r}: {problem}{where}")
         self.formula = formula
         self.problem = problem
         self.column = column
@@ -92,6 +102,9 @@ _TOKEN = re.compile(
 )
 
 
+_BLANK_END = re.compile(r"\s*\Z")
+
+
 @dataclass(frozen=True, slots=True)
 class _Tok:
     kind: str
@@ -103,7 +116,7 @@ def _tokenize(text: str) -> list[_Tok]:
     tokens: list[_Tok] = []
     pos = 0
     while pos < len(text):
-        if text[pos:].strip() == "":
+        if _BLANK_END.match(text, pos):
             break
         m = _TOKEN.match(text, pos)
         if m is None or m.lastgroup is None:
@@ -121,6 +134,7 @@ class _Parser:
         self.text = text
         self.tokens = _tokenize(text)
         self.i = 0
+        self.nesting = 0
 
     def peek(self) -> _Tok:
         return self.tokens[self.i]
@@ -162,13 +176,23 @@ class _Parser:
         return node
 
     def unary(self) -> Expr:
-        if self.peek().kind == "op" and self.peek().text == "-":
-            self.take()
-            return Neg(self.unary())
-        if self.peek().kind == "op" and self.peek().text == "+":
-            self.take()
-            return self.unary()
-        return self.power()
+        # Every nested construct ("(", a call's arguments, a sign, "^") comes back through
+        # here, each within five frames: counting here bounds the parser's recursion.
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise FormulaError(
+                self.text, f"nested more than {MAX_NESTING} levels deep", self.peek().column
+            )
+        try:
+            if self.peek().kind == "op" and self.peek().text == "-":
+                self.take()
+                return Neg(self.unary())
+            if self.peek().kind == "op" and self.peek().text == "+":
+                self.take()
+                return self.unary()
+            return self.power()
+        finally:
+            self.nesting -= 1
 
     def power(self) -> Expr:
         base = self.atom()
@@ -221,7 +245,36 @@ class _Parser:
 
 def parse(text: str) -> Expr:
     """Parse a formula into an expression tree; raises :class:`FormulaError`."""
-    return _Parser(text).parse()
+    node = _Parser(text).parse()
+    check_depth(node, text)
+    return node
+
+
+def depth(node: Expr) -> int:
+    """Operations from the root to the deepest leaf (0 for a number or a reference)."""
+    deepest = 0
+    stack = [(node, 0)]
+    while stack:
+        current, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in _children(current))
+    return deepest
+
+
+def check_depth(node: Expr, text: str) -> None:
+    """A :class:`FormulaError` when the tree is deeper than :data:`MAX_DEPTH`."""
+    if depth(node) > MAX_DEPTH:
+        raise FormulaError(text, f"more than {MAX_DEPTH} operations deep")
+
+
+def _children(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Neg):
+        return (node.operand,)
+    if isinstance(node, BinOp):
+        return (node.left, node.right)
+    if isinstance(node, Call):
+        return node.args
+    return ()
 
 
 def parse_definition(text: str) -> tuple[str, Expr]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 import numpy as np
 
 from pyhpctk.present.api import Database
-from pyhpctk.present.render import column_totals, format_value
+from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
 from pyhpctk.present.traces import NoTraceError, function_of
 from pyhpctk.present.views import View, ViewNode
 
@@ -53,6 +54,7 @@ def _tree_data(view: View) -> dict[str, Any]:
     return {
         "columns": [c.label for c in view.columns],
         "sort": view.sort_column,
+        "depthLimit": TEXT_DEPTH_LIMIT,
         "nodes": nodes,
     }
 
@@ -111,22 +113,46 @@ def report_view(
     depth: int | None,
     threshold: float,
     show_zero: bool,
+    kind: str = "top-down",
+    show_internal: bool = False,
 ) -> View:
-    """The top-down view for a report; a huge tree is cut so that the page stays responsive.
+    """A view for a report; a huge tree is cut so that the page stays responsive.
 
     Unless the user chose a depth or threshold, more than :data:`LARGE_TREE_ROWS` rows first
     hide scopes below :data:`LARGE_TREE_THRESHOLD` percent, then stop at the deepest level that
     keeps the row count under the limit (the hidden rows are counted in the heading).
     """
-    view = db.view("top-down", metrics, sort, depth, threshold, show_zero)
+
+    def build(depth: int | None, threshold: float) -> View:
+        return db.view(
+            kind, metrics, sort, depth, threshold, show_zero, show_internal=show_internal
+        )
+
+    view = build(depth, threshold)
     if threshold or depth is not None or _rows(view) <= LARGE_TREE_ROWS:
         return view
-    view = db.view("top-down", metrics, sort, None, LARGE_TREE_THRESHOLD, show_zero)
+    view = build(None, LARGE_TREE_THRESHOLD)
     if _rows(view) <= LARGE_TREE_ROWS:
         return view
     per_depth = np.bincount([d for d, _ in view.root.walk()])
     fits = int(np.searchsorted(np.cumsum(per_depth), LARGE_TREE_ROWS, side="right")) - 1
-    return db.view("top-down", metrics, sort, max(fits, 1), LARGE_TREE_THRESHOLD, show_zero)
+    return build(max(fits, 1), LARGE_TREE_THRESHOLD)
+
+
+def report_views(
+    db: Database,
+    metrics: Sequence[str] | None,
+    sort: str | None,
+    depth: int | None,
+    threshold: float,
+    show_zero: bool,
+    show_internal: bool = False,
+) -> dict[str, View]:
+    """The top-down, bottom-up and flat views of a report (:func:`report_view` each)."""
+    return {
+        kind: report_view(db, metrics, sort, depth, threshold, show_zero, kind, show_internal)
+        for kind in ("top-down", "bottom-up", "flat")
+    }
 
 
 def _rows(view: View) -> int:
@@ -138,11 +164,14 @@ def _hidden_note(view: View) -> str:
     return f" ({hidden} small scopes hidden)" if hidden else ""
 
 
-def report_data(db: Database, view: View) -> dict[str, Any]:
+def report_data(db: Database, view: View, others: Sequence[View] = ()) -> dict[str, Any]:
+    """The report's data: ``tree`` (the main view, drawn as the flame graph too), ``views``
+    (the others, each a table of its own) and the trace ``timeline``."""
     return {
         "title": db.experiment.title,
         "database": db.experiment.path,
         "tree": _tree_data(view),
+        "views": [dict(_tree_data(other), kind=other.kind) for other in others],
         "timeline": _timeline_data(db),
     }
 
@@ -157,7 +186,9 @@ th{text-align:right;border-bottom:1px solid #ccc;font-weight:600}th.scope{text-a
 td.num{text-align:right;font-family:ui-monospace,monospace;color:#444}
 tr.hot td.scope{color:#b00;font-weight:600}
 .toggle{display:inline-block;width:14px;cursor:pointer;color:#666;user-select:none}
-.k-loop{color:#077}.k-line{color:#666}.k-inlined{color:#807}.k-instruction{color:#850}
+.depth{color:#888;font-size:11px}.k-loop{color:#077}.k-line{color:#666}.k-inlined{color:#807}.k-instruction{color:#850}
+#tabs{margin-bottom:6px}.tab{border:1px solid #bbb;background:#f4f4f4;padding:2px 10px;
+ margin-right:4px;cursor:pointer;border-radius:3px}.tab.on{background:#233;color:#fff}
 #flame{position:relative;overflow:hidden}
 .fl{position:absolute;height:17px;overflow:hidden;white-space:nowrap;font-size:11px;
  border:1px solid #fff;box-sizing:border-box;padding-left:2px;cursor:default}
@@ -172,52 +203,88 @@ _JS = """
   "use strict";
   var data = JSON.parse(document.getElementById("report-data").textContent);
   var tree = data.tree, nodes = tree.nodes;
-  var kids = nodes.map(function () { return []; });
-  nodes.forEach(function (n, i) { if (n.p >= 0) { kids[n.p].push(i); } });
+  tree.kind = "top-down";
+  // Nodes come in pre-order (parents first): every per-node pass below is one loop, with no
+  // recursion and no walk to the root, however deep the tree.
+  var kids = nodes.map(function () { return []; }), depth = [];
+  nodes.forEach(function (n, i) {
+    if (n.p >= 0) { kids[n.p].push(i); }
+    depth.push(n.p >= 0 ? depth[n.p] + 1 : 0);
+  });
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) { e.className = cls; }
     if (text !== undefined) { e.textContent = text; }
     return e;
   }
-  function depthOf(i) {
-    var d = 0;
-    while (nodes[i].p >= 0) { i = nodes[i].p; d++; }
-    return d;
-  }
-  var head = document.getElementById("tree-head"), tr = el("tr");
-  tree.columns.forEach(function (c) { tr.appendChild(el("th", "", c)); });
-  tr.appendChild(el("th", "scope", "Scope"));
-  head.appendChild(tr);
-  var body = document.getElementById("tree-body"), rows = [];
-  var open = nodes.map(function (n, i) { return i === 0 || n.h; });
   var OPEN = "\\u25BE", SHUT = "\\u25B8";
-  nodes.forEach(function (n, i) {
-    var r = el("tr", n.h ? "hot" : "");
-    r.dataset.id = i;
-    n.t.forEach(function (t) { r.appendChild(el("td", "num", t)); });
-    var td = el("td", "scope");
-    td.style.paddingLeft = (6 + 16 * depthOf(i)) + "px";
-    var tg = el("span", "toggle", kids[i].length ? (open[i] ? OPEN : SHUT) : "");
-    tg.addEventListener("click", function () {
-      open[i] = !open[i];
-      tg.textContent = open[i] ? OPEN : SHUT;
-      refresh();
+  // One expandable table per view: rows open along the hot path; a toggle opens or folds a
+  // row's children. Every pass is one loop over the rows in pre-order.
+  function table(view, head, body) {
+    var vnodes = view.nodes, vkids = vnodes.map(function () { return []; }), vdepth = [];
+    vnodes.forEach(function (n, i) {
+      if (n.p >= 0) { vkids[n.p].push(i); }
+      vdepth.push(n.p >= 0 ? vdepth[n.p] + 1 : 0);
     });
-    td.appendChild(tg);
-    td.appendChild(el("span", "k-" + n.k, n.l));
-    r.appendChild(td);
-    body.appendChild(r);
-    rows.push(r);
-  });
-  function refresh() {
-    nodes.forEach(function (n, i) {
-      var shown = true, p = n.p;
-      while (p >= 0) { if (!open[p]) { shown = false; break; } p = nodes[p].p; }
-      rows[i].style.display = shown ? "" : "none";
+    var tr = el("tr");
+    view.columns.forEach(function (c) { tr.appendChild(el("th", "", c)); });
+    tr.appendChild(el("th", "scope", "Scope"));
+    head.appendChild(tr);
+    var rows = [], open = vnodes.map(function (n, i) { return i === 0 || n.h; });
+    function refresh() {
+      var shown = [];
+      vnodes.forEach(function (n, i) {
+        shown.push(n.p < 0 || (shown[n.p] && open[n.p]));
+        rows[i].style.display = shown[i] ? "" : "none";
+      });
+    }
+    vnodes.forEach(function (n, i) {
+      var r = el("tr", n.h ? "hot" : "");
+      r.dataset.id = i;
+      n.t.forEach(function (t) { r.appendChild(el("td", "num", t)); });
+      var td = el("td", "scope");
+      td.style.paddingLeft = (6 + 16 * Math.min(vdepth[i], view.depthLimit)) + "px";
+      var tg = el("span", "toggle", vkids[i].length ? (open[i] ? OPEN : SHUT) : "");
+      tg.addEventListener("click", function () {
+        open[i] = !open[i];
+        tg.textContent = open[i] ? OPEN : SHUT;
+        refresh();
+      });
+      td.appendChild(tg);
+      if (vdepth[i] > view.depthLimit) {
+        td.appendChild(el("span", "depth", "[depth " + vdepth[i] + "] "));
+      }
+      td.appendChild(el("span", "k-" + n.k, n.l));
+      r.appendChild(td);
+      body.appendChild(r);
+      rows.push(r);
     });
+    refresh();
   }
-  refresh();
+  table(tree, document.getElementById("tree-head"), document.getElementById("tree-body"));
+  // The other views (bottom-up, flat): tabs switch which table is shown.
+  var tabs = document.getElementById("tabs"), panes = [document.getElementById("tree")];
+  var buttons = [el("button", "tab on", tree.kind || "top-down")];
+  (data.views || []).forEach(function (view) {
+    var t = el("table", "view"), h = el("thead"), b = el("tbody");
+    t.id = "view-" + view.kind;
+    t.style.display = "none";
+    b.id = "tree-body-" + view.kind;
+    t.appendChild(h);
+    t.appendChild(b);
+    document.getElementById("views").appendChild(t);
+    table(view, h, b);
+    panes.push(t);
+    buttons.push(el("button", "tab", view.kind));
+  });
+  buttons.forEach(function (button, k) {
+    button.dataset.view = button.textContent;
+    button.addEventListener("click", function () {
+      panes.forEach(function (p, j) { p.style.display = j === k ? "" : "none"; });
+      buttons.forEach(function (b, j) { b.className = j === k ? "tab on" : "tab"; });
+    });
+    tabs.appendChild(button);
+  });
   function color(s) {
     var h = 0;
     for (var i = 0; i < s.length; i++) { h = (h * 31 + s.charCodeAt(i)) >>> 0; }
@@ -225,8 +292,10 @@ _JS = """
   }
   var flame = document.getElementById("flame"), col = tree.sort;
   var total = nodes[0].v[col] || 0, maxDepth = 0;
-  function place(i, x, w, d) {
-    if (w < 0.05 || !(total > 0)) { return; }
+  var todo = [[0, 0, 100]];  // (node, left %, width %): a stack, not recursion
+  while (todo.length && total > 0) {
+    var item = todo.pop(), i = item[0], x = item[1], w = item[2], d = depth[i];
+    if (w < 0.05) { continue; }
     maxDepth = Math.max(maxDepth, d);
     var b = el("div", "fl", nodes[i].l);
     b.style.left = x + "%";
@@ -240,12 +309,11 @@ _JS = """
       var v = nodes[k].v[col];
       if (v > 0) {
         var cw = w * v / (nodes[i].v[col] || v);
-        place(k, cx, cw, d + 1);
+        todo.push([k, cx, cw]);
         cx += cw;
       }
     });
   }
-  place(0, 0, 100, 0);
   flame.style.height = ((maxDepth + 1) * 18 + 2) + "px";
   var tl = data.timeline, box = document.getElementById("timeline");
   if (!tl) {
@@ -282,21 +350,42 @@ _JS = """
 """
 
 
-def render_html(db: Database, view: View) -> str:
-    """The report as one HTML string."""
-    data = json.dumps(report_data(db, view), allow_nan=False, separators=(",", ":"))
-    data = data.replace("</", "<\\/")  # never end the <script> element early
-    title = html.escape(db.experiment.title or "pyview report")
-    sort = html.escape(view.columns[view.sort_column].label)
+# Inside <script> the HTML parser looks for "</script", "<!--" and "<script" (which can hide
+# the real end tag) before any JavaScript runs, so the embedded JSON carries no "<", ">" or
+# "&" at all: each is written as a JSON escape, which JSON.parse turns back into the character.
+# ensure_ascii escapes everything else outside ASCII (U+2028/2029, lone surrogates).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def embedded_json(data: Any) -> str:
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
+    return json.dumps(data, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_SAFE)
+
+
+def _text(value: str) -> str:
+    """Text for the HTML body: markup escaped, and characters UTF-8 cannot hold (lone
+    surrogates from names that were not UTF-8) shown as U+FFFD."""
+    return html.escape(_SURROGATE.sub("\ufffd", value))
+
+
+def render_html(db: Database, view: View, others: Sequence[View] = ()) -> str:
+    """The report as one HTML string: ``view`` (top-down) with a flame graph, and ``others``
+    (bottom-up, flat) as tables beside it, one tab each."""
+    data = embedded_json(report_data(db, view, others))
+    title = _text(db.experiment.title or "pyview report")
+    sort = _text(view.columns[view.sort_column].label)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} - pyview report</title>
 <style>{_CSS}</style></head>
 <body>
-<header><h1>{title}</h1><div>{html.escape(db.experiment.path)}</div></header>
-<section><h2>{html.escape(view.kind.capitalize())} view (sorted by {sort}){_hidden_note(view)}</h2>
-<table id="tree"><thead id="tree-head"></thead><tbody id="tree-body"></tbody></table></section>
+<header><h1>{title}</h1><div>{_text(db.experiment.path)}</div></header>
+<section><h2>{_text(view.kind.capitalize())} view (sorted by {sort}){_hidden_note(view)}</h2>
+<div id="tabs"></div><div id="views">
+<table id="tree"><thead id="tree-head"></thead><tbody id="tree-body"></tbody></table></div>
+</section>
 <section><h2>Flame graph</h2><div id="flame"></div></section>
 <section><h2>Trace timeline</h2><div id="legend"></div><div id="timeline"></div></section>
 <script type="application/json" id="report-data">{data}</script>
@@ -305,5 +394,10 @@ def render_html(db: Database, view: View) -> str:
 """
 
 
-def write_html(db: Database, view: View, out: TextIO) -> None:
-    out.write(render_html(db, view))
+def write_html(db: Database, views: View | dict[str, View], out: TextIO) -> None:
+    """Write the report of one top-down view, or of :func:`report_views`' three."""
+    if isinstance(views, View):
+        out.write(render_html(db, views))
+        return
+    others = [v for kind, v in views.items() if kind != "top-down"]
+    out.write(render_html(db, views["top-down"], others))

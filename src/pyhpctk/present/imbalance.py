@@ -29,6 +29,8 @@ from pyhpctk.present.model import (
 )
 from pyhpctk.present.views import context_label
 
+PATH_ENDS = 10  # a printed path longer than twice this shows its two ends only
+
 
 @dataclass(frozen=True, slots=True)
 class ProfileStats:
@@ -112,6 +114,28 @@ def context_path(exp: Experiment, node: int) -> tuple[str, ...]:
     return tuple(reversed(out))
 
 
+def _per_profile(
+    exp: Experiment, ctx_id: int, prop: int, profiles: Sequence[ProfileInfo]
+) -> FloatArray:
+    """One context's values, one per profile of ``profiles`` (0 where cct.db has none).
+
+    Each value goes to its profile's position by a search, not a dictionary of every profile:
+    a database may hold 100,000 of them (issue #19).
+    """
+    where, values = exp.values.context_profiles(ctx_id, prop)
+    indices = profile_indices(profiles)
+    dense = np.zeros(len(profiles))
+    if len(indices):
+        ascending = bool(np.all(indices[1:] > indices[:-1]))  # a database's list is
+        order = None if ascending else np.argsort(indices, kind="stable")
+        by_index = indices if order is None else indices[order]
+        at = np.searchsorted(by_index, where)
+        np.minimum(at, len(indices) - 1, out=at)
+        listed = by_index[at] == where
+        dense[at[listed] if order is None else order[at[listed]]] = values[listed]
+    return dense
+
+
 def spread(
     catalog: MetricCatalog,
     ctx_id: int,
@@ -123,25 +147,21 @@ def spread(
     exp = catalog.experiment
     profiles = exp.profiles if profiles is None else profiles
     prop = _prop_id(catalog, metric, inclusive)
-    where, values = exp.values.context_profiles(ctx_id, prop)
-    # Each value to its profile's position among ``profiles`` (a search, not a dictionary of
-    # every profile: a database may hold 100,000 of them).
-    indices = profile_indices(profiles)
-    dense = np.zeros(len(profiles))
-    if len(indices):
-        ascending = bool(np.all(indices[1:] > indices[:-1]))  # a database's list is
-        order = None if ascending else np.argsort(indices, kind="stable")
-        by_index = indices if order is None else indices[order]
-        at = np.searchsorted(by_index, where)
-        np.minimum(at, len(indices) - 1, out=at)
-        listed = by_index[at] == where
-        dense[at[listed] if order is None else order[at[listed]]] = values[listed]
+    dense = _per_profile(exp, ctx_id, prop, profiles)
     node = exp.tree.node_of(ctx_id)
     label = context_label(exp.tree, node)[0] if node >= 0 else f"<hidden context {ctx_id}>"
     path = context_path(exp, node) if node >= 0 else (label,)
     return ContextSpread(
         ctx_id, label, path, metric, inclusive, profiles, dense, ProfileStats.of(dense)
     )
+
+
+def short_path(path: tuple[str, ...], keep: int = PATH_ENDS) -> str:
+    """A context's path for one line: ``a > b > … 9,996 more … > y > z`` when it is long."""
+    if len(path) <= 2 * keep + 1:
+        return " > ".join(path)
+    more = len(path) - 2 * keep
+    return " > ".join((*path[:keep], f"… {more:,} more …", *path[-keep:]))
 
 
 def most_imbalanced(
@@ -160,21 +180,21 @@ def most_imbalanced(
     profiles = exp.profiles if profiles is None else profiles
     if len(profiles) < 2:
         return []
-    _prop_id(catalog, metric, inclusive)  # fail early for derived metrics
+    prop = _prop_id(catalog, metric, inclusive)  # fails early for derived metrics
     column = catalog.column(metric, inclusive)
     total = float(catalog.column(metric, True)[0])
     cutoff = abs(total) * min_share / 100.0
     candidates = np.flatnonzero((np.nan_to_num(column) > 0) & (np.nan_to_num(column) >= cutoff))
     candidates = candidates[candidates > 0]
-    found = [
-        spread(catalog, int(exp.tree.ctx_id[n]), metric, inclusive, profiles) for n in candidates
-    ]
+    depth = exp.tree.depth()
     # A chain of contexts with the same per-profile values says one thing: keep its deepest.
-    deepest: dict[bytes, ContextSpread] = {}
-    for s in found:
-        key = s.values.tobytes()
-        if key not in deepest or len(s.path) > len(deepest[key].path):
-            deepest[key] = s
-    found = list(deepest.values())
-    found.sort(key=lambda s: (-round(s.stats.imbalance, 12), -s.stats.total, s.ctx_id))
-    return found[:count]
+    # Paths are built for the chosen contexts only (a chain's paths are quadratic in its depth).
+    deepest: dict[bytes, tuple[int, ProfileStats, int]] = {}
+    for node in candidates.tolist():
+        ctx_id = int(exp.tree.ctx_id[node])
+        values = _per_profile(exp, ctx_id, prop, profiles)
+        key = values.tobytes()
+        if key not in deepest or depth[node] > depth[deepest[key][0]]:
+            deepest[key] = (node, ProfileStats.of(values), ctx_id)
+    ranked = sorted(deepest.values(), key=lambda f: (-round(f[1].imbalance, 12), -f[1].total, f[2]))
+    return [spread(catalog, ctx_id, metric, inclusive, profiles) for _, _, ctx_id in ranked[:count]]

@@ -17,12 +17,13 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from pyhpctk.errors import FormatError, UsageError
+from pyhpctk.errors import FormatError, FormatWarning, UsageError
 from pyhpctk.present import formula as fx
 from pyhpctk.present.model import (
     EXCLUSIVE_SCOPE,
@@ -31,7 +32,7 @@ from pyhpctk.present.model import (
     Experiment,
     FloatArray,
 )
-from pyhpctk.present.taxonomy import Input, parse_taxonomy
+from pyhpctk.present.taxonomy import Input, TaxonomyMetric, parse_taxonomy
 
 
 class MetricError(UsageError):
@@ -82,27 +83,22 @@ class MetricCatalog:
 
     def __post_init__(self) -> None:
         exp = self.experiment
-        known = {m.name for m in exp.metrics}
-        if exp.taxonomy_text is not None:
-            for tm in parse_taxonomy(exp.taxonomy_text, f"{exp.path}/metrics/default.yaml"):
-                if not all(i.metric in known for i in tm.inputs.values()):
-                    continue  # the taxonomy names a metric this database lacks
-                derived = not (
-                    isinstance(tm.inclusive, fx.Ref)
-                    and tm.inputs[tm.inclusive.name].metric == tm.name
+        for tm in _checked_taxonomy(exp):
+            derived = not (
+                isinstance(tm.inclusive, fx.Ref) and tm.inputs[tm.inclusive.name].metric == tm.name
+            )
+            self.metrics.append(
+                DisplayMetric(
+                    tm.name,
+                    tm.inclusive,
+                    tm.exclusive,
+                    tm.inputs,
+                    tm.description,
+                    tm.format,
+                    derived,
+                    tm.percent and not derived,
                 )
-                self.metrics.append(
-                    DisplayMetric(
-                        tm.name,
-                        tm.inclusive,
-                        tm.exclusive,
-                        tm.inputs,
-                        tm.description,
-                        tm.format,
-                        derived,
-                        tm.percent and not derived,
-                    )
-                )
+            )
         shown = {m.name for m in self.metrics}
         self.metrics.extend(
             _plain(m.name, m.description) for m in exp.metrics if m.name not in shown
@@ -194,10 +190,19 @@ class MetricCatalog:
                 inputs[prefix + key] = inp
             mapping_i[ref] = _rename(target.inclusive, prefix) if target.inclusive else fx.Num(0)
             mapping_e[ref] = _rename(target.exclusive, prefix) if target.exclusive else fx.Num(0)
+        inclusive, exclusive = _substitute(expr, mapping_i), _substitute(expr, mapping_e)
+        # Derived metrics can build on derived metrics: the trees grow with each, and the
+        # evaluator recurses, so the whole tree is bounded as well as the typed formula.
+        if max(fx.depth(inclusive), fx.depth(exclusive)) > 2 * fx.MAX_DEPTH:
+            raise fx.FormulaError(
+                definition,
+                f"with the metrics it uses written out, more than {2 * fx.MAX_DEPTH} "
+                "operations deep",
+            )
         metric = DisplayMetric(
             name,
-            _substitute(expr, mapping_i),
-            _substitute(expr, mapping_e),
+            inclusive,
+            exclusive,
             inputs,
             f"derived: {definition.partition('=')[2].strip()}",
             derived=True,
@@ -233,6 +238,46 @@ class MetricCatalog:
     def exclusive_input(self, inp: Input) -> Input:
         """The input to decompose into self costs for ``inp`` (its function-scope twin)."""
         return Input(inp.metric, SCOPE_FUNCTION, inp.formula, inp.combine)
+
+
+def _checked_taxonomy(exp: Experiment) -> list[TaxonomyMetric]:
+    """The metrics of ``metrics/default.yaml`` if it agrees with meta.db, else none.
+
+    The taxonomy is only a view of meta.db's summary statistics: every input it reads must be
+    one (metric, scope, formula, combine) that meta.db lists, or its formulas evaluate to zeros.
+    A file that cannot be read, or that names statistics meta.db lacks (a copy from another
+    database, an edit gone wrong), is reported in one warning and left out: the views then show
+    meta.db's own metrics.
+    """
+    if exp.taxonomy_text is None:
+        return []
+    path = f"{exp.path}/metrics/default.yaml"
+    try:
+        found = parse_taxonomy(exp.taxonomy_text, path)
+    except FormatError as error:
+        warnings.warn(FormatWarning(f"{error}; showing meta.db's metrics instead"), stacklevel=2)
+        return []
+    metrics = {m.name: m for m in exp.metrics}
+    lacking: dict[str, None] = {}
+    for tm in found:
+        for inp in tm.inputs.values():
+            meta = metrics.get(inp.metric)
+            if meta is None:
+                lacking[repr(inp.metric)] = None
+            elif meta.stat_id(inp.scope, inp.combine, inp.formula) is None:
+                lacking[f"{inp.metric!r} ({inp.combine} of {inp.formula} in {inp.scope})"] = None
+    if not lacking:
+        return found
+    names = list(lacking)
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    warnings.warn(
+        FormatWarning(
+            f"{path}: metric taxonomy: disagrees with meta.db, which has no {listed}; "
+            "showing meta.db's metrics instead"
+        ),
+        stacklevel=2,
+    )
+    return []
 
 
 def _rename(expr: fx.Expr, prefix: str) -> fx.Expr:

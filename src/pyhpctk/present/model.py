@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats.vocabulary import GPU_ID_NAMES, SCOPE_NAMES, Combine
+from pyhpctk.present.names import short_paths
 
 ContextId = NewType("ContextId", int)
 MetricId = NewType("MetricId", int)
@@ -80,6 +81,7 @@ class ContextTree:
     modules: tuple[str, ...]
     _children: list[IntArray] = field(default_factory=list, compare=False, repr=False)
     _node_of: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+    _shown_files: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.ctx_id)
@@ -130,6 +132,14 @@ class ContextTree:
     def file_name(self, node: int) -> str | None:
         f = int(self.file[node])
         return self.files[f] if f >= 0 else None
+
+    def shown_file(self, index: int) -> str:
+        """How views name file ``index`` (:mod:`pyhpctk.present.names`); "" for -1."""
+        if index < 0:
+            return ""
+        if not self._shown_files:
+            self._shown_files.extend(short_paths(self.files))
+        return self._shown_files[index]
 
     def module_name(self, node: int) -> str | None:
         m = int(self.module[node])

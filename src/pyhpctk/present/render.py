@@ -4,6 +4,12 @@ The text layout follows hpcviewer: each value is shown as a number and its share
 value, and the scope column is drawn as a tree. Plain text (no escape codes, ASCII-safe tree
 drawing optional) is what pipes and files receive. Nothing here computes values; it only prints
 a :class:`~pyhpctk.present.views.View`.
+
+Trees can be thousands of levels deep (recursion), so nothing here recurses, and no row's size
+grows with its depth: past :data:`TEXT_DEPTH_LIMIT` levels the text tree stops indenting and
+prints ``[depth N]`` before the label; past :data:`JSON_NESTING_LIMIT` levels JSON stops
+nesting and lists the rest of a subtree flat, each node with its depth and parent. Output and
+memory stay linear in the number of rows.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ from typing import Any, TextIO
 import click
 
 from pyhpctk.present.views import View, ViewNode
+
+#: Levels the text tree indents; deeper rows keep that indentation and show ``[depth N]``.
+TEXT_DEPTH_LIMIT = 40
+#: Levels of ``children`` arrays JSON nests (two JSON levels each: json.loads and most other
+#: parsers stop near 1,000); a node at this depth lists its descendants in ``deeper``.
+JSON_NESTING_LIMIT = 100
 
 KIND_STYLES: dict[str, dict[str, Any]] = {
     "root": {"bold": True},
@@ -38,10 +50,18 @@ class TextStyle:
 
     color: bool = False
     tree: str = "unicode"  # "unicode" (box drawing), "ascii" (|- `-) or "indent" (spaces only)
+    width: int | None = None  # cut rows to this many columns (None: never)
 
     def __post_init__(self) -> None:
         if self.tree not in ("unicode", "ascii", "indent"):
             raise ValueError(f"unknown tree style {self.tree!r}")
+        if self.width is not None and self.width < 1:
+            raise ValueError("width must be at least 1")
+
+
+#: The least a label keeps of a row cut to the terminal's width: indentation stops growing
+#: (rows show ``[depth N]``) before it leaves less.
+MIN_LABEL_WIDTH = 24
 
 
 def format_value(value: float, total: float, fmt: str | None = None, percent: bool = True) -> str:
@@ -61,24 +81,38 @@ def format_value(value: float, total: float, fmt: str | None = None, percent: bo
     return text
 
 
-def _tree_lines(view: View, style: TextStyle) -> Iterator[tuple[str, ViewNode]]:
+def depth_marker(depth: int) -> str:
+    """What a row deeper than :data:`TEXT_DEPTH_LIMIT` shows before its label."""
+    return f"[depth {depth}] "
+
+
+def _tree_lines(
+    view: View, style: TextStyle, limit: int = TEXT_DEPTH_LIMIT
+) -> Iterator[tuple[str, ViewNode]]:
+    """(tree drawing before the label, node) in pre-order; the drawing stops growing at
+    ``limit`` levels, and deeper rows carry :func:`depth_marker` instead."""
     tee, last, bar, gap = {
         "unicode": ("├─ ", "└─ ", "│  ", "   "),
         "ascii": ("|- ", "`- ", "|  ", "   "),
         "indent": ("  ", "  ", "  ", "  "),
     }[style.tree]
-    stack: list[tuple[ViewNode, str, str]] = [(view.root, "", "")]
+    stack: list[tuple[ViewNode, str, str, int]] = [(view.root, "", "", 0)]
     while stack:
-        node, lead, child_lead = stack.pop()
+        node, lead, child_lead, depth = stack.pop()
         yield lead, node
         kids = node.children
+        deep = depth + 1 > limit
         for i in range(len(kids) - 1, -1, -1):
+            if deep:  # the same lead string for every deeper row: no growth, no copies
+                stack.append((kids[i], child_lead + depth_marker(depth + 1), child_lead, depth + 1))
+                continue
             final = i == len(kids) - 1
             stack.append(
                 (
                     kids[i],
                     child_lead + (last if final else tee),
                     child_lead + (gap if final else bar),
+                    depth + 1,
                 )
             )
 
@@ -93,29 +127,62 @@ def column_totals(view: View) -> list[float]:
     return out
 
 
-def render_text(view: View, out: TextIO, style: TextStyle = TextStyle()) -> None:
-    """Write the view as an aligned table with the scope tree on the right."""
+def _cells(view: View, node: ViewNode, totals: list[float]) -> list[str]:
+    return [
+        format_value(float(v), totals[i], c.format, c.percent)
+        for i, (c, v) in enumerate(zip(view.columns, node.values, strict=True))
+    ]
+
+
+def _cut(text: str, room: int) -> str:
+    """``text`` in at most ``room`` columns, ending in ``…`` when cut."""
+    if len(text) <= room:
+        return text
+    return text[: max(room - 1, 0)] + "…" if room > 0 else ""
+
+
+def render_text(view: View, out: TextIO, style: TextStyle = TextStyle(), more: int = 0) -> None:
+    """Write the view as an aligned table with the scope tree on the right.
+
+    Two passes over the tree (column widths, then rows), so no row is held in memory. With
+    ``style.width`` every row is cut to that many columns (the label ends in ``…``), and the
+    tree indents only as deep as leaves :data:`MIN_LABEL_WIDTH` columns to the labels.
+    ``more``: rows a line budget left out (:mod:`pyhpctk.present.fit`), said on a last line.
+    """
     totals = column_totals(view)
-    cells: list[list[str]] = []
-    rows = list(_tree_lines(view, style))
-    for _, node in rows:
-        cells.append(
-            [
-                format_value(float(v), totals[i], c.format, c.percent)
-                for i, (c, v) in enumerate(zip(view.columns, node.values, strict=True))
-            ]
-        )
     heads = [c.label for c in view.columns]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(heads)]
+    widths = [len(h) for h in heads]
+    for _, node in _tree_lines(view, style):
+        for i, cell in enumerate(_cells(view, node, totals)):
+            widths[i] = max(widths[i], len(cell))
+    limit = TEXT_DEPTH_LIMIT
+    numbers_width = sum(widths) + 2 * len(widths)
+    if style.width is not None:
+        step = 2 if style.tree == "indent" else 3
+        limit = max(
+            1, min(TEXT_DEPTH_LIMIT, (style.width - numbers_width - MIN_LABEL_WIDTH) // step)
+        )
+
+    def fit(text: str) -> str:
+        return text if style.width is None else _cut(text, style.width)
+
     sort_label = view.columns[view.sort_column].label
-    title = f"{view.title} - {view.kind} view, sorted by {sort_label}"
+    title = fit(f"{view.title} - {view.kind} view, sorted by {sort_label}")
     out.write((click.style(title, bold=True) if style.color else title) + "\n")
-    header = "  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True)) + "  Scope"
+    for note in view.notes:
+        text = fit(f"note: {note}")
+        out.write((click.style(text, dim=True) if style.color else text) + "\n")
+    header = fit("  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True)) + "  Scope")
     out.write((click.style(header, underline=True) if style.color else header) + "\n")
-    for (lead, node), row in zip(rows, cells, strict=True):
+    for lead, node in _tree_lines(view, style, limit):
+        row = _cells(view, node, totals)
         numbers = "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
         label = node.label
         hidden = f" (+{node.hidden} hidden)" if node.hidden else ""
+        if style.width is not None:
+            room = style.width - len(numbers) - 2 - len(lead) - (2 if node.hot else 0)
+            label = _cut(label, room)
+            hidden = _cut(hidden, room - len(label))
         if style.color:
             kw = dict(KIND_STYLES.get(node.kind, {}))
             if node.hot and node.kind not in ("root",):
@@ -126,6 +193,12 @@ def render_text(view: View, out: TextIO, style: TextStyle = TextStyle()) -> None
         else:
             mark = "* " if node.hot and node is not view.root else ""
         out.write(f"{numbers}  {lead}{mark}{label}{hidden}\n")
+    if more:
+        text = fit(
+            f"... {more:,} more rows below the line budget: --lines N shows more, "
+            "--full the whole tree"
+        )
+        out.write((click.style(text, dim=True) if style.color else text) + "\n")
 
 
 def _flatten(view: View) -> Iterator[tuple[int, int, int, ViewNode]]:
@@ -182,24 +255,44 @@ def _node_fields(view: View, node: ViewNode) -> dict[str, Any]:
     }
 
 
-def node_to_dict(view: View, node: ViewNode) -> dict[str, Any]:
-    """A JSON-ready nested dict of a node and its shown children (NaN becomes null).
+def _deeper(view: View, node: ViewNode, depth: int) -> Iterator[dict[str, Any]]:
+    """``node``'s descendants in pre-order, flat: fields plus ``depth`` and ``parent`` (the
+    index of the parent in this list, -1 for ``node`` itself), without ``children``."""
+    count = 0
+    stack: list[tuple[ViewNode, int, int]] = [(c, -1, depth + 1) for c in reversed(node.children)]
+    while stack:
+        current, parent, d = stack.pop()
+        fields = _node_fields(view, current)
+        del fields["children"]
+        fields["depth"] = d
+        fields["parent"] = parent
+        yield fields
+        me = count
+        count += 1
+        stack.extend((c, me, d + 1) for c in reversed(current.children))
 
-    Built without recursion: calling context trees can be deeper than Python's stack.
+
+def node_to_dict(view: View, node: ViewNode, depth: int = 0) -> dict[str, Any]:
+    """A JSON-ready nested dict of a node (at ``depth``) and its shown children (NaN: null).
+
+    Built without recursion; nesting stops at :data:`JSON_NESTING_LIMIT`, where a node with
+    children gets ``"children": []`` and its descendants flat in ``"deeper"``.
     """
     top = _node_fields(view, node)
-    stack: list[tuple[ViewNode, dict[str, Any]]] = [(node, top)]
+    stack: list[tuple[ViewNode, dict[str, Any], int]] = [(node, top, depth)]
     while stack:
-        current, out = stack.pop()
+        current, out, d = stack.pop()
+        if d >= JSON_NESTING_LIMIT and current.children:
+            out["deeper"] = list(_deeper(view, current, d))
+            continue
         for child in current.children:
             entry = _node_fields(view, child)
             out["children"].append(entry)
-            stack.append((child, entry))
+            stack.append((child, entry, d + 1))
     return top
 
 
-def view_to_dict(view: View) -> dict[str, Any]:
-    """The view as nested dicts (use :func:`render_json` to write deep trees)."""
+def _head(view: View) -> dict[str, Any]:
     return {
         "view": view.kind,
         "title": view.title,
@@ -207,34 +300,46 @@ def view_to_dict(view: View) -> dict[str, Any]:
             {"label": c.label, "metric": c.metric, "inclusive": c.inclusive} for c in view.columns
         ],
         "sort": view.columns[view.sort_column].label,
-        "root": node_to_dict(view, view.root),
+        "notes": list(view.notes),
+        "root": None,
     }
+
+
+def view_to_dict(view: View) -> dict[str, Any]:
+    """The view as nested dicts (use :func:`render_json` to write deep trees)."""
+    out = _head(view)
+    out["root"] = node_to_dict(view, view.root)
+    return out
 
 
 def render_json(view: View, out: TextIO) -> None:
     """Write :func:`view_to_dict` as JSON, streaming the tree without recursion.
 
-    ``json.dump`` recurses once per nesting level, and a calling context tree can be thousands
-    of levels deep, so the ``children`` arrays are opened and closed here with an explicit stack.
+    The tree is written node by node with an explicit stack (the whole dict is never built),
+    nested as :func:`node_to_dict` nests it.
     """
-    head = view_to_dict(view)
-    head["root"] = None
-    text = json.dumps(head, allow_nan=False)
+    text = json.dumps(_head(view), allow_nan=False)
     prefix, _, suffix = text.rpartition('"root": null')
     out.write(prefix + '"root": ')
-    stack: list[tuple[ViewNode, int]] = [(view.root, 0)]
+    stack: list[tuple[ViewNode, int, int]] = [(view.root, 0, 0)]
     while stack:
-        node, state = stack.pop()
+        node, state, depth = stack.pop()
         if state == 0:
             fields = _node_fields(view, node)
             del fields["children"]
             out.write(json.dumps(fields, allow_nan=False)[:-1] + ', "children": [')
-            stack.append((node, 1))
+            if depth >= JSON_NESTING_LIMIT and node.children:
+                out.write('], "deeper": [')
+                for k, entry in enumerate(_deeper(view, node, depth)):
+                    out.write((", " if k else "") + json.dumps(entry, allow_nan=False))
+                out.write("]}")
+                continue
+            stack.append((node, 1, depth))
             for i in range(len(node.children) - 1, -1, -1):
-                stack.append((node.children[i], 2 if i else 0))
+                stack.append((node.children[i], 2 if i else 0, depth + 1))
         elif state == 1:
             out.write("]}")
         else:  # a later sibling: separate it from the previous one
             out.write(", ")
-            stack.append((node, 0))
+            stack.append((node, 0, depth))
     out.write(suffix + "\n")

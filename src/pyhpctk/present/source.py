@@ -6,12 +6,16 @@ numpy views on demand, so opening a multi-GB database reads its headers and the 
 only; a metric column reads one summary block, a per-thread view one cct.db block.
 
 Errors a user can cause (not a directory, not a database, a file missing, a damaged file) are
-:class:`~pyhpctk.errors.FormatError` naming the path and the problem.
+:class:`~pyhpctk.errors.FormatError` naming the path and the problem; another tool's input
+(a measurement directory) is a :class:`~pyhpctk.errors.UsageError` saying which tool reads it.
+A damaged trace.db is the exception: the profile views do not need it, so it is a warning, and
+only the views that read the trace fail.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.errors import FormatError
+from pyhpctk.errors import FormatError, FormatWarning, UsageError
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.vocabulary import GPU_ID_NAMES, Combine, LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
@@ -187,25 +192,57 @@ def profile_list(profiles: profiledb.ProfileDB, id_names: Sequence[str]) -> Prof
     return ProfileList(np.arange(1, len(table), dtype=np.int64), identify, gpu)
 
 
+def damaged_trace_error(error: FormatError) -> Exception:
+    """What a view that needs the trace raises when trace.db is damaged.
+
+    A :class:`~pyhpctk.present.traces.NoTraceError`, so the HTML report leaves its timeline
+    out as for a database without traces, and pyview's trace options fail with this message.
+    """
+    from pyhpctk.present.traces import NoTraceError
+
+    return NoTraceError(
+        f"{error}: trace.db is damaged, so the views that need the trace (--trace-summary, "
+        "--blame, --trace-export) cannot be shown; the profile views do not need it"
+    )
+
+
 @dataclass
 class DatabaseTraces:
-    """:class:`~pyhpctk.present.model.TraceSource` over trace.db, opened when first asked."""
+    """:class:`~pyhpctk.present.model.TraceSource` over a lazily read trace.db.
 
-    path: Path
+    A line that turns out damaged when first read fails every view that needs the trace with
+    :func:`damaged_trace_error`; the other views never read it.
+    """
+
+    db: tracedb.TraceDB
     _lines: list[TraceLine] | None = None
 
     def lines(self) -> Sequence[TraceLine]:
         if self._lines is None:
-            self._lines = []
-            for line in tracedb.read(self.path).lines:
-                self._lines.append(
-                    TraceLine(
-                        line.prof_index,
-                        np.asarray(line.elements["timestamp"], dtype=np.uint64),
-                        np.asarray(line.elements["ctx_id"], dtype=np.uint32),
+            lines = []
+            try:
+                for line in self.db.lines:
+                    lines.append(
+                        TraceLine(
+                            line.prof_index,
+                            np.asarray(line.elements["timestamp"], dtype=np.uint64),
+                            np.asarray(line.elements["ctx_id"], dtype=np.uint32),
+                        )
                     )
-                )
+            except FormatError as error:
+                raise damaged_trace_error(error) from None
+            self._lines = lines
         return self._lines
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedTraces:
+    """:class:`~pyhpctk.present.model.TraceSource` for a trace.db whose headers cannot be read."""
+
+    error: FormatError
+
+    def lines(self) -> Sequence[TraceLine]:
+        raise damaged_trace_error(self.error)
 
 
 def database_dir(path: str | os.PathLike[str]) -> Path:
@@ -217,10 +254,17 @@ def database_dir(path: str | os.PathLike[str]) -> Path:
         if p.name in (*REQUIRED, "trace.db"):
             p = p.parent
         else:
+            advice = misplaced_input(p)
+            if advice is not None:  # another tool's input: say which tool reads it
+                raise UsageError(f"{p}: not a database: {advice}")
             raise FormatError(p, "database", "not a database: expected a directory with meta.db")
+    elif not p.is_dir():  # a FIFO, a device, a socket: never opened
+        raise FormatError(p, "database", "not a database: not a directory nor a file in one")
     if not (p / "meta.db").is_file():
-        what = "measurements (run pyprof on it first)" if any(p.glob("*.hpcrun")) else "a database"
-        raise FormatError(p, "database", f"not {what}: no meta.db in this directory")
+        advice = misplaced_input(p)
+        if advice is not None:
+            raise UsageError(f"{p}: {advice}")
+        raise FormatError(p, "database", "not a database: no meta.db in this directory")
     missing = [name for name in REQUIRED if not (p / name).is_file()]
     if missing:
         raise FormatError(p, "database", f"incomplete database: {', '.join(missing)} missing")
@@ -235,9 +279,18 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     contexts = cctdb.read(d / "cct.db")
     if not len(profiles.profiles) or not profiles.profiles[0].is_summary:
         raise FormatError(d / "profile.db", "ProfileInfos", "profile 0 is not the summary profile")
-    traces = None
+    traces: DatabaseTraces | DamagedTraces | None = None
     if (d / "trace.db").is_file():
-        traces = DatabaseTraces(d / "trace.db")
+        try:
+            traces = DatabaseTraces(tracedb.read(d / "trace.db"))
+        except FormatError as error:  # the profile views do not need the trace: say so, go on
+            traces = DamagedTraces(error)
+            warnings.warn(
+                f"{error}: trace.db is damaged: the profile views are shown without it, the "
+                "views of the trace cannot be",
+                FormatWarning,
+                stacklevel=2,
+            )
     taxonomy = d / "metrics" / "default.yaml"
     return Experiment(
         path=str(d),

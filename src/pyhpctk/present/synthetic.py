@@ -12,15 +12,22 @@ by a direct recursive walk (the slow, obvious oracle of style.md item 10):
 * execution — point plus the execution values of all children.
 
 The summary profile is the sum over profiles (the ``sum`` of ``$$`` statistic).
+:func:`write_database` writes such an experiment as a database directory with the format
+writers (meta.db, profile.db, cct.db and, when given, ``metrics/default.yaml``), so the command
+line and the file readers can be tested on it too.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from pyhpctk.formats import cctdb, metadb, profiledb
+from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 from pyhpctk.formats.vocabulary import SCOPE_NAMES, Combine, LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
@@ -215,3 +222,86 @@ def build(
         traces=None if traces is None else InMemoryTraces(tuple(traces)),
         taxonomy_text=taxonomy_text,
     )
+
+
+def write_database(exp: Experiment, directory: str | os.PathLike[str]) -> Path:
+    """Write an experiment made by :func:`build` as a database directory; returns its path.
+
+    Every metric keeps the ids :func:`build` gave it (scope ``k`` of metric ``m``: ``4m + k``),
+    profile ``p``'s values come from the in-memory matrices and cct.db is their transpose.
+    """
+    if not isinstance(exp.values, InMemoryValues):
+        raise TypeError("write_database writes experiments made by synthetic.build")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tree = exp.tree
+    meta = metadb.MetaDB(title=exp.title)
+    meta.metrics = [metadb.Metric.standard(m.name, 4 * k) for k, m in enumerate(exp.metrics)]
+    meta.modules = [metadb.Module(m) for m in tree.modules]
+    meta.files = [metadb.SourceFile(f) for f in tree.files]
+    meta.functions = [
+        metadb.Function(
+            f.name,
+            None if f.module < 0 else f.module,
+            f.offset,
+            None if f.file < 0 else f.file,
+            f.line,
+        )
+        for f in tree.functions
+    ]
+    nodes: list[metadb.EntryPoint | metadb.Context | None] = [None]
+    for i in range(1, tree.size):
+        up = nodes[int(tree.parent[i])]
+        lex = int(tree.lexical_type[i])
+        node: metadb.EntryPoint | metadb.Context
+        if lex == LEX_ENTRY:
+            entry = metadb.EntryPoint(
+                int(tree.ctx_id[i]), metadb.EntryPointKind.MAIN_THREAD, tree.names[i]
+            )
+            meta.entry_points.append(entry)
+            node = entry
+        else:
+            assert up is not None, "synthetic contexts sit under an entry point"
+            rel = int(tree.relation[i])
+            node = metadb.Context(
+                int(tree.ctx_id[i]),
+                rel,
+                lex,
+                function=None if tree.function[i] < 0 else int(tree.function[i]),
+                file=None if tree.file[i] < 0 else int(tree.file[i]),
+                line=int(tree.line[i]),
+                module=None if tree.module[i] < 0 else int(tree.module[i]),
+                offset=int(tree.offset[i]),
+                propagation=1 if rel == Relation.LEXICAL else 0,
+            )
+            up.children.append(node)
+        nodes.append(node)
+    metadb.write(meta, out / "meta.db")
+    kinds = {name: kind for kind, name in DEFAULT_ID_NAMES}
+    infos = [profiledb.ProfileInfo(True, None)] + [
+        profiledb.ProfileInfo(
+            False,
+            tuple(profiledb.IdTupleElement(kinds[k], False, i, i) for k, i in p.identifier),
+        )
+        for p in exp.profiles
+    ]
+
+    def block(columns: dict[int, np.ndarray]) -> profiledb.ProfileValues:
+        ids = sorted(columns)
+        ctx = np.tile(np.arange(exp.values.n_contexts), len(ids))
+        met = np.repeat(ids, exp.values.n_contexts)
+        return profiledb.ProfileValues.from_triples(
+            ctx, met, np.concatenate([columns[i] for i in ids])
+        )
+
+    values = exp.values
+    blocks = [block(values.summary)] + [
+        block({k: m[p] for k, m in values.per_profile.items()}) for p in range(len(exp.profiles))
+    ]
+    profiles = profiledb.ProfileDB(infos, blocks)
+    profiledb.write(profiles, out / "profile.db")
+    cctdb.write(cctdb.transpose(profiles, n_contexts=values.n_contexts), out / "cct.db")
+    if exp.taxonomy_text is not None:
+        (out / "metrics").mkdir(exist_ok=True)
+        (out / "metrics" / "default.yaml").write_text(exp.taxonomy_text, encoding="utf-8")
+    return out

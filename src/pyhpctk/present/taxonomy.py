@@ -9,21 +9,25 @@ e.g. ``{min: [100, {max: [0, {/: [{"*": [100, *TOT]}, *EXP]}]}]}`` for ``GSAMP:U
 
 The project has no YAML dependency, so :func:`load_yaml` parses the subset hpcprof emits (block
 mappings and sequences, flow ``{}``/``[]``, anchors and aliases, plain and double-quoted scalars).
-It is not a general YAML parser and says so when it meets something else.
+It is not a general YAML parser and says so when it meets something else. Both parsers here
+recurse, so documents nested deeper than :data:`MAX_YAML_NESTING` levels, and formulas deeper
+than the formula language allows, are refused with a FormatError.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats.vocabulary import SCOPE_EXECUTION, Combine
-from pyhpctk.present.formula import BinOp, Call, Expr, Neg, Num, Ref
+from pyhpctk.present.formula import MAX_DEPTH, BinOp, Call, Expr, Neg, Num, Ref, depth
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+MAX_YAML_NESTING = 64  # block and flow collections inside one another (hpcprof writes ~10)
 
 
 class _YamlError(Exception):
@@ -49,6 +53,12 @@ class _Yaml:
         self.lines = [ln.rstrip() for ln in text.splitlines()]
         self.anchors: dict[str, Any] = {}
         self.row = 0
+        self.nesting = 0
+
+    def nest(self, step: int) -> None:
+        self.nesting += step
+        if self.nesting > MAX_YAML_NESTING:
+            raise _YamlError(self.row, f"nested more than {MAX_YAML_NESTING} levels deep")
 
     # -- block structure ---------------------------------------------------------------------
     def skip_blank(self) -> None:
@@ -74,9 +84,13 @@ class _Yaml:
     def block(self, indent: int) -> Any:
         self.skip_blank()
         line = self.lines[self.row][indent:]
-        if line.startswith("- ") or line == "-":
-            return self.sequence(indent)
-        return self.mapping(indent)
+        self.nest(1)
+        try:
+            if line.startswith("- ") or line == "-":
+                return self.sequence(indent)
+            return self.mapping(indent)
+        finally:
+            self.nest(-1)
 
     def sequence(self, indent: int) -> list[Any]:
         items: list[Any] = []
@@ -171,6 +185,15 @@ class _Yaml:
             pos += 1
         if pos >= len(text):
             return None, pos
+        if text[pos] in "{[&":
+            self.nest(1)
+            try:
+                return self.flow_collection(text, pos, block)
+            finally:
+                self.nest(-1)
+        return self.flow_collection(text, pos, block)
+
+    def flow_collection(self, text: str, pos: int, block: bool) -> tuple[Any, int]:
         c = text[pos]
         if c == "{":
             out: dict[str, Any] = {}
@@ -281,38 +304,61 @@ class TaxonomyMetric:
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "^": "^", "pow": "^"}
 
 
-def _formula(node: Any, inputs: dict[str, Input], path: str | None) -> Expr:
-    if isinstance(node, bool) or node is None:
-        raise FormatError(path, "metric taxonomy", f"bad formula term {node!r}")
-    if isinstance(node, int | float):
-        return Num(float(node))
-    if isinstance(node, dict) and "metric" in node:
-        inp = Input(
-            str(node["metric"]),
-            str(node.get("scope", SCOPE_EXECUTION.label)),
-            str(node.get("formula", "$$")),
-            str(node.get("combine", Combine.SUM.label)),
-        )
-        ref = f"#in{len(inputs)}"
-        for name, known in inputs.items():
-            if known == inp:
-                ref = name
-                break
-        inputs[ref] = inp
-        return Ref(ref)
-    if isinstance(node, dict) and len(node) == 1:
-        op, args = next(iter(node.items()))
-        terms = [_formula(a, inputs, path) for a in (args if isinstance(args, list) else [args])]
-        if op in ("min", "max", "abs", "sqrt"):
-            return Call(op, tuple(terms))
-        if op == "-" and len(terms) == 1:
-            return Neg(terms[0])
-        if op in _OPS and terms:
-            out = terms[0]
-            for term in terms[1:]:
-                out = BinOp(_OPS[op], out, term)
-            return out
-    raise FormatError(path, "metric taxonomy", f"unsupported formula {node!r}")
+MAX_FORMULA_TERMS = 10_000  # aliases can make a small file name a huge (even exponential) tree
+
+
+@dataclass
+class _FormulaReader:
+    """Turns one taxonomy formula (nested one-key mappings) into an expression tree."""
+
+    inputs: dict[str, Input]  # filled as inputs are met: reference name -> input
+    path: str | None
+    terms: int = 0
+
+    def fail(self, problem: str) -> FormatError:
+        return FormatError(self.path, "metric taxonomy", problem)
+
+    def read(self, node: Any, level: int = 0) -> Expr:
+        # Aliases (*name) can nest anchored values inside one another without the text
+        # nesting: bound the recursion and the size here, not only in the YAML parser.
+        self.terms += 1
+        if level > MAX_YAML_NESTING or self.terms > MAX_FORMULA_TERMS:
+            raise self.fail(
+                f"a formula nested more than {MAX_YAML_NESTING} levels deep"
+                if level > MAX_YAML_NESTING
+                else f"a formula of more than {MAX_FORMULA_TERMS:,} terms"
+            )
+        if isinstance(node, bool) or node is None:
+            raise self.fail(f"bad formula term {node!r}")
+        if isinstance(node, int | float):
+            return Num(float(node))
+        if isinstance(node, dict) and "metric" in node:
+            inp = Input(
+                str(node["metric"]),
+                str(node.get("scope", SCOPE_EXECUTION.label)),
+                str(node.get("formula", "$$")),
+                str(node.get("combine", Combine.SUM.label)),
+            )
+            ref = f"#in{len(self.inputs)}"
+            for name, known in self.inputs.items():
+                if known == inp:
+                    ref = name
+                    break
+            self.inputs[ref] = inp
+            return Ref(ref)
+        if isinstance(node, dict) and len(node) == 1:
+            op, args = next(iter(node.items()))
+            terms = [self.read(a, level + 1) for a in (args if isinstance(args, list) else [args])]
+            if op in ("min", "max", "abs", "sqrt"):
+                return Call(op, tuple(terms))
+            if op == "-" and len(terms) == 1:
+                return Neg(terms[0])
+            if op in _OPS and terms:
+                out = terms[0]
+                for term in terms[1:]:
+                    out = BinOp(_OPS[op], out, term)
+                return out
+        raise self.fail(f"unsupported formula {reprlib.repr(node)}")
 
 
 def _side(value: Any, inputs: dict[str, Input], path: str | None) -> Expr | None:
@@ -320,9 +366,24 @@ def _side(value: Any, inputs: dict[str, Input], path: str | None) -> Expr | None
         return None
     if isinstance(value, dict) and ("standard" in value or "custom" in value):
         # formats.md §3.2: the viewer's "exclusive" is lex_aware, i.e. the custom formula.
-        chosen = value.get("custom", value.get("standard"))
-        return None if chosen is None else _formula(chosen, inputs, path)
-    return _formula(value, inputs, path)
+        value = value.get("custom", value.get("standard"))
+        if value is None:
+            return None
+    expr = _FormulaReader(inputs, path).read(value)
+    if depth(expr) > MAX_DEPTH:
+        raise FormatError(path, "metric taxonomy", f"a formula more than {MAX_DEPTH} levels deep")
+    return expr
+
+
+MAX_TAXONOMY_METRICS = 100_000  # aliased children could repeat subtrees without end
+
+
+def _mapping(value: Any, what: str, path: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FormatError(path, "metric taxonomy", f"{what} is not a mapping")
+    return value
 
 
 def parse_taxonomy(text: str, path: str | None = None) -> list[TaxonomyMetric]:
@@ -331,31 +392,40 @@ def parse_taxonomy(text: str, path: str | None = None) -> list[TaxonomyMetric]:
     if not isinstance(doc, dict) or not isinstance(doc.get("roots"), list):
         raise FormatError(path, "metric taxonomy", "no 'roots' list")
     out: list[TaxonomyMetric] = []
-
-    def visit(roots: list[Any]) -> None:
-        for root in roots:
-            if not isinstance(root, dict) or "name" not in root:
-                raise FormatError(path, "metric taxonomy", "a root without a name")
-            variants = root.get("variants") or {}
-            for k, (variant, body) in enumerate(variants.items()):
-                formula = (body or {}).get("formula") or {}
-                inputs: dict[str, Input] = {}
-                # The first variant is the one a viewer shows under the metric's own name;
-                # the others (Mean, Min, Max, ... with pyprof -M stats) as "NAME:Variant".
-                name = str(root["name"]) if k == 0 else f"{root['name']}:{variant}"
-                out.append(
-                    TaxonomyMetric(
-                        name=name,
-                        description=str(root.get("description") or ""),
-                        variant=str(variant),
-                        inclusive=_side(formula.get("inclusive"), inputs, path),
-                        exclusive=_side(formula.get("exclusive"), inputs, path),
-                        inputs=inputs,
-                        format=root.get("format"),
-                        percent="percent" in ((body or {}).get("render") or ["percent"]),
-                    )
+    # Roots and their children, depth first in file order, with a stack (aliases can nest
+    # children deeper than the text does).
+    stack: list[Any] = list(reversed(doc["roots"]))
+    while stack:
+        root = stack.pop()
+        if not isinstance(root, dict) or "name" not in root:
+            raise FormatError(path, "metric taxonomy", "a root without a name")
+        variants = _mapping(root.get("variants"), f"variants of {root['name']!r}", path)
+        for k, (variant, body) in enumerate(variants.items()):
+            body = _mapping(body, f"variant {variant!r} of {root['name']!r}", path)
+            formula = _mapping(body.get("formula"), f"formula of {root['name']!r}", path)
+            inputs: dict[str, Input] = {}
+            render = body.get("render") or ["percent"]
+            # The first variant is the one a viewer shows under the metric's own name;
+            # the others (Mean, Min, Max, ... with pyprof -M stats) as "NAME:Variant".
+            name = str(root["name"]) if k == 0 else f"{root['name']}:{variant}"
+            out.append(
+                TaxonomyMetric(
+                    name=name,
+                    description=str(root.get("description") or ""),
+                    variant=str(variant),
+                    inclusive=_side(formula.get("inclusive"), inputs, path),
+                    exclusive=_side(formula.get("exclusive"), inputs, path),
+                    inputs=inputs,
+                    format=str(root["format"]) if root.get("format") is not None else None,
+                    percent="percent" in (render if isinstance(render, list) else [render]),
                 )
-            visit(root.get("children") or [])
-
-    visit(doc["roots"])
+            )
+            if len(out) > MAX_TAXONOMY_METRICS:
+                raise FormatError(
+                    path, "metric taxonomy", f"more than {MAX_TAXONOMY_METRICS:,} metrics"
+                )
+        children = root.get("children") or []
+        if not isinstance(children, list):
+            raise FormatError(path, "metric taxonomy", f"children of {root['name']!r}: not a list")
+        stack.extend(reversed(children))
     return out

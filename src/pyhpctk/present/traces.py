@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.errors import UsageError
+from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats.vocabulary import LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
@@ -110,13 +110,33 @@ class LineSummary:
     end_ns: int
     busy_ns: int
     top: tuple[tuple[str, int], ...]  # (function label, time ns), longest first
+    cpu_ns: int | None = None  # CPU time the profile measured (CPUTIME), None without it
 
     @property
     def span_ns(self) -> int:
         return self.end_ns - self.start_ns
 
 
+#: The metric whose per-profile total is a thread's CPU time (pyrun's and hpcrun's CPU timer).
+CPU_TIME_METRIC = "CPUTIME (sec)"
+
+
+def _cpu_ns(exp: Experiment, profile: int) -> int | None:
+    """The CPU time a profile measured (its CPUTIME at the root), in ns; None without it."""
+    try:
+        metric = exp.metric(CPU_TIME_METRIC)
+    except FormatError:  # no such metric in this database
+        return None
+    prop = metric.prop_id("execution")
+    if prop is None:
+        return None
+    column = exp.values.profile_column(profile, prop)
+    return round(float(column[0]) * 1e9) if len(column) else 0
+
+
 def summarize(exp: Experiment, top: int = 3) -> list[LineSummary]:
+    """What each trace line did: samples, span (wall time), time in a context ("sampled"),
+    the CPU time its profile measured, and where the time went."""
     out = []
     for line in _lines(exp):
         prof = _profile(exp, line.profile)
@@ -139,6 +159,7 @@ def summarize(exp: Experiment, top: int = 3) -> list[LineSummary]:
                 int(ts[-1]) if len(ts) else 0,
                 int(dur[busy].sum()),
                 tuple(ranked),
+                None if prof.is_gpu else _cpu_ns(exp, line.profile),
             )
         )
     return out
@@ -156,9 +177,15 @@ def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
             out.write(f"  {s.profile} ({kind}): empty\n")
             continue
         share = 100.0 * s.busy_ns / s.span_ns if s.span_ns else 0.0
+        # A sampled instant says what the thread was in, not that it ran: on a loaded machine
+        # a thread is "in" its code far longer than it gets a CPU, so CPU time is its own.
+        cpu = ""
+        if s.cpu_ns is not None:
+            cpu_share = 100.0 * s.cpu_ns / s.span_ns if s.span_ns else 0.0
+            cpu = f"; CPU time {_seconds(s.cpu_ns)} ({cpu_share:.1f}% of the wall time)"
         out.write(
-            f"  {s.profile} ({kind}): {s.samples} samples over {_seconds(s.span_ns)}, "
-            f"busy {_seconds(s.busy_ns)} ({share:.1f}%)\n"
+            f"  {s.profile} ({kind}): {s.samples} samples over {_seconds(s.span_ns)} of wall "
+            f"time, in a calling context {_seconds(s.busy_ns)} ({share:.1f}%){cpu}\n"
         )
         for name, spent in s.top:
             out.write(f"      {_seconds(spent)}  {name}\n")
@@ -173,29 +200,32 @@ def to_perfetto(exp: Experiment) -> dict[str, Any]:
     lines = _lines(exp)
     starts = [int(line.timestamps[0]) for line in lines if len(line.timestamps)]
     origin = min(starts) if starts else 0
-    events: list[dict[str, Any]] = [
-        {
-            "ph": "M",
-            "name": "process_name",
-            "pid": CPU_PID,
-            "tid": 0,
-            "args": {"name": "CPU threads"},
-        },
-        {
-            "ph": "M",
-            "name": "process_name",
-            "pid": GPU_PID,
-            "tid": 0,
-            "args": {"name": "GPU streams"},
-        },
-    ]
+    events: list[dict[str, Any]] = []
+    # A process per (node, rank) and per kind of line, named after them; a GPU process only
+    # when there are GPU streams. Threads are named by their entry point and number.
+    processes: dict[tuple[tuple[tuple[str, int], ...], bool], int] = {}
     frames_of: dict[int, list[tuple[int, str]]] = {}
     for line in lines:
         prof = _profile(exp, line.profile)
-        pid = GPU_PID if prof.is_gpu else CPU_PID
+        where = tuple(e for e in prof.identifier if e[0] not in _LINE_KINDS)
+        pid = processes.get((where, prof.is_gpu))
+        if pid is None:
+            pid = processes[(where, prof.is_gpu)] = len(processes) + 1
+            place = " / ".join(f"{kind} {ident}" for kind, ident in where)
+            name = "GPU streams" if prof.is_gpu else "CPU threads"
+            name += f" ({place})" if place else ""
+            events.append(
+                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+            )
         tid = line.profile
         events.append(
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": prof.label}}
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": _line_name(exp, prof, line)},
+            }
         )
         events.append(
             {
@@ -251,6 +281,27 @@ def to_perfetto(exp: Experiment) -> dict[str, Any]:
         "displayTimeUnit": "ns",
         "otherData": {"title": exp.title, "database": exp.path, "origin_ns": origin},
     }
+
+
+#: Identifier kinds that name a line within its process (formats.md §3.2, id tuples).
+_LINE_KINDS = ("THREAD", "GPUSTREAM", "GPUCONTEXT", "CORE")
+
+
+def _line_name(exp: Experiment, prof: ProfileInfo, line: TraceLine) -> str:
+    """A track's name: its thread or stream number, and for a CPU thread the entry point its
+    samples are under (``main thread``, ``application thread``)."""
+    own = [f"{kind} {ident}" for kind, ident in prof.identifier if kind in _LINE_KINDS]
+    label = " / ".join(own) or prof.label
+    if prof.is_gpu:
+        return label
+    for ctx in line.ctx_ids[:64].tolist():
+        if ctx == IDLE:
+            continue
+        frames = context_frames(exp, int(ctx))
+        node = exp.tree.node_of(frames[0][0]) if frames else -1
+        if node >= 0 and int(exp.tree.lexical_type[node]) == LEX_ENTRY:
+            return f"{frames[0][1]} ({label})"
+    return label
 
 
 def write_perfetto(exp: Experiment, out: TextIO) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.formats.vocabulary import Combine, LexicalType, Relation
 from pyhpctk.present import formula as fx
@@ -34,10 +35,17 @@ from pyhpctk.present.model import (
     IntArray,
 )
 
+BoolArray = npt.NDArray[np.bool_]
+
 Key = tuple[Any, ...]  # what groups contexts in the aggregating views
+Row = tuple[str, str, str | None, int, str | None]  # label, kind, file, line, module
 
 VIEW_KINDS = ("top-down", "bottom-up", "flat")
 HOT_PATH_SHARE = 0.5  # hpcviewer's hot-path threshold: a child holding >= 50% of its parent
+# The callers view of a chain of D calls has D levels for each of D functions: quadratic. It
+# stops adding levels before passing this many rows per context (plus a floor for small trees).
+CALLER_ROWS_PER_CONTEXT = 4
+CALLER_ROWS_FLOOR = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +62,13 @@ class ColumnSpec:
         return f"{self.metric} ({'I' if self.inclusive else 'E'})"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ViewNode:
-    """One row of a view: what it is, where it is in the code, and its values."""
+    """One row of a view: what it is, where it is in the code, and its values.
+
+    Compared by identity and shown without its subtree: views can be far deeper than Python's
+    recursion limit, so nothing here may recurse over ``children``.
+    """
 
     label: str
     kind: str  # root, entry, function, inlined, loop, line, instruction, module, file
@@ -68,6 +80,9 @@ class ViewNode:
     module: str | None = None
     hot: bool = False
     hidden: int = 0  # children left out by depth / threshold
+
+    def __repr__(self) -> str:
+        return f"ViewNode({self.label!r}, {self.kind!r}, {len(self.children)} children)"
 
     def walk(self, depth: int = 0) -> list[tuple[int, ViewNode]]:
         """Every node with its depth, pre-order."""
@@ -89,6 +104,7 @@ class View:
     columns: tuple[ColumnSpec, ...]
     root: ViewNode
     sort_column: int
+    notes: tuple[str, ...] = ()  # what the reader must know (e.g. where callers were cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +117,8 @@ class ViewOptions:
     threshold: float = 0.0
     show_zero: bool = False
     expand_hot: bool = True
+    sort_exclusive: bool = False  # order rows by the sort metric's exclusive value
+    hot_share: float = HOT_PATH_SHARE  # a child holding this share of its parent is hot
 
     def __post_init__(self) -> None:
         if not self.metrics:
@@ -120,10 +138,14 @@ def columns_for(catalog: MetricCatalog, options: ViewOptions) -> tuple[ColumnSpe
     return tuple(out)
 
 
-def _sort_index(options: ViewOptions, columns: Sequence[ColumnSpec]) -> int:
+def _sort_index(
+    options: ViewOptions, columns: Sequence[ColumnSpec], inclusive: bool | None = None
+) -> int:
+    """The column rows are ordered by (``inclusive``: that side of the sort metric instead)."""
     sort = options.sort or options.metrics[0]
+    side = not options.sort_exclusive if inclusive is None else inclusive
     for i, col in enumerate(columns):
-        if col.metric == sort and col.inclusive:
+        if col.metric == sort and col.inclusive == side:
             return i
     raise ValueError(f"sort metric {sort!r} is not among the shown metrics")
 
@@ -131,6 +153,35 @@ def _sort_index(options: ViewOptions, columns: Sequence[ColumnSpec]) -> int:
 # -- labels ------------------------------------------------------------------------------------
 def _base(path: str | None) -> str:
     return os.path.basename(path) if path else "<unknown file>"
+
+
+def _file(tree: ContextTree, node: int) -> str:
+    """The shown name of a context's file (:mod:`pyhpctk.present.names`)."""
+    return tree.shown_file(int(tree.file[node])) or "<unknown file>"
+
+
+def is_module_code(tree: ContextTree, node: int) -> bool:
+    """Python module-level code: a ``-call> [line]`` context (formats.md §3.8)."""
+    return (
+        int(tree.lexical_type[node]) == LexicalType.LINE
+        and int(tree.relation[node]) == Relation.CALL
+    )
+
+
+def function_label(tree: ContextTree, node: int) -> str:
+    """A function as the aggregating views name it: name and where it is defined
+    (``__init__ (torch/nn/modules/conv.py: 454)``), so that functions that share a name can be
+    told apart; Python module-level code is ``<module> (app.py)``."""
+    if is_module_code(tree, node):
+        return f"<module> ({_file(tree, node)})"
+    f = int(tree.function[node])
+    if f < 0:
+        return "<unknown function>"
+    info = tree.functions[f]
+    if info.file < 0:
+        return info.name
+    where = tree.shown_file(info.file)
+    return f"{info.name} ({where}: {info.line})" if info.line else f"{info.name} ({where})"
 
 
 def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
@@ -146,9 +197,9 @@ def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
             return f"[I] {name}", "inlined"
         return name, "function"
     if lex == LexicalType.LOOP:
-        return f"loop at {_base(tree.file_name(node))}: {int(tree.line[node])}", "loop"
+        return f"loop at {_file(tree, node)}: {int(tree.line[node])}", "loop"
     if lex == LexicalType.LINE:
-        return f"{_base(tree.file_name(node))}: {int(tree.line[node])}", "line"
+        return f"{_file(tree, node)}: {int(tree.line[node])}", "line"
     module = tree.module_name(node)
     return f"{_base(module) if module else '<unknown module>'}+0x{int(tree.offset[node]):x}", (
         "instruction"
@@ -179,7 +230,8 @@ def top_down(catalog: MetricCatalog, options: ViewOptions) -> View:
     columns = columns_for(catalog, options)
     sort = _sort_index(options, columns)
     matrix = np.vstack([catalog.column(c.metric, c.inclusive) for c in columns])
-    key = _key(matrix[sort])
+    key = _key(matrix[_sort_index(options, columns, inclusive=True)])
+    order_key = _key(matrix[sort])
     total = float(key[0]) if np.isfinite(key[0]) else 0.0
     cutoff = abs(total) * options.threshold / 100.0
     nonzero = np.any(np.nan_to_num(matrix) != 0, axis=0)
@@ -206,11 +258,12 @@ def top_down(catalog: MetricCatalog, options: ViewOptions) -> View:
         kids = tree.children(node)
         if len(kids) == 0:
             continue
-        order = kids[np.argsort(-key[kids], kind="stable")]
+        order = kids[np.argsort(-order_key[kids], kind="stable")]
         hot_child = -1
-        top = key[order[0]]
-        if hot and options.expand_hot and top > 0 and top >= HOT_PATH_SHARE * key[node]:
-            hot_child = int(order[0])
+        biggest = int(kids[int(np.argmax(key[kids]))])
+        top = key[biggest]
+        if hot and options.expand_hot and top > 0 and top >= options.hot_share * key[node]:
+            hot_child = biggest
         deeper_ok = options.depth is None or depth < options.depth
         for child in order.tolist():
             is_hot = child == hot_child
@@ -288,48 +341,31 @@ class _Aggregator:
         return out
 
 
-def _same_key_ancestor(tree: ContextTree, keys: Sequence[Key | None]) -> IntArray:
-    """For each keyed node, its nearest ancestor with the same key (-1: none, or unkeyed)."""
-    out = np.full(tree.size, -1, dtype=np.int64)
-    active: dict[Key, list[int]] = {}
-    stack: list[tuple[int, bool]] = [(0, False)]
-    while stack:
-        node, leaving = stack.pop()
-        k = keys[node]
-        if leaving:
-            if k is not None:
-                active[k].pop()
-            continue
-        if k is not None:
-            chain = active.setdefault(k, [])
-            out[node] = chain[-1] if chain else -1
-            chain.append(node)
-        stack.append((node, True))
-        stack.extend((int(c), False) for c in reversed(tree.children(node).tolist()))
-    return out
-
-
-def _outermost(tree: ContextTree, keys: Sequence[Key | None]) -> IntArray:
-    """1 for keyed nodes whose key no ancestor shares (recursion counted once), else 0."""
-    keyed = np.array([k is not None for k in keys], dtype=bool)
-    return (keyed & (_same_key_ancestor(tree, keys) < 0)).astype(np.int64)
-
-
 def _finish(
     agg: _Aggregator,
-    labels: list[tuple[str, str, str | None, int, str | None]],
+    labels: list[Row],
     parents: list[int],
     inc_sums: FloatArray,
     exc_sums: FloatArray,
     title: str,
     kind: str,
+    cut: dict[int, int] | None = None,
+    ctx_ids: Sequence[int] | None = None,
+    hot_path: bool = False,
 ) -> View:
-    """Turn grouped sums into a sorted, pruned view tree (group 0 is the root)."""
+    """Turn grouped sums into a sorted, pruned view tree (group 0 is the root).
+
+    ``cut``: groups whose children were not built, and how many there would be (shown as
+    hidden). ``ctx_ids``: the context each group stands for (a tree of contexts). ``hot_path``:
+    mark the hot path as :func:`top_down` does, and keep it below the depth limit.
+    """
+    options = agg.options
     values = agg.evaluate(inc_sums, exc_sums)
-    sort = _sort_index(agg.options, agg.columns)
-    key = _key(values[sort])
+    sort = _sort_index(options, agg.columns)
+    key = _key(values[_sort_index(options, agg.columns, inclusive=True)])
+    order_key = _key(values[sort])
     total = float(key[0]) if np.isfinite(key[0]) else 0.0
-    cutoff = abs(total) * agg.options.threshold / 100.0
+    cutoff = abs(total) * options.threshold / 100.0
     nonzero = np.any(np.nan_to_num(values) != 0, axis=0)
     kids: list[list[int]] = [[] for _ in parents]
     for g, p in enumerate(parents):
@@ -337,17 +373,29 @@ def _finish(
             kids[p].append(g)
     nodes: list[ViewNode] = []
     for g, (label, k, file, line, module) in enumerate(labels):
-        nodes.append(ViewNode(label, k, values[:, g].copy(), file=file, line=line, module=module))
+        ctx = None if ctx_ids is None else int(ctx_ids[g])
+        nodes.append(
+            ViewNode(label, k, values[:, g].copy(), ctx_id=ctx, file=file, line=line, module=module)
+        )
+    for g, count in (cut or {}).items():
+        nodes[g].hidden += count
+    nodes[0].hot = hot_path
     stack = [(0, 0)]
     while stack:
         g, depth = stack.pop()
-        order = sorted(kids[g], key=lambda c: -key[c])
+        order = sorted(kids[g], key=lambda c: -order_key[c])
+        hot_child = -1
+        if nodes[g].hot and order and options.expand_hot:
+            biggest = max(order, key=lambda c: key[c])
+            if key[biggest] > 0 and key[biggest] >= options.hot_share * key[g]:
+                hot_child = biggest
         for c in order:
-            keep = (agg.options.show_zero or nonzero[c]) and key[c] >= cutoff
-            if keep and (agg.options.depth is None or depth < agg.options.depth):
+            keep = (options.show_zero or nonzero[c]) and (key[c] >= cutoff or c == hot_child)
+            if keep and (options.depth is None or depth < options.depth or c == hot_child):
+                nodes[c].hot = c == hot_child
                 nodes[g].children.append(nodes[c])
                 stack.append((c, depth + 1))
-            elif agg.options.show_zero or nonzero[c]:
+            elif options.show_zero or nonzero[c]:
                 nodes[g].hidden += 1
     return View(kind, title, agg.columns, nodes[0], sort)
 
@@ -360,7 +408,11 @@ def _instance_key(tree: ContextTree, node: int) -> Key | None:
         if f < 0:
             return ("function", "<unknown function>", -1)
         info = tree.functions[f]
-        return ("function", info.name, info.module)
+        # By name and where it is defined, not by name alone (issue #21 item 2): every
+        # __init__ of a program is its own function.
+        return ("function", info.name, info.module, info.file, info.line)
+    if is_module_code(tree, node):
+        return ("module code", int(tree.file[node]))
     if lex == LexicalType.INSTRUCTION and int(tree.relation[node]) == Relation.CALL:
         return ("instruction", int(tree.module[node]), int(tree.offset[node]))
     if lex == LEX_ENTRY:
@@ -368,216 +420,217 @@ def _instance_key(tree: ContextTree, node: int) -> Key | None:
     return None
 
 
-def bottom_up(catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Each function's cost, split over the chains of its callers."""
-    exp = catalog.experiment
-    tree = exp.tree
-    agg = _Aggregator(catalog, options, columns_for(catalog, options))
-    keys = [_instance_key(tree, i) for i in range(tree.size)]
-    # owner[i]: the nearest function instance (or entry point) at or above i.
-    owner = np.full(tree.size, -1, dtype=np.int64)
-    for i in range(1, tree.size):
-        owner[i] = i if keys[i] is not None else owner[tree.parent[i]]
-    caller = np.array([owner[tree.parent[i]] if i > 0 else -1 for i in range(tree.size)])
-    same = _same_key_ancestor(
-        tree, [k if k is not None and k[0] != "entry" else None for k in keys]
-    )
-    instances = [i for i, k in enumerate(keys) if i > 0 and k is not None and k[0] != "entry"]
+def _preorder_bounds(tree: ContextTree) -> tuple[IntArray, IntArray]:
+    """Pre-order rank of every node, and one past the last rank of its subtree.
 
-    def key_of(node: int) -> Key:
-        k = keys[node]
-        assert k is not None  # only instances and entry points are looked up
-        return k
-
-    labels: list[tuple[str, str, str | None, int, str | None]] = [
-        (exp.title or "<root>", "root", None, 0, None)
-    ]
-    parents = [-1]
-    members: list[list[tuple[int, int]]] = [[]]  # (instance, current chain position)
-    index: dict[tuple[int, Key], int] = {}
-    max_depth = options.depth if options.depth is not None else 1 << 30
-
-    def group(parent: int, key: Key, node: int) -> int:
-        found = index.get((parent, key))
-        if found is None:
-            found = len(labels)
-            index[(parent, key)] = found
-            label, kind = context_label(tree, node)
-            label = label.removeprefix("[I] ")
-            file, line, module = _where(tree, node)
-            labels.append((label, kind if kind != "inlined" else "function", file, line, module))
-            parents.append(parent)
-            members.append([])
-        return found
-
-    for inst in instances:
-        g = group(0, key_of(inst), inst)
-        members[g].append((inst, inst))
-    caller_of: list[int] = caller.tolist()  # plain lists: this loop runs per (instance, level)
-    same_of: list[int] = same.tolist()
-    frontier = list(range(1, len(labels)))
-    depth = 1
-    while frontier and depth < max_depth:
-        nxt: list[int] = []
-        for g in frontier:
-            for inst, pos in members[g]:
-                up = caller_of[pos]
-                if up <= 0:
-                    continue
-                child = group(g, key_of(up), up)
-                if not members[child]:
-                    nxt.append(child)
-                members[child].append((inst, up))
-        frontier = nxt
-        depth += 1
-
-    n_groups = len(labels)
-    inc = np.zeros((agg.inc.shape[0], n_groups))
-    exc = np.zeros((agg.fn_cost.shape[0], n_groups))
-    for g in range(1, n_groups):
-        insts = np.array([i for i, _ in members[g]], dtype=np.int64)
-        # Recursion: an instance inside another instance of the same group adds no inclusive.
-        group_set = set(insts.tolist())
-        counted = np.ones(len(insts))
-        for j, inst in enumerate(insts.tolist()):
-            up = same_of[inst]
-            while up >= 0:
-                if up in group_set:
-                    counted[j] = 0
-                    break
-                up = same_of[up]
-        inc[:, g] = (agg.inc[:, insts] * counted).sum(axis=1)
-        exc[:, g] = agg.fn_cost[:, insts].sum(axis=1)
-    inc[:, 0] = agg.inc[:, 0]
-    exc[:, 0] = agg.self_cost.sum(axis=1)
-    return _finish(agg, labels, parents, inc, exc, exp.title, "bottom-up")
+    ``y`` lies inside ``x``'s subtree exactly when ``start[x] <= start[y] < end[x]``. Two
+    passes over the parent array (parents come first), no recursion.
+    """
+    parent: list[int] = tree.parent.tolist()
+    n = len(parent)
+    size = [1] * n
+    for i in range(n - 1, 0, -1):
+        size[parent[i]] += size[i]
+    start = [0] * n
+    free = [1] * n  # the rank the next child of node i gets
+    for i in range(1, n):
+        p = parent[i]
+        start[i] = free[p]
+        free[p] += size[i]
+        free[i] = start[i] + 1
+    first = np.array(start, dtype=np.int64)
+    return first, first + np.array(size, dtype=np.int64)
 
 
-def flat(catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Load module → file → function → inlined function / loop → line."""
-    exp = catalog.experiment
-    tree = exp.tree
-    agg = _Aggregator(catalog, options, columns_for(catalog, options))
-    labels: list[tuple[str, str, str | None, int, str | None]] = [
-        (exp.title or "<root>", "root", None, 0, None)
-    ]
-    parents = [-1]
-    index: dict[tuple[Key, ...], int] = {(): 0}
+def _outermost_members(
+    group: IntArray, member: IntArray, start: IntArray, end: IntArray
+) -> FloatArray:
+    """1.0 for members no other member of their group contains (recursion counted once)."""
+    if len(member) == 0:
+        return np.zeros(0)
+    order = np.lexsort((start[member], group))
+    span = int(end.max()) + 1
+    # Groups ascend in ``order``, so adding group * span keeps every group's ranks above the
+    # previous group's: one running maximum serves all groups at once.
+    shift = group[order] * span
+    reach = np.maximum.accumulate(end[member][order] + shift)
+    before = np.concatenate(([-1], reach[:-1]))
+    counted = np.empty(len(member))
+    counted[order] = start[member][order] + shift >= before
+    return counted
 
-    Row = tuple[str, str, str | None, int, str | None]
 
-    def group(path: tuple[Key, ...], row: Row) -> int:
-        found = index.get(path)
-        if found is None:
-            found = len(labels)
-            index[path] = found
-            labels.append(row)
-            parents.append(index[path[:-1]])
-        return found
+@dataclass
+class _Callers:
+    """The callers view being built level by level: groups, their rows and summed inputs."""
 
-    # path[i]: the static scope (tuple of elements) context i belongs to; end[i]: whether the
-    # context *is* that scope (function, inlined function, loop or line), for inclusive costs.
-    path: list[tuple[Key, ...]] = [()] * tree.size
-    scope_group = np.zeros(tree.size, dtype=np.int64)
-    is_scope = [False] * tree.size
-    # cut[i]: the prefix length that exclusive costs stop at (innermost function-like element).
-    for i in range(1, tree.size):
-        lex = int(tree.lexical_type[i])
-        rel = int(tree.relation[i])
-        up = path[int(tree.parent[i])]
-        if up and up[-1][0] == "line":
-            up = up[:-1]  # a call site line: what it calls belongs to the callee, not the line
-        label, kind = context_label(tree, i)
-        file, line, module = _where(tree, i)
-        if lex == LEX_ENTRY:
-            path[i] = ()
-            continue
-        if (
-            (lex == LexicalType.FUNCTION and rel != Relation.INLINED)
-            or (lex == LexicalType.INSTRUCTION and rel == Relation.CALL)
-            or not up
-        ):
-            mod_name = module or "<unknown module>"
-            file_name = (
-                file if lex in (LexicalType.FUNCTION, LexicalType.LINE, LexicalType.LOOP) else None
+    tree: ContextTree
+    agg: _Aggregator
+    fn_cost: FloatArray  # each instance's exclusive inputs, elided callees' self cost included
+    labels: list[Row] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    inc_parts: list[FloatArray] = field(default_factory=list)
+    exc_parts: list[FloatArray] = field(default_factory=list)
+
+    def add_level(
+        self,
+        parent_of_group: IntArray,
+        representative: IntArray,
+        group: IntArray,
+        instance: IntArray,
+        counted: FloatArray,
+    ) -> int:
+        """Add one level's groups; returns the global id of its first group."""
+        first = len(self.labels)
+        for parent, node in zip(parent_of_group.tolist(), representative.tolist(), strict=True):
+            label, kind = context_label(self.tree, node)
+            file, line, module = _where(self.tree, node)
+            if kind in ("function", "inlined") or is_module_code(self.tree, node):
+                label, kind = function_label(self.tree, node), "function"
+            self.labels.append((label, kind, file, line, module))
+            self.parents.append(parent)
+        groups = len(representative)
+        agg = self.agg
+        self.inc_parts.append(
+            np.array(
+                [np.bincount(group, row[instance] * counted, groups) for row in agg.inc]
+            ).reshape(len(agg.inc), groups)
+        )
+        self.exc_parts.append(
+            np.array([np.bincount(group, row[instance], groups) for row in self.fn_cost]).reshape(
+                len(self.fn_cost), groups
             )
-            p_mod: tuple[Key, ...] = (("module", mod_name),)
-            group(p_mod, (_base(mod_name), "module", None, 0, mod_name))
-            p_file = (*p_mod, ("file", file_name))
-            group(p_file, (_base(file_name), "file", file_name, 0, mod_name))
-            if lex in (LexicalType.LINE, LexicalType.LOOP):
-                up = p_file  # code outside any known function
-            else:
-                path[i] = (*p_file, ("function", label))
-                scope_group[i] = group(path[i], (label, kind, file, line, module))
-                is_scope[i] = True
-                continue
-        if lex == LexicalType.FUNCTION:  # inlined
-            path[i] = (*up, ("inlined", label))
-        elif lex == LexicalType.LOOP:
-            path[i] = (*up, ("loop", file, int(tree.line[i])))
-        elif lex == LexicalType.LINE:
-            path[i] = (*up, ("line", file, int(tree.line[i])))
-        else:  # a lexical instruction: stays in its enclosing scope
-            path[i] = up
-            scope_group[i] = index[up]
-            continue
-        scope_group[i] = group(path[i], (label, kind, file, line, module))
-        is_scope[i] = True
-
-    n_groups = len(labels)
-    inc = np.zeros((agg.inc.shape[0], n_groups))
-    exc = np.zeros((agg.fn_cost.shape[0], n_groups))
-    # Inclusive: every scope and its module/file ancestors, from their outermost instances.
-    for level in ("scope", "file", "module"):
-        keys: list[Any] = [None] * tree.size
-        for i in range(1, tree.size):
-            if not is_scope[i]:
-                continue
-            if level == "scope":
-                keys[i] = scope_group[i]
-            elif path[i][-1][0] == "function" or len(path[i]) <= 3:
-                keys[i] = index[path[i][: 2 if level == "file" else 1]]
-        counted = _outermost(tree, keys)
-        nodes = np.array([i for i in range(tree.size) if keys[i] is not None and counted[i]])
-        if len(nodes):
-            targets = np.array([keys[i] for i in nodes], dtype=np.int64)
-            np.add.at(inc.T, targets, agg.inc.T[nodes])
-    # Exclusive: each context's self cost goes to its scope and up through the scopes that
-    # contain it, stopping above the innermost function-like scope for function/inlined/loop
-    # ancestors (formats.md §3.2: function scope stops at call and inlined edges; lex_aware
-    # additionally excludes nested loops).
-    for i in range(1, tree.size):
-        p = path[i]
-        if not p:
-            continue
-        cost = agg.self_cost[:, i]
-        if not np.any(cost):
-            continue
-        seen_loop = seen_fn = False
-        for cut in range(len(p), 0, -1):
-            element = p[cut - 1]
-            kind = element[0]
-            if kind in ("function", "inlined"):
-                if seen_fn:
-                    continue
-                seen_fn = True
-            elif kind == "loop":
-                if seen_loop or seen_fn:
-                    continue
-                seen_loop = True
-            exc[:, index[p[:cut]]] += cost
-    inc[:, 0] = agg.inc[:, 0]
-    exc[:, 0] = agg.self_cost.sum(axis=1)
-    return _finish(agg, labels, parents, inc, exc, exp.title, "flat")
+        )
+        return first
 
 
-def build_view(kind: str, catalog: MetricCatalog, options: ViewOptions) -> View:
-    """Build the named view (one of :data:`VIEW_KINDS`)."""
+def callers_budget(n_contexts: int) -> int:
+    """How many caller rows (and ten times as many instance steps) a callers view may build."""
+    return CALLER_ROWS_PER_CONTEXT * n_contexts + CALLER_ROWS_FLOOR
+
+
+def bottom_up(
+    catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None = None
+) -> View:
+    """Each function's cost, split over the chains of its callers.
+
+    ``elided`` contexts (interpreter frames, :mod:`pyhpctk.present.elide`) are no function of
+    their own: they belong to their caller's frame, whose exclusive cost includes theirs, and
+    their callees' callers chains go straight to that caller.
+
+    Built one level of callers at a time over arrays of (group, instance, position) triples, so
+    memory holds one level, not every instance's whole chain. Chains can be quadratic in the
+    depth (deep recursion, long call chains): the levels stop where the rows or the steps would
+    pass :func:`callers_budget`, and the view says so in a note; the callers left out are
+    counted as hidden.
+    """
+    exp = catalog.experiment
+    tree = exp.tree
+    n = tree.size
+    agg = _Aggregator(catalog, options, columns_for(catalog, options))
+    key_id: dict[Key, int] = {}
+    kid = np.full(n, -1, dtype=np.int64)
+    is_entry = np.zeros(n, dtype=bool)
+    for i in range(1, n):
+        k = _instance_key(tree, i)
+        if k is not None and (elided is None or not elided[i]):
+            kid[i] = key_id.setdefault(k, len(key_id))
+            is_entry[i] = k[0] == "entry"
+    n_keys = max(len(key_id), 1)
+    # owner[i]: the nearest function instance (or entry point) at or above i.
+    owner_list = [-1] * n
+    parent_list: list[int] = tree.parent.tolist()
+    keyed: list[bool] = (kid >= 0).tolist()
+    for i in range(1, n):
+        owner_list[i] = i if keyed[i] else owner_list[parent_list[i]]
+    owner = np.array(owner_list, dtype=np.int64)
+    caller = np.full(n, -1, dtype=np.int64)
+    caller[1:] = owner[tree.parent[1:]]
+    start, end = _preorder_bounds(tree)
+    instance = np.flatnonzero((kid >= 0) & ~is_entry)
+    instance = instance[instance > 0]
+
+    fn_cost = agg.fn_cost
+    if elided is not None and np.any(elided):
+        fn_cost = fn_cost.copy()
+        hidden_nodes = np.flatnonzero(elided)
+        hidden_nodes = hidden_nodes[owner[hidden_nodes] > 0]
+        np.add.at(fn_cost.T, owner[hidden_nodes], agg.self_cost.T[hidden_nodes])
+    build = _Callers(tree, agg, fn_cost)
+    build.labels.append((exp.title or "<root>", "root", None, 0, None))
+    build.parents.append(-1)
+    build.inc_parts.append(agg.inc[:, :1].copy())
+    build.exc_parts.append(agg.self_cost.sum(axis=1).reshape(-1, 1))
+    # Level 1: one group per function; members are the instances themselves.
+    _, rep, group = np.unique(kid[instance], return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    counted = _outermost_members(group, instance, start, end)
+    first = build.add_level(np.zeros(len(rep), np.int64), instance[rep], group, instance, counted)
+    position = instance
+    budget = callers_budget(n)
+    rows, steps, level = len(rep) + 1, len(instance), 1
+    max_level = options.depth if options.depth is not None else 1 << 62
+    hidden: dict[int, int] = {}
+    notes: list[str] = []
+    while len(position):
+        up = caller[position]
+        keep = up > 0
+        group, member, up = group[keep], instance[keep], up[keep]
+        if len(up) == 0:
+            break
+        pair = group * n_keys + kid[up]
+        uniq, rep, new_group = np.unique(pair, return_index=True, return_inverse=True)
+        new_group = new_group.reshape(-1)
+        over = rows + len(uniq) > budget or steps + len(up) > 10 * budget
+        if level >= max_level or over:
+            shown = np.ones(len(member), dtype=bool)
+            if not options.show_zero:
+                shown = np.any(agg.inc[:, member] != 0, axis=0) | np.any(
+                    agg.fn_cost[:, member] != 0, axis=0
+                )
+            callers = np.zeros(len(uniq), dtype=bool)
+            callers[new_group[shown]] = True
+            per_group = np.bincount((uniq // n_keys)[callers], minlength=int(group.max()) + 1)
+            for g in np.flatnonzero(per_group).tolist():
+                hidden[first + g] = int(per_group[g])
+            if over and level < max_level:
+                notes.append(
+                    f"callers shown to level {level}: more levels would pass what {n:,} "
+                    f"contexts allow ({budget:,} rows, {10 * budget:,} steps up the chains); "
+                    "the callers left out are counted as hidden"
+                )
+            break
+        counted = _outermost_members(new_group, member, start, end)
+        parent_of = first + uniq // n_keys
+        first = build.add_level(parent_of, up[rep], new_group, member, counted)
+        group, instance, position = new_group, member, up
+        rows += len(uniq)
+        steps += len(up)
+        level += 1
+
+    inc = np.concatenate(build.inc_parts, axis=1)
+    exc = np.concatenate(build.exc_parts, axis=1)
+    view = _finish(agg, build.labels, build.parents, inc, exc, exp.title, "bottom-up", hidden)
+    return View(view.kind, view.title, view.columns, view.root, view.sort_column, tuple(notes))
+
+
+def build_view(
+    kind: str, catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None = None
+) -> View:
+    """Build the named view (one of :data:`VIEW_KINDS`), leaving out ``elided`` contexts
+    (their cost stays with their callers: :mod:`pyhpctk.present.elide`)."""
+    if elided is not None and not np.any(elided):
+        elided = None
     if kind == "top-down":
+        if elided is not None:
+            from pyhpctk.present.elide import folded_top_down
+
+            return folded_top_down(catalog, options, elided)
         return top_down(catalog, options)
     if kind == "bottom-up":
-        return bottom_up(catalog, options)
+        return bottom_up(catalog, options, elided)
     if kind == "flat":
-        return flat(catalog, options)
+        from pyhpctk.present.flat import flat
+
+        return flat(catalog, options, elided)
     raise ValueError(f"unknown view {kind!r}")

@@ -7,48 +7,54 @@ Cubins differ from host binaries in three ways that matter here (formats.md §4.
   ``.debug_info`` ranges are fixed up through the ``.rel(a).debug_*`` relocations;
 * NVCC's ``-lineinfo`` builds record inlining in the line table itself, with the NVIDIA extended
   opcode 0x90 (``inlined call``: a 1-based row number of the call site in the current sequence
-  and a ``.debug_str`` offset of the callee's linkage name); ``-G`` builds use
-  ``DW_TAG_inlined_subroutine`` as host code does;
+  and a ``.debug_str`` offset of the callee's linkage name, relative to the unit's own strings:
+  a cubin linked from several units puts their base in 4 bytes at the end of each line-table
+  header, as elfutils reads it); ``-G`` builds use ``DW_TAG_inlined_subroutine`` as host code
+  does;
 * without ``--gpucfg`` hpcstruct does not parse device code: each procedure's range is cut into
   4-byte pieces placed by the line map (no loops, no calls, ``P s=`` symbol index). With
   ``--gpucfg yes`` the instructions come from NVIDIA's ``nvdisasm`` (PyPI:
-  ``nvidia-cuda-nvdisasm``), giving CFGs, loops and ``C`` call sites.
+  ``nvidia-cuda-nvdisasm``), giving CFGs, loops and ``C`` call sites (:mod:`.sass`).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import struct
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
-from pyhpctk.errors import FormatError, PyhpctkError
+from pyhpctk.errors import FormatError
 from pyhpctk.formats.hpcstruct_model import PROCEDURE, Scope, StructureFile, format_ranges
 from pyhpctk.structure import dwarf as dw
-from pyhpctk.structure.cfg import Flow, Instruction, build_cfg
+from pyhpctk.structure.cfg import Instruction, build_cfg
 from pyhpctk.structure.elfimage import ElfImage
 from pyhpctk.structure.host import FunctionAnalyzer, HostOptions, Procedure, assemble
 from pyhpctk.structure.inline_tree import Stmt, TreeNode, tree_scopes
+from pyhpctk.structure.sass import (
+    NvdisasmMissing,
+    find_nvdisasm,
+    maxwell_instructions,
+    nvdisasm_instructions,
+)
+
+__all__ = [
+    "NvdisasmMissing",
+    "analyze_cubin",
+    "find_nvdisasm",
+    "maxwell_instructions",
+    "nvdisasm_instructions",
+    "read_cubin_debug",
+]
 
 CUDA_PROC_SEARCH_LEN = 32  # Struct.cpp: instructions scanned for a procedure's line
 DW_LNE_NVIDIA_INLINED_CALL = 0x90
 DW_LNE_NVIDIA_SET_FUNCTION_NAME = 0x91
-
-
-class NvdisasmMissing(PyhpctkError):
-    """``--gpucfg yes`` needs nvdisasm and it is not installed."""
-
-    exit_code = 3
 
 
 # --------------------------------------------------------------------------- relocations
@@ -154,6 +160,7 @@ class _Program:
     offset: int
     files: list[str]
     sequences: list[list[_Row]]
+    strings: int = 0  # .debug_str offset of this unit's function names
 
 
 def _parse_line_section(
@@ -208,6 +215,9 @@ def _parse_line_section(
                     name if os.path.isabs(name) or not directory else os.path.join(directory, name),
                 )
             )
+        # NVIDIA: the unit's base in .debug_str fills the last 4 bytes of the header (nvlink
+        # merges the units' strings; 0x90/0x91 name offsets are relative to it).
+        strings = r.u32() if r.pos == program_start - 4 else 0
         r.pos = program_start
         sequences: list[list[_Row]] = []
         rows: list[_Row] = []
@@ -255,7 +265,7 @@ def _parse_line_section(
                     r.uleb()
         if rows:
             sequences.append(rows)
-        programs.append(_Program(pos, files, sequences))
+        programs.append(_Program(pos, files, sequences, strings))
         pos = end
     return programs
 
@@ -313,6 +323,7 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
             def chain_of(
                 row_number: int,
                 _rows: list[_Row] = rows,
+                _strings: int = program.strings,
                 _cache: dict[int, tuple[dw.InlineNode, ...]] = cache,
                 depth: int = 0,
             ) -> tuple[dw.InlineNode, ...]:
@@ -325,9 +336,11 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
                 site = _rows[row.context - 1]
                 site_file = fname(site.file)
                 node = dw.InlineNode(
-                    files[site_file] if site_file >= 0 else "", site.line, name_at(row.function)
+                    files[site_file] if site_file >= 0 else "",
+                    site.line,
+                    name_at(_strings + row.function),
                 )
-                result = (*chain_of(row.context, _rows, _cache, depth + 1), node)
+                result = (*chain_of(row.context, _rows, _strings, _cache, depth + 1), node)
                 _cache[row_number] = result
                 return result
 
@@ -533,168 +546,6 @@ def plain_scope(proc: Procedure, info: dw.DebugInfo) -> Scope:
         stmt = Stmt(a, size, files[f] if f >= 0 else "", ln if f >= 0 else 0)
         root.add_stmt(info.inlines.chain(node), stmt)
     return _proc_scope(proc, root, symbol_index=True, call_tags=False)
-
-
-# --------------------------------------------------------------------------- nvdisasm
-
-
-def find_nvdisasm() -> str | None:
-    """nvdisasm from $NVDISASM, the PATH, or the ``nvidia-cuda-nvdisasm`` wheel."""
-    env = os.environ.get("NVDISASM")
-    if env and os.access(env, os.X_OK):
-        return env
-    found = shutil.which("nvdisasm")
-    if found:
-        return found
-    for base in sys.path:
-        nvidia = Path(base) / "nvidia"
-        if nvidia.is_dir():
-            for candidate in sorted(nvidia.glob("*/bin/nvdisasm")) + sorted(
-                nvidia.glob("cuda_nvdisasm/bin/nvdisasm")
-            ):
-                if os.access(candidate, os.X_OK):
-                    return str(candidate)
-    return None
-
-
-_SECTION = re.compile(r"^\s*\.section\s+([^,\s]+)")
-_LABEL = re.compile(r"^([.$\w][\w.$@]*):\s*$")
-_INSN = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(.*?)\s*;?\s*(?:/\*.*)?$")
-_TARGET = re.compile(r"`\(([^)]+)\)")
-
-
-def _classify_sass(text: str) -> tuple[Flow, str | None]:
-    predicated = text.startswith("@")
-    body = text.split(None, 1)[1] if predicated and " " in text else text
-    opcode = body.split(None, 1)[0] if body else ""
-    base = opcode.split(".", 1)[0]
-    m = _TARGET.search(body)
-    label = m.group(1) if m else None
-    if base in ("BRA", "JMP", "BRX", "JMX"):
-        if base in ("BRX", "JMX"):
-            label = None
-        return (Flow.BRANCH if predicated else Flow.JUMP), label
-    if base == "CALL":
-        return Flow.CALL, label
-    if base in ("EXIT", "RET", "KILL"):
-        return (Flow.BRANCH if predicated else Flow.RETURN), None
-    return Flow.NEXT, None
-
-
-def nvdisasm_instructions(image: ElfImage, nvdisasm: str) -> dict[int, list[Instruction]]:
-    """Instructions of every code section (relocated addresses), keyed by section base."""
-    try:
-        result = subprocess.run(
-            [nvdisasm, "-c", "-novliw", image.path],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except (OSError, subprocess.SubprocessError) as error:
-        raise FormatError(image.path, "nvdisasm", f"cannot run {nvdisasm}: {error}") from None
-    if result.returncode != 0:
-        message = result.stderr.strip().splitlines()
-        raise FormatError(
-            image.path, "nvdisasm", (message[-1] if message else f"exit {result.returncode}")
-        )
-    bases = {r.name: r.start for r in image.regions}
-    symbols = {f.link_name: f.start for f in image.functions}
-    raw: dict[int, list[tuple[int, Flow, str | None]]] = {}
-    labels: dict[str, int] = dict(symbols)
-    current: int | None = None
-    pending: list[str] = []
-    for line in result.stdout.splitlines():
-        m = _SECTION.match(line)
-        if m:
-            current = bases.get(m.group(1))
-            pending = []
-            continue
-        if current is None:
-            continue
-        m = _LABEL.match(line.strip())
-        if m:
-            pending.append(m.group(1))
-            continue
-        m = _INSN.match(line)
-        if m:
-            address = current + int(m.group(1), 16)
-            for name in pending:
-                labels.setdefault(name, address)
-            pending = []
-            kind, target_label = _classify_sass(m.group(2))
-            raw.setdefault(current, []).append((address, kind, target_label))
-    step = 16 if image.cuda_arch >= 70 else 8
-    out: dict[int, list[Instruction]] = {}
-    for base, items in raw.items():
-        insns = []
-        entries = set(symbols.values())
-        for address, flow, wanted in items:
-            target = labels.get(wanted) if wanted else None
-            if flow == Flow.CALL and (target is None or target not in entries):
-                flow = Flow.NEXT  # calls into other images (vprintf) are not call sites
-            insns.append(Instruction(address, step, flow, target))
-        out[base] = insns
-    return out
-
-
-# Maxwell/Pascal (sm_5x, sm_6x) encoding: 32-byte bundles of one control word and three 64-bit
-# instructions. Control-flow opcodes sit in the top 12 bits; the guard predicate in bits 16-19
-# (index 7 = PT, bit 19 negates); branch offsets are a signed 24-bit field in bits 20-43,
-# relative to the next instruction. nvdisasm 13 no longer reads these architectures, so pystruct
-# classifies the few opcodes that change control flow itself.
-_MAXWELL_BRA, _MAXWELL_BRX, _MAXWELL_JCAL, _MAXWELL_CAL = 0xE24, 0xE25, 0xE22, 0xE26
-_MAXWELL_SSY, _MAXWELL_EXIT, _MAXWELL_RET, _MAXWELL_KIL = 0xE29, 0xE30, 0xE32, 0xE33
-_MAXWELL_BRK, _MAXWELL_CONT, _MAXWELL_JMX, _MAXWELL_JMP = 0xE34, 0xE35, 0xE20, 0xE21
-_MAXWELL_SYNC16 = 0xF0F8
-
-
-def maxwell_instructions(image: ElfImage) -> list[Instruction]:
-    """Instructions of every code region of an sm_5x/sm_6x cubin, control words included."""
-    out: list[Instruction] = []
-    entries = {f.start for f in image.functions}
-    for region in image.regions:
-        data = region.data
-        count = len(data) // 8
-        words = np.frombuffer(data[: count * 8], dtype="<u8")
-        ssy: list[tuple[int, int]] = []  # (address of SSY, reconvergence target)
-        decoded: list[tuple[int, Flow, int | None, bool]] = []
-        for k in range(count):
-            address = region.start + 8 * k
-            if k % 4 == 0:
-                decoded.append((address, Flow.NEXT, None, False))
-                continue
-            w = int(words[k])
-            op = w >> 52
-            pred = (w >> 16) & 0xF
-            guarded = pred != 7
-            offset = (w >> 20) & 0xFFFFFF
-            if offset & 0x800000:
-                offset -= 1 << 24
-            relative = address + 8 + offset
-            if op == _MAXWELL_BRA:
-                decoded.append((address, Flow.BRANCH if guarded else Flow.JUMP, relative, False))
-            elif op in (_MAXWELL_BRX, _MAXWELL_JMX):
-                decoded.append((address, Flow.BRANCH if guarded else Flow.JUMP, None, False))
-            elif op == _MAXWELL_CAL:
-                flow = Flow.CALL if relative in entries else Flow.NEXT
-                decoded.append((address, flow, relative, False))
-            elif op in (_MAXWELL_EXIT, _MAXWELL_RET, _MAXWELL_KIL):
-                decoded.append((address, Flow.BRANCH if guarded else Flow.RETURN, None, False))
-            elif op == _MAXWELL_SSY:
-                ssy.append((address, relative))
-                decoded.append((address, Flow.NEXT, None, False))
-            elif (w >> 48) == _MAXWELL_SYNC16:
-                decoded.append((address, Flow.BRANCH if guarded else Flow.JUMP, None, True))
-            else:
-                # JCAL (absolute calls into other images such as vprintf) does not end a block.
-                decoded.append((address, Flow.NEXT, None, False))
-        for address, flow, target, is_sync in decoded:
-            if is_sync:
-                # SYNC continues at the reconvergence point of the innermost SSY before it.
-                open_ssy = [(a, t) for a, t in ssy if a < address < t]
-                target = max(open_ssy)[1] if open_ssy else None
-            out.append(Instruction(address, 8, flow, target))
-    return out
 
 
 def gpucfg_scope(

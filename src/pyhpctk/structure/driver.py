@@ -5,7 +5,10 @@ A target is an ELF binary or shared library (:mod:`~pyhpctk.structure.host`), a 
 directory. In a measurement directory every load module the profiles mark for analysis, every
 captured ``gpubins/*.gpubin`` and every Python source named by ``logical/python.*`` is analyzed
 into ``structs/`` under hpcstruct's names (``<basename>.hpcstruct``,
-``<hash>.gpubin-gpucfg-yes.hpcstruct``). Unchanged targets are skipped: a manifest in
+``<hash>.gpubin-gpucfg-yes.hpcstruct``), except that targets sharing a basename (the
+``__init__.py`` of every package) each get their own file (:func:`output_names`): pyprof finds
+a structure file by the load module it names inside, never by its file name. Unchanged targets
+are skipped: a manifest in
 ``structs/`` and an optional shared ``--cache`` directory are keyed by the target's content hash.
 One failing target never stops the others; failures are reported together at the end.
 """
@@ -17,6 +20,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -24,8 +28,10 @@ from pathlib import Path
 
 from pyhpctk import __version__
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
+from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE
 from pyhpctk.formats.hpcstruct_model import StructureFile
+from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
 from pyhpctk.structure.elfimage import open_image
 from pyhpctk.structure.elfimage import sniff as sniff_elf
@@ -105,19 +111,19 @@ def classify(path: Path) -> str:
         return "measurements"
     if not path.exists():
         raise FormatError(path, "file", "no such file or directory")
-    if path.suffix == ".py":
-        return "python"
-    try:
-        with path.open("rb") as stream:
+    with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
+        if path.suffix == ".py":
+            return "python"
+        try:
             head = stream.read(64)
-    except OSError as error:
-        raise FormatError(path, "file", error.strerror or str(error)) from None
+        except OSError as error:
+            raise FormatError(path, "file", error.strerror or str(error)) from None
     if sniff_elf(head):
         # e_machine 190 is EM_CUDA (little-endian u16 at offset 18).
         return "cubin" if len(head) >= 20 and head[18:20] == b"\xbe\x00" else "elf"
-    raise FormatError(
-        path, "file", "not an ELF binary, cubin, Python source or measurement directory"
-    )
+    problem = "not an ELF binary, cubin, Python source or measurement directory"
+    advice = misplaced_input(path)  # another tool's file: say which tool reads it
+    raise FormatError(path, "file", f"{problem}: {advice}" if advice else problem)
 
 
 def analyze_target(
@@ -344,10 +350,58 @@ def measurement_targets(measdir: str | os.PathLike[str]) -> tuple[list[Target], 
     return list(targets.values()), missing
 
 
-def _output_name(target: Target, options: StructOptions) -> str:
+def _output_name(target: Target, options: StructOptions, tag: str = "") -> str:
+    name = f"{target.output_name}-{tag}" if tag else target.output_name
     if target.kind == "cubin" and target.source.suffix == ".gpubin":
-        return f"{target.output_name}-gpucfg-{'yes' if options.gpucfg else 'no'}.hpcstruct"
-    return f"{target.output_name}.hpcstruct"
+        return f"{name}-gpucfg-{'yes' if options.gpucfg else 'no'}.hpcstruct"
+    return f"{name}.hpcstruct"
+
+
+def output_names(targets: Sequence[Target], options: StructOptions) -> dict[Target, str]:
+    """The file in ``structs/`` each target's structure goes to; no two targets share one.
+
+    hpcstruct names a structure file after its binary's basename, so two binaries of one name
+    would overwrite each other; so would the ``__init__.py`` of every package a Python program
+    imports (issue #21, item 4: 84 of 300 structure files were lost, and their loops with
+    them). A basename that only one target has keeps hpcstruct's name; targets that share one
+    are told apart by a digest of the path the profiles name: ``__init__.py-3f2a9c1e.hpcstruct``.
+    """
+    plain = {target: _output_name(target, options) for target in targets}
+    shared = {name for name, count in Counter(plain.values()).items() if count > 1}
+    names = {target: name for target, name in plain.items() if name not in shared}
+    taken = set(names.values())
+    for target in sorted((t for t in targets if plain[t] in shared), key=lambda t: t.lm_name):
+        digest = hashlib.sha256(target.lm_name.encode("utf-8", "surrogateescape")).hexdigest()
+        name = _output_name(target, options, digest[:8])
+        if name in taken:  # two paths whose digests begin alike: the whole digest tells them apart
+            name = _output_name(target, options, digest)
+        names[target] = name
+        taken.add(name)
+    return names
+
+
+def _forget_replaced(out_dir: Path, manifest: dict[str, str], names: dict[Target, str]) -> None:
+    """Remove the files an earlier run wrote for a target that now has another name.
+
+    A basename that became shared (``--append`` added a second package's ``__init__.py``)
+    moves its first target to a digest name; the old file would describe the same load module
+    twice. Only files the manifest lists (pystruct's own) are considered, and only those whose
+    ``LM n`` is a target of this run: a binary missing on this machine keeps its file.
+    """
+    from pyhpctk.formats import hpcstruct
+
+    current = set(names.values())
+    modules = {target.lm_name for target in names}
+    for name in sorted(set(manifest) - current):
+        old = out_dir / name
+        try:
+            described = {lm.name for lm in hpcstruct.read(old).modules}
+        except (PyhpctkError, OSError):
+            continue
+        if described and described <= modules:
+            with contextlib.suppress(OSError):
+                old.unlink()
+            manifest.pop(name, None)
 
 
 def _run_target(target: Target, out: Path, options: StructOptions, key: str) -> TargetResult:
@@ -395,6 +449,7 @@ def struct_measurements(
         raise FormatError(root, "measurement directory", "no .hpcrun profiles and no gpubins/")
     found, missing = measurement_targets(root)
     work = list(targets) if targets is not None else found
+    names = output_names([*found, *(t for t in work if t not in found)], options)
     out_dir = Path(output_dir) if output_dir is not None else root / "structs"
     if output_dir is None and out_dir.is_symlink():
         raise UsageError(
@@ -423,7 +478,7 @@ def struct_measurements(
         )
     pending: list[tuple[Target, Path, str]] = []
     for target in work:
-        out = out_dir / _output_name(target, options)
+        out = out_dir / names[target]
         try:
             key = content_key(target.source, options)
         except OSError as error:
@@ -461,7 +516,8 @@ def struct_measurements(
         if result.status in ("written", "cached") and result.output is not None:
             manifest[result.output.name] = keys[result.output.name]
         elif result.output is None:
-            manifest.pop(_output_name(result.target, options), None)
+            manifest.pop(names[result.target], None)
+    _forget_replaced(out_dir, manifest, names)
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     with contextlib.suppress(OutputError):  # without a manifest the next run redoes the work
         write_bytes(manifest_path, text.encode(), True, streams=False)

@@ -334,26 +334,55 @@ def _die_ranges(dwarf: Any, cu: Any, die: Any) -> list[tuple[int, int]]:
     return []
 
 
-def _callee_name(die: Any) -> str:
-    """The callee's name: linkage name (demangled) when present, else DW_AT_name."""
-    seen = 0
+_ORIGIN_KEYS = ("DW_AT_abstract_origin", "DW_AT_specification")
+
+
+def _integrated(die: Any, key: str) -> Any:
+    """``dwarf_attr_integrate``: ``key`` on ``die`` or along its origin/specification chain."""
     current = die
+    for _ in range(8):
+        if current is None:
+            return None
+        if key in current.attributes:
+            return current.attributes[key]
+        current = _origin(current)
+    return None
+
+
+def _origin(die: Any) -> Any:
+    for key in _ORIGIN_KEYS:
+        if key in die.attributes:
+            return die.get_DIE_from_attribute(key)
+    return None
+
+
+def _callee_name(die: Any) -> str:
+    """The name hpcstruct gives an inlined function (Dyninst 13's ``findFuncName``).
+
+    Dyninst names the function once per DIE of the chain inlined call -> abstract origin ->
+    specification, and the last name wins: a ``DW_AT_linkage_name`` found along the chain
+    (demangled later), else the DIE's ``DW_AT_name``. ``DW_AT_MIPS_linkage_name`` is not read
+    (Dyninst dropped it in 2022), so where it is the only linkage name (NVCC's ``-G`` cubins:
+    ``b_mix`` next to ``_Z5b_mixi``) the plain ``DW_AT_name`` is what hpcstruct prints.
+    """
     name = ""
-    while current is not None and seen < 8:
-        attrs = current.attributes
-        for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
-            if key in attrs:
-                return demangle(_decode(attrs[key].value))
-        if not name and "DW_AT_name" in attrs:
-            name = _decode(attrs["DW_AT_name"].value)
-        nxt = None
-        for key in ("DW_AT_abstract_origin", "DW_AT_specification"):
-            if key in attrs:
-                nxt = current.get_DIE_from_attribute(key)
-                break
-        current = nxt
-        seen += 1
-    return name
+    current = die
+    for _ in range(8):
+        if current is None:
+            break
+        linkage = _integrated(current, "DW_AT_linkage_name")
+        if linkage is not None:
+            found = _decode(linkage.value)
+        elif "DW_AT_inline" in current.attributes:
+            own = current.attributes.get("DW_AT_name")
+            found = _decode(own.value) if own is not None else ""
+        else:
+            plain = _integrated(current, "DW_AT_name")
+            found = _decode(plain.value) if plain is not None else ""
+        if found:
+            name = found
+        current = _origin(current)
+    return demangle(name) if name else ""
 
 
 _SCOPE_TAGS = frozenset(
@@ -413,29 +442,57 @@ _CXXFILT = shutil.which("c++filt")
 
 @lru_cache(maxsize=65536)
 def demangle(name: str) -> str:
-    """Demangle an Itanium C++ name with ``c++filt`` when available; others pass through."""
+    """Demangle an Itanium C++ name as hpcstruct prints it; other names pass through."""
     if not name.startswith("_Z") or _CXXFILT is None:
         return name
     return demangle_many([name])[0]
 
 
 def demangle_many(names: Iterable[str]) -> list[str]:
-    """Demangle many names with one ``c++filt`` process (names not mangled pass through)."""
+    """Demangle many names with ``c++filt`` (names not mangled pass through).
+
+    hpcstruct demangles with libiberty's ``DMGL_PARAMS | DMGL_ANSI | DMGL_VERBOSE |
+    DMGL_RET_DROP`` (``hpctoolkit_demangle``): c++filt's flags less the return type that a
+    template function's name encodes. c++filt has no option for that, so its ``--no-params``
+    output (the bare name) locates where the name starts: ``Pair<int> b_split<int>(int)`` is
+    printed ``b_split<int>(int)``.
+    """
     items = list(names)
     todo = [n for n in items if n.startswith("_Z") and "\n" not in n]
     if not todo or _CXXFILT is None:
         return items
+    full = _cxxfilt(todo, [])
+    bare = _cxxfilt(todo, ["--no-params"])
+    if full is None:
+        return items
+    mapping = {}
+    for i, mangled in enumerate(todo):
+        pretty = full[i] if i < len(full) and full[i] else mangled
+        if bare is not None and i < len(bare):
+            pretty = _drop_return_type(pretty, bare[i])
+        mapping[mangled] = pretty
+    return [mapping.get(n, n) for n in items]
+
+
+def _cxxfilt(names: list[str], options: list[str]) -> list[str] | None:
+    assert _CXXFILT is not None
     try:
         result = subprocess.run(
-            [_CXXFILT],
-            input="\n".join(todo) + "\n",
+            [_CXXFILT, *options],
+            input="\n".join(names) + "\n",
             capture_output=True,
             text=True,
             check=True,
             timeout=60,
         )
     except (OSError, subprocess.SubprocessError):
-        return items
-    out = result.stdout.split("\n")
-    mapping = dict(zip(todo, out, strict=False))
-    return [mapping.get(n, n) or n for n in items]
+        return None
+    return result.stdout.split("\n")
+
+
+def _drop_return_type(full: str, bare: str) -> str:
+    """``RET NAME(PARAMS)`` -> ``NAME(PARAMS)`` given NAME (DMGL_RET_DROP)."""
+    if not bare or full.startswith(bare):
+        return full
+    at = full.find(" " + bare + "(")
+    return full[at + 1 :] if at >= 0 else full

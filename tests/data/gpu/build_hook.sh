@@ -6,4 +6,5 @@ python=${1:-python3}
 read -r include suffix < <("$python" -c 'import sysconfig as s; print(s.get_paths()["include"], s.get_config_var("EXT_SUFFIX"))')
 dir=$(dirname "$0")/../../../src/pyhpctk/measure/gpu
 exec ${CC:-gcc} -O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC -I"$include" \
-  "$dir/_cuptihook.c" -o "$dir/_cuptihook$suffix" -ldl -lpthread
+  "$dir"/_cuptihook.c "$dir"/_cuptihook_sites.c "$dir"/_cuptihook_buffers.c \
+  -o "$dir/_cuptihook$suffix" -ldl -lpthread

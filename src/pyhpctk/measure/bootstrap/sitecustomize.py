@@ -1,7 +1,10 @@
 """pyrun's bootstrap: Python imports this at start-up when pyrun put this directory on PYTHONPATH.
 
 It first chains to the ``sitecustomize`` that would have run without pyrun (the next one on
-``sys.path``), then starts measuring this process if pyrun's environment variables ask for it.
+``sys.path``), then starts measuring this process if pyrun's environment variables ask for it,
+and tells pyrun it does (:func:`pyhpctk.measure.losses.tell_started`). When ``PYTHONPATH``
+came through but the variables did not (a launcher that passes only some), it looks for the
+pyrun above it (``rescue.py`` beside this file) and takes them from there.
 It must never stop the program from running: any failure is one line on stderr and the program
 runs unmeasured. It takes this directory off ``sys.path`` again, so the program does not see it;
 ``PYTHONPATH`` keeps it for the processes the program starts.
@@ -28,8 +31,22 @@ def _chain(here: str) -> None:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
 
 
-def _measure() -> None:
-    if not os.environ.get("PYHPCTK_PYRUN_OUT"):
+def _restore(here: str) -> bool:
+    """Take pyrun's variables from the nearest pyrun ancestor (``rescue.py``, exec'd so that
+    nothing is added to ``sys.modules``); False when there is none."""
+    path = os.path.join(here, "rescue.py")
+    namespace = {"__name__": "_pyhpctk_pyrun_rescue"}
+    try:
+        with open(path, "rb") as stream:
+            exec(compile(stream.read(), path, "exec"), namespace)
+        return bool(namespace["restore_settings"]())  # type: ignore[operator]
+    except Exception as error:
+        sys.stderr.write(f"pyrun: cannot look for pyrun's settings ({sys.executable}): {error!r}\n")
+        return False
+
+
+def _measure(here: str) -> None:
+    if not os.environ.get("PYHPCTK_PYRUN_OUT") and not _restore(here):
         return
     if sys.version_info < (3, 11):  # noqa: UP036  # a foreign interpreter may be older
         sys.stderr.write(f"pyrun: not measuring {sys.executable}: pyrun needs Python >= 3.11\n")
@@ -43,10 +60,13 @@ def _measure() -> None:
                 raise
             sys.path.append(root)
             from pyhpctk.measure import runtime
-        runtime.start_from_env()
+        if runtime.start_from_env() is not None:
+            from pyhpctk.measure import losses
+
+            losses.tell_started()
     except Exception as error:
         sys.stderr.write(f"pyrun: not measuring this process ({sys.executable}): {error!r}\n")
 
 
 _chain(os.path.dirname(os.path.abspath(__file__)))
-_measure()
+_measure(os.path.dirname(os.path.abspath(__file__)))

@@ -19,7 +19,6 @@ numpy, only when a GPU event is given.
 from __future__ import annotations
 
 import os
-import sys
 
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu.spec import (
@@ -33,9 +32,10 @@ from pyhpctk.measure.gpu.spec import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pyhpctk.measure.extension import Host
+    from pyhpctk.measure.gpu.backend import Backend
     from pyhpctk.measure.gpu.monitor import GpuMonitor, GpuStats
     from pyhpctk.measure.gpu.simulated import SimulatedBackend
-    from pyhpctk.measure.session import Session
 
 __all__ = [
     "BACKENDS",
@@ -60,7 +60,7 @@ DEFAULT_RECORDING = os.path.join(
 )
 
 
-def _backend(spec: GpuSpec) -> object:
+def _backend(spec: GpuSpec) -> Backend:
     inst = inst_counting(spec)
     if spec.backend == "simulated":
         from pyhpctk.measure.gpu import recording
@@ -175,7 +175,7 @@ def pc_period(spec: GpuSpec) -> int:
         raise UsageError(f"gpu={spec.backend}: {error}") from None
 
 
-def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
+def install(session: Host, spec: GpuSpec | str) -> GpuMonitor:
     """Start GPU measurement in ``session``; call :func:`shutdown` before the session writes."""
     from pyhpctk.measure.gpu.metrics import gpu_metric_kind
     from pyhpctk.measure.gpu.monitor import GpuMonitor
@@ -190,26 +190,17 @@ def install(session: Session, spec: GpuSpec | str) -> GpuMonitor:
         # hpcrun's order: the 30 instruction metrics come before the activity metrics.
         pc_kind = session.add_metric_kind(pc_metric_kind())
     kind = session.add_metric_kind(gpu_metric_kind())
-    monitor = GpuMonitor(session, kind, limits=backend.limits())  # type: ignore[attr-defined]
+    monitor = GpuMonitor(session, kind, limits=backend.limits())
     monitor.backend = backend
     if pc_kind is not None and inst_counting(spec):
         monitor.enable_pc(pc_kind, 0)  # counts: no sampling period, no GSAMP metrics
     elif pc_kind is not None:
-        recorded = getattr(backend, "pc", None)
-        if recorded is not None:  # gpu=simulated,pc=RECORDING
-            period = 1 << int(recorded.period_exponent)
-            clock = int(recorded.clock_khz)
-            sm_count = int(recorded.sm_count)
-        else:
-            period = 1 << pc_period(spec)
-            clock = int(backend.clock_khz())  # type: ignore[attr-defined]
-            sm_count = 0  # the device's, learned with the first kernel
-        monitor.enable_pc(pc_kind, period, clock, sm_count)
+        monitor.enable_pc(pc_kind, *backend.pc_settings(pc_period(spec)))
     try:
-        backend.start(monitor)  # type: ignore[attr-defined]
+        backend.start(monitor)
     except BaseException:
         try:
-            backend.stop()  # type: ignore[attr-defined]
+            backend.stop()
         finally:
             monitor.close(write=False)
         raise
@@ -225,11 +216,12 @@ def simulated_runtime() -> SimulatedBackend:
     recording). Raises a UsageError when this process is not measured with ``gpu=simulated``.
     """
     from pyhpctk.measure import hooks
+    from pyhpctk.measure.gpu.monitor import GpuMonitor
     from pyhpctk.measure.gpu.simulated import SimulatedBackend
 
     session = hooks.current_session()
     monitor = session.gpu if session is not None else None
-    backend = monitor.backend if monitor is not None else None
+    backend = monitor.backend if isinstance(monitor, GpuMonitor) else None
     if not isinstance(backend, SimulatedBackend):
         raise UsageError("no simulated GPU here: run the program under pyrun -e gpu=simulated")
     return backend
@@ -237,41 +229,4 @@ def simulated_runtime() -> SimulatedBackend:
 
 def shutdown(monitor: GpuMonitor, report: bool = True) -> GpuStats:
     """Flush the backend, attribute everything, write stream files; say what went missing."""
-    backend = monitor.backend
-    if backend is not None:
-        try:
-            backend.stop()  # type: ignore[attr-defined]
-        except Exception as error:  # the program's results matter more than ours
-            monitor.errors.append(f"pyrun: gpu: backend stop failed: {error!r}")
-    monitor.close()
-    stats = monitor.stats
-    if report and (stats.unmatched or stats.dropped or stats.trace_overflow or monitor.errors):
-        sys.stderr.write(stats.report() + "\n")
-    pc = monitor.pc_stats
-    if report and monitor.pc_kind is not None and (pc["unmatched"] or pc["dropped"]):
-        sys.stderr.write(
-            f"pyrun: gpu: PC samples: {pc['attributed']} attributed, {pc['unmatched']} with no"
-            f" kernel launch or gpubin to go to, {pc['dropped']} dropped by the hardware\n"
-        )
-    if report and monitor.pc_kind is not None and pc.get("inst_launches", 0) > 1:
-        contexts = pc.get("inst_contexts", 0)
-        weight = "launches' GPU time" if pc.get("inst_split_by_time") else "numbers of launches"
-        where = (  # CUPTI gives one total per instruction for all the counted launches
-            f"split among {contexts} calling contexts in proportion to their {weight}"
-            " (an estimate; each instruction's total is exact)"
-            if contexts > 1
-            else "under the one calling context they came from"
-        )
-        sys.stderr.write(  # CUPTI's counting window (sassmetrics): say what the counts cover
-            f"pyrun: gpu: instruction counts: CUPTI counted"
-            f" {', '.join(monitor.inst_functions) or 'no function'}"
-            f" ({pc.get('instructions', 0)} warp instructions) while"
-            f" {pc['inst_launches']} kernel launches ran; the counts are the totals of the"
-            f" counted kernel's launches, {where} (docs/gpu.md)\n"
-        )
-    if report and monitor.pc_kind is not None and pc.get("inst_unmatched", 0):
-        sys.stderr.write(
-            f"pyrun: gpu: instruction counts: {pc.get('inst_attributed', 0)} warp instructions"
-            f" attributed, {pc['inst_unmatched']} with no kernel launch or gpubin to go to\n"
-        )
-    return stats
+    return monitor.finish(report)

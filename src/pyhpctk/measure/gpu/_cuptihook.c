@@ -6,11 +6,19 @@
  * with a thread that holds the GIL and waits for that lock. Here:
  *
  * - API entry of a GPU operation (launch, copy, memset, sync, alloc, free): the calling thread
- *   looks up its call site (Site, below: the program's frames down to an anchor) among the
- *   sites it remembers. A known site with a token for this kind, in the current epoch: the
- *   operation (correlation id, token) goes into the thread's own lock-free chunk list and no
- *   Python runs at all. Otherwise the Python slow path (GpuMonitor.operation_token) unwinds,
- *   records the operation itself and returns the token to remember (-1: none).
+ *   looks up its call site (the program's frames, _cuptihook_sites.c) among the sites it
+ *   remembers. A known site with a token for this kind, in the current epoch: the operation
+ *   (correlation id, token) goes into the thread's own lock-free chunk list, no Python runs
+ *   and, where the interpreter's frames can be read directly, the GIL is not taken. Otherwise
+ *   the Python slow path (GpuMonitor.operation_token) unwinds, records the operation itself and
+ *   returns the token to remember (-1: none).
+ * - A driver API call made inside a runtime API call of ours (cudaLaunchKernel calls
+ *   cuLaunchKernel) is not an operation of its own: the runtime call's correlation id is the
+ *   one its activities carry (CUPTI's runtime and kernel records share it), so the inner call
+ *   would only wait for an activity that never comes. Each thread counts the runtime calls it
+ *   is inside (entry and exit callbacks). The inner call's id still goes to the monitor,
+ *   tagged, with the runtime call's token: it searches them only for activities nothing else
+ *   claimed, and forgets them after a few buffers (GpuStats.inner_matched counts any match).
  * - MODULE_LOADED: the cubin is copied into a queue; Python takes it on the monitor thread.
  * - Everything else the Python side asked for (PC sampling needs context creation and kernel
  *   exits) goes to a Python callable, with the GIL.
@@ -19,61 +27,30 @@
  * each thread's chunks are published with release stores and read with acquire loads; the
  * list of threads is guarded by a mutex taken once per new thread and once per drain.
  *
- * No CUDA header is needed: the few CUPTI declarations used are written out below
- * (cupti_callbacks.h, CUDA 11-13; x86-64 and AArch64 layouts are the same).
+ * No CUDA header is needed: the few CUPTI declarations used are in _cuptihook.h. Activity
+ * buffers are _cuptihook_buffers.c.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_cuptihook.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if PY_VERSION_HEX < 0x030B0000
-#error "pyhpctk needs Python 3.11 or newer"
-#endif
-
-/* -- CUPTI declarations (cupti_callbacks.h) ------------------------------------------------ */
-
-typedef struct {
-    int callbackSite; /* CUpti_ApiCallbackSite: 0 = enter, 1 = exit */
-    const char *functionName;
-    const void *functionParams;
-    void *functionReturnValue;
-    const char *symbolName;
-    void *context;
-    uint32_t contextUid;
-    uint64_t *correlationData;
-    uint32_t correlationId;
-} CallbackData;
-
-typedef struct {
-    void *context;
-    void *resourceHandle;
-    void *resourceDescriptor;
-} ResourceData;
-
-typedef struct {
-    uint32_t moduleId;
-    size_t cubinSize;
-    const char *pCubin;
-} ModuleResourceData;
-
 typedef void (*callback_fn)(void *, int, uint32_t, const void *);
+typedef int (*graph_node_id_fn)(void *, uint64_t *);
 typedef int (*subscribe_fn)(void **, callback_fn, void *);
 typedef int (*enable_fn)(uint32_t, void *, int, uint32_t);
 typedef int (*unsubscribe_fn)(void *);
 
-enum { DOMAIN_RUNTIME = 1, DOMAIN_DRIVER = 2, DOMAIN_RESOURCE = 3 };
 #define MAX_CBID 4096
 #define KIND_MASK 0x0f
 #define MULTI_FLAG 0x10
-#define NKINDS 16
-#define MAXCHAIN 48 /* frames compared by (code, instruction) above a site's anchor frame */
-#define NWAYS 4     /* call sites remembered per thread: sets of NWAYS, chosen by the top frame's */
-#define NSETS 16    /* code and instruction (one wrapper called from several places: several ways) */
-#define NSITES (NWAYS * NSETS)
+#define KIND_GRAPH_NODE 8           /* activity.GRAPH_NODE: a graph node made at this site */
+#define NODE_TAG (1ULL << 63)       /* operations.NODE_TAG: the correlation is a node's id */
+#define CLONE_TAG (1ULL << 62)      /* operations.CLONE_TAG: clone id, token = original id */
+#define INNER_TAG (1ULL << 61)      /* operations.INNER_TAG: a driver call inside a runtime
+                                     * call, token = the runtime call's */
 
 /* -- per-thread operation chunks ----------------------------------------------------------- */
 
@@ -91,48 +68,16 @@ typedef struct Chunk {
     Record records[CHUNK_RECORDS];
 } Chunk;
 
-typedef struct Ring {
+struct Ring {
     Chunk *head;        /* consumer */
     uint32_t read;      /* consumer: records taken from head */
     Chunk *tail;        /* producer */
     int dead;           /* the thread ended (release); the consumer frees the ring */
-    int nheld;          /* the dead thread's cached references (frames, code objects), */
+    int nheld;          /* the dead thread's cached references (code objects), */
     PyObject **held;    /* released by the consumer, which holds the GIL */
     struct Ring *next;  /* the list of rings (under rings_lock) */
-} Ring;
+};
 
-/* One call site: the program's frames from the top down to the anchor. The first chain_len
- * frames are compared by code object and instruction (a library's Python wrapper or a model's
- * forward gets a new frame object at every call); the anchor, the frame below them (the
- * stack's bottom, or MAXCHAIN frames down), is compared by identity: it is held by
- * reference, so no other frame can take its address, and it is never a generator's or a
- * coroutine's (whose callers change). The same frames, code objects and instructions down to
- * the same live anchor mean the same Python calling context. No frame above the anchor is
- * held: their locals (tensors, arrays) are freed when they return. */
-typedef struct {
-    int used;
-    int64_t epoch;
-    int chain_len;
-    PyObject *chain_code[MAXCHAIN];
-    int chain_lasti[MAXCHAIN];
-    PyObject *anchor;
-    int anchor_lasti;
-    int64_t token[NKINDS];  /* per kind: the token for this site, -1 unknown */
-} Site;
-
-typedef struct {
-    int busy;               /* inside the Python slow path: nested calls are not re-entered */
-    PyObject *code;         /* the last code object looked at, and whether it is skipped */
-    int code_skipped;
-    int frameless_ready;    /* a thread without Python frames: one site */
-    int64_t frameless_epoch;
-    int64_t frameless_token[NKINDS];
-    Site sites[NSITES];
-    uint8_t victim[NSETS];  /* per set: the way to replace next */
-    Ring *ring;
-} ThreadCache;
-
-static __thread ThreadCache cache;
 static pthread_key_t ring_key;
 static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
 static Ring *rings;
@@ -148,53 +93,36 @@ typedef struct Module {
 static pthread_mutex_t modules_lock = PTHREAD_MUTEX_INITIALIZER;
 static Module *modules_head, *modules_tail;
 
-/* -- configuration (written by start() with the GIL, before the subscription) -------------- */
+/* -- configuration (written by configure() with the GIL, before the subscription) ---------- */
 
 static uint8_t table[3][MAX_CBID]; /* [domain][cbid] → kind | MULTI_FLAG, 0: not ours */
 static uint8_t exit_wanted[3][MAX_CBID];
 static uint32_t module_loaded_cbid = UINT32_MAX;
 static uint32_t context_created_cbid = UINT32_MAX;
-static PyObject *skip_prefix; /* frames of files under it are pyhpctk's own: looked through */
+static uint32_t graph_created_cbid = UINT32_MAX, graph_cloned_cbid = UINT32_MAX;
+static graph_node_id_fn get_graph_node_id;
+PyObject *hook_skip_prefix; /* frames of files under it are pyhpctk's own: looked through */
+uint64_t hook_config;
 static PyObject *slow_path;  /* (kind, correlation, multi) -> token */
 static PyObject *every_call; /* (domain, cbid, site, correlation, context) -> None, or NULL */
 static int64_t epoch;
 static void *subscriber;
 static unsubscribe_fn cupti_unsubscribe;
-static uint64_t n_fast, n_slow, n_nested, n_errors, n_modules, n_lost, n_chain;
+HookCounts hook_counts;
 
 /* -- producer side ------------------------------------------------------------------------- */
 
 static void ring_destructor(void *value) {
     Ring *ring = (Ring *)value;
     /* No GIL here: the references go to the consumer, which releases them. */
-    int total = 1;
-    for (int i = 0; i < NSITES; i++)
-        if (cache.sites[i].used)
-            total += cache.sites[i].chain_len + 1;
-    ring->held = calloc((size_t)total, sizeof(PyObject *));
-    int n = 0;
-    if (ring->held != NULL) {
-        if (cache.code != NULL)
-            ring->held[n++] = cache.code;
-        for (int i = 0; i < NSITES; i++) {
-            Site *site = &cache.sites[i];
-            if (!site->used)
-                continue;
-            for (int k = 0; k < site->chain_len; k++)
-                ring->held[n++] = site->chain_code[k];
-            if (site->anchor != NULL)
-                ring->held[n++] = site->anchor;
-            site->used = 0;
-        }
-    }
-    ring->nheld = n;
-    cache.code = NULL;
+    ring->held = hook_surrender(&ring->nheld);
+    hook_cache.ring = NULL;
     __atomic_store_n(&ring->dead, 1, __ATOMIC_RELEASE);
 }
 
 static Ring *thread_ring(void) {
-    if (cache.ring != NULL)
-        return cache.ring;
+    if (hook_cache.ring != NULL)
+        return hook_cache.ring;
     Ring *ring = calloc(1, sizeof(Ring));
     Chunk *chunk = calloc(1, sizeof(Chunk));
     if (ring == NULL || chunk == NULL) {
@@ -208,14 +136,14 @@ static Ring *thread_ring(void) {
     rings = ring;
     pthread_mutex_unlock(&rings_lock);
     pthread_setspecific(ring_key, ring);
-    cache.ring = ring;
+    hook_cache.ring = ring;
     return ring;
 }
 
 static void push(uint64_t correlation, int64_t token) {
     Ring *ring = thread_ring();
     if (ring == NULL) {
-        __atomic_add_fetch(&n_lost, 1, __ATOMIC_RELAXED);
+        COUNT(lost);
         return;
     }
     Chunk *tail = ring->tail;
@@ -223,7 +151,7 @@ static void push(uint64_t correlation, int64_t token) {
     if (count == CHUNK_RECORDS) {
         Chunk *fresh = calloc(1, sizeof(Chunk));
         if (fresh == NULL) {
-            __atomic_add_fetch(&n_lost, 1, __ATOMIC_RELAXED);
+            COUNT(lost);
             return;
         }
         __atomic_store_n(&tail->next, fresh, __ATOMIC_RELEASE);
@@ -235,127 +163,19 @@ static void push(uint64_t correlation, int64_t token) {
     __atomic_store_n(&tail->count, count + 1, __ATOMIC_RELEASE);
 }
 
-static void clear_site(Site *site) {
-    for (int i = 0; i < site->chain_len; i++)
-        Py_CLEAR(site->chain_code[i]);
-    Py_CLEAR(site->anchor);
-    site->chain_len = 0;
-    site->used = 0;
-}
-
-static int site_set(PyObject *code, int lasti) {
-    uintptr_t key = ((uintptr_t)code >> 4) ^ ((uintptr_t)lasti * 0x9E3779B1u);
-    key ^= key >> 17;
-    return (int)(key & (NSETS - 1));
-}
-
-/* With the GIL: does the stack from ``frame`` down match ``site``? */
-static int site_matches(Site *site, PyObject *frame) {
-    if (!site->used)
-        return 0;
-    PyFrameObject *walk = (PyFrameObject *)frame;
-    Py_INCREF(walk);
-    int ok = 1;
-    for (int i = 0; i < site->chain_len; i++) {
-        PyCodeObject *code = PyFrame_GetCode(walk);
-        ok = (PyObject *)code == site->chain_code[i] &&
-             PyFrame_GetLasti(walk) == site->chain_lasti[i];
-        Py_DECREF(code);
-        if (!ok)
-            break;
-        PyFrameObject *back = PyFrame_GetBack(walk);
-        Py_DECREF(walk);
-        walk = back;
-        if (walk == NULL) {
-            ok = 0;
-            break;
-        }
-    }
-    if (ok)
-        ok = (PyObject *)walk == site->anchor && PyFrame_GetLasti(walk) == site->anchor_lasti;
-    Py_XDECREF(walk);
-    return ok;
-}
-
-/* With the GIL: make ``site`` the stack from ``frame`` down (0: not cacheable). */
-static int build_site(Site *site, PyObject *frame, int64_t now) {
-    clear_site(site);
-    PyFrameObject *walk = (PyFrameObject *)frame;
-    Py_INCREF(walk);
-    int n = 0;
-    for (;;) {
-        PyFrameObject *back = n < MAXCHAIN ? PyFrame_GetBack(walk) : NULL;
-        if (back == NULL) { /* walk is the anchor */
-            PyCodeObject *code = PyFrame_GetCode(walk);
-            int resumable = code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR);
-            Py_DECREF(code);
-            site->chain_len = n;
-            if (resumable) {
-                Py_DECREF(walk);
-                clear_site(site);
-                return 0;
-            }
-            site->anchor = (PyObject *)walk;
-            site->anchor_lasti = PyFrame_GetLasti(walk);
-            break;
-        }
-        site->chain_code[n] = (PyObject *)PyFrame_GetCode(walk);
-        site->chain_lasti[n] = PyFrame_GetLasti(walk);
-        n++;
-        Py_DECREF(walk);
-        walk = back;
-    }
-    site->used = 1;
-    site->epoch = now;
-    for (int k = 0; k < NKINDS; k++)
-        site->token[k] = -1;
-    return 1;
-}
-
-/* With the GIL: is this frame pyhpctk's own (under skip_prefix)? One answer per code object. */
-static int skipped(PyFrameObject *frame) {
-    if (skip_prefix == NULL)
-        return 0;
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    int answer;
-    if ((PyObject *)code == cache.code) {
-        answer = cache.code_skipped;
-    } else {
-        answer = PyUnicode_Tailmatch(code->co_filename, skip_prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
-        PyErr_Clear();
-        Py_INCREF(code);
-        Py_XSETREF(cache.code, (PyObject *)code);
-        cache.code_skipped = answer;
-    }
-    Py_DECREF(code);
-    return answer;
-}
-
-/* With the GIL: a new reference to the program's innermost frame (NULL: none). */
-static PyObject *program_frame(void) {
-    PyFrameObject *frame = PyEval_GetFrame();
-    Py_XINCREF(frame);
-    while (frame != NULL && skipped(frame)) {
-        PyFrameObject *back = PyFrame_GetBack(frame);
-        Py_DECREF(frame);
-        frame = back;
-    }
-    return (PyObject *)frame;
-}
-
 /* With the GIL: the Python slow path for this operation; returns its token (-1: none). */
 static long long call_slow(int kind, int multi, uint64_t correlation) {
     PyObject *callable = slow_path;
     if (callable == NULL)
         return -1;
     thread_ring(); /* registers the thread-exit destructor that releases the cache */
-    cache.busy = 1;
+    hook_cache.busy = 1;
     PyObject *result = PyObject_CallFunction(callable, "iKi", kind,
                                              (unsigned long long)correlation, multi);
-    cache.busy = 0;
-    __atomic_add_fetch(&n_slow, 1, __ATOMIC_RELAXED);
+    hook_cache.busy = 0;
+    COUNT(slow);
     if (result == NULL) {
-        __atomic_add_fetch(&n_errors, 1, __ATOMIC_RELAXED);
+        COUNT(errors);
         PyErr_WriteUnraisable(callable);
         return -1;
     }
@@ -365,42 +185,44 @@ static long long call_slow(int kind, int multi, uint64_t correlation) {
         PyErr_Clear();
         token = -1;
     }
-    return token;
+    return token < 0 || token > INT32_MAX ? -1 : token;
 }
 
 /* A thread without Python frames: its one site's token, pushed (1), or not known yet (0). */
 static int frameless_hit(int kind, uint64_t correlation, int64_t now) {
-    if (!cache.frameless_ready || cache.frameless_epoch != now || cache.frameless_token[kind] < 0)
+    ThreadCache *cache = &hook_cache;
+    if (!cache->frameless_ready || cache->frameless_epoch != now || cache->frameless_token[kind] < 0)
         return 0;
-    push(correlation, cache.frameless_token[kind]);
-    __atomic_add_fetch(&n_fast, 1, __ATOMIC_RELAXED);
+    push(correlation, cache->frameless_token[kind]);
+    COUNT(fast);
     return 1;
 }
 
 /* With the GIL: the slow path of a thread without Python frames; caches its token. */
 static void frameless_slow(int kind, int multi, uint64_t correlation, int64_t now) {
+    ThreadCache *cache = &hook_cache;
     long long token = call_slow(kind, multi, correlation);
-    if (!cache.frameless_ready || cache.frameless_epoch != now) {
-        cache.frameless_ready = 1;
-        cache.frameless_epoch = now;
+    if (!cache->frameless_ready || cache->frameless_epoch != now) {
+        cache->frameless_ready = 1;
+        cache->frameless_epoch = now;
         for (int k = 0; k < NKINDS; k++)
-            cache.frameless_token[k] = -1;
+            cache->frameless_token[k] = -1;
     }
-    cache.frameless_token[kind] = token;
+    cache->frameless_token[kind] = token;
 }
 
 static void call_every(int domain, uint32_t cbid, int site, uint64_t correlation, void *ctx) {
     PyObject *callable = every_call;
-    if (callable == NULL || cache.busy)
+    if (callable == NULL || hook_cache.busy)
         return;
     PyGILState_STATE gil = PyGILState_Ensure();
-    cache.busy = 1;
+    hook_cache.busy = 1;
     PyObject *result = PyObject_CallFunction(callable, "iIiKK", domain, cbid, site,
                                              (unsigned long long)correlation,
                                              (unsigned long long)(uintptr_t)ctx);
-    cache.busy = 0;
+    hook_cache.busy = 0;
     if (result == NULL) {
-        __atomic_add_fetch(&n_errors, 1, __ATOMIC_RELAXED);
+        COUNT(errors);
         PyErr_WriteUnraisable(callable);
     } else {
         Py_DECREF(result);
@@ -414,7 +236,7 @@ static void queue_module(const ResourceData *resource) {
         return;
     Module *copy = malloc(sizeof(Module) + module->cubinSize);
     if (copy == NULL) {
-        __atomic_add_fetch(&n_lost, 1, __ATOMIC_RELAXED);
+        COUNT(lost);
         return;
     }
     copy->next = NULL;
@@ -427,7 +249,38 @@ static void queue_module(const ResourceData *resource) {
         modules_head = copy;
     modules_tail = copy;
     pthread_mutex_unlock(&modules_lock);
-    __atomic_add_fetch(&n_modules, 1, __ATOMIC_RELAXED);
+    COUNT(modules);
+}
+
+static int64_t record_operation(int kind, int multi, uint64_t correlation);
+
+/* A CUDA graph node's id (cuptiGetGraphNodeId; without libcupti, as in tests, the handle). */
+static uint64_t node_id(void *node) {
+    uint64_t id = 0;
+    if (node == NULL)
+        return 0;
+    if (get_graph_node_id == NULL)
+        return (uint64_t)(uintptr_t)node;
+    return get_graph_node_id(node, &id) == 0 ? id : 0;
+}
+
+/* GRAPHNODE_CREATED: the node is made here (a stream capture inside the captured launch, or an
+ * add), recorded as an operation of kind GRAPH_NODE at this site, its id tagged. CLONED (an
+ * instantiation): clone → original, no Python. */
+static void graph_node(const ResourceData *resource, int cloned) {
+    const GraphData *graph = resource != NULL ? resource->resourceDescriptor : NULL;
+    if (graph == NULL || hook_cache.busy || every_call != NULL)
+        return;
+    uint64_t node = node_id(graph->node);
+    if (node == 0 || node >= CLONE_TAG)
+        return;
+    if (cloned) {
+        uint64_t original = node_id(graph->originalNode);
+        if (original != 0 && original < CLONE_TAG)
+            push(node | CLONE_TAG, (int64_t)original);
+        return;
+    }
+    record_operation(KIND_GRAPH_NODE, 0, node | NODE_TAG);
 }
 
 static void on_callback(void *userdata, int domain, uint32_t cbid, const void *data) {
@@ -435,92 +288,138 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
     if (!Py_IsInitialized())
         return; /* the interpreter is gone (a CUDA call during process teardown) */
     if (domain == DOMAIN_RESOURCE) {
-        if (cbid == module_loaded_cbid)
+        if (cbid == graph_created_cbid || cbid == graph_cloned_cbid)
+            graph_node((const ResourceData *)data, cbid == graph_cloned_cbid);
+        else if (cbid == module_loaded_cbid)
             queue_module((const ResourceData *)data);
         else if (cbid == context_created_cbid && every_call != NULL)
             call_every(domain, cbid, 0, 0, data ? ((const ResourceData *)data)->context : NULL);
         return;
     }
-    if (domain < DOMAIN_RUNTIME || domain > DOMAIN_DRIVER || cbid >= MAX_CBID || data == NULL)
+    if (domain < DOMAIN_API_FIRST || domain > DOMAIN_API_LAST || cbid >= MAX_CBID || data == NULL)
         return;
     uint8_t entry = table[domain][cbid];
     if (entry == 0)
         return;
     const CallbackData *call = (const CallbackData *)data;
+    ThreadCache *cache = &hook_cache;
+    uint64_t config = __atomic_load_n(&hook_config, __ATOMIC_ACQUIRE);
+    if (cache->runtime_config != config) { /* counted under another configuration */
+        cache->runtime_config = config;
+        cache->runtime_depth = 0;
+    }
+    if (domain == DOMAIN_DRIVER && cache->runtime_depth > 0) {
+        if (call->callbackSite == 0) { /* inside a runtime call of ours: its part */
+            COUNT(inner);
+            if (cache->outer_token >= 0 && every_call == NULL && !cache->busy)
+                push((uint64_t)call->correlationId | INNER_TAG, cache->outer_token);
+        }
+        return;
+    }
     if (call->callbackSite != 0) {
+        if (domain == DOMAIN_RUNTIME && cache->runtime_depth > 0)
+            cache->runtime_depth--;
         if (exit_wanted[domain][cbid])
             call_every(domain, cbid, call->callbackSite, call->correlationId, call->context);
         return;
+    }
+    if (domain == DOMAIN_RUNTIME) {
+        cache->runtime_depth++;
+        cache->outer_token = -1;
     }
     if (every_call != NULL) {
         call_every(domain, cbid, 0, call->correlationId, call->context);
         return;
     }
-    if (cache.busy) { /* a GPU call made by the slow path itself */
-        __atomic_add_fetch(&n_nested, 1, __ATOMIC_RELAXED);
+    if (cache->busy) { /* a GPU call made by the slow path itself */
+        COUNT(nested);
         return;
     }
-    int kind = entry & KIND_MASK;
-    int multi = (entry & MULTI_FLAG) != 0;
-    uint64_t correlation = call->correlationId;
+    int64_t token = record_operation(entry & KIND_MASK, (entry & MULTI_FLAG) != 0,
+                                     call->correlationId);
+    if (domain == DOMAIN_RUNTIME)
+        cache->outer_token = token;
+}
+
+/* The GIL for the rest of an operation: taken only when needed, kept until done. */
+typedef struct {
+    int mine;  /* taken here: released in gil_done */
+    int held;  /* held here: by this call or by the thread before it */
+    PyGILState_STATE state;
+} Gil;
+
+static void gil_take(Gil *gil) {
+    if (gil->held)
+        return;
+    gil->held = 1;
+    if (!PyGILState_Check()) {
+        gil->state = PyGILState_Ensure();
+        gil->mine = 1;
+    }
+}
+
+static void gil_done(Gil *gil) {
+    if (gil->held)
+        hook_release_doomed();
+    if (gil->mine)
+        PyGILState_Release(gil->state);
+}
+
+/* An operation of ``kind`` made on the calling thread: known site → pushed without Python;
+ * else the Python slow path unwinds and returns the site's token. Returns the token. */
+static int64_t record_operation(int kind, int multi, uint64_t correlation) {
     int64_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
-    if (PyGILState_GetThisThreadState() == NULL) {
-        /* A thread Python has never seen (a runtime's C++ worker): no frames, one site. */
-        if (frameless_hit(kind, correlation, now))
-            return;
-        PyGILState_STATE gil = PyGILState_Ensure();
-        frameless_slow(kind, multi, correlation, now);
-        PyGILState_Release(gil);
-        return;
-    }
-    int held = PyGILState_Check();
-    PyGILState_STATE gil = PyGILState_LOCKED;
-    if (!held)
-        gil = PyGILState_Ensure();
-    PyObject *frame = program_frame();
-    if (frame == NULL) { /* a Python thread state, no Python frame: the frameless site */
-        if (!frameless_hit(kind, correlation, now))
-            frameless_slow(kind, multi, correlation, now);
-    } else {
-        PyCodeObject *code = PyFrame_GetCode((PyFrameObject *)frame);
-        int set = site_set((PyObject *)code, PyFrame_GetLasti((PyFrameObject *)frame));
-        Py_DECREF(code);
-        Site *ways = &cache.sites[set * NWAYS];
-        Site *site = NULL;
-        for (int way = 0; way < NWAYS && site == NULL; way++)
-            if (site_matches(&ways[way], frame))
-                site = &ways[way];
-        int matches = site != NULL;
-        if (site == NULL) { /* a free way, else the next in turn */
-            for (int way = 0; way < NWAYS && site == NULL; way++)
-                if (!ways[way].used)
-                    site = &ways[way];
-            if (site == NULL) {
-                site = &ways[cache.victim[set]];
-                cache.victim[set] = (uint8_t)((cache.victim[set] + 1) % NWAYS);
-            }
+    Gil gil = {0, 0, PyGILState_LOCKED};
+    PyThreadState *tstate = PyGILState_GetThisThreadState();
+    FrameKey frames[MAXDEPTH];
+    uint64_t hash = 0;
+    int64_t token = -1;
+    int depth = 0; /* a thread Python has never seen (a runtime's C++ worker): no frames */
+    if (tstate != NULL) {
+        depth = hook_stack(tstate, 0, frames, &hash);
+        if (depth == HOOK_NEEDS_GIL) {
+            gil_take(&gil);
+            depth = hook_stack(tstate, 1, frames, &hash);
         }
-        if (matches && site->epoch == now && site->token[kind] >= 0) {
-            push(correlation, site->token[kind]);
-            __atomic_add_fetch(&n_fast, 1, __ATOMIC_RELAXED);
-            if (site->chain_len)
-                __atomic_add_fetch(&n_chain, 1, __ATOMIC_RELAXED);
+    }
+    if (depth == 0) { /* no program frame: the thread's one frameless site */
+        if (frameless_hit(kind, correlation, now)) {
+            if (!gil.held)
+                COUNT(unlocked);
         } else {
-            long long token = call_slow(kind, multi, correlation);
-            if (!matches) {
-                matches = build_site(site, frame, now);
+            gil_take(&gil);
+            frameless_slow(kind, multi, correlation, now);
+        }
+        token = hook_cache.frameless_token[kind];
+    } else if (depth == HOOK_TOO_DEEP) {
+        COUNT(deep);
+        gil_take(&gil);
+        token = call_slow(kind, multi, correlation);
+    } else {
+        Site *site = hook_find(frames, depth, hash);
+        if (site != NULL && site->epoch == now && site->token[kind] >= 0) {
+            token = site->token[kind];
+            push(correlation, token);
+            COUNT(fast);
+            COUNT(chain);
+            if (!gil.held)
+                COUNT(unlocked);
+        } else {
+            gil_take(&gil);
+            token = call_slow(kind, multi, correlation);
+            if (site == NULL) {
+                site = hook_remember(frames, depth, hash, now);
             } else if (site->epoch != now) {
                 site->epoch = now;
                 for (int k = 0; k < NKINDS; k++)
                     site->token[k] = -1;
             }
-            if (matches)
-                site->token[kind] = token;
+            if (site != NULL)
+                site->token[kind] = (int32_t)token;
         }
-        Py_DECREF(frame);
     }
-    if (!held)
-        PyGILState_Release(gil);
+    gil_done(&gil);
+    return token;
 }
 
 /* -- Python interface ---------------------------------------------------------------------- */
@@ -541,7 +440,7 @@ static int fill_table(PyObject *entries) {
             Py_DECREF(iterator);
             return -1;
         }
-        if (domain < DOMAIN_RUNTIME || domain > DOMAIN_DRIVER || cbid >= MAX_CBID || kind <= 0 ||
+        if (domain < DOMAIN_API_FIRST || domain > DOMAIN_API_LAST || cbid >= MAX_CBID || kind <= 0 ||
             kind >= NKINDS) {
             Py_DECREF(iterator);
             PyErr_Format(PyExc_ValueError, "bad callback entry (%d, %u, %d)", domain, cbid, kind);
@@ -557,9 +456,9 @@ static int fill_table(PyObject *entries) {
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *entries, *slow_callable, *every, *prefix = Py_None;
-    unsigned int module_cbid, context_cbid;
-    if (!PyArg_ParseTuple(args, "OOOII|O", &entries, &slow_callable, &every, &module_cbid,
-                          &context_cbid, &prefix))
+    unsigned int module_cbid, context_cbid, created_cbid = UINT32_MAX, cloned_cbid = UINT32_MAX;
+    if (!PyArg_ParseTuple(args, "OOOII|OII", &entries, &slow_callable, &every, &module_cbid,
+                          &context_cbid, &prefix, &created_cbid, &cloned_cbid))
         return NULL;
     if (prefix != Py_None && !PyUnicode_Check(prefix)) {
         PyErr_SetString(PyExc_TypeError, "skip_prefix must be a str or None");
@@ -580,14 +479,17 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
         Py_XSETREF(every_call, every);
     }
     if (prefix == Py_None) {
-        Py_CLEAR(skip_prefix);
+        Py_CLEAR(hook_skip_prefix);
     } else {
         Py_INCREF(prefix);
-        Py_XSETREF(skip_prefix, prefix);
+        Py_XSETREF(hook_skip_prefix, prefix);
     }
     module_loaded_cbid = module_cbid;
     context_created_cbid = context_cbid;
+    graph_created_cbid = created_cbid;
+    graph_cloned_cbid = cloned_cbid;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&hook_config, 1, __ATOMIC_RELEASE);
     Py_RETURN_NONE;
 }
 
@@ -616,7 +518,7 @@ static PyObject *py_subscribe(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_OSError, "cuptiSubscribe failed with CUPTI status %d", status);
     subscriber = handle;
     int refused = 0;
-    for (int domain = DOMAIN_RUNTIME; domain <= DOMAIN_DRIVER; domain++)
+    for (int domain = DOMAIN_API_FIRST; domain <= DOMAIN_API_LAST; domain++)
         for (uint32_t cbid = 0; cbid < MAX_CBID; cbid++)
             if (table[domain][cbid] && enable(1, handle, domain, cbid) != 0) {
                 table[domain][cbid] = 0;
@@ -627,6 +529,13 @@ static PyObject *py_subscribe(PyObject *self, PyObject *args) {
     if (context_created_cbid != UINT32_MAX &&
         enable(1, handle, DOMAIN_RESOURCE, context_created_cbid))
         refused++;
+    get_graph_node_id = (graph_node_id_fn)dlsym(library, "cuptiGetGraphNodeId");
+    if (get_graph_node_id == NULL)
+        graph_created_cbid = graph_cloned_cbid = UINT32_MAX; /* no ids: no graph nodes */
+    uint32_t graph_cbids[2] = {graph_created_cbid, graph_cloned_cbid};
+    for (int i = 0; i < 2; i++)
+        if (graph_cbids[i] != UINT32_MAX && enable(1, handle, DOMAIN_RESOURCE, graph_cbids[i]))
+            refused++;
     return PyLong_FromLong(refused);
 }
 
@@ -716,6 +625,7 @@ static PyObject *py_drain(PyObject *self, PyObject *unused) {
     return result;
 }
 
+
 static PyObject *py_take_modules(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -741,27 +651,45 @@ static PyObject *py_take_modules(PyObject *self, PyObject *unused) {
 static PyObject *py_stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    return Py_BuildValue(
-        "{sKsKsKsKsKsKsK}", "chain", (unsigned long long)__atomic_load_n(&n_chain, __ATOMIC_RELAXED),
-        "fast", (unsigned long long)__atomic_load_n(&n_fast, __ATOMIC_RELAXED),
-        "slow", (unsigned long long)__atomic_load_n(&n_slow, __ATOMIC_RELAXED), "nested",
-        (unsigned long long)__atomic_load_n(&n_nested, __ATOMIC_RELAXED), "errors",
-        (unsigned long long)__atomic_load_n(&n_errors, __ATOMIC_RELAXED), "modules",
-        (unsigned long long)__atomic_load_n(&n_modules, __ATOMIC_RELAXED), "lost",
-        (unsigned long long)__atomic_load_n(&n_lost, __ATOMIC_RELAXED));
+    const struct {
+        const char *name;
+        uint64_t *count;
+    } counts[] = {
+        {"fast", &hook_counts.fast},       {"slow", &hook_counts.slow},
+        {"chain", &hook_counts.chain},     {"unlocked", &hook_counts.unlocked},
+        {"inner", &hook_counts.inner},     {"nested", &hook_counts.nested},
+        {"deep", &hook_counts.deep},       {"sites", &hook_counts.sites},
+        {"resets", &hook_counts.resets},   {"errors", &hook_counts.errors},
+        {"modules", &hook_counts.modules}, {"lost", &hook_counts.lost},
+    };
+    PyObject *out = PyDict_New();
+    for (size_t i = 0; out != NULL && i < sizeof(counts) / sizeof(counts[0]); i++) {
+        PyObject *value =
+            PyLong_FromUnsignedLongLong(__atomic_load_n(counts[i].count, __ATOMIC_RELAXED));
+        if (value == NULL || PyDict_SetItemString(out, counts[i].name, value) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(value);
+    }
+    return out;
 }
 
 /* Tests (no GPU): call the C callback as CUPTI would, from the calling Python thread. */
 static PyObject *py_invoke(PyObject *self, PyObject *args) {
     (void)self;
     int domain, site = 0;
-    unsigned int cbid, correlation = 0;
-    unsigned long long context = 0;
+    unsigned int cbid;
+    unsigned long long correlation = 0, context = 0;
     Py_buffer cubin = {0};
-    if (!PyArg_ParseTuple(args, "iI|iIKy*", &domain, &cbid, &site, &correlation, &context,
+    if (!PyArg_ParseTuple(args, "iI|iKKy*", &domain, &cbid, &site, &correlation, &context,
                           &cubin))
         return NULL;
-    if (domain == DOMAIN_RESOURCE) {
+    if (domain == DOMAIN_RESOURCE && (cbid == graph_created_cbid || cbid == graph_cloned_cbid)) {
+        /* graph callbacks: ``correlation`` is the node, ``context`` the original node */
+        GraphData graph = {NULL, NULL, (void *)(uintptr_t)correlation,
+                           (void *)(uintptr_t)context, 0, NULL, NULL};
+        ResourceData resource = {NULL, NULL, &graph};
+        on_callback(NULL, domain, cbid, &resource);
+    } else if (domain == DOMAIN_RESOURCE) {
         ModuleResourceData module = {1, (size_t)cubin.len, cubin.buf};
         ResourceData resource = {(void *)(uintptr_t)context, NULL, &module};
         on_callback(NULL, domain, cbid, &resource);
@@ -770,7 +698,7 @@ static PyObject *py_invoke(PyObject *self, PyObject *args) {
         memset(&data, 0, sizeof(data));
         data.callbackSite = site;
         data.context = (void *)(uintptr_t)context;
-        data.correlationId = correlation;
+        data.correlationId = (uint32_t)correlation;
         on_callback(NULL, domain, cbid, &data);
     }
     if (cubin.obj != NULL)
@@ -795,16 +723,19 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
     memset(table, 0, sizeof(table));
     Py_CLEAR(slow_path);
     Py_CLEAR(every_call);
-    Py_CLEAR(skip_prefix);
+    Py_CLEAR(hook_skip_prefix);
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
-    n_fast = n_slow = n_nested = n_errors = n_modules = n_lost = n_chain = 0;
+    __atomic_add_fetch(&hook_config, 1, __ATOMIC_RELEASE);
+    memset(&hook_counts, 0, sizeof(hook_counts));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
-     "configure(entries, slow, every, module_loaded_cbid, context_created_cbid, skip_prefix=None):"
+     "configure(entries, slow, every, module_loaded_cbid, context_created_cbid, skip_prefix=None,"
+     " graph_node_created_cbid=-1, graph_node_cloned_cbid=-1):"
      " entries are (domain, cbid, kind, multi, wants_exit); slow(kind, correlation, multi) -> "
      "token; every (or None) gets (domain, cbid, site, correlation, context) for every call "
      "instead; frames of files under skip_prefix are looked through."},
@@ -814,11 +745,29 @@ static PyMethodDef methods[] = {
     {"bump", py_bump, METH_NOARGS, "Invalidate every thread's cached site (new epoch)."},
     {"drain", py_drain, METH_NOARGS, "bytes of (u64 correlation, i64 token) pairs."},
     {"take_modules", py_take_modules, METH_NOARGS, "The cubins loaded since the last call."},
-    {"stats", py_stats, METH_NOARGS, "Counters: fast, slow, nested, errors, modules, lost."},
+    {"stats", py_stats, METH_NOARGS,
+     "Counters: fast (no Python), slow (Python), chain (fast, with frames), unlocked (fast,"
+     " without the GIL), inner (driver calls inside runtime calls), nested (made by the slow"
+     " path), deep (stacks too deep to remember), sites (remembered), resets (tables emptied),"
+     " errors, modules, lost."},
     {"invoke", py_invoke, METH_VARARGS,
      "invoke(domain, cbid, site=0, correlation=0, context=0, cubin=b''): call the C callback "
      "as CUPTI would (tests)."},
     {"reset", py_reset, METH_NOARGS, "Forget the configuration and counters (unsubscribed)."},
+    {"register_buffers", hook_register_buffers, METH_VARARGS,
+     "register_buffers(libcupti_path, size=8 MiB): CUPTI's activity buffers go to C callbacks."},
+    {"take_buffers", hook_take_buffers, METH_VARARGS,
+     "take_buffers(timeout=0.0) -> [(address, valid bytes)]: completed buffers (no GIL held "
+     "while waiting); free each with free_buffer()."},
+    {"free_buffer", hook_free_buffer, METH_VARARGS,
+     "free_buffer(address): a taken buffer is read."},
+    {"wake_buffers", hook_wake_buffers, METH_NOARGS, "A waiting take_buffers() returns now."},
+    {"flush_all", hook_flush_all, METH_VARARGS,
+     "flush_all(flag=1) -> CUPTI status: cuptiActivityFlushAll with the GIL released."},
+    {"record_offsets", hook_record_offsets, METH_VARARGS,
+     "record_offsets(address, valid, sizes, start=0) -> (offsets, stop): where each activity"
+     " record starts (bytes of int64), from each kind's size (sizes: uint32 per CUPTI kind, 0"
+     " unknown); stop: the first record of an unknown kind, or valid."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -834,6 +783,7 @@ static void after_fork_in_child(void) {
     memset(table, 0, sizeof(table));
     memset(exit_wanted, 0, sizeof(exit_wanted));
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
+    graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
     slow_path = NULL;
     every_call = NULL;
     subscriber = NULL;
@@ -845,5 +795,9 @@ PyMODINIT_FUNC PyInit__cuptihook(void) {
     if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0)
         return PyErr_Format(PyExc_OSError, "pthread_atfork failed");
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    /* How call sites read frames: "interpreter" (no GIL, no frame objects) or "public". */
+    if (module != NULL && PyModule_AddStringConstant(module, "FRAME_WALK", hook_frame_walk) < 0)
+        Py_CLEAR(module);
+    return module;
 }

@@ -21,6 +21,10 @@ import numpy as np
 
 # Operation / activity kinds.
 KERNEL, COPY, MEMSET, ALLOC, FREE, SYNC = 1, 2, 3, 4, 5, 6
+# Operations with no activity of their own kind: a CUDA graph's launch (its nodes' activities
+# answer it) and the making of a graph node (a capture or an add; its activities come when the
+# graph is launched, under the launch and the node's capture path, docs/gpu.md).
+GRAPH, GRAPH_NODE = 7, 8
 KIND_NAMES = {
     KERNEL: "kernel",
     COPY: "copy",
@@ -28,6 +32,8 @@ KIND_NAMES = {
     ALLOC: "alloc",
     FREE: "free",
     SYNC: "sync",
+    GRAPH: "graph",
+    GRAPH_NODE: "node",
 }
 KIND_BY_NAME = {name: kind for kind, name in KIND_NAMES.items()}
 
@@ -40,13 +46,14 @@ PLACEHOLDER_OF_KIND = {
     ALLOC: "GPUAlloc",
     FREE: "GPUDelte",
     SYNC: "GPU Sync",
+    GRAPH: "GPUGraph",
 }
 TRACE_PLACEHOLDER = "GPUTrace"
 
 # CUpti_ActivityMemcpyKind values that have their own placeholder.
 COPY_H2D, COPY_D2H = 1, 2
 
-#: One activity, whatever the backend (little-endian, packed; 88 bytes).
+#: One activity, whatever the backend (little-endian, packed; 96 bytes).
 ACTIVITY_DTYPE = np.dtype(
     [
         ("kind", "<u1"),  # KERNEL, COPY, ...
@@ -67,11 +74,12 @@ ACTIVITY_DTYPE = np.dtype(
         ("block_threads", "<u4"),
         ("grid_blocks", "<u8"),
         ("function", "<i4"),  # index into the batch's function table, -1 unknown
-        ("pad", "<u4"),
+        ("graph", "<u4"),  # CUPTI's graphId: the graph whose launch ran this (0: none)
+        ("graph_node", "<u8"),  # graphNodeId: the node of that graph (0: not from a graph)
     ],
     align=False,
 )
-assert ACTIVITY_DTYPE.itemsize == 88
+assert ACTIVITY_DTYPE.itemsize == 96
 
 
 def empty_activities(count: int = 0) -> np.ndarray:

@@ -34,6 +34,7 @@ it out of sampling when the session offers that.
 
 from __future__ import annotations
 
+import _thread
 import collections
 import contextlib
 import ctypes
@@ -45,16 +46,21 @@ import threading
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.monitor import SKIP
+from pyhpctk.measure.gpu.operations import SKIP
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from collections.abc import Mapping
+    from typing import Any
+
+    from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
+    from pyhpctk.measure.gpu.pcsampling import PcSampler
+    from pyhpctk.measure.gpu.sassmetrics import SassCounter
 
 # Classification of API names (CUPTI's callback-id enum member names), first match wins.
 _API_RULES: tuple[tuple[str, int | None], ...] = (
     (r"Graph(Exec)?(Add|Get|Set|Mem|Node|Instantiate|Create|Destroy|Clone|Upload|Debug)", None),
-    (r"GraphLaunch", act.KERNEL),
+    (r"GraphLaunch", act.GRAPH),
     (r"HostFunc|LaunchAttribute|GetAttribute|SetAttribute|Occupancy", None),
     # Synchronizations, and the event calls that can report one (seen on the H200: EVENT
     # synchronization records whose correlation id no Synchronize call had).
@@ -109,7 +115,7 @@ class _Gather:
             fitting = [d for d in self.candidates if d.itemsize <= stride]
             padded = None
             if fitting:
-                fields: dict[str, tuple[np.dtype, int]] = dict(fitting[-1].fields or {})  # type: ignore[arg-type]
+                fields: Mapping[str, tuple[Any, ...]] = fitting[-1].fields or {}
                 padded = np.dtype(
                     {
                         "names": list(fields),
@@ -122,12 +128,17 @@ class _Gather:
         return self._padded[stride]
 
 
-_LOOKAHEAD = 4096  # records checked per numpy step of the fast walk
+_LOOKAHEAD = 4096  # at most, records checked per numpy step of the numpy walk
 _CHECKED = 256  # records of the first buffer also walked with CUPTI
 
 
+_FIELD_KEYS: dict[np.dtype, dict[str, str]] = {}  # a record layout's fields by _key
+
+
 def _field(rows: np.ndarray, *names: str) -> np.ndarray | None:
-    keys = {_key(name): name for name in rows.dtype.names or ()}
+    keys = _FIELD_KEYS.get(rows.dtype)
+    if keys is None:
+        keys = _FIELD_KEYS[rows.dtype] = {_key(name): name for name in rows.dtype.names or ()}
     for name in names:
         found = keys.get(_key(name))
         if found is not None:
@@ -150,30 +161,34 @@ class CuptiBackend:
         inst: bool = False,
     ) -> None:
         self.inst = inst  # issue #7: exact instruction counts (cuptiSassMetrics*)
-        self.inst_counters: dict[int, object] = {}  # CUcontext → sassmetrics.SassCounter
+        self.inst_counters: dict[int, SassCounter] = {}  # CUcontext → sassmetrics.SassCounter
         self._inst_first: dict[int, int] = {}  # CUcontext → the counted window's first launch
         self._profiler_starts: set[tuple[int, int]] = set()  # cu/cudaProfilerStart (inst)
         self.inst_launches: dict[int, int] = {}  # CUcontext → kernel launches while counting
         self._fine_busy = threading.local()  # inside a counter's own CUDA calls
         self.hook = hook  # "c": the C callback (_cuptihook), "python": cupti-python's; "auto"
-        self.native: object | None = None  # the _cuptihook module once subscribed through it
+        self.native: NativeHook | None = None  # the _cuptihook module once subscribed through it
         self._modules: collections.deque[bytes] = collections.deque()  # cubins (Python hook)
         self.pc_mode = pc_mode
         self.buffer_bytes = buffer_bytes
         self.pc_period = pc_period  # issue #7: PC sampling period exponent (2^N cycles); 0 = off
-        self.pc_samplers: dict[int, object] = {}  # CUcontext → pcsampling.PcSampler
+        self.pc_samplers: dict[int, PcSampler] = {}  # CUcontext → pcsampling.PcSampler
         self.pc_errors: list[str] = []
         self._exit = -1
         self._context_created = -1
         self.records = records
-        self.monitor: GpuMonitor | None = None
+        self.monitor: MonitorPort | None = None
         self.dropped = 0
         self.record_counts: dict[str, int] = {}
         self.api_kinds: dict[tuple[int, int], int] = {}
         self.api_multi: set[tuple[int, int]] = set()  # CUDA graph launches: many activities
-        self._cupti: object = None
+        self._cupti: Any = None  # cupti-python's module (untyped), once started
         self._subscriber: object = None
         self._buffers: dict[int, ctypes.Array[ctypes.c_uint8]] = {}
+        self._native_buffers = False  # CUPTI's buffers go through the C hook's callbacks
+        self._buffers_stopping = False
+        self._buffer_done = threading.Event()
+        self._delivering = threading.Lock()  # one reader of taken buffers at a time
         self._callbacks: tuple[object, ...] = ()
         self._lib: ctypes.CDLL | None = None
         self._names: dict[int, int] = {}  # kernel name pointer → index in self.functions
@@ -183,9 +198,19 @@ class CuptiBackend:
         self._excluded: set[int] = set()
         self._kinds: dict[int, int] = {}
         self._domain_resource = self._enter = self._module_loaded = -1
+        self._domain_driver = -1
+        self._nest = threading.local()  # hook=python: runtime calls each thread is inside
+        self._graph_created = self._graph_cloned = _NO_CBID
+        self._node_id: Any = None  # cuptiGetGraphNodeId (ctypes), for hook=python
         self.unknown_apis = 0  # callback ids CUPTI refused to enable
         self.record_sizes: dict[int, int] = {}  # CUPTI activity kind → record size in buffers
         self.fast_walk = True
+        # The C walk of a buffer's records (record_offsets), where the hook is built; the numpy
+        # walk run by run otherwise.
+        built = load_hook()  # (a hook built from older sources has no record_offsets)
+        self.walker: NativeHook | None = built if hasattr(built, "record_offsets") else None
+        # record_sizes as record_offsets() reads them, and the sizes it was made from
+        self._size_table: tuple[bytes, tuple[tuple[int, int], ...]] = (b"", ())
         self.checks_left = 1  # buffers walked both ways before the fast walk is trusted alone
         self.walk_mismatches = 0
 
@@ -212,7 +237,20 @@ class CuptiBackend:
             elif self.inst and name.startswith(("cuProfilerStart", "cudaProfilerStart")):
                 self._profiler_starts.add((domain, cbid))
 
-    def start(self, monitor: GpuMonitor) -> None:
+    def take_modules(self) -> list[bytes]:
+        """The cubins loaded since the last call (the monitor saves them on its own thread)."""
+        native = self.native
+        taken: list[bytes] = native.take_modules() if native is not None else []
+        modules = self._modules
+        while modules:
+            taken.append(modules.popleft())
+        return taken
+
+    def pc_settings(self, period_exponent: int) -> tuple[int, int, int]:
+        """The period asked for, the device's SM clock; its SM count comes with a kernel."""
+        return 1 << period_exponent, self.clock_khz(), 0
+
+    def start(self, monitor: MonitorPort) -> None:
         from cupti import cupti
 
         self._cupti = cupti
@@ -224,10 +262,14 @@ class CuptiBackend:
         ):
             self.learn_apis(int(domain), {n: int(m) for n, m in enum.__members__.items()})
         self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
+        self._domain_driver = int(cupti.CallbackDomain.DRIVER_API)
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
         self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
+        # CUDA graphs: where each node was made, and which node each instantiated one copies
+        resources = cupti.CallbackIdResource
+        self._graph_created = int(getattr(resources, "GRAPHNODE_CREATED", _NO_CBID))
+        self._graph_cloned = int(getattr(resources, "GRAPHNODE_CLONED", _NO_CBID))
         self._exit = int(cupti.ApiCallbackSite.API_EXIT)
-        monitor.take_modules = self.take_modules
         native = None if self.hook == "python" else load_hook()
         if native is None and self.hook == "c":
             raise OSError(
@@ -259,7 +301,7 @@ class CuptiBackend:
         for kind in self._kinds:
             cupti.activity_enable(kind)
 
-    def _start_native(self, cupti: object, native: object, monitor: GpuMonitor) -> None:
+    def _start_native(self, cupti: Any, native: NativeHook, monitor: MonitorPort) -> None:
         """Subscribe the C callback: repeated operations never enter Python (_cuptihook.c)."""
         fine = self.fine
         entries = [  # PC samples and instruction counts are read at kernel launches' exits
@@ -269,63 +311,62 @@ class CuptiBackend:
         # instruction counting starts at a profiler start's exit (its kind is never used: in
         # fine mode every call goes to _native_every, which takes these first)
         entries += [(key[0], key[1], act.SYNC, 0, 1) for key in self._profiler_starts]
-        context_created = (
-            int(cupti.CallbackIdResource.CONTEXT_CREATED)  # type: ignore[attr-defined]
-            if fine
-            else _NO_CBID
-        )
+        context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED) if fine else _NO_CBID
         self._context_created = context_created if fine else -1
         every = self._native_every if fine else None
-        native.configure(  # type: ignore[attr-defined]
-            entries, monitor.operation_token, every, self._module_loaded, context_created, SKIP
+        native.configure(
+            entries,
+            monitor.operation_token,
+            every,
+            self._module_loaded,
+            context_created,
+            SKIP,
+            self._graph_created,
+            self._graph_cloned,
         )
-        cupti.get_timestamp()  # type: ignore[attr-defined]  # loads libcupti
+        cupti.get_timestamp()  # loads libcupti
         path = _loaded_library("libcupti")
         if path is None:
             raise OSError("libcupti is not loaded (is cupti-python installed?)")
-        self.unknown_apis = int(native.subscribe(path))  # type: ignore[attr-defined]
+        self.unknown_apis = int(native.subscribe(path))
         self.native = native
-        monitor.native_drain = native.drain  # type: ignore[attr-defined]
-        monitor.native_bump = native.bump  # type: ignore[attr-defined]
-        monitor.native_reset = native.reset  # type: ignore[attr-defined]
+        monitor.attach_hook(native)
 
-    def _start_python(self, cupti: object) -> None:
+    def _start_python(self, cupti: Any) -> None:
         """Subscribe cupti-python's callback (one Python call per API entry and exit)."""
-        self._subscriber = cupti.subscribe(self._callback, None)  # type: ignore[attr-defined]
+        self._subscriber = cupti.subscribe(self._callback, None)
         if self.fine:
-            self._context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED)  # type: ignore[attr-defined]
-            cupti.enable_callback(  # type: ignore[attr-defined]
+            self._context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED)
+            cupti.enable_callback(
                 1,
                 self._subscriber,
-                cupti.CallbackDomain.RESOURCE,  # type: ignore[attr-defined]
-                cupti.CallbackIdResource.CONTEXT_CREATED,  # type: ignore[attr-defined]
+                cupti.CallbackDomain.RESOURCE,
+                cupti.CallbackIdResource.CONTEXT_CREATED,
             )
         for key in list(self.api_kinds):
             try:
-                cupti.enable_callback(1, self._subscriber, *key)  # type: ignore[attr-defined]
-            except cupti.cuptiError:  # type: ignore[attr-defined]  # an id this libcupti lacks
+                cupti.enable_callback(1, self._subscriber, *key)
+            except cupti.cuptiError:  # an id this libcupti lacks
                 del self.api_kinds[key]
                 self.unknown_apis += 1
         for key in list(self._profiler_starts):
             try:
-                cupti.enable_callback(1, self._subscriber, *key)  # type: ignore[attr-defined]
-            except cupti.cuptiError:  # type: ignore[attr-defined]
+                cupti.enable_callback(1, self._subscriber, *key)
+            except cupti.cuptiError:
                 self._profiler_starts.discard(key)
-        cupti.enable_callback(  # type: ignore[attr-defined]
+        cupti.enable_callback(
             1,
             self._subscriber,
-            cupti.CallbackDomain.RESOURCE,  # type: ignore[attr-defined]
-            cupti.CallbackIdResource.MODULE_LOADED,  # type: ignore[attr-defined]
+            cupti.CallbackDomain.RESOURCE,
+            cupti.CallbackIdResource.MODULE_LOADED,
         )
-
-    def take_modules(self) -> list[bytes]:
-        """The cubins loaded since the last call (the monitor saves them on its own thread)."""
-        native = self.native
-        taken: list[bytes] = native.take_modules() if native is not None else []  # type: ignore[attr-defined]
-        modules = self._modules
-        while modules:
-            taken.append(modules.popleft())
-        return taken
+        path = _loaded_library("libcupti")
+        if path is not None and self._graph_created != _NO_CBID:
+            lib = ctypes.CDLL(path)
+            self._node_id = lib.cuptiGetGraphNodeId
+            self._node_id.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+            for cbid in (self._graph_created, self._graph_cloned):
+                cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.RESOURCE, cbid)
 
     def _native_every(
         self, domain: int, cbid: int, site: int, correlation: int, context: int
@@ -428,13 +469,13 @@ class CuptiBackend:
         """
         counter = self.inst_counters.get(context)
         monitor = self.monitor
-        if counter is None or monitor is None or not counter.enabled:  # type: ignore[attr-defined]
+        if counter is None or monitor is None or not counter.enabled:
             return
         correlation = self._inst_first.get(context, 0)
         self._fine_busy.on = True
         try:
-            counter.synchronize()  # type: ignore[attr-defined]
-            batch = counter.disable(correlation)  # type: ignore[attr-defined]
+            counter.synchronize()
+            batch = counter.disable(correlation)
         except Exception as error:
             self._pc_error(f"pyrun: gpu: reading instruction counts failed: {error}")
             return
@@ -444,9 +485,29 @@ class CuptiBackend:
             monitor.inst_counts(batch.rows, batch.functions, self.inst_launches.get(context, 0))
 
     def flush(self) -> None:
-        cupti = self._cupti
-        if cupti is not None:
-            cupti.activity_flush_all(1)  # type: ignore[attr-defined]
+        """Every activity buffer CUPTI holds, to the monitor; the GIL released meanwhile.
+
+        CUPTI's thread holds its own lock while it completes a buffer, and
+        ``cuptiActivityFlushAll`` waits for that lock: flushing with the GIL held deadlocked
+        with a completion callback that needed the GIL (docs/gpu.md, "No hang"). With the C
+        hook the callbacks need no GIL at all, and the buffers the flush completed are
+        delivered here, before this returns; otherwise libcupti is called through ctypes,
+        which releases the GIL.
+        """
+        if self._cupti is None:
+            return
+        native = self.native if self._native_buffers else None
+        if native is not None:
+            native.flush_all(1)
+            with self._delivering:
+                self._deliver_buffers(native, native.take_buffers(0.0))
+            return
+        lib = self._lib
+        if lib is None:
+            path = _loaded_library("libcupti")
+            lib = self._lib = ctypes.CDLL(path) if path is not None else None
+        if lib is not None:
+            lib.cuptiActivityFlushAll(1)  # a ctypes.CDLL call: the GIL is released
 
     def stop(self) -> None:
         cupti = self._cupti
@@ -464,11 +525,11 @@ class CuptiBackend:
             )
         released: set[int] = set()
         for counter in self.inst_counters.values():
-            device = int(counter.device)  # type: ignore[attr-defined]
+            device = int(counter.device)
             if device not in released:
                 released.add(device)
                 with contextlib.suppress(Exception):
-                    counter.release()  # type: ignore[attr-defined]
+                    counter.release()
         try:
             self.flush()
         except Exception as error:  # CUDA may already be torn down
@@ -476,17 +537,18 @@ class CuptiBackend:
                 self.monitor.errors.append(f"pyrun: gpu: final CUPTI flush failed: {error!r}")
         for kind in self._kinds:
             try:
-                cupti.activity_disable(kind)  # type: ignore[attr-defined]
+                cupti.activity_disable(kind)
             except Exception:  # already disabled, or CUDA torn down
                 continue
+        self._stop_buffer_thread()
         native = self.native
         if native is not None:
             try:
-                native.unsubscribe()  # type: ignore[attr-defined]
+                native.unsubscribe()
             except OSError as error:
                 if self.monitor is not None:
                     self.monitor.errors.append(f"pyrun: gpu: {error}")
-            counts = native.stats()  # type: ignore[attr-defined]
+            counts = native.stats()
             if self.monitor is not None and (counts["errors"] or counts["lost"]):
                 self.monitor.errors.append(
                     f"pyrun: gpu: the C hook lost {counts['lost']} operations (out of memory) "
@@ -494,47 +556,64 @@ class CuptiBackend:
                 )
         else:
             with contextlib.suppress(Exception):
-                cupti.unsubscribe(self._subscriber)  # type: ignore[attr-defined]
+                cupti.unsubscribe(self._subscriber)
         self._cupti = None
 
     # -- callbacks on application threads --
 
-    def _callback(self, userdata: object, domain: int, cbid: int, data: object) -> None:
+    def _callback(self, userdata: object, domain: int, cbid: int, data: Any) -> None:
         # Called twice per API call (entry and exit) on the application thread: keep it short.
         if domain == self._domain_resource:
             if cbid == self._module_loaded:
                 self._module(data)
+            elif cbid in (self._graph_created, self._graph_cloned):
+                self._graph(data, cbid == self._graph_cloned)
             elif cbid == self._context_created:
-                self._fine_enable(int(data.context))  # type: ignore[attr-defined]
+                self._fine_enable(int(data.context))
+            return
+        if self._inside_runtime(domain, data.callback_site):
             return
         if self.fine:
             if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
-                site = data.callback_site  # type: ignore[attr-defined]
+                site = data.callback_site
                 if (
                     site == self._enter
                     and (domain, cbid) in self.api_kinds
                     and self.monitor is not None
                 ):
-                    self.monitor.own_call(int(data.correlation_id))  # type: ignore[attr-defined]
+                    self.monitor.own_call(int(data.correlation_id))
                 return
-            context = int(data.context)  # type: ignore[attr-defined]
+            context = int(data.context)
             if (domain, cbid) in self._profiler_starts:
-                if data.callback_site != self._enter:  # type: ignore[attr-defined]
+                if data.callback_site != self._enter:
                     self._inst_start(context)
                 return
-            if data.callback_site != self._enter:  # type: ignore[attr-defined]
+            if data.callback_site != self._enter:
                 if self.api_kinds.get((domain, cbid)) == act.KERNEL:
-                    self._fine_collect(context, int(data.correlation_id))  # type: ignore[attr-defined]
+                    self._fine_collect(context, int(data.correlation_id))
                 return
             self._fine_enable(context)
-        elif data.callback_site != self._enter:  # type: ignore[attr-defined]
+        elif data.callback_site != self._enter:
             return
         key = (domain, cbid)
         kind = self.api_kinds.get(key)
         if kind is not None:
-            self._operation(kind, data.correlation_id, key in self.api_multi)  # type: ignore[attr-defined]
+            self._operation(kind, data.correlation_id, key in self.api_multi)
 
-    def _module(self, data: object) -> None:
+    def _inside_runtime(self, domain: int, site: int) -> bool:
+        """A driver call inside a runtime call of ours: part of that call, not an operation.
+
+        The runtime call's correlation id is the one its activities carry (docs/gpu.md, "The C
+        hook"); each thread counts the runtime calls it is inside, from their entries and exits.
+        """
+        nest = self._nest
+        depth: int = getattr(nest, "depth", 0)
+        if domain == self._domain_driver:
+            return depth > 0
+        nest.depth = depth + 1 if site == self._enter else max(depth - 1, 0)
+        return False
+
+    def _module(self, data: Any) -> None:
         """A module was loaded: read its cubin from ``CUpti_ModuleResourceData``.
 
         ``{u32 moduleId; size_t cubinSize; const char *pCubin;}`` (cupti_callbacks.h), read at
@@ -543,7 +622,7 @@ class CuptiBackend:
         monitor = self.monitor
         assert monitor is not None
         try:
-            descriptor = int(data.resource_descriptor)  # type: ignore[attr-defined]
+            descriptor = int(data.resource_descriptor)
             size = ctypes.c_uint64.from_address(descriptor + 8).value
             pointer = ctypes.c_void_p.from_address(descriptor + 16).value
             cubin = ctypes.string_at(pointer, size) if size and pointer else b""
@@ -552,6 +631,25 @@ class CuptiBackend:
             return
         if cubin:  # saved on the monitor thread: no lock is taken inside the driver's callback
             self._modules.append(cubin)
+
+    def _graph(self, data: Any, cloned: bool) -> None:
+        """A graph node was made here, or cloned: ``CUpti_GraphData`` read at its address.
+
+        ``{CUgraph graph, originalGraph; CUgraphNode node, originalNode; ...}``
+        (cupti_callbacks.h): the node at offset 16, the original at 24.
+        """
+        monitor, node_id = self.monitor, self._node_id
+        if monitor is None or node_id is None:
+            return
+        descriptor = int(data.resource_descriptor)
+        ids = []
+        for offset in (16, 24) if cloned else (16,):
+            handle = ctypes.c_void_p.from_address(descriptor + offset).value
+            value = ctypes.c_uint64(0)
+            if not handle or node_id(handle, ctypes.byref(value)) != 0:
+                return
+            ids.append(int(value.value))
+        monitor.graph_node(ids[0], ids[1] if cloned else 0)
 
     # -- PC sampling (issue #7) --
 
@@ -580,14 +678,14 @@ class CuptiBackend:
         """Read the samples CUPTI has for ``context`` and hand them to the monitor."""
         sampler = self.pc_samplers.get(context)
         monitor = self.monitor
-        if sampler is None or monitor is None or not sampler.enabled:  # type: ignore[attr-defined]
+        if sampler is None or monitor is None or not sampler.enabled:
             return
         try:
-            batch = sampler.collect()  # type: ignore[attr-defined]
+            batch = sampler.collect()
             if final:
-                rest = sampler.disable()  # type: ignore[attr-defined]
+                rest = sampler.disable()
                 if len(rest.rows):
-                    monitor.pc_samples(rest.rows, rest.functions, sampler.reasons, 0)  # type: ignore[attr-defined]
+                    monitor.pc_samples(rest.rows, rest.functions, sampler.reasons, 0)
         except Exception as error:
             self._pc_error(f"pyrun: gpu: reading PC samples failed: {error}")
             return
@@ -595,7 +693,7 @@ class CuptiBackend:
             monitor.pc_samples(
                 batch.rows,
                 batch.functions,
-                sampler.reasons,  # type: ignore[attr-defined]
+                sampler.reasons,
                 batch.dropped_samples,
             )
 
@@ -625,51 +723,51 @@ class CuptiBackend:
         ident = threading.get_ident()
         if ident not in self._excluded:
             self._excluded.add(ident)
-            monitor = self.monitor
-            exclude = getattr(monitor.session, "exclude_thread", None) if monitor else None
-            if exclude is not None:
-                exclude(ident)
+            if self.monitor is not None:
+                self.monitor.exclude_current_thread()
 
-    def _buffer_completed(self, activities: list[object]) -> None:
+    def _buffer_completed(self, activities: list[Any]) -> None:
         self._exclude_current()
         records = act.empty_activities(len(activities))
         keep = np.zeros(len(activities), dtype=bool)
         for index, record in enumerate(activities):
-            kind = self._kinds.get(int(record.kind))  # type: ignore[attr-defined]
+            kind = self._kinds.get(int(record.kind))
             if kind is None:
                 continue
             keep[index] = True
             row = records[index]
             row["kind"] = kind
-            row["correlation"] = record.correlation_id  # type: ignore[attr-defined]
+            row["correlation"] = record.correlation_id
             row["context"] = getattr(record, "context_id", 0)
             row["stream"] = getattr(record, "stream_id", 0)
             row["device"] = getattr(record, "device_id", 0)
+            row["graph"] = getattr(record, "graph_id", 0)
+            row["graph_node"] = getattr(record, "graph_node_id", 0)
             if kind == act.ALLOC:
-                if int(record.memory_operation_type) == 2:  # type: ignore[attr-defined]
+                if int(record.memory_operation_type) == 2:
                     row["kind"] = act.FREE  # CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
-                row["start"] = row["end"] = record.timestamp  # type: ignore[attr-defined]
-                row["bytes"] = record.bytes  # type: ignore[attr-defined]
-                row["memory_kind"] = record.memory_kind  # type: ignore[attr-defined]
+                row["start"] = row["end"] = record.timestamp
+                row["bytes"] = record.bytes
+                row["memory_kind"] = record.memory_kind
                 continue
-            row["start"] = record.start  # type: ignore[attr-defined]
-            row["end"] = record.end  # type: ignore[attr-defined]
+            row["start"] = record.start
+            row["end"] = record.end
             if kind == act.KERNEL:
-                row["registers"] = record.registers_per_thread  # type: ignore[attr-defined]
-                row["static_smem"] = record.static_shared_memory  # type: ignore[attr-defined]
-                row["dynamic_smem"] = record.dynamic_shared_memory  # type: ignore[attr-defined]
-                row["local_mem"] = record.local_memory_total  # type: ignore[attr-defined]
-                row["block_threads"] = record.block_x * record.block_y * record.block_z  # type: ignore[attr-defined]
-                row["grid_blocks"] = record.grid_x * record.grid_y * record.grid_z  # type: ignore[attr-defined]
-                row["function"] = self._function_index(str(record.name))  # type: ignore[attr-defined]
+                row["registers"] = record.registers_per_thread
+                row["static_smem"] = record.static_shared_memory
+                row["dynamic_smem"] = record.dynamic_shared_memory
+                row["local_mem"] = record.local_memory_total
+                row["block_threads"] = record.block_x * record.block_y * record.block_z
+                row["grid_blocks"] = record.grid_x * record.grid_y * record.grid_z
+                row["function"] = self._function_index(str(record.name))
             elif kind == act.COPY:
-                row["bytes"] = record.bytes  # type: ignore[attr-defined]
-                row["copy_kind"] = record.copy_kind  # type: ignore[attr-defined]
+                row["bytes"] = record.bytes
+                row["copy_kind"] = record.copy_kind
             elif kind == act.MEMSET:
-                row["bytes"] = record.bytes  # type: ignore[attr-defined]
-                row["memory_kind"] = record.memory_kind  # type: ignore[attr-defined]
+                row["bytes"] = record.bytes
+                row["memory_kind"] = record.memory_kind
             elif kind == act.SYNC:
-                row["sync_kind"] = record.type  # type: ignore[attr-defined]
+                row["sync_kind"] = record.type
         self._deliver(records[keep])
 
     def _function_index(self, name: str) -> int:
@@ -693,7 +791,7 @@ class CuptiBackend:
             return 0
         dropped = ctypes.c_size_t(0)
         try:
-            cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))  # type: ignore[attr-defined]
+            cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
         except Exception:
             return 0
         return int(dropped.value)
@@ -720,7 +818,7 @@ class CuptiBackend:
             return
         self._limits = limits
         if self.monitor is not None:
-            self.monitor.limits = limits
+            self.monitor.set_limits(limits)
 
     # -- activity buffers: raw, through libcupti and numpy --
 
@@ -736,12 +834,18 @@ class CuptiBackend:
             ctypes.POINTER(ctypes.c_void_p),
         ]
         lib.cuptiActivityGetNextRecord.restype = ctypes.c_int
-        requested = BUFFER_REQUESTED(self._raw_requested)
-        completed = BUFFER_COMPLETED(self._raw_completed)
-        self._callbacks = (requested, completed)
-        status = lib.cuptiActivityRegisterCallbacks(requested, completed)
-        if status != 0:
-            raise OSError(f"cuptiActivityRegisterCallbacks failed with status {status}")
+        if self.native is not None:  # the C hook's callbacks: CUPTI's thread needs no GIL
+            self.native.register_buffers(path, self.buffer_bytes)
+            self._native_buffers = True
+            self._buffer_done.clear()
+            _thread.start_new_thread(self._buffer_main, (self.native,))
+        else:
+            requested = BUFFER_REQUESTED(self._raw_requested)
+            completed = BUFFER_COMPLETED(self._raw_completed)
+            self._callbacks = (requested, completed)
+            status = lib.cuptiActivityRegisterCallbacks(requested, completed)
+            if status != 0:
+                raise OSError(f"cuptiActivityRegisterCallbacks failed with status {status}")
         names = [name for name in dir(cupti) if name.endswith("_dtype")]
         self._gathers = {
             kind: _Gather([getattr(cupti, name) for name in names if re.fullmatch(pattern, name)])
@@ -754,13 +858,50 @@ class CuptiBackend:
             )
         }
 
-    def _raw_requested(self, buffer: object, size: object, max_records: object) -> None:
+    def _buffer_main(self, native: NativeHook) -> None:
+        """The buffer thread: completed buffers from the C hook's queue, read and delivered."""
+        try:
+            if self.monitor is not None:
+                self.monitor.exclude_current_thread()
+            while True:
+                taken = native.take_buffers(0.25)  # waits without the GIL
+                with self._delivering:
+                    self._deliver_buffers(native, taken)
+                if self._buffers_stopping and not taken:
+                    return
+        finally:
+            self._buffer_done.set()
+
+    def _deliver_buffers(self, native: NativeHook, taken: list[tuple[int, int]]) -> None:
+        for address, valid in taken:
+            try:
+                if valid:
+                    self._deliver(self.parse_raw(address, valid))
+            except Exception as error:  # one bad buffer must not stop the others
+                if self.monitor is not None:
+                    self.monitor.errors.append(f"pyrun: gpu: bad activity buffer: {error!r}")
+                sys.stderr.write(f"pyrun: gpu: bad activity buffer: {error!r}\n")
+            finally:
+                native.free_buffer(address)
+
+    def _stop_buffer_thread(self) -> None:
+        native = self.native
+        if native is None or not self._native_buffers:
+            return
+        self._buffers_stopping = True
+        native.wake_buffers()
+        self._buffer_done.wait(5.0)
+        with self._delivering:  # what came after the thread's last look
+            self._deliver_buffers(native, native.take_buffers(0.0))
+        self._native_buffers = False
+
+    def _raw_requested(self, buffer: Any, size: Any, max_records: Any) -> None:
         block = (ctypes.c_uint8 * (self.buffer_bytes + 8))()
         address = (ctypes.addressof(block) + 7) & ~7  # CUPTI wants 8-byte aligned buffers
         self._buffers[address] = block
-        buffer[0] = address  # type: ignore[index]
-        size[0] = self.buffer_bytes  # type: ignore[index]
-        max_records[0] = 0  # type: ignore[index]
+        buffer[0] = address
+        size[0] = self.buffer_bytes
+        max_records[0] = 0
 
     def _raw_completed(self, context: int, stream: int, buffer: int, size: int, valid: int) -> None:
         try:
@@ -806,8 +947,8 @@ class CuptiBackend:
 
         Record sizes are learned once per kind (from CUPTI, one call at the first record of a
         kind not seen before); None when a size cannot be learned (the caller walks with
-        CUPTI record by record). Each step looks ahead at most ``_LOOKAHEAD`` records, so a
-        buffer of alternating kinds costs no more than one of long runs.
+        CUPTI record by record). Each step looks ahead twice as far as the last, from 8 up to
+        ``_LOOKAHEAD`` records, so long runs take few steps and alternating kinds short ones.
         """
         sizes = self.record_sizes
         runs: list[tuple[int, int, int, int]] = []
@@ -816,21 +957,19 @@ class CuptiBackend:
             kind = int(words[at // 4])
             size = sizes.get(kind)
             if size is None:
-                # Only kinds this backend enabled are asked about: a kind word that is none of
-                # them means the walk is lost, and CUPTI must not be handed a non-record.
-                known = buffer and kind in self._kinds
-                learned = self._learn_size(buffer, valid, at) if known else None
-                if learned is None or learned % 8 or at + learned > valid:
+                size = self._learn_kind(kind, buffer, valid, at)
+                if size is None:
                     return None
-                size = sizes[kind] = learned
             count = (valid - at) // size
             run = 0
+            step = 8
             while run < count:
-                ahead = min(count - run, _LOOKAHEAD)
+                ahead = min(count - run, step)
                 first = (at + run * size) // 4
                 same = words[first : first + ahead * (size // 4) : size // 4] == kind
                 if same.all():
                     run += ahead
+                    step = min(2 * step, _LOOKAHEAD)
                     continue
                 run += int(np.argmin(same))
                 break
@@ -840,45 +979,95 @@ class CuptiBackend:
             at += size * run
         return runs
 
+    def _learn_kind(self, kind: int, buffer: int, valid: int, at: int) -> int | None:
+        """The record size of ``kind``, from CUPTI at the record at ``at`` (None: unknown).
+
+        Only kinds this backend enabled are asked about: a kind word that is none of them means
+        the walk is lost, and CUPTI must not be handed a non-record.
+        """
+        known = buffer and kind in self._kinds
+        learned = self._learn_size(buffer, valid, at) if known else None
+        if learned is None or learned % 8 or at + learned > valid:
+            return None
+        self.record_sizes[kind] = learned
+        return learned
+
+    def record_offsets(self, words: np.ndarray, valid: int, buffer: int) -> np.ndarray | None:
+        """Where each record of a buffer starts (None: a record size could not be learned).
+
+        With the C hook, one C walk over the buffer (``record_offsets``), resumed after
+        learning the size of each kind met for the first time; otherwise run by run in numpy.
+        """
+        walker = self.walker
+        if walker is None:
+            runs = self._runs(words, valid, buffer)
+            if runs is None:
+                return None
+            return np.concatenate(
+                [start + size * np.arange(count, dtype=np.int64) for _, start, count, size in runs]
+                or [np.zeros(0, np.int64)]
+            )
+        pieces = []
+        at = 0
+        while True:
+            known = tuple(sorted(self.record_sizes.items()))
+            if self._size_table[1] != known:
+                table = np.zeros(256, dtype=np.uint32)
+                for kind, size in known:
+                    if 0 <= kind < 256:
+                        table[kind] = size
+                self._size_table = (table.tobytes(), known)
+            found, stop = walker.record_offsets(buffer, valid, self._size_table[0], at)
+            pieces.append(np.frombuffer(found, dtype=np.int64))
+            if stop >= valid:
+                return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            kind = int(words[stop // 4])
+            if kind in self.record_sizes or self._learn_kind(kind, buffer, valid, stop) is None:
+                return None  # a size CUPTI's own walk must settle
+            at = stop
+
     def parse_raw(self, buffer: int, valid: int) -> np.ndarray:
         """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array.
 
-        The records of a run of one kind are read in place through a strided numpy view (no
-        per-record Python work); the first buffer is also walked with CUPTI for its first
-        ``_CHECKED`` records, and a disagreement turns the fast walk off for the process.
+        Records are located from each kind's size (:meth:`record_offsets`) and read in place,
+        each kind with one numpy gather through a strided view of the buffer (no per-record
+        Python work); the first buffer is also walked with CUPTI for its first ``_CHECKED``
+        records, and a disagreement turns the fast walk off for the process.
         """
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * valid).from_address(buffer))
         words = raw[: valid - valid % 4].view("<u4")
-        runs = self._runs(words, valid, buffer) if self.fast_walk else None
-        if runs is not None and self.checks_left > 0:
+        offsets = self.record_offsets(words, valid, buffer) if self.fast_walk else None
+        if offsets is not None and self.checks_left > 0:
             self.checks_left -= 1
             slow = self._walk_next_record(buffer, valid, _CHECKED)
-            fast = np.concatenate(
-                [start + size * np.arange(count, dtype=np.int64) for _, start, count, size in runs]
-                or [np.zeros(0, np.int64)]
-            )[: len(slow)]
-            if not np.array_equal(fast, slow):
+            if not np.array_equal(offsets[: len(slow)], slow):
                 self.fast_walk = False  # never trust it again in this process
                 self.walk_mismatches += 1
-                runs = None
-        if runs is None:
+                offsets = None
+        if offsets is None:
             return self._parse_walked(raw, words, buffer, valid)
+        kinds = words[offsets // 4] if len(offsets) else np.zeros(0, np.uint32)
         pieces = []
         for cupti_kind, kind in self._kinds.items():
-            mine = [run for run in runs if run[0] == cupti_kind]
-            if not mine:
+            mine = offsets[kinds == cupti_kind]
+            if not len(mine):
                 continue
             name = act.KIND_NAMES[kind]
-            self.record_counts[name] = self.record_counts.get(name, 0) + sum(r[2] for r in mine)
-            gather = self._gathers[kind]
-            views = []
-            for _, start, count, size in mine:
-                dtype = gather.padded(size)
-                if dtype is not None:
-                    views.append(np.ndarray((count,), dtype=dtype, buffer=raw, offset=start))
-            if views:
-                rows = views[0] if len(views) == 1 else np.concatenate(views)
-                pieces.append(self._convert(kind, rows))
+            self.record_counts[name] = self.record_counts.get(name, 0) + len(mine)
+            size = self.record_sizes[cupti_kind]
+            dtype = self._gathers[kind].padded(size)
+            if dtype is None:
+                continue
+            first, count = int(mine[0]), len(mine)
+            if int(mine[-1]) - first == (count - 1) * size:  # one run: read in place
+                rows = np.ndarray((count,), dtype=dtype, buffer=raw, offset=first)
+            else:
+                # Every 8-byte boundary as the start of a record of this kind (records are
+                # 8-byte aligned): one gather of opaque records picks them out of the buffer.
+                opaque = np.dtype((np.void, size))
+                slots = np.ndarray(((valid - size) // 8 + 1,), opaque, buffer=raw, strides=(8,))
+                rows = slots[mine // 8].view(dtype)
+            pieces.append(self._convert(kind, rows))
         return np.concatenate(pieces) if pieces else act.empty_activities()
 
     def _parse_walked(
@@ -913,6 +1102,8 @@ class CuptiBackend:
             ("start", ("start", "timestamp")),
             ("end", ("end", "timestamp")),
             ("bytes", ("bytes",)),
+            ("graph", ("graphId",)),
+            ("graph_node", ("graphNodeId",)),
         ):
             column = _field(rows, *names)
             if column is not None:
@@ -927,12 +1118,13 @@ class CuptiBackend:
                 column = _field(rows, *names)
                 if column is not None:
                     out[target] = column
-            block = [_field(rows, n) for n in ("blockX", "blockY", "blockZ")]
-            grid = [_field(rows, n) for n in ("gridX", "gridY", "gridZ")]
-            if all(c is not None for c in block):
-                out["block_threads"] = np.prod(np.stack(block).astype(np.int64), axis=0)  # type: ignore[arg-type]
-            if all(c is not None for c in grid):
-                out["grid_blocks"] = np.prod(np.stack(grid).astype(np.int64), axis=0)  # type: ignore[arg-type]
+            for target, axes in (
+                ("block_threads", ("blockX", "blockY", "blockZ")),
+                ("grid_blocks", ("gridX", "gridY", "gridZ")),
+            ):
+                columns = [c for c in (_field(rows, n) for n in axes) if c is not None]
+                if len(columns) == 3:
+                    out[target] = np.prod(np.stack(columns).astype(np.int64), axis=0)
             pointers = _field(rows, "name")
             if pointers is not None:  # a few distinct names: look each up once
                 unique, inverse = np.unique(pointers.astype(np.uint64), return_inverse=True)
@@ -982,12 +1174,13 @@ BUFFER_COMPLETED = ctypes.CFUNCTYPE(
 )
 
 
-def load_hook() -> object | None:
+def load_hook() -> NativeHook | None:
     """The C CUPTI hook (``_cuptihook``), None where it was not built (no compiler at install)."""
     try:
-        return importlib.import_module("pyhpctk.measure.gpu._cuptihook")
+        from pyhpctk.measure.gpu import _cuptihook
     except ImportError:
         return None
+    return _cuptihook
 
 
 def _loaded_library(stem: str) -> str | None:

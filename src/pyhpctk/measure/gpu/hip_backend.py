@@ -5,8 +5,8 @@ tracing (roctracer / rocprofiler-sdk: API callbacks with correlation ids and asy
 activity records, the AMD counterparts of CUPTI's) has no Python binding we could build on, and
 this project has no AMD GPU to develop or test one against. Rather than measure wrongly, the
 backend says so: :meth:`HipBackend.start` raises :class:`~pyhpctk.errors.UsageError` naming
-what is missing. The class has the backend interface (``limits``, ``start``, ``flush``,
-``stop``) so the session wiring and ``pyrun -L`` treat every backend alike.
+what is missing. The class implements :class:`~pyhpctk.measure.gpu.backend.Backend`, so the
+session wiring and ``pyrun -L`` treat every backend alike.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pyhpctk.measure.gpu import activity as act
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.backend import MonitorPort
 
 
 def hip_available() -> bool:
@@ -33,12 +33,12 @@ class HipBackend:
     name = "amd"
 
     def __init__(self) -> None:
-        self.monitor: GpuMonitor | None = None
+        self.monitor: MonitorPort | None = None
 
     def limits(self) -> act.DeviceLimits:
         return act.DeviceLimits(name="AMD", max_threads_per_sm=2048, warp_size=64)
 
-    def start(self, monitor: GpuMonitor) -> None:
+    def start(self, monitor: MonitorPort) -> None:
         if not hip_available():
             raise UsageError(
                 "gpu=amd needs AMD's hip-python bindings and a ROCm installation; neither was found"
@@ -54,3 +54,9 @@ class HipBackend:
 
     def stop(self) -> None:
         """Nothing was started."""
+
+    def take_modules(self) -> list[bytes]:
+        return []
+
+    def pc_settings(self, period_exponent: int) -> tuple[int, int, int]:
+        return 1 << period_exponent, 0, 0

@@ -11,7 +11,15 @@ reported, in the buffers they came in. It is JSON with columnar arrays, small an
      "operations": {"thread": [...], "correlation": [...], "kind": [...], "site": [...]},
      "activities": {"kind": [...], "correlation": [...], "start": [...], ...},
      "buffers": [records in buffer 0, records in buffer 1, ...],
+     "clones": {"node": [...], "original": [...]},               # version 1.1, optional
      "dropped": 0, "note": "how it was made"}
+
+Version 1.1 adds CUDA graphs: an operation of kind ``"node"`` is the making of a graph node
+(its ``correlation`` is the node's id, its thread and site those of the capture or add), an
+operation of kind ``"graph"`` is a graph launch (answered by every activity of the launched
+nodes), activities have ``graph`` and ``graph_node`` columns (CUPTI's ``graphId`` and
+``graphNodeId``; left out when all are 0), and ``clones`` maps the nodes of an instantiated
+graph to the nodes they were cloned from (CUPTI's ``GRAPHNODE_CLONED``).
 
 Kinds are :mod:`pyhpctk.measure.gpu.activity` names ("kernel", "copy"...). Bad files raise
 :class:`~pyhpctk.errors.FormatError` naming the file, the section and the problem.
@@ -30,7 +38,9 @@ from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.measure.gpu import activity as act
 
 FORMAT_NAME = "pyhpctk-gpu-recording"
-VERSION = (1, 0)
+VERSION = (1, 1)
+#: Activity columns a file may leave out (all 0): version 1.0 files have none of them.
+_OPTIONAL = ("graph", "graph_node")
 OPERATION_FIELDS = ("thread", "correlation", "kind", "site")
 _TIMES = ("start", "end")
 
@@ -38,7 +48,16 @@ _TIMES = ("start", "end")
 class Recording:
     """Operations and activities of one recorded run (see the module docstring)."""
 
-    __slots__ = ("activities", "buffers", "device", "dropped", "functions", "note", "operations")
+    __slots__ = (
+        "activities",
+        "buffers",
+        "clones",
+        "device",
+        "dropped",
+        "functions",
+        "note",
+        "operations",
+    )
 
     def __init__(
         self,
@@ -49,6 +68,7 @@ class Recording:
         buffers: list[int],
         dropped: int = 0,
         note: str = "",
+        clones: dict[int, int] | None = None,
     ) -> None:
         self.device = device
         self.functions = functions
@@ -57,6 +77,7 @@ class Recording:
         self.buffers = buffers
         self.dropped = dropped
         self.note = note
+        self.clones = dict(clones or {})  # graph node of an instantiated graph → its original
         if sum(buffers) != len(activities):
             raise ValueError("buffer sizes do not add up to the number of activities")
 
@@ -78,7 +99,7 @@ def to_json(recording: Recording) -> str:
     base = int(records["start"].min()) if len(records) else 0
     activities: dict[str, list[int] | list[str]] = {}
     for field in act.ACTIVITY_DTYPE.names or ():
-        if field == "pad":
+        if field in _OPTIONAL and not records[field].any():
             continue
         column = records[field].astype(np.int64)
         if field in _TIMES:
@@ -100,6 +121,16 @@ def to_json(recording: Recording) -> str:
         "functions": recording.functions,
         "buffers": recording.buffers,
         "dropped": recording.dropped,
+        **(
+            {
+                "clones": {
+                    "node": list(recording.clones),
+                    "original": list(recording.clones.values()),
+                }
+            }
+            if recording.clones
+            else {}
+        ),
         "operations": operations,
         "activities": activities,
     }
@@ -150,6 +181,14 @@ def loads(text: str | bytes, path: str = "<recording>") -> Recording:
         base = int(document["time_base"])
         op_table = dict(document["operations"])
         table = dict(document["activities"])
+        clone_table = dict(document.get("clones", {}))
+        clones = dict(
+            zip(
+                (int(n) for n in clone_table.get("node", [])),
+                (int(n) for n in clone_table.get("original", [])),
+                strict=True,
+            )
+        )
     except (KeyError, TypeError, ValueError) as error:
         raise FormatError(path, "header", f"missing or malformed field {error}") from None
     n_ops = len(op_table.get("correlation", []))
@@ -161,7 +200,7 @@ def loads(text: str | bytes, path: str = "<recording>") -> Recording:
     activities = act.empty_activities(count)
     try:
         for field in act.ACTIVITY_DTYPE.names or ():
-            if field == "pad":
+            if field in _OPTIONAL and field not in table:
                 continue
             column = _column(path, "activities", table, field, count)
             if field == "kind":
@@ -185,6 +224,7 @@ def loads(text: str | bytes, path: str = "<recording>") -> Recording:
         buffers,
         int(document.get("dropped", 0)),
         str(document.get("note", "")),
+        clones,
     )
 
 

@@ -36,14 +36,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
     from pyhpctk.measure.gpu.pcsampling import PcRecording
     from pyhpctk.measure.gpu.recording import Recording
     from pyhpctk.measure.gpu.sassmetrics import InstRecording
 
 
-_DRIVER = 2  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
+_DRIVER = 1  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
 _FIRST_CBID = 3000  # + the operation kind: callback ids no CUDA API has
+_RESOURCE = 3  # CUPTI_CB_DOMAIN_RESOURCE
+_GRAPH_NODE_CREATED, _GRAPH_NODE_CLONED = 13, 20  # CUPTI_CBID_RESOURCE_GRAPHNODE_*
 
 
 class SimulatedBackend:
@@ -65,7 +67,7 @@ class SimulatedBackend:
         # "c" / "auto": operations go through the C CUPTI hook (_cuptihook) as under gpu=nvidia,
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
-        self.native: object | None = None
+        self.native: NativeHook | None = None
         self.pc = pc  # issue #7: PC samples replayed with each launch
         self._pc_launch = 0
         self._pc_function = -1
@@ -81,12 +83,15 @@ class SimulatedBackend:
         self.buffer_records = buffer_records  # 0: the recorded buffer boundaries
         self.max_pending = max_pending  # 0: never drop
         self.clock = clock
-        self.monitor: GpuMonitor | None = None
+        self.monitor: MonitorPort | None = None
         self.dropped = 0
         self._issued: set[int] = set()
+        self._cloned = False  # the recording's graph clones issued (before the first launch)
         self._issued_changed = threading.Condition()
         self._queue: collections.deque[tuple[np.ndarray, int]] = collections.deque()
         self._lock = threading.Lock()  # the simulated driver's own lock (like CUDA's)
+        #: CUPTI's lock: held by the buffer thread while it delivers, taken by flush().
+        self._cupti_lock = threading.Lock()
         self._live: list[np.ndarray] = []
         self._live_count = 0
         self._lost = 0
@@ -106,9 +111,20 @@ class SimulatedBackend:
     def functions(self) -> list[str]:
         return list(self.recording.functions)
 
+    def take_modules(self) -> list[bytes]:
+        """The simulated driver loads its modules at start (``module_loaded``): none later."""
+        return []
+
+    def pc_settings(self, period_exponent: int) -> tuple[int, int, int]:
+        """A PC recording's own period, clock and SM count; else the asked period."""
+        pc = self.pc
+        if pc is not None:
+            return 1 << int(pc.period_exponent), int(pc.clock_khz), int(pc.sm_count)
+        return 1 << period_exponent, 0, 0
+
     # -- lifecycle --
 
-    def start(self, monitor: GpuMonitor, paused: bool = False) -> None:
+    def start(self, monitor: MonitorPort, paused: bool = False) -> None:
         """Connect to ``monitor``; ``paused`` holds completed buffers until :meth:`resume`."""
         self.monitor = monitor
         self._stop = False
@@ -121,33 +137,63 @@ class SimulatedBackend:
         if not paused:
             self.resume()
 
-    def _start_native(self, monitor: GpuMonitor) -> None:
+    def _start_native(self, monitor: MonitorPort) -> None:
         from pyhpctk.measure.gpu.cupti_backend import load_hook
-        from pyhpctk.measure.gpu.monitor import SKIP
+        from pyhpctk.measure.gpu.operations import SKIP
 
         native = load_hook()
         if native is None:
             if self.hook == "c":
                 raise OSError("gpu=simulated,hook=c: the C hook _cuptihook is not built")
             return
-        entries = [(_DRIVER, _FIRST_CBID + kind, kind, 0, 0) for kind in act.KIND_NAMES]
-        native.configure(entries, monitor.operation_token, None, 0xFFFFFFFF, 0xFFFFFFFF, SKIP)  # type: ignore[attr-defined]
+        entries = [
+            (_DRIVER, _FIRST_CBID + kind, kind, int(kind == act.GRAPH), 0)
+            for kind in act.KIND_NAMES
+            if kind != act.GRAPH_NODE  # made in resource callbacks, as CUPTI reports them
+        ]
+        native.configure(
+            entries,
+            monitor.operation_token,
+            None,
+            0xFFFFFFFF,
+            0xFFFFFFFF,
+            SKIP,
+            _GRAPH_NODE_CREATED,
+            _GRAPH_NODE_CLONED,
+        )
         self.native = native
-        monitor.native_drain = native.drain  # type: ignore[attr-defined]
-        monitor.native_bump = native.bump  # type: ignore[attr-defined]
-        monitor.native_reset = native.reset  # type: ignore[attr-defined]
+        monitor.attach_hook(native)
 
     def _issue(self, kind: int, correlation: int) -> None:
         """The runtime API call of one operation, as the monitor sees it."""
         native = self.native
+        if kind == act.GRAPH_NODE:  # a node made (captured): ``correlation`` is its id
+            if native is not None:
+                native.invoke(_RESOURCE, _GRAPH_NODE_CREATED, 0, correlation)
+            else:
+                assert self.monitor is not None
+                self.monitor.graph_node(correlation)
+            return
+        if kind == act.GRAPH and not self._cloned:  # instantiated before its first launch
+            self._issue_clones()
         if native is not None:
-            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)  # type: ignore[attr-defined]
-            native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)  # type: ignore[attr-defined]
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)
             return
         monitor = self.monitor
         assert monitor is not None
-        monitor.enter(kind, correlation)
+        monitor.enter(kind, correlation, kind == act.GRAPH)
         monitor.exit()
+
+    def _issue_clones(self) -> None:
+        """The recording's graph instantiations: each exec node → the node it copies."""
+        self._cloned = True
+        native, monitor = self.native, self.monitor
+        for node, original in self.recording.clones.items():
+            if native is not None:
+                native.invoke(_RESOURCE, _GRAPH_NODE_CLONED, 0, node, original)
+            elif monitor is not None:
+                monitor.graph_node(node, original)
 
     def resume(self) -> None:
         """Start the completion thread (buffers completed so far are delivered now)."""
@@ -165,9 +211,8 @@ class SimulatedBackend:
             monitor.exclude_current_thread()
             while True:
                 self._wake.acquire()
-                while self._queue:
-                    records, dropped = self._queue.popleft()
-                    monitor.buffer_completed(records, self.recording.functions, dropped)
+                with self._cupti_lock:  # as CUPTI's thread: its lock held while it delivers
+                    self._deliver_queued(monitor)
                 if self._stop and not self._queue:
                     return
         finally:
@@ -178,8 +223,20 @@ class SimulatedBackend:
         with self._lock:
             self._complete_live()
         self.resume()
+        monitor = self.monitor
+        if monitor is None or self._worker is None:
+            return
+        # As cuptiActivityFlushAll: take the buffer thread's lock, deliver what is pending.
+        with self._cupti_lock:
+            self._deliver_queued(monitor)
+
+    def _deliver_queued(self, monitor: MonitorPort) -> None:
         while self._queue:
-            threading.Event().wait(0.0005)
+            try:
+                records, dropped = self._queue.popleft()
+            except IndexError:  # the other deliverer took the last one
+                return
+            monitor.buffer_completed(records, self.recording.functions, dropped)
 
     def stop(self) -> None:
         """Flush, then end the completion thread (after it delivered everything)."""
@@ -265,7 +322,8 @@ class SimulatedBackend:
         counts them as unmatched).
         """
         recording = self.recording
-        known = set(recording.operations["correlation"].tolist())
+        ops = recording.operations
+        known = set(ops["correlation"][ops["kind"] != act.GRAPH_NODE].tolist())  # not node ids
         activities = recording.activities
         slices = (
             [
@@ -295,7 +353,7 @@ class SimulatedBackend:
         correlation = next(self._correlation)
         native = self.native
         if native is not None:
-            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)  # type: ignore[attr-defined]
+            native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
         else:
             monitor.enter(kind, correlation)
         try:

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from pyhpctk.measure.cct import MetricKind
+    from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.channels import SpscChannel
-    from pyhpctk.measure.session import Session
 
 _TRACE_RECORD = np.dtype([("time", ">u8"), ("node_id", ">u4")])
 assert _TRACE_RECORD.itemsize == 12
@@ -162,14 +162,11 @@ def encode_stream_trace(cct: ThreadCCT, times: np.ndarray, nodes: np.ndarray) ->
     return TRACE_HEADER_PREFIX + struct.pack(">Q", TRACE_FLAG_CALL_TRACE) + records.tobytes()
 
 
-def write_stream_files(session: Session, kind: MetricKind, stream: StreamTrace) -> list[str]:
+def write_stream_files(session: Host, kind: MetricKind, stream: StreamTrace) -> list[str]:
     """Write ``<stem>.hpcrun`` and ``<stem>.hpctrace`` for ``stream``; return their paths."""
-    from pyhpctk.measure.session import ThreadState
-
     times, nodes, disorder = stream.records()
     with session.lock:
-        state = ThreadState(stream.number, -1, None, stream.cct, None, 0.0, 0.0, is_stream=True)
-        base = session.identity(state)
+        base = session.stream_identity(stream.number)
         _, context, stream_id = stream.key
         identity = StreamIdentity(base, context, stream_id, disorder)
         span = (int(times.min()), int(times.max())) if len(times) else (0, 0)

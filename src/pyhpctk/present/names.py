@@ -1,0 +1,65 @@
+"""How pyview names source files: by where they sit in a package or the program, not by basename.
+
+A bare basename says little in a real program (``__init__.py: 231`` is one of hundreds), and a
+full path is mostly the same long prefix. So a file is shown (issue #21 item 2):
+
+* below ``site-packages`` / ``dist-packages``, as its path there (``torch/nn/modules/conv.py``);
+* in Python's standard library (``.../lib/pythonX.Y/``), as its path there
+  (``multiprocessing/pool.py``);
+* otherwise relative to the *program's root*: the deepest directory holding every such file of
+  the database (one script: its directory, so ``app.py``); when those files share no directory
+  but ``/``, by their full paths.
+
+Names that are not absolute paths (``<frozen importlib._bootstrap>``, ``[libc-2.31.so]``,
+``<string>``, a relative path) are shown as they are. Nothing here reads the file system.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+
+#: Directories below which a file is named by its path inside an installed package.
+PACKAGE_DIRECTORIES = ("site-packages", "dist-packages")
+_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?t?/")
+
+
+def _library_name(path: str) -> str | None:
+    """A file's name inside site-packages or the standard library, or None for other files."""
+    parts = path.split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in PACKAGE_DIRECTORIES:
+            return "/".join(parts[i + 1 :])
+    ends = [match.end() for match in _STDLIB.finditer(path)]
+    return path[ends[-1] :] if ends else None
+
+
+def program_root(paths: Sequence[str]) -> str | None:
+    """The deepest directory holding every absolute path of ``paths`` outside the libraries.
+
+    None when there is no such file or they share nothing but ``/``.
+    """
+    own = [p for p in paths if p.startswith("/") and _library_name(p) is None]
+    if not own:
+        return None
+    root = posixpath.commonpath([posixpath.dirname(p) for p in own])
+    return None if root in ("/", "") else root
+
+
+def short_paths(paths: Sequence[str]) -> tuple[str, ...]:
+    """The name pyview shows for each path (see the module docstring), in the same order."""
+    root = program_root(paths)
+    out = []
+    for path in paths:
+        if not path.startswith("/"):
+            out.append(path)
+            continue
+        library = _library_name(path)
+        if library:
+            out.append(library)
+        elif root is not None and path.startswith(root + "/"):
+            out.append(path[len(root) + 1 :])
+        else:
+            out.append(path)
+    return tuple(out)

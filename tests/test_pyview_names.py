@@ -1,0 +1,126 @@
+"""Functions by file and name, files by where they sit, module code in its module (#21 item 2).
+
+``tests/programs/same_names``: a program (app.py, tools/util.py) using two packages from a
+``site-packages`` directory whose classes both define ``__init__``; it spends 2 S in
+``alpha.Model.__init__``, S in ``beta.Model.__init__``, S in ``tools.util.burn`` called from
+module-level code and S in that module-level code itself.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli.pyrun import main as pyrun_main
+from pyhpctk.present import open_database
+from pyhpctk.present.names import short_paths
+from pyhpctk.present.render import render_csv, render_json
+from pyhpctk.present.views import ViewNode
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "same_names"
+CPU = "CPUTIME (sec)"
+S = 0.15
+
+
+def test_files_are_named_inside_their_package_or_the_program() -> None:
+    paths = [
+        "/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py",
+        "/usr/lib/python3/dist-packages/numpy/__init__.py",
+        "/opt/py/lib/python3.12/multiprocessing/pool.py",
+        "/home/me/proj/app.py",
+        "/home/me/proj/pkg/__init__.py",
+        "<frozen importlib._bootstrap>",
+        "[libc-2.31.so]",
+        "rel/x.py",
+    ]
+    assert short_paths(paths) == (
+        "torch/nn/modules/conv.py",
+        "numpy/__init__.py",
+        "multiprocessing/pool.py",
+        "app.py",
+        "pkg/__init__.py",
+        "<frozen importlib._bootstrap>",
+        "[libc-2.31.so]",
+        "rel/x.py",
+    )
+    # Program files sharing no directory but / keep their full paths.
+    assert short_paths(["/a/x.py", "/b/y.py"]) == ("/a/x.py", "/b/y.py")
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("names")
+    site, project = where / "venv" / "site-packages", where / "proj"
+    shutil.copytree(PROGRAM / "lib", site)
+    shutil.copytree(PROGRAM, project, ignore=shutil.ignore_patterns("lib"))
+    measurement, output = where / "m", where / "db"
+    command = [sys.executable, str(project / "app.py"), str(site), str(S)]
+    assert pyrun_main(["-o", str(measurement), *command]) == 0
+    run(ProfOptions.build([measurement], output=output))
+    return output
+
+
+def _rows(node: ViewNode) -> dict[str, float]:
+    return {c.label: float(c.values[0]) for c in node.children}
+
+
+def test_bottom_up_has_one_row_per_function_named_with_its_file(database: Path) -> None:
+    db = open_database(database)
+    rows = _rows(db.view("bottom-up", metrics=[CPU]).root)
+    inits = {label: value for label, value in rows.items() if label.startswith("__init__ (")}
+    assert sorted(inits) == ["__init__ (alpha/__init__.py: 7)", "__init__ (beta/__init__.py: 10)"]
+    assert inits["__init__ (alpha/__init__.py: 7)"] == pytest.approx(2 * S, rel=0.3)
+    assert inits["__init__ (beta/__init__.py: 10)"] == pytest.approx(S, rel=0.3)
+    # Module-level code is the module's: <module> calls burn and has its own time.
+    module = next(
+        c
+        for c in db.view("bottom-up", metrics=[CPU]).root.children
+        if c.label == "<module> (app.py)"
+    )
+    assert float(module.values[1]) == pytest.approx(S, rel=0.3)
+    assert "burn (tools/util.py: 6)" in rows
+
+
+def test_flat_view_files_are_package_paths_and_module_code_is_in_its_module(
+    database: Path,
+) -> None:
+    db = open_database(database)
+    flat = db.view("flat", metrics=[CPU])
+    (python,) = [c for c in flat.root.children if c.label == "<logical python>"]
+    files = {c.label: c for c in python.children}
+    assert {"app.py", "tools/util.py", "alpha/__init__.py", "beta/__init__.py"} <= set(files)
+    assert "<unknown module>" not in _rows(flat.root)
+    (module,) = [c for c in files["app.py"].children if c.label == "<module> (app.py)"]
+    assert float(module.values[1]) == pytest.approx(S, rel=0.3)  # its own time, exclusive
+    assert float(module.values[0]) == pytest.approx(5 * S, rel=0.3)  # everything it called
+
+
+def test_csv_and_json_rows_keep_functions_apart_by_file(database: Path) -> None:
+    db = open_database(database)
+    view = db.view("bottom-up", metrics=[CPU])
+    text = io.StringIO()
+    render_csv(view, text)
+    rows = [r for r in csv.DictReader(io.StringIO(text.getvalue())) if r["depth"] == "1"]
+    inits = sorted(Path(r["file"]).parent.name for r in rows if r["scope"].startswith("__init__"))
+    assert inits == ["alpha", "beta"]
+    text = io.StringIO()
+    render_json(view, text)
+    top = json.loads(text.getvalue())["root"]["children"]
+    files = sorted(c["file"] for c in top if c["scope"].startswith("__init__ ("))
+    assert [Path(f).parent.name for f in files] == ["alpha", "beta"]
+
+
+def test_top_down_lines_are_named_by_package_and_program_paths(database: Path) -> None:
+    db = open_database(database)
+    labels = {n.label for _, n in db.view("top-down", metrics=[CPU]).root.walk()}
+    assert "tools/util.py: 11" in labels
+    assert any(label.startswith("alpha/__init__.py: ") for label in labels)
+    assert not any(label.startswith("__init__.py: ") for label in labels)
