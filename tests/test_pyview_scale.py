@@ -3,8 +3,8 @@
 The database comes from benchmarks/pyview_profiles.py's generator (ranks x threads profiles
 written with pyhpctk's writers), here at 500 and 5,000 profiles instead of 100,000. Opening it,
 the top-down view and one context's per-profile statistics must allocate no more per profile
-than a few numbers in arrays (the statistics' own input), where an object per profile would cost
-a kilobyte; the answers must be the generator's.
+than a few numbers in arrays (the readers' vectorised checks, the statistics' own input), where
+an object per profile costs about a kilobyte; the answers must be the generator's.
 """
 
 from __future__ import annotations
@@ -57,11 +57,14 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 
 
 def test_profiles_cost_no_memory_until_asked_for(databases: dict[int, Path]) -> None:
+    _open_view_and_spread(databases[500])  # first: whatever the views import on first use
     small, small_mean, _, small_count = _open_view_and_spread(databases[500])
     large, mean, maximum, count = _open_view_and_spread(databases[5000])
     assert (small_count, count) == (500, 5000)
     per_profile = (large - small) / (5000 - 500)
-    assert per_profile < 100, f"{per_profile:.0f} bytes per profile"
+    # A few numbers per profile in numpy arrays, for a moment (the reader's checks of every
+    # profile's block and id tuple, the statistics' input): ~100 bytes; objects cost ~900.
+    assert per_profile < 160, f"{per_profile:.0f} bytes per profile"
     # The generator's values at that (hot) context: f(p, c, 0), x1.5 for p % 997 == 5.
     generator = _generator()
     p = np.arange(1, 5001)
