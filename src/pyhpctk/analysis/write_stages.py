@@ -144,22 +144,27 @@ def write_cct_db(state: Analysis) -> None:
     # does not keep the others waiting (any split writes the same bytes).
     per_rank = max(int(nnz.sum()) / comm.size, 1.0)
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
+    clock = _Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
     for start, stop in rounds:
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
         )
+        clock.lap("cut")
         arrays, counts = comm.alltoall_columns(sending.arrays, sending.counts)
         incoming = Columns(arrays, counts)
         del sending, arrays
+        clock.lap("exchange")
         lo, hi = int(owners[comm.rank]), int(owners[comm.rank + 1])
         piece = on_all(comm, partial(own_window, incoming, lo, hi, shape, state.partials))
         del incoming
+        clock.lap("place+summarise")
         sizes = comm.allgather(piece.size)
         at = cursor + sum(sizes[: comm.rank])
         on_all(comm, state.writing(partial(pwritev_all, staging / "cct.db", piece.pieces, at)))
         del piece.pieces[:]
         cursor += sum(sizes)
+        clock.lap("write")
         gathered = comm.gather((lo, piece.n_metrics, piece.summary))
         if gathered is not None:
             for where, metrics_here, summary in gathered:
@@ -167,6 +172,21 @@ def write_cct_db(state: Analysis) -> None:
                 state.summary_parts.append(summary)
     state.local_counts = nnz
     state.cct_end = cursor
+
+
+class _Laps:
+    """Seconds spent in each part of a stage, added up over its rounds into ``timings``."""
+
+    def __init__(self, timings: dict[str, float], prefix: str) -> None:
+        self.timings = timings
+        self.prefix = prefix
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        key = self.prefix + name
+        self.timings[key] = round(self.timings.get(key, 0.0) + now - self.last, 3)
+        self.last = now
 
 
 def finish(state: Analysis) -> RunReport:
