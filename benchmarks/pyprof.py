@@ -5,11 +5,16 @@ A generator writes a measurement directory like hpcrun's: thousands of ``.hpcrun
 calling context tree of tens of thousands of nodes drawn from one random recursive tree (so they
 unify into a shared tree with per-profile variation), sparse values on about half the nodes, and
 an ``.hpctrace`` beside every profile. Then, for each rank count of ``--ranks``, the benchmark
-launches ``mpiexec -n N python benchmarks/pyprof.py --worker ...``, whose ranks run
-``pyprof-mpi`` in-process and report wall time and each rank's peak RSS. It prints a table:
-input MB/s (total and per core), profiles/s, peak RSS per rank against ``--memory-limit``,
-database size against a dense layout, and parallel efficiency relative to the first rank count.
-Every database is compared byte for byte with the first one (any rank count must give the same).
+launches ``mpiexec -n N python benchmarks/pyprof.py --worker ...``, whose ranks run the
+analysis driver in-process (``pipeline.run`` on ``MPI.COMM_WORLD``) and report wall time, each
+rank's peak RSS and each rank's seconds per stage (printed as a table per rank count, so the
+critical path is visible). ``--serial`` first runs serial pyprof (the driver on one process, no
+MPI; shown as rank count ``pyprof``); ``--src DIR`` measures another checkout's ``src/`` (to
+measure before a change). It prints a table: input MB/s (total and per core), profiles/s, CPU
+seconds of the busiest rank (steadier than wall time on a shared machine), peak
+RSS per rank against ``--memory-limit``, database size against a dense layout, and parallel
+efficiency relative to the first MPI rank count. Every database is compared byte for byte with
+the first one (any rank count must give the same).
 
 Runs with only Python >= 3.11, numpy, click and mpi4py present, from a checkout::
 
@@ -37,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SRC = HERE.parent / "src"
+# The pyhpctk to measure: this checkout's, or another's (--src, to measure before a change).
+SRC = Path(os.environ.get("PYPROF_BENCH_SRC") or HERE.parent / "src")
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
@@ -195,39 +201,74 @@ def generate(
 
 
 def worker(args: argparse.Namespace) -> int:
-    """One rank: pyprof-mpi's library on the measurement; rank 0 prints a JSON line (wall
-    time, every rank's peak RSS, rank 0's time per stage)."""
+    """One rank: the analysis driver on the measurement; rank 0 prints a JSON line (wall time,
+    every rank's peak RSS and seconds per stage)."""
+    import inspect
     import resource
-    from collections.abc import Callable, Iterator
-    from contextlib import contextmanager
 
-    from pyhpctk.analysis.comm import world
-    from pyhpctk.analysis.distributed import run_distributed
     from pyhpctk.analysis.options import ProfOptions
-    from pyhpctk.cli.pyprof_mpi import parse_size
+    from pyhpctk.analysis.pipeline import run
+
+    try:
+        from pyhpctk.cli.pyprof import parse_size
+    except ImportError:  # a checkout from before the one driver (--src)
+        from pyhpctk.cli.pyprof_mpi import parse_size
+
+    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    capped = "memory_limit" in inspect.signature(ProfOptions.build).parameters  # not before
+    extra = {"memory_limit": limit} if limit and capped else {}
+    options = ProfOptions.build(
+        [args.measurement], output=args.output, copy_sources=False, jobs=args.jobs, **extra
+    )
+    if args.serial:  # pyprof: the driver on this process alone, no MPI
+        start, cpu = time.perf_counter(), time.process_time()
+        report = run(options)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        timings = getattr(report, "timings", {})  # older checkouts (--src) report none
+        result = {"status": 0, "wall": wall, "rss": [rss], "cpu": [cpu], "stages": [timings]}
+        print("RESULT " + json.dumps(result))
+        return 0
+    from pyhpctk.analysis.comm import world
 
     comm = world()
-    stages: dict[str, float] = {}
-
-    @contextmanager
-    def timed(label: str, total: int) -> Iterator[Callable[[int], None]]:
-        began = time.perf_counter()
-        yield lambda n: None
-        stages[label] = round(time.perf_counter() - began, 3)
-
-    options = ProfOptions.build([args.measurement], output=args.output, copy_sources=False, jobs=1)
-    limit = parse_size(args.memory_limit) if args.memory_limit else None
     comm.barrier()
-    start = time.perf_counter()
-    run_distributed(options, comm, limit, timed)
+    start, cpu = time.perf_counter(), time.process_time()
+    if "comm" in inspect.signature(run).parameters:
+        report = run(options, comm=comm)
+    else:  # a checkout from before the one driver (--src): pyprof-mpi's own entry point
+        from pyhpctk.analysis.distributed import run_distributed
+
+        report = run_distributed(options, comm, limit)
+    cpu = time.process_time() - cpu
     comm.barrier()
     wall = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    everyone = comm.gather(rss)
-    if comm.rank == 0:
-        result = {"status": 0, "wall": wall, "rss": everyone, "stages": stages}
+    everyone = comm.gather((rss, cpu, getattr(report, "timings", {})))
+    if everyone is not None:
+        result = {
+            "status": 0,
+            "wall": wall,
+            "rss": [r for r, _, _ in everyone],
+            "cpu": [c for _, c, _ in everyone],
+            "stages": [t for _, _, t in everyone],
+        }
         print("RESULT " + json.dumps(result))
     return 0
+
+
+def stage_table(n: int, stages: list[dict[str, float]]) -> str:
+    """Seconds per stage on every rank (one row per rank): where the critical path runs."""
+    names = list(dict.fromkeys(name for rank in stages for name in rank))
+    lines = [
+        f"{n} ranks, seconds per stage:",
+        "| rank | " + " | ".join(names) + " |",
+        "| --- |" + " --- |" * len(names),
+    ]
+    for rank, timings in enumerate(stages):
+        cells = [f"{timings[name]:.2f}" if name in timings else "" for name in names]
+        lines.append(f"| {rank} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,9 +324,12 @@ def launch(
     output: Path,
     limit: str | None,
     env: dict[str, str],
+    jobs: int = 1,
 ) -> dict[str, object]:
-    """One ``mpiexec -n N`` run of the worker; its RESULT line (wall, per-rank peak RSS)."""
-    command = [*mpiexec, "-n", str(n), sys.executable, str(Path(__file__).resolve()), "--worker"]
+    """One ``mpiexec -n N`` run of the worker (``n`` 0: serial pyprof, no mpiexec); its RESULT
+    line (wall, per-rank peak RSS and stage times)."""
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "--jobs", str(jobs)]
+    command = [*worker, "--serial"] if n == 0 else [*mpiexec, "-n", str(n), *worker]
     command += ["--output", str(output), "--measurement", str(measurement)]
     command += ["--memory-limit", limit or ""]
     t0 = time.perf_counter()
@@ -322,6 +366,15 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where the temporary files go")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--measurement", default=None, help="use this directory (no generation)")
+    parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="first run serial pyprof (the driver on one process, no MPI) as rank count 0",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="-j: threads per rank")
+    parser.add_argument(
+        "--src", default=None, help="the pyhpctk src/ directory to measure (default: this one)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--output", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -333,6 +386,8 @@ def main() -> int:
     profiles = args.profiles or size["profiles"]
     nodes = args.nodes or size["nodes"]
     ranks = [int(r) for r in args.ranks.split(",") if r.strip()]
+    if args.serial:
+        ranks = [0, *ranks]
     mpiexec = launcher(args.mpiexec or default_mpiexec())
     limit = args.memory_limit or None
     work = Path(tempfile.mkdtemp(prefix="pyprof-bench-", dir=args.dir))
@@ -351,17 +406,20 @@ def main() -> int:
                 file=sys.stderr,
             )
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+        src = Path(args.src).resolve() if args.src else SRC
+        env["PYPROF_BENCH_SRC"] = str(src)
+        env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         rows = []
         first_db = work / "db-first"
         for n in ranks:
             output = work / f"db-{n}"
-            fast = launch(mpiexec, n, measurement, output, None, env)
+            fast = launch(mpiexec, n, measurement, output, None, env, args.jobs)
             capped = None
-            if limit:
-                capped = launch(mpiexec, n, measurement, work / f"db-{n}-capped", limit, env)
+            if limit and not (n == 0 and args.src):  # before the one driver, no cap serially
+                capped_db = work / f"db-{n}-capped"
+                capped = launch(mpiexec, n, measurement, capped_db, limit, env, args.jobs)
             same = True
             if not first_db.exists():
                 output.rename(first_db)
@@ -373,11 +431,13 @@ def main() -> int:
                 shutil.rmtree(work / f"db-{n}-capped")
             rows.append((n, fast, capped, same))
             print(
-                f"{n} ranks: {fast['wall']:.2f} s"
-                + (f", capped {capped['wall']:.2f} s" if capped else "")
-                + f"; rank 0's stages: {fast['stages']}",
+                f"{n or 'serial pyprof, no'} ranks: {fast['wall']:.2f} s"
+                + (f", capped {capped['wall']:.2f} s" if capped else ""),
                 file=sys.stderr,
             )
+            print(stage_table(n, fast["stages"]), file=sys.stderr)  # type: ignore[arg-type]
+            if capped is not None:
+                print("capped: " + stage_table(n, capped["stages"]), file=sys.stderr)  # type: ignore[arg-type]
         files = database_bytes(first_db)
         stored = files.get("profile.db", 0) + files.get("cct.db", 0)
         dense = dense_bytes(first_db)
@@ -391,24 +451,26 @@ def main() -> int:
         print()
         head = (
             "| ranks | wall (s) | MB/s | MB/s per core | profiles/s | efficiency "
-            "| peak RSS/rank (MB) |"
+            "| CPU s/rank (max) | peak RSS/rank (MB) |"
         )
-        rule = "| --- | --- | --- | --- | --- | --- | --- |"
+        rule = "| --- | --- | --- | --- | --- | --- | --- | --- |"
         if limit:
             cap_mb = parse_bytes(limit) / 1e6
             head += f" capped {limit}: wall (s) | capped: peak RSS/rank (MB) | <= cap + 200 MB |"
             rule += " --- | --- | --- |"
         print(head + " same DB |")
         print(rule + " --- |")
-        base_n, base_wall = rows[0][0], float(rows[0][1]["wall"])  # type: ignore[arg-type]
+        mpi_rows = [r for r in rows if r[0] > 0] or rows
+        base_n, base_wall = mpi_rows[0][0], float(mpi_rows[0][1]["wall"])  # type: ignore[arg-type]
         for n, fast, capped, same in rows:
             wall = float(fast["wall"])  # type: ignore[arg-type]
             rss = max(fast["rss"]) / 1e6  # type: ignore[call-overload]
             rate = input_bytes / 1e6 / wall
-            efficiency = (base_wall * base_n) / (wall * n)
+            cores = max(n, 1)
+            efficiency = f"{(base_wall * base_n) / (wall * n):.0%}" if n else "-"
             line = (
-                f"| {n} | {wall:.2f} | {rate:.1f} | {rate / n:.1f} | {profiles / wall:.1f} | "
-                f"{efficiency:.0%} | {rss:.0f} |"
+                f"| {n or 'pyprof'} | {wall:.2f} | {rate:.1f} | {rate / cores:.1f} | "
+                f"{profiles / wall:.1f} | {efficiency} | {max(fast['cpu']):.2f} | {rss:.0f} |"  # type: ignore[call-overload]
             )
             if capped is not None:
                 capped_rss = max(capped["rss"]) / 1e6  # type: ignore[call-overload]
@@ -427,7 +489,7 @@ def main() -> int:
 
 def parse_bytes(text: str) -> int:
     """``512M`` -> bytes (the units of pyprof-mpi's --memory-limit)."""
-    from pyhpctk.cli.pyprof_mpi import parse_size
+    from pyhpctk.cli.pyprof import parse_size
 
     return parse_size(text)
 

@@ -13,10 +13,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from pyhpctk.model.fdist import f_critical as _f_critical
 from pyhpctk.model.fit import (
     FitOptions,
     Repetitions,
-    _f_critical,
     auto_weightings,
     detect_segments,
     fit_multi_parameter,

@@ -199,12 +199,26 @@ def test_pymodel_on_a_full_disk_says_so_and_leaves_no_partial_json(
 # pystruct (an existing .hpcstruct without --force: tests/test_qa_pystruct.py)
 
 
+def big_source(where: Path) -> Path:
+    """A Python source whose structure file (about 150 KB) is more than the 64 KiB disk holds
+    (no module of src/ is that big any more: issue #19 split them)."""
+    path = where / "big.py"
+    path.write_text(
+        "".join(
+            f"def f{i}(n):\n    total = 0\n    for k in range(n):\n"
+            f"        total += k * {i}\n    return total\n\n"
+            for i in range(400)
+        )
+    )
+    return path
+
+
 def test_pystruct_on_a_full_disk_says_so_and_leaves_no_partial_file(
-    small_disk: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, small_disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = SOURCES / "metadb.py"  # its structure file is about 88 KB: more than the disk
-    dest = small_disk / "metadb.hpcstruct"
-    # Before: the message, but a truncated metadb.hpcstruct.tmp was left on the disk.
+    source = big_source(tmp_path)  # its structure file is about 150 KB: more than the disk
+    dest = small_disk / "big.hpcstruct"
+    # Before: the message, but a truncated big.hpcstruct.tmp was left on the disk.
     assert pystruct_main([str(source), "-o", str(dest), "-q"]) == 2
     err = capsys.readouterr().err
     assert err == (
@@ -218,7 +232,8 @@ def test_pystruct_stops_a_measurement_directory_at_a_full_disk(
     tmp_path: Path, small_disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The first target the disk refuses stops the run: one line, not one per target."""
-    sources = [str(SOURCES / name) for name in ("cctdb.py", "hpcrun.py", "metadb.py")]
+    sources = [str(SOURCES / name) for name in ("cctdb.py", "hpcrun.py")]
+    sources.append(str(big_source(tmp_path)))
     measurement = python_measurement(tmp_path / "app.m", sources)
     fill_disk(small_disk, leave=16384)
     out = small_disk / "structs"

@@ -187,3 +187,20 @@ def test_not_a_database_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     args = [str(tmp_path / f"x{i}") for i in range(5)] + ["--param", "p=2,4,8,16,32"]
     assert main(args) == 2
     assert "not a database" in capsys.readouterr().err
+
+
+def test_the_library_runs_what_the_command_runs(
+    series: list[Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """pymodel's analysis lives in the library: one options object, the same table and JSON."""
+    import io
+
+    from pyhpctk.model.driver import ModelOptions, run
+
+    assert main([*map(str, series), "--param", "p=2,4,8,16,32", "--json", str(tmp_path / "a")]) == 0
+    table = capsys.readouterr().out
+    options = ModelOptions(tuple(series), params=("p=2,4,8,16,32",), json_out=tmp_path / "b.json")
+    out = io.StringIO()
+    assert run(options, out) == 0
+    assert out.getvalue() == table
+    assert json.loads((tmp_path / "b.json").read_text()) == json.loads((tmp_path / "a").read_text())

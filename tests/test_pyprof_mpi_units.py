@@ -20,7 +20,7 @@ from pyhpctk.analysis.distributed import BYTES_PER_VALUE, plan_rounds, run_distr
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.analysis.unify import RawKey, RawTree
-from pyhpctk.cli.pyprof_mpi import parse_size
+from pyhpctk.cli.pyprof import parse_size
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import cctdb
 
@@ -133,6 +133,32 @@ def test_bulk_merge_numbers_nodes_as_one_by_one_insertion(
         one_by_one.append(expected.node(-1 if parent < 0 else one_by_one[parent], key))
     assert mapping.tolist() == one_by_one
     assert bulk.parent == expected.parent and bulk.keys == expected.keys
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(forests, min_size=2, max_size=5), st.booleans())
+def test_folding_trees_numbers_nodes_as_one_by_one_insertion(
+    trees: list[list[tuple[RawKey, ...]]], collide: bool
+) -> None:
+    """Successive merges (a rank folding its profiles) keep the path index true, and a path
+    hash shared by different paths falls back to the level-wise lookup with the same result."""
+    from pyhpctk.analysis import unify
+
+    original = unify._path_mix
+    if collide:  # every node of a depth level gets one hash: hits that are not the same path
+        unify._path_mix = lambda parent, module, offset, unwound: parent * np.uint64(3)
+    try:
+        folded, expected = _tree(trees[0]), _tree(trees[0])
+        for paths in trees[1:]:
+            other = _tree(paths)
+            mapping = folded.merge(other)
+            one_by_one: list[int] = []
+            for parent, key in zip(other.parent, other.keys, strict=True):
+                one_by_one.append(expected.node(-1 if parent < 0 else one_by_one[parent], key))
+            assert mapping.tolist() == one_by_one
+        assert folded.parent == expected.parent and folded.keys == expected.keys
+    finally:
+        unify._path_mix = original
 
 
 @settings(max_examples=30, deadline=None)

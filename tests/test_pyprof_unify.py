@@ -8,8 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyhpctk.analysis.pipeline import reduce_pairwise
-from pyhpctk.analysis.unify import ProfileData, RawKey, RawTree, combine, leaf
+from pyhpctk.analysis.unify import ProfileData, RawKey, RawTree, combine, leaf, reduce_pairwise
 
 keys = st.tuples(st.sampled_from(["/bin/a", "/lib/b.so", None]), st.integers(0, 5), st.booleans())
 paths = st.lists(st.lists(keys, min_size=1, max_size=4).map(tuple), min_size=1, max_size=12)
@@ -103,7 +102,7 @@ def test_combine_folds_right_into_left() -> None:
 
 
 def test_identifier_tuples_get_dense_logical_ids() -> None:
-    from pyhpctk.analysis.pipeline import id_tuples
+    from pyhpctk.analysis.screening import id_tuples
 
     local, only, glob = 1 << 14, 3 << 14, 2 << 14
     node, thread, rank = 1, 3, 2

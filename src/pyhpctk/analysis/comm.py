@@ -1,18 +1,24 @@
-"""The few collective operations pyprof-mpi needs, over mpi4py or within one process.
+"""The few collective operations pyprof's driver needs, over mpi4py or within one process.
 
-:class:`Comm` is the interface :mod:`.distributed` is written against; :class:`SerialComm` is a
-world of one process (pyprof-mpi without MPI, and the unit tests of the round-based ``cct.db``
-construction), :class:`MpiComm` wraps an ``mpi4py`` communicator. Python objects travel pickled
-(mpi4py's lower-case methods); integer arrays summed over ranks use ``Allreduce`` on the buffer.
-mpi4py is imported only by :func:`world`, so nothing else here needs it installed.
+:class:`Comm` is the interface the analysis driver (:mod:`.pipeline`) is written against;
+:class:`SerialComm` is a world of one process (pyprof, and pyprof-mpi without MPI),
+:class:`MpiComm` wraps an ``mpi4py`` communicator. Python objects travel pickled (mpi4py's
+lower-case methods); integer arrays summed over ranks use ``Allreduce`` on the buffer. mpi4py is
+imported only by :func:`world`, so nothing else here needs it installed.
+
+:func:`on_all`, :func:`on_root` and :func:`agree` make an error met on one rank stop every rank
+together, with the first rank's message (:class:`DistributedError` on the others).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+from pyhpctk.errors import PyhpctkError
 
 T = TypeVar("T")
 Arrays = tuple[npt.NDArray[Any], ...]
@@ -45,9 +51,13 @@ class Comm(Protocol):
         """Element ``r`` of ``objs`` goes to rank ``r``; the result holds one from each rank."""
         ...
 
-    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
-        """:meth:`alltoall` for tuples of numpy arrays (same dtypes in every tuple), sent as
-        raw buffers rather than pickles."""
+    def alltoall_columns(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
+        """Columns of values for every rank, as raw buffers: ``columns[f]`` holds the parts for
+        ranks 0, 1, ... back to back, ``counts[rank, f]`` elements each. The result holds
+        the parts from every rank back to back, in rank order, and their counts; the columns
+        are the send buffers (no copy is made before sending)."""
         ...
 
     def send(self, obj: object, dest: int) -> None:
@@ -87,8 +97,10 @@ class SerialComm:
             raise ValueError("alltoall needs one object per rank")
         return list(objs)
 
-    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
-        return self.alltoall(parts)
+    def alltoall_columns(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
+        return columns, counts.copy()
 
     def send(self, obj: object, dest: int) -> None:
         raise RuntimeError("a world of one rank has nobody to send to")
@@ -133,47 +145,49 @@ class MpiComm:
         result: list[T] = self._comm.alltoall(objs)
         return result
 
-    def alltoall_arrays(self, parts: list[Arrays]) -> list[Arrays]:
+    def alltoall_columns(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
         from mpi4py import MPI
 
         size = self.size
-        if len(parts) != size:
-            raise ValueError("alltoall_arrays needs one tuple per rank")
-        fields = len(parts[0])
-        counts = np.array([[len(a) for a in p] for p in parts], dtype=np.int64).reshape(size, -1)
+        counts = np.ascontiguousarray(counts, dtype=np.int64).reshape(size, len(columns))
         received = np.empty_like(counts)
         self._comm.Alltoall(counts, received)
-        dtypes = [a.dtype for a in parts[0]]
-        widths = np.array([d.itemsize for d in dtypes], dtype=np.int64)
-        out_bytes = counts * widths
-        in_bytes = received * widths
+        widths = np.array([c.dtype.itemsize for c in columns], dtype=np.int64)
+        out_bytes, in_bytes = counts * widths, received * widths
         # Counts and displacements are C ints: pickle what would not fit.
         too_big = max(
             int(out_bytes.sum(axis=0).max(initial=0)), int(in_bytes.sum(axis=0).max(initial=0))
         )
         if self._comm.allreduce(too_big, op=MPI.MAX) > _INT_MAX:
-            return self.alltoall(parts)
-        columns = []
-        for f in range(fields):
-            send = np.ascontiguousarray(np.concatenate([p[f] for p in parts])).view(np.uint8)
-            send_counts = out_bytes[:, f]
-            recv_counts = in_bytes[:, f]
-            recv = np.empty(int(recv_counts.sum()), dtype=np.uint8)
+            return self._alltoall_pickled(columns, counts)
+        result = []
+        for f, column in enumerate(columns):
+            send = np.ascontiguousarray(column).view(np.uint8)
+            recv = np.empty(int(in_bytes[:, f].sum()), dtype=np.uint8)
             self._comm.Alltoallv(
-                [send, (send_counts.tolist(), _starts(send_counts)), MPI.BYTE],
-                [recv, (recv_counts.tolist(), _starts(recv_counts)), MPI.BYTE],
+                [send, (out_bytes[:, f].tolist(), _starts(out_bytes[:, f])), MPI.BYTE],
+                [recv, (in_bytes[:, f].tolist(), _starts(in_bytes[:, f])), MPI.BYTE],
             )
-            columns.append(recv.view(dtypes[f]))
-        result: list[Arrays] = []
-        starts = np.zeros(fields, dtype=np.int64)
-        for r in range(size):
-            row = []
-            for f in range(fields):
-                n = int(received[r, f])
-                row.append(columns[f][int(starts[f]) : int(starts[f]) + n])
-                starts[f] += n
-            result.append(tuple(row))
-        return result
+            result.append(recv.view(column.dtype))
+        return tuple(result), received
+
+    def _alltoall_pickled(
+        self, columns: Arrays, counts: npt.NDArray[np.int64]
+    ) -> tuple[Arrays, npt.NDArray[np.int64]]:
+        starts = np.cumsum(counts, axis=0) - counts
+        parts = [
+            tuple(
+                c[int(starts[r, f]) : int(starts[r, f] + counts[r, f])]
+                for f, c in enumerate(columns)
+            )
+            for r in range(self.size)
+        ]
+        incoming = self.alltoall(parts)
+        received = np.array([[len(a) for a in p] for p in incoming], dtype=np.int64)
+        joined = tuple(np.concatenate([p[f] for p in incoming]) for f in range(len(columns)))
+        return joined, received.reshape(self.size, len(columns))
 
     def send(self, obj: object, dest: int) -> None:
         self._comm.send(obj, dest=dest, tag=17)
@@ -210,4 +224,70 @@ def world() -> MpiComm:
     return MpiComm(MPI.COMM_WORLD)
 
 
-__all__ = ["Arrays", "Comm", "MpiComm", "SerialComm", "world"]
+class DistributedError(PyhpctkError):
+    """An error one rank met, raised on every rank so that all of them stop together."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def agree(comm: Comm, error: BaseException | None) -> None:
+    """Raise the first rank's error on every rank (a collective: every rank must call it)."""
+    report = None
+    if error is not None:
+        report = (getattr(error, "exit_code", 2), str(error))
+    if comm.size == 1:
+        if error is not None:
+            raise error
+        return
+    reports = comm.allgather(report)
+    first = next((r for r in reports if r is not None), None)
+    if first is not None:
+        if error is not None and reports.index(first) == comm.rank:
+            raise error
+        raise DistributedError(first[1], first[0])
+
+
+def on_all(comm: Comm, function: Callable[[], T]) -> T:
+    """``function()`` on every rank; an error on any rank is raised on all of them."""
+    try:
+        result = function()
+    except (PyhpctkError, OSError) as error:
+        agree(comm, error)
+        raise  # not reached: agree raises
+    agree(comm, None)
+    return result
+
+
+def on_root(comm: Comm, function: Callable[[], T]) -> T:
+    """``function()`` on rank 0, its result broadcast; its error is raised on every rank."""
+    if comm.size == 1:
+        return function()
+    payload: tuple[T | None, tuple[int, str] | None] = (None, None)
+    error: BaseException | None = None
+    if comm.rank == 0:
+        try:
+            payload = (function(), None)
+        except (PyhpctkError, OSError) as caught:
+            error = caught
+            payload = (None, (getattr(caught, "exit_code", 2), str(caught)))
+    result, report = comm.bcast(payload)
+    if report is not None:
+        if error is not None:
+            raise error
+        raise DistributedError(report[1], report[0])
+    return result  # type: ignore[return-value]
+
+
+__all__ = [
+    "Arrays",
+    "Comm",
+    "DistributedError",
+    "MpiComm",
+    "SerialComm",
+    "agree",
+    "on_all",
+    "on_root",
+    "world",
+]

@@ -39,7 +39,16 @@ from pyhpctk.core.context import (
     LexicalType,
     Relation,
 )
-from pyhpctk.formats.hpcrun_model import PLACEHOLDER_NAMES, placeholder_text
+from pyhpctk.formats.hpcrun_constants import (
+    MAIN_FENCE,
+    NO_ACTIVITY,
+    PARTIAL_ROOT,
+    PLACEHOLDER_NAMES,
+    PRIMARY_ROOT,
+    THREAD_FENCE,
+    UNNORMALIZED,
+    placeholder_text,
+)
 from pyhpctk.formats.hpcstruct_model import ALIEN, CALL, FILE, LOOP, PROCEDURE, STATEMENT, Scope
 
 Steps = tuple[ContextKey, ...]
@@ -254,11 +263,11 @@ class ModuleClassifiers:
 
 
 _FENCES: dict[str, EntryPoint] = {
-    "| Main  ": EntryPoint.MAIN_THREAD,
-    "| Thread": EntryPoint.APPLICATION_THREAD,
-    "^Partial": EntryPoint.UNKNOWN,
+    MAIN_FENCE: EntryPoint.MAIN_THREAD,
+    THREAD_FENCE: EntryPoint.APPLICATION_THREAD,
+    PARTIAL_ROOT: EntryPoint.UNKNOWN_ENTRY,
 }
-_GLOBAL = ("^Primary", "NoActvty")
+_GLOBAL = (PRIMARY_ROOT, NO_ACTIVITY)
 _RANGE_TREES = ("<gpu root>", "<gpu context>", "<gpu range>")
 
 
@@ -374,8 +383,8 @@ def expand(
                 call_ctx[ident] = leaf_ctx[ident] = tree.child(ROOT, _entry_key(_FENCES[code]))
                 continue
             if anchor == ROOT:
-                anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN))
-            if code == "*Unnorm ":
+                anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN_ENTRY))
+            if code == UNNORMALIZED:
                 key = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=None)
             else:
                 name = PLACEHOLDER_NAMES.get(code, f"<{code.strip()}>")
@@ -393,14 +402,14 @@ def expand(
                 call_ctx[ident] = leaf_ctx[ident] = ROOT
                 continue
             if anchor == ROOT:
-                anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN))
+                anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN_ENTRY))
             name = f"{module[:-1]} {offset}>"
             function = Function(name=name, token=("range", module, offset))
             key = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=function)
             call_ctx[ident] = leaf_ctx[ident] = tree.child(anchor, key)
             continue
         if anchor == ROOT:
-            anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN))
+            anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN_ENTRY))
         if not _unwound and classifiers.reconstructs(module):
             call_ctx[ident] = leaf_ctx[ident] = anchor  # placed by gpu.reconstruct_gpu_contexts
             continue

@@ -32,6 +32,8 @@ class ProfOptions:
     ``derived``: also write pyhpctk's own derived metrics into ``metrics/default.yaml``
     (:data:`~pyhpctk.analysis.taxonomy.EXTRA_ROOTS`: the GPU warp issue rate); without it the
     taxonomy is hpcprof's, byte for byte.
+    ``memory_limit``: bytes of values a rank may hold while cct.db is built, and beyond which
+    it reads its profiles twice and keeps finished blocks in ``$TMPDIR`` (None: no cap).
     """
 
     measurements: tuple[Path, ...]
@@ -46,6 +48,7 @@ class ProfOptions:
     copy_sources: bool = True
     title: str | None = None
     derived: bool = False
+    memory_limit: int | None = None
 
     def __post_init__(self) -> None:
         if not self.measurements:
@@ -56,6 +59,8 @@ class ProfOptions:
             raise UsageError("-S and --ignore-structs contradict each other")
         if self.metrics not in METRIC_MODES:
             raise UsageError(f"-M must be one of {', '.join(METRIC_MODES)}, got {self.metrics!r}")
+        if self.memory_limit is not None and self.memory_limit <= 0:
+            raise UsageError("--memory-limit must be positive")
 
     @classmethod
     def build(
@@ -73,6 +78,7 @@ class ProfOptions:
         copy_sources: bool = True,
         title: str | None = None,
         derived: bool = False,
+        memory_limit: int | None = None,
     ) -> ProfOptions:
         """Convenience constructor taking plain strings or paths."""
         return cls(
@@ -88,4 +94,5 @@ class ProfOptions:
             copy_sources=copy_sources,
             title=title,
             derived=derived,
+            memory_limit=memory_limit,
         )

@@ -30,6 +30,7 @@ from pyhpctk.core.metrics import (
     SCOPE_LEX_AWARE,
     SCOPE_POINT,
     Combine,
+    MetricInfo,
     Partial,
 )
 
@@ -153,8 +154,13 @@ def propagate(
     function = point.copy()
     depth = shape.depth[nodes]
     if len(nodes):
+        # The rows of each level, ascending (as np.nonzero gives them), from one stable sort.
+        # (16-bit keys take numpy's radix sort.)
+        small = depth.astype(np.int16) if int(depth.max()) < 1 << 15 else depth
+        by_depth = np.argsort(small, kind="stable")
+        cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
         for level in range(int(depth.max()), 0, -1):
-            rows = np.nonzero(depth == level)[0]
+            rows = by_depth[cuts[level] : cuts[level + 1]]
             parents = local[shape.parent[nodes[rows]]]
             np.add.at(execution, parents, execution[rows])
             lexical = shape.lexical[nodes[rows]]
@@ -221,6 +227,19 @@ def profile_values(prop: Propagated, bases: npt.NDArray[np.int64]) -> SparseValu
     return _sparse(prop.nodes, ids, planes.reshape(n, m * N_SCOPES))
 
 
+def metric_bases(
+    metrics: list[MetricInfo], partials: tuple[Partial, ...]
+) -> tuple[dict[str, int], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """(base id by stored metric name, base per global metric index or -1, move-to-proc flags)."""
+    stored = [m for m in metrics if not m.is_derived]
+    bases_by_name = {m.name: N_SCOPES * len(partials) * i for i, m in enumerate(stored)}
+    global_base = np.asarray(
+        [bases_by_name.get(m.name, -1) for m in metrics] or [0], dtype=np.int64
+    )
+    move = np.asarray([m.move_to_proc for m in metrics] or [False], dtype=bool)
+    return bases_by_name, global_base, move
+
+
 def summarize(
     shape: TreeShape,
     profiles: list[SparseValues],
@@ -246,13 +265,50 @@ def summarize(
     change[1:] = keys[1:] != keys[:-1]
     starts = np.flatnonzero(change)
     unique_keys = keys[starts]
-    u_ctx, u_metric = unique_keys // stride, unique_keys % stride
+    return summarize_groups(
+        shape, unique_keys // stride, unique_keys % stride, starts, value, partials
+    )
+
+
+def summarize_groups(
+    shape: TreeShape,
+    u_ctx: npt.NDArray[np.int64],
+    u_metric: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    value: npt.NDArray[np.float64],
+    partials: tuple[Partial, ...],
+    children: SparseValues | None = None,
+) -> SparseValues:
+    """:func:`summarize` of values already grouped: group ``g`` is (``u_ctx[g]``,
+    ``u_metric[g]``), sorted and unique, and holds ``value[starts[g]:starts[g + 1]]`` in profile
+    order (so sums add in the order serial pyprof adds them).
+
+    ``children``: summed ``function`` values of loops' lexical children whose own values are
+    summarised elsewhere (another rank's contexts); they count in their loops' ``lex_aware``
+    only and yield no row themselves.
+    """
+    if not len(starts):
+        return SparseValues.empty()
+    stride = int(u_metric.max(initial=0)) + 1
+    if children is not None and len(children):
+        stride = max(stride, int(children.metric.max()) + 1)
+    unique_keys = u_ctx * stride + u_metric
     scope = u_metric % N_SCOPES
     base = u_metric - scope
     sums = np.add.reduceat(value, starts)
 
     # lex_aware of loops in the summary: point + function of lexical non-loop children.
-    lex_sum = _summary_lex_aware(shape, unique_keys, stride, sums)
+    if children is not None and len(children):
+        keys = np.concatenate([unique_keys, children.ctx * stride + children.metric])
+        order = np.argsort(keys, kind="stable")
+        merged = _summary_lex_aware(
+            shape, keys[order], stride, np.concatenate([sums, children.value])[order]
+        )
+        lex_sum = np.empty(len(keys))
+        lex_sum[order] = merged
+        lex_sum = lex_sum[: len(unique_keys)]
+    else:
+        lex_sum = _summary_lex_aware(shape, unique_keys, stride, sums)
 
     out_ctx: list[npt.NDArray[np.int64]] = []
     out_id: list[npt.NDArray[np.int64]] = []

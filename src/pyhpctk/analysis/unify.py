@@ -14,7 +14,10 @@ terms of that tree. Nothing here knows about structure files or databases.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,17 +50,23 @@ RawKey = tuple[str | None, int, bool]
 
 _MODULE_CODES: dict[str | None, int] = {None: 0}
 _MODULE_NAMES: list[str | None] = [None]
+_MODULE_HASHES = np.zeros(1, dtype=np.uint64)  # by code: a hash of the name, the same everywhere
 _MODULE_LOCK = threading.Lock()
 
 
 def module_code(module: str | None) -> int:
     """A small integer standing for a module path in this process (None, placeholders: 0)."""
+    global _MODULE_HASHES
     code = _MODULE_CODES.get(module)
     if code is None:
         with _MODULE_LOCK:
             code = _MODULE_CODES.get(module)
             if code is None:
+                assert module is not None
                 code = len(_MODULE_NAMES)
+                digest = hashlib.blake2b(module.encode("utf-8", "surrogateescape"), digest_size=8)
+                hashes = np.append(_MODULE_HASHES, np.uint64(int.from_bytes(digest.digest())))
+                _MODULE_HASHES = hashes  # readers see the old array or the complete new one
                 _MODULE_NAMES.append(module)
                 _MODULE_CODES[module] = code
     return code
@@ -94,10 +103,47 @@ def _mix(
     return x
 
 
-class _Columns:
-    """A tree's nodes as numpy columns plus a sorted hash index, for vectorised lookups."""
+_ROOT_PATH = np.uint64(0x243F6A8885A308D3)
 
-    __slots__ = ("code", "hashes", "nodes", "offset", "parent", "unwound")
+
+def _path_mix(
+    parent_path: npt.NDArray[np.uint64],
+    module_hash: npt.NDArray[np.uint64],
+    offset: npt.NDArray[np.uint64],
+    unwound: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash of a node's whole call path: its parent's path hash and its own key.
+
+    Module *names* are hashed, not this process's module codes, so a path has the same hash
+    in every process. Only a filter: every hit is confirmed on the keys and the parent links.
+    """
+    with np.errstate(over="ignore"):
+        x = parent_path * _M1
+        x ^= offset
+        x *= _M2
+        x ^= x >> np.uint64(31)
+        x ^= module_hash * _M3
+        x ^= unwound.astype(np.uint64)
+        x *= _M1
+        x ^= x >> np.uint64(29)
+    return x
+
+
+class _Columns:
+    """A tree's nodes as numpy columns plus two sorted hash indexes, for vectorised lookups:
+    by (parent, key) and by whole call path."""
+
+    __slots__ = (
+        "code",
+        "hashes",
+        "nodes",
+        "offset",
+        "parent",
+        "path",
+        "path_nodes",
+        "path_sorted",
+        "unwound",
+    )
 
     def __init__(
         self,
@@ -112,6 +158,9 @@ class _Columns:
         self.unwound = unwound
         self.hashes: npt.NDArray[np.uint64] | None = None
         self.nodes: npt.NDArray[np.int64] | None = None
+        self.path: npt.NDArray[np.uint64] | None = None
+        self.path_sorted: npt.NDArray[np.uint64] | None = None
+        self.path_nodes: npt.NDArray[np.int64] | None = None
 
     @classmethod
     def of(cls, parent: list[int], keys: list[RawKey]) -> _Columns:
@@ -129,6 +178,31 @@ class _Columns:
             order = np.argsort(hashes, kind="stable").astype(np.int64)
             self.hashes, self.nodes = hashes[order], order
         return self.hashes, self.nodes
+
+    def paths(self) -> npt.NDArray[np.uint64]:
+        """Every node's path hash (computed a depth level at a time on first use)."""
+        if self.path is None:
+            n = len(self.parent)
+            path = np.zeros(n, dtype=np.uint64)
+            module_hash = _MODULE_HASHES[self.code]
+            by_depth, cuts = _levels(self.parent)
+            for d in range(len(cuts) - 1):
+                level = by_depth[cuts[d] : cuts[d + 1]]
+                up = self.parent[level]
+                above = np.where(up < 0, _ROOT_PATH, path[np.maximum(up, 0)])
+                path[level] = _path_mix(
+                    above, module_hash[level], self.offset[level], self.unwound[level]
+                )
+            self.path = path
+        return self.path
+
+    def path_index(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """(sorted path hashes, node of each)."""
+        if self.path_sorted is None or self.path_nodes is None:
+            path = self.paths()
+            order = np.argsort(path, kind="stable").astype(np.int64)
+            self.path_sorted, self.path_nodes = path[order], order
+        return self.path_sorted, self.path_nodes
 
     def find(
         self,
@@ -188,6 +262,46 @@ class _Columns:
         self.code = np.concatenate([self.code, code])
         self.offset = np.concatenate([self.offset, offset])
         self.unwound = np.concatenate([self.unwound, unwound])
+        self.path = self.path_sorted = self.path_nodes = None
+
+    def append_paths(
+        self,
+        parent: npt.NDArray[np.int64],
+        code: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.uint64],
+        unwound: npt.NDArray[np.bool_],
+        path: npt.NDArray[np.uint64],
+    ) -> None:
+        """:meth:`append` nodes whose path hashes are known, keeping the path index (and
+        dropping the other: merges look up paths only)."""
+        base = len(self.parent)
+        sorted_paths, nodes = self.path_index()
+        order = np.argsort(path, kind="stable")
+        at = np.searchsorted(sorted_paths, path[order], side="right")
+        self.path_sorted = np.insert(sorted_paths, at, path[order])
+        self.path_nodes = np.insert(nodes, at, base + order.astype(np.int64))
+        self.path = np.concatenate([self.paths(), path])
+        self.parent = np.concatenate([self.parent, parent])
+        self.code = np.concatenate([self.code, code])
+        self.offset = np.concatenate([self.offset, offset])
+        self.unwound = np.concatenate([self.unwound, unwound])
+        self.hashes = self.nodes = None
+
+
+def _levels(parent: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+    """Nodes sorted by depth (stable) and where each depth starts: parents before children."""
+    n = len(parent)
+    depth = np.zeros(n, dtype=np.int64)
+    climbing = np.flatnonzero(parent >= 0)
+    above = parent[climbing]
+    while len(climbing):
+        depth[climbing] += 1
+        above = parent[above]
+        live = above >= 0
+        climbing, above = climbing[live], above[live]
+    by_depth = np.argsort(depth, kind="stable")
+    cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
+    return by_depth.astype(np.int64), cuts
 
 
 class RawTree:
@@ -305,31 +419,64 @@ class RawTree:
         """Insert ``other`` into this tree; element ``i`` of the result is where node ``i`` went.
 
         The result is the one of inserting ``other``'s nodes one by one in its order (new nodes
-        are numbered in that order), but done a depth level at a time with numpy: a level's
-        (parent, key) pairs are looked up in the hash index at once, and a node under a new
-        node is new without a lookup. (``other`` has no duplicate siblings, so none of its nodes
+        are numbered in that order). Every node of ``other`` is looked up at once by the hash
+        of its whole call path; the hits are confirmed on their keys and parent links, and a
+        node that misses is new (its path is not here). Should any hit not be confirmed (a hash
+        collision, astronomically rare), the merge goes a depth level at a time instead
+        (:meth:`_merge_by_levels`). (``other`` has no duplicate siblings, so none of its nodes
         can find another of its own.)
         """
         n = len(other)
-        mapping = np.full(n, -1, dtype=np.int64)
         if n == 0:
-            return mapping
+            return np.full(0, -1, dtype=np.int64)
+        mine = self.columns()
+        theirs = other.columns()
+        if len(mine.parent) == 0:
+            return self._merge_by_levels(other)
+        sorted_paths, nodes = mine.path_index()
+        path = theirs.paths()
+        at = np.minimum(np.searchsorted(sorted_paths, path), len(sorted_paths) - 1)
+        hit = sorted_paths[at] == path
+        mapping = np.where(hit, nodes[at], -1)
+        parent = theirs.parent
+        if np.any(hit):
+            found = mapping[hit]
+            up = parent[hit]
+            expected_parent = np.where(up < 0, -1, mapping[np.maximum(up, 0)])
+            rooted = up < 0
+            confirmed = np.where(
+                rooted,
+                mine.parent[found] < 0,
+                (expected_parent >= 0) & (mine.parent[found] == expected_parent),
+            )
+            confirmed &= (
+                (mine.code[found] == theirs.code[hit])
+                & (mine.offset[found] == theirs.offset[hit])
+                & (mine.unwound[found] == theirs.unwound[hit])
+            )
+            if not bool(np.all(confirmed)):
+                return self._merge_by_levels(other)
+        new = np.flatnonzero(~hit)
+        if len(new):
+            mapping[new] = len(mine.parent) + np.arange(len(new), dtype=np.int64)
+            new_parent = np.where(parent[new] < 0, -1, mapping[np.maximum(parent[new], 0)])
+            mine.append_paths(
+                new_parent, theirs.code[new], theirs.offset[new], theirs.unwound[new], path[new]
+            )
+            self._parent = self._keys = self._index = None
+        return mapping
+
+    def _merge_by_levels(self, other: RawTree) -> npt.NDArray[np.int64]:
+        """:meth:`merge` a depth level at a time: a level's (parent, key) pairs are looked up
+        in the (parent, key) hash index at once, and a node under a new node is new without a
+        lookup."""
+        n = len(other)
+        mapping = np.full(n, -1, dtype=np.int64)
         mine = self.columns()
         theirs = other.columns()
         parent = theirs.parent
         is_new = np.zeros(n, dtype=bool)
-        # Depth of every node (one pass per level over the nodes still climbing), then the
-        # levels as slices of one stable sort by depth.
-        depth = np.zeros(n, dtype=np.int64)
-        climbing = np.flatnonzero(parent >= 0)
-        above = parent[climbing]
-        while len(climbing):
-            depth[climbing] += 1
-            above = parent[above]
-            live = above >= 0
-            climbing, above = climbing[live], above[live]
-        by_depth = np.argsort(depth, kind="stable")
-        cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
+        by_depth, cuts = _levels(parent)
         for d in range(len(cuts) - 1):
             level = by_depth[cuts[d] : cuts[d + 1]]
             up = parent[level]
@@ -448,6 +595,49 @@ def extract(
     measurement: str = "",
 ) -> ProfileData:
     """Reduce one profile (and its trace) to a raw tree plus bulk value and trace arrays."""
+    tree, local, locate = _cct_tree(profile, path)
+
+    def lookup(node_ids: npt.NDArray[np.int64], what: str) -> npt.NDArray[np.int64]:
+        """Raw nodes of hpcrun node ids (values, trace records), vectorised."""
+        where = locate(node_ids)
+        if len(node_ids) and np.any(where < 0):
+            bad = node_ids[where < 0][0]
+            raise FormatError(path, what, f"refers to CCT node {int(bad)}, which does not exist")
+        result: npt.NDArray[np.int64] = local[where]
+        return result
+
+    metrics = [metric_info(d) for d in profile.metrics]
+    value_node, metric, decoded = _decoded_values(profile, metrics, lookup, path)
+    trace_time = trace_node = None
+    call_trace = False
+    if trace is not None:
+        records = trace.records
+        trace_time = records["time"].astype(np.uint64)
+        trace_node = lookup(records["node_id"].astype(np.int64), "trace")
+        call_trace = bool(trace.flags & TRACE_FLAG_CALL_TRACE)
+
+    id_tuple = [(int(e["kind"]), int(e["physical"]), int(e["logical"])) for e in profile.id_tuple]
+    return ProfileData(
+        name=name,
+        tree=tree,
+        header=dict(profile.nvpairs),
+        id_tuple=id_tuple,
+        metrics=metrics,
+        value_node=value_node,
+        value_metric=metric,
+        value=decoded,
+        trace_time=trace_time,
+        trace_node=trace_node,
+        call_trace=call_trace,
+        module_paths={lm.path: measurement for lm in profile.load_modules},
+    )
+
+
+def _cct_tree(
+    profile: HpcrunProfile, path: str | None
+) -> tuple[RawTree, npt.NDArray[np.int64], _Locator]:
+    """A profile's CCT as a :class:`RawTree` (formats.md §1.5): the tree, the raw node of each
+    file node, and the lookup from hpcrun node ids to file positions."""
     modules = {lm.id: lm.path for lm in profile.load_modules}
     cct = profile.cct
     ids = cct["id"].astype(np.int64)
@@ -502,34 +692,26 @@ def extract(
         lm_unique, lm_inverse = np.unique(lm_ids, return_inverse=True)
         code = np.asarray([codes[lm] for lm in lm_unique.tolist()], dtype=np.int64)[lm_inverse]
         tree = RawTree.from_columns(parent_pos.astype(np.int64), code, ips, unwound)
-        local = np.arange(n, dtype=np.int64)
-    else:
-        keys: list[RawKey] = list(
-            zip(
-                [module_of[lm] for lm in lm_ids.tolist()],
-                ips.tolist(),
-                unwound.tolist(),
-                strict=True,
-            )
-        )
-        tree = RawTree()
-        local = np.empty(n, dtype=np.int64)
-        for index in range(n):
-            parent = int(parent_pos[index])
-            local[index] = tree.node(-1 if parent < 0 else int(local[parent]), keys[index])
+        return tree, np.arange(n, dtype=np.int64), locate
+    keys: list[RawKey] = list(
+        zip([module_of[lm] for lm in lm_ids.tolist()], ips.tolist(), unwound.tolist(), strict=True)
+    )
+    tree = RawTree()
+    local = np.empty(n, dtype=np.int64)
+    for index in range(n):
+        parent = int(parent_pos[index])
+        local[index] = tree.node(-1 if parent < 0 else int(local[parent]), keys[index])
+    return tree, local, locate
 
-    def lookup(node_ids: npt.NDArray[np.int64], what: str) -> npt.NDArray[np.int64]:
-        """Raw nodes of hpcrun node ids (values, trace records), vectorised."""
-        where = locate(node_ids)
-        if len(node_ids) and np.any(where < 0):
-            bad = node_ids[where < 0][0]
-            raise FormatError(path, what, f"refers to CCT node {int(bad)}, which does not exist")
-        result: npt.NDArray[np.int64] = local[where]
-        return result
 
-    metrics = [metric_info(d) for d in profile.metrics]
-
-    # formats.md §1.8: run i of (value, metric) pairs belongs to node_starts[i].
+def _decoded_values(
+    profile: HpcrunProfile,
+    metrics: list[MetricInfo],
+    lookup: Callable[[npt.NDArray[np.int64], str], npt.NDArray[np.int64]],
+    path: str | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """(raw node, metric index, value x period) of every stored value (formats.md §1.8: run i
+    of (value, metric) pairs belongs to node_starts[i])."""
     values = profile.values
     starts = profile.node_starts
     n_values = len(values)
@@ -548,30 +730,7 @@ def extract(
     real_values = bits.view(np.float64)
     int_values = bits.astype(np.float64)
     decoded = np.where(is_real[metric], real_values, int_values) * period[metric]
-
-    trace_time = trace_node = None
-    call_trace = False
-    if trace is not None:
-        records = trace.records
-        trace_time = records["time"].astype(np.uint64)
-        trace_node = lookup(records["node_id"].astype(np.int64), "trace")
-        call_trace = bool(trace.flags & TRACE_FLAG_CALL_TRACE)
-
-    id_tuple = [(int(e["kind"]), int(e["physical"]), int(e["logical"])) for e in profile.id_tuple]
-    return ProfileData(
-        name=name,
-        tree=tree,
-        header=dict(profile.nvpairs),
-        id_tuple=id_tuple,
-        metrics=metrics,
-        value_node=value_node,
-        value_metric=metric,
-        value=decoded.astype(np.float64),
-        trace_time=trace_time,
-        trace_node=trace_node,
-        call_trace=call_trace,
-        module_paths={lm.path: measurement for lm in profile.load_modules},
-    )
+    return value_node, metric, decoded.astype(np.float64)
 
 
 @dataclass(slots=True)
@@ -594,3 +753,19 @@ def combine(left: Unified, right: Unified) -> Unified:
         data.remap(mapping)
         data.tree = left.tree
     return Unified(left.tree, left.profiles + right.profiles)
+
+
+def reduce_pairwise(parts: list[Unified], jobs: int) -> Unified:
+    """Merge partial unifications pairwise (a tree reduction of depth log2 n)."""
+    if not parts:
+        raise ValueError("nothing to reduce")
+    while len(parts) > 1:
+        pairs = [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+        odd = [parts[-1]] if len(parts) % 2 else []
+        if jobs > 1 and len(pairs) > 1:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                merged = list(pool.map(lambda p: combine(*p), pairs))
+        else:
+            merged = [combine(a, b) for a, b in pairs]
+        parts = merged + odd
+    return parts[0]

@@ -1,15 +1,17 @@
 """``pyprof``: aggregate measurement directories into an HPCToolkit database.
 
-A thin click command over :func:`pyhpctk.analysis.pipeline.run`; see ``docs/pyprof.md``. It builds
-a :class:`~pyhpctk.analysis.options.ProfOptions`, draws one progress bar per stage on stderr when
-stderr is a terminal, and prints a short summary (with any skipped profiles) at the end.
+A thin click command over :func:`pyhpctk.analysis.pipeline.run` (the one analysis driver, on one
+process); see ``docs/pyprof.md``. It builds a :class:`~pyhpctk.analysis.options.ProfOptions` from
+click's values (:func:`prof_options`, shared with pyprof-mpi), draws one progress bar per stage on
+stderr when stderr is a terminal, and prints a short summary (with any skipped profiles).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +21,7 @@ import click
 from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli._common import run_command, version_option
+from pyhpctk.errors import UsageError
 
 
 @contextmanager
@@ -126,51 +129,45 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
     return apply
 
 
-def prof_options(
-    measurements: tuple[Path, ...],
-    output: Path | None,
-    jobs: int,
-    structs: tuple[Path, ...],
-    ignore_structs: bool,
-    metric_mode: str,
-    strict: bool,
-    force: bool,
-    no_sources: bool,
-    progress: bool | None,
-    derived: bool = False,
-) -> ProfOptions:
-    """The options object both commands build from their shared command-line values."""
-    return ProfOptions(
-        measurements=measurements,
-        output=output,
-        jobs=jobs,
-        structs=structs,
-        ignore_structs=ignore_structs,
-        metrics=metric_mode,
-        strict=strict,
-        force=force,
+def prof_options(arguments: Mapping[str, Any]) -> ProfOptions:
+    """The options object both commands build from click's values (the parameter names of
+    :func:`analysis_options`, plus pyprof-mpi's ``memory_limit``)."""
+    progress = arguments["progress"]
+    memory_limit = arguments.get("memory_limit")
+    return ProfOptions.build(
+        arguments["measurements"],
+        output=arguments["output"],
+        jobs=arguments["jobs"],
+        structs=arguments["structs"],
+        ignore_structs=arguments["ignore_structs"],
+        metrics=arguments["metric_mode"],
+        strict=arguments["strict"],
+        force=arguments["force"],
         progress=sys.stderr.isatty() if progress is None else progress,
-        copy_sources=not no_sources,
-        derived=derived,
+        copy_sources=not arguments["no_sources"],
+        derived=arguments["derived"],
+        memory_limit=None if memory_limit is None else parse_size(memory_limit),
     )
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1.5GiB"``, ``"4096"`` -> bytes (binary units, case-insensitive)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise UsageError(f"--memory-limit: cannot read {text!r} as a size (e.g. 512M, 4G)")
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size <= 0:
+        raise UsageError("--memory-limit must be positive")
+    return size
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option("pyprof")
 @analysis_options()
-def command(
-    measurements: tuple[Path, ...],
-    output: Path | None,
-    jobs: int,
-    structs: tuple[Path, ...],
-    ignore_structs: bool,
-    metric_mode: str,
-    strict: bool,
-    force: bool,
-    no_sources: bool,
-    derived: bool,
-    progress: bool | None,
-) -> int:
+def command(**arguments: Any) -> int:
     """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database.
 
     \b
@@ -179,19 +176,7 @@ def command(
     (or quota, or an I/O error) pyprof says so in one line, exits with status 2 and leaves
     nothing under the -o name (a database being replaced stays as it was).
     """
-    options = prof_options(
-        measurements,
-        output,
-        jobs,
-        structs,
-        ignore_structs,
-        metric_mode,
-        strict,
-        force,
-        no_sources,
-        progress,
-        derived,
-    )
+    options = prof_options(arguments)
     report = run(options, _progress_for(options.progress))
     click.echo(report.summary(), err=True)
     return 0

@@ -13,7 +13,6 @@ tree arithmetic only; it must never read or write files.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import NewType
@@ -21,40 +20,11 @@ from typing import NewType
 import numpy as np
 import numpy.typing as npt
 
+# formats.md §3.2: relations, lexical types and entry points are the database's vocabulary.
+from pyhpctk.formats.vocabulary import ENTRY_POINT_NAMES, EntryPoint, LexicalType, Relation
+
 ContextId = NewType("ContextId", int)
 ROOT = ContextId(0)
-
-
-class Relation(enum.IntEnum):
-    """How a context relates to its parent (formats.md §3.2, ``{Ctx}.relation``)."""
-
-    LEXICAL = 0
-    CALL = 1
-    INLINED = 2
-
-
-class LexicalType(enum.IntEnum):
-    """What a context is (formats.md §3.2, ``{Ctx}.lexicalType``)."""
-
-    FUNCTION = 0
-    LOOP = 1
-    LINE = 2
-    INSTRUCTION = 3
-
-
-class EntryPoint(enum.IntEnum):
-    """The kind of an entry point (formats.md §3.2, ``{Entry}.entryPoint``)."""
-
-    UNKNOWN = 0
-    MAIN_THREAD = 1
-    APPLICATION_THREAD = 2
-
-
-ENTRY_POINT_NAMES: dict[EntryPoint, str] = {
-    EntryPoint.UNKNOWN: "unknown entry",
-    EntryPoint.MAIN_THREAD: "main thread",
-    EntryPoint.APPLICATION_THREAD: "application thread",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,3 +228,17 @@ class ContextTree:
             elif self.depth[ident] != self.depth[parent] + 1:
                 problems.append(f"context {ident}: depth {self.depth[ident]} is not parent's + 1")
         return problems
+
+
+__all__ = [
+    "ENTRY_POINT_NAMES",
+    "ROOT",
+    "ROOT_KEY",
+    "ContextId",
+    "ContextKey",
+    "ContextTree",
+    "EntryPoint",
+    "Function",
+    "LexicalType",
+    "Relation",
+]

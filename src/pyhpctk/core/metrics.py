@@ -12,35 +12,20 @@ Data only, no I/O.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-# formats.md §3.2, the four scopes in hpcprof's order: (name, type, propagation index).
-SCOPE_POINT, SCOPE_FUNCTION, SCOPE_LEX_AWARE, SCOPE_EXECUTION = 0, 1, 2, 3
-SCOPE_NAMES: tuple[str, ...] = ("point", "function", "lex_aware", "execution")
-SCOPE_TYPE_CUSTOM, SCOPE_TYPE_POINT, SCOPE_TYPE_EXECUTION, SCOPE_TYPE_TRANSITIVE = 0, 1, 2, 3
-SCOPE_TYPES: tuple[int, ...] = (
-    SCOPE_TYPE_POINT,
-    SCOPE_TYPE_TRANSITIVE,
-    SCOPE_TYPE_CUSTOM,
-    SCOPE_TYPE_EXECUTION,
+# formats.md §3.2: the four scopes and the combine operators are the database's vocabulary.
+from pyhpctk.formats.vocabulary import (
+    N_SCOPES,
+    NO_PROPAGATION_INDEX,
+    SCOPE_EXECUTION,
+    SCOPE_FUNCTION,
+    SCOPE_LEX_AWARE,
+    SCOPE_NAMES,
+    SCOPE_POINT,
+    Combine,
+    StandardScope,
 )
-NO_PROPAGATION_INDEX = 255  # formats.md §3.9 item 8
-SCOPE_PROPAGATION_INDEX: tuple[int, ...] = (
-    NO_PROPAGATION_INDEX,
-    0,
-    NO_PROPAGATION_INDEX,
-    NO_PROPAGATION_INDEX,
-)
-N_SCOPES = len(SCOPE_NAMES)
-
-
-class Combine(enum.IntEnum):
-    """How a partial combines across profiles (formats.md §3.2, ``{SS}.combine``)."""
-
-    SUM = 0
-    MIN = 1
-    MAX = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +69,23 @@ class MetricInfo:
         return bool(self.formula)
 
 
-def prop_metric_id(base: int, scope: int) -> int:
-    """formats.md §3.2: the id of ``scope``'s values in non-summary profiles and cct.db."""
-    return base + scope
-
-
-def stat_metric_id(base: int, partial: int, scope: int) -> int:
-    """formats.md §3.2: the id of partial ``partial`` of ``scope`` in the summary profile."""
-    return base + N_SCOPES * partial + scope
+__all__ = [
+    "COUNT",
+    "MAX",
+    "MIN",
+    "NO_PROPAGATION_INDEX",
+    "N_SCOPES",
+    "PARTIALS_STATS",
+    "PARTIALS_SUM",
+    "SCOPE_EXECUTION",
+    "SCOPE_FUNCTION",
+    "SCOPE_LEX_AWARE",
+    "SCOPE_NAMES",
+    "SCOPE_POINT",
+    "SUM",
+    "SUM_OF_SQUARES",
+    "Combine",
+    "MetricInfo",
+    "Partial",
+    "StandardScope",
+]

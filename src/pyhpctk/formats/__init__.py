@@ -11,18 +11,18 @@ asking each module in a fixed order, then delegate::
     obj = pyhpctk.formats.read("profile.db")
     pyhpctk.formats.write(obj, "copy.db")
 
-This module must never do I/O beyond reading a file's first bytes to detect its format.
+This module must never do I/O beyond reading a file's first bytes to detect its format, and
+must stay cheap to import: pyrun's code inside measured processes imports the stdlib-only
+:mod:`.hpcrun_constants` and :mod:`.vocabulary` below it, so ``typing`` and ``importlib`` are
+imported where they are needed.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import typing
 from types import ModuleType
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import open_regular
 
 # Detection order: binary formats with fixed magics first, XML last (formats.md §1-4).
 FORMAT_NAMES: tuple[str, ...] = (
@@ -42,6 +42,8 @@ def module(name: str) -> ModuleType:
     """The module implementing format ``name`` (one of :data:`FORMAT_NAMES`)."""
     if name not in FORMAT_NAMES:
         raise ValueError(f"unknown format {name!r}")
+    import importlib
+
     return importlib.import_module(f"{__name__}.{name}")
 
 
@@ -55,6 +57,8 @@ def detect(head: bytes) -> str | None:
 
 def detect_file(path: str | os.PathLike[str]) -> str:
     """The format of the file at ``path``; a FormatError when it is none we know."""
+    from pyhpctk.formats._whole import open_regular  # imports typing: not at the top
+
     with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
         try:
             head = stream.read(SNIFF_BYTES)
@@ -72,6 +76,8 @@ def read(path: str | os.PathLike[str]) -> object:
 
 
 def _model_type(name: str) -> type:
+    import typing
+
     hints = typing.get_type_hints(module(name).read)
     model = hints["return"]
     assert isinstance(model, type)

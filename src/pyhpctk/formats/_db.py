@@ -649,17 +649,19 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
         self._path = path
         self._label = label
         self._make = make
-        self._ni, self._pi = index[0].astype(np.int64), index[1].astype(np.int64)
-        self._nv, self._pv = values[0].astype(np.int64), values[1].astype(np.int64)
+        # Kept as they are (views of the file's info records): 100,000 profiles' counts and
+        # pointers copied would be memory that grows with the profiles (issue #19).
+        self._ni, self._pi = index[0], index[1]
+        self._nv, self._pv = values[0], values[1]
         self._idt, self._vdt = index[2], values[2]
 
     def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(values, index entries)`` per block, without reading any block."""
-        return self._nv, self._ni
+        return self._nv.astype(np.int64), self._ni.astype(np.int64)
 
     def pointers(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(pointer to the values, pointer to the index)`` per block."""
-        return self._pv, self._pi
+        return self._pv.astype(np.int64), self._pi.astype(np.int64)
 
     def __len__(self) -> int:
         return len(self._nv)

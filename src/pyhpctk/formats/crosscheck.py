@@ -28,8 +28,9 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import cctdb, hpctrace, metadb, profiledb, tracedb
+from pyhpctk.formats.hpcrun_constants import UNKNOWN_FID
 from pyhpctk.formats.hpcrun_model import HpcrunProfile, HpctraceFile, is_time_metric
-from pyhpctk.formats.logical import UNKNOWN_FID, LogicalMetadata
+from pyhpctk.formats.logical import LogicalMetadata
 
 Read = Mapping[Path, tuple[str, object]]
 """What a directory's files were read as: path -> (format name, model)."""

@@ -10,11 +10,54 @@ them with ``tobytes()`` and a reader can take them with ``np.frombuffer`` withou
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+# The constants of the format are declared in .hpcrun_constants (stdlib only, so that pyrun's
+# encoder shares them); they are re-exported here for the model's users.
+from pyhpctk.formats.hpcrun_constants import (
+    CCT_FLAG_UNWOUND,
+    CCT_ID_RETAINED,
+    DEFAULT_ID_NAMES,
+    GPU_CONTEXT_LM_ID,
+    GPU_RANGE_LM_ID,
+    GPU_ROOT_LM_ID,
+    ID_INTERPRETATION_NAMES,
+    ID_KIND_NAMES,
+    INTERP_BOTH_VALID,
+    INTERP_LOGIC_GLOBAL,
+    INTERP_LOGIC_LOCAL,
+    INTERP_LOGIC_ONLY,
+    KIND_CORE,
+    KIND_GPUCONTEXT,
+    KIND_GPUDEVICE,
+    KIND_GPUSTREAM,
+    KIND_NODE,
+    KIND_RANK,
+    KIND_SUMMARY,
+    KIND_THREAD,
+    LM_FLAG_ANALYZE,
+    METRIC_SHOW_NAMES,
+    METRIC_TYPE_NAMES,
+    METRIC_VALFMT_NAMES,
+    METRIC_VALTY_NAMES,
+    PLACEHOLDER_LM_ID,
+    PLACEHOLDER_NAMES,
+    TIME_UNITS,
+    TRACE_FLAG_CALL_TRACE,
+    TRACE_FLAG_DATA_CENTRIC,
+    TRACE_FLAG_LCA,
+    VALFMT_INT,
+    VALFMT_REAL,
+    id_interpretation,
+    id_kind,
+    is_time_metric,
+    metric_flags,
+    placeholder_ip,
+    placeholder_text,
+)
 
 # formats.md §1.5: { u32 id; u32 parent_id; u16 lm_id; u64 lm_ip; u8 flags }, packed, big-endian.
 CCT_NODE_DTYPE = np.dtype(
@@ -33,147 +76,6 @@ assert ID_TUPLE_ELEMENT_DTYPE.itemsize == 18
 # formats.md §2: { u64 time_ns; u32 cct_node_id }, big-endian.
 TRACE_RECORD_DTYPE = np.dtype([("time", ">u8"), ("node_id", ">u4")])
 assert TRACE_RECORD_DTYPE.itemsize == 12
-
-CCT_FLAG_UNWOUND = 0x1
-LM_FLAG_ANALYZE = 0x1
-PLACEHOLDER_LM_ID = 0  # formats.md §1.5: lm_id 0 marks a placeholder node
-TRACE_FLAG_DATA_CENTRIC = 0x1
-TRACE_FLAG_LCA = 0x2
-TRACE_FLAG_CALL_TRACE = 0x4
-
-# formats.md §1.7: the dictionary hpcrun always writes.
-DEFAULT_ID_NAMES: tuple[tuple[int, str], ...] = (
-    (0, "SUMMARY"),
-    (1, "NODE"),
-    (2, "RANK"),
-    (3, "THREAD"),
-    (4, "GPUDEVICE"),
-    (5, "GPUCONTEXT"),
-    (6, "GPUSTREAM"),
-    (7, "CORE"),
-)
-
-# Id-tuple kinds (bits 0-13) and interpretations (bits 14-15), formats.md §1.8.
-KIND_SUMMARY, KIND_NODE, KIND_RANK, KIND_THREAD = 0, 1, 2, 3
-KIND_GPUDEVICE, KIND_GPUCONTEXT, KIND_GPUSTREAM, KIND_CORE = 4, 5, 6, 7
-INTERP_BOTH_VALID, INTERP_LOGIC_LOCAL, INTERP_LOGIC_GLOBAL, INTERP_LOGIC_ONLY = 0, 1, 2, 3
-
-
-# formats.md §1.5: lm_id values of hpcrun's "outlined range trees" (GPU_ROOT is a second root).
-GPU_ROOT_LM_ID, GPU_RANGE_LM_ID, GPU_CONTEXT_LM_ID = 65533, 65532, 65531
-CCT_ID_RETAINED = 0x1  # formats.md §1.5: bit 0 of a node id marks the leaf of a trace sample
-
-# formats.md §1.6: fields of the 16-byte metric flags block (little-endian C struct).
-METRIC_TYPE_NAMES = {0: "null", 1: "raw", 2: "final", 3: "derived"}
-METRIC_VALTY_NAMES = {0: "null", 1: "inclusive", 2: "exclusive"}
-VALFMT_INT, VALFMT_REAL = 1, 2
-METRIC_VALFMT_NAMES = {0: "null", VALFMT_INT: "int", VALFMT_REAL: "real"}
-METRIC_SHOW_NAMES = {
-    0: "hide",
-    1: "show",
-    2: "show-inclusive",
-    3: "show-exclusive",
-    4: "invisible",
-}
-
-# Metric names carry their unit in parentheses (``CPUTIME (sec)``, ``GKER (sec)``, formats.md §1.6
-# and §7); a time can be neither negative nor anything but a finite number.
-TIME_UNITS = frozenset({"sec", "s", "msec", "ms", "usec", "us", "nsec", "ns"})
-
-
-def is_time_metric(name: str) -> bool:
-    """Does metric ``name`` measure a time (its unit suffix is seconds or a fraction of one)?"""
-    head, _, unit = name.rpartition(" (")
-    return bool(head) and unit.endswith(")") and unit[:-1] in TIME_UNITS
-
-
-# Id-tuple kind names (formats.md §1.7) and interpretation names (§1.8).
-ID_KIND_NAMES = dict(DEFAULT_ID_NAMES)
-ID_INTERPRETATION_NAMES = {0: "BOTH_VALID", 1: "LOGIC_LOCAL", 2: "LOGIC_GLOBAL", 3: "LOGIC_ONLY"}
-
-# formats.md §1.5 and HPCToolkit's placeholders.c: the 8-character code of each placeholder and
-# the name it is presented under (placeholders.c gives none for the first four and "OMT None";
-# those names here are descriptive).
-PLACEHOLDER_NAMES: dict[str, str] = {
-    "*Unnorm ": "<unnormalized ip>",
-    "^Primary": "<primary root>",
-    "^Partial": "<partial root>",
-    "NoActvty": "<no activity>",
-    "| Main  ": "<program root>",
-    "| Thread": "<thread root>",
-    "OMP Idle": "<omp idle>",
-    "OMPOvrHd": "<omp overhead>",
-    "OMPBarrW": "<omp barrier wait>",
-    "OMPTaskW": "<omp task wait>",
-    "OMPMtexW": "<omp mutex wait>",
-    "OMPUresv": "<omp region unresolved>",
-    "OMTAlloc": "<omp tgt alloc>",
-    "OMTDelte": "<omp tgt delete>",
-    "OMTCpIn ": "<omp tgt copyin>",
-    "OMTCpOut": "<omp tgt copyout>",
-    "OMTKernl": "<omp tgt kernel>",
-    "OMT None": "<omp tgt none>",
-    "GPUCp?2?": "<gpu copy>",
-    "GPUCpH2D": "<gpu copyin>",
-    "GPUCpD2H": "<gpu copyout>",
-    "GPUAlloc": "<gpu alloc>",
-    "GPUDelte": "<gpu delete>",
-    "GPUKernl": "<gpu kernel>",
-    "GPUMemst": "<gpu memset>",
-    "GPU Sync": "<gpu sync>",
-    "GPUTrace": "<gpu kernel>",
-}
-
-
-def metric_flags(
-    type: int = 1,
-    value_type: int = 0,
-    value_format: int = VALFMT_REAL,
-    move_to_proc: bool = False,
-    partner: int = 0,
-    show: int = 1,
-    show_percent: bool = True,
-) -> bytes:
-    """The 16-byte metric flags block (formats.md §1.6), as hpcrun writes it.
-
-    ::
-
-        byte  0     1      2       3          4-5 (LE)  6     7            8-15
-              type  valTy  valFmt  move2proc  partner   show  showPercent  unused (0)
-    """
-    return struct.pack(
-        "<BBBBHBB8x",
-        type,
-        value_type,
-        value_format,
-        int(move_to_proc),
-        partner,
-        show,
-        int(show_percent),
-    )
-
-
-def id_kind(kind: int) -> int:
-    """The kind (bits 0-13) of an id-tuple element's ``kind`` field (formats.md §1.8)."""
-    return kind & 0x3FFF
-
-
-def id_interpretation(kind: int) -> int:
-    """The interpretation (bits 14-15) of an id-tuple element's ``kind`` field."""
-    return (kind >> 14) & 0x3
-
-
-def placeholder_ip(text: str) -> int:
-    """Pack an 8-character placeholder name (``^Primary``, ``GPUKernl``...) as hpcrun does."""
-    raw = text.encode("ascii")
-    if len(raw) != 8:
-        raise ValueError(f"placeholder names are 8 ASCII characters, got {text!r}")
-    return int.from_bytes(raw, "big")
-
-
-def placeholder_text(ip: int) -> str:
-    """The 8-character name packed in a placeholder node's ``lm_ip``."""
-    return ip.to_bytes(8, "big").decode("ascii", errors="replace")
 
 
 @dataclass(slots=True)
@@ -383,3 +285,58 @@ def traces_equal(a: HpctraceFile, b: HpctraceFile) -> bool:
         and a.flags == b.flags
         and _same_array(a.records, b.records, TRACE_RECORD_DTYPE)
     )
+
+
+__all__ = [
+    "CCT_FLAG_UNWOUND",
+    "CCT_ID_RETAINED",
+    "CCT_NODE_DTYPE",
+    "DEFAULT_ID_NAMES",
+    "GPU_CONTEXT_LM_ID",
+    "GPU_RANGE_LM_ID",
+    "GPU_ROOT_LM_ID",
+    "ID_INTERPRETATION_NAMES",
+    "ID_KIND_NAMES",
+    "ID_TUPLE_ELEMENT_DTYPE",
+    "INTERP_BOTH_VALID",
+    "INTERP_LOGIC_GLOBAL",
+    "INTERP_LOGIC_LOCAL",
+    "INTERP_LOGIC_ONLY",
+    "KIND_CORE",
+    "KIND_GPUCONTEXT",
+    "KIND_GPUDEVICE",
+    "KIND_GPUSTREAM",
+    "KIND_NODE",
+    "KIND_RANK",
+    "KIND_SUMMARY",
+    "KIND_THREAD",
+    "LM_FLAG_ANALYZE",
+    "METRIC_SHOW_NAMES",
+    "METRIC_TYPE_NAMES",
+    "METRIC_VALFMT_NAMES",
+    "METRIC_VALTY_NAMES",
+    "METRIC_VALUE_DTYPE",
+    "NODE_START_DTYPE",
+    "PLACEHOLDER_LM_ID",
+    "PLACEHOLDER_NAMES",
+    "TIME_UNITS",
+    "TRACE_FLAG_CALL_TRACE",
+    "TRACE_FLAG_DATA_CENTRIC",
+    "TRACE_FLAG_LCA",
+    "TRACE_RECORD_DTYPE",
+    "VALFMT_INT",
+    "VALFMT_REAL",
+    "HpcrunProfile",
+    "HpctraceFile",
+    "LoadModule",
+    "MetricDescriptor",
+    "empty_cct",
+    "id_interpretation",
+    "id_kind",
+    "is_time_metric",
+    "metric_flags",
+    "placeholder_ip",
+    "placeholder_text",
+    "profiles_equal",
+    "traces_equal",
+]

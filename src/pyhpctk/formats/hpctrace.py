@@ -30,6 +30,7 @@ from pyhpctk.errors import FormatError
 from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun import parse_version
 from pyhpctk.formats.hpcrun_check import trace_span
+from pyhpctk.formats.hpcrun_constants import ENDIAN_BIG, TRACE_MAGIC, TRACE_VERSION
 from pyhpctk.formats.hpcrun_model import (
     CCT_ID_RETAINED,
     TRACE_FLAG_CALL_TRACE,
@@ -57,10 +58,9 @@ __all__ = [
     "write",
 ]
 
-MAGIC = b"HPCRUN-trace______"
-VERSION = "01.01"
+MAGIC = TRACE_MAGIC  # formats.md §2 (.hpcrun_constants)
+VERSION = TRACE_VERSION
 MAJOR, MINOR = 1, 1
-ENDIAN_BIG = b"b"
 HEADER_SIZE = 32  # 24 bytes of text + u64 flags (formats.md §2)
 HEADER_SIZE_1_00 = 24  # version 01.00 has no flags word
 KNOWN_FLAGS = TRACE_FLAG_DATA_CENTRIC | TRACE_FLAG_LCA | TRACE_FLAG_CALL_TRACE

@@ -24,6 +24,7 @@ from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats._whole import Source, read_whole
+from pyhpctk.formats.hpcrun_constants import LOGICAL_MAGIC, UNKNOWN_FID
 
 __all__ = [
     "MAGIC",
@@ -38,10 +39,9 @@ __all__ = [
     "write",
 ]
 
-MAGIC = b"HPCLOGICAL"
+MAGIC = LOGICAL_MAGIC  # formats.md §1.10 (.hpcrun_constants)
 MANGLING_NONE, MANGLING_CXX = 0, 1
 MANGLING_NAMES = {MANGLING_NONE: "none", MANGLING_CXX: "C++"}
-UNKNOWN_FID = 0  # formats.md §1.10: fid 0 is reserved for "unknown"
 
 
 @dataclass(frozen=True, slots=True)

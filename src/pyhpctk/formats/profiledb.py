@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TextIO
+from typing import Any, ClassVar, TextIO, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -233,6 +233,99 @@ def block_size(n_values: int, n_contexts: int) -> int:
     )
 
 
+class ProfileTable(Sequence[ProfileInfo]):
+    """The profile infos of a profile.db read from a file, each made only when asked for.
+
+    It holds views of the file (the ProfileInfos records and the buffer the id tuples are in),
+    so a database of 100,000 profiles opens without 100,000 objects; :func:`read` has checked
+    every id tuple already. :meth:`is_summary` and :meth:`has_kind` answer for all profiles
+    at once, with numpy.
+    """
+
+    __slots__ = ("_buf", "_flags", "_pointers")
+
+    def __init__(
+        self, buf: _db.Buffer, flags: npt.NDArray[np.uint32], pointers: npt.NDArray[np.uint64]
+    ) -> None:
+        self._buf = buf
+        self._flags = flags
+        self._pointers = pointers
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    @overload
+    def __getitem__(self, index: int) -> ProfileInfo: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[ProfileInfo, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> ProfileInfo | tuple[ProfileInfo, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("profile index out of range")
+        summary = bool(int(self._flags[index]) & PROFILE_FLAG_SUMMARY)
+        at = int(self._pointers[index])
+        if not at:
+            return ProfileInfo(summary, None)
+        n = int(np.frombuffer(self._buf, ID_TUPLE_HEADER_DTYPE, 1, at)["n_ids"][0])
+        elements = np.frombuffer(self._buf, ID_ELEMENT_DTYPE, n, at + 8).tolist()
+        return ProfileInfo(
+            summary,
+            tuple(
+                IdTupleElement(int(k), bool(f & ID_FLAG_PHYSICAL), lg, ph)
+                for k, f, lg, ph in elements
+            ),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def is_summary(self) -> npt.NDArray[np.bool_]:
+        """Per profile: is it a summary profile?"""
+        summary: npt.NDArray[np.bool_] = (np.asarray(self._flags) & PROFILE_FLAG_SUMMARY) != 0
+        return summary
+
+    def has_kind(self, kinds: Sequence[int]) -> npt.NDArray[np.bool_]:
+        """Per profile: does its id tuple have an element of one of ``kinds``?"""
+        found = np.zeros(len(self), dtype=bool)
+        pointers = np.asarray(self._pointers, dtype=np.int64)
+        raw = np.frombuffer(self._buf, np.uint8)
+        with_tuple = np.flatnonzero(pointers)
+        at = pointers[with_tuple]
+        n = raw[at].astype(np.int64) | (raw[at + 1].astype(np.int64) << 8)
+        element = np.repeat(at + 8, n) + 16 * (
+            np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        )
+        hit = np.isin(raw[element], np.asarray(kinds, dtype=np.uint8))
+        owner = np.repeat(with_tuple, n)
+        found[owner[hit]] = True
+        return found
+
+
+def _id_tuples_fit(buf: _db.Buffer, pointers: npt.NDArray[np.uint64], limit: int) -> bool:
+    """Do all id tuples lie inside ``[0, limit)`` without overlapping one another (the checks of
+    :func:`_refuse_overlapping_tuples` and :func:`_read_id_tuple`, for every profile at once)?"""
+    at = np.unique(np.asarray(pointers, dtype=np.uint64))
+    at = at[at != 0]
+    if not len(at):
+        return True
+    if int(at.max()) + 2 > len(buf):
+        return False
+    raw = np.frombuffer(buf, np.uint8)
+    start = at.astype(np.int64)
+    n = raw[start].astype(np.int64) | (raw[start + 1].astype(np.int64) << 8)
+    end = start + ID_TUPLE_HEADER_DTYPE.itemsize + 16 * n
+    return bool(np.all(end <= limit)) and not bool(np.any(start[1:] < end[:-1]))
+
+
 def default_block_order(profiles: Sequence[ProfileInfo]) -> tuple[int, ...]:
     """hpcprof's order when nothing else is known: non-summary profiles by index, summaries last."""
     return tuple(i for i, p in enumerate(profiles) if not p.is_summary) + tuple(
@@ -255,28 +348,37 @@ class ProfileDB:
         self,
         profiles: Sequence[ProfileInfo],
         values: Sequence[ProfileValues],
-        block_order: Sequence[int] | None = None,
+        block_order: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
     ) -> None:
-        self.profiles: tuple[ProfileInfo, ...] = tuple(profiles)
+        self.profiles: Sequence[ProfileInfo] = (
+            profiles if isinstance(profiles, ProfileTable) else tuple(profiles)
+        )
         self.values: Sequence[ProfileValues] = values
         if len(values) != len(self.profiles):
             raise ValueError(f"{len(self.profiles)} profiles but {len(values)} value blocks")
-        if block_order is not None:
-            block_order = tuple(int(i) for i in block_order)
-            if sorted(block_order) != list(range(len(self.profiles))):
+        order: npt.NDArray[np.int64] | None = None
+        if block_order is not None:  # an array: 100,000 profiles' order is not 100,000 ints
+            order = np.asarray(block_order, dtype=np.int64).reshape(-1)
+            if not np.array_equal(np.sort(order), np.arange(len(self.profiles))):
                 raise ValueError("block_order must be a permutation of the profile indices")
-        self._block_order: tuple[int, ...] | None = block_order
+        self._block_order = order
 
     @property
     def block_order(self) -> tuple[int, ...]:
         """The order of the value blocks in the file."""
         if self._block_order is None:
             return default_block_order(self.profiles)
-        return self._block_order
+        return tuple(self._block_order.tolist())
 
     def block(self, index: int) -> ProfileValues:
         """Profile ``index``'s value block (read and checked on demand for a file)."""
         return self.values[index]
+
+    def is_summary(self) -> npt.NDArray[np.bool_]:
+        """Per profile: is it a summary profile? (no ProfileInfo made for a file's profiles)"""
+        if isinstance(self.profiles, ProfileTable):
+            return self.profiles.is_summary()
+        return np.array([p.is_summary for p in self.profiles], dtype=bool)
 
     def value_counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(n_values, n_contexts)`` per profile, without loading any value block."""
@@ -387,16 +489,23 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
         ],
     )
     tuple_limit = min(limit, tuples_at + tuples_size)
-    _refuse_overlapping_tuples(buf, path, infos["p_id_tuple"])
-    cache: dict[int, tuple[IdTupleElement, ...]] = {}
-    profiles: list[ProfileInfo] = []
-    for flags, p_tuple in zip(infos["flags"].tolist(), infos["p_id_tuple"].tolist(), strict=True):
-        id_tuple: tuple[IdTupleElement, ...] | None = None
-        if p_tuple:
-            if p_tuple not in cache:
-                cache[p_tuple] = _read_id_tuple(buf, p_tuple, path, tuple_limit)
-            id_tuple = cache[p_tuple]
-        profiles.append(ProfileInfo(bool(flags & PROFILE_FLAG_SUMMARY), id_tuple))
+    profiles: Sequence[ProfileInfo]
+    if _id_tuples_fit(buf, infos["p_id_tuple"], tuple_limit):
+        # Every tuple checked at once; each profile's info is made when asked for.
+        profiles = ProfileTable(buf, infos["flags"], infos["p_id_tuple"])
+    else:  # one of them is wrong: find which, for the message
+        _refuse_overlapping_tuples(buf, path, infos["p_id_tuple"])
+        cache: dict[int, tuple[IdTupleElement, ...]] = {}
+        profiles = []
+        for flags, p_tuple in zip(
+            infos["flags"].tolist(), infos["p_id_tuple"].tolist(), strict=True
+        ):
+            id_tuple: tuple[IdTupleElement, ...] | None = None
+            if p_tuple:
+                if p_tuple not in cache:
+                    cache[p_tuple] = _read_id_tuple(buf, p_tuple, path, tuple_limit)
+                id_tuple = cache[p_tuple]
+            profiles.append(ProfileInfo(bool(flags & PROFILE_FLAG_SUMMARY), id_tuple))
     # Recover the block order: by file offset; a zero-byte block sits before the block it aliases.
     nonempty = (infos["n_values"] > 0) | (infos["n_ctxs"] > 0)
     order = np.lexsort((np.arange(n), nonempty, infos["p_values"]))
@@ -410,8 +519,8 @@ def read(source: _db.Source, *, lazy: bool = True) -> ProfileDB:
     )
     if not lazy:
         values_list = [values[i] for i in range(n)]
-        return ProfileDB(profiles, values_list, order.tolist())
-    return ProfileDB(profiles, values, order.tolist())
+        return ProfileDB(profiles, values_list, order)
+    return ProfileDB(profiles, values, order)
 
 
 # --------------------------------------------------------------------------------------------

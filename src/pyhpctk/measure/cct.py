@@ -26,28 +26,22 @@ import itertools
 import threading
 from array import array
 
+# formats.md §1.5, §1.10: placeholder names (8 ASCII characters, packed big-endian into lm_ip),
+# the placeholders' lm id and Python frames' lm_ip, declared with the format's other constants.
+from pyhpctk.formats.hpcrun_constants import LOGICAL_FID_SHIFT as FID_SHIFT
+from pyhpctk.formats.hpcrun_constants import LOGICAL_LINE_MASK as LINE_MASK
+from pyhpctk.formats.hpcrun_constants import MAIN_FENCE as MAIN_FENCE
+from pyhpctk.formats.hpcrun_constants import NO_ACTIVITY as NO_ACTIVITY
+from pyhpctk.formats.hpcrun_constants import PLACEHOLDER_LM_ID as PLACEHOLDER_LM
+from pyhpctk.formats.hpcrun_constants import PRIMARY_ROOT as PRIMARY_ROOT
+from pyhpctk.formats.hpcrun_constants import THREAD_FENCE as THREAD_FENCE
+from pyhpctk.formats.hpcrun_constants import placeholder_ip as placeholder_ip
+
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from types import CodeType, FrameType
 
-# formats.md §1.5: placeholder names (8 ASCII characters, packed big-endian into lm_ip).
-PRIMARY_ROOT = "^Primary"
-MAIN_FENCE = "| Main  "
-THREAD_FENCE = "| Thread"
-NO_ACTIVITY = "NoActvty"
-
-PLACEHOLDER_LM = 0  # formats.md §1.5: lm_id 0 marks a placeholder node
 FIRST_NODE_ID = 12  # formats.md §1.5: hpcrun allocates ids 12, 14, 16...
-FID_SHIFT = 32  # formats.md §1.10: lm_ip = fid << 32 | line
-LINE_MASK = 0xFFFFFFFF
-
-
-def placeholder_ip(text: str) -> int:
-    """The ``lm_ip`` of placeholder ``text`` (8 ASCII characters, first one most significant)."""
-    raw = text.encode("ascii")
-    if len(raw) != 8:
-        raise ValueError(f"placeholder names are 8 ASCII characters, got {text!r}")
-    return int.from_bytes(raw, "big")
 
 
 class NodeIdAllocator:

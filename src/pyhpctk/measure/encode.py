@@ -19,6 +19,25 @@ from __future__ import annotations
 
 import struct
 
+from pyhpctk.formats.hpcrun_constants import (
+    DEFAULT_ID_NAMES,
+    ENDIAN_BIG,
+    FOOTER_MAGIC,
+    INTERP_LOGIC_LOCAL,
+    INTERP_LOGIC_ONLY,
+    KIND_NODE,
+    KIND_RANK,
+    KIND_THREAD,
+    LOGICAL_MAGIC,
+    PROFILE_MAGIC,
+    PROFILE_VERSION,
+    SECTION_ALIGNMENT,
+    SPARSE_END_NODE,
+    TRACE_MAGIC,
+    TRACE_VERSION,
+    id_kind_word,
+)
+
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -26,26 +45,9 @@ if TYPE_CHECKING:
     from pyhpctk.formats.hpcrun_model import HpcrunProfile, HpctraceFile
     from pyhpctk.measure.cct import FunctionStanza, MetricKind, ThreadCCT
 
-PROFILE_MAGIC = b"HPCRUN-profile____04.00b"  # formats.md §1.3
-TRACE_MAGIC = b"HPCRUN-trace______01.01b"  # formats.md §2
-LOGICAL_MAGIC = b"HPCLOGICAL"  # formats.md §1.10
-FOOTER_MAGIC = 0x48504352554E736D  # formats.md §1.9: "HPCRUNsm"
-SECTION_ALIGN = 1024  # formats.md §1.2: every section after the header starts on 1 KiB
-VALUES_END = 0x656E6421  # formats.md §1.8: "end!" sentinel node id
-
-# formats.md §1.7: the dictionary hpcrun always writes.
-ID_NAMES: tuple[tuple[int, str], ...] = (
-    (0, "SUMMARY"),
-    (1, "NODE"),
-    (2, "RANK"),
-    (3, "THREAD"),
-    (4, "GPUDEVICE"),
-    (5, "GPUCONTEXT"),
-    (6, "GPUSTREAM"),
-    (7, "CORE"),
-)
-KIND_NODE, KIND_RANK, KIND_THREAD = 1, 2, 3
-INTERP_LOGIC_LOCAL, INTERP_LOGIC_ONLY = 1, 3
+# formats.md §1.3, §2: the 24 bytes every profile and trace starts with (magic, version, "b").
+PROFILE_HEADER_PREFIX = PROFILE_MAGIC + PROFILE_VERSION.encode("ascii") + ENDIAN_BIG
+TRACE_HEADER_PREFIX = TRACE_MAGIC + TRACE_VERSION.encode("ascii") + ENDIAN_BIG
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -112,10 +114,11 @@ class ProfileIdentity:
 
     def id_tuple(self) -> list[tuple[int, int, int]]:
         """``(kind word, physical, logical)`` as hpcrun writes a CPU thread (formats.md §1.8)."""
-        elements = [((INTERP_LOGIC_LOCAL << 14) | KIND_NODE, self.host_id, 0)]
+        elements = [(id_kind_word(KIND_NODE, INTERP_LOGIC_LOCAL), self.host_id, 0)]
         if self.mpi_rank is not None:
-            elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_RANK, self.mpi_rank, self.mpi_rank))
-        elements.append(((INTERP_LOGIC_ONLY << 14) | KIND_THREAD, self.thread, self.thread))
+            rank = id_kind_word(KIND_RANK, INTERP_LOGIC_ONLY)
+            elements.append((rank, self.mpi_rank, self.mpi_rank))
+        elements.append((id_kind_word(KIND_THREAD, INTERP_LOGIC_ONLY), self.thread, self.thread))
         return elements
 
 
@@ -126,7 +129,7 @@ def _str(text: str) -> bytes:
 
 def _pad_to(chunks: list[bytes], size: int) -> int:
     """Pad the output to the next section boundary; return the new offset."""
-    start = -(-size // SECTION_ALIGN) * SECTION_ALIGN
+    start = -(-size // SECTION_ALIGNMENT) * SECTION_ALIGNMENT
     if start > size:
         chunks.append(bytes(start - size))
     return start
@@ -238,7 +241,7 @@ def encode_profile(
     footer: list[int] = []
     # formats.md §1.3: header.
     nvpairs = identity.nvpairs(*trace_span)
-    header = [PROFILE_MAGIC, _U32.pack(len(nvpairs))]
+    header = [PROFILE_HEADER_PREFIX, _U32.pack(len(nvpairs))]
     for name, value in nvpairs:
         header += [_str(name), _str(value)]
     size = 0
@@ -281,7 +284,8 @@ def encode_profile(
     section(metric_table(kinds))
     # formats.md §1.7: id-tuple dictionary.
     section(
-        _U16.pack(len(ID_NAMES)) + b"".join(_U16.pack(kind) + _str(name) for kind, name in ID_NAMES)
+        _U16.pack(len(DEFAULT_ID_NAMES))
+        + b"".join(_U16.pack(kind) + _str(name) for kind, name in DEFAULT_ID_NAMES)
     )
     # formats.md §1.8: this thread's id tuple and sparse values.
     id_tuple = identity.id_tuple()
@@ -292,7 +296,7 @@ def encode_profile(
     for node, triples in node_values:
         starts.append(_NODE_START.pack(written[node], len(pairs)))
         pairs += _pack_values(triples)
-    starts.append(_NODE_START.pack(VALUES_END, n_values))
+    starts.append(_NODE_START.pack(SPARSE_END_NODE, n_values))
     section(
         _U16.pack(len(id_tuple))
         + b"".join(_ID_ELEMENT.pack(*element) for element in id_tuple)
@@ -312,7 +316,7 @@ def encode_trace(cct: ThreadCCT, times: Iterable[int], nodes: Iterable[int]) -> 
     pack = _TRACE_RECORD.pack
     written = cct.written_id
     return (
-        TRACE_MAGIC
+        TRACE_HEADER_PREFIX
         + _U64.pack(0)
         + b"".join(pack(time, written(node)) for time, node in zip(times, nodes, strict=True))
     )
@@ -389,7 +393,7 @@ def profile_model(
         load_modules=[LoadModule(lm_id, path, flags) for lm_id, path, flags in load_modules],
         cct=nodes,
         metrics=metrics,
-        id_names=list(ID_NAMES),
+        id_names=list(DEFAULT_ID_NAMES),
         id_tuple=np.array(identity.id_tuple(), dtype=ID_TUPLE_ELEMENT_DTYPE),
         values=values,
         node_starts=starts,

@@ -37,6 +37,7 @@ import threading
 import time
 from array import array
 
+from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE  # formats.md §1.4
 from pyhpctk.measure import engine, losses, naming
 from pyhpctk.measure.cct import (
     FunctionTable,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.config import MeasureOptions
     from pyhpctk.measure.extension import Extension
 
-LM_FLAG_ANALYZE = 0x1  # formats.md §1.4
+
 _FINISH_WAIT_S = 10.0  # how long a second finish() waits for the first to write the files
 SAMPLER_KIND = "sampling"
 # The interpreter's own functions: hooks.py wraps the sys attributes for the program.

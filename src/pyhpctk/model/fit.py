@@ -19,9 +19,7 @@ is the fallback when nothing explains the data better. This module does no I/O.
 
 from __future__ import annotations
 
-import functools
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -29,6 +27,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
     DEFAULT_POLY_EXPONENTS,
@@ -383,7 +382,7 @@ def _choose_f_test(
             alpha = options.significance / int((sizes == large).sum())
             critical = np.full(n_contexts, np.inf)
             for value in np.unique(dof[dof >= 1]):
-                level = _f_critical(large - small, float(value), alpha)
+                level = f_critical(large - small, float(value), alpha)
                 critical = np.where(dof == value, level, critical)
             finite = np.isfinite(best[large]) & (dof >= 1)
             gain = np.where(finite, best[small] - np.where(finite, best[large], 0.0), 0.0)
@@ -423,7 +422,7 @@ def _run_variance(
     pooled = (pure + residual) / pooled_dof
     if lack_dof < 1 or pure_dof < 1:
         return pooled, np.full_like(residual, pooled_dof)
-    critical = _f_critical(lack_dof, pure_dof, options.significance)
+    critical = f_critical(lack_dof, pure_dof, options.significance)
     adequate = residual / lack_dof <= critical * pure / pure_dof
     variance = np.where(adequate, pooled, residual / lack_dof)
     return variance, np.where(adequate, float(pooled_dof), float(lack_dof))
@@ -446,54 +445,6 @@ def _choose_cv_smape(scores: _Scores, options: FitOptions) -> npt.NDArray[np.int
     size_min = cv.min(axis=0)
     eligible = cv <= size_min[None, :] * (1 + 1e-9) + options.tie_tolerance * 1e-3
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
-
-
-@functools.lru_cache(maxsize=256)
-def _f_critical(dfn: int, dfd: float, significance: float) -> float:
-    """The upper ``significance`` quantile of the F distribution, by bisection on its CDF."""
-    low, high = 0.0, 1.0
-    while _f_cdf(high, dfn, dfd) < 1 - significance:
-        high *= 2
-    for _ in range(100):
-        middle = (low + high) / 2
-        if _f_cdf(middle, dfn, dfd) < 1 - significance:
-            low = middle
-        else:
-            high = middle
-    return high
-
-
-def _f_cdf(value: float, dfn: float, dfd: float) -> float:
-    return _incomplete_beta(dfn / 2, dfd / 2, dfn * value / (dfn * value + dfd))
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _incomplete_beta(b, a, 1 - x)
-    log_front = a * math.log(x) + b * math.log1p(-x) - math.log(a)
-    log_front -= math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 300):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return math.exp(log_front) * result
 
 
 def _results(

@@ -23,11 +23,12 @@ import numpy.typing as npt
 from pyhpctk.errors import PyhpctkError, UsageError
 from pyhpctk.formats import metadb, profiledb
 from pyhpctk.formats.inspect import misplaced_input
+from pyhpctk.formats.vocabulary import SCOPE_EXECUTION, SCOPE_LEX_AWARE, SCOPE_NAMES, Combine
 from pyhpctk.model.pmnf import FloatArray
 
 WHOLE_PROGRAM = "<whole program>"
-SCOPES = ("point", "function", "lex_aware", "execution")
-SCOPE_ALIASES = {"inclusive": "execution", "exclusive": "lex_aware"}
+SCOPES = SCOPE_NAMES
+SCOPE_ALIASES = {"inclusive": SCOPE_EXECUTION.label, "exclusive": SCOPE_LEX_AWARE.label}
 
 
 class SeriesError(PyhpctkError):
@@ -168,7 +169,11 @@ def _stat_metric_id(
         [s.name for s in meta.scopes].index(scope) if scope in [s.name for s in meta.scopes] else -1
     )
     for summary in chosen.summaries:
-        if summary.scope == scope_index and summary.formula == "$$" and summary.combine == 0:
+        if (
+            summary.scope == scope_index
+            and summary.formula == "$$"
+            and summary.combine == Combine.SUM
+        ):
             return summary.stat_metric_id, chosen.name
     raise SeriesError(f"{where}: metric {chosen.name!r} has no sum over the {scope!r} scope")
 
@@ -208,7 +213,7 @@ def load_series(
         meta = metadb.read(path / "meta.db")
         profiles = profiledb.read(path / "profile.db")
         stat_id, metric_name = _stat_metric_id(meta, metric, scope, path)
-        summary = [i for i, info in enumerate(profiles.profiles) if info.is_summary]
+        summary = np.flatnonzero(profiles.is_summary()).tolist()
         if not summary:
             raise SeriesError(f"{path}: profile.db has no summary profile")
         block = profiles.block(summary[0])

@@ -26,12 +26,10 @@ import re
 
 import numpy as np
 
+from pyhpctk.formats.vocabulary import LexicalType, Relation
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import (
     LEX_ENTRY,
-    LEX_FUNCTION,
-    LEX_LOOP,
-    REL_LEXICAL,
     ContextTree,
 )
 from pyhpctk.present.views import (
@@ -86,7 +84,7 @@ def internal_frames(tree: ContextTree) -> BoolArray:
     function_file = np.array([f.file for f in tree.functions] + [-1], dtype=np.int64)
     own_file = np.where(tree.function >= 0, function_file[tree.function], tree.file)
     frame_start = internal_file[own_file]  # -1 indexes the trailing False
-    lexical = (tree.relation == REL_LEXICAL).tolist()
+    lexical = (tree.relation == Relation.LEXICAL).tolist()
     parent = tree.parent.tolist()
     starts = frame_start.tolist()
     flags = [False] * n
@@ -114,16 +112,19 @@ def _exclusive_holders(tree: ContextTree, node: int) -> list[int]:
     """``node`` and the contexts whose exclusive value holds its own cost: up its lexical
     parents, the innermost loop and the frame's function (formats.md §3.2, ``lex_aware``)."""
     out = [node]
-    loop_seen = int(tree.lexical_type[node]) == LEX_LOOP
+    loop_seen = int(tree.lexical_type[node]) == LexicalType.LOOP
     current = node
-    while int(tree.relation[current]) == REL_LEXICAL and current > 0:
+    while int(tree.relation[current]) == Relation.LEXICAL and current > 0:
         current = int(tree.parent[current])
         lex = int(tree.lexical_type[current])
-        if lex == LEX_LOOP:
+        if lex == LexicalType.LOOP:
             if not loop_seen:
                 out.append(current)
                 loop_seen = True
-        elif lex in (LEX_FUNCTION, LEX_ENTRY) or int(tree.relation[current]) != REL_LEXICAL:
+        elif (
+            lex in (LexicalType.FUNCTION, LEX_ENTRY)
+            or int(tree.relation[current]) != Relation.LEXICAL
+        ):
             out.append(current)
             break
     return out

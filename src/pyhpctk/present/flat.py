@@ -11,15 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pyhpctk.formats.vocabulary import LexicalType, Relation
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import (
     LEX_ENTRY,
-    LEX_FUNCTION,
-    LEX_INSTRUCTION,
-    LEX_LINE,
-    LEX_LOOP,
-    REL_CALL,
-    REL_INLINED,
     ContextTree,
 )
 from pyhpctk.present.views import (
@@ -136,17 +131,21 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
         label, kind = context_label(tree, i)
         file, line, module = _where(tree, i)
         row = (label, kind, file, line, module)
-        code = lex == LEX_LINE and rel == REL_CALL
+        code = lex == LexicalType.LINE and rel == Relation.CALL
         if (
-            (lex == LEX_FUNCTION and rel != REL_INLINED)
-            or (lex == LEX_INSTRUCTION and rel == REL_CALL)
+            (lex == LexicalType.FUNCTION and rel != Relation.INLINED)
+            or (lex == LexicalType.INSTRUCTION and rel == Relation.CALL)
             or code
             or not up
         ):
             if code:  # Python module-level code belongs to its module (formats.md §3.8)
                 module = python_module.get(int(tree.file[i]), module)
             mod_name = module or "<unknown module>"
-            file_index = _file_index(tree, i) if lex in (LEX_FUNCTION, LEX_LINE, LEX_LOOP) else -1
+            file_index = (
+                _file_index(tree, i)
+                if lex in (LexicalType.FUNCTION, LexicalType.LINE, LexicalType.LOOP)
+                else -1
+            )
             file_name = tree.files[file_index] if file_index >= 0 else None
             shown = tree.shown_file(file_index) or "<unknown file>"
             g_mod = scopes.group(
@@ -162,8 +161,8 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
                 )
                 module_code.append(i)
                 row = (label, kind, file, line, mod_name)
-            elif lex not in (LEX_LINE, LEX_LOOP):
-                if lex == LEX_FUNCTION:
+            elif lex not in (LexicalType.LINE, LexicalType.LOOP):
+                if lex == LexicalType.FUNCTION:
                     label = function_label(tree, i)
                     row = (label, kind, file, line, module)
                 scope[i] = scopes.group(g_file, ("function", label), row)
@@ -171,11 +170,11 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
                 continue
             else:
                 up = g_file  # code outside any known function
-        if lex == LEX_FUNCTION:  # inlined
+        if lex == LexicalType.FUNCTION:  # inlined
             scope[i] = scopes.group(up, ("inlined", label), row)
-        elif lex == LEX_LOOP:
+        elif lex == LexicalType.LOOP:
             scope[i] = scopes.group(up, ("loop", file, int(tree.line[i])), row)
-        elif lex == LEX_LINE:
+        elif lex == LexicalType.LINE:
             scope[i] = scopes.group(up, ("line", file, int(tree.line[i])), row)
         else:  # a lexical instruction: stays in its enclosing scope
             scope[i] = up

@@ -12,6 +12,7 @@ Only plain metrics have per-profile values: a derived metric is a formula over s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,8 @@ from pyhpctk.present.model import (
     Experiment,
     FloatArray,
     ProfileInfo,
+    ProfileList,
+    profile_indices,
 )
 from pyhpctk.present.views import context_label
 
@@ -73,15 +76,17 @@ class ContextSpread:
     path: tuple[str, ...]  # labels from the entry point down to this context
     metric: str
     inclusive: bool
-    profiles: tuple[ProfileInfo, ...]
+    profiles: Sequence[ProfileInfo]
     values: FloatArray  # one per profile in ``profiles`` (zeros included)
     stats: ProfileStats
 
 
-def select_profiles(exp: Experiment, kind: str = "all") -> tuple[ProfileInfo, ...]:
+def select_profiles(exp: Experiment, kind: str = "all") -> Sequence[ProfileInfo]:
     """Non-summary profiles of a kind: ``all``, ``cpu`` (threads) or ``gpu`` (streams)."""
     if kind == "all":
         return exp.profiles
+    if kind in ("cpu", "gpu") and isinstance(exp.profiles, ProfileList):
+        return exp.profiles.where(kind)
     if kind == "gpu":
         return tuple(p for p in exp.profiles if p.is_gpu)
     if kind == "cpu":
@@ -110,15 +115,24 @@ def context_path(exp: Experiment, node: int) -> tuple[str, ...]:
 
 
 def _per_profile(
-    exp: Experiment, ctx_id: int, prop: int, profiles: tuple[ProfileInfo, ...]
+    exp: Experiment, ctx_id: int, prop: int, profiles: Sequence[ProfileInfo]
 ) -> FloatArray:
-    """One context's values, one per profile of ``profiles`` (0 where cct.db has none)."""
+    """One context's values, one per profile of ``profiles`` (0 where cct.db has none).
+
+    Each value goes to its profile's position by a search, not a dictionary of every profile:
+    a database may hold 100,000 of them (issue #19).
+    """
     where, values = exp.values.context_profiles(ctx_id, prop)
+    indices = profile_indices(profiles)
     dense = np.zeros(len(profiles))
-    slot = {p.index: i for i, p in enumerate(profiles)}
-    for prof, value in zip(where.tolist(), values.tolist(), strict=True):
-        if prof in slot:
-            dense[slot[prof]] = value
+    if len(indices):
+        ascending = bool(np.all(indices[1:] > indices[:-1]))  # a database's list is
+        order = None if ascending else np.argsort(indices, kind="stable")
+        by_index = indices if order is None else indices[order]
+        at = np.searchsorted(by_index, where)
+        np.minimum(at, len(indices) - 1, out=at)
+        listed = by_index[at] == where
+        dense[at[listed] if order is None else order[at[listed]]] = values[listed]
     return dense
 
 
@@ -127,7 +141,7 @@ def spread(
     ctx_id: int,
     metric: str,
     inclusive: bool = True,
-    profiles: tuple[ProfileInfo, ...] | None = None,
+    profiles: Sequence[ProfileInfo] | None = None,
 ) -> ContextSpread:
     """Per-profile values of ``metric`` at one context, and their statistics."""
     exp = catalog.experiment
@@ -155,7 +169,7 @@ def most_imbalanced(
     metric: str,
     count: int = 10,
     min_share: float = 1.0,
-    profiles: tuple[ProfileInfo, ...] | None = None,
+    profiles: Sequence[ProfileInfo] | None = None,
     inclusive: bool = True,
 ) -> list[ContextSpread]:
     """Contexts holding at least ``min_share`` percent of the total, by imbalance (max/mean-1).

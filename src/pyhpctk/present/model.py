@@ -15,14 +15,15 @@ This module must not import the format readers nor do any I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NewType, Protocol
+from typing import NewType, Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats.vocabulary import GPU_ID_NAMES, SCOPE_NAMES, Combine
 from pyhpctk.present.names import short_paths
 
 ContextId = NewType("ContextId", int)
@@ -32,21 +33,15 @@ ProfileIndex = NewType("ProfileIndex", int)
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# formats.md §3.2, {Ctx} lexicalType, plus two pseudo-types for the tree's top levels.
+# formats.md §3.2: a context's lexical type and relation are the database's vocabulary
+# (LexicalType, Relation); the tree's two top levels, which meta.db holds no {Ctx} for, get
+# pseudo-values outside it.
 LEX_ROOT = -2  # the implicit global context (ctxId 0)
 LEX_ENTRY = -1  # an entry point ("main thread", "application thread", ...)
-LEX_FUNCTION, LEX_LOOP, LEX_LINE, LEX_INSTRUCTION = 0, 1, 2, 3
-# formats.md §3.2, {Ctx} relation; entry points and the root have none.
-REL_NONE = -1
-REL_LEXICAL, REL_CALL, REL_INLINED = 0, 1, 2
+REL_NONE = -1  # entry points and the root have no relation
 
 # formats.md §3.2: the four propagation scopes hpcprof always writes, and their viewer terms.
-SCOPE_POINT, SCOPE_FUNCTION, SCOPE_LEX_AWARE, SCOPE_EXECUTION = (
-    "point",
-    "function",
-    "lex_aware",
-    "execution",
-)
+SCOPE_POINT, SCOPE_FUNCTION, SCOPE_LEX_AWARE, SCOPE_EXECUTION = SCOPE_NAMES
 INCLUSIVE_SCOPE = SCOPE_EXECUTION
 EXCLUSIVE_SCOPE = SCOPE_LEX_AWARE
 
@@ -157,7 +152,7 @@ class SummaryStat:
 
     scope: str
     formula: str
-    combine: str  # "sum", "min" or "max"
+    combine: str  # Combine.label: "sum", "min" or "max"
     stat_id: int
 
 
@@ -176,7 +171,9 @@ class MetricInfo:
                 return ident
         return None
 
-    def stat_id(self, scope: str, combine: str = "sum", formula: str = "$$") -> int | None:
+    def stat_id(
+        self, scope: str, combine: str = Combine.SUM.label, formula: str = "$$"
+    ) -> int | None:
         for stat in self.summaries:
             if stat.scope == scope and stat.combine == combine and stat.formula == formula:
                 return stat.stat_id
@@ -196,7 +193,7 @@ class ProfileInfo:
 
     @property
     def is_gpu(self) -> bool:
-        return any(kind in ("GPUSTREAM", "GPUCONTEXT", "GPUDEVICE") for kind, _ in self.identifier)
+        return any(kind in GPU_ID_NAMES for kind, _ in self.identifier)
 
     def element(self, kind: str) -> int | None:
         """The id of the tuple's ``kind`` element (``"RANK"``, ``"GPUDEVICE"``...), or None."""
@@ -209,6 +206,56 @@ class ProfileInfo:
     def rank(self) -> int | None:
         """The process's rank (None: measured outside a parallel launch)."""
         return self.element("RANK")
+
+
+class ProfileList(Sequence[ProfileInfo]):
+    """Profiles of a database, each :class:`ProfileInfo` made only when asked for.
+
+    ``indices`` are the profiles' profile.db indices (ascending); ``identify(index)`` gives one
+    profile's identifier; ``gpu()`` says for every index of the database whether it is a GPU
+    stream. A database of 100,000 profiles is opened, viewed and summarised without 100,000
+    objects (issue #19): only the arrays and what is printed.
+    """
+
+    __slots__ = ("_gpu", "_identify", "indices")
+
+    def __init__(
+        self,
+        indices: IntArray,
+        identify: Callable[[int], tuple[tuple[str, int], ...]],
+        gpu: Callable[[], npt.NDArray[np.bool_]],
+    ) -> None:
+        self.indices = indices
+        self._identify = identify
+        self._gpu = gpu
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, position: int) -> ProfileInfo: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> ProfileList: ...
+
+    def __getitem__(self, position: int | slice) -> ProfileInfo | ProfileList:
+        if isinstance(position, slice):
+            return ProfileList(self.indices[position], self._identify, self._gpu)
+        index = int(self.indices[position])
+        return ProfileInfo(index, self._identify(index))
+
+    def where(self, kind: str) -> ProfileList:
+        """The GPU streams (``gpu``) or the other profiles (``cpu``) among these."""
+        gpu = self._gpu()[self.indices]
+        chosen = gpu if kind == "gpu" else ~gpu
+        return ProfileList(self.indices[chosen], self._identify, self._gpu)
+
+
+def profile_indices(profiles: Sequence[ProfileInfo]) -> IntArray:
+    """The profile.db indices of ``profiles``, in their order (no object made for a list)."""
+    if isinstance(profiles, ProfileList):
+        return profiles.indices
+    return np.fromiter((p.index for p in profiles), dtype=np.int64, count=len(profiles))
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +351,7 @@ class Experiment:
     title: str
     tree: ContextTree
     metrics: tuple[MetricInfo, ...]
-    profiles: tuple[ProfileInfo, ...]
+    profiles: Sequence[ProfileInfo]
     values: ValueSource
     traces: TraceSource | None = None
     taxonomy_text: str | None = None  # metrics/default.yaml, when the database has one

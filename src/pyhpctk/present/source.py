@@ -26,6 +26,7 @@ import numpy.typing as npt
 from pyhpctk.errors import FormatError, FormatWarning, UsageError
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
 from pyhpctk.formats.inspect import misplaced_input
+from pyhpctk.formats.vocabulary import GPU_ID_NAMES, Combine, LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
     LEX_ROOT,
@@ -35,13 +36,20 @@ from pyhpctk.present.model import (
     FloatArray,
     FunctionInfo,
     MetricInfo,
-    ProfileInfo,
+    ProfileList,
     SummaryStat,
     TraceLine,
 )
 
-COMBINE_NAMES = {int(metadb.Combine.SUM): "sum", int(metadb.Combine.MIN): "min", 2: "max"}
 REQUIRED = ("meta.db", "profile.db", "cct.db")
+
+
+def _combine_label(value: int) -> str:
+    """``sum``, ``min``, ``max``; a value this version does not know keeps its number."""
+    try:
+        return Combine(value).label
+    except ValueError:
+        return f"combine{value}"
 
 
 def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
@@ -61,8 +69,11 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
     relation = col("relation", REL_NONE, np.int16).astype(np.int8)
     raw_lex = table["lexical_type"].astype(np.int16)
     raw_rel = table["relation"].astype(np.int16)
-    lexical[1:] = np.where(entry, LEX_ENTRY, np.where(raw_lex == metadb.NO_ENUM, 3, raw_lex))
-    relation[1:] = np.where(entry, REL_NONE, np.where(raw_rel == metadb.NO_ENUM, 1, raw_rel))
+    unknown_lex, unknown_rel = raw_lex == metadb.NO_ENUM, raw_rel == metadb.NO_ENUM
+    lexical[1:] = np.where(
+        entry, LEX_ENTRY, np.where(unknown_lex, LexicalType.INSTRUCTION, raw_lex)
+    )
+    relation[1:] = np.where(entry, REL_NONE, np.where(unknown_rel, Relation.CALL, raw_rel))
     parent = np.empty(n, dtype=np.int64)
     parent[0] = -1
     parent[1:] = index.parent_row + 1  # -1 (under the global context) becomes node 0
@@ -106,7 +117,7 @@ def metrics_from_metadb(meta: metadb.MetaDB) -> tuple[MetricInfo, ...]:
                 SummaryStat(
                     scope_names[s.scope],
                     s.formula,
-                    COMBINE_NAMES.get(int(s.combine), f"combine{s.combine}"),
+                    _combine_label(s.combine),
                     s.stat_metric_id,
                 )
                 for s in m.summaries
@@ -156,6 +167,29 @@ class DatabaseValues:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         pairs = self.contexts.context(ctx_id).metric(prop_id)
         return pairs["prof_index"].astype(np.int64), pairs["value"].astype(np.float64)
+
+
+def profile_list(profiles: profiledb.ProfileDB, id_names: Sequence[str]) -> ProfileList:
+    """The non-summary profiles of a profile.db, each made when asked for (issue #19: a
+    database of 100,000 profiles opens without 100,000 objects)."""
+    table = profiles.profiles
+    names = list(id_names)
+
+    def identify(index: int) -> tuple[tuple[str, int], ...]:
+        return tuple(
+            (names[e.kind] if e.kind < len(names) else f"kind{e.kind}", e.logical_id)
+            for e in (table[index].id_tuple or ())
+        )
+
+    def gpu() -> npt.NDArray[np.bool_]:
+        kinds = [k for k, name in enumerate(names) if name in GPU_ID_NAMES]
+        if isinstance(table, profiledb.ProfileTable):
+            return table.has_kind(kinds)
+        return np.array(
+            [any(e.kind in kinds for e in (p.id_tuple or ())) for p in table], dtype=bool
+        )
+
+    return ProfileList(np.arange(1, len(table), dtype=np.int64), identify, gpu)
 
 
 def damaged_trace_error(error: FormatError) -> Exception:
@@ -243,18 +277,8 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     meta = metadb.read(d / "meta.db")
     profiles = profiledb.read(d / "profile.db")
     contexts = cctdb.read(d / "cct.db")
-    if not profiles.profiles or not profiles.profiles[0].is_summary:
+    if not len(profiles.profiles) or not profiles.profiles[0].is_summary:
         raise FormatError(d / "profile.db", "ProfileInfos", "profile 0 is not the summary profile")
-    names = meta.id_names
-    infos = []
-    for i, prof in enumerate(profiles.profiles):
-        if i == 0:
-            continue
-        ident = tuple(
-            (names[e.kind] if e.kind < len(names) else f"kind{e.kind}", e.logical_id)
-            for e in (prof.id_tuple or ())
-        )
-        infos.append(ProfileInfo(i, ident))
     traces: DatabaseTraces | DamagedTraces | None = None
     if (d / "trace.db").is_file():
         try:
@@ -273,7 +297,7 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
         title=meta.title,
         tree=tree_from_metadb(meta),
         metrics=metrics_from_metadb(meta),
-        profiles=tuple(infos),
+        profiles=profile_list(profiles, meta.id_names),
         values=DatabaseValues(profiles, contexts),
         traces=traces,
         taxonomy_text=taxonomy.read_text(encoding="utf-8") if taxonomy.is_file() else None,

@@ -28,16 +28,10 @@ import numpy as np
 
 from pyhpctk.formats import cctdb, metadb, profiledb
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
+from pyhpctk.formats.vocabulary import SCOPE_NAMES, Combine, LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
-    LEX_FUNCTION,
-    LEX_INSTRUCTION,
-    LEX_LINE,
-    LEX_LOOP,
     LEX_ROOT,
-    REL_CALL,
-    REL_INLINED,
-    REL_LEXICAL,
     REL_NONE,
     ContextTree,
     Experiment,
@@ -50,14 +44,14 @@ from pyhpctk.present.model import (
     TraceLine,
 )
 
-SCOPES = ("point", "function", "lex_aware", "execution")
+SCOPES = SCOPE_NAMES
 _KINDS = {
     "entry": (LEX_ENTRY, REL_NONE),
-    "function": (LEX_FUNCTION, REL_CALL),
-    "inlined": (LEX_FUNCTION, REL_INLINED),
-    "loop": (LEX_LOOP, REL_LEXICAL),
-    "line": (LEX_LINE, REL_LEXICAL),
-    "instruction": (LEX_INSTRUCTION, REL_CALL),
+    "function": (LexicalType.FUNCTION, Relation.CALL),
+    "inlined": (LexicalType.FUNCTION, Relation.INLINED),
+    "loop": (LexicalType.LOOP, Relation.LEXICAL),
+    "line": (LexicalType.LINE, Relation.LEXICAL),
+    "instruction": (LexicalType.INSTRUCTION, Relation.CALL),
 }
 
 
@@ -82,7 +76,9 @@ def metric_info(name: str, base: int) -> MetricInfo:
     return MetricInfo(
         name,
         tuple((scope, base + k) for k, scope in enumerate(SCOPES)),
-        tuple(SummaryStat(scope, "$$", "sum", base + k) for k, scope in enumerate(SCOPES)),
+        tuple(
+            SummaryStat(scope, "$$", Combine.SUM.label, base + k) for k, scope in enumerate(SCOPES)
+        ),
     )
 
 
@@ -140,7 +136,7 @@ def build(
         relation[i] = rel if spec.relation is None else spec.relation
         if spec.kind == "entry":
             names[i] = spec.name
-        elif lex == LEX_FUNCTION:
+        elif lex == LexicalType.FUNCTION:
             functions.append(
                 FunctionInfo(
                     spec.name,
@@ -151,10 +147,10 @@ def build(
                 )
             )
             function[i] = len(functions) - 1
-        elif lex in (LEX_LOOP, LEX_LINE):
+        elif lex in (LexicalType.LOOP, LexicalType.LINE):
             file[i] = intern(files, spec.file)
             line[i] = spec.line
-            if lex == LEX_LOOP:
+            if lex == LexicalType.LOOP:
                 module[i] = intern(modules, spec.module)
                 offset[i] = spec.offset
         else:
@@ -191,16 +187,20 @@ def build(
         scope = {s: np.zeros((n_prof, n)) for s in SCOPES}
         scope["point"] = point
         for i in range(n - 1, -1, -1):  # children come after parents: walk backwards
-            lexical_kids = [c for c in children[i] if relation[c] == REL_LEXICAL]
+            lexical_kids = [c for c in children[i] if relation[c] == Relation.LEXICAL]
             scope["execution"][:, i] = point[:, i] + sum(
                 (scope["execution"][:, c] for c in children[i]), np.zeros(n_prof)
             )
             scope["function"][:, i] = point[:, i] + sum(
                 (scope["function"][:, c] for c in lexical_kids), np.zeros(n_prof)
             )
-            if lexical[i] == LEX_LOOP:
+            if lexical[i] == LexicalType.LOOP:
                 scope["lex_aware"][:, i] = point[:, i] + sum(
-                    (scope["function"][:, c] for c in lexical_kids if lexical[c] != LEX_LOOP),
+                    (
+                        scope["function"][:, c]
+                        for c in lexical_kids
+                        if lexical[c] != LexicalType.LOOP
+                    ),
                     np.zeros(n_prof),
                 )
             else:
@@ -272,7 +272,7 @@ def write_database(exp: Experiment, directory: str | os.PathLike[str]) -> Path:
                 line=int(tree.line[i]),
                 module=None if tree.module[i] < 0 else int(tree.module[i]),
                 offset=int(tree.offset[i]),
-                propagation=1 if rel == REL_LEXICAL else 0,
+                propagation=1 if rel == Relation.LEXICAL else 0,
             )
             up.children.append(node)
         nodes.append(node)

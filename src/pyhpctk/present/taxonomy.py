@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyhpctk.errors import FormatError
+from pyhpctk.formats.vocabulary import SCOPE_EXECUTION, Combine
 from pyhpctk.present.formula import MAX_DEPTH, BinOp, Call, Expr, Neg, Num, Ref, depth
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -283,7 +284,7 @@ class Input:
     metric: str
     scope: str
     formula: str = "$$"
-    combine: str = "sum"
+    combine: str = Combine.SUM.label
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,9 +335,9 @@ class _FormulaReader:
         if isinstance(node, dict) and "metric" in node:
             inp = Input(
                 str(node["metric"]),
-                str(node.get("scope", "execution")),
+                str(node.get("scope", SCOPE_EXECUTION.label)),
                 str(node.get("formula", "$$")),
-                str(node.get("combine", "sum")),
+                str(node.get("combine", Combine.SUM.label)),
             )
             ref = f"#in{len(self.inputs)}"
             for name, known in self.inputs.items():

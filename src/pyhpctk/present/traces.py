@@ -29,12 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, UsageError
+from pyhpctk.formats.vocabulary import LexicalType, Relation
 from pyhpctk.present.model import (
     LEX_ENTRY,
-    LEX_FUNCTION,
-    LEX_INSTRUCTION,
-    LEX_LOOP,
-    REL_CALL,
     Experiment,
     ProfileInfo,
     TraceLine,
@@ -81,8 +78,8 @@ def context_frames(exp: Experiment, ctx_id: int) -> list[tuple[int, str]]:
     cur = node
     while cur > 0:
         lex = int(tree.lexical_type[cur])
-        framed = lex in (LEX_ENTRY, LEX_FUNCTION, LEX_LOOP) or (
-            lex == LEX_INSTRUCTION and int(tree.relation[cur]) == REL_CALL
+        framed = lex in (LEX_ENTRY, LexicalType.FUNCTION, LexicalType.LOOP) or (
+            lex == LexicalType.INSTRUCTION and int(tree.relation[cur]) == Relation.CALL
         )
         if framed or cur == node:
             chain.append(cur)
@@ -97,7 +94,7 @@ def function_of(exp: Experiment, ctx_id: int) -> str:
         if node < 0:
             return label
         lex = int(exp.tree.lexical_type[node])
-        if lex in (LEX_FUNCTION, LEX_INSTRUCTION, LEX_ENTRY):
+        if lex in (LexicalType.FUNCTION, LexicalType.INSTRUCTION, LEX_ENTRY):
             return label
     return f"<context {ctx_id}>"
 

@@ -24,18 +24,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.formats.vocabulary import Combine, LexicalType, Relation
 from pyhpctk.present import formula as fx
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import (
     LEX_ENTRY,
-    LEX_FUNCTION,
-    LEX_INSTRUCTION,
-    LEX_LINE,
-    LEX_LOOP,
     LEX_ROOT,
-    REL_CALL,
-    REL_INLINED,
-    REL_LEXICAL,
     ContextTree,
     FloatArray,
     IntArray,
@@ -168,7 +162,10 @@ def _file(tree: ContextTree, node: int) -> str:
 
 def is_module_code(tree: ContextTree, node: int) -> bool:
     """Python module-level code: a ``-call> [line]`` context (formats.md §3.8)."""
-    return int(tree.lexical_type[node]) == LEX_LINE and int(tree.relation[node]) == REL_CALL
+    return (
+        int(tree.lexical_type[node]) == LexicalType.LINE
+        and int(tree.relation[node]) == Relation.CALL
+    )
 
 
 def function_label(tree: ContextTree, node: int) -> str:
@@ -194,14 +191,14 @@ def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
         return "<root>", "root"
     if lex == LEX_ENTRY:
         return tree.names[node] or "<entry>", "entry"
-    if lex == LEX_FUNCTION:
+    if lex == LexicalType.FUNCTION:
         name = tree.function_name(node) or "<unknown function>"
-        if int(tree.relation[node]) == REL_INLINED:
+        if int(tree.relation[node]) == Relation.INLINED:
             return f"[I] {name}", "inlined"
         return name, "function"
-    if lex == LEX_LOOP:
+    if lex == LexicalType.LOOP:
         return f"loop at {_file(tree, node)}: {int(tree.line[node])}", "loop"
-    if lex == LEX_LINE:
+    if lex == LexicalType.LINE:
         return f"{_file(tree, node)}: {int(tree.line[node])}", "line"
     module = tree.module_name(node)
     return f"{_base(module) if module else '<unknown module>'}+0x{int(tree.offset[node]):x}", (
@@ -313,7 +310,7 @@ class _Aggregator:
                         inp = self.catalog.exclusive_input(inp)
                     store.append((name, ref))
                     column = self.catalog.input_column(inp)
-                    if inp.combine != "sum":
+                    if inp.combine != Combine.SUM.label:
                         # A min or max over profiles cannot be summed over contexts: unknown.
                         column = np.full(tree.size, np.nan)
                     cols.append(column)
@@ -323,7 +320,7 @@ class _Aggregator:
         # self(x) = function(x) - sum of function(y) over lexical children y (function scope is
         # transitive over lexical edges, formats.md §3.7); hidden (elided) contexts stay in x.
         self.self_cost = self.fn_cost.copy()
-        lexical = np.flatnonzero(tree.relation == REL_LEXICAL)
+        lexical = np.flatnonzero(tree.relation == Relation.LEXICAL)
         lexical = lexical[lexical > 0]
         if len(lexical):
             np.subtract.at(self.self_cost.T, tree.parent[lexical], self.fn_cost.T[lexical])
@@ -406,7 +403,7 @@ def _finish(
 def _instance_key(tree: ContextTree, node: int) -> Key | None:
     """What makes a context a function instance for the callers view, or None."""
     lex = int(tree.lexical_type[node])
-    if lex == LEX_FUNCTION:
+    if lex == LexicalType.FUNCTION:
         f = int(tree.function[node])
         if f < 0:
             return ("function", "<unknown function>", -1)
@@ -416,7 +413,7 @@ def _instance_key(tree: ContextTree, node: int) -> Key | None:
         return ("function", info.name, info.module, info.file, info.line)
     if is_module_code(tree, node):
         return ("module code", int(tree.file[node]))
-    if lex == LEX_INSTRUCTION and int(tree.relation[node]) == REL_CALL:
+    if lex == LexicalType.INSTRUCTION and int(tree.relation[node]) == Relation.CALL:
         return ("instruction", int(tree.module[node]), int(tree.offset[node]))
     if lex == LEX_ENTRY:
         return ("entry", tree.names[node])

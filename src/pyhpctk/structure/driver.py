@@ -29,6 +29,7 @@ from pathlib import Path
 from pyhpctk import __version__
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
 from pyhpctk.formats._whole import open_regular
+from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
@@ -37,7 +38,6 @@ from pyhpctk.structure.elfimage import sniff as sniff_elf
 
 CACHE_FORMAT = "pystruct-1"
 MANIFEST = ".pystruct-manifest.json"
-LM_FLAG_ANALYZE = 1
 
 
 class TargetsFailed(PyhpctkError):

@@ -26,17 +26,19 @@ import struct
 
 import numpy as np
 
-from pyhpctk.measure import naming
-from pyhpctk.measure.cct import THREAD_FENCE, ThreadCCT
-from pyhpctk.measure.encode import (
+from pyhpctk.formats.hpcrun_constants import (
     INTERP_LOGIC_LOCAL,
     INTERP_LOGIC_ONLY,
+    KIND_GPUCONTEXT,
+    KIND_GPUDEVICE,
+    KIND_GPUSTREAM,
     KIND_NODE,
     KIND_RANK,
-    TRACE_MAGIC,
-    ProfileIdentity,
-    encode_profile,
+    TRACE_FLAG_CALL_TRACE,
 )
+from pyhpctk.measure import naming
+from pyhpctk.measure.cct import THREAD_FENCE, ThreadCCT
+from pyhpctk.measure.encode import TRACE_HEADER_PREFIX, ProfileIdentity, encode_profile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,8 +48,6 @@ if TYPE_CHECKING:
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.channels import SpscChannel
 
-KIND_GPUDEVICE, KIND_GPUCONTEXT, KIND_GPUSTREAM = 4, 5, 6  # formats.md §1.7
-TRACE_FLAG_CALL_TRACE = 0x4  # formats.md §2: GPU stream traces
 _TRACE_RECORD = np.dtype([("time", ">u8"), ("node_id", ">u4")])
 assert _TRACE_RECORD.itemsize == 12
 
@@ -168,7 +168,7 @@ def encode_stream_trace(cct: ThreadCCT, times: np.ndarray, nodes: np.ndarray) ->
     records["time"] = times
     written = np.array([cct.written_id(node) for node in range(len(cct))], dtype=np.uint32)
     records["node_id"] = written[nodes] if len(nodes) else []
-    return TRACE_MAGIC + struct.pack(">Q", TRACE_FLAG_CALL_TRACE) + records.tobytes()
+    return TRACE_HEADER_PREFIX + struct.pack(">Q", TRACE_FLAG_CALL_TRACE) + records.tobytes()
 
 
 def write_stream_files(session: Host, kind: MetricKind, stream: StreamTrace) -> list[str]:

@@ -1,0 +1,239 @@
+"""Structure files, ELF symbols and logical metadata: how each load module's frames are expanded.
+
+Stage 3 (calling context expansion) needs, for every load module the profiles use, a way to
+classify its frames (:class:`~.expand.ModuleClassifiers`): a structure file (``-S`` files first,
+then ``MEAS/structs/``), for a binary captured in the measurement directory without one its DWARF
+line map (pystruct's analysis, in process), else its ELF symbols; Python logical frames use the
+``logical/python.*`` metadata and, where pystruct described the source, its loops. Only the
+driver's rank 0 calls this (:func:`.pipeline.expand_contexts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from pyhpctk.analysis import inputs, kernel_symbols
+from pyhpctk.analysis.expand import LogicalFunction, ModuleClassifiers
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.python_loops import PythonLoops
+from pyhpctk.analysis.structmap import StructureIndex, index_structure
+from pyhpctk.analysis.symbols import read_symbols
+from pyhpctk.errors import PyhpctkError
+
+PYTHON_SUFFIXES = (".py", ".pyw")
+
+
+def _is_relative(path: str) -> bool:
+    return not path.startswith("/")
+
+
+def structure_binary(path: Path) -> str | None:
+    """The ``LM n`` of a structure file, read from its head without parsing the whole file.
+
+    Structure files of big libraries run to megabytes; pyprof only parses those describing a
+    binary the profiles use. None when no ``<LM`` element appears in the first megabyte.
+    """
+    import html
+    import re
+
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(1 << 20)
+    except OSError:
+        return None
+    match = re.search(rb"<LM\b[^>]*?\sn=\"([^\"]*)\"", head)
+    if match is None:
+        return None
+    return html.unescape(match.group(1).decode("utf-8", errors="replace"))
+
+
+def load_structures(
+    options: ProfOptions,
+    sources: Iterable[inputs.ProfileSource],
+    used_modules: Iterable[str] = (),
+) -> tuple[list[StructureIndex], list[StructureIndex]]:
+    """(``-S`` indexes, ``MEAS/structs`` indexes), each file parsed with formats.hpcstruct.
+
+    Files in ``MEAS/structs`` whose binary no profile uses are skipped unparsed; ``-S`` files
+    are always parsed (an unused one is reported as a problem).
+    """
+    if options.ignore_structs:
+        return [], []
+    from pyhpctk.formats import hpcstruct
+
+    used = list(used_modules)
+    explicit: list[StructureIndex] = []
+    for path in options.structs:
+        if not path.is_file():
+            raise inputs.InputError(f"{path}: no such structure file")
+        explicit += index_structure(hpcstruct.read(path))
+    found: list[StructureIndex] = []
+    for measurement in dict.fromkeys(s.measurement for s in sources):
+        for path in inputs.structure_files(measurement):
+            binary = structure_binary(path)
+            # Python sources are kept: logical frames name them by file, not as load modules.
+            if (
+                binary is not None
+                and used
+                and not binary.endswith(PYTHON_SUFFIXES)
+                and not any(_same_binary(m, binary) for m in used)
+            ):
+                continue
+            found += index_structure(hpcstruct.read(path))
+    return explicit, found
+
+
+def _same_binary(module: str, described: str) -> bool:
+    if module == described:
+        return True
+    if _is_relative(described) and module.endswith("/" + described):
+        return True
+    return _is_relative(module) and described.endswith("/" + module)
+
+
+def build_classifiers(
+    module_paths: Iterable[tuple[str, Path]],
+    explicit: list[StructureIndex],
+    found: list[StructureIndex],
+    problems: list[str],
+    line_maps: bool = True,
+) -> ModuleClassifiers:
+    """Choose, for every load module the profiles use, how its frames are classified.
+
+    ``line_maps``: captured binaries without a structure file get their DWARF line map (off
+    under ``--ignore-structs``, which asks for hpcrun's raw frames).
+    """
+    classifiers = ModuleClassifiers()
+    used_explicit: set[int] = set()
+    for module, measurement in module_paths:
+        kernel = kernel_symbols.load(module, measurement, problems)  # perf events' kernel frames
+        if kernel is not None:
+            classifiers.symbols[module] = kernel
+            continue
+        if module.startswith("<"):  # pseudo-modules (GPU range trees) have no file
+            continue
+        stem = Path(module).name
+        if module.startswith("logical/") or "/logical/" in module:
+            where = measurement / module if _is_relative(module) else Path(module)
+            stanzas = _read_logical(where)
+            if stanzas is not None:
+                classifiers.logical[module] = stanzas
+                generator = stem.split(".", 1)[0]
+                classifiers.presented_path[module] = f"<logical {generator}>"
+                continue
+            problems.append(f"{where}: unreadable logical metadata; its frames stay raw")
+        match = None
+        for number, index in enumerate(explicit):
+            if _same_binary(module, index.path):
+                match = index
+                used_explicit.add(number)
+                break
+        if match is None:
+            match = next((index for index in found if _same_binary(module, index.path)), None)
+        if match is not None:
+            classifiers.structures[module] = match
+            continue
+        captured = captured_binary(module, measurement)
+        if captured is not None and line_maps:
+            # A binary captured in the measurement directory (gpubins/, vdso/) is the very one
+            # that ran: without a structure file, its DWARF line map still gives functions and
+            # lines. Binaries found elsewhere by path are not used: the analysis machine's copy
+            # may not be the one measured (pystruct MEAS analyzes them on purpose).
+            fallback = line_map_structure(captured, module)
+            if fallback is not None:
+                classifiers.structures[module] = fallback
+                problems.append(
+                    f"{module}: no structure file; used its DWARF line map "
+                    "(run pystruct on the measurements for loops, inlined code and call sites)"
+                )
+                continue
+        if _is_relative(module):
+            table = read_symbols(measurement / module)
+            if table is not None and table[0]:
+                classifiers.symbols[module] = table
+    # Python sources' structure (pystruct): loops for the logical frames of those files.
+    sources = {
+        stanza.file
+        for stanzas in classifiers.logical.values()
+        for stanza in stanzas.values()
+        if stanza.file
+    }
+    for number, index in [*enumerate(explicit), *((-1, index) for index in found)]:
+        if index.path.endswith(PYTHON_SUFFIXES) and index.path in sources:
+            classifiers.python_loops.setdefault(index.path, PythonLoops(index.module))
+            used_explicit.add(number)
+    for number, index in enumerate(explicit):
+        if number not in used_explicit:
+            problems.append(
+                f"structure file for {index.path} was not used: no profile has frames in it "
+                "(a structure file for another binary?)"
+            )
+    return classifiers
+
+
+def captured_binary(module: str, measurement: Path) -> Path | None:
+    """The copy in the measurement directory of a binary the profiles name, if there is one.
+
+    hpcrun and pyrun copy GPU binaries and the vDSO into the measurement (``gpubins/``,
+    ``vdso/``) and name them relative to it or by the absolute path they had when measured;
+    both lead here (formats.md §1.4).
+    """
+    if _is_relative(module):
+        path = measurement / module
+    else:
+        where = Path(module)
+        path = measurement / where.parent.name / where.name
+        if where.parent.name not in CAPTURED_DIRECTORIES:
+            return None
+    return path if path.is_file() else None
+
+
+CAPTURED_DIRECTORIES = ("gpubins", "vdso", "cpubins")
+
+
+def line_map_structure(path: Path, module: str) -> StructureIndex | None:
+    """Functions and lines of a captured binary from its DWARF line map, or None without one.
+
+    pystruct's own analysis (``--gpucfg no``), so the contexts are those ``pystruct`` would give;
+    a cubin's functions come from its symbols even without line information.
+    """
+    try:
+        from pyhpctk.structure.driver import StructOptions, analyze_target
+        from pyhpctk.structure.dwarf import read_debug_info
+        from pyhpctk.structure.elfimage import open_image
+
+        image = open_image(path)
+        if not image.is_cuda and not read_debug_info(image).has_lines:
+            return None
+        structure = analyze_target(path, StructOptions(gpucfg=False), lm_name=module)
+    except (ImportError, PyhpctkError, OSError):
+        return None
+    indexes = index_structure(structure)
+    return indexes[0] if indexes else None
+
+
+def _read_logical(path: Path) -> dict[int, LogicalFunction] | None:
+    """The stanzas of a logical metadata file (formats.md §1.10), via formats.logical."""
+    from pyhpctk.formats import logical
+
+    try:
+        metadata = logical.read(path)
+    except (PyhpctkError, OSError):
+        return None
+    return {
+        fid: LogicalFunction(
+            name=stanza.funcname or None, file=stanza.filename or None, line=stanza.lineno
+        )
+        for fid, stanza in metadata.by_fid().items()
+    }
+
+
+__all__ = [
+    "CAPTURED_DIRECTORIES",
+    "build_classifiers",
+    "captured_binary",
+    "line_map_structure",
+    "load_structures",
+    "structure_binary",
+]

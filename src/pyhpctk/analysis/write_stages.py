@@ -1,0 +1,251 @@
+"""The driver's last stages: the database's files, written by every rank at its own offsets.
+
+After the statistics (:mod:`.pipeline`), rank 0 makes the staging directory beside the output
+(:func:`stage_files`) and writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
+(:func:`write_meta_db`); every rank writes its profile.db blocks and trace.db lines at offsets
+from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`) and takes part in
+the rounds that build cct.db and the summary (:func:`write_cct_db`, :mod:`.exchange`); rank 0
+writes the summary block, the heads and footers and renames the database into place
+(:func:`finish`). A full disk on any rank is one error on every rank
+(:meth:`.state.Analysis.writing`), and nothing is left under the output's name.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from pyhpctk.analysis.comm import on_all, on_root
+from pyhpctk.analysis.database import AggregateDatabase
+from pyhpctk.analysis.exchange import Columns, outgoing, own_window, plan_rounds, split_even
+from pyhpctk.analysis.planes import block_of, pwritev_all
+from pyhpctk.analysis.screening import ProfileError
+from pyhpctk.analysis.state import Analysis, RunReport
+from pyhpctk.analysis.stats import SparseValues, metric_bases
+from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
+from pyhpctk.analysis.write import (
+    build_metadb,
+    copy_sources,
+    make_staging,
+    prepare_output,
+    write_taxonomy,
+)
+from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats.output import commit_directory
+
+META_DB_VALUES = 40
+"""Writing meta.db costs rank 0 about what owning this many cct.db values per context does
+(measured with benchmarks/pyprof.py: ~6 us a context against ~0.15 us a value)."""
+
+
+def stage_files(state: Analysis) -> None:
+    """The staging directory beside the output (rank 0), with empty profile.db and cct.db."""
+    options = state.options
+    plan = state.plan
+    assert plan is not None
+
+    def make() -> Path:
+        prepare_output(plan.output, options.force)
+        staging = make_staging(plan.output)
+        for name in ("profile.db", "cct.db"):
+            os.close(os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        return staging
+
+    state.staging = on_root(state.comm, state.writing(make))
+
+
+def write_meta_db(state: Analysis) -> None:
+    """meta.db, ``metrics/default.yaml`` and ``src/`` on a thread of rank 0 (joined by
+    :func:`finish`), while every rank goes on with its profiles."""
+    if not state.root:
+        return
+    options, plan, screened, staging = state.options, state.plan, state.screened, state.staging
+    assert plan is not None and screened is not None and staging is not None
+    assert state.expanded is not None
+    table = screened.table
+    bases_by_name, _, _ = metric_bases(table.metrics, state.partials)
+    db = AggregateDatabase(
+        title=plan.title,
+        tree=state.expanded,
+        metrics=table.metrics,
+        bases=bases_by_name,
+        partials=state.partials,
+        profiles=[],
+        summary=SparseValues.empty(),
+        formulas=table.formulas,
+    )
+
+    def write() -> None:
+        began = time.perf_counter()
+        try:
+            if options.copy_sources:
+                db.copied_files |= copy_sources(db.files(), staging)
+            metadb.write(build_metadb(db), staging / "meta.db")
+            extra = EXTRA_ROOTS if options.derived else ()
+            write_taxonomy(staging, default_yaml(table.metrics, table.formulas, db.partials, extra))
+        except BaseException as error:  # re-raised by finish()
+            state.meta_errors.append(error)
+        state.timings["meta.db (thread)"] = round(time.perf_counter() - began, 3)
+
+    state.meta_thread = threading.Thread(target=write, name="pyprof-meta.db", daemon=True)
+    state.meta_thread.start()
+
+
+def write_profile_db(state: Analysis) -> None:
+    """This rank's profile.db blocks and trace.db lines, at their offsets (every rank)."""
+    layout, staging = state.layout, state.staging
+    assert layout is not None and staging is not None
+    profile_plan = profiledb.layout(layout.infos, layout.n_values, layout.n_ctxs)
+    trace_plan = layout.trace_plan()
+
+    def write() -> None:
+        fd = os.open(staging / "profile.db", os.O_WRONLY)
+        try:
+            for m in state.planes:
+                profiledb.write_block(fd, profile_plan, m.position + 1, m.load(state.spill))
+        finally:
+            os.close(fd)
+        if layout.has_traces:
+            fd = os.open(staging / "trace.db", os.O_WRONLY | os.O_CREAT, 0o666)
+            try:
+                for m in state.planes:
+                    if m.trace is not None:
+                        tracedb.write_line(fd, trace_plan, m.position, m.trace.elements)
+                        m.trace = None
+            finally:
+                os.close(fd)
+
+    on_all(state.comm, state.writing(write))
+
+
+def write_cct_db(state: Analysis) -> None:
+    """cct.db in rounds of contexts and the summary values (every rank, :mod:`.exchange`)."""
+    comm, plan, staging = state.comm, state.plan, state.staging
+    assert plan is not None and staging is not None
+    shape = plan.shape
+    n_contexts = len(shape)
+    nnz = comm.allreduce_sum(state.local_counts)
+    rounds = plan_rounds(nnz, comm.size, state.options.memory_limit)
+    eligible = np.zeros(n_contexts, dtype=bool)
+    if n_contexts:
+        eligible = shape.lexical & ~shape.loop & (shape.parent >= 0)
+        eligible &= shape.loop[np.maximum(shape.parent, 0)]
+    loop_children = np.flatnonzero(eligible).astype(np.int64)
+    loop_parents = shape.parent[loop_children] if n_contexts else loop_children
+    empty = cctdb.layout(np.zeros(n_contexts, np.int64), np.zeros(n_contexts, np.int64))
+    cursor = empty.footer_at
+    state.n_metrics = np.zeros(n_contexts, dtype=np.int64)
+    # Rank 0 writes meta.db meanwhile: its share of every round is cut by that work, so that it
+    # does not keep the others waiting (any split writes the same bytes).
+    per_rank = max(int(nnz.sum()) / comm.size, 1.0)
+    first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
+    clock = _Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    for start, stop in rounds:
+        owners = split_even(nnz[start:stop], comm.size, first_share) + start
+        sending = outgoing(
+            comm.size, state.planes, state.spill, owners, loop_children, loop_parents
+        )
+        clock.lap("cut")
+        arrays, counts = comm.alltoall_columns(sending.arrays, sending.counts)
+        incoming = Columns(arrays, counts)
+        del sending, arrays
+        clock.lap("exchange")
+        lo, hi = int(owners[comm.rank]), int(owners[comm.rank + 1])
+        piece = on_all(comm, partial(own_window, incoming, lo, hi, shape, state.partials))
+        del incoming
+        clock.lap("place+summarise")
+        sizes = comm.allgather(piece.size)
+        at = cursor + sum(sizes[: comm.rank])
+        on_all(comm, state.writing(partial(pwritev_all, staging / "cct.db", piece.pieces, at)))
+        del piece.pieces[:]
+        cursor += sum(sizes)
+        clock.lap("write")
+        gathered = comm.gather((lo, piece.n_metrics, piece.summary))
+        if gathered is not None:
+            for where, metrics_here, summary in gathered:
+                state.n_metrics[where : where + len(metrics_here)] = metrics_here
+                state.summary_parts.append(summary)
+    state.local_counts = nnz
+    state.cct_end = cursor
+
+
+class _Laps:
+    """Seconds spent in each part of a stage, added up over its rounds into ``timings``."""
+
+    def __init__(self, timings: dict[str, float], prefix: str) -> None:
+        self.timings = timings
+        self.prefix = prefix
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        key = self.prefix + name
+        self.timings[key] = round(self.timings.get(key, 0.0) + now - self.last, 3)
+        self.last = now
+
+
+def finish(state: Analysis) -> RunReport:
+    """Rank 0: the summary block, the files' heads and footers, meta.db joined, the rename."""
+    plan, layout, staging, screened = state.plan, state.layout, state.staging, state.screened
+    assert plan is not None and layout is not None and staging is not None
+    assert screened is not None
+
+    def write() -> RunReport:
+        cct_plan = cctdb.layout(state.local_counts, state.n_metrics)
+        if cct_plan.footer_at != state.cct_end:
+            raise ProfileError("internal error: cct.db blocks do not add up to the layout")
+        fd = os.open(staging / "cct.db", os.O_WRONLY)
+        try:
+            cctdb.write_head(fd, cct_plan)
+            cctdb.write_footer(fd, cct_plan)
+        finally:
+            os.close(fd)
+        parts = state.summary_parts  # the owners' windows in context order: already sorted
+        summary = block_of(
+            SparseValues(
+                np.concatenate([p.ctx for p in parts] or [np.zeros(0, np.int64)]),
+                np.concatenate([p.metric for p in parts] or [np.zeros(0, np.int64)]),
+                np.concatenate([p.value for p in parts] or [np.zeros(0, np.float64)]),
+            )
+        )
+        layout.n_values[0], layout.n_ctxs[0] = summary.n_values, summary.n_contexts
+        final = profiledb.layout(layout.infos, layout.n_values, layout.n_ctxs)
+        fd = os.open(staging / "profile.db", os.O_WRONLY)
+        try:
+            profiledb.write_head(fd, final)
+            profiledb.write_block(fd, final, 0, summary)
+            profiledb.write_footer(fd, final)
+        finally:
+            os.close(fd)
+        if layout.has_traces:
+            trace_plan = layout.trace_plan()
+            fd = os.open(staging / "trace.db", os.O_WRONLY)
+            try:
+                tracedb.write_head(fd, trace_plan)
+                tracedb.write_footer(fd, trace_plan)
+            finally:
+                os.close(fd)
+        if state.meta_thread is not None:
+            state.meta_thread.join()
+        if state.meta_errors:
+            raise state.meta_errors[0]
+        commit_directory(staging, plan.output)
+        return RunReport(
+            output=plan.output,
+            profiles=len(screened.usable),
+            contexts=len(plan.shape),
+            metrics=sum(1 for m in screened.table.metrics if not m.is_derived),
+            traces=int(np.count_nonzero(layout.trace_counts > 0)),
+            problems=tuple(screened.problems),
+            timings=state.timings,
+        )
+
+    return on_root(state.comm, state.writing(write))
+
+
+__all__ = ["finish", "stage_files", "write_cct_db", "write_meta_db", "write_profile_db"]

@@ -1,0 +1,139 @@
+"""pymodel's job, from its options to the table and the files: what ``pymodel`` runs.
+
+:class:`ModelOptions` is the one object the command line builds (from click's values,
+:meth:`ModelOptions.from_arguments`); :func:`run` checks that the options agree, reads the
+parameter values (``--param``, ``--csv`` or the titles), loads the series of databases
+(:mod:`.series`), models every context (:mod:`.analyze`) and writes the table and the
+``--json`` / ``--extrap`` / ``--plot`` outputs (:mod:`.report`, :mod:`.plot`), each output
+refused before the analysis when it exists and ``force`` is not given.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+from pyhpctk.errors import UsageError
+from pyhpctk.formats import output
+from pyhpctk.model.analyze import AnalysisOptions, analyze
+from pyhpctk.model.fit import FitOptions
+from pyhpctk.model.report import write_extrap_jsonl, write_json, write_table
+from pyhpctk.model.series import load_series, params_from_titles, parse_param, read_param_csv
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOptions:
+    """One pymodel run: the databases and their parameter values, what to model, what to write.
+
+    The parameter values come from exactly one of ``params`` (``NAME=V1,V2,...``), ``csv`` or
+    ``param_names`` (read from the titles); ``metric`` and ``scope`` choose the values; ``terms``,
+    ``weighting`` and ``refine`` the model search; ``expect``, ``target`` and ``threshold`` the
+    ranking; ``top``, ``json_out``, ``extrap_out`` and ``plot`` the outputs (replaced only with
+    ``force``); ``allow_mixed`` models databases of different programs together.
+    """
+
+    databases: tuple[Path, ...] = ()
+    params: tuple[str, ...] = ()
+    csv: Path | None = None
+    param_names: tuple[str, ...] = ()
+    metric: str | None = None
+    scope: str = "inclusive"
+    terms: int = 1
+    weighting: str = "auto"
+    refine: bool = False
+    expect: str | None = None
+    target: tuple[str, ...] = ()
+    threshold: float = 0.001
+    top: int = 20
+    json_out: Path | None = None
+    extrap_out: Path | None = None
+    plot: Path | None = None
+    allow_mixed: bool = False
+    force: bool = False
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> ModelOptions:
+        """The options of click's values (pymodel's parameter names are the field names)."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
+
+
+def _parse_target(texts: tuple[str, ...], names: tuple[str, ...]) -> tuple[float, ...] | None:
+    if not texts:
+        return None
+    given = dict(parse_param(t, "--target") for t in texts)
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise UsageError(f"--target needs a value for {', '.join(missing)}")
+    return tuple(given[n][0] for n in names)
+
+
+def run(options: ModelOptions, out: TextIO | None = None) -> int:
+    databases = list(options.databases)
+    sources = [
+        name
+        for name, given in (
+            ("--csv", options.csv is not None),
+            ("--param", bool(options.params)),
+            ("--param-from-title", bool(options.param_names)),
+        )
+        if given
+    ]
+    if len(sources) > 1:
+        raise UsageError(f"{' and '.join(sources)} both give the parameter values: choose one")
+    if options.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib: pip install matplotlib")
+    if options.json_out is not None and options.json_out == options.extrap_out:
+        raise UsageError(f"--json and --extrap both write {options.json_out}: choose two files")
+    for option, path in (("--json", options.json_out), ("--extrap", options.extrap_out)):
+        if path is not None:  # refuse before the analysis rather than after it
+            output.check_new(path, options.force, option)
+    if options.csv is not None:
+        if databases:
+            raise UsageError("give databases either on the command line or in --csv, not both")
+        databases, params = read_param_csv(options.csv)
+    elif options.params:
+        parsed = [parse_param(p) for p in options.params]
+        names = [name for name, _ in parsed]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise UsageError(f"--param {', '.join(twice)} given more than once")
+        params = dict(parsed)
+    elif options.param_names:
+        from pyhpctk.formats import metadb
+
+        titles = [metadb.read(Path(d) / "meta.db").title for d in databases]
+        params = params_from_titles(titles, options.param_names)
+    else:
+        raise UsageError("say which parameter values each database has: --param p=2,4,8,16,32")
+    if not databases:
+        raise UsageError("no databases given")
+    series = load_series(databases, params, options.metric, options.scope, options.allow_mixed)
+    fit = FitOptions(max_terms=options.terms, refine=options.refine, weighting=options.weighting)
+    analysis = analyze(
+        series,
+        AnalysisOptions(
+            fit=fit,
+            target=_parse_target(options.target, series.params),
+            expect=options.expect,
+            threshold=options.threshold,
+        ),
+    )
+    write_table(analysis, out if out is not None else sys.stdout, top=options.top)
+    if options.json_out is not None:
+        with output.open_text(options.json_out, options.force, "--json") as stream:
+            write_json(analysis, stream)
+    if options.extrap_out is not None:
+        with output.open_text(options.extrap_out, options.force, "--extrap") as stream:
+            write_extrap_jsonl(series, stream)
+    if options.plot is not None:
+        from pyhpctk.model.plot import plot_contexts
+
+        plot_contexts(analysis, options.plot, count=min(options.top, 6), force=options.force)
+    return 0
+
+
+__all__ = ["ModelOptions", "run"]
