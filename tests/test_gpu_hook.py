@@ -845,3 +845,36 @@ def runtime_launch(hook: object, correlation: int) -> None:
     hook.invoke(DRIVER, LAUNCH, 0, correlation + 1)  # type: ignore[attr-defined]
     hook.invoke(DRIVER, LAUNCH, 1, correlation + 1)  # type: ignore[attr-defined]
     hook.invoke(RUNTIME, RT_LAUNCH, 1, correlation)  # type: ignore[attr-defined]
+
+
+def runtime_launch_one_id(hook: object, correlation: int) -> None:
+    hook.invoke(RUNTIME, RT_LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+    hook.invoke(DRIVER, LAUNCH, 0, correlation)  # type: ignore[attr-defined]
+    hook.invoke(DRIVER, LAUNCH, 1, correlation)  # type: ignore[attr-defined]
+    hook.invoke(RUNTIME, RT_LAUNCH, 1, correlation)  # type: ignore[attr-defined]
+
+
+def test_an_inner_call_with_its_runtime_calls_id_leaves_no_operation_unanswered(
+    tmp_path: Path,
+) -> None:
+    """Where the inner driver call has the runtime call's own id, each kernel answers its runtime
+    call, the one recorded in Python (the site's first, slow path) too: on the H200 every slow
+    path's runtime call was left unanswered, the kernel claimed through the inner call."""
+    from pyhpctk.measure.gpu import shutdown
+
+    session, monitor, native = _hooked_monitor(tmp_path)
+    native.configure(  # type: ignore[attr-defined]
+        [(RUNTIME, RT_LAUNCH, KERNEL_KIND, 0, 0), (DRIVER, LAUNCH, KERNEL_KIND, 0, 0)],
+        monitor.operation_token,
+        None,
+        0xFFFFFFFF,
+        0xFFFFFFFF,
+        None,
+    )
+    for correlation in range(1, 11):
+        runtime_launch_one_id(native, correlation)
+    monitor.buffer_completed(_kernel_rows(list(range(1, 11))))
+    stats = shutdown(monitor, report=False)
+    assert stats.matched == 10 and stats.unmatched == 0
+    assert stats.unmatched_operations == 0 and stats.inner_matched == 0
+    assert _kernels_under(session, runtime_launch_one_id.__code__) == 10

@@ -185,8 +185,6 @@ class Matcher:
         """Each activity's operation: the hook's pairs by sorted search, the rest by dict."""
         correlations = records["correlation"]
         tokens = self._match_native(correlations)
-        if len(self.inner):
-            self._match_inner(correlations, tokens)
         table = self.site_table()
         operations: list[Operation | None] = (
             table.objects[np.maximum(tokens, 0)].tolist()
@@ -223,6 +221,11 @@ class Matcher:
                 # The C hook's slow path gave this site a token (operation_token).
                 tokens[index] = token_of.get(site_key(operation), -1)
             self.site_table()  # tokens newer than the table: rebuilt now, not per batch
+        if len(self.inner):
+            # Last, the inner driver calls: an activity that carries the id of an operation
+            # recorded in Python (a slow path) belongs to that operation, whatever id the
+            # inner call had (CUPTI may give both one id).
+            unknown = self._claim_inner(correlations, unknown, tokens, operations, owners)
         captures = None
         nodes = records["graph_node"]
         if nodes.any() and self.graph_nodes:
@@ -268,6 +271,35 @@ class Matcher:
         if not keep.all():
             self.native_pending = waiting[keep]
         return tokens
+
+    def _claim_inner(
+        self,
+        correlations: np.ndarray,
+        unknown: list[int],
+        tokens: np.ndarray,
+        operations: list[Operation | None],
+        owners: np.ndarray,
+    ) -> list[int]:
+        """Give the activities at ``unknown`` their inner driver call's site, where one has it;
+        returns those still unknown."""
+        if not unknown:
+            self._match_inner(correlations[:0], tokens[:0])  # ages the inner calls
+            return unknown
+        at = np.asarray(unknown, dtype=np.int64)
+        found = np.full(len(at), -1, dtype=np.int64)
+        self._match_inner(correlations[at], found)
+        if not (found >= 0).any():
+            return unknown
+        table = self.site_table()
+        still: list[int] = []
+        for index, token in zip(unknown, found.tolist(), strict=True):
+            if token < 0:
+                still.append(index)
+                continue
+            tokens[index] = token
+            operations[index] = table.objects[token]
+            owners[index] = table.thread[token]
+        return still
 
     def _match_inner(self, correlations: np.ndarray, tokens: np.ndarray) -> None:
         """Activities no operation claimed that carry an inner driver call's id: its runtime
