@@ -86,8 +86,13 @@ def _values(db: Path, name: str, metric: str) -> dict[str, float]:
     arrays = open_database(db).arrays([metric])
     out: dict[str, float] = {"<total>": float(arrays[f"{metric} (I)"][0])}
     for label, value in zip(arrays["label"], arrays[f"{metric} (I)"], strict=True):
-        if str(label).startswith(name + ": "):
-            out[str(label)] = out.get(str(label), 0.0) + float(value)
+        # pyview names a file by its path below the program's root, which other files of the
+        # run move (on the device, wheels installed with --target under /tmp): the basename
+        # decides, and the key is ``name: line``.
+        path, _, line = str(label).rpartition(": ")
+        if path.rsplit("/", 1)[-1] == name:
+            key = f"{name}: {line}"
+            out[key] = out.get(key, 0.0) + float(value)
     return out
 
 
