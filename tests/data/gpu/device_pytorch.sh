@@ -27,9 +27,10 @@ setup() {  # every stage can run alone on a fresh machine; a hook built from old
     bash tests/data/gpu/build_hook.sh python3  # (a machine kept warm keeps its .so: rebuilt)
 }
 if want build; then stage build
-  rm -f src/pyhpctk/measure/gpu/_cuptihook*.so  # always from these sources
+  rm -f src/pyhpctk/measure/gpu/_cuptihook*.so src/pyhpctk/measure/_engine*.so  # from these sources
   { setup; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c 'import torch, cupy, cupti; from pyhpctk.measure.gpu.cupti_backend import load_hook; h = load_hook(); print("torch", torch.__version__, "cupy", cupy.__version__, "hook", h, "frames:", getattr(h, "FRAME_WALK", None))'
+    python3 -m pyhpctk.measure.engine && echo "sampling engine: built for $(python3 -V)"
     which py-spy; } > "$out/tests.txt" 2>&1
 fi
 if want tests; then stage tests; setup
