@@ -24,6 +24,11 @@ Modes, each in its own process (CUPTI allows one subscriber per process):
 - ``torchprof``: ``torch.profiler`` with CUDA activities and ``with_stack=True`` (the Python
   calling context, as pyrun records it), on the PyTorch workloads only.
 
+Steady state: ``--settle N`` (default 1) runs the workload N more times inside each mode's
+measurement before the timed repetitions, in every mode (plain too), so the timed region
+excludes first-sight costs (pyrun's slow path at each new launch site, torch.profiler's
+warm-up) that a longer run amortises; ``--settle 0`` times them.
+
 The reported ratio is the timed region's wall time over the plain run's (best of ``--repeat``):
 a table of the best of all rounds, then the median and range of the ratios to the plain run of
 the same round (``--rounds``; ``--cpus 2-5`` pins every run to the same processors, since
@@ -126,8 +131,10 @@ def _model_steps(workload: str, steps: int) -> Callable[[], None]:
     return run
 
 
-def run_one(workload: str, mode: str, repeat: int, steps: int = 10) -> dict[str, object]:
-    """Time one workload in one mode (this process)."""
+def run_one(
+    workload: str, mode: str, repeat: int, steps: int = 10, settle: int = 1
+) -> dict[str, object]:
+    """Time one workload in one mode (this process), after ``settle`` untimed repetitions."""
     if workload == "torch":
         setup = _torch_setup()
         body = lambda: _torch_steps(setup)  # noqa: E731
@@ -138,7 +145,7 @@ def run_one(workload: str, mode: str, repeat: int, steps: int = 10) -> dict[str,
 
         body = (lambda: _launch(cp)) if workload == "launch" else (lambda: _compute(cp))
     body()  # warm-up: kernels compiled and loaded, pools filled
-    result: dict[str, object] = {"workload": workload, "mode": mode}
+    result: dict[str, object] = {"workload": workload, "mode": mode, "settle": settle}
     times: list[float] = []
     if mode in ("pyrun", "pyrun-pyhook", "pyrun-t"):
         from pyhpctk.measure import runtime
@@ -148,6 +155,8 @@ def run_one(workload: str, mode: str, repeat: int, steps: int = 10) -> dict[str,
         session = runtime.start(out, trace=mode == "pyrun-t", install_hooks=False)
         hook = "python" if mode == "pyrun-pyhook" else "c"
         monitor = install(session, f"gpu=nvidia,hook={hook}")
+        for _ in range(settle):
+            body()
         for _ in range(repeat):
             began = time.perf_counter()
             body()
@@ -167,6 +176,8 @@ def run_one(workload: str, mode: str, repeat: int, steps: int = 10) -> dict[str,
 
         activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
         with profile(activities=activities, with_stack=True) as prof:
+            for _ in range(settle):
+                body()
             for _ in range(repeat):
                 began = time.perf_counter()
                 body()
@@ -177,6 +188,8 @@ def run_one(workload: str, mode: str, repeat: int, steps: int = 10) -> dict[str,
         result["events"] = len(events)
         del torch
     else:
+        for _ in range(settle):
+            body()
         for _ in range(repeat):
             began = time.perf_counter()
             body()
@@ -195,6 +208,7 @@ def run_all(
     modes: tuple[str, ...] = (),
     budget: float = 0.0,
     out: str | None = None,
+    settle: int = 1,
 ) -> list[dict[str, object]]:
     """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair).
 
@@ -223,7 +237,7 @@ def run_all(
                 print(f"stopped after {round_} rounds: the budget of {budget:.0f} s", flush=True)
                 break
         command = [sys.executable, __file__, "--workload", workload, "--mode", mode]
-        command += ["--repeat", str(repeat), "--steps", str(steps)]
+        command += ["--repeat", str(repeat), "--steps", str(steps), "--settle", str(settle)]
         command += ["--cpus", cpus] if cpus else []
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -317,6 +331,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10, help="training steps per repetition")
     parser.add_argument("--modes", default="", help="subset of modes (--all), e.g. plain,pyrun")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--settle", type=int, default=1, help="untimed repetitions inside the measurement first"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (--all)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="subset (--all)")
     parser.add_argument("--cpus", default="", help="pin every run to these CPUs, e.g. 2-5")
@@ -334,13 +351,21 @@ def main() -> int:
             parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
         modes = tuple(m for m in args.modes.split(",") if m)
         results = run_all(
-            args.repeat, args.rounds, chosen, args.cpus, args.steps, modes, args.budget, args.out
+            args.repeat,
+            args.rounds,
+            chosen,
+            args.cpus,
+            args.steps,
+            modes,
+            args.budget,
+            args.out,
+            args.settle,
         )
         print(table(results))
         print()
         print(paired(results))
         return 0
-    print(json.dumps(run_one(args.workload, args.mode, args.repeat, args.steps)))
+    print(json.dumps(run_one(args.workload, args.mode, args.repeat, args.steps, args.settle)))
     return 0
 
 
