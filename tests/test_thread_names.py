@@ -22,6 +22,7 @@ from pyhpctk import formats
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli.pyrun import main as pyrun_main
+from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import threads
 from pyhpctk.formats.inspect import dump_path, verify_path
@@ -115,6 +116,25 @@ def test_the_per_profile_table_has_the_names(measured: Path) -> None:
     assert set(metadata["program"]) == {"named_threads.py"}
     by_thread = dict(zip(metadata["thread"], metadata["thread_name"], strict=True))
     assert by_thread[0] == "MainThread"
+
+
+def test_per_thread_views_of_the_cli_name_the_threads(
+    measured: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = measured / "db"
+    exp = open_database(db).experiment
+    work = next(
+        int(exp.tree.ctx_id[node])
+        for node in range(exp.tree.size)
+        if exp.tree.function_name(node) == "work"
+    )
+    assert pyview_main([str(db), "--context", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "ThreadPoolExecutor-0_1 (NODE 0 / THREAD " in out, out
+    report = measured / "report.html"
+    assert pyview_main([str(db), "--html", str(report), "--force"]) == 0
+    data = report.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0]
+    assert "loader-done (NODE 0 / THREAD " in json.dumps(json.loads(data)["timeline"])
 
 
 def test_a_database_without_names_keeps_todays_track_names(

@@ -372,6 +372,12 @@ class Experiment:
     taxonomy_text: str | None = None  # metrics/default.yaml, when the database has one
     thread_names: Mapping[int, ThreadName] = field(default_factory=dict)
 
+    def profile_title(self, prof: ProfileInfo) -> str:
+        """How views name a profile: ``ThreadPoolExecutor-0_1 (NODE 0 / THREAD 2)`` where pyrun
+        recorded the thread's name, else its identifier (``NODE 0 / THREAD 2``)."""
+        named = self.thread_names.get(prof.index)
+        return prof.label if named is None else f"{named.name} ({prof.label})"
+
     def metric(self, name: str) -> MetricInfo:
         for m in self.metrics:
             if m.name == name:

@@ -119,7 +119,7 @@ class LineSummary:
 
     @property
     def title(self) -> str:
-        """How the summary names the line: ``MainThread (THREAD 0)``, else ``THREAD 0``."""
+        """How the summary names the line (as :meth:`.Experiment.profile_title` does)."""
         return self.profile if self.thread is None else f"{self.thread} ({self.profile})"
 
     @property
