@@ -32,7 +32,7 @@ def _session(tmp_path: Path, trace: bool = True) -> Session:
 def _under(session: Session, state_cct: object, code: object) -> set[int]:
     """Nodes of a CCT whose call path passes through a frame of ``code``."""
     cct = state_cct
-    fid = session.functions.fid_of[code]  # type: ignore[index]
+    fid = session.functions.fid(code)
     inside: set[int] = set()
     for node in range(len(cct)):  # type: ignore[arg-type]
         walk = node

@@ -61,8 +61,8 @@ def _expected(recording: rec.Recording) -> Counter[tuple[int, int]]:
 
 def _observed(session: Session, ccts: list[ThreadCCT]) -> Counter[tuple[int, int]]:
     """Kernels per (site function above GPUGraph, site function below it) in the CCTs."""
-    fid_of = session.functions.fid_of
-    fid_site = {fid_of[f.__code__]: i for i, f in enumerate(SITES) if f.__code__ in fid_of}
+    fid_of = session.functions.fid
+    fid_site = {fid_of(f.__code__): i for i, f in enumerate(SITES) if fid_of(f.__code__)}
     kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
     graph_ip = placeholder_ip(act.PLACEHOLDER_OF_KIND[act.GRAPH])
     out: Counter[tuple[int, int]] = Counter()

@@ -679,7 +679,7 @@ def _kernels_under(session: Session, code: object) -> float:
     cct = session.states[threading.get_ident()].cct
     kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
     store = cct.kinds[kind.name]
-    fid = session.functions.fid_of[code]  # type: ignore[index]
+    fid = session.functions.fid(code)
     total = 0.0
     for node in store.slot_of:
         walk = node
@@ -775,7 +775,7 @@ def test_a_thousand_layers_through_the_simulated_runtime_are_attributed_exactly(
     cct = session.states[threading.get_ident()].cct
     kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
     store = cct.kinds[kind.name]
-    caller_of = {session.functions.fid_of[c.__code__]: i for i, c in enumerate(callers)}
+    caller_of = {session.functions.fid(c.__code__): i for i, c in enumerate(callers)}
     counts = [0.0] * len(callers)
     for node in store.slot_of:
         walk = node

@@ -178,7 +178,7 @@ def test_each_call_site_gets_its_own_placeholder(tmp_path: Path, hook: str) -> N
     for thread, cct in idents.items():
         mine = ops[ops["thread"] == thread]
         used = {site_a.__code__ if s % 2 == 0 else site_b.__code__ for s in mine["site"].tolist()}
-        fids = {session.functions.fid_of[code] for code in used}
+        fids = {session.functions.fid(code) for code in used}
         parents_of_placeholders = {
             cct.parent[node]
             for node in range(len(cct))
@@ -370,7 +370,7 @@ def test_activities_of_a_retired_cct_move_to_the_threads_live_cct(tmp_path: Path
     live = session.states[ident].cct
     assert live is not old
     assert _totals(session, live)[gm.GKER_COUNT] == 2
-    fid = session.functions.fid_of[retiring_site.__code__]
+    fid = session.functions.fid(retiring_site.__code__)
     kernel_nodes = [n for n in range(len(live)) if live.lm[n] == 0 and live.parent[n] >= 0]
     assert any(live.ip[live.parent[n]] >> 32 == fid for n in kernel_nodes)
 
@@ -465,7 +465,7 @@ def test_the_unwinding_cache_never_confuses_sites_or_resumed_generators(tmp_path
     cct = session.states[threading.get_ident()].cct
 
     def kernels_under(code: object) -> float:
-        fid = session.functions.fid_of[code]  # type: ignore[index]
+        fid = session.functions.fid(code)
         kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
         store = cct.kinds[kind.name]
         total = 0.0

@@ -20,11 +20,14 @@ import pytest
 from pyhpctk.analysis.compare import compare_dirs
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli.pyrun import main as pyrun_main
+from pyhpctk.formats import threads
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"  # the dev extra's mpich, beside python
 if not MPIEXEC.exists() and shutil.which("mpiexec"):
     MPIEXEC = Path(str(shutil.which("mpiexec")))
-FILES = ("meta.db", "profile.db", "cct.db", "trace.db", "metrics/default.yaml")
+FILES = ("meta.db", "profile.db", "cct.db", "trace.db", "metrics/default.yaml", "threads.txt")
+NAMED_THREADS = Path(__file__).resolve().parent / "programs" / "named_threads.py"
 
 
 def pyprof_mpi(ranks: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -83,6 +86,22 @@ def test_gpu_measurement_on_four_ranks(reference: Path, tmp_path: Path) -> None:
     serial = tmp_path / "serial"
     run(ProfOptions.build([measurement], output=serial))
     assert_same_files(serial, output)
+
+
+@pytest.mark.mpi
+def test_thread_names_survive_pyprof_mpi(tmp_path: Path) -> None:
+    """pyrun's thread names (issue #21 item 7): threads.txt as serial pyprof writes it."""
+    measurement = tmp_path / "m"
+    command = [sys.executable, str(NAMED_THREADS), "0.1"]
+    assert pyrun_main(["-t", "-o", str(measurement), *command]) == 0
+    serial = tmp_path / "serial"
+    run(ProfOptions.build([measurement], output=serial))
+    output = tmp_path / "mpi"
+    done = pyprof_mpi(3, "-o", str(output), str(measurement))
+    assert done.returncode == 0, done.stderr
+    assert_same_files(serial, output)
+    names = threads.read(output / "threads.txt")
+    assert {e.name for e in names.entries} >= {"MainThread", "loader-done"}
 
 
 @pytest.mark.mpi

@@ -4,9 +4,11 @@ and the sampler driven by fake clocks (no sampler thread, no timing dependence).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -207,6 +209,39 @@ def test_python_frames_become_fid_and_line(parked_thread: threading.Thread) -> N
     assert ips[lo] & 0xFFFFFFFF == func_lo.__code__.co_firstlineno + 2  # release.wait()
     assert table.stanzas[(ips[lo] >> 32) - 1].lineno == func_lo.__code__.co_firstlineno
     assert python_frame_ips(frame, table, table.fid_of) == ips  # fids are stable
+
+
+def _load_copy(path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(f"copy_{path.parent.name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_function_in_two_files_gets_two_fids(tmp_path: Path) -> None:
+    # Two copies of a module: code objects equal by value (CPython's code equality ignores
+    # co_filename), so a table keyed by code object gave the second copy the first one's fid.
+    source = "import sys\n\ndef work():\n    return sys._getframe()\n"
+    copies = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mod.py").write_text(source)
+        copies.append(_load_copy(tmp_path / name / "mod.py"))
+    first, second = (module.work for module in copies)
+    assert first.__code__ == second.__code__  # what made them merge
+    assert first.__code__.co_filename != second.__code__.co_filename
+    table = FunctionTable()
+    leaves = [python_frame_ips(work(), table, table.fid_of)[0] for work in (first, second)]
+    files = [table.stanzas[(ip >> 32) - 1].filename for ip in leaves]
+    assert files == [first.__code__.co_filename, second.__code__.co_filename]
+    assert [table.fid(work.__code__) for work in (first, second)] == [ip >> 32 for ip in leaves]
+    assert python_frame_ips(second(), table, table.fid_of)[0] == leaves[1]  # from the cache
+    # The engine's path: register() per code object it pinned.
+    engine_table = FunctionTable()
+    fids = [engine_table.register(work.__code__) for work in (first, second)]
+    assert fids[0] != fids[1]
+    assert [engine_table.fid(work.__code__) for work in (first, second)] == fids
 
 
 # -- encoder: the same bytes as the format writers ----------------------------------------------

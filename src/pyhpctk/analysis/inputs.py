@@ -1,18 +1,21 @@
 """Input acquisition: find the profiles of measurement directories and read them.
 
 A measurement directory holds one ``.hpcrun`` per thread or GPU stream, an optional ``.hpctrace``
-beside each, and ``structs/*.hpcstruct`` (formats.md §0.1). This module lists them, checks the
-directories exist and are not empty; reading is the format modules' job
-(:mod:`pyhpctk.formats.hpcrun`, :mod:`pyhpctk.formats.hpctrace`).
+beside each, ``structs/*.hpcstruct`` (formats.md §0.1) and, from pyrun, ``threads/*.txt`` (the
+thread names, docs/formats.md). This module lists them, checks the directories exist and are not
+empty; reading is the format modules' job (:mod:`pyhpctk.formats.hpcrun`,
+:mod:`pyhpctk.formats.hpctrace`, :mod:`pyhpctk.formats.threads`).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyhpctk.errors import PyhpctkError, UsageError
+from pyhpctk.errors import FormatError, FormatWarning, PyhpctkError, UsageError
+from pyhpctk.formats import threads
 from pyhpctk.formats.inspect import misplaced_input
 
 
@@ -75,3 +78,31 @@ def structure_files(measurement: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.name.endswith(".hpcstruct"))
+
+
+def thread_names(sources: list[ProfileSource]) -> dict[int, threads.ThreadEntry]:
+    """The name pyrun recorded for each profile (by index in ``sources``) that has one.
+
+    Measurements without ``threads/`` (hpcrun's, an older pyrun's) name nothing; a names file
+    that cannot be read is a warning: the profiles are still aggregated, without its names.
+    """
+    by_file: dict[Path, threads.ThreadEntry] = {}
+    for measurement in dict.fromkeys(source.measurement for source in sources):
+        directory = measurement / threads.MEASUREMENT_DIRECTORY
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.txt")):
+            try:
+                names = threads.read(path)
+            except FormatError as error:
+                warnings.warn(f"{error}: these thread names are left out", FormatWarning, 2)
+                continue
+            if names.keyed_by != threads.BY_FILE:
+                continue
+            for entry in names.entries:
+                by_file[measurement / (entry.key + ".hpcrun")] = entry
+    return {
+        index: by_file[source.profile]
+        for index, source in enumerate(sources)
+        if source.profile in by_file
+    }

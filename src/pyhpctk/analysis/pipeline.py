@@ -106,6 +106,7 @@ def read(state: Analysis) -> None:
         if options.output is not None and not state.in_memory:
             prepare_output(options.output, options.force)  # fail before the work, not after
         sources = inputs.discover(options.measurements)
+        state.thread_names = inputs.thread_names(sources)  # rank 0 writes them (threads.txt)
         sizes = [
             s.profile.stat().st_size + (s.trace.stat().st_size if s.trace is not None else 0)
             for s in sources

@@ -32,6 +32,7 @@ from pyhpctk.analysis.write import database_error
 from pyhpctk.core.context import ContextTree
 from pyhpctk.core.metrics import PARTIALS_STATS, PARTIALS_SUM, Partial
 from pyhpctk.formats import profiledb, tracedb
+from pyhpctk.formats.threads import ThreadEntry
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -117,6 +118,8 @@ class Analysis:
     in_memory: bool = False  # aggregate(): nothing will be written
     timings: dict[str, float] = field(default_factory=dict)
     sources: list[inputs.ProfileSource] = field(default_factory=list)
+    # rank 0: the name pyrun recorded for each input profile that has one (inputs.thread_names)
+    thread_names: dict[int, ThreadEntry] = field(default_factory=dict)
     light: bool = False  # read twice: call paths first, values again for the statistics
     tree: RawTree | None = None  # this rank's call paths; after unify, every profile's
     merged: RawTree | None = None  # rank 0: the unified tree

@@ -1,17 +1,18 @@
 """The driver's last stages: the database's files, written by every rank at its own offsets.
 
 After the statistics (:mod:`.pipeline`), rank 0 makes the staging directory beside the output
-(:func:`stage_files`) and writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
-(:func:`write_meta_db`); every rank writes its profile.db blocks and trace.db lines at offsets
-from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`) and takes part in
-the rounds that build cct.db and the summary (:func:`write_cct_db`, :mod:`.exchange`); rank 0
-writes the summary block, the heads and footers and renames the database into place
-(:func:`finish`). A full disk on any rank is one error on every rank
+(:func:`stage_files`) and writes meta.db, ``metrics/default.yaml``, ``threads.txt`` and ``src/``
+on a thread (:func:`write_meta_db`); every rank writes its profile.db blocks and trace.db lines
+at offsets from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`) and
+takes part in the rounds that build cct.db and the summary (:func:`write_cct_db`,
+:mod:`.exchange`); rank 0 writes the summary block, the heads and footers and renames the
+database into place (:func:`finish`). A full disk on any rank is one error on every rank
 (:meth:`.state.Analysis.writing`), and nothing is left under the output's name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -35,7 +36,7 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
-from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
 META_DB_VALUES = 40
@@ -60,8 +61,8 @@ def stage_files(state: Analysis) -> None:
 
 
 def write_meta_db(state: Analysis) -> None:
-    """meta.db, ``metrics/default.yaml`` and ``src/`` on a thread of rank 0 (joined by
-    :func:`finish`), while every rank goes on with its profiles."""
+    """meta.db, ``metrics/default.yaml``, ``threads.txt`` and ``src/`` on a thread of rank 0
+    (joined by :func:`finish`), while every rank goes on with its profiles."""
     if not state.root:
         return
     options, plan, screened, staging = state.options, state.plan, state.screened, state.staging
@@ -88,12 +89,27 @@ def write_meta_db(state: Analysis) -> None:
             metadb.write(build_metadb(db), staging / "meta.db")
             extra = EXTRA_ROOTS if options.derived else ()
             write_taxonomy(staging, default_yaml(table.metrics, table.formulas, db.partials, extra))
+            write_thread_names(state, staging)
         except BaseException as error:  # re-raised by finish()
             state.meta_errors.append(error)
         state.timings["meta.db (thread)"] = round(time.perf_counter() - began, 3)
 
     state.meta_thread = threading.Thread(target=write, name="pyprof-meta.db", daemon=True)
     state.meta_thread.start()
+
+
+def write_thread_names(state: Analysis, staging: Path) -> None:
+    """``threads.txt``: the names pyrun recorded, by profile.db index (docs/formats.md, "Thread
+    names"); no file when no profile has one (hpcrun's measurements)."""
+    screened = state.screened
+    assert screened is not None
+    names = threads.ThreadNames(threads.BY_PROFILE)
+    for position, brief in enumerate(screened.usable):
+        entry = state.thread_names.get(brief.index)
+        if entry is not None:
+            names.entries.append(dataclasses.replace(entry, key=str(position + 1)))
+    if names.entries:
+        threads.write(names, staging / threads.DATABASE_FILE)
 
 
 def write_profile_db(state: Analysis) -> None:

@@ -88,7 +88,7 @@ def _print_spread(db: Database, spread: imbalance.ContextSpread, out: TextIO) ->
         f"stddev {s.stddev:.4g}  cv {s.cv:.3f}  imbalance {100 * s.imbalance:.1f}%\n"
     )
     for prof, value in zip(spread.profiles, spread.values.tolist(), strict=True):
-        out.write(f"  {format_value(value, s.total):>18}  {prof.label}\n")
+        out.write(f"  {format_value(value, s.total):>18}  {db.experiment.profile_title(prof)}\n")
 
 
 def _print_imbalance(spreads: list[imbalance.ContextSpread], metric: str, out: TextIO) -> None:

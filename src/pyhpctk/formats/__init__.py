@@ -2,7 +2,8 @@
 
 One module per format (formats.md): :mod:`.hpcrun` and :mod:`.hpctrace` (measurements),
 :mod:`.logical` (Python logical-frame metadata), :mod:`.metadb`, :mod:`.profiledb`, :mod:`.cctdb`,
-:mod:`.tracedb` (the v4.0 database) and :mod:`.hpcstruct` (structure XML). Each offers ``sniff``,
+:mod:`.tracedb` (the v4.0 database), :mod:`.threads` (pyhpctk's thread-names side file) and
+:mod:`.hpcstruct` (structure XML). Each offers ``sniff``,
 ``read``, ``write``, ``to_bytes``, ``dump`` and ``verify``.
 
 This package's entry points detect a file's format from its content (never from its name) by
@@ -33,6 +34,7 @@ FORMAT_NAMES: tuple[str, ...] = (
     "profiledb",
     "cctdb",
     "tracedb",
+    "threads",
     "hpcstruct",
 )
 SNIFF_BYTES = 64

@@ -6,13 +6,15 @@ from another file's table, and the values whose meaning only another file gives:
 - a measurement directory (formats.md §0.1, §1.10, §2): a trace names only nodes of its sibling
   ``.hpcrun`` and its times lie in that profile's ``trace-min-time``..``trace-max-time``; a
   profile's ``logical/`` load module exists and every Python frame names a function (fid) of it;
+  a ``threads/`` file names only profiles of the directory, with their process id;
 - a database (formats.md §3.2-§3.5): every context id of ``profile.db``, ``meta.db`` and
   ``trace.db`` is below ``cct.db``'s context count; ``trace.db`` names only contexts of
   ``meta.db``; every metric id of a thread profile and of ``cct.db`` is a propMetricId of
   ``meta.db`` and every metric id of a summary profile a statMetricId; every profile index of
   ``cct.db`` and ``trace.db`` is a thread profile of ``profile.db`` (a trace.db line at most one
-  per profile); every id-tuple kind has a name in ``meta.db``; no time is negative; and
-  ``cct.db`` is exactly the transpose of ``profile.db``'s thread profiles.
+  per profile); every id-tuple kind has a name in ``meta.db``; no time is negative;
+  ``cct.db`` is exactly the transpose of ``profile.db``'s thread profiles; and ``threads.txt``
+  names only thread profiles of ``profile.db`` (not GPU streams).
 
 Problems are strings ``PATH: PROBLEM``; nothing is raised for bad data. This module reads no file
 itself (it is given what the format modules read) and never writes.
@@ -27,15 +29,16 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import cctdb, hpctrace, metadb, profiledb, tracedb
+from pyhpctk.formats import cctdb, hpctrace, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.hpcrun_constants import UNKNOWN_FID
 from pyhpctk.formats.hpcrun_model import HpcrunProfile, HpctraceFile, is_time_metric
 from pyhpctk.formats.logical import LogicalMetadata
+from pyhpctk.formats.vocabulary import GPU_ID_NAMES
 
 Read = Mapping[Path, tuple[str, object]]
 """What a directory's files were read as: path -> (format name, model)."""
 
-DATABASE_FILES = ("meta.db", "profile.db", "cct.db", "trace.db")
+DATABASE_FILES = ("meta.db", "profile.db", "cct.db", "trace.db", threads.DATABASE_FILE)
 # formats.md §3.2: summary partials whose values cannot be negative when the measured ones are not
 # (the identity, the square, the count), whatever the combine (sum, min, max).
 NON_NEGATIVE_PARTIALS = frozenset({"$$", "$$^2", "1"})
@@ -67,6 +70,27 @@ def measurement_problems(read: Read) -> list[str]:
             problems.append(f"{file}: trace without a readable sibling .hpcrun profile")
             continue
         problems.extend(f"{file}: {p}" for p in hpctrace.verify_trace(trace, sibling[1]))
+    for file, (_, names) in read.items():
+        if isinstance(names, threads.ThreadNames):
+            problems.extend(f"{file}: {p}" for p in _names_problems(file, names, read))
+    return problems
+
+
+def _names_problems(file: Path, names: threads.ThreadNames, read: Read) -> list[str]:
+    """A ``threads/`` file's keys are the stems of profiles beside it (``MEAS/threads/`` ->
+    ``MEAS/STEM.hpcrun``), each of the process the entry says."""
+    if names.keyed_by != threads.BY_FILE:
+        return [f"keyed {names.keyed_by}: a measurement directory's names are keyed by file"]
+    problems = []
+    for entry in names.entries:
+        found = read.get(file.parent.parent / (entry.key + ".hpcrun"))
+        if found is None or not isinstance(found[1], HpcrunProfile):
+            problems.append(f"{entry.key!r}: no readable profile {entry.key}.hpcrun")
+        elif found[1].header("process-id") != str(entry.pid):
+            problems.append(
+                f"{entry.key!r}: process id {entry.pid}, the profile's is "
+                f"{found[1].header('process-id')}"
+            )
     return problems
 
 
@@ -113,6 +137,7 @@ def database_problems(root: Path, read: Read) -> list[str]:
     parts = {name: obj for name, obj in read.values()}
     meta, profiles = parts.get("metadb"), parts.get("profiledb")
     contexts, traces = parts.get("cctdb"), parts.get("tracedb")
+    names = parts.get("threads")
     meta = meta if isinstance(meta, metadb.MetaDB) else None
     profiles = profiles if isinstance(profiles, profiledb.ProfileDB) else None
     contexts = contexts if isinstance(contexts, cctdb.CctDB) else None
@@ -132,6 +157,27 @@ def database_problems(root: Path, read: Read) -> list[str]:
         add("cct.db", cctdb.verify_against_profiles(contexts, profiles))
     if traces is not None:
         add("trace.db", _trace_problems(traces, meta, profiles, n_contexts))
+    if isinstance(names, threads.ThreadNames) and profiles is not None:
+        add(threads.DATABASE_FILE, _profile_names_problems(names, profiles, meta))
+    return problems
+
+
+def _profile_names_problems(
+    names: threads.ThreadNames, profiles: profiledb.ProfileDB, meta: metadb.MetaDB | None
+) -> list[str]:
+    """``threads.txt`` is keyed by the profile.db index of a thread profile."""
+    if names.keyed_by != threads.BY_PROFILE:
+        return [f"keyed {names.keyed_by}: a database's names are keyed by profile"]
+    n = len(profiles.profiles)
+    gpu_kinds = set()
+    if meta is not None:
+        gpu_kinds = {i for i, name in enumerate(meta.id_names) if name in GPU_ID_NAMES}
+    problems = []
+    for index in names.by_profile():
+        if not 1 <= index < n:
+            problems.append(f"profile {index}: not a thread profile of profile.db (1..{n - 1})")
+        elif any(e.kind in gpu_kinds for e in profiles.profiles[index].id_tuple or ()):
+            problems.append(f"profile {index}: a GPU stream, not a thread")
     return problems
 
 

@@ -20,6 +20,11 @@ PROFILE_VERSION = "04.00"
 TRACE_MAGIC = b"HPCRUN-trace______"
 TRACE_VERSION = "01.01"
 LOGICAL_MAGIC = b"HPCLOGICAL"
+# pyhpctk's own side file (docs/formats.md, "Thread names"): the first line of a ``threads/``
+# file of a measurement directory (keys: profile file stems) or of a database's threads.txt
+# (keys: profile.db indices). Neither hpcprof nor hpcviewer reads it.
+THREADS_MAGIC = b"pyhpctk-threads 1 "
+THREADS_BY_FILE, THREADS_BY_PROFILE = "by-file", "by-profile"
 ENDIAN_BIG = b"b"
 FOOTER_MAGIC = 0x48504352554E736D  # formats.md §1.9: the last 8 bytes read "HPCRUNsm"
 SECTION_ALIGNMENT = 1024  # formats.md §1.2; hpcrun's write_data.c MULTIPLE_1024

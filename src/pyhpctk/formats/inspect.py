@@ -1,8 +1,9 @@
 """Dump and verify files, measurement directories and databases (``pyhpctk dump`` / ``verify``).
 
 A path is one of: a single file of any known format; a measurement directory (``*.hpcrun``,
-``*.hpctrace``, ``logical/``, ``structs/``, ``gpubins/``) as pyrun or hpcrun writes it; or a
-database directory (``meta.db`` with ``profile.db``, ``cct.db`` and maybe ``trace.db``).
+``*.hpctrace``, ``logical/``, ``threads/``, ``structs/``, ``gpubins/``) as pyrun or hpcrun writes
+it; or a database directory (``meta.db`` with ``profile.db``, ``cct.db`` and maybe ``trace.db``
+and ``threads.txt``).
 Verification checks each file alone, then what ties the files of a directory together.
 This module reads; it never writes.
 """
@@ -16,7 +17,7 @@ from typing import TextIO
 
 from pyhpctk import formats
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import crosscheck
+from pyhpctk.formats import crosscheck, threads
 from pyhpctk.formats.crosscheck import DATABASE_FILES
 
 
@@ -56,7 +57,8 @@ def kind_of(path: Path) -> str:
 
 
 # Formats by the directory they belong to (formats.md §0.1), for :func:`misplaced_input`.
-_MEASUREMENT_FORMATS = ("hpcrun", "hpctrace", "logical")
+_MEASUREMENT_FORMATS = ("hpcrun", "hpctrace", "logical", "threads")
+_SUBDIRECTORY_FORMATS = ("logical", "threads")  # MEAS/logical/, MEAS/threads/
 _DATABASE_FORMATS = ("metadb", "profiledb", "cctdb", "tracedb")
 
 
@@ -85,14 +87,15 @@ def misplaced_input(path: str | os.PathLike[str]) -> str | None:
         name = formats.detect_file(where)
     except FormatError:
         return None
-    if name in _DATABASE_FORMATS:
+    names_of = where.parent.name == threads.MEASUREMENT_DIRECTORY  # MEAS/threads/, not DB/
+    if name in _DATABASE_FORMATS or (name == "threads" and not names_of):
         directory = where.parent
         return (
             f"this is the {where.name} of the database {directory}; pyview shows it "
             f"(pyview {directory})"
         )
     if name in _MEASUREMENT_FORMATS:
-        directory = where.parent.parent if name == "logical" else where.parent
+        directory = where.parent.parent if name in _SUBDIRECTORY_FORMATS else where.parent
         return (
             f"this is a measurement file of {directory}; the tools read the whole directory "
             f"(pystruct {directory}, pyprof {directory})"
@@ -107,6 +110,7 @@ def measurement_files(path: Path) -> list[Path]:
     """Every file of a measurement directory that has a format we read, in a stable order."""
     files = sorted(path.glob("*.hpcrun")) + sorted(path.glob("*.hpctrace"))
     files += sorted(p for p in (path / "logical").glob("*") if p.is_file())
+    files += sorted(p for p in (path / threads.MEASUREMENT_DIRECTORY).glob("*") if p.is_file())
     files += sorted((path / "structs").glob("*.hpcstruct"))
     return files
 

@@ -15,7 +15,10 @@ inserts placeholders with :meth:`ThreadCCT.placeholder` and attributes with :met
 
 Python frames are *logical frames* (formats.md §1.10): one CCT node per frame with
 ``lm_id`` = the ``logical/python.XXXXXXXX`` load module and ``lm_ip = fid << 32 | line``, where
-:class:`FunctionTable` gives each code object a fid and records its stanza.
+:class:`FunctionTable` gives each code object a fid and records its stanza. Its caches are keyed
+by the code object's identity, never by the code object: code objects compare equal by value,
+and CPython's code equality ignores ``co_filename``, so two copies of one function in two files
+(two copies of a module) would share a fid.
 
 This module runs inside measured programs: standard library only, no numpy, no I/O.
 """
@@ -181,25 +184,37 @@ class FunctionTable:
 
     A fid of 0 in the cache marks a code object to skip: frames of pyrun itself. fid 0 is
     reserved for "unknown" by the format, so it is never a real function.
+
+    The caches are keyed by ``id(code)`` (see the module docstring); the table keeps every code
+    object it has seen alive, so that an id is never reused by another code object while the
+    table holds it. An int key also hashes faster than a code object, whose hash is computed
+    from its contents at every lookup.
     """
 
-    __slots__ = ("_by_key", "_lock", "fid_of", "ip_of", "skip_prefixes", "stanzas")
+    __slots__ = ("_by_key", "_codes", "_lock", "fid_of", "ip_of", "skip_prefixes", "stanzas")
 
     def __init__(self, skip_prefixes: tuple[str, ...] = ()) -> None:
-        self.fid_of: dict[CodeType, int] = {}
-        # (code, f_lasti) -> fid << 32 | line, or 0 for a frame to skip: one dict lookup per
-        # frame in the sampler instead of a fid lookup plus a line-table scan (f_lineno).
-        self.ip_of: dict[tuple[CodeType, int], int] = {}
+        self.fid_of: dict[int, int] = {}  # id(code) -> fid
+        # (id(code), f_lasti) -> fid << 32 | line, or 0 for a frame to skip: one dict lookup
+        # per frame in the sampler instead of a fid lookup plus a line-table scan (f_lineno).
+        self.ip_of: dict[tuple[int, int], int] = {}
         self.stanzas: list[FunctionStanza] = []
         self.skip_prefixes = skip_prefixes
         self._by_key: dict[tuple[str, str, int], int] = {}
+        self._codes: list[CodeType] = []  # every code object registered, kept alive
         self._lock = threading.Lock()
+
+    def fid(self, code: CodeType) -> int | None:
+        """The fid ``code`` was given (0: a frame skipped), None before its first sighting."""
+        return self.fid_of.get(id(code))
 
     def register(self, code: CodeType) -> int:
         """The fid of ``code`` (allocating one on first sight), or 0 for a frame to skip."""
         filename = code.co_filename
+        if id(code) not in self.fid_of:
+            self._codes.append(code)
         if self.skip_prefixes and filename.startswith(self.skip_prefixes):
-            self.fid_of[code] = 0
+            self.fid_of[id(code)] = 0
             return 0
         # formats.md §1.10: module-level code is a stanza with a NULL name (and, as hpcrun
         # writes it, line 0); a function is (co_name, co_filename, co_firstlineno).
@@ -213,7 +228,7 @@ class FunctionTable:
                 fid = len(self.stanzas) + 1
                 self._by_key[key] = fid
                 self.stanzas.append(FunctionStanza(fid, funcname, filename, lineno))
-        self.fid_of[code] = fid
+        self.fid_of[id(code)] = fid
         return fid
 
     def named(self, funcname: str) -> int:
@@ -318,7 +333,7 @@ class ThreadCCT:
 
 
 def python_frame_ips(
-    frame: FrameType | None, table: FunctionTable, fid_of: dict[CodeType, int]
+    frame: FrameType | None, table: FunctionTable, fid_of: dict[int, int]
 ) -> list[int]:
     """``fid << 32 | line`` of every frame of a Python stack, innermost first (formats.md §1.10).
 
@@ -329,11 +344,11 @@ def python_frame_ips(
     append = ips.append
     ip_of = table.ip_of
     while frame is not None:
-        key = (frame.f_code, frame.f_lasti)
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
         ip = ip_of.get(key)
         if ip is None:
-            code = key[0]
-            fid = fid_of.get(code)
+            fid = fid_of.get(key[0])
             if fid is None:
                 fid = table.register(code)
             ip = ((fid << FID_SHIFT) | ((frame.f_lineno or 0) & LINE_MASK)) if fid else 0

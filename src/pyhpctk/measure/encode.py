@@ -33,6 +33,7 @@ from pyhpctk.formats.hpcrun_constants import (
     PROFILE_VERSION,
     SECTION_ALIGNMENT,
     SPARSE_END_NODE,
+    THREADS_MAGIC,
     TRACE_MAGIC,
     TRACE_VERSION,
     id_kind_word,
@@ -334,6 +335,20 @@ def encode_logical(stanzas: Iterable[FunctionStanza]) -> bytes:
             _U32.pack(stanza.lineno),
         ]
     return b"".join(chunks)
+
+
+_THREADS_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def encode_threads(keyed_by: str, entries: Iterable[tuple[str, int, str, str]]) -> bytes:
+    """The bytes of a thread-names file (docs/formats.md, "Thread names"): ``entries`` are
+    ``(key, pid, program, name)``; :func:`pyhpctk.formats.threads.to_bytes` writes the same."""
+    lines = [THREADS_MAGIC.decode("ascii") + keyed_by]
+    for key, pid, program, name in entries:
+        fields = (key, program, name)
+        key, program, name = (text.translate(_THREADS_ESCAPES) for text in fields)
+        lines.append(f"{key}\t{pid}\t{program}\t{name}")
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 
 
 def profile_model(

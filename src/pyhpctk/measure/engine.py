@@ -30,6 +30,7 @@ import time
 
 from pyhpctk.measure.config import ENV_DEBUG
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
+from pyhpctk.measure.thread_names import comm_name
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -245,6 +246,8 @@ class EngineSampler:
                 thread, main=thread is threading.main_thread(), ident=key, native_id=tid
             )
         state.native_id = tid
+        if state.thread is None and not state.comm:  # a thread Python never started: its
+            state.comm = comm_name(tid)  # kernel name, read while it surely lives
         return state
 
     def _mark_idle(self, seen: set[int]) -> None:

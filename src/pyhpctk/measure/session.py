@@ -54,6 +54,7 @@ from pyhpctk.measure.encode import (
     encode_trace,
 )
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
+from pyhpctk.measure.thread_names import ThreadNames, thread_name
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ if TYPE_CHECKING:
 
     from pyhpctk.measure.config import MeasureOptions
     from pyhpctk.measure.extension import Extension
+
+    # A thread's encoded files: base stem, profile, trace, logical file, its name (None: a
+    # stream, not a thread).
+    _Encoded = tuple[str, bytes, bytes | None, bytes, str | None]
 
 
 _FINISH_WAIT_S = 10.0  # how long a second finish() waits for the first to write the files
@@ -115,6 +120,7 @@ class ThreadState:
     __slots__ = (
         "cct",
         "clock_id",
+        "comm",
         "ident",
         "idle",
         "is_stream",
@@ -158,6 +164,7 @@ class ThreadState:
         self.last_path_leaf = cct.fence
         self.native_id: int | None = None  # the kernel thread id, once the engine sampled it
         self.path_nodes: list[int] = []  # the engine: the nodes of the last path, outermost first
+        self.comm = ""  # the kernel's name of a thread without a threading.Thread (thread_names)
 
 
 class Session:
@@ -224,9 +231,9 @@ class Session:
         self.kinds: list[MetricKind] = []
         self.sampling_kind.base = -1
         self.add_metric_kind(self.sampling_kind)
-        self.logical_path = os.path.join(
-            "logical", f"python.{int.from_bytes(os.urandom(4), 'big'):08x}"
-        )
+        tag = f"{int.from_bytes(os.urandom(4), 'big'):08x}"
+        self.logical_path = os.path.join("logical", f"python.{tag}")
+        self.thread_names = ThreadNames(tag, self.pid)
         self.load_modules: list[tuple[int, str, int]] = [(1, self.logical_path, LM_FLAG_ANALYZE)]
         self.python_lm = 1
         self.states: dict[int, ThreadState] = {}
@@ -735,7 +742,7 @@ class Session:
             pid=self.pid,
         )
 
-    def _encode(self, state: ThreadState) -> tuple[str, bytes, bytes | None, bytes]:
+    def _encode(self, state: ThreadState) -> _Encoded:
         """Encode a thread's files (call with the lock held); returns (base stem, ...)."""
         identity = self.identity(state)
         times = state.trace_times
@@ -764,25 +771,22 @@ class Session:
             identity.pid,
             0,
         )
-        return base, profile, trace, logical
+        name = None if state.is_stream else thread_name(state)
+        return base, profile, trace, logical, name
 
-    def _write_thread(
-        self, state: ThreadState, data: tuple[str, bytes, bytes | None, bytes]
-    ) -> None:
+    def _write_thread(self, state: ThreadState, data: _Encoded) -> None:
         with self._write_lock:
             self._write_files(state, data)
 
-    def _write_files(
-        self, state: ThreadState, data: tuple[str, bytes, bytes | None, bytes]
-    ) -> None:
-        base, profile, trace, logical = data
+    def _write_files(self, state: ThreadState, data: _Encoded) -> None:
+        base, profile, trace, logical, called = data
+        old = state.stem
         directory = self.options.output_dir
         # The logical file goes first: a profile is never written without the functions it
         # names. A failure leaves the previous complete files (or none), never a partial one.
         try:
             _atomic_write(os.path.join(directory, self.logical_path), logical)
             if not state.stem or not state.stem.startswith(base[: base.rfind("-")]):
-                old = state.stem
                 state.stem = _reserve_stem(directory, base, profile)
                 if old:
                     for suffix in (".hpcrun", ".hpctrace"):
@@ -806,6 +810,24 @@ class Session:
                 if lost in self._lost:
                     self._lost.discard(lost)
                     losses.tell_pyrun(losses.WRITTEN, lost)
+        if called is not None:
+            self._write_thread_names(state.stem, called, old)
+
+    def _write_thread_names(self, stem: str, called: str, old_stem: str) -> None:
+        """Record a written profile's thread name; rewrite ``threads/`` if that changed it."""
+        data = self.thread_names.record(stem, called, old_stem)
+        if data is None:
+            return
+        directory = self.options.output_dir
+        try:
+            _atomic_write(os.path.join(directory, self.thread_names.path), data)
+        except OSError as error:  # the profiles are written: only the names are missing
+            message = f"pyrun: cannot write the thread names to {directory}: {error}"
+            if message not in self.write_errors:
+                self.write_errors.append(message)
+                sys.stderr.write(message + "\n")
+            return
+        self.thread_names.written(data)
 
     def checkpoint(self) -> None:
         """Write every live thread's files now (atomic replace), keeping measurement going."""

@@ -13,7 +13,9 @@ thicket (hatchet's multi-run companion) uses:
   ``"NAME (inc)"`` (inclusive, ``execution``) and ``"NAME"`` (exclusive, ``function``) — hatchet's
   column names;
 * a **metadata table**, one row per profile: ``profile``, its identifier tuple as one column per
-  kind (``node``, ``rank``, ``thread``, ``gpucontext``, ``gpustream``, ...), ``label`` and ``gpu``.
+  kind (``node``, ``rank``, ``thread``, ``gpucontext``, ``gpustream``, ...), ``label`` and ``gpu``,
+  and where pyrun recorded them (the database's ``threads.txt``) ``thread_name``, ``pid`` and
+  ``program``.
 
 :func:`profile_tables` builds both as plain columns (numpy arrays and lists, no pandas);
 :meth:`pyhpctk.present.api.Database.to_thicket` turns them into pandas DataFrames indexed by
@@ -96,4 +98,9 @@ def profile_tables(
         ]
     metadata["label"] = [p.label for p in exp.profiles]
     metadata["gpu"] = [p.is_gpu for p in exp.profiles]
+    if exp.thread_names:  # what pyrun recorded (threads.txt): None for a profile it did not name
+        named = [exp.thread_names.get(p.index) for p in exp.profiles]
+        metadata["thread_name"] = [None if n is None else n.name for n in named]
+        metadata["pid"] = [None if n is None else n.pid for n in named]
+        metadata["program"] = [None if n is None else n.program for n in named]
     return performance, metadata

@@ -76,7 +76,7 @@ def _timeline_data(db: Database) -> dict[str, Any] | None:
     name_index: dict[str, int] = {}
     fn_of_ctx: dict[int, int] = {}
     rows = []
-    labels = {p.index: p.label for p in exp.profiles}
+    labels = {p.index: exp.profile_title(p) for p in exp.profiles}
     for line in lines:
         t = line.timestamps.astype(np.int64) - origin
         ctx = line.ctx_ids.astype(np.int64)

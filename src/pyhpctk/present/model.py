@@ -15,7 +15,7 @@ This module must not import the format readers nor do any I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NewType, Protocol, overload
 
@@ -344,8 +344,23 @@ class InMemoryTraces:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadName:
+    """What pyrun recorded of the thread a profile measured (the database's ``threads.txt``):
+    its name (``MainThread``, ``ThreadPoolExecutor-0_1``, a native thread's kernel name) and the
+    process it ran in (its pid and program)."""
+
+    name: str
+    pid: int
+    program: str
+
+
+@dataclass(frozen=True, slots=True)
 class Experiment:
-    """An opened database: the tree, metric and profile tables, values and traces."""
+    """An opened database: the tree, metric and profile tables, values and traces.
+
+    ``thread_names``: by profile.db index, for the profiles pyrun named (none for databases
+    of hpcrun's measurements or of an older pyrun: views then name profiles by identifier).
+    """
 
     path: str
     title: str
@@ -355,6 +370,13 @@ class Experiment:
     values: ValueSource
     traces: TraceSource | None = None
     taxonomy_text: str | None = None  # metrics/default.yaml, when the database has one
+    thread_names: Mapping[int, ThreadName] = field(default_factory=dict)
+
+    def profile_title(self, prof: ProfileInfo) -> str:
+        """How views name a profile: ``ThreadPoolExecutor-0_1 (NODE 0 / THREAD 2)`` where pyrun
+        recorded the thread's name, else its identifier (``NODE 0 / THREAD 2``)."""
+        named = self.thread_names.get(prof.index)
+        return prof.label if named is None else f"{named.name} ({prof.label})"
 
     def metric(self, name: str) -> MetricInfo:
         for m in self.metrics:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning, UsageError
-from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
+from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.vocabulary import GPU_ID_NAMES, Combine, LexicalType, Relation
 from pyhpctk.present.model import (
@@ -38,6 +38,7 @@ from pyhpctk.present.model import (
     MetricInfo,
     ProfileList,
     SummaryStat,
+    ThreadName,
     TraceLine,
 )
 
@@ -301,4 +302,26 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
         values=DatabaseValues(profiles, contexts),
         traces=traces,
         taxonomy_text=taxonomy.read_text(encoding="utf-8") if taxonomy.is_file() else None,
+        thread_names=read_thread_names(d),
     )
+
+
+def read_thread_names(d: Path) -> dict[int, ThreadName]:
+    """``threads.txt`` by profile index; {} without one. A damaged one is a warning: the views
+    then name profiles by identifier, as for a database without names."""
+    path = d / threads.DATABASE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        names = threads.read(path)
+    except FormatError as error:
+        warnings.warn(
+            f"{error}: the thread names are damaged; profiles are named by identifier",
+            FormatWarning,
+            stacklevel=3,
+        )
+        return {}
+    return {
+        index: ThreadName(entry.name, entry.pid, entry.program)
+        for index, entry in names.by_profile().items()
+    }

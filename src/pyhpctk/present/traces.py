@@ -8,9 +8,11 @@ context ends at its last timestamp.
 * :func:`summarize` — per line: samples, time span, busy time and the contexts it spent most time
   in.
 * :func:`to_perfetto` — the Chrome trace-event JSON that ui.perfetto.dev and chrome://tracing load:
-  one process for CPU threads and one for GPU streams, one track per line, and the calling
-  context at each instant as nested begin/end slices (entry point, functions, inlined functions,
-  loops), so call-stack depth is slice depth.
+  a process per measured process (named by its program and pid where pyrun recorded them, else
+  by node and rank) and, only when there are GPU streams, one for them; one track per line,
+  named by the thread's name (``MainThread``, ``ThreadPoolExecutor-0_1``) where pyrun recorded
+  it; and the calling context at each instant as nested begin/end slices (entry point,
+  functions, inlined functions, loops), so call-stack depth is slice depth.
 * :func:`gpu_idle_blame` — the GPU idleness analysis of Zhou et al. (SC'21): over the time when
   every GPU stream is idle and at least one CPU thread is busy, the idle time is shared equally
   among the busy CPU threads and charged to the CPU function each is running; functions are then
@@ -34,6 +36,7 @@ from pyhpctk.present.model import (
     LEX_ENTRY,
     Experiment,
     ProfileInfo,
+    ThreadName,
     TraceLine,
 )
 from pyhpctk.present.views import context_label
@@ -112,6 +115,12 @@ class LineSummary:
     busy_ns: int
     top: tuple[tuple[str, int], ...]  # (function label, time ns), longest first
     cpu_ns: int | None = None  # CPU time the profile measured (CPUTIME), None without it
+    thread: str | None = None  # the thread's name pyrun recorded (threads.txt), None without
+
+    @property
+    def title(self) -> str:
+        """How the summary names the line (as :meth:`.Experiment.profile_title` does)."""
+        return self.profile if self.thread is None else f"{self.thread} ({self.profile})"
 
     @property
     def span_ns(self) -> int:
@@ -141,6 +150,7 @@ def summarize(exp: Experiment, top: int = 3) -> list[LineSummary]:
     out = []
     for line in _lines(exp):
         prof = _profile(exp, line.profile)
+        named = exp.thread_names.get(line.profile)
         dur = durations(line)
         busy = line.ctx_ids != IDLE
         by_fn: dict[str, int] = {}
@@ -161,6 +171,7 @@ def summarize(exp: Experiment, top: int = 3) -> list[LineSummary]:
                 int(dur[busy].sum()),
                 tuple(ranked),
                 None if prof.is_gpu else _cpu_ns(exp, line.profile),
+                None if named is None else named.name,
             )
         )
     return out
@@ -175,7 +186,7 @@ def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
     for s in summaries:
         kind = "GPU stream" if s.is_gpu else "CPU thread"
         if s.samples == 0:
-            out.write(f"  {s.profile} ({kind}): empty\n")
+            out.write(f"  {s.title} ({kind}): empty\n")
             continue
         share = 100.0 * s.busy_ns / s.span_ns if s.span_ns else 0.0
         # A sampled instant says what the thread was in, not that it ran: on a loaded machine
@@ -185,7 +196,7 @@ def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
             cpu_share = 100.0 * s.cpu_ns / s.span_ns if s.span_ns else 0.0
             cpu = f"; CPU time {_seconds(s.cpu_ns)} ({cpu_share:.1f}% of the wall time)"
         out.write(
-            f"  {s.profile} ({kind}): {s.samples} samples over {_seconds(s.span_ns)} of wall "
+            f"  {s.title} ({kind}): {s.samples} samples over {_seconds(s.span_ns)} of wall "
             f"time, in a calling context {_seconds(s.busy_ns)} ({share:.1f}%){cpu}\n"
         )
         for name, spent in s.top:
@@ -202,22 +213,12 @@ def to_perfetto(exp: Experiment) -> dict[str, Any]:
     starts = [int(line.timestamps[0]) for line in lines if len(line.timestamps)]
     origin = min(starts) if starts else 0
     events: list[dict[str, Any]] = []
-    # A process per (node, rank) and per kind of line, named after them; a GPU process only
-    # when there are GPU streams. Threads are named by their entry point and number.
-    processes: dict[tuple[tuple[tuple[str, int], ...], bool], int] = {}
     frames_of: dict[int, list[tuple[int, str]]] = {}
+    processes = _Processes(events)
     for line in lines:
         prof = _profile(exp, line.profile)
-        where = tuple(e for e in prof.identifier if e[0] not in _LINE_KINDS)
-        pid = processes.get((where, prof.is_gpu))
-        if pid is None:
-            pid = processes[(where, prof.is_gpu)] = len(processes) + 1
-            place = " / ".join(f"{kind} {ident}" for kind, ident in where)
-            name = "GPU streams" if prof.is_gpu else "CPU threads"
-            name += f" ({place})" if place else ""
-            events.append(
-                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
-            )
+        named = None if prof.is_gpu else exp.thread_names.get(line.profile)
+        pid = processes.pid_of(prof, named)
         tid = line.profile
         events.append(
             {
@@ -225,7 +226,7 @@ def to_perfetto(exp: Experiment) -> dict[str, Any]:
                 "name": "thread_name",
                 "pid": pid,
                 "tid": tid,
-                "args": {"name": _line_name(exp, prof, line)},
+                "args": {"name": _line_name(exp, prof, line) if named is None else named.name},
             }
         )
         events.append(
@@ -286,6 +287,34 @@ def to_perfetto(exp: Experiment) -> dict[str, Any]:
 
 #: Identifier kinds that name a line within its process (formats.md §3.2, id tuples).
 _LINE_KINDS = ("THREAD", "GPUSTREAM", "GPUCONTEXT", "CORE")
+
+
+class _Processes:
+    """The export's processes: one per measured process whose threads pyrun named (its program
+    and pid), else one per (node, rank); the GPU streams of each (node, rank) in a process of
+    their own, made only when there are some. Each is announced by a ``process_name`` event."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self.ids: dict[tuple[tuple[tuple[str, int], ...], bool, int | None], int] = {}
+
+    def pid_of(self, prof: ProfileInfo, named: ThreadName | None) -> int:
+        where = tuple(e for e in prof.identifier if e[0] not in _LINE_KINDS)
+        key = (where, prof.is_gpu, None if named is None else named.pid)
+        pid = self.ids.get(key)
+        if pid is None:
+            pid = self.ids[key] = len(self.ids) + 1
+            place = " / ".join(f"{kind} {ident}" for kind, ident in where)
+            if named is not None:  # the node shows in the pid's uniqueness, not in the name
+                ranks = ", ".join(f"{kind} {ident}" for kind, ident in where if kind != "NODE")
+                name = f"{named.program} (pid {named.pid}" + (f", {ranks})" if ranks else ")")
+            else:
+                name = "GPU streams" if prof.is_gpu else "CPU threads"
+                name += f" ({place})" if place else ""
+            self.events.append(
+                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+            )
+        return pid
 
 
 def _line_name(exp: Experiment, prof: ProfileInfo, line: TraceLine) -> str:
