@@ -515,3 +515,42 @@ def test_the_event_listing_names_every_gpu_backend_and_option() -> None:
         assert f"gpu={backend}" in text
         for option in options:
             assert option in text, (backend, option)
+
+
+def test_an_engine_record_drained_after_an_idle_mark_does_not_send_the_trace_back(
+    tmp_path: Path,
+) -> None:
+    """A handler interrupted before it commits its record can reach the drain after the one that
+    marked its thread idle (at a later time): the trace stays in order, as verify requires."""
+    import threading as _threading
+
+    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.engine import TIMER_CPU, EngineSampler
+    from pyhpctk.measure.session import Session
+
+    session = Session(MeasureOptions(str(tmp_path), trace=True, checkpoint_s=0))
+    ident, tid = _threading.get_ident(), _threading.get_native_id()
+    fid = session.functions.named("work")
+    now = session.clocks.epoch_ns()
+
+    class FakeEngine:
+        def __init__(self) -> None:
+            self.batches: list[list[object]] = []
+
+        def drain(self, *_: object) -> list[object]:
+            return self.batches.pop(0) if self.batches else []
+
+    fake = FakeEngine()
+    record = (0, [fid << 32 | 7], TIMER_CPU, 1, 5_000_000, 0)
+    fake.batches = [
+        [(ident, tid, 1, 0, [(*record, now - 50_000_000)])],  # sampled, drained at once
+        [],  # the next drain sees nothing: the thread is marked idle at that drain's time
+        [(ident, tid, 1, 0, [(*record, now - 1_000_000)])],  # taken before that mark
+    ]
+    sampler = EngineSampler(session, fake)  # type: ignore[arg-type]
+    for _ in range(3):
+        sampler.drain()
+    times = list(session.states[ident].trace_times)
+    assert len(times) == 3
+    assert times == sorted(times), times
+    assert times[0] == now - 50_000_000

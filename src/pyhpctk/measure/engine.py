@@ -207,6 +207,10 @@ class EngineSampler:
             values = cct.values_of(kind)
             node = nodes[-1] if nodes else cct.fence
             self.entries += len(entries)
+            times = state.trace_times
+            # A record whose handler was interrupted before it committed can reach a later drain
+            # than an idle mark made after its timestamp: a trace never goes back in time.
+            last = times[-1] if times else 0
             for common, ips, timer, gil, cpu, wall, when in entries:
                 if common < len(nodes):
                     del nodes[common:]
@@ -221,7 +225,8 @@ class EngineSampler:
                         values.add(node, metric, value * 1e-9)
                 if tracing and timer != TIMER_END:
                     cct.retained[node] = 1
-                    state.trace_times.append(when)
+                    last = when if when > last else last
+                    times.append(last)
                     state.trace_nodes.append(node)
                     state.idle = False
                 cct.last_leaf = node
