@@ -37,7 +37,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -80,6 +79,7 @@ from pyhpctk.analysis.state import (
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summarize
 from pyhpctk.analysis.structures import build_classifiers, load_structures
+from pyhpctk.analysis.timing import TimedComm, timed
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import prepare_output
 from pyhpctk.analysis.write_stages import (
@@ -418,11 +418,7 @@ def _share_sizes(state: Analysis) -> None:
 
 
 def _timed(state: Analysis, name: str, stage: Callable[[Analysis], T]) -> T:
-    began = time.perf_counter()
-    try:
-        return stage(state)
-    finally:
-        state.timings[name] = round(time.perf_counter() - began, 3)
+    return timed(state.timings, name, state.comm, partial(stage, state))
 
 
 def run(
@@ -434,7 +430,7 @@ def run(
     this with the same options; rank 0's report names the database, the other ranks' carry
     their own timings.
     """
-    state = Analysis(options, comm or SerialComm(), progress or no_progress)
+    state = Analysis(options, TimedComm(comm or SerialComm()), progress or no_progress)
     _timed(state, "read", read)
     _timed(state, "unify", unify)
     _timed(state, "expand", expand_contexts)

@@ -126,6 +126,7 @@ class Analysis:
     plan: Plan | None = None
     expanded: ContextTree | None = None  # rank 0
     staging: Path | None = None
+    mapped_writes: bool = False  # ranks write their slices of a file through maps (.slices)
     meta_thread: threading.Thread | None = None
     meta_errors: list[BaseException] = field(default_factory=list)
     spill: Spill | None = None

@@ -22,12 +22,21 @@ import numpy as np
 
 from pyhpctk.analysis.comm import on_all, on_root
 from pyhpctk.analysis.database import AggregateDatabase
-from pyhpctk.analysis.exchange import Columns, outgoing, own_window, plan_rounds, split_even
-from pyhpctk.analysis.planes import block_of, pwritev_all
+from pyhpctk.analysis.exchange import (
+    Columns,
+    Window,
+    outgoing,
+    own_window,
+    plan_rounds,
+    split_even,
+)
+from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
+from pyhpctk.analysis.slices import FileSlice, one_machine
 from pyhpctk.analysis.state import Analysis, RunReport
 from pyhpctk.analysis.stats import SparseValues, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
+from pyhpctk.analysis.timing import Laps
 from pyhpctk.analysis.write import (
     build_metadb,
     copy_sources,
@@ -57,6 +66,7 @@ def stage_files(state: Analysis) -> None:
         return staging
 
     state.staging = on_root(state.comm, state.writing(make))
+    state.mapped_writes = one_machine(state.comm)
 
 
 def write_meta_db(state: Analysis) -> None:
@@ -104,12 +114,14 @@ def write_profile_db(state: Analysis) -> None:
     trace_plan = layout.trace_plan()
 
     def write() -> None:
-        fd = os.open(staging / "profile.db", os.O_WRONLY)
-        try:
-            for m in state.planes:
-                profiledb.write_block(fd, profile_plan, m.position + 1, m.load(state.spill))
-        finally:
-            os.close(fd)
+        if state.planes:  # this rank's profiles are contiguous in the file: one slice
+            start = profiledb.block_span(profile_plan, state.planes[0].position + 1)[0]
+            stop = profiledb.block_span(profile_plan, state.planes[-1].position + 1)[1]
+            with FileSlice(staging / "profile.db", start, stop, state.mapped_writes) as mine:
+                for m in state.planes:
+                    block = m.load(state.spill)
+                    for offset, data in profiledb.block_slices(profile_plan, m.position + 1, block):
+                        mine.write(offset, data)
         if layout.has_traces:
             fd = os.open(staging / "trace.db", os.O_WRONLY | os.O_CREAT, 0o666)
             try:
@@ -144,7 +156,7 @@ def write_cct_db(state: Analysis) -> None:
     # does not keep the others waiting (any split writes the same bytes).
     per_rank = max(int(nnz.sum()) / comm.size, 1.0)
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
-    clock = _Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
     for start, stop in rounds:
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
@@ -161,7 +173,7 @@ def write_cct_db(state: Analysis) -> None:
         clock.lap("place+summarise")
         sizes = comm.allgather(piece.size)
         at = cursor + sum(sizes[: comm.rank])
-        on_all(comm, state.writing(partial(pwritev_all, staging / "cct.db", piece.pieces, at)))
+        on_all(comm, state.writing(partial(_write_window, state, at, piece)))
         del piece.pieces[:]
         cursor += sum(sizes)
         clock.lap("write")
@@ -174,19 +186,12 @@ def write_cct_db(state: Analysis) -> None:
     state.cct_end = cursor
 
 
-class _Laps:
-    """Seconds spent in each part of a stage, added up over its rounds into ``timings``."""
-
-    def __init__(self, timings: dict[str, float], prefix: str) -> None:
-        self.timings = timings
-        self.prefix = prefix
-        self.last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        key = self.prefix + name
-        self.timings[key] = round(self.timings.get(key, 0.0) + now - self.last, 3)
-        self.last = now
+def _write_window(state: Analysis, at: int, window: Window) -> None:
+    """This rank's cct.db blocks of a round, back to back from ``at``."""
+    assert state.staging is not None
+    path = state.staging / "cct.db"
+    with FileSlice(path, at, at + window.size, state.mapped_writes) as mine:
+        mine.write_back_to_back(at, window.pieces)
 
 
 def finish(state: Analysis) -> RunReport:
