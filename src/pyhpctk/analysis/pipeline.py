@@ -18,9 +18,10 @@ every rank with the first one's message (:func:`~.comm.on_all`).
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
-   disjoint slices of the files at offsets from exclusive scans of those sizes; cct.db is built
-   in rounds by the exchange of :mod:`.exchange`, which also yields the summary profile.
-   Meanwhile rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
+   disjoint slices of the files at offsets from exclusive scans of those sizes (through memory
+   maps when the ranks share one machine, :mod:`.slices`); cct.db is built in rounds by the
+   exchange of :mod:`.exchange`, which also yields the summary profile. From the first
+   exchange on, rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
    (:func:`write_meta_db`), and owns that much less of cct.db.
 6. :func:`finish` on rank 0: the summary block, heads and footers, and the rename into place.
 
@@ -444,8 +445,7 @@ def run(
         with state.stage("writing database", 3) as advance:
             _timed(state, "profile.db", write_profile_db)
             advance(1)
-            write_meta_db(state)  # on a thread of rank 0, which owns less of cct.db meanwhile
-            _timed(state, "cct.db", write_cct_db)
+            _timed(state, "cct.db", write_cct_db)  # starts write_meta_db's thread on rank 0
             advance(1)
             report = _timed(state, "finish", finish)
             advance(1)

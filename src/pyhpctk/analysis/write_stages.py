@@ -1,10 +1,11 @@
 """The driver's last stages: the database's files, written by every rank at its own offsets.
 
 After the statistics (:mod:`.pipeline`), rank 0 makes the staging directory beside the output
-(:func:`stage_files`) and writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
-(:func:`write_meta_db`); every rank writes its profile.db blocks and trace.db lines at offsets
-from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`) and takes part in
-the rounds that build cct.db and the summary (:func:`write_cct_db`, :mod:`.exchange`); rank 0
+(:func:`stage_files`); every rank writes its profile.db blocks and trace.db lines at offsets
+from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`; ranks of one
+machine through memory maps, :mod:`.slices`) and takes part in the rounds that build cct.db and
+the summary (:func:`write_cct_db`, :mod:`.exchange`), during which rank 0 writes meta.db,
+``metrics/default.yaml`` and ``src/`` on a thread (:func:`write_meta_db`); rank 0
 writes the summary block, the heads and footers and renames the database into place
 (:func:`finish`). A full disk on any rank is one error on every rank
 (:meth:`.state.Analysis.writing`), and nothing is left under the output's name.
@@ -152,8 +153,9 @@ def write_cct_db(state: Analysis) -> None:
     empty = cctdb.layout(np.zeros(n_contexts, np.int64), np.zeros(n_contexts, np.int64))
     cursor = empty.footer_at
     state.n_metrics = np.zeros(n_contexts, dtype=np.int64)
-    # Rank 0 writes meta.db meanwhile: its share of every round is cut by that work, so that it
-    # does not keep the others waiting (any split writes the same bytes).
+    # Rank 0 writes meta.db meanwhile (from the first exchange on): its share of every round is
+    # cut by that work, so that it does not keep the others waiting (any split writes the same
+    # bytes).
     per_rank = max(int(nnz.sum()) / comm.size, 1.0)
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
     clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
@@ -163,6 +165,11 @@ def write_cct_db(state: Analysis) -> None:
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
         )
         clock.lap("cut")
+        if state.root and state.meta_thread is None:
+            # Not before: the thread's Python holds the GIL most of the time, and the cut is
+            # many small numpy calls that every rank waits for in the exchange; MPI's calls
+            # release the GIL, and rank 0 owns less of the placing that follows.
+            write_meta_db(state)
         arrays, counts = comm.alltoall_columns(sending.arrays, sending.counts)
         incoming = Columns(arrays, counts)
         del sending, arrays
@@ -182,6 +189,8 @@ def write_cct_db(state: Analysis) -> None:
             for where, metrics_here, summary in gathered:
                 state.n_metrics[where : where + len(metrics_here)] = metrics_here
                 state.summary_parts.append(summary)
+    if state.root and state.meta_thread is None:
+        write_meta_db(state)  # no rounds: no contexts
     state.local_counts = nnz
     state.cct_end = cursor
 
