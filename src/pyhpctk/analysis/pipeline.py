@@ -85,6 +85,7 @@ from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import prepare_output
 from pyhpctk.analysis.write_stages import (
     finish,
+    join_profile_db,
     stage_files,
     write_cct_db,
     write_meta_db,
@@ -446,11 +447,14 @@ def run(
             _timed(state, "profile.db", write_profile_db)
             advance(1)
             _timed(state, "cct.db", write_cct_db)  # starts write_meta_db's thread on rank 0
+            _timed(state, "profile.db: join", join_profile_db)
             advance(1)
             report = _timed(state, "finish", finish)
             advance(1)
         finished = True
     finally:
+        if state.profile_thread is not None and state.profile_thread.is_alive():
+            state.profile_thread.join()  # it reads the scratch file
         if state.spill is not None:
             state.spill.close()
         if state.meta_thread is not None and state.meta_thread.is_alive():

@@ -14,12 +14,16 @@ writes the summary block, the heads and footers and renames the database into pl
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.analysis.comm import on_all, on_root
 from pyhpctk.analysis.database import AggregateDatabase
@@ -53,6 +57,12 @@ META_DB_VALUES = 40
 (measured with benchmarks/pyprof.py: ~6 us a context against ~0.15 us a value)."""
 
 
+MAPPED_FROM_RANKS = 4
+"""cct.db windows go through memory maps from this many ranks on one machine (:mod:`.slices`):
+a mapped byte costs a rank about three times a written one (page faults), but the ranks copy in
+parallel, whereas their ``pwrite`` calls take turns."""
+
+
 def stage_files(state: Analysis) -> None:
     """The staging directory beside the output (rank 0), with empty profile.db and cct.db."""
     options = state.options
@@ -67,7 +77,8 @@ def stage_files(state: Analysis) -> None:
         return staging
 
     state.staging = on_root(state.comm, state.writing(make))
-    state.mapped_writes = one_machine(state.comm)
+    shared = one_machine(state.comm)  # a collective: every rank asks
+    state.mapped_writes = shared and state.comm.size >= MAPPED_FROM_RANKS
 
 
 def write_meta_db(state: Analysis) -> None:
@@ -108,32 +119,96 @@ def write_meta_db(state: Analysis) -> None:
 
 
 def write_profile_db(state: Analysis) -> None:
-    """This rank's profile.db blocks and trace.db lines, at their offsets (every rank)."""
+    """Start writing this rank's profile.db blocks and trace.db lines at their offsets, on a
+    thread (every rank; :func:`join_profile_db` waits for it).
+
+    Buffered writes to one file take its inode lock, so the ranks of one machine write one at
+    a time (:mod:`.slices`): on a thread, during the cct.db rounds, that wait is off the critical
+    path. Blocks go out back to back in few ``pwritev`` calls, each of which releases the GIL.
+    """
     layout, staging = state.layout, state.staging
     assert layout is not None and staging is not None
     profile_plan = profiledb.layout(layout.infos, layout.n_values, layout.n_ctxs)
     trace_plan = layout.trace_plan()
 
     def write() -> None:
-        if state.planes:  # this rank's profiles are contiguous in the file: one slice
-            start = profiledb.block_span(profile_plan, state.planes[0].position + 1)[0]
-            stop = profiledb.block_span(profile_plan, state.planes[-1].position + 1)[1]
-            with FileSlice(staging / "profile.db", start, stop, state.mapped_writes) as mine:
-                for m in state.planes:
-                    block = m.load(state.spill)
-                    for offset, data in profiledb.block_slices(profile_plan, m.position + 1, block):
-                        mine.write(offset, data)
+        batch = PROFILE_BATCH
+        if state.options.memory_limit is not None:
+            batch = min(batch, max(state.options.memory_limit // 8, 1 << 20))
+        blocks = (
+            piece
+            for m in state.planes
+            for piece in profiledb.block_slices(profile_plan, m.position + 1, m.load(state.spill))
+        )
+        _write_runs(staging / "profile.db", blocks, batch)
         if layout.has_traces:
-            fd = os.open(staging / "trace.db", os.O_WRONLY | os.O_CREAT, 0o666)
-            try:
-                for m in state.planes:
-                    if m.trace is not None:
-                        tracedb.write_line(fd, trace_plan, m.position, m.trace.elements)
-                        m.trace = None
-            finally:
-                os.close(fd)
+            lines = [  # in the file's order, which is not the profiles' (tracedb.layout)
+                (int(trace_plan.lines_at[m.position]), m.trace.elements)
+                for m in state.planes
+                if m.trace is not None and len(m.trace.elements)
+            ]
+            lines.sort(key=lambda line: line[0])
+            _write_runs(staging / "trace.db", iter(lines), batch, create=True)
+            for m in state.planes:
+                m.trace = None
 
-    on_all(state.comm, state.writing(write))
+    guarded = state.writing(write)
+
+    def background() -> None:
+        try:
+            guarded()
+        except BaseException as error:  # re-raised by join_profile_db
+            state.profile_errors.append(error)
+
+    state.profile_thread = threading.Thread(target=background, name="pyprof-profile.db")
+    state.profile_thread.start()
+
+
+PROFILE_BATCH = 64 << 20
+"""Bytes of blocks handed to the kernel at once (under a memory cap, blocks are loaded from the
+scratch file until this many, or an eighth of the cap, are held)."""
+
+
+def _write_runs(
+    path: Path,
+    runs: Iterator[tuple[int, npt.NDArray[Any]]],
+    batch: int,
+    create: bool = False,
+) -> None:
+    """Arrays at increasing offsets of ``path`` (a rank's blocks or lines lie back to back:
+    ranks hold contiguous runs of profiles; gaps between them are zeros), in ``pwritev`` calls
+    of about ``batch`` bytes."""
+    if create:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
+    with FileSlice(path, 0, sys.maxsize, mapped=False) as mine:
+        at = cursor = -1
+        pieces: list[memoryview] = []
+        for offset, data in runs:
+            if at < 0:
+                at = cursor = offset
+            if offset < cursor:
+                raise ValueError("internal error: runs out of order")
+            if offset > cursor:  # alignment padding
+                pieces.append(memoryview(bytes(offset - cursor)))
+            pieces.append(memoryview(np.ascontiguousarray(data).view(np.uint8).data))
+            cursor = offset + data.nbytes
+            if cursor - at >= batch:
+                mine.write_back_to_back(at, pieces)
+                at, pieces = cursor, []
+        if pieces:
+            mine.write_back_to_back(at, pieces)
+
+
+def join_profile_db(state: Analysis) -> None:
+    """Wait for :func:`write_profile_db`'s thread; its error, on any rank, stops every rank."""
+
+    def join() -> None:
+        if state.profile_thread is not None:
+            state.profile_thread.join()
+        if state.profile_errors:
+            raise state.profile_errors[0]
+
+    on_all(state.comm, join)
 
 
 def write_cct_db(state: Analysis) -> None:
@@ -262,4 +337,11 @@ def finish(state: Analysis) -> RunReport:
     return on_root(state.comm, state.writing(write))
 
 
-__all__ = ["finish", "stage_files", "write_cct_db", "write_meta_db", "write_profile_db"]
+__all__ = [
+    "finish",
+    "join_profile_db",
+    "stage_files",
+    "write_cct_db",
+    "write_meta_db",
+    "write_profile_db",
+]

@@ -647,12 +647,6 @@ def block_slices(
     )
 
 
-def block_span(plan: ProfileLayout, index: int) -> tuple[int, int]:
-    """The bytes ``[start, stop)`` of profile ``index``'s value block."""
-    stop = plan.ctx_indices_at[index] + plan.n_contexts[index] * PROFILE_CTX_INDEX_DTYPE.itemsize
-    return int(plan.values_at[index]), int(stop)
-
-
 def write_block(fd: int, plan: ProfileLayout, index: int, block: ProfileValues) -> None:
     """Write profile ``index``'s value block at its place (any process, any order)."""
     for offset, data in block_slices(plan, index, block):
