@@ -257,9 +257,14 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+SPLITS = ("mpi: ", "cpu: ")  # keys of the split of a stage (pyhpctk.analysis.timing)
+
+
 def stage_table(n: int, stages: list[dict[str, float]]) -> str:
     """Seconds per stage on every rank (one row per rank): where the critical path runs."""
-    names = list(dict.fromkeys(name for rank in stages for name in rank))
+    names = list(
+        dict.fromkeys(name for rank in stages for name in rank if not name.startswith(SPLITS))
+    )
     lines = [
         f"{n} ranks, seconds per stage:",
         "| rank | " + " | ".join(names) + " |",
@@ -269,6 +274,43 @@ def stage_table(n: int, stages: list[dict[str, float]]) -> str:
         cells = [f"{timings[name]:.2f}" if name in timings else "" for name in names]
         lines.append(f"| {rank} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def work_table(
+    n: int, stages: list[dict[str, float]], base: dict[str, float] | None
+) -> tuple[str, dict[str, float]]:
+    """Per stage: wall seconds (rank 0, of which in MPI collectives; the slowest rank) and CPU
+    seconds of work outside collectives (rank 0, the busiest rank, the sum over ranks, and that
+    sum over ``base``'s, the first run's: 1.00 when the work divides among ranks with no
+    overhead). Returns the table and this run's sums."""
+    names = [
+        k[len("cpu: ") :] for k in dict.fromkeys(k for t in stages for k in t) if k[:5] == "cpu: "
+    ]
+    lines = [
+        f"{n} ranks, wall and work per stage (work: CPU s outside MPI collectives, all threads):",
+        "| stage | rank 0 wall (in MPI) | slowest wall | rank 0 work | busiest work "
+        "| work summed over ranks | sum / first run's |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    sums: dict[str, float] = {}
+    for name in names:
+        work = [t.get("cpu: " + name, 0.0) for t in stages]
+        sums[name] = total = sum(work)
+        ratio = f"{total / base[name]:.2f}" if base and base.get(name) else "-"
+        lines.append(
+            f"| {name} | {stages[0].get(name, 0.0):.2f} ({stages[0].get('mpi: ' + name, 0.0):.2f})"
+            f" | {max(t.get(name, 0.0) for t in stages):.2f} | {work[0]:.2f} | {max(work):.2f}"
+            f" | {total:.2f} | {ratio} |"
+        )
+    work = [sum(t.get("cpu: " + name, 0.0) for name in names) for t in stages]
+    total = sum(work)
+    ratio = f"{total / sum(base.values()):.2f}" if base else "-"
+    lines.append(
+        f"| all | {sum(stages[0].get(name, 0.0) for name in names):.2f} "
+        f"({sum(stages[0].get('mpi: ' + name, 0.0) for name in names):.2f}) | | "
+        f"{work[0]:.2f} | {max(work):.2f} | {total:.2f} | {ratio} |"
+    )
+    return "\n".join(lines), sums
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,6 +455,7 @@ def main() -> int:
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         rows = []
         first_db = work / "db-first"
+        base_work: dict[str, float] | None = None
         for n in ranks:
             output = work / f"db-{n}"
             fast = launch(mpiexec, n, measurement, output, None, env, args.jobs)
@@ -436,6 +479,10 @@ def main() -> int:
                 file=sys.stderr,
             )
             print(stage_table(n, fast["stages"]), file=sys.stderr)  # type: ignore[arg-type]
+            table, sums = work_table(n, fast["stages"], base_work)  # type: ignore[arg-type]
+            if sums:
+                print(table, file=sys.stderr)
+                base_work = base_work or sums
             if capped is not None:
                 print("capped: " + stage_table(n, capped["stages"]), file=sys.stderr)  # type: ignore[arg-type]
         files = database_bytes(first_db)

@@ -56,6 +56,7 @@ Classifier = Callable[[int], Steps]
 
 LOGICAL_PYTHON = "<logical python>"
 UNKNOWN_FUNCTION = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=None)
+_CALL, _INSTRUCTION = Relation.CALL, LexicalType.INSTRUCTION
 
 
 def raw_steps(module: str, offset: int) -> Steps:
@@ -246,6 +247,13 @@ class ModuleClassifiers:
             self.call_graphs[module] = found
         return found
 
+    def plain(self, module: str) -> str | None:
+        """The name ``module``'s frames show when nothing classifies them (each frame one
+        :func:`raw_steps` context), else None."""
+        if module in self.logical or module in self.structures or module in self.symbols:
+            return None
+        return self.presented_path.get(module, module)
+
     def steps(self, module: str, offset: int) -> Steps:
         shown = self.presented_path.get(module, module)
         if module in self.logical:
@@ -363,17 +371,23 @@ def expand(
     """
     tree = tree if tree is not None else ContextTree()
     n = len(raw)
-    call_ctx = np.zeros(n, dtype=np.int64)
-    leaf_ctx = np.zeros(n, dtype=np.int64)
+    # Python lists and bound methods in the loop: it runs once per frame, on rank 0 alone while
+    # the other ranks wait for its result (numpy scalars would cost more than the work).
+    call_ctx = [0] * n
+    leaf_ctx = [0] * n
     if previous is not None and start:
-        call_ctx[:start] = previous.call_ctx[:start]
-        leaf_ctx[:start] = previous.leaf_ctx[:start]
+        call_ctx[:start] = previous.call_ctx[:start].tolist()
+        leaf_ctx[:start] = previous.leaf_ctx[:start].tolist()
     cache: dict[tuple[str, int], tuple[int, ...]] = {}
-    unknown = tree.intern(UNKNOWN_FUNCTION)
+    plain: dict[str, str | None] = {}  # per module: ModuleClassifiers.plain
+    intern, child_interned = tree.intern, tree.child_interned
+    steps, reconstructs = classifiers.steps, classifiers.reconstructs
+    unknown = intern(UNKNOWN_FUNCTION)
+    parents, keys = raw.parent, raw.keys
     for ident in range(start, n):
-        parent = raw.parent[ident]
-        module, offset, _unwound = raw.keys[ident]
-        anchor: int = ROOT if parent < 0 else int(leaf_ctx[parent])
+        parent = parents[ident]
+        module, offset, _unwound = keys[ident]
+        anchor: int = ROOT if parent < 0 else leaf_ctx[parent]
         if module is None:
             code = placeholder_text(offset)
             if code in _GLOBAL:
@@ -410,12 +424,19 @@ def expand(
             continue
         if anchor == ROOT:
             anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN_ENTRY))
-        if not _unwound and classifiers.reconstructs(module):
+        if not _unwound and reconstructs(module):
             call_ctx[ident] = leaf_ctx[ident] = anchor  # placed by gpu.reconstruct_gpu_contexts
             continue
         key_ids = cache.get((module, offset))
         if key_ids is None:
-            key_ids = tuple(tree.intern(key) for key in classifiers.steps(module, offset))
+            if module in plain:
+                shown = plain[module]
+            else:
+                shown = plain[module] = classifiers.plain(module)
+            if shown is not None:  # raw_steps, without the classifiers' lookups
+                key_ids = (intern(ContextKey(_CALL, _INSTRUCTION, module=shown, offset=offset)),)
+            else:
+                key_ids = tuple([intern(key) for key in steps(module, offset)])
             cache[(module, offset)] = key_ids
         if not _unwound:
             # A non-unwound GPU PC sample with no call graph to rebuild its calling context:
@@ -423,10 +444,10 @@ def expand(
             # function and line if a structure (one without --gpucfg) knows them, else as the
             # bare instruction (loops-cuda-nvidiapc-t.nostruct.d); the call context is the one
             # below the unknown function.
-            anchor = tree.child_interned(anchor, unknown)
-        ctx = tree.child_interned(anchor, key_ids[0])
+            anchor = child_interned(anchor, unknown)
+        ctx = child_interned(anchor, key_ids[0])
         call_ctx[ident] = ctx
         for key_id in key_ids[1:]:
-            ctx = tree.child_interned(ctx, key_id)
+            ctx = child_interned(ctx, key_id)
         leaf_ctx[ident] = ctx
-    return Expansion(tree, call_ctx, leaf_ctx)
+    return Expansion(tree, np.asarray(call_ctx, np.int64), np.asarray(leaf_ctx, np.int64))

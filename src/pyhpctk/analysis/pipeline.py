@@ -18,9 +18,10 @@ every rank with the first one's message (:func:`~.comm.on_all`).
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
-   disjoint slices of the files at offsets from exclusive scans of those sizes; cct.db is built
-   in rounds by the exchange of :mod:`.exchange`, which also yields the summary profile.
-   Meanwhile rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
+   disjoint slices of the files at offsets from exclusive scans of those sizes (through memory
+   maps when the ranks share one machine, :mod:`.slices`); cct.db is built in rounds by the
+   exchange of :mod:`.exchange`, which also yields the summary profile. From the first
+   exchange on, rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
    (:func:`write_meta_db`), and owns that much less of cct.db.
 6. :func:`finish` on rank 0: the summary block, heads and footers, and the rename into place.
 
@@ -37,7 +38,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -80,10 +80,12 @@ from pyhpctk.analysis.state import (
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summarize
 from pyhpctk.analysis.structures import build_classifiers, load_structures
+from pyhpctk.analysis.timing import TimedComm, timed
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import prepare_output
 from pyhpctk.analysis.write_stages import (
     finish,
+    join_profile_db,
     stage_files,
     write_cct_db,
     write_meta_db,
@@ -419,11 +421,7 @@ def _share_sizes(state: Analysis) -> None:
 
 
 def _timed(state: Analysis, name: str, stage: Callable[[Analysis], T]) -> T:
-    began = time.perf_counter()
-    try:
-        return stage(state)
-    finally:
-        state.timings[name] = round(time.perf_counter() - began, 3)
+    return timed(state.timings, name, state.comm, partial(stage, state))
 
 
 def run(
@@ -435,7 +433,7 @@ def run(
     this with the same options; rank 0's report names the database, the other ranks' carry
     their own timings.
     """
-    state = Analysis(options, comm or SerialComm(), progress or no_progress)
+    state = Analysis(options, TimedComm(comm or SerialComm()), progress or no_progress)
     _timed(state, "read", read)
     _timed(state, "unify", unify)
     _timed(state, "expand", expand_contexts)
@@ -449,13 +447,15 @@ def run(
         with state.stage("writing database", 3) as advance:
             _timed(state, "profile.db", write_profile_db)
             advance(1)
-            write_meta_db(state)  # on a thread of rank 0, which owns less of cct.db meanwhile
-            _timed(state, "cct.db", write_cct_db)
+            _timed(state, "cct.db", write_cct_db)  # starts write_meta_db's thread on rank 0
+            _timed(state, "profile.db: join", join_profile_db)
             advance(1)
             report = _timed(state, "finish", finish)
             advance(1)
         finished = True
     finally:
+        if state.profile_thread is not None and state.profile_thread.is_alive():
+            state.profile_thread.join()  # it reads the scratch file
         if state.spill is not None:
             state.spill.close()
         if state.meta_thread is not None and state.meta_thread.is_alive():

@@ -15,7 +15,6 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -191,26 +190,6 @@ def pread_all(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def pwritev_all(path: Path, pieces: list[memoryview], offset: int) -> None:
-    """Write ``pieces`` back to back at ``offset`` of ``path`` (``os.pwritev``, 1024 at a time)."""
-    if not pieces:
-        return
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        for start in range(0, len(pieces), 1024):
-            batch = pieces[start : start + 1024]
-            want = sum(len(p) for p in batch)
-            done = os.pwritev(fd, batch, offset)
-            if done != want:  # a short write: finish piece by piece
-                for piece in batch:
-                    pwrite_all(fd, np.frombuffer(piece, np.uint8), offset)
-                    offset += len(piece)
-            else:
-                offset += done
-    finally:
-        os.close(fd)
-
-
 def pwrite_all(fd: int, image: npt.NDArray[np.uint8], offset: int) -> None:
     """``os.pwrite`` all of ``image`` at ``offset``."""
     view = memoryview(np.ascontiguousarray(image).data).cast("B")
@@ -228,6 +207,5 @@ __all__ = [
     "pread_all",
     "profile_statistics",
     "pwrite_all",
-    "pwritev_all",
     "rewrite_trace",
 ]

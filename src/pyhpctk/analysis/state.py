@@ -129,7 +129,10 @@ class Analysis:
     plan: Plan | None = None
     expanded: ContextTree | None = None  # rank 0
     staging: Path | None = None
+    mapped_writes: bool = False  # ranks write their cct.db slices through maps (.slices)
     meta_thread: threading.Thread | None = None
+    profile_thread: threading.Thread | None = None  # writes profile.db during cct.db
+    profile_errors: list[BaseException] = field(default_factory=list)
     meta_errors: list[BaseException] = field(default_factory=list)
     spill: Spill | None = None
     planes: list[ProfilePlane] = field(default_factory=list)

@@ -1,12 +1,13 @@
 """The driver's last stages: the database's files, written by every rank at its own offsets.
 
 After the statistics (:mod:`.pipeline`), rank 0 makes the staging directory beside the output
-(:func:`stage_files`) and writes meta.db, ``metrics/default.yaml``, ``threads.txt`` and ``src/``
-on a thread (:func:`write_meta_db`); every rank writes its profile.db blocks and trace.db lines
-at offsets from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`) and
-takes part in the rounds that build cct.db and the summary (:func:`write_cct_db`,
-:mod:`.exchange`); rank 0 writes the summary block, the heads and footers and renames the
-database into place (:func:`finish`). A full disk on any rank is one error on every rank
+(:func:`stage_files`); every rank writes its profile.db blocks and trace.db lines at offsets
+from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`; ranks of one
+machine through memory maps, :mod:`.slices`) and takes part in the rounds that build cct.db and
+the summary (:func:`write_cct_db`, :mod:`.exchange`), during which rank 0 writes meta.db,
+``metrics/default.yaml``, ``threads.txt`` and ``src/`` on a thread (:func:`write_meta_db`); rank 0
+writes the summary block, the heads and footers and renames the database into place
+(:func:`finish`). A full disk on any rank is one error on every rank
 (:meth:`.state.Analysis.writing`), and nothing is left under the output's name.
 """
 
@@ -14,21 +15,34 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.analysis.comm import on_all, on_root
 from pyhpctk.analysis.database import AggregateDatabase
-from pyhpctk.analysis.exchange import Columns, outgoing, own_window, plan_rounds, split_even
-from pyhpctk.analysis.planes import block_of, pwritev_all
+from pyhpctk.analysis.exchange import (
+    Columns,
+    Window,
+    outgoing,
+    own_window,
+    plan_rounds,
+    split_even,
+)
+from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
+from pyhpctk.analysis.slices import FileSlice, one_machine
 from pyhpctk.analysis.state import Analysis, RunReport
 from pyhpctk.analysis.stats import SparseValues, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
+from pyhpctk.analysis.timing import Laps
 from pyhpctk.analysis.write import (
     build_metadb,
     copy_sources,
@@ -42,6 +56,12 @@ from pyhpctk.formats.output import commit_directory
 META_DB_VALUES = 40
 """Writing meta.db costs rank 0 about what owning this many cct.db values per context does
 (measured with benchmarks/pyprof.py: ~6 us a context against ~0.15 us a value)."""
+
+
+MAPPED_FROM_RANKS = 4
+"""cct.db windows go through memory maps from this many ranks on one machine (:mod:`.slices`):
+a mapped byte costs a rank about three times a written one (page faults), but the ranks copy in
+parallel, whereas their ``pwrite`` calls take turns."""
 
 
 def stage_files(state: Analysis) -> None:
@@ -58,6 +78,8 @@ def stage_files(state: Analysis) -> None:
         return staging
 
     state.staging = on_root(state.comm, state.writing(make))
+    shared = one_machine(state.comm)  # a collective: every rank asks
+    state.mapped_writes = shared and state.comm.size >= MAPPED_FROM_RANKS
 
 
 def write_meta_db(state: Analysis) -> None:
@@ -113,30 +135,96 @@ def write_thread_names(state: Analysis, staging: Path) -> None:
 
 
 def write_profile_db(state: Analysis) -> None:
-    """This rank's profile.db blocks and trace.db lines, at their offsets (every rank)."""
+    """Start writing this rank's profile.db blocks and trace.db lines at their offsets, on a
+    thread (every rank; :func:`join_profile_db` waits for it).
+
+    Buffered writes to one file take its inode lock, so the ranks of one machine write one at
+    a time (:mod:`.slices`): on a thread, during the cct.db rounds, that wait is off the critical
+    path. Blocks go out back to back in few ``pwritev`` calls, each of which releases the GIL.
+    """
     layout, staging = state.layout, state.staging
     assert layout is not None and staging is not None
     profile_plan = profiledb.layout(layout.infos, layout.n_values, layout.n_ctxs)
     trace_plan = layout.trace_plan()
 
     def write() -> None:
-        fd = os.open(staging / "profile.db", os.O_WRONLY)
-        try:
-            for m in state.planes:
-                profiledb.write_block(fd, profile_plan, m.position + 1, m.load(state.spill))
-        finally:
-            os.close(fd)
+        batch = PROFILE_BATCH
+        if state.options.memory_limit is not None:
+            batch = min(batch, max(state.options.memory_limit // 8, 1 << 20))
+        blocks = (
+            piece
+            for m in state.planes
+            for piece in profiledb.block_slices(profile_plan, m.position + 1, m.load(state.spill))
+        )
+        _write_runs(staging / "profile.db", blocks, batch)
         if layout.has_traces:
-            fd = os.open(staging / "trace.db", os.O_WRONLY | os.O_CREAT, 0o666)
-            try:
-                for m in state.planes:
-                    if m.trace is not None:
-                        tracedb.write_line(fd, trace_plan, m.position, m.trace.elements)
-                        m.trace = None
-            finally:
-                os.close(fd)
+            lines = [  # in the file's order, which is not the profiles' (tracedb.layout)
+                (int(trace_plan.lines_at[m.position]), m.trace.elements)
+                for m in state.planes
+                if m.trace is not None and len(m.trace.elements)
+            ]
+            lines.sort(key=lambda line: line[0])
+            _write_runs(staging / "trace.db", iter(lines), batch, create=True)
+            for m in state.planes:
+                m.trace = None
 
-    on_all(state.comm, state.writing(write))
+    guarded = state.writing(write)
+
+    def background() -> None:
+        try:
+            guarded()
+        except BaseException as error:  # re-raised by join_profile_db
+            state.profile_errors.append(error)
+
+    state.profile_thread = threading.Thread(target=background, name="pyprof-profile.db")
+    state.profile_thread.start()
+
+
+PROFILE_BATCH = 64 << 20
+"""Bytes of blocks handed to the kernel at once (under a memory cap, blocks are loaded from the
+scratch file until this many, or an eighth of the cap, are held)."""
+
+
+def _write_runs(
+    path: Path,
+    runs: Iterator[tuple[int, npt.NDArray[Any]]],
+    batch: int,
+    create: bool = False,
+) -> None:
+    """Arrays at increasing offsets of ``path`` (a rank's blocks or lines lie back to back:
+    ranks hold contiguous runs of profiles; gaps between them are zeros), in ``pwritev`` calls
+    of about ``batch`` bytes."""
+    if create:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
+    with FileSlice(path, 0, sys.maxsize, mapped=False) as mine:
+        at = cursor = -1
+        pieces: list[memoryview] = []
+        for offset, data in runs:
+            if at < 0:
+                at = cursor = offset
+            if offset < cursor:
+                raise ValueError("internal error: runs out of order")
+            if offset > cursor:  # alignment padding
+                pieces.append(memoryview(bytes(offset - cursor)))
+            pieces.append(memoryview(np.ascontiguousarray(data).view(np.uint8).data))
+            cursor = offset + data.nbytes
+            if cursor - at >= batch:
+                mine.write_back_to_back(at, pieces)
+                at, pieces = cursor, []
+        if pieces:
+            mine.write_back_to_back(at, pieces)
+
+
+def join_profile_db(state: Analysis) -> None:
+    """Wait for :func:`write_profile_db`'s thread; its error, on any rank, stops every rank."""
+
+    def join() -> None:
+        if state.profile_thread is not None:
+            state.profile_thread.join()
+        if state.profile_errors:
+            raise state.profile_errors[0]
+
+    on_all(state.comm, join)
 
 
 def write_cct_db(state: Analysis) -> None:
@@ -156,17 +244,23 @@ def write_cct_db(state: Analysis) -> None:
     empty = cctdb.layout(np.zeros(n_contexts, np.int64), np.zeros(n_contexts, np.int64))
     cursor = empty.footer_at
     state.n_metrics = np.zeros(n_contexts, dtype=np.int64)
-    # Rank 0 writes meta.db meanwhile: its share of every round is cut by that work, so that it
-    # does not keep the others waiting (any split writes the same bytes).
+    # Rank 0 writes meta.db meanwhile (from the first exchange on): its share of every round is
+    # cut by that work, so that it does not keep the others waiting (any split writes the same
+    # bytes).
     per_rank = max(int(nnz.sum()) / comm.size, 1.0)
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
-    clock = _Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
     for start, stop in rounds:
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
         )
         clock.lap("cut")
+        if state.root and state.meta_thread is None:
+            # Not before: the thread's Python holds the GIL most of the time, and the cut is
+            # many small numpy calls that every rank waits for in the exchange; MPI's calls
+            # release the GIL, and rank 0 owns less of the placing that follows.
+            write_meta_db(state)
         arrays, counts = comm.alltoall_columns(sending.arrays, sending.counts)
         incoming = Columns(arrays, counts)
         del sending, arrays
@@ -177,7 +271,7 @@ def write_cct_db(state: Analysis) -> None:
         clock.lap("place+summarise")
         sizes = comm.allgather(piece.size)
         at = cursor + sum(sizes[: comm.rank])
-        on_all(comm, state.writing(partial(pwritev_all, staging / "cct.db", piece.pieces, at)))
+        on_all(comm, state.writing(partial(_write_window, state, at, piece)))
         del piece.pieces[:]
         cursor += sum(sizes)
         clock.lap("write")
@@ -186,23 +280,18 @@ def write_cct_db(state: Analysis) -> None:
             for where, metrics_here, summary in gathered:
                 state.n_metrics[where : where + len(metrics_here)] = metrics_here
                 state.summary_parts.append(summary)
+    if state.root and state.meta_thread is None:
+        write_meta_db(state)  # no rounds: no contexts
     state.local_counts = nnz
     state.cct_end = cursor
 
 
-class _Laps:
-    """Seconds spent in each part of a stage, added up over its rounds into ``timings``."""
-
-    def __init__(self, timings: dict[str, float], prefix: str) -> None:
-        self.timings = timings
-        self.prefix = prefix
-        self.last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        key = self.prefix + name
-        self.timings[key] = round(self.timings.get(key, 0.0) + now - self.last, 3)
-        self.last = now
+def _write_window(state: Analysis, at: int, window: Window) -> None:
+    """This rank's cct.db blocks of a round, back to back from ``at``."""
+    assert state.staging is not None
+    path = state.staging / "cct.db"
+    with FileSlice(path, at, at + window.size, state.mapped_writes) as mine:
+        mine.write_back_to_back(at, window.pieces)
 
 
 def finish(state: Analysis) -> RunReport:
@@ -264,4 +353,11 @@ def finish(state: Analysis) -> RunReport:
     return on_root(state.comm, state.writing(write))
 
 
-__all__ = ["finish", "stage_files", "write_cct_db", "write_meta_db", "write_profile_db"]
+__all__ = [
+    "finish",
+    "join_profile_db",
+    "stage_files",
+    "write_cct_db",
+    "write_meta_db",
+    "write_profile_db",
+]

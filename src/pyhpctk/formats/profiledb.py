@@ -635,12 +635,22 @@ write_head = _db.write_head  # size the file, write everything before the value 
 write_footer = _db.write_footer  # last: the footer marks the file complete
 
 
-def write_block(fd: int, plan: ProfileLayout, index: int, block: ProfileValues) -> None:
-    """Write profile ``index``'s value block at its place (any process, any order)."""
+def block_slices(
+    plan: ProfileLayout, index: int, block: ProfileValues
+) -> tuple[tuple[int, npt.NDArray[np.void]], tuple[int, npt.NDArray[np.void]]]:
+    """Where profile ``index``'s value block goes: (offset, values), (offset, context indices)."""
     if block.n_values != plan.n_values[index] or block.n_contexts != plan.n_contexts[index]:
         raise ValueError(f"profile {index}: block counts differ from the layout's")
-    pwrite_all(fd, block.values, int(plan.values_at[index]))
-    pwrite_all(fd, block.ctx_indices, int(plan.ctx_indices_at[index]))
+    return (
+        (int(plan.values_at[index]), block.values),
+        (int(plan.ctx_indices_at[index]), block.ctx_indices),
+    )
+
+
+def write_block(fd: int, plan: ProfileLayout, index: int, block: ProfileValues) -> None:
+    """Write profile ``index``'s value block at its place (any process, any order)."""
+    for offset, data in block_slices(plan, index, block):
+        pwrite_all(fd, data, offset)
 
 
 def _pieces(obj: ProfileDB, plan: ProfileLayout) -> Iterator[_db.Piece]:
