@@ -43,3 +43,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", str(where)], check=True, timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def private_struct_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Each test gets its own ``$XDG_CACHE_HOME``: pystruct's shared cache never leaks between
+    tests, nor into the home directory of whoever runs them."""
+    home = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home

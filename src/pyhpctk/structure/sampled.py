@@ -27,7 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyhpctk.formats.hpcstruct_model import PROCEDURE, STATEMENT, Scope, StructureFile, format_ranges
+from pyhpctk.formats.hpcstruct_model import (
+    PROCEDURE,
+    STATEMENT,
+    Scope,
+    StructureFile,
+    format_ranges,
+)
 from pyhpctk.structure.cfg import Decoder
 from pyhpctk.structure.dwarf import read_debug_info
 from pyhpctk.structure.elfimage import EM_X86_64, ElfImage
