@@ -599,7 +599,9 @@ def _notes(inventory: Inventory) -> list[TargetResult]:
         for name in inventory.missing
     ]
     notes += [
-        TargetResult(Target(Path(name), name, Path(name).name, "elf"), "skipped", message=why)
+        TargetResult(
+            Target(Path(name), name, Path(name).name, "elf"), "skipped", message=f"{name}: {why}"
+        )
         for name, why in inventory.skipped
     ]
     return notes
