@@ -67,7 +67,7 @@ def _write(meas: Path, chosen: list[tuple[Path, list[int]]]) -> None:
 
 def _run(arguments: list[str], cache: Path) -> float:
     command = [sys.executable, "-m", "pyhpctk.cli.pystruct", "-q", *arguments]
-    environment = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    environment = dict(os.environ, PYHPCTK_CACHE_DIR=str(cache))
     start = time.perf_counter()
     subprocess.run(command, check=True, env=environment)
     return time.perf_counter() - start

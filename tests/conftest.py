@@ -49,8 +49,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def private_struct_cache(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
-    """Each test gets its own ``$XDG_CACHE_HOME``: pystruct's shared cache never leaks between
-    tests, nor into the home directory of whoever runs them."""
-    home = tmp_path_factory.mktemp("xdg-cache")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    return home
+    """Each test gets its own pyhpctk cache (``$PYHPCTK_CACHE_DIR``): pystruct's shared cache
+    never leaks between tests, nor into the home directory of whoever runs them. (Not
+    ``$XDG_CACHE_HOME``: other libraries the measured programs import read that one.)"""
+    home = tmp_path_factory.mktemp("pyhpctk-cache")
+    monkeypatch.setenv("PYHPCTK_CACHE_DIR", str(home))
+    return home / "structs"

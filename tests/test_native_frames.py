@@ -199,7 +199,7 @@ def test_the_second_measurement_is_served_by_the_cache(
     assert pystruct(["--functions", "sampled", str(first)]) == 0
     err = capsys.readouterr().err
     assert "written" in err and "procedures analyzed" in err
-    cache = private_struct_cache / "pyhpctk" / "structs"
+    cache = private_struct_cache
     (index,) = cache.glob("*.sampled.json")
     (entry,) = cache.glob("*.sampled-*.hpcstruct")
     # Doctor the cached result: the second measurement must get it, not a new analysis.
@@ -222,7 +222,7 @@ def test_a_new_sampled_address_extends_the_cache_entry(
     assert pystruct(["-q", "--functions", "sampled", str(first)]) == 0
     assert pystruct(["--functions", "sampled", str(second)]) == 0
     assert "2 of" in capsys.readouterr().err  # nest (cached before) and scale, analyzed again
-    cache = private_struct_cache / "pyhpctk" / "structs"
+    cache = private_struct_cache
     (index,) = cache.glob("*.sampled.json")
     assert json.loads(index.read_text())["addresses"] == sorted([at["inner"], at["scale"]])
     assert len(list(cache.glob("*.sampled-*.hpcstruct"))) == 1  # the smaller entry is gone
@@ -233,12 +233,12 @@ def test_full_analysis_is_cached_too_and_no_cache_keeps_nothing(
 ) -> None:
     meas = _measure(tmp_path / "one", library)
     assert pystruct(["--no-cache", str(meas)]) == 0
-    assert not (private_struct_cache / "pyhpctk").exists()
+    assert not private_struct_cache.exists()
     shutil.rmtree(meas / "structs")
     capsys.readouterr()
     assert pystruct([str(meas)]) == 0  # auto: a small library is analyzed whole
     assert "procedures analyzed" not in capsys.readouterr().err
-    (entry,) = (private_struct_cache / "pyhpctk" / "structs").glob("*.hpcstruct")
+    (entry,) = private_struct_cache.glob("*.hpcstruct")
     assert ".sampled" not in entry.name
     shutil.rmtree(meas / "structs")
     assert pystruct([str(meas)]) == 0

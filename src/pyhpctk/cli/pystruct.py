@@ -169,7 +169,8 @@ def _run(options: PystructOptions) -> int:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Directory of results keyed by content hash, shared between runs (measurement "
-    "directories: $XDG_CACHE_HOME/pyhpctk/structs or ~/.cache/pyhpctk/structs by default).",
+    "directories: $PYHPCTK_CACHE_DIR/structs, $XDG_CACHE_HOME/pyhpctk/structs or "
+    "~/.cache/pyhpctk/structs by default).",
 )
 @click.option(
     "--no-cache",

@@ -1,8 +1,9 @@
 """pystruct's cache of structure files, keyed by the content of the binary analyzed.
 
 A binary is analyzed once across measurements: ``pystruct MEAS`` keeps its results in a shared
-directory (by default ``$XDG_CACHE_HOME/pyhpctk/structs``, else ``~/.cache/pyhpctk/structs``;
-``--cache DIR`` elsewhere, ``--no-cache`` none) under the sha256 of the binary's bytes plus
+directory (by default ``$PYHPCTK_CACHE_DIR/structs``, else
+``$XDG_CACHE_HOME/pyhpctk/structs``, else ``~/.cache/pyhpctk/structs``; ``--cache DIR``
+elsewhere, ``--no-cache`` none) under the sha256 of the binary's bytes plus
 everything that changes the analysis (:func:`content_key`):
 
 * ``KEY.hpcstruct``: the full analysis;
@@ -34,7 +35,10 @@ CACHE_FORMAT = "pystruct-1"
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/pyhpctk/structs``, or ``~/.cache/pyhpctk/structs`` without it."""
+    """``$PYHPCTK_CACHE_DIR/structs``, ``$XDG_CACHE_HOME/pyhpctk/structs`` or ``~/.cache/…``."""
+    own = os.environ.get("PYHPCTK_CACHE_DIR")
+    if own:
+        return Path(own) / "structs"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "pyhpctk" / "structs"
 
