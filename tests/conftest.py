@@ -43,3 +43,15 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", str(where)], check=True, timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def private_struct_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Each test gets its own pyhpctk cache (``$PYHPCTK_CACHE_DIR``): pystruct's shared cache
+    never leaks between tests, nor into the home directory of whoever runs them. (Not
+    ``$XDG_CACHE_HOME``: other libraries the measured programs import read that one.)"""
+    home = tmp_path_factory.mktemp("pyhpctk-cache")
+    monkeypatch.setenv("PYHPCTK_CACHE_DIR", str(home))
+    return home / "structs"

@@ -2,12 +2,14 @@
 
 A thin click command over :mod:`pyhpctk.structure.driver`; see ``docs/pystruct.md``::
 
-    pystruct [-o OUT] [-j N] [--gpucfg yes|no] [--cache DIR] TARGET
+    pystruct [-o OUT] [-j N] [--gpucfg yes|no] [--cache DIR | --no-cache]
+             [--functions auto|all|sampled] TARGET
 
 TARGET is an ELF binary or shared library, a CUDA cubin, a Python source file, or a measurement
 directory (then every referenced load module, captured cubin and Python source is written to
-``structs/``). Errors print one line and exit non-zero; in directory mode every target is still
-attempted and the failures are listed at the end (exit status 4).
+``structs/``, through a shared cache by default). Errors print one line and exit non-zero; in
+directory mode every target is still attempted and the failures are listed at the end (exit
+status 4).
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from pathlib import Path
 import click
 
 from pyhpctk.cli._common import run_command, version_option
+from pyhpctk.errors import UsageError
+from pyhpctk.structure.cache import default_cache_dir
 from pyhpctk.structure.driver import (
+    FUNCTIONS_CHOICES,
     StructOptions,
+    Target,
     TargetsFailed,
     classify,
     measurement_targets,
@@ -42,11 +48,33 @@ class PystructOptions:
     quiet: bool
     resolve_paths: bool = True
     force: bool = False
+    use_cache: bool = True  # measurement directories: the shared cache unless --no-cache
+    functions: str = "auto"
 
     @property
     def struct_options(self) -> StructOptions:
         return StructOptions(
-            self.jobs, self.gpucfg, self.cache, self.nvdisasm, self.resolve_paths, self.force
+            self.jobs,
+            self.gpucfg,
+            self.cache,
+            self.nvdisasm,
+            self.resolve_paths,
+            self.force,
+            self.functions,
+        )
+
+    @property
+    def measurement_options(self) -> StructOptions:
+        """The options of directory mode: the shared cache by default (docs/pystruct.md)."""
+        cache = self.cache if self.cache is not None else default_cache_dir()
+        return StructOptions(
+            self.jobs,
+            self.gpucfg,
+            cache if self.use_cache else None,
+            self.nvdisasm,
+            self.resolve_paths,
+            self.force,
+            self.functions,
         )
 
 
@@ -75,12 +103,18 @@ def _run(options: PystructOptions) -> int:
     with click.progressbar(
         length=len(targets), label="pystruct", file=sys.stderr, hidden=not show
     ) as bar:
+
+        def starting(target: Target) -> None:  # a large library takes a while: name it
+            bar.label = f"pystruct {target.source.name}"
+            bar.render_progress()
+
         report = struct_measurements(
             options.target,
-            options.struct_options,
+            options.measurement_options,
             options.output,
             progress=bar.update,
             targets=targets,
+            starting=starting if show else None,
         )
     if not report.results and not options.quiet:
         click.echo(
@@ -93,7 +127,8 @@ def _run(options: PystructOptions) -> int:
             click.echo(f"pystruct: error: {result.message}", err=True)
         elif not options.quiet:
             where = result.output if result.output is not None else result.message
-            click.echo(f"{result.status:9s} {where}", err=True)
+            note = f" ({result.message})" if result.output is not None and result.message else ""
+            click.echo(f"{result.status:9s} {where}{note}", err=True)
     if report.failed:
         raise TargetsFailed(
             f"{len(report.failed)} of {len(report.results)} targets failed "
@@ -133,7 +168,23 @@ def _run(options: PystructOptions) -> int:
     "--cache",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory of results keyed by content hash, shared between runs.",
+    help="Directory of results keyed by content hash, shared between runs (measurement "
+    "directories: $PYHPCTK_CACHE_DIR/structs, $XDG_CACHE_HOME/pyhpctk/structs or "
+    "~/.cache/pyhpctk/structs by default).",
+)
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Measurement directories: analyze every binary afresh, keep no results.",
+)
+@click.option(
+    "--functions",
+    type=click.Choice(FUNCTIONS_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Measurement directories: analyze every procedure of each binary (all), only those "
+    "holding sampled addresses with symbols for the rest (sampled), or 'sampled' for binaries "
+    "with more than 4 MiB of machine code (auto).",
 )
 @click.option(
     "--nvdisasm",
@@ -163,6 +214,8 @@ def command(
     quiet: bool,
     keep_paths: bool,
     force: bool,
+    no_cache: bool,
+    functions: str,
 ) -> int:
     """Recover program structure from TARGET and write hpcstruct XML (DTD 4.9).
 
@@ -173,9 +226,21 @@ def command(
     temporary name and renamed when complete: on a full disk pystruct says so in one line,
     stops, exits with status 2 and leaves no partial file (an existing one stays as it was).
     """
+    if no_cache and cache is not None:
+        raise UsageError("--cache and --no-cache exclude each other")
     return _run(
         PystructOptions(
-            target, output, jobs, gpucfg == "yes", cache, nvdisasm, quiet, not keep_paths, force
+            target,
+            output,
+            jobs,
+            gpucfg == "yes",
+            cache,
+            nvdisasm,
+            quiet,
+            not keep_paths,
+            force,
+            not no_cache,
+            functions,
         )
     )
 

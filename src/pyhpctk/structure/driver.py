@@ -11,6 +11,12 @@ a structure file by the load module it names inside, never by its file name. Unc
 are skipped: a manifest in
 ``structs/`` and an optional shared ``--cache`` directory are keyed by the target's content hash.
 One failing target never stops the others; failures are reported together at the end.
+
+Native libraries (issue #17): a load module is analyzed when the profiles mark it for analysis
+or name addresses in it (their ``(lm, offset)`` nodes). A binary with more than
+:data:`FULL_ANALYSIS_MAX_CODE` bytes of machine code is analyzed only in the procedures holding
+those addresses, with symbols for the rest (:mod:`pyhpctk.structure.sampled`; ``--functions``).
+Load modules that are no file here, no ELF, or pseudo-modules are skipped with a note.
 """
 
 from __future__ import annotations
@@ -26,18 +32,21 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyhpctk import __version__
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
 from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
-from pyhpctk.structure.elfimage import open_image
+from pyhpctk.structure import cache as struct_cache
+from pyhpctk.structure.elfimage import SHF_EXECINSTR, open_image
 from pyhpctk.structure.elfimage import sniff as sniff_elf
 
-CACHE_FORMAT = "pystruct-1"
 MANIFEST = ".pystruct-manifest.json"
+# A binary with more machine code than this is analyzed in its sampled procedures only, in a
+# measurement directory (--functions auto): about 6 s of full analysis here (docs/pystruct.md).
+FULL_ANALYSIS_MAX_CODE = 4 << 20
+FUNCTIONS_CHOICES = ("auto", "all", "sampled")
 
 
 class TargetsFailed(PyhpctkError):
@@ -56,10 +65,13 @@ class StructOptions:
     nvdisasm: str | None = None
     resolve_paths: bool = True
     force: bool = False  # replace an existing single-target output (structs/ is always refreshed)
+    functions: str = "auto"  # measurement directories: "all", "sampled", or by code size
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
             raise UsageError(f"-j must be at least 1, not {self.jobs}")
+        if self.functions not in FUNCTIONS_CHOICES:
+            raise UsageError(f"--functions must be one of {', '.join(FUNCTIONS_CHOICES)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,7 @@ class Target:
     lm_name: str
     output_name: str
     kind: str  # "elf", "cubin" or "python"
+    addresses: tuple[int, ...] = ()  # the offsets the profiles name in it, sorted
 
 
 @dataclass(slots=True)
@@ -77,7 +90,7 @@ class TargetResult:
     """What happened to one target."""
 
     target: Target
-    status: str  # "written", "unchanged", "cached", "failed", "missing"
+    status: str  # "written", "unchanged", "cached", "failed", "missing", "skipped"
     output: Path | None = None
     message: str = ""
     fatal: bool = False  # the file system refused the output (full): the others would fail too
@@ -254,36 +267,38 @@ def struct_target(
 
 def content_key(path: Path, options: StructOptions) -> str:
     """sha256 of the file's bytes plus everything that changes the analysis."""
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    variant = (
-        f"{CACHE_FORMAT};{__version__};gpucfg={int(options.gpucfg)};"
-        f"realpath={int(options.resolve_paths)}"
-    )
-    digest.update(variant.encode())
-    return digest.hexdigest()
+    return struct_cache.content_key(path, options.gpucfg, options.resolve_paths)
 
 
 def _cache_lookup(cache: Path, key: str, lm_name: str) -> StructureFile | None:
-    from pyhpctk.formats import hpcstruct
-
-    entry = cache / f"{key}.hpcstruct"
-    if not entry.is_file():
-        return None
-    try:
-        structure = hpcstruct.read(entry)
-    except PyhpctkError:
-        return None  # a damaged cache entry is recomputed, never trusted
-    for lm in structure.modules:
-        lm.attrs["n"] = lm_name
-    return structure
+    return struct_cache.lookup(cache, key, lm_name)
 
 
 def _cache_store(cache: Path, key: str, structure: StructureFile) -> None:
-    with contextlib.suppress(PyhpctkError):  # an unwritable cache only costs time
-        write_structure(structure, cache / f"{key}.hpcstruct")
+    struct_cache.store(cache, key, structure)
+
+
+def code_size(path: Path) -> int:
+    """Bytes of machine code (executable sections) of an ELF file; 0 if it cannot be read."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with path.open("rb") as stream:
+            return sum(
+                int(section["sh_size"])
+                for section in ELFFile(stream).iter_sections()
+                if int(section["sh_flags"]) & SHF_EXECINSTR and section["sh_type"] != "SHT_NOBITS"
+            )
+    except (OSError, ELFError, ValueError, KeyError, AttributeError):
+        return 0
+
+
+def analyzes_sampled(target: Target, options: StructOptions) -> bool:
+    """Whether a target of a measurement directory is analyzed in its sampled procedures only."""
+    if target.kind != "elf" or options.functions == "all":
+        return False
+    return options.functions == "sampled" or code_size(target.source) > FULL_ANALYSIS_MAX_CODE
 
 
 # --------------------------------------------------------------------------- measurements
@@ -306,17 +321,55 @@ def _locate(path: str, measdir: Path, original: str | None) -> Path:
     return Path(path)
 
 
-def measurement_targets(measdir: str | os.PathLike[str]) -> tuple[list[Target], list[str]]:
-    """Every target a measurement directory references, and the load-map paths not found."""
+@dataclass(slots=True)
+class Inventory:
+    """What a measurement directory references: targets, paths not found, modules skipped."""
+
+    targets: list[Target] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+
+def _is_elf(path: Path) -> bool:
+    try:
+        with open_regular(path) as stream:
+            return sniff_elf(stream.read(64))
+    except (OSError, PyhpctkError):
+        return False
+
+
+def _sampled_offsets(profiles: Sequence[object]) -> dict[str, set[int]]:
+    """Load-map path → the offsets the profiles' ``(lm, offset)`` nodes name in it."""
+    import numpy as np
+
+    from pyhpctk.formats.hpcrun_model import HpcrunProfile
+
+    found: dict[str, set[int]] = {}
+    for profile in profiles:
+        assert isinstance(profile, HpcrunProfile)
+        paths = {module.id: module.path for module in profile.load_modules}
+        lm_ids = profile.cct["lm_id"].astype(np.int64)
+        offsets = profile.cct["lm_ip"].astype(np.uint64)
+        for lm_id in np.unique(lm_ids).tolist():
+            path = paths.get(int(lm_id))
+            if path is not None:
+                chosen = offsets[lm_ids == lm_id].tolist()
+                found.setdefault(path, set()).update(int(a) for a in chosen)
+    return found
+
+
+def measurement_inventory(measdir: str | os.PathLike[str]) -> Inventory:
+    """Every target a measurement directory references, with the addresses sampled in each."""
     from pyhpctk.formats import hpcrun, logical
 
     root = Path(measdir)
     original = _original_path(root)
     targets: dict[str, Target] = {}
-    missing: list[str] = []
+    inventory = Inventory()
     python_files: set[str] = set()
-    for profile_path in sorted(root.glob("*.hpcrun")):
-        profile = hpcrun.read(profile_path)
+    profiles = [hpcrun.read(path) for path in sorted(root.glob("*.hpcrun"))]
+    sampled = _sampled_offsets(profiles)
+    for profile in profiles:
         for module in profile.load_modules:
             where = _locate(module.path, root, original)
             if module.path.startswith("logical/") or "/logical/python." in module.path:
@@ -326,17 +379,26 @@ def measurement_targets(measdir: str | os.PathLike[str]) -> tuple[list[Target], 
                     continue
                 python_files.update(s.filename for s in meta.stanzas if s.filename)
                 continue
-            if not module.flags & LM_FLAG_ANALYZE and where.suffix != ".gpubin":
+            used = module.flags & LM_FLAG_ANALYZE or module.path in sampled
+            if not used and where.suffix != ".gpubin":
                 continue
             key = str(where)
-            if key in targets:
+            if key in targets or any(path == module.path for path, _ in inventory.skipped):
+                continue
+            if module.path.startswith(("<", "[")):
+                inventory.skipped.append((module.path, "a pseudo-module, not a file"))
                 continue
             if not where.is_file():
-                if module.path not in missing:
-                    missing.append(module.path)
+                if module.path not in inventory.missing:
+                    inventory.missing.append(module.path)
                 continue
             is_gpubin = where.suffix == ".gpubin"
-            targets[key] = Target(where, module.path, where.name, "cubin" if is_gpubin else "elf")
+            if not is_gpubin and not _is_elf(where):
+                inventory.skipped.append((module.path, "not an ELF binary"))
+                continue
+            offsets = tuple(sorted(sampled.get(module.path, ())))
+            kind = "cubin" if is_gpubin else "elf"
+            targets[key] = Target(where, module.path, where.name, kind, offsets)
     for gpubin in sorted((root / "gpubins").glob("*.gpubin")):
         key = str(gpubin)
         if key not in targets:
@@ -345,9 +407,16 @@ def measurement_targets(measdir: str | os.PathLike[str]) -> tuple[list[Target], 
         where = Path(source)
         if where.is_file() and where.suffix == ".py":
             targets.setdefault(str(where), Target(where, source, where.name, "python"))
-        elif source not in missing and not source.startswith("<"):
-            missing.append(source)
-    return list(targets.values()), missing
+        elif source not in inventory.missing and not source.startswith("<"):
+            inventory.missing.append(source)
+    inventory.targets = list(targets.values())
+    return inventory
+
+
+def measurement_targets(measdir: str | os.PathLike[str]) -> tuple[list[Target], list[str]]:
+    """Every target a measurement directory references, and the load-map paths not found."""
+    inventory = measurement_inventory(measdir)
+    return inventory.targets, inventory.missing
 
 
 def _output_name(target: Target, options: StructOptions, tag: str = "") -> str:
@@ -404,18 +473,61 @@ def _forget_replaced(out_dir: Path, manifest: dict[str, str], names: dict[Target
             manifest.pop(name, None)
 
 
-def _run_target(target: Target, out: Path, options: StructOptions, key: str) -> TargetResult:
-    """Analyze one target and write it; errors become a failed result, never an exception."""
+def _sampled_structure(
+    target: Target, options: StructOptions, key: str, jobs: int
+) -> tuple[str, StructureFile, str]:
+    """(status, structure, note) of a large binary analyzed in its sampled procedures only.
+
+    The cache serves it when its entry covers the target's addresses; otherwise the binary is
+    analyzed for those and the ones cached before, and the entry replaced.
+    """
+    from pyhpctk.structure.sampled import analyze_sampled
+
+    wanted = set(target.addresses)
+    known: set[int] = set()
+    if options.cache is not None:
+        cached, known = struct_cache.lookup_sampled(options.cache, key, target.lm_name, wanted)
+        if cached is not None:
+            return "cached", cached, f"the cache covers its {len(wanted)} sampled addresses"
+    every = wanted | known
+    image = open_image(target.source)
+    result = analyze_sampled(image, every, target.lm_name, jobs, None, options.resolve_paths)
+    if options.cache is not None:
+        struct_cache.store_sampled(options.cache, key, result.structure, every)
+    note = (
+        f"{result.analyzed} of {result.procedures} procedures analyzed, those holding its "
+        f"{len(wanted)} sampled addresses; symbols for the rest"
+    )
+    return "written", result.structure, note
+
+
+def _run_target(
+    target: Target,
+    out: Path,
+    options: StructOptions,
+    key: str,
+    sampled: bool = False,
+    jobs: int = 1,
+) -> TargetResult:
+    """Analyze one target and write it; errors become a failed result, never an exception.
+
+    ``sampled``: analyze only the procedures holding the target's addresses (a large binary).
+    """
     try:
-        structure = None
-        if options.cache is not None:
-            structure = _cache_lookup(options.cache, key, target.lm_name)
-            if structure is not None:
-                write_structure(structure, out, in_input=True)
+        if sampled:
+            status, sampled_structure, note = _sampled_structure(target, options, key, jobs)
+            write_structure(sampled_structure, out, in_input=True)
+            return TargetResult(target, status, out, note)
+        # Binaries are cached; Python sources take milliseconds and change with every edit.
+        cacheable = options.cache is not None and target.kind != "python"
+        if options.cache is not None and cacheable:
+            cached = _cache_lookup(options.cache, key, target.lm_name)
+            if cached is not None:
+                write_structure(cached, out, in_input=True)
                 return TargetResult(target, "cached", out)
-        inner = StructOptions(1, options.gpucfg, None, options.nvdisasm, options.resolve_paths)
+        inner = StructOptions(jobs, options.gpucfg, None, options.nvdisasm, options.resolve_paths)
         structure = analyze_target(target.source, inner, lm_name=target.lm_name)
-        if options.cache is not None:
+        if options.cache is not None and cacheable:
             _cache_store(options.cache, key, structure)
         write_structure(structure, out, in_input=True)
         return TargetResult(target, "written", out)
@@ -427,14 +539,87 @@ def _run_target(target: Target, out: Path, options: StructOptions, key: str) -> 
         return TargetResult(target, "failed", None, f"{target.source}: {error!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A target to analyze: its output, cache key, manifest stamp and mode."""
+
+    target: Target
+    out: Path
+    key: str
+    stamp: str  # the manifest's record: the key, plus the sampled addresses' digest if sampled
+    sampled: bool
+
+
+def _run_jobs(
+    jobs: Sequence[_Job],
+    options: StructOptions,
+    progress: Callable[[int], None] | None,
+    starting: Callable[[Target], None] | None,
+) -> list[TargetResult]:
+    """Run the jobs, over forked workers with ``-j`` and several jobs; stop on a full disk."""
+    results: list[TargetResult] = []
+    if options.jobs > 1 and len(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("fork")
+        # Never more workers than targets: with fork every worker is started up front.
+        workers = min(options.jobs, len(jobs))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = [
+                pool.submit(_run_target, j.target, j.out, options, j.key, j.sampled) for j in jobs
+            ]
+            for future in as_completed(futures):
+                results.append(future.result())
+                if progress is not None:
+                    progress(1)
+                if results[-1].fatal:
+                    pool.shutdown(cancel_futures=True)
+                    break
+        return results
+    for job in jobs:
+        if starting is not None:
+            starting(job.target)
+        # One target at a time: -j goes to the functions of a large binary instead.
+        results.append(
+            _run_target(job.target, job.out, options, job.key, job.sampled, options.jobs)
+        )
+        if progress is not None:
+            progress(1)
+        if results[-1].fatal:
+            break
+    return results
+
+
+def _notes(inventory: Inventory) -> list[TargetResult]:
+    """One result per load module not found here or skipped, each with its one-line note."""
+    notes = [
+        TargetResult(
+            Target(Path(name), name, Path(name).name, "elf"),
+            "missing",
+            message=f"{name}: not found on this machine",
+        )
+        for name in inventory.missing
+    ]
+    notes += [
+        TargetResult(
+            Target(Path(name), name, Path(name).name, "elf"), "skipped", message=f"{name}: {why}"
+        )
+        for name, why in inventory.skipped
+    ]
+    return notes
+
+
 def struct_measurements(
     measdir: str | os.PathLike[str],
     options: StructOptions | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     progress: Callable[[int], None] | None = None,
     targets: Sequence[Target] | None = None,
+    starting: Callable[[Target], None] | None = None,
 ) -> MeasurementReport:
-    """Analyze every target of a measurement directory into ``structs/`` (or ``output_dir``)."""
+    """Analyze every target of a measurement directory into ``structs/`` (or ``output_dir``).
+
+    ``starting`` is told each target as its analysis begins (serial runs), ``progress`` counts
+    the targets done.
+    """
     options = options or StructOptions()
     root = Path(measdir)
     if not root.is_dir():
@@ -447,7 +632,8 @@ def struct_measurements(
                 "a database, not measurements: run pystruct on the directory pyrun or hpcrun wrote",
             )
         raise FormatError(root, "measurement directory", "no .hpcrun profiles and no gpubins/")
-    found, missing = measurement_targets(root)
+    inventory = measurement_inventory(root)
+    found = inventory.targets
     work = list(targets) if targets is not None else found
     names = output_names([*found, *(t for t in work if t not in found)], options)
     out_dir = Path(output_dir) if output_dir is not None else root / "structs"
@@ -467,16 +653,8 @@ def struct_measurements(
         manifest: dict[str, str] = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         manifest = {}
-    report = MeasurementReport()
-    for name in missing:
-        report.results.append(
-            TargetResult(
-                Target(Path(name), name, Path(name).name, "elf"),
-                "missing",
-                message=f"{name}: not found on this machine",
-            )
-        )
-    pending: list[tuple[Target, Path, str]] = []
+    report = MeasurementReport(_notes(inventory))
+    pending: list[_Job] = []
     for target in work:
         out = out_dir / names[target]
         try:
@@ -484,37 +662,19 @@ def struct_measurements(
         except OSError as error:
             report.results.append(TargetResult(target, "failed", None, f"{target.source}: {error}"))
             continue
-        if manifest.get(out.name) == key and out.is_file():
+        sampled = analyzes_sampled(target, options)
+        stamp = f"{key}/{struct_cache.addresses_digest(target.addresses)}" if sampled else key
+        if manifest.get(out.name) == stamp and out.is_file():
             report.results.append(TargetResult(target, "unchanged", out))
             if progress is not None:
                 progress(1)
             continue
-        pending.append((target, out, key))
-    results: list[TargetResult] = []
-    if options.jobs > 1 and len(pending) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("fork")
-        # Never more workers than targets: with fork every worker is started up front.
-        workers = min(options.jobs, len(pending))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = [pool.submit(_run_target, t, o, options, k) for t, o, k in pending]
-            for future in as_completed(futures):
-                results.append(future.result())
-                if progress is not None:
-                    progress(1)
-                if results[-1].fatal:
-                    pool.shutdown(cancel_futures=True)
-                    break
-    else:
-        for t, o, k in pending:
-            results.append(_run_target(t, o, options, k))
-            if progress is not None:
-                progress(1)
-            if results[-1].fatal:
-                break
-    keys = {o.name: k for _, o, k in pending}
+        pending.append(_Job(target, out, key, stamp, sampled))
+    results = _run_jobs(pending, options, progress, starting)
+    stamps = {job.out.name: job.stamp for job in pending}
     for result in results:
         if result.status in ("written", "cached") and result.output is not None:
-            manifest[result.output.name] = keys[result.output.name]
+            manifest[result.output.name] = stamps[result.output.name]
         elif result.output is None:
             manifest.pop(names[result.target], None)
     _forget_replaced(out_dir, manifest, names)
