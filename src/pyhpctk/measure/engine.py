@@ -28,7 +28,7 @@ import sysconfig
 import threading
 import time
 
-from pyhpctk.measure.config import ENV_DEBUG
+from pyhpctk.measure.config import ENV_DEBUG, ENV_NATIVE
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
 ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, not perf_events
-ENV_NATIVE = "PYHPCTK_PYRUN_NATIVE"  # "0": no native frames (pyrun --no-native)
 NATIVE_BIT = 1 << 63  # drain(): a native frame's ip is NATIVE_BIT | lm << 48 | offset
 NATIVE_OFFSET_MASK = (1 << 48) - 1
 DRAIN_PERIOD_S = 0.1
