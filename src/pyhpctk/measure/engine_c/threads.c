@@ -353,6 +353,8 @@ void engine_after_fork_child(void) {
     engine.monitor_tid = 0;
     engine.nexcluded = 0;
     atomic_store(&engine.perf_threads, 0);
+    /* handlers that ran on other threads at the fork never finish here */
+    atomic_store(&engine.in_handler, 0);
     for (uint32_t i = 0; i < high_water; i++) {
         Slot *slot = &engine_slots[i];
         if (slot->perf_fd >= 0) { /* the parent's counter, inherited: it counts the parent */
