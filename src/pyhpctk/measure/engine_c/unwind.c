@@ -100,6 +100,7 @@ static unsigned long long last_adds = ~0ull, last_subs = ~0ull;
 
 typedef struct {
     NativeModule *mods;
+    char **names; /* dlpi_name of each, copied */
     uint32_t used, cap;
     unsigned long long adds, subs;
     uintptr_t vdso;
@@ -137,33 +138,50 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data) {
         if (ph->p_type == PT_GNU_EH_FRAME) m.eh_hdr = (const uint8_t *)lo;
     }
     if (m.text_hi == 0) return 0;
-    char exe[PATH_MAX], real[PATH_MAX];
-    const char *path = info->dlpi_name;
-    if (path == NULL || path[0] == 0) { /* the main program */
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        exe[n > 0 ? n : 0] = 0;
-        path = exe;
-    } else if (realpath(path, real) != NULL) {
-        path = real;
-    }
-    m.kind = (uint8_t)module_kind(path);
-    const char *base = strrchr(path, '/');
-    if (path == exe && strncmp(base ? base + 1 : path, "python", 6) == 0)
-        m.kind = MOD_INTERPRETER; /* the interpreter's executable (libpython: found by address) */
-    if (c->vdso && m.text_lo <= c->vdso + 0x10000 && m.text_hi > c->vdso) m.kind = MOD_VDSO;
-    pthread_mutex_lock(&registry_lock);
-    m.id = registry_id(path, m.bias, m.kind);
-    pthread_mutex_unlock(&registry_lock);
-    if (m.id == ENGINE_NO_MODULE) return 0;
     if (c->used == c->cap) {
         uint32_t cap = c->cap ? 2 * c->cap : 128;
         NativeModule *grown = realloc(c->mods, cap * sizeof(NativeModule));
-        if (grown == NULL) return 0;
-        c->mods = grown;
+        char **names = realloc(c->names, cap * sizeof(char *));
+        if (grown != NULL) c->mods = grown;
+        if (names != NULL) c->names = names;
+        if (grown == NULL || names == NULL) return 0;
         c->cap = cap;
     }
+    c->names[c->used] = strdup(info->dlpi_name ? info->dlpi_name : "");
     c->mods[c->used++] = m;
     return 0;
+}
+
+/* Name the modules collected (after dl_iterate_phdr: realpath's system calls are not made with
+ * the loader's lock held) and enter them in the registry; drop those that cannot be named. */
+static void name_modules(Collect *c) {
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < c->used; i++) {
+        NativeModule m = c->mods[i];
+        char exe[PATH_MAX], real[PATH_MAX];
+        const char *path = c->names[i];
+        if (path == NULL) continue;
+        if (path[0] == 0) { /* the main program */
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+            exe[n > 0 ? n : 0] = 0;
+            path = exe;
+        } else if (realpath(path, real) != NULL) {
+            path = real;
+        }
+        m.kind = (uint8_t)module_kind(path);
+        const char *base = strrchr(path, '/');
+        if (path == exe && strncmp(base ? base + 1 : path, "python", 6) == 0)
+            m.kind = MOD_INTERPRETER; /* the interpreter's executable (libpython: by address) */
+        if (c->vdso && m.text_lo <= c->vdso + 0x10000 && m.text_hi > c->vdso) m.kind = MOD_VDSO;
+        pthread_mutex_lock(&registry_lock);
+        m.id = registry_id(path, m.bias, m.kind);
+        pthread_mutex_unlock(&registry_lock);
+        free(c->names[i]);
+        if (m.id != ENGINE_NO_MODULE) c->mods[kept++] = m;
+    }
+    free(c->names);
+    c->names = NULL;
+    c->used = kept;
 }
 
 static int peek_counts(struct dl_phdr_info *info, size_t size, void *data) {
@@ -236,20 +254,28 @@ static int find_fde(const NativeModule *m, uintptr_t pc, Fde *fde);
  * a new thread's stack). Never from a handler. */
 void engine_native_refresh(int maps) {
 #if defined(__x86_64__)
+    /* Under the table lock, which pyrun's fork handler takes: a fork never happens while this
+     * thread holds the loader's lock in dl_iterate_phdr (a forked child would inherit it held:
+     * glibc resets its dlopen lock in the child, not dl_iterate_phdr's). */
+    engine_lock();
     pthread_mutex_lock(&refresh_lock);
     unsigned long long counts[2] = {0, 0};
     dl_iterate_phdr(peek_counts, counts);
     NativeTable *old = atomic_load(&engine_native_table);
     if (old != NULL && counts[0] == last_adds && counts[1] == last_subs && !maps) {
         pthread_mutex_unlock(&refresh_lock);
+        engine_unlock();
         return;
     }
     NativeTable *table = calloc(1, sizeof(NativeTable));
-    Collect c = {NULL, 0, 0, 0, 0, (uintptr_t)getauxval(AT_SYSINFO_EHDR)};
-    if (table == NULL || dl_iterate_phdr(collect_module, &c) < 0 || c.used == 0) {
+    Collect c = {NULL, NULL, 0, 0, 0, 0, (uintptr_t)getauxval(AT_SYSINFO_EHDR)};
+    if (table != NULL) dl_iterate_phdr(collect_module, &c);
+    name_modules(&c);
+    if (table == NULL || c.used == 0) {
         free(table);
         free(c.mods);
         pthread_mutex_unlock(&refresh_lock);
+        engine_unlock();
         return;
     }
     qsort(c.mods, c.used, sizeof(NativeModule), by_text);
@@ -274,6 +300,7 @@ void engine_native_refresh(int maps) {
     last_subs = c.subs;
     atomic_store(&engine_native_table, table);
     pthread_mutex_unlock(&refresh_lock);
+    engine_unlock();
     retire(old);
 #else
     (void)maps;
