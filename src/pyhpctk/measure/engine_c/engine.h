@@ -139,6 +139,8 @@ typedef struct {
     _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
     _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
     _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
+    _Atomic uint64_t native_ns;      /* time spent unwinding native stacks (monotonic clock) */
+    _Atomic uint64_t native_frames;  /* native frames found */
 } Engine;
 
 extern Engine engine;

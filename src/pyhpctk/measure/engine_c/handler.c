@@ -242,8 +242,14 @@ static void put_group(Merge *m) {
  * to the number of outer frames equal to the previous content. Returns the depth, or -1 for a
  * chain that is not one (the slot then keeps an empty stack). */
 static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t *common) {
-    int nn = engine.native ? engine_native_stack(context, slot, slot->native, ENGINE_NATIVE_DEPTH)
-                           : 0;
+    int nn = 0;
+    if (engine.native) {
+        int64_t started = engine_clock_ns(CLOCK_MONOTONIC);
+        nn = engine_native_stack(context, slot, slot->native, ENGINE_NATIVE_DEPTH);
+        int64_t took = engine_clock_ns(CLOCK_MONOTONIC) - started;
+        atomic_fetch_add_explicit(&engine.native_ns, (uint64_t)took, memory_order_relaxed);
+        atomic_fetch_add_explicit(&engine.native_frames, (uint64_t)nn, memory_order_relaxed);
+    }
     int truncated;
     int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 1 - nn, &truncated);
     if (np < 0) return -1;
