@@ -106,6 +106,7 @@ typedef struct Slot {
     uint8_t *group_end;     /* scratch: 1 where pyframes[i] is the first frame of an eval call */
     struct NativeFrame *native; /* scratch: this sample's native frames, innermost first */
     uintptr_t stack_lo, stack_hi; /* the thread's stack, when it registered itself (else 0) */
+    struct Recipe *recipes; /* the handler's cache of CFA rule rows (unwind.c) */
     uint32_t prev_depth;
     int force_full;
     uint64_t dropped;       /* samples not written: the ring was full (deltas carried) */
@@ -140,6 +141,7 @@ typedef struct {
     _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
     _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
     _Atomic uint64_t native_ns;      /* time spent unwinding native stacks (monotonic clock) */
+    _Atomic uint64_t native_timed;   /* unwinds timed in native_ns (not preempted) */
     _Atomic uint64_t native_frames;  /* native frames found */
 } Engine;
 
@@ -180,6 +182,7 @@ typedef struct NativeTable {
     NativeModule *mods;   /* sorted by text_lo */
     MemRange *maps;       /* readable mappings, sorted */
     uint32_t nmods, nmaps;
+    uint32_t gen;         /* a new number per table: keys the threads' caches of rows */
     uintptr_t eval_lo, eval_hi;
     struct NativeTable *next; /* retired tables */
 } NativeTable;
@@ -200,6 +203,16 @@ typedef struct {
     int64_t cfa_off;
     const uint8_t *cfa_expr, *cfa_expr_end;
 } Row;
+#define ENGINE_RECIPES 256 /* cached CFA rows per thread */
+typedef struct Recipe {
+    uintptr_t pc;
+    uint32_t gen;
+    int32_t cfa_off;
+    int32_t value[NREGS];
+    uint8_t how[NREGS];
+    uint8_t cfa_reg;
+    const uint8_t *cfa_expr, *cfa_expr_end;
+} Recipe;
 typedef struct {
     const uint8_t *insns, *insns_end, *cie_insns, *cie_end;
     uintptr_t pc_lo, pc_hi;
@@ -213,7 +226,7 @@ extern _Atomic(NativeTable *) engine_native_table;
 void engine_native_refresh(int maps);
 void engine_native_free_retired(void);
 void engine_native_after_fork_child(void);
-int engine_native_stack(const void *context, const Slot *slot, NativeFrame *out, int max);
+int engine_native_stack(const void *context, Slot *slot, NativeFrame *out, int max);
 int engine_module_info(uint32_t id, char *path, size_t size, int64_t *lm, int *kind);
 void engine_module_set_lm(uint32_t id, int64_t lm);
 void engine_modules_forget_lms(void);

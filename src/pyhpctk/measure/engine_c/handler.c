@@ -247,7 +247,10 @@ static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t
         int64_t started = engine_clock_ns(CLOCK_MONOTONIC);
         nn = engine_native_stack(context, slot, slot->native, ENGINE_NATIVE_DEPTH);
         int64_t took = engine_clock_ns(CLOCK_MONOTONIC) - started;
-        atomic_fetch_add_explicit(&engine.native_ns, (uint64_t)took, memory_order_relaxed);
+        if (took >= 0 && took < 200000) { /* longer: the thread was preempted meanwhile */
+            atomic_fetch_add_explicit(&engine.native_ns, (uint64_t)took, memory_order_relaxed);
+            atomic_fetch_add_explicit(&engine.native_timed, 1, memory_order_relaxed);
+        }
         atomic_fetch_add_explicit(&engine.native_frames, (uint64_t)nn, memory_order_relaxed);
     }
     int truncated;

@@ -462,6 +462,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
     engine_forget_modules();
     atomic_store(&engine.native_ns, 0);
     atomic_store(&engine.native_frames, 0);
+    atomic_store(&engine.native_timed, 0);
 #if defined(__x86_64__)
     engine.native = native;
 #else
@@ -704,13 +705,14 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K}", "misdelivered",
+        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K,s:K}", "misdelivered",
         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
         dropped, "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
         "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads", live,
         "signal", engine.signo, "perf_threads", atomic_load(&engine.perf_threads), "native_ns",
         (unsigned long long)atomic_load(&engine.native_ns), "native_frames",
-        (unsigned long long)atomic_load(&engine.native_frames));
+        (unsigned long long)atomic_load(&engine.native_frames), "native_timed",
+        (unsigned long long)atomic_load(&engine.native_timed));
 }
 
 static PyMethodDef methods[] = {

@@ -81,6 +81,7 @@ static int slot_buffers(Slot *slot) {
     if (slot->pyframes == NULL) slot->pyframes = malloc(ENGINE_MAX_DEPTH * sizeof(RawFrame));
     if (slot->group_end == NULL) slot->group_end = malloc(ENGINE_MAX_DEPTH);
     if (slot->native == NULL) slot->native = malloc(ENGINE_NATIVE_DEPTH * sizeof(NativeFrame));
+    if (slot->recipes == NULL) slot->recipes = calloc(ENGINE_RECIPES, sizeof(Recipe)); /* optional */
     if (slot->resolved_at == NULL)
         slot->resolved_at = malloc((ENGINE_MAX_DEPTH + 1) * sizeof(uint32_t));
     if (slot->resolved_ip == NULL) slot->resolved_ip = malloc(ENGINE_MAX_DEPTH * sizeof(uint64_t));
