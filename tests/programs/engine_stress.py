@@ -133,7 +133,7 @@ def run_waves(counts: dict[str, int]) -> list[int]:
             thread.start()
         if start == 0:
             import_fresh(counts)
-        if start == (wave if THREADS > wave else 0):
+        if start == (wave if wave < THREADS else 0):
             forks(counts)
         for thread in threads:
             thread.join()
