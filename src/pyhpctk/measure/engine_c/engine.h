@@ -10,6 +10,8 @@
  * - handler.c: the async-signal-safe handler. It reads the thread's clocks, its GIL state and
  *   its chain of _PyInterpreterFrame (code object and instruction offset of every frame, read
  *   with this interpreter's own structure layouts), and appends one record to the slot's ring;
+ * - unwind.c, modules.c, natives.c: native frames (issue #17): the handler's eh_frame unwinder,
+ *   the table of modules it reads (built outside the handler), and drain()'s naming of them;
  * - module.c: the Python module. drain() moves records out of the rings on a thread that holds
  *   the GIL, turns (code object, instruction) into fid << 32 | line through caches, and hands
  *   the Python side compact batches; a code watcher (3.12+) keeps code objects that a pending
@@ -224,6 +226,7 @@ typedef struct {
 
 extern _Atomic(NativeTable *) engine_native_table;
 void engine_native_refresh(int maps);
+int engine_find_fde(const NativeModule *m, uintptr_t pc, Fde *fde);
 void engine_native_free_retired(void);
 void engine_native_after_fork_child(void);
 int engine_native_stack(const void *context, Slot *slot, NativeFrame *out, int max);
