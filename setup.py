@@ -24,7 +24,10 @@ ENGINE_SUPPORTED = (
 engine = [
     Extension(
         "pyhpctk.measure._engine",
-        sources=[f"{ENGINE_DIR}/{name}.c" for name in ("module", "handler", "threads")],
+        sources=[
+            f"{ENGINE_DIR}/{name}.c"
+            for name in ("module", "handler", "threads", "unwind", "modules", "natives")
+        ],
         depends=[f"{ENGINE_DIR}/engine.h"],
         extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         libraries=["rt", "pthread"],

@@ -1,9 +1,12 @@
 """Stress pyrun's sampling engine: RUNS runs of tests/programs/engine_stress.py under pyrun.
 
 Each run samples a program that starts THREADS short threads in waves while other threads
-dlopen/dlclose a C library in a loop, import fresh extension modules (each a new dlopen), fork
+dlopen/dlclose a C library in a loop (and run its loop in between), import fresh extension
+modules (each a new dlopen), throw and catch C++ exceptions through 20 native frames in a loop
+(libgcc's unwinder at work while the engine unwinds the same stack from its handler), fork
 children that are measured too, and signal the process (SIGUSR1, SIGALRM), with CPUTIME,
-REALTIME and GILWAIT at 1 kHz. A run passes when the program exits 0 within TIMEOUT seconds,
+REALTIME and GILWAIT at 1 kHz and native frames on (pyrun's default: every sample unwinds the
+native stack, issue #17). A run passes when the program exits 0 within TIMEOUT seconds,
 prints ``stress ok``, and every profile it wrote passes ``pyhpctk verify``. On a timeout the
 stacks of the process tree are dumped with ``py-spy dump --native`` (where py-spy is installed:
 ``pip install py-spy``; it is no dependency) before the tree is killed.
@@ -11,8 +14,10 @@ stacks of the process tree are dumped with ``py-spy dump --native`` (where py-sp
     nice -n 10 python benchmarks/engine_stress.py --runs 1000      # the full stress (minutes)
     python benchmarks/engine_stress.py --runs 3                     # what the test suite runs
 
-The C pieces (``looper.so``, ``fresh*/fresh.so``) are built with the C compiler (``cc``) and
-this interpreter's headers into a temporary directory.
+The C pieces (``looper.so``, ``thrower.so``, ``fresh*/fresh.so``) are built with the C and C++
+compilers (``cc``, ``c++``) and this interpreter's headers into a temporary directory. Without a
+C++ compiler ``thrower.so`` is built from C with setjmp/longjmp (the nearest C-level non-local
+exit through native frames), and the script says so.
 """
 
 from __future__ import annotations
@@ -34,6 +39,31 @@ PROGRAM = REPO / "tests" / "programs" / "engine_stress.py"
 LOOPER = (
     "long looper(long n) { volatile long x = 0; for (long i = 0; i < n; i++) x++; return x; }\n"
 )
+THROWER = """#include <stdexcept>
+static int __attribute__((noinline)) deep(int n) {
+    if (n == 0) throw std::runtime_error("deep");
+    return deep(n - 1) + 1;
+}
+extern "C" long thrower(long times) {
+    long caught = 0;
+    for (long i = 0; i < times; i++) {
+        try { deep(20); } catch (const std::exception &) { caught++; }
+    }
+    return caught;
+}
+"""
+THROWER_C = """#include <setjmp.h>
+static jmp_buf target;
+static int __attribute__((noinline)) deep(int n) {
+    if (n == 0) longjmp(target, 1);
+    return deep(n - 1) + 1;
+}
+long thrower(long times) {
+    volatile long caught = 0;
+    for (long i = 0; i < times; i++) if (setjmp(target)) caught++; else deep(20);
+    return caught;
+}
+"""
 FRESH = """#include <Python.h>
 static PyObject *answer(PyObject *m, PyObject *a) { return PyLong_FromLong(42); }
 static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {0}};
@@ -58,6 +88,16 @@ def build(directory: Path, fresh: int) -> None:
         ],
         check=True,
     )
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx):
+        (directory / "thrower.cc").write_text(THROWER)
+        source, builder = directory / "thrower.cc", cxx
+    else:
+        print(f"no C++ compiler ({cxx}): thrower.so uses setjmp/longjmp instead of exceptions")
+        (directory / "thrower.c").write_text(THROWER_C)
+        source, builder = directory / "thrower.c", compiler
+    thrower = [builder, "-O2", "-shared", "-fPIC", "-o", str(directory / "thrower.so")]
+    subprocess.run([*thrower, str(source)], check=True)
     (directory / "fresh.c").write_text(FRESH)
     include = sysconfig.get_paths()["include"]
     built = directory / "fresh.so"

@@ -17,8 +17,10 @@ once per round, the rounds interleave the plain run with the profiled ones in a 
 
 Workloads: ``one-thread`` (three functions with 1:2:3 work), ``three-threads`` (three threads
 doing 1:2:3), ``numpy`` (``np.sort``, a matrix product and a Python loop; one BLAS thread).
-Tools: ``pyrun`` (the engine), ``pyrun-thread`` (its Python sampler thread, the fallback),
-``py-spy`` (``record -r``), ``py-spy-nb`` (``--nonblocking``), ``austin`` (``-s``, CPU time;
+Tools: ``pyrun`` (the engine, native frames on: its default), ``pyrun-nonative`` (the engine with
+``--no-native``), ``pyrun-thread`` (its Python sampler thread, the fallback), ``py-spy``
+(``record -r``), ``py-spy-nb`` (``--nonblocking``), ``py-spy-native`` (``--native``: native
+frames too, what pyrun's native frames compare with), ``austin`` (``-s``, CPU time;
 -i), ``pyinstrument`` (``-i``; it follows the main thread only, so it has no number for
 three-threads). Rates: pyrun ``CPUTIME@1e6/RATE``, py-spy ``-r RATE``, austin ``-i 1e6/RATE``,
 pyinstrument ``-i 1/RATE``.
@@ -26,10 +28,13 @@ pyinstrument ``-i 1/RATE``.
 The peer profilers are never project dependencies: they are pip-installed on demand into a
 throwaway virtual environment (``--peers-venv``, default ``$TMPDIR/pyhpctk-bench-peers``):
 py-spy, pyinstrument and ``austin-dist<3.7`` (austin 3.7+ binaries need glibc 2.38). py-spy and
-austin read the process from outside and need ptrace (root, or ``ptrace_scope`` 0).
+austin read the process from outside and need ptrace (root, or ``ptrace_scope`` 0). A peer that
+cannot be installed (no network) is skipped with a message.
 
     python benchmarks/pyrun_cpu.py --rounds 5                  # everything, 200 and 1000 Hz
     python benchmarks/pyrun_cpu.py --tools pyrun --rates 1000   # no peers: nothing to install
+    python benchmarks/pyrun_cpu.py --workloads numpy --rates 200 \
+        --tools plain,pyrun,pyrun-nonative,py-spy-native         # the cost of native frames
 """
 
 from __future__ import annotations
@@ -48,7 +53,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TOOLS = ("plain", "pyrun", "pyrun-thread", "py-spy", "py-spy-nb", "austin", "pyinstrument")
+TOOLS = (
+    "plain", "pyrun", "pyrun-nonative", "pyrun-thread", "py-spy", "py-spy-nb", "py-spy-native",
+    "austin", "pyinstrument",
+)  # fmt: skip
 PEERS = {"py-spy": "py-spy", "austin": "austin-dist<3.7", "pyinstrument": "pyinstrument"}
 
 COMMON = """
@@ -134,11 +142,16 @@ done(time.perf_counter() - start)
 }
 
 
-def ensure_peers(venv: Path, tools: list[str]) -> None:
-    """Create the throwaway venv holding the peer profilers, installing what it lacks."""
-    wanted = {PEERS[t.replace("-nb", "")] for t in tools if t.replace("-nb", "") in PEERS}
+def _peer(tool: str) -> str:
+    return tool.replace("-nb", "").replace("-native", "")
+
+
+def ensure_peers(venv: Path, tools: list[str]) -> list[str]:
+    """Create the throwaway venv holding the peer profilers, installing what it lacks; the tools
+    that can run (a peer that cannot be installed is left out, with a message)."""
+    wanted = {PEERS[_peer(t)] for t in tools if _peer(t) in PEERS}
     if not wanted:
-        return
+        return tools
     python = venv / "bin" / "python"
     if not python.exists():
         base = getattr(sys, "_base_executable", sys.executable)
@@ -147,7 +160,15 @@ def ensure_peers(venv: Path, tools: list[str]) -> None:
     missing = [spec for spec in wanted if not (venv / "bin" / names[spec]).exists()]
     if missing:
         print(f"installing {', '.join(missing)} into {venv}", file=sys.stderr)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *missing], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *missing], check=False)
+    usable = []
+    for tool in tools:
+        spec = PEERS.get(_peer(tool))
+        if spec is not None and not (venv / "bin" / names[spec]).exists():
+            print(f"{tool}: {spec} could not be installed; skipped", file=sys.stderr)
+            continue
+        usable.append(tool)
+    return usable
 
 
 def command(
@@ -157,19 +178,20 @@ def command(
     program = [python, str(script), str(rounds), str(truth)]
     if tool == "plain":
         return program
-    if tool in ("pyrun", "pyrun-thread"):
+    if tool in ("pyrun", "pyrun-thread", "pyrun-nonative"):
         return [
             sys.executable,
             "-m",
             "pyhpctk.cli.pyrun",
+            "--no-native" if tool == "pyrun-nonative" else "--native",
             "-e",
             f"CPUTIME@{1_000_000 // rate}",
             "-o",
             str(out),
             *program,
         ]
-    if tool in ("py-spy", "py-spy-nb"):
-        extra = ["--nonblocking"] if tool == "py-spy-nb" else []
+    if tool in ("py-spy", "py-spy-nb", "py-spy-native"):
+        extra = {"py-spy-nb": ["--nonblocking"], "py-spy-native": ["--native"]}.get(tool, [])
         return [
             str(venv / "bin" / "py-spy"),
             "record",
@@ -225,12 +247,16 @@ def read_pyrun(out: Path, names: list[str]) -> dict[str, float]:
     stacks = []
     for path in out.glob("*.hpcrun"):
         profile = hpcrun.read(path)
-        by_fid = {m.id: logical.read(out / m.path).by_fid() for m in profile.load_modules}
+        by_fid = {
+            m.id: logical.read(out / m.path).by_fid()
+            for m in profile.load_modules
+            if m.path.startswith("logical/")
+        }
         parent, label = {}, {}
         for record in profile.cct:
             node, lm, ip = int(record["id"]), int(record["lm_id"]), int(record["lm_ip"])
             parent[node] = int(record["parent_id"])
-            label[node] = by_fid[lm][ip >> 32].funcname if lm else ""
+            label[node] = by_fid[lm][ip >> 32].funcname if lm in by_fid else ""
         ids, _, values = profile.decoded_values()
         for node, value in zip(ids, values, strict=True):
             frames, at = [], int(node)
@@ -276,9 +302,9 @@ def read_pyinstrument(out: Path, names: list[str]) -> dict[str, float]:
 
 
 def attribution(tool: str, out: Path, names: list[str]) -> dict[str, float]:
-    if tool in ("pyrun", "pyrun-thread"):
+    if tool.startswith("pyrun"):
         return read_pyrun(out, names)
-    if tool in ("py-spy", "py-spy-nb"):
+    if tool.startswith("py-spy"):
         return read_collapsed(out, names, " (", 0)  # "function (file.py:line)"
     if tool == "austin":
         return read_collapsed(out, names, ":", 1)  # "file:function:line"
@@ -309,7 +335,7 @@ def main() -> int:
     tools = args.tools.split(",")
     rates = [int(r) for r in args.rates.split(",")]
     workloads = args.workloads.split(",")
-    ensure_peers(args.peers_venv, tools)
+    tools = ensure_peers(args.peers_venv, tools)
     peers = (
         subprocess.run(
             [

@@ -109,7 +109,10 @@ def read_measurements(directory: Path) -> list[Measured]:
         profile = hpcrun.read(path)
         assert hpcrun.verify(profile) == [], path
         stanzas = {}
+        natives = {m.id: os.path.basename(m.path) for m in profile.load_modules}
         for module in profile.load_modules:
+            if not module.path.startswith("logical/"):
+                continue  # a native library (issue #17)
             metadata = logical.read(directory / module.path)
             assert logical.verify(metadata) == []
             stanzas[module.id] = metadata.by_fid()
@@ -120,6 +123,8 @@ def read_measurements(directory: Path) -> list[Measured]:
             parent[node] = int(record["parent_id"])
             if lm == 0:
                 labels[node] = placeholder_text(ip)
+            elif lm not in stanzas:  # a native frame: (load module, offset)
+                labels[node] = f"<native> {natives[lm]}"
             else:
                 stanza = stanzas[lm][ip >> 32]
                 labels[node] = stanza.funcname or f"<module> {os.path.basename(stanza.filename)}"
@@ -459,7 +464,8 @@ def test_ranks_and_directories_follow_the_launcher(
 
 
 def _names(path: tuple[object, ...]) -> list[str]:
-    """A database context path as ``entry N`` / ``[line] FILE`` / ``[function] NAME`` steps."""
+    """A database context path as ``entry N`` / ``[line] FILE`` / ``[function] NAME`` /
+    ``[instruction]`` (native frames: pyrun records them below the Python lines) steps."""
     steps = []
     for label in path:
         assert isinstance(label, tuple)
@@ -470,6 +476,8 @@ def _names(path: tuple[object, ...]) -> list[str]:
         if int(lexical_type) == int(LexicalType.FUNCTION):
             assert function is not None and int(relation) == int(Relation.CALL)
             steps.append(f"[function] {function[0]}")
+        elif int(lexical_type) == int(LexicalType.INSTRUCTION):
+            steps.append("[instruction]")  # a native frame without structure (issue #17)
         else:
             assert int(lexical_type) == int(LexicalType.LINE) and isinstance(file, str)
             steps.append(f"[line] {os.path.basename(file)}")

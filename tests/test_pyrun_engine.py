@@ -70,12 +70,16 @@ def read_profiles(directory: Path) -> list[Profile]:
         stanzas = {
             module.id: logical.read(directory / module.path).by_fid()
             for module in profile.load_modules
+            if module.path.startswith("logical/")
         }
+        natives = {m.id: os.path.basename(m.path) for m in profile.load_modules}
         result = Profile(int(profile.header("thread-id")))
         for record in profile.cct:
             node, lm, ip = int(record["id"]), int(record["lm_id"]), int(record["lm_ip"])
             if lm == 0:
                 label, line = placeholder_text(ip), 0
+            elif lm not in stanzas:  # a native frame (issue #17): (load module, offset)
+                label, line = f"<native> {natives[lm]}", ip
             else:
                 stanza = stanzas[lm][ip >> 32]
                 label = stanza.funcname or f"<module> {os.path.basename(stanza.filename)}"
@@ -210,8 +214,12 @@ def test_blas_threads_python_never_started_are_measured(tmp_path: Path, cpu_time
     assert attributed <= 1.01 * process_cpu, (attributed, process_cpu)
     native = [p for p in profiles if p.thread != 0 and p.total(CPU) > 0.05 * process_cpu]
     assert native, "the BLAS thread has a profile of its own"
-    for profile in native:  # a thread that never ran Python: its time at its root
-        assert all(label in ("^Primary", "| Thread") for _, label, _ in profile.nodes.values())
+    for profile in native:  # a thread that never ran Python: native frames under its fence
+        labels = {label for _, label, _ in profile.nodes.values()}
+        assert "| Thread" in labels and any(label.startswith("<native>") for label in labels)
+        assert all(
+            label in ("^Primary", "| Thread") or label.startswith("<native>") for label in labels
+        ), labels
 
 
 def test_a_thread_waiting_for_the_gil_shows_gil_wait_at_its_line(tmp_path: Path) -> None:

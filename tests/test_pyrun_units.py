@@ -59,6 +59,12 @@ def test_events_use_hpcruns_syntax() -> None:
     assert "REALTIME" in event_listing()
 
 
+def test_pyrun_lists_the_native_frames_default_and_their_cost() -> None:
+    listing = " ".join(event_listing().split())
+    assert "Native frames: on by default (--no-native turns them off)" in listing
+    assert "us per sample" in listing and "at 200 samples per second" in listing
+
+
 @pytest.mark.parametrize("text", ["CYCLES", "CPUTIME@abc", "CPUTIME@10", "CPUTIME@f0"])
 def test_bad_events_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError):

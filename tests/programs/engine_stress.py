@@ -1,7 +1,8 @@
 """Load for pyrun's sampling engine: many threads, fork, dlopen/dlclose, fresh extensions, signals.
 
 Usage: engine_stress.py WORK_DIR THREADS. WORK_DIR holds ``looper.so`` (a C loop, loaded and
-unloaded with ctypes in a loop) and ``fresh*/fresh.so`` (one extension module per directory,
+unloaded with ctypes in a loop), ``thrower.so`` (C++ exceptions thrown through 20 frames and
+caught, in a loop) and ``fresh*/fresh.so`` (one extension module per directory,
 each imported once: every import is a new dlopen). The program starts THREADS short threads in
 waves while other threads dlopen/dlclose, import, fork children that measure themselves and
 exit with os._exit, and signal the process (SIGUSR1 from a thread, SIGALRM from an interval
@@ -50,6 +51,15 @@ def dlopen_loop(stop: threading.Event, counts: dict[str, int]) -> None:
         counts["dlopen"] += 1
 
 
+def throw_loop(stop: threading.Event, counts: dict[str, int]) -> None:
+    library = ctypes.CDLL(os.path.join(WORK_DIR, "thrower.so"))
+    library.thrower.restype = ctypes.c_long
+    library.thrower.argtypes = [ctypes.c_long]
+    while not stop.is_set():
+        assert library.thrower(200) == 200
+        counts["throws"] += 200
+
+
 def import_fresh(counts: dict[str, int]) -> None:
     for name in sorted(os.listdir(WORK_DIR)):
         path = os.path.join(WORK_DIR, name, "fresh.so")
@@ -89,9 +99,10 @@ def main() -> None:
     signal.signal(signal.SIGALRM, on_signal)
     signal.setitimer(signal.ITIMER_REAL, 0.003, 0.003)
     stop = threading.Event()
-    counts = {"dlopen": 0, "imports": 0, "forks": 0}
+    counts = {"dlopen": 0, "imports": 0, "forks": 0, "throws": 0}
     helpers = [
         threading.Thread(target=dlopen_loop, args=(stop, counts)),
+        threading.Thread(target=throw_loop, args=(stop, counts)),
         threading.Thread(target=signaller, args=(stop,)),
     ]
     for helper in helpers:
@@ -105,6 +116,7 @@ def main() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
     assert all(results), "every thread did its work"
     assert counts["dlopen"] > 0 and counts["imports"] > 0 and counts["forks"] == 3, counts
+    assert counts["throws"] > 0, counts
     assert received["usr1"] > 0 and received["alrm"] > 0, received
     print("stress ok", counts, received, flush=True)
 
@@ -121,7 +133,7 @@ def run_waves(counts: dict[str, int]) -> list[int]:
             thread.start()
         if start == 0:
             import_fresh(counts)
-        if start == wave:
+        if start == (wave if wave < THREADS else 0):
             forks(counts)
         for thread in threads:
             thread.join()

@@ -43,6 +43,13 @@ from pyhpctk.measure.rendezvous import PTH_NAME, install_pth, uninstall_pth
 @click.option("-t", "--trace", is_flag=True, help="Also record a trace (.hpctrace) per thread.")
 @click.option("-L", "--list-events", is_flag=True, help="List the events pyrun can sample.")
 @click.option(
+    "--native/--no-native",
+    default=True,
+    show_default=True,
+    help="Also record each sample's native frames (C, C++, Fortran libraries) under the Python "
+    "line that called them (pyrun -L says the cost).",
+)
+@click.option(
     "--checkpoint",
     type=float,
     default=DEFAULT_CHECKPOINT_S,
@@ -73,6 +80,7 @@ def pyrun(
     events: tuple[str, ...],
     trace: bool,
     list_events: bool,
+    native: bool,
     checkpoint: float,
     append: bool,
     install_pth: str | None,
@@ -107,6 +115,7 @@ def pyrun(
         checkpoint_s=checkpoint,
         gpu=str(gpu_events[0]) if gpu_events else None,
         append=append,
+        native=native,
     )
     return run(options).exit_status
 

@@ -25,6 +25,7 @@ ENV_CHECKPOINT = "PYHPCTK_PYRUN_CHECKPOINT"  # seconds between checkpoint writes
 ENV_BOOTSTRAP = "PYHPCTK_PYRUN_BOOTSTRAP"  # the bootstrap directory put on PYTHONPATH
 ENV_PACKAGE_ROOT = "PYHPCTK_PYRUN_PACKAGE_ROOT"  # where ``import pyhpctk`` finds the package
 ENV_DEBUG = "PYHPCTK_PYRUN_DEBUG"  # "1": say on stderr what the bootstrap does
+ENV_NATIVE = "PYHPCTK_PYRUN_NATIVE"  # "0": samples record no native frames (pyrun --no-native)
 
 DEFAULT_CHECKPOINT_S = 10.0
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")

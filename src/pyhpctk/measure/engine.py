@@ -28,7 +28,7 @@ import sysconfig
 import threading
 import time
 
-from pyhpctk.measure.config import ENV_DEBUG
+from pyhpctk.measure.config import ENV_DEBUG, ENV_NATIVE
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
 from pyhpctk.measure.thread_names import comm_name
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
 ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, not perf_events
+NATIVE_BIT = 1 << 63  # drain(): a native frame's ip is NATIVE_BIT | lm << 48 | offset
+NATIVE_OFFSET_MASK = (1 << 48) - 1
 DRAIN_PERIOD_S = 0.1
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
@@ -71,6 +73,11 @@ def load_engine() -> tuple[ModuleType | None, str]:
             " was installed?)"
         )
     return _engine, ""
+
+
+def native_frames_wanted() -> bool:
+    """Whether samples record native frames (on unless ``pyrun --no-native``)."""
+    return os.environ.get(ENV_NATIVE, "1").strip() != "0"
 
 
 def build_problem() -> str:
@@ -135,7 +142,13 @@ class EngineSampler:
 
     def start(self) -> None:
         perf = os.environ.get(ENV_CPU_TIMER, "").strip().lower() != "posix"
-        self.module.start(self.cpu_period_ns, self.wall_period_ns, self.session.options.trace, perf)
+        self.module.start(
+            self.cpu_period_ns,
+            self.wall_period_ns,
+            self.session.options.trace,
+            perf,
+            native_frames_wanted(),
+        )
         self.started = True
 
     def register_current_thread(self) -> None:
@@ -190,7 +203,10 @@ class EngineSampler:
         functions = session.functions
         started = time.thread_time()
         batches = self.module.drain(
-            functions.register, functions.named(UNKNOWN_CODE), functions.named(TRUNCATED)
+            functions.register,
+            functions.named(UNKNOWN_CODE),
+            functions.named(TRUNCATED),
+            session.add_load_module,
         )
         tracing = session.options.trace
         lm = session.python_lm
@@ -216,8 +232,12 @@ class EngineSampler:
                     del nodes[common:]
                     node = nodes[-1] if nodes else cct.fence
                 for ip in ips:
-                    found = child_of.get((node, lm, ip))
-                    node = cct.child(node, lm, ip) if found is None else found
+                    if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
+                        key = (node, (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK)
+                    else:
+                        key = (node, lm, ip)
+                    found = child_of.get(key)
+                    node = cct.child(*key) if found is None else found
                     nodes.append(node)
                 for metric, field in rules[timer][gil]:
                     value = wall if field else cpu

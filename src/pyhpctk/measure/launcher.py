@@ -29,7 +29,13 @@ from typing import TextIO
 from pyhpctk.errors import PyhpctkError, UsageError
 from pyhpctk.measure import naming, rendezvous, signals
 from pyhpctk.measure.census import Census, PythonProcess
-from pyhpctk.measure.config import BOOTSTRAP_DIR, DEFAULT_CHECKPOINT_S, ENV_DEBUG, MeasureOptions
+from pyhpctk.measure.config import (
+    BOOTSTRAP_DIR,
+    DEFAULT_CHECKPOINT_S,
+    ENV_DEBUG,
+    ENV_NATIVE,
+    MeasureOptions,
+)
 from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.gpu.spec import ENV_GPU
 from pyhpctk.measure.losses import LossReport
@@ -69,6 +75,7 @@ class RunOptions:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
     gpu: str | None = None  # a parsed and re-rendered ``gpu=...`` event (pyhpctk.measure.gpu)
     append: bool = False  # add this run to a directory that already holds measurements
+    native: bool = True  # samples record native frames too (docs/pyrun.md, "Native frames")
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -252,6 +259,7 @@ def run(
         options.output_dir, options.command, base_env, append=options.append
     )
     MeasureOptions(output_dir, options.events, options.trace, options.checkpoint_s).export(base_env)
+    base_env[ENV_NATIVE] = "1" if options.native else "0"
     if options.gpu is not None:
         base_env[ENV_GPU] = options.gpu  # its options hold commas: its own variable
     else:

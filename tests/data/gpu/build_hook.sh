@@ -10,4 +10,4 @@ flags="-O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC -I$include"
 ${CC:-gcc} $flags "$src"/gpu/_cuptihook.c "$src"/gpu/_cuptihook_sites.c \
   "$src"/gpu/_cuptihook_buffers.c -o "$src/gpu/_cuptihook$suffix" -ldl -lpthread || exit 1
 ${CC:-gcc} $flags "$src"/engine_c/module.c "$src"/engine_c/handler.c "$src"/engine_c/threads.c \
-  -o "$src/_engine$suffix" -lrt -lpthread
+  "$src"/engine_c/unwind.c "$src"/engine_c/modules.c "$src"/engine_c/natives.c -o "$src/_engine$suffix" -lrt -lpthread

@@ -10,6 +10,8 @@
  * - handler.c: the async-signal-safe handler. It reads the thread's clocks, its GIL state and
  *   its chain of _PyInterpreterFrame (code object and instruction offset of every frame, read
  *   with this interpreter's own structure layouts), and appends one record to the slot's ring;
+ * - unwind.c, modules.c, natives.c: native frames (issue #17): the handler's eh_frame unwinder,
+ *   the table of modules it reads (built outside the handler), and drain()'s naming of them;
  * - module.c: the Python module. drain() moves records out of the rings on a thread that holds
  *   the GIL, turns (code object, instruction) into fid << 32 | line through caches, and hands
  *   the Python side compact batches; a code watcher (3.12+) keeps code objects that a pending
@@ -52,6 +54,15 @@ enum { REC_PAD = 0, REC_SAMPLE = 1, REC_TAIL = 2 };
  * records, from the interrupted context the handler already receives (its `context`). */
 #define CODE_TRUNCATED ((void *)1) /* the outer frames of a stack deeper than the limit */
 
+/* A native frame (unwind.c): code = offset << 3 | CODE_NATIVE_TAG (the offset in its module's
+ * own address space), instr = the module's registry id, check = 0. */
+#define CODE_NATIVE_TAG 2u
+#define CODE_NATIVE(offset) ((void *)(((uintptr_t)(offset) << 3) | CODE_NATIVE_TAG))
+#define IS_NATIVE(code) (((uintptr_t)(code) & 7) == CODE_NATIVE_TAG)
+#define NATIVE_OFFSET(code) ((uintptr_t)(code) >> 3)
+#define ENGINE_NATIVE_DEPTH 256   /* native frames kept per sample: the innermost */
+#define ENGINE_NO_MODULE 0xffffffffu
+
 /* One frame as the handler reads it. check: a fingerprint of the code object (its co_name and
  * co_filename pointers and first line), with which drain() recognises a code object that died
  * and was replaced at the same address (3.11, which has no code watchers). */
@@ -93,6 +104,11 @@ typedef struct Slot {
     int64_t last_cpu_ns;
     int64_t last_wall_ns;
     RawFrame *prev;         /* the stack of the last record written, outermost first */
+    RawFrame *pyframes;     /* scratch: this sample's Python frames, innermost first */
+    uint8_t *group_end;     /* scratch: 1 where pyframes[i] is the first frame of an eval call */
+    struct NativeFrame *native; /* scratch: this sample's native frames, innermost first */
+    uintptr_t stack_lo, stack_hi; /* the thread's stack, when it registered itself (else 0) */
+    struct Recipe *recipes; /* the handler's cache of CFA rule rows (unwind.c) */
     uint32_t prev_depth;
     int force_full;
     uint64_t dropped;       /* samples not written: the ring was full (deltas carried) */
@@ -113,6 +129,7 @@ typedef struct Slot {
 
 typedef struct {
     _Atomic int enabled;       /* the handler records only while set */
+    int native;                /* record native frames (issue #17) */
     _Atomic int in_handler;    /* handlers running now (stop() waits for 0) */
     int signo;
     int trace;
@@ -125,6 +142,9 @@ typedef struct {
     _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
     _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
     _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
+    _Atomic uint64_t native_ns;      /* time spent unwinding native stacks (monotonic clock) */
+    _Atomic uint64_t native_timed;   /* unwinds timed in native_ns (not preempted) */
+    _Atomic uint64_t native_frames;  /* native frames found */
 } Engine;
 
 extern Engine engine;
@@ -135,6 +155,100 @@ extern Slot engine_slots[ENGINE_MAX_SLOTS];
 #define ENGINE_FD_VALID (1ull << 63)
 #define ENGINE_PERF_MAX_THREADS 256 /* beyond: timers (each counter holds a file descriptor) */
 extern _Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
+
+/* -- native frames (unwind.c) ----------------------------------------------------------------- */
+
+enum { MOD_OTHER = 0, MOD_INTERPRETER = 1, MOD_SYSTEM = 2, MOD_VDSO = 3 };
+#define ENGINE_MODULE_SEGS 6
+#define ENGINE_CFA_STACK 8
+#define NREGS 17 /* x86-64 DWARF registers 0-15 and the return address (16) */
+
+typedef struct NativeFrame {
+    uintptr_t offset;
+    uint32_t module;  /* registry id */
+    uint8_t kind;     /* MOD_* */
+    uint8_t eval;     /* the pc is in _PyEval_EvalFrameDefault */
+} NativeFrame;
+
+typedef struct {
+    uintptr_t bias, text_lo, text_hi;
+    uintptr_t seg_lo[ENGINE_MODULE_SEGS], seg_hi[ENGINE_MODULE_SEGS];
+    const uint8_t *eh_hdr;
+    uint32_t id;
+    uint8_t nseg, kind;
+} NativeModule;
+
+typedef struct { uintptr_t lo, hi; } MemRange;
+
+typedef struct NativeTable {
+    NativeModule *mods;   /* sorted by text_lo */
+    MemRange *maps;       /* readable mappings, sorted */
+    uint32_t nmods, nmaps;
+    uint32_t gen;         /* a new number per table: keys the threads' caches of rows */
+    uintptr_t eval_lo, eval_hi;
+    struct NativeTable *next; /* retired tables */
+} NativeTable;
+
+typedef struct {
+    char *path;
+    uintptr_t bias;
+    int64_t lm;  /* the session's load-module id, -1 until drain() asks */
+    int kind;
+} EngineModule;
+
+enum { RULE_UNSPECIFIED = 0, RULE_SAME, RULE_UNDEFINED, RULE_OFFSET, RULE_VAL_OFFSET,
+       RULE_REGISTER, RULE_EXPRESSION };
+typedef struct { uint8_t how; int64_t value; } Rule;
+typedef struct {
+    Rule reg[NREGS];
+    uint32_t cfa_reg;
+    int64_t cfa_off;
+    const uint8_t *cfa_expr, *cfa_expr_end;
+} Row;
+#define ENGINE_RECIPES 256 /* cached CFA rows per thread */
+typedef struct Recipe {
+    uintptr_t pc;
+    uint32_t gen;
+    int32_t cfa_off;
+    int32_t value[NREGS];
+    uint8_t how[NREGS];
+    uint8_t cfa_reg;
+    const uint8_t *cfa_expr, *cfa_expr_end;
+} Recipe;
+typedef struct {
+    const uint8_t *insns, *insns_end, *cie_insns, *cie_end;
+    uintptr_t pc_lo, pc_hi;
+    uint64_t code_align;
+    int64_t data_align;
+    uint32_t ra_reg;
+    uint8_t encoding;
+} Fde;
+
+extern _Atomic(NativeTable *) engine_native_table;
+void engine_native_refresh(int maps);
+int engine_find_fde(const NativeModule *m, uintptr_t pc, Fde *fde);
+void engine_native_free_retired(void);
+void engine_native_after_fork_child(void);
+int engine_native_stack(const void *context, Slot *slot, NativeFrame *out, int max);
+int engine_module_info(uint32_t id, char *path, size_t size, int64_t *lm, int *kind);
+void engine_module_set_lm(uint32_t id, int64_t lm);
+void engine_modules_forget_lms(void);
+
+#if defined(__x86_64__) && defined(__linux__)
+#define NATIVE_SUPPORTED 1
+#else
+#define NATIVE_SUPPORTED 0
+#endif
+
+/* natives.c */
+void engine_forget_modules(void);
+void engine_note_module(uint32_t id);
+uint64_t engine_native_ip(uint32_t id, uintptr_t offset);
+void engine_stack_bounds(uintptr_t *lo, uintptr_t *hi);
+void engine_own_stack_bounds(void);
+#ifdef Py_PYTHON_H
+int engine_resolve_modules(PyObject *load_module);
+#endif
 
 /* handler.c */
 void engine_on_signal(int signo, siginfo_t *info, void *context);

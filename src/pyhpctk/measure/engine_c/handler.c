@@ -165,47 +165,124 @@ static int gil_state(PyThreadState *tstate, void *context) {
 
 /* -- the stack ---------------------------------------------------------------------------------- */
 
-/* Read the thread's frames into slot->prev (outermost first), keeping the innermost
- * ENGINE_MAX_DEPTH - 1 under a CODE_TRUNCATED marker when deeper. Sets *common to the number of
- * outer frames equal to the previous content. Returns the depth, or -1 for a chain that is not
- * one (the slot then keeps an empty stack). */
-static int read_stack(Slot *slot, PyThreadState *tstate, uint32_t *common) {
-    uint32_t old_depth = slot->prev_depth;
+/* This sample's Python frames into slot->python (innermost first), at most `limit` of them
+ * (*truncated: frames beyond it were left out). group_end[i] is 1 where pyframes[i] is the first
+ * frame one invocation of the eval loop ran (3.11: is_entry; 3.12+: the frame above a C-stack
+ * shim), which is where native frames interleave. Returns the count, or -1 for a chain that is
+ * not one. */
+static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *truncated) {
     _PyInterpreterFrame *top = tstate == NULL ? NULL : top_frame(tstate);
-    int64_t n = 0;
+    int n = 0;
+    int64_t walked = 0;
+    *truncated = 0;
     for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
+        if (++walked > ENGINE_WALK_LIMIT || ((uintptr_t)f & 7)) return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+        if (f->owner == FRAME_OWNED_BY_CSTACK) {
+            if (n > 0) slot->group_end[n - 1] = 1;
+            continue;
+        }
+#endif
         void *code;
         uint32_t instr;
         int ok = read_frame(f, &code, &instr);
-        if (ok < 0 || n >= ENGINE_WALK_LIMIT) return -1;
-        n += ok;
+        if (ok < 0) return -1;
+        if (ok == 0) continue;
+        if (n >= limit) {
+            *truncated = 1;
+            continue;
+        }
+        slot->pyframes[n].code = code;
+        slot->pyframes[n].instr = instr;
+        slot->pyframes[n].check = engine_code_check(code);
+#if PY_VERSION_HEX >= 0x030C0000
+        slot->group_end[n] = 0;
+#else
+        slot->group_end[n] = f->is_entry ? 1 : 0;
+#endif
+        n++;
     }
-    uint32_t depth = n < ENGINE_MAX_DEPTH ? (uint32_t)n : ENGINE_MAX_DEPTH;
-    uint32_t first_diff = depth < old_depth ? depth : old_depth;
-    int64_t index = depth; /* the slot of the next frame, from the innermost down */
-    RawFrame *prev = slot->prev;
-    for (_PyInterpreterFrame *f = top; f != NULL && index > (n > depth ? 1 : 0); f = f->previous) {
-        void *code;
-        uint32_t instr;
-        if (read_frame(f, &code, &instr) <= 0) continue;
-        index--;
-        if ((uint32_t)index < first_diff &&
-            (prev[index].code != code || prev[index].instr != instr))
-            first_diff = (uint32_t)index;
-        prev[index].code = code;
-        prev[index].instr = instr;
-        prev[index].check = engine_code_check(code);
+    if (n > 0) slot->group_end[n - 1] = 1;
+    return n;
+}
+
+typedef struct {
+    Slot *slot;
+    uint32_t depth, old_depth, first_diff;
+    int next_python; /* the next Python frame to place (index into slot->pyframes, going inward) */
+} Merge;
+
+static void put(Merge *m, void *code, uint32_t instr, uint32_t check) {
+    RawFrame *prev = m->slot->prev;
+    uint32_t at = m->depth++;
+    if (m->first_diff == UINT32_MAX &&
+        (at >= m->old_depth || prev[at].code != code || prev[at].instr != instr))
+        m->first_diff = at;
+    prev[at].code = code;
+    prev[at].instr = instr;
+    prev[at].check = check;
+}
+
+/* The Python frames of the next eval-loop invocation, outermost first. */
+static void put_group(Merge *m) {
+    Slot *slot = m->slot;
+    for (int first = 1; m->next_python >= 0; first = 0) {
+        if (!first && slot->group_end[m->next_python]) break;
+        RawFrame *f = &slot->pyframes[m->next_python--];
+        put(m, f->code, f->instr, f->check);
     }
-    if (n > depth) {
-        if (prev[0].code != CODE_TRUNCATED) first_diff = 0;
-        prev[0].code = CODE_TRUNCATED;
-        prev[0].instr = 0;
-        prev[0].check = 0;
+}
+
+/* Read the thread's stack into slot->prev (outermost first): its Python frames and, with native
+ * frames on, its native frames, each eval-loop frame replaced by the Python frames it runs
+ * (matched from the innermost: an unwind that stopped early leaves the outer Python frames
+ * first), frames of the interpreter's own binary and the vDSO left out, and the thread's entry
+ * frames in libc before the first frame kept (docs/pyrun.md, "Native frames"). Keeps the
+ * innermost ENGINE_MAX_DEPTH - 1 frames under a CODE_TRUNCATED marker when deeper. Sets *common
+ * to the number of outer frames equal to the previous content. Returns the depth, or -1 for a
+ * chain that is not one (the slot then keeps an empty stack). */
+static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t *common) {
+    int nn = 0;
+    if (engine.native) {
+        int64_t started = engine_clock_ns(CLOCK_MONOTONIC);
+        nn = engine_native_stack(context, slot, slot->native, ENGINE_NATIVE_DEPTH);
+        int64_t took = engine_clock_ns(CLOCK_MONOTONIC) - started;
+        if (took >= 0 && took < 200000) { /* longer: the thread was preempted meanwhile */
+            atomic_fetch_add_explicit(&engine.native_ns, (uint64_t)took, memory_order_relaxed);
+            atomic_fetch_add_explicit(&engine.native_timed, 1, memory_order_relaxed);
+        }
+        atomic_fetch_add_explicit(&engine.native_frames, (uint64_t)nn, memory_order_relaxed);
     }
-    /* first_diff only looked at slots it rewrote; slots it kept equal are common */
-    slot->prev_depth = depth;
-    *common = first_diff;
-    return (int)depth;
+    int truncated;
+    int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 1 - nn, &truncated);
+    if (np < 0) return -1;
+    int groups = 0, evals = 0;
+    for (int i = 0; i < np; i++) groups += slot->group_end[i];
+    for (int i = 0; i < nn; i++) evals += slot->native[i].eval;
+    int matched = groups < evals ? groups : evals, unmatched_evals = evals - matched;
+    Merge m = {slot, 0, slot->prev_depth, UINT32_MAX, np - 1};
+    if (truncated) put(&m, CODE_TRUNCATED, 0, 0);
+    for (int g = 0; g < groups - matched; g++) put_group(&m);
+    int started = m.depth > 0;
+    for (int i = nn - 1; i >= 0; i--) {
+        NativeFrame *f = &slot->native[i];
+        if (f->eval) {
+            if (unmatched_evals > 0) unmatched_evals--;
+            else put_group(&m);
+            started = 1;
+        } else if (f->kind == MOD_INTERPRETER || f->kind == MOD_VDSO ||
+                   (f->kind == MOD_SYSTEM && !started)) {
+            continue;
+        } else {
+            put(&m, CODE_NATIVE(f->offset), f->module, 0);
+            started = 1;
+        }
+    }
+    while (m.next_python >= 0) put_group(&m);
+    if (m.first_diff == UINT32_MAX) m.first_diff = m.depth < m.old_depth ? m.depth : m.old_depth;
+    slot->prev_depth = m.depth;
+    *common = m.first_diff;
+    return (int)m.depth;
 }
 
 /* -- the ring ----------------------------------------------------------------------------------- */
@@ -289,7 +366,7 @@ static void take_sample(Slot *slot, int timer, void *context) {
     PyThreadState *tstate = PyGILState_GetThisThreadState();
     int gil = gil_state(tstate, context);
     uint32_t common = 0;
-    int depth = read_stack(slot, tstate, &common);
+    int depth = read_stack(slot, tstate, context, &common);
     if (depth < 0) {
         atomic_fetch_add_explicit(&engine.bad_stacks, 1, memory_order_relaxed);
         slot->prev_depth = 0;

@@ -152,6 +152,10 @@ static void note_pending(void *key) {
 
 static CodeEntry *pin(RawFrame *frame) {
     if (frame->code == CODE_TRUNCATED) return NULL;
+    if (IS_NATIVE(frame->code)) {
+        engine_note_module(frame->instr);
+        return NULL;
+    }
     CodeEntry *entry = code_find(frame->code);
     if (entry != NULL && entry->code != NULL) return entry; /* pinned: alive, never replaced */
     if (!live_code(frame->code, frame->check)) {
@@ -242,6 +246,7 @@ typedef struct {
 
 static uint64_t frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated_fid) {
     if (frame->code == CODE_TRUNCATED) return (uint64_t)truncated_fid << 32;
+    if (IS_NATIVE(frame->code)) return engine_native_ip(frame->instr, NATIVE_OFFSET(frame->code));
     CodeEntry *entry = code_find(frame->code);
     if (entry == NULL || entry->code == NULL || entry->check != frame->check || entry->fid < 0)
         return (uint64_t)unknown_fid << 32;
@@ -435,8 +440,9 @@ PyDoc_STRVAR(start_doc,
 
 static PyObject *engine_start(PyObject *module, PyObject *args) {
     long long cpu_period, wall_period;
-    int trace, use_perf = 1;
-    if (!PyArg_ParseTuple(args, "LLp|p", &cpu_period, &wall_period, &trace, &use_perf)) return NULL;
+    int trace, use_perf = 1, native = 1;
+    if (!PyArg_ParseTuple(args, "LLp|pp", &cpu_period, &wall_period, &trace, &use_perf, &native))
+        return NULL;
     if (atomic_load(&engine.enabled)) return PyLong_FromLong(engine.signo);
     if (engine.signo == 0) {
         int signo = choose_signal();
@@ -453,6 +459,20 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
         engine.signo = signo;
     }
     forget_codes();
+    engine_forget_modules();
+    atomic_store(&engine.native_ns, 0);
+    atomic_store(&engine.native_frames, 0);
+    atomic_store(&engine.native_timed, 0);
+#if defined(__x86_64__)
+    engine.native = native;
+#else
+    engine.native = 0; /* the native unwinder reads x86-64 call-frame information only */
+#endif
+    if (engine.native) {
+        Py_BEGIN_ALLOW_THREADS
+        engine_native_refresh(1);
+        Py_END_ALLOW_THREADS
+    }
     engine.period_ns[TIMER_CPU] = cpu_period;
     engine.use_perf = use_perf;
     engine.period_ns[TIMER_WALL] = wall_period;
@@ -463,6 +483,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_OSError, "cannot start the sampling engine's monitor thread");
         return NULL;
     }
+    engine_own_stack_bounds(); /* the starting thread was found by the monitor's first scan */
     return PyLong_FromLong(engine.signo);
 }
 
@@ -487,6 +508,7 @@ static PyObject *engine_register(PyObject *module, PyObject *unused) {
     if (ok) {
         slot->python = 1;
         atomic_store(&slot->ident, (unsigned long)pthread_self());
+        engine_stack_bounds(&slot->stack_lo, &slot->stack_hi);
         ok = engine_arm(slot, TIMER_CPU) == 0 && engine_arm(slot, TIMER_WALL) == 0;
     }
     engine_unlock();
@@ -573,16 +595,20 @@ static PyObject *engine_stop(PyObject *module, PyObject *unused) {
     memset(&ignore, 0, sizeof(ignore));
     ignore.sa_handler = SIG_IGN;
     if (sigaction(engine.signo, &ignore, &ours) == 0) sigaction(engine.signo, &ours, NULL);
+    engine_native_free_retired();
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(drain_doc,
-"drain(register, unknown_fid, truncated_fid) -> [(ident, tid, python, ended, entries)]\n\n"
+"drain(register, unknown_fid, truncated_fid, load_module=None)\n"
+"    -> [(ident, tid, python, ended, entries)]\n\n"
 "Take every record out of the rings (call with the GIL, from one thread at a time).\n"
-"register(code) -> fid names a code object first seen (0: a frame to leave out). Each entry is\n"
-"(common, ips, timer, gil, cpu_ns, wall_ns, time_ns): the path is the previous entry's first\n"
-"`common` frames followed by `ips` (fid << 32 | line, outermost first). timer: 0 CPU, 1 wall,\n"
+"register(code) -> fid names a code object first seen (0: a frame to leave out);\n"
+"load_module(path) -> lm id a native module first seen (0: leave its frames out). Each entry\n"
+"is (common, ips, timer, gil, cpu_ns, wall_ns, time_ns): the path is the previous entry's\n"
+"first `common` frames followed by `ips` (outermost first): fid << 32 | line for a Python\n"
+"frame, 1 << 63 | lm << 48 | offset for a native one. timer: 0 CPU, 1 wall,\n"
 "2 a thread's end (both deltas); gil: 0 no Python thread, 1 held, 2 waiting, 3 released.");
 
 static int resolve_pending(PyObject *callback) {
@@ -605,9 +631,10 @@ static int resolve_pending(PyObject *callback) {
 }
 
 static PyObject *engine_drain(PyObject *module, PyObject *args) {
-    PyObject *callback;
+    PyObject *callback, *load_module = Py_None;
     long long unknown_fid, truncated_fid;
-    if (!PyArg_ParseTuple(args, "OLL", &callback, &unknown_fid, &truncated_fid)) return NULL;
+    if (!PyArg_ParseTuple(args, "OLL|O", &callback, &unknown_fid, &truncated_fid, &load_module))
+        return NULL;
     if (busy) {
         PyErr_SetString(PyExc_RuntimeError, "drain() is already running");
         return NULL;
@@ -615,8 +642,13 @@ static PyObject *engine_drain(PyObject *module, PyObject *args) {
     busy = 1;
     PyObject *result = NULL;
     static StagedSlot staged[ENGINE_MAX_SLOTS]; /* drain() runs once at a time */
+    if (engine.native) {
+        Py_BEGIN_ALLOW_THREADS
+        engine_native_refresh(0); /* modules dlopen'ed since: named before their frames */
+        Py_END_ALLOW_THREADS
+    }
     Py_ssize_t nslots = stage_rings(staged);
-    if (resolve_pending(callback) < 0) goto done;
+    if (resolve_pending(callback) < 0 || engine_resolve_modules(load_module) < 0) goto done;
     result = PyList_New(0);
     if (result == NULL) goto done;
     for (Py_ssize_t i = 0; i < nslots; i++) {
@@ -658,6 +690,7 @@ PyDoc_STRVAR(after_fork_doc,
 static PyObject *engine_after_fork(PyObject *module, PyObject *unused) {
     atomic_store(&engine.enabled, 0);
     forget_codes();
+    engine_forget_modules();
     busy = 0;
     Py_RETURN_NONE;
 }
@@ -671,13 +704,15 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         dropped += slot->dropped;
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i}", "misdelivered",
-                         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
-                         dropped, "unknown_frames",
-                         (unsigned long long)atomic_load(&engine.unknown_frames), "bad_stacks",
-                         (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads",
-                         live, "signal", engine.signo, "perf_threads",
-                         atomic_load(&engine.perf_threads));
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K,s:K}", "misdelivered",
+        (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
+        dropped, "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
+        "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads", live,
+        "signal", engine.signo, "perf_threads", atomic_load(&engine.perf_threads), "native_ns",
+        (unsigned long long)atomic_load(&engine.native_ns), "native_frames",
+        (unsigned long long)atomic_load(&engine.native_frames), "native_timed",
+        (unsigned long long)atomic_load(&engine.native_timed));
 }
 
 static PyMethodDef methods[] = {
@@ -694,7 +729,10 @@ static PyMethodDef methods[] = {
 
 static void atfork_prepare(void) { engine_lock(); }
 static void atfork_parent(void) { engine_unlock(); }
-static void atfork_child(void) { engine_after_fork_child(); }
+static void atfork_child(void) {
+    engine_after_fork_child();
+    engine_native_after_fork_child();
+}
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_engine",
@@ -726,7 +764,8 @@ PyMODINIT_FUNC PyInit__engine(void) {
         PyModule_AddIntConstant(module, "GIL_NO_PYTHON", GIL_NO_PYTHON) < 0 ||
         PyModule_AddIntConstant(module, "GIL_HELD", GIL_HELD) < 0 ||
         PyModule_AddIntConstant(module, "GIL_WAITING", GIL_WAITING) < 0 ||
-        PyModule_AddIntConstant(module, "GIL_RELEASED", GIL_RELEASED) < 0) {
+        PyModule_AddIntConstant(module, "GIL_RELEASED", GIL_RELEASED) < 0 ||
+        PyModule_AddIntConstant(module, "NATIVE_SUPPORTED", NATIVE_SUPPORTED) < 0) {
         Py_DECREF(module);
         return NULL;
     }

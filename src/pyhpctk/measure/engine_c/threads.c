@@ -78,10 +78,17 @@ static int slot_buffers(Slot *slot) {
         slot->cap = ENGINE_RING_BYTES;
     }
     if (slot->prev == NULL) slot->prev = malloc(ENGINE_MAX_DEPTH * sizeof(RawFrame));
+    if (slot->pyframes == NULL) slot->pyframes = malloc(ENGINE_MAX_DEPTH * sizeof(RawFrame));
+    if (slot->group_end == NULL) slot->group_end = malloc(ENGINE_MAX_DEPTH);
+    if (slot->native == NULL) slot->native = malloc(ENGINE_NATIVE_DEPTH * sizeof(NativeFrame));
+    if (slot->recipes == NULL) slot->recipes = calloc(ENGINE_RECIPES, sizeof(Recipe)); /* optional */
     if (slot->resolved_at == NULL)
         slot->resolved_at = malloc((ENGINE_MAX_DEPTH + 1) * sizeof(uint32_t));
     if (slot->resolved_ip == NULL) slot->resolved_ip = malloc(ENGINE_MAX_DEPTH * sizeof(uint64_t));
-    return slot->ring && slot->prev && slot->resolved_at && slot->resolved_ip ? 0 : -1;
+    return slot->ring && slot->prev && slot->pyframes && slot->group_end && slot->native &&
+                   slot->resolved_at && slot->resolved_ip
+               ? 0
+               : -1;
 }
 
 /* The live slot of `tid`; with `create`, a new one (CPU clock counted from cpu_baseline) if it
@@ -109,6 +116,7 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     slot->last_cpu_ns = cpu_baseline;
     slot->last_wall_ns = engine_clock_ns(CLOCK_MONOTONIC);
     slot->prev_depth = 0;
+    slot->stack_lo = slot->stack_hi = 0;
     slot->force_full = 0;
     slot->dropped = 0;
     slot->samples = 0;
@@ -299,6 +307,8 @@ static void *monitor_main(void *unused) {
         if (atomic_load(&monitor_stop)) break;
         int count = task_count();
         int64_t now = engine_clock_ns(CLOCK_MONOTONIC);
+        /* modules dlopen'ed or dlclose'd, and new threads' stacks, before they are sampled */
+        if (engine.native) engine_native_refresh(count != last_count);
         if (count != last_count || now - last_scan >= MONITOR_FULL_SCAN_NS) {
             scan_threads(0);
             last_count = count;
@@ -344,6 +354,8 @@ void engine_after_fork_child(void) {
     engine.monitor_tid = 0;
     engine.nexcluded = 0;
     atomic_store(&engine.perf_threads, 0);
+    /* handlers that ran on other threads at the fork never finish here */
+    atomic_store(&engine.in_handler, 0);
     for (uint32_t i = 0; i < high_water; i++) {
         Slot *slot = &engine_slots[i];
         if (slot->perf_fd >= 0) { /* the parent's counter, inherited: it counts the parent */
