@@ -280,3 +280,21 @@ def test_unusable_load_modules_are_notes_not_failures(
     assert "a pseudo-module, not a file" in err
     assert "Traceback" not in err
     assert (meas / "structs" / f"{library.name}.hpcstruct").is_file()
+
+
+def test_pyprof_says_which_native_libraries_wait_for_pystruct(
+    tmp_path: Path, library: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without structure files native frames are library+offset: pyprof says so and what to run;
+    once pystruct has analyzed the measurement the note is gone and the names are there."""
+    meas = _measure(tmp_path / "m", library)
+    capsys.readouterr()
+    assert pyprof(["-o", str(tmp_path / "raw"), str(meas)]) == 0
+    err = capsys.readouterr().err
+    assert "1 native library has no structure file (libnative.so)" in err, err
+    assert f"run `pystruct {meas}` first" in err, err
+    assert pystruct(["-q", "--functions", "sampled", str(meas)]) == 0
+    capsys.readouterr()
+    view = _view(meas, tmp_path)
+    assert "no structure file" not in capsys.readouterr().err
+    assert "nest" in json.dumps(view)

@@ -106,6 +106,7 @@ def build_classifiers(
     """
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
+    unanalyzed: list[tuple[str, Path]] = []  # native binaries here, without structure
     for module, measurement in module_paths:
         kernel = kernel_symbols.load(module, measurement, problems)  # perf events' kernel frames
         if kernel is not None:
@@ -152,6 +153,18 @@ def build_classifiers(
             table = read_symbols(measurement / module)
             if table is not None and table[0]:
                 classifiers.symbols[module] = table
+        elif Path(module).is_file():
+            unanalyzed.append((module, measurement))
+    if unanalyzed and classifiers.logical:  # pyrun's native frames (hpcrun's stay as they were)
+        names = ", ".join(sorted(Path(module).name for module, _ in unanalyzed)[:3])
+        more = f" and {len(unanalyzed) - 3} more" if len(unanalyzed) > 3 else ""
+        problems.append(
+            f"{len(unanalyzed)} native "
+            + ("library has" if len(unanalyzed) == 1 else "libraries have")
+            + f" no structure file ({names}{more}): their "
+            f"frames are shown as library+offset; run `pystruct {unanalyzed[0][1]}` first for "
+            "function names, loops and lines (docs/pystruct.md)"
+        )
     # Python sources' structure (pystruct): loops for the logical frames of those files.
     sources = {
         stanza.file
