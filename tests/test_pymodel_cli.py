@@ -79,6 +79,28 @@ def test_ranked_table_puts_the_worst_scaling_context_first(
     assert "p^2" in solve_row
 
 
+def test_a_context_its_model_does_not_fit_ranks_after_the_ones_that_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A context seen at one scale only (a few samples in a native frame: zero elsewhere) gets
+    a steep model that misses its own points; it must not top the table above solve's p^2."""
+    databases = []
+    for p in (2, 4, 8, 16, 32):
+        db = tmp_path / f"app-p{p}.d"
+        values = {name: f(float(p)) for name, f in BEHAVIOUR.items()}
+        values["glitch"] = 3.0 if p == 32 else 0.0
+        make_database(db, "app", values)
+        databases.append(db)
+    out = tmp_path / "models.json"
+    assert main([*map(str, databases), "--param", "p=2,4,8,16,32", "--json", str(out)]) == 0
+    contexts = json.loads(out.read_text())["contexts"]
+    labels = [" ".join(c["labels"]) for c in contexts]
+    glitch = next(i for i, text in enumerate(labels) if "glitch" in text)
+    solve = next(i for i, text in enumerate(labels) if "solve" in text)
+    assert contexts[glitch]["smape"] > 50.0, contexts[glitch]
+    assert solve < glitch, labels
+
+
 def test_json_holds_exact_models_and_expectation_verdicts(
     series: list[Path], tmp_path: Path
 ) -> None:

@@ -490,7 +490,10 @@ def test_pyprof_shows_script_hi_mid_lo_once_per_thread(tmp_path: Path, threads: 
     args = [PYTHON, str(PROGRAMS / "call_chain.py"), "0.1", *(["threads"] if threads else [])]
     assert pyrun("-t", "-o", str(out), *args) == 0
     report = run_pyprof(ProfOptions.build([out], output=db))
-    assert report.problems == ()
+    # native frames (libc under a sleeping thread...) without pystruct: the hint, and nothing else
+    assert all(
+        "have no structure file" in p or "has no structure file" in p for p in report.problems
+    ), report.problems
     view = read_view(db)
     paths = view.paths()
     lo = [ctx for ctx, path in paths.items() if path and _names(path)[-1] == "[function] func_lo"]

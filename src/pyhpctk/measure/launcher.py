@@ -350,7 +350,11 @@ def _tell_lost(
     """Name the profiles that could not be written, and why; say what pyrun exits with."""
     names = sorted(lost)
     reasons = sorted(set(lost.values()))
-    listed = "\n".join(f"  {name}: {lost[name]}" for name in names[:20])
+    earlier = " (an earlier copy is there: complete, but it ends early)"
+    listed = "\n".join(
+        f"  {name}: {lost[name]}{earlier if os.path.exists(os.path.join(directory, name)) else ''}"
+        for name in names[:20]
+    )
     if len(names) > 20:
         listed += f"\n  ... and {len(names) - 20} more"
     if returncode == 0:

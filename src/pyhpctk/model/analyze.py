@@ -28,6 +28,11 @@ from pyhpctk.model.fit import (
 from pyhpctk.model.pmnf import Model, Term, compare_growth, parse_expectation
 from pyhpctk.model.series import Series
 
+# Percent: a model whose symmetric mean absolute percentage error on its own measurements is
+# above this does not describe them (a context present in a few configurations only, or seen
+# in a handful of samples); it is ranked after the models that fit.
+UNTRUSTED_SMAPE = 50.0
+
 
 @dataclass(frozen=True, slots=True)
 class AnalysisOptions:
@@ -139,5 +144,11 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
         )
     # Worst growth first; among contexts that grow alike, the deepest first: an inclusive cost
     # grows like its worst descendant, and the descendant is where the behaviour originates.
-    analysis.contexts.sort(key=lambda c: (c.growth, len(c.path), c.predicted), reverse=True)
+    # A model that misses its own measurements (SMAPE above UNTRUSTED_SMAPE: a context seen in
+    # a few configurations only, a handful of samples) is ranked after every model that fits,
+    # whatever growth it claims.
+    analysis.contexts.sort(
+        key=lambda c: (c.smape <= UNTRUSTED_SMAPE, c.growth, len(c.path), c.predicted),
+        reverse=True,
+    )
     return analysis
