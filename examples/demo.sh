@@ -24,6 +24,13 @@ pyview "$out/database"
 echo "== 5b. pyview: the functions that cost most themselves (bottom-up, by exclusive time)"
 pyview --bottom-up --exclusive --hot-path 100 --lines 8 "$out/database"
 
+echo "== 5c. native frames: a numpy product on two OpenBLAS threads, OpenBLAS's functions and loops under its line"
+OPENBLAS_NUM_THREADS=2 pyrun -o "$out/native-measurements" python "$here/native_demo.py"
+pystruct -q "$out/native-measurements"   # also the native libraries the samples reached (cached)
+pyprof -o "$out/native-database" "$out/native-measurements"
+pyview --lines 30 "$out/native-database"
+pyview --bottom-up --exclusive --lines 8 "$out/native-database"   # the kernels, self time
+
 echo "== 6. GPU: which Python line launched which GPU work (CUPTI with a GPU, else simulated)"
 if python -c "import cupy, sys; sys.exit(cupy.cuda.runtime.getDeviceCount() == 0)" 2>/dev/null; then
     gpu_event=gpu=nvidia
