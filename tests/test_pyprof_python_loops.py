@@ -142,7 +142,16 @@ def test_every_package_init_keeps_its_loops(tmp_path: Path) -> None:
     assert pyrun(["-e", "CPUTIME@1000", "-o", str(measurements), *program]) == 0
     assert pystruct([str(measurements), "-q"]) == 0
     written = sorted(p.name for p in (measurements / "structs").glob("__init__.py*.hpcstruct"))
-    assert len(written) == len(packages), written
+    # one each (a sample that lands in another package's __init__.py at start-up adds its own)
+    ours = [
+        name
+        for name in written
+        if any(
+            str(tmp_path / package) in (measurements / "structs" / name).read_text()
+            for package in packages
+        )
+    ]
+    assert len(ours) == len(packages), written
     database = tmp_path / "db"
     run_pyprof(ProfOptions.build([str(measurements)], output=str(database)))
     loops = _loops_by_file(database)
