@@ -639,6 +639,7 @@ class Session:
     ) -> None:
         """The sampler thread under the engine: move samples into the CCTs, write checkpoints."""
         self._sampler_ident = _thread.get_ident()
+        _name_own_thread("pyrun-drain")
         assert self.engine is not None
         self.engine.exclude_current_thread()
         started.release()
@@ -954,5 +955,15 @@ def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
 def _unlink_quietly(path: str) -> None:
     try:  # noqa: SIM105  # contextlib is one more import in every measured process
         os.unlink(path)
+    except OSError:
+        pass
+
+
+def _name_own_thread(name: str) -> None:
+    """Give pyrun's own thread a kernel name (top, ``ps -L``, py-spy and the per-task CPU in
+    /proc tell it from the program's threads); nothing if /proc is not there."""
+    try:
+        with open(f"/proc/self/task/{_thread.get_native_id()}/comm", "w") as stream:
+            stream.write(name[:15])
     except OSError:
         pass

@@ -25,6 +25,7 @@
 #include <linux/perf_event.h>
 #include <stdio.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -298,6 +299,7 @@ static void scan_threads(int initial) {
 
 static void *monitor_main(void *unused) {
     (void)unused;
+    prctl(PR_SET_NAME, "pyrun-monitor", 0, 0, 0); /* top, ps -L and py-spy show it as pyrun's */
     __atomic_store_n(&engine.monitor_tid, engine_gettid(), __ATOMIC_RELEASE);
     int last_count = -1;
     int64_t last_scan = 0;
