@@ -289,12 +289,7 @@ class FunctionAnalyzer:
         )
         root = self._tree(proc, cfg)
         scope_file = proc.file
-        attrs = {"i": "0", "n": proc.pretty_name}
-        if proc.link_name != proc.pretty_name:
-            attrs["ln"] = proc.link_name
-        attrs["l"] = str(proc.line)
-        attrs["v"] = format_ranges([(proc.start, proc.start + 1)])
-        scope = Scope(PROCEDURE, attrs)
+        scope = procedure_scope(proc)
         scope.children.extend(tree_scopes(root, scope_file, proc.line, self.options.call_tags))
         return scope, call_targets(instructions)
 
@@ -473,3 +468,13 @@ def analyze_host(
         total(len(procs))
     scopes = analyze_functions(analyzer, procs, progress)
     return assemble(name, procs, scopes)
+
+
+def procedure_scope(proc: Procedure) -> Scope:
+    """A procedure's ``P`` scope (names, line, entry address), without children."""
+    attrs = {"i": "0", "n": proc.pretty_name}
+    if proc.link_name != proc.pretty_name:
+        attrs["ln"] = proc.link_name
+    attrs["l"] = str(proc.line)
+    attrs["v"] = format_ranges([(proc.start, proc.start + 1)])
+    return Scope(PROCEDURE, attrs)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyhpctk.formats.hpcstruct_model import (
-    PROCEDURE,
     STATEMENT,
     Scope,
     StructureFile,
@@ -43,6 +42,7 @@ from pyhpctk.structure.host import (
     analyze_functions,
     assemble,
     call_targets,
+    procedure_scope,
     symbol_procedures,
     unclaimed_procedures,
 )
@@ -61,12 +61,7 @@ class SampledStructure:
 
 def symbol_scope(proc: Procedure) -> Scope:
     """A procedure known by its symbol alone: its entry, and one line-0 statement over it."""
-    attrs = {"i": "0", "n": proc.pretty_name}
-    if proc.link_name != proc.pretty_name:
-        attrs["ln"] = proc.link_name
-    attrs["l"] = str(proc.line)
-    attrs["v"] = format_ranges([(proc.start, proc.start + 1)])
-    scope = Scope(PROCEDURE, attrs)
+    scope = procedure_scope(proc)
     if proc.end > proc.start:
         statement = {"i": "0", "l": "0", "v": format_ranges([(proc.start, proc.end)])}
         scope.children.append(Scope(STATEMENT, statement))
