@@ -200,9 +200,9 @@ def test_a_full_disk_names_the_lost_profiles_and_pyrun_fails(
     lost = {line.split(":")[0].strip() for line in lines}
     written = {p.name for p in out.glob("*.hpcrun")}
     assert lost and written, (lost, written)  # room for some of the four threads, not all
-    # four threads; under a full disk a thread is now and then split in two profiles (a record
-    # drained after its thread's failed final write starts a new one: noted, not fixed here)
-    assert len(lost | written) in (4, 5), (lost, written)
+    # four threads, four profiles: a thread whose final write takes long (the error path) is
+    # not taken for a new thread by the engine's monitor while it ends (it was, 2 runs in 20)
+    assert len(lost | written) == 4, (sorted(lost), sorted(written))
     # a profile written whole earlier (its thread's end) whose last rewrite failed is both:
     # its line says that the copy there ends early
     for line in lines:

@@ -233,11 +233,11 @@ class EngineSampler:
                     node = nodes[-1] if nodes else cct.fence
                 for ip in ips:
                     if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
-                        key = (node, (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK)
+                        child = (node, (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK)
                     else:
-                        key = (node, lm, ip)
-                    found = child_of.get(key)
-                    node = cct.child(*key) if found is None else found
+                        child = (node, lm, ip)
+                    found = child_of.get(child)
+                    node = cct.child(*child) if found is None else found
                     nodes.append(node)
                 for metric, field in rules[timer][gil]:
                     value = wall if field else cpu

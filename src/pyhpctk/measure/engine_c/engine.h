@@ -139,6 +139,8 @@ typedef struct {
     pid_t monitor_tid;
     pid_t excluded_tid[8];     /* pyrun's own threads (the drain thread) */
     int nexcluded;
+    pid_t ended_tid[64];       /* threads past thread_end(), still running: never re-adopted */
+    int nended;
     _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
     _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
     _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
@@ -264,6 +266,8 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline);
 int engine_arm(Slot *slot, int index);
 void engine_disarm(Slot *slot);
 void engine_free_slot(Slot *slot);
+void engine_mark_ended(pid_t tid);
+void engine_forget_ended(pid_t tid);
 void engine_lock(void);
 uint32_t engine_slots_used(void);
 void engine_unlock(void);

@@ -503,6 +503,7 @@ static PyObject *engine_register(PyObject *module, PyObject *unused) {
     sigset_t old;
     block_signal(&old);
     engine_lock();
+    engine_forget_ended(tid);
     Slot *slot = engine_slot_for_tid(tid, 1, engine_clock_ns(CLOCK_THREAD_CPUTIME_ID));
     int ok = slot != NULL;
     if (ok) {
@@ -527,6 +528,7 @@ static PyObject *engine_thread_end(PyObject *module, PyObject *unused) {
     sigset_t old;
     block_signal(&old);
     engine_lock();
+    engine_mark_ended(tid);
     Slot *slot = engine_slot_for_tid(tid, 0, 0);
     if (slot != NULL) {
         engine_disarm(slot);

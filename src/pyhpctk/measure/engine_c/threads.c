@@ -249,6 +249,26 @@ void engine_free_slot(Slot *slot) {
     atomic_store_explicit(&slot->state, SLOT_FREE, memory_order_release);
 }
 
+/* A thread that called thread_end() runs on for a while (its files are written, the thread
+ * is torn down): the monitor must not take it for a new thread, or its last moments would
+ * become a second profile. Its tid stays listed until it leaves /proc/self/task (a tid can
+ * only be reused after that) or registers again. Call both with the table lock held. */
+static int ended_index(pid_t tid) {
+    for (int i = 0; i < engine.nended; i++)
+        if (engine.ended_tid[i] == tid) return i;
+    return -1;
+}
+
+void engine_mark_ended(pid_t tid) {
+    int max = (int)(sizeof(engine.ended_tid) / sizeof(pid_t));
+    if (ended_index(tid) < 0 && engine.nended < max) engine.ended_tid[engine.nended++] = tid;
+}
+
+void engine_forget_ended(pid_t tid) {
+    int i = ended_index(tid);
+    if (i >= 0) engine.ended_tid[i] = engine.ended_tid[--engine.nended];
+}
+
 /* -- the monitor thread ------------------------------------------------------------------------- */
 
 static int task_count(void) {
@@ -260,6 +280,7 @@ static int task_count(void) {
 /* List /proc/self/task: new threads get slots and timers, vanished ones are marked ended. */
 static void scan_threads(int initial) {
     static uint8_t seen[ENGINE_MAX_SLOTS];
+    uint8_t ended_seen[sizeof(engine.ended_tid) / sizeof(pid_t)] = {0};
     DIR *dir = opendir("/proc/self/task");
     if (dir == NULL) return;
     engine_lock();
@@ -269,6 +290,11 @@ static void scan_threads(int initial) {
         if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
         pid_t tid = (pid_t)atoi(entry->d_name);
         if (tid <= 0 || excluded(tid)) continue;
+        int ended = ended_index(tid);
+        if (ended >= 0) { /* past thread_end(): its profile is written */
+            ended_seen[ended] = 1;
+            continue;
+        }
         Slot *slot = engine_slot_for_tid(tid, 0, 0);
         if (slot == NULL) {
             int64_t baseline = 0;
@@ -287,6 +313,8 @@ static void scan_threads(int initial) {
         seen[slot - engine_slots] = 1;
     }
     closedir(dir);
+    for (int i = engine.nended - 1; i >= 0; i--) /* gone: its tid may be reused */
+        if (!ended_seen[i]) engine.ended_tid[i] = engine.ended_tid[--engine.nended];
     for (uint32_t i = 0; i < high_water; i++) {
         Slot *slot = &engine_slots[i];
         if (atomic_load(&slot->state) == SLOT_LIVE && !seen[i] && !excluded(slot->tid)) {
@@ -355,6 +383,7 @@ void engine_after_fork_child(void) {
     monitor_running = 0;
     engine.monitor_tid = 0;
     engine.nexcluded = 0;
+    engine.nended = 0;
     atomic_store(&engine.perf_threads, 0);
     /* handlers that ran on other threads at the fork never finish here */
     atomic_store(&engine.in_handler, 0);
