@@ -181,7 +181,16 @@ def function_label(tree: ContextTree, node: int) -> str:
     if info.file < 0:
         return info.name
     where = tree.shown_file(info.file)
+    if where in info.name:  # a native function without source: ``name [libfoo.so]`` already
+        return info.name
     return f"{info.name} ({where}: {info.line})" if info.line else f"{info.name} ({where})"
+
+
+def _place(tree: ContextTree, node: int) -> str:
+    """``file: line``, or the file alone where no line is known (a binary without DWARF line
+    maps names its scopes ``[libfoo.so]`` with line 0)."""
+    line = int(tree.line[node])
+    return f"{_file(tree, node)}: {line}" if line > 0 else _file(tree, node)
 
 
 def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
@@ -197,9 +206,9 @@ def context_label(tree: ContextTree, node: int) -> tuple[str, str]:
             return f"[I] {name}", "inlined"
         return name, "function"
     if lex == LexicalType.LOOP:
-        return f"loop at {_file(tree, node)}: {int(tree.line[node])}", "loop"
+        return f"loop at {_place(tree, node)}", "loop"
     if lex == LexicalType.LINE:
-        return f"{_file(tree, node)}: {int(tree.line[node])}", "line"
+        return _place(tree, node), "line"
     module = tree.module_name(node)
     return f"{_base(module) if module else '<unknown module>'}+0x{int(tree.offset[node]):x}", (
         "instruction"
