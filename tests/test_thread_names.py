@@ -29,7 +29,7 @@ from pyhpctk.formats import threads
 from pyhpctk.formats.inspect import dump_path, verify_path
 from pyhpctk.measure import engine
 from pyhpctk.measure.encode import encode_threads
-from pyhpctk.measure.thread_names import ThreadNames, comm_name, thread_name
+from pyhpctk.measure.thread_names import ThreadNames, comm_name, program_name, thread_name
 from pyhpctk.present import open_database
 from pyhpctk.present.traces import render_summary, summarize, to_perfetto
 
@@ -299,3 +299,18 @@ def test_the_names_file_changes_only_when_a_name_does() -> None:
     moved = names.record("t-000-0", "Main", old_stem="s-000-0")  # the stem changed (a rank)
     assert moved is not None
     assert [e.key for e in threads.read(moved).entries] == ["t-000-0"]
+
+
+@pytest.mark.parametrize(
+    ("argv0", "expected"),
+    [
+        ("/srv/app/train.py", "train.py"),
+        ("/srv/site-packages/mypkg/__main__.py", "mypkg"),  # python -m mypkg
+        ("-c", "-c"),
+    ],
+)
+def test_the_program_is_named_as_the_user_ran_it(
+    monkeypatch: pytest.MonkeyPatch, argv0: str, expected: str
+) -> None:
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert program_name() == expected

@@ -38,11 +38,16 @@ def comm_name(native_id: int) -> str:
 
 
 def program_name() -> str:
-    """What the process runs: the basename of ``sys.argv[0]`` (``app.py``, ``-c``), else the
+    """What the process runs: the basename of ``sys.argv[0]`` (``app.py``, ``-c``), the
+    package of ``python -m pkg`` (whose ``argv[0]`` is ``pkg/__main__.py``), else the
     interpreter's."""
     argv = getattr(sys, "argv", None)
     first = str(argv[0]) if argv else ""
-    return os.path.basename(first) or first or os.path.basename(sys.executable) or "python"
+    base = os.path.basename(first)
+    if base == "__main__.py":
+        package = os.path.basename(os.path.dirname(os.path.abspath(first)))
+        return package or base
+    return base or first or os.path.basename(sys.executable) or "python"
 
 
 def thread_name(state: ThreadState) -> str:
