@@ -45,6 +45,49 @@ if TYPE_CHECKING:
     from pyhpctk.measure.gpu.operations import GpuThread, Operation
 
 
+#: What the C hook's ``activity_sums()`` adds up (the order of _cuptihook_records.c's enums): the
+#: metric indices, then the activity kinds.
+SUM_LAYOUT = np.array(
+    [
+        gm.GPUOP,
+        gm.GKER,
+        gm.GKER_COUNT,
+        gm.GKER_STMEM_ACUMU,
+        gm.GKER_DYMEM_ACUMU,
+        gm.GKER_LMEM_ACUMU,
+        gm.GKER_FGP_ACT_ACUMU,
+        gm.GKER_FGP_MAX_ACUMU,
+        gm.GKER_THR_REG_ACUMU,
+        gm.GKER_BLK_THR_ACUMU,
+        gm.GKER_BLK_SM_ACUMU,
+        gm.GKER_BLKS_ACUMU,
+        gm.GXCOPY,
+        gm.GXCOPY_BYTES,
+        gm.GXCOPY_COUNT,
+        gm.GMSET,
+        gm.GMSET_BYTES,
+        gm.GMSET_COUNT,
+        gm.GMEM,
+        gm.GMEM_BYTES,
+        gm.GMEM_COUNT,
+        gm.GSYNC,
+        gm.GSYNC_TIME,
+        gm.GSYNC_COUNT,
+        *(act.KERNEL, act.COPY, act.MEMSET, act.ALLOC, act.FREE, act.SYNC),
+    ],
+    dtype=np.int64,
+).tobytes()
+
+
+def native_sums() -> Callable[..., bytes] | None:
+    """The C hook's ``activity_sums`` (None where the hook is not built)."""
+    try:
+        from pyhpctk.measure.gpu import _cuptihook
+    except ImportError:
+        return None
+    return getattr(_cuptihook, "activity_sums", None)
+
+
 class KernelTable:
     """Kernel name → (load module of its gpubin, file offset of its entry); any thread."""
 
@@ -85,6 +128,22 @@ class Attributor:
         # metric_node gives; a CCT never loses a node, so an answer stays right.
         self._nodes: dict[int, tuple[ThreadCCT, dict[tuple[int, int, int, int], int]]] = {}
         self.communication = CommunicationKernels(host)
+        #: The metrics' sums in one C pass (None: with numpy, one pass per metric).
+        self.sums = native_sums()
+
+    def _limit_values(self) -> bytes:
+        """The device limits as ``activity_sums()`` reads them."""
+        limits = self.limits
+        return np.array(
+            [
+                limits.warp_size,
+                limits.max_threads_per_sm,
+                limits.max_blocks_per_sm,
+                limits.registers_per_sm,
+                limits.shared_per_sm,
+            ],
+            dtype=np.int64,
+        ).tobytes()
 
     def live_cct(
         self, operation: Operation, call: int, placeholder: int
@@ -198,7 +257,7 @@ class Attributor:
                     cct, call, placeholder, kinds[group], details[group], names
                 )
         targets = nodes[inverse]
-        self.add_metrics(cct, rows, targets)
+        self.add_metrics(cct, rows, targets, (nodes, inverse))
         self.communication.attribute(cct, rows, targets, names)
         self.kernels_attributed(cct, rows, targets, names)
 
@@ -274,10 +333,41 @@ class Attributor:
         """The gpubin entry of kernel ``names[detail]`` (None: not known, or yet)."""
         return self.kernels.get(names[detail]) if 0 <= detail < len(names) else None
 
-    def add_metrics(self, cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray) -> None:
-        """Sum each metric per target node with numpy and add the sums to ``cct``."""
-        nodes, inverse = np.unique(targets, return_inverse=True)
-        inverse = inverse.reshape(-1)
+    def add_metrics(
+        self,
+        cct: ThreadCCT,
+        rows: np.ndarray,
+        targets: np.ndarray,
+        grouped: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Sum each metric per target node and add the sums to ``cct``.
+
+        ``grouped``: ``targets`` as (a node per group, each row's group), when known. With the
+        C hook built the sums take one pass in C (:data:`SUM_LAYOUT`); else, or with
+        :attr:`sums` None, one numpy pass per metric, which gives the same values.
+        """
+        if grouped is not None and len(grouped[0]) > 1:
+            nodes, first = np.unique(grouped[0], return_inverse=True)
+            inverse = first.reshape(-1)[grouped[1]]
+        elif grouped is not None:
+            nodes, inverse = grouped[0], np.zeros(len(rows), dtype=np.int64)
+        else:
+            nodes, inverse = np.unique(targets, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        sums = self.sums
+        if sums is not None and rows.dtype == act.ACTIVITY_DTYPE and self.limits.warp_size > 0:
+            store = cct.values_of(self.kind)
+            width = store.kind.width
+            matrix = sums(
+                np.ascontiguousarray(rows),
+                np.ascontiguousarray(inverse, dtype=np.int64),
+                len(nodes),
+                width,
+                SUM_LAYOUT,
+                self._limit_values(),
+            )
+            add_rows(store, nodes.tolist(), np.frombuffer(matrix).reshape(len(nodes), width))
+            return
         width = len(nodes)
         columns: dict[int, np.ndarray] = {}
 
@@ -401,8 +491,22 @@ def add_columns(store: KindValues, nodes: list[int], columns: dict[int, np.ndarr
     The store's flat ``array('d')`` is viewed in place (it is not resized while the view
     lives); nodes new to the store get their slots first, as :meth:`KindValues.add` gives them.
     """
-    slot_of = store.slot_of
+    slots = _slots(store, nodes)
     width = store.kind.width
+    if not columns or not slots:
+        return
+    base = np.asarray(slots, dtype=np.int64) * width
+    values = np.frombuffer(store.values, dtype=np.float64)
+    try:
+        for metric, sums in columns.items():
+            values[base + metric] += sums
+    finally:
+        del values  # the array may grow again
+
+
+def _slots(store: KindValues, nodes: list[int]) -> list[int]:
+    """The slot of each node in ``store`` (nodes new to it get theirs, zeroed, in order)."""
+    slot_of = store.slot_of
     slots = []
     fresh = 0
     for node in nodes:
@@ -412,14 +516,18 @@ def add_columns(store: KindValues, nodes: list[int], columns: dict[int, np.ndarr
             fresh += 1
         slots.append(slot)
     if fresh:
-        store.values.frombytes(bytes(8 * width * fresh))
-    if not columns or not slots:
+        store.values.frombytes(bytes(8 * store.kind.width * fresh))
+    return slots
+
+
+def add_rows(store: KindValues, nodes: list[int], matrix: np.ndarray) -> None:
+    """``store`` += ``matrix`` (one row of the kind's whole width per node of ``nodes``)."""
+    slots = _slots(store, nodes)
+    if not slots:
         return
-    base = np.asarray(slots, dtype=np.int64) * width
-    values = np.frombuffer(store.values, dtype=np.float64)
+    values = np.frombuffer(store.values, dtype=np.float64).reshape(-1, store.kind.width)
     try:
-        for metric, sums in columns.items():
-            values[base + metric] += sums
+        values[np.asarray(slots, dtype=np.int64)] += matrix
     finally:
         del values  # the array may grow again
 
