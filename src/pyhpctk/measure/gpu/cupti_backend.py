@@ -86,7 +86,6 @@ def classify_api(name: str) -> int | None:
     return None
 
 
-
 class _Gather:
     """Pull records of one activity kind out of a raw buffer with one numpy gather.
 
