@@ -19,6 +19,7 @@ Everything here runs with the session lock held.
 from __future__ import annotations
 
 import threading
+from typing import TypeAlias
 
 import numpy as np
 
@@ -88,6 +89,10 @@ def native_sums() -> Callable[..., bytes] | None:
     return getattr(_cuptihook, "activity_sums", None)
 
 
+#: (call, placeholder, kind, kernel or copy direction) → the node metric_node gave.
+NodeCache: TypeAlias = "dict[tuple[int, int, int, int], int]"
+
+
 class KernelTable:
     """Kernel name → (load module of its gpubin, file offset of its entry); any thread."""
 
@@ -126,7 +131,8 @@ class Attributor:
         self._mirrors: dict[tuple[int, int, int, int], int] = {}
         # Per CCT (held, so its id stays its own): (call, placeholder, kind, detail) → the node
         # metric_node gives; a CCT never loses a node, so an answer stays right.
-        self._nodes: dict[int, tuple[ThreadCCT, dict[tuple[int, int, int, int], int]]] = {}
+        self._nodes: dict[int, tuple[ThreadCCT, NodeCache, NodeCache]] = {}
+        self._kernels_seen = 0  # the kernel table's size when the provisional answers were given
         self.communication = CommunicationKernels(host)
         #: The metrics' sums in one C pass (None: with numpy, one pass per metric).
         self.sums = native_sums()
@@ -238,15 +244,19 @@ class Attributor:
         cct, _, _ = self.live_cct(first, calls_of[0], placeholders_of[0])
         nodes = np.empty(len(firsts), dtype=np.int64)
         if cct is first[OP_CCT]:  # the CCT the operations were unwound into is live
-            known = self._node_cache(cct)
+            known, provisional = self._node_cache(cct)
             for group, key in enumerate(
                 zip(calls_of, placeholders_of, kinds, details, strict=True)
             ):
                 node = known.get(key)
                 if node is None:
+                    node = provisional.get(key)
+                if node is None:
                     node = self.metric_node(cct, *key, names)
                     if key[2] != act.KERNEL or self._entry(key[3], names) is not None:
-                        known[key] = node  # (a kernel whose gpubin is not known yet: asked again)
+                        known[key] = node
+                    else:  # a kernel whose gpubin entry is not known yet
+                        provisional[key] = node
                 nodes[group] = node
         else:  # a retired CCT: each path is copied into the live one
             for group, index in enumerate(firsts):
@@ -261,13 +271,21 @@ class Attributor:
         self.communication.attribute(cct, rows, targets, names)
         self.kernels_attributed(cct, rows, targets, names)
 
-    def _node_cache(self, cct: ThreadCCT) -> dict[tuple[int, int, int, int], int]:
+    def _node_cache(self, cct: ThreadCCT) -> tuple[NodeCache, NodeCache]:
+        """``cct``'s answers of :meth:`metric_node`: those that hold for good, and those for
+        kernels whose gpubin entry is not known (they hold until the kernel table grows; then
+        the kernel's node moves below its entry)."""
+        size = len(self.kernels.entries)
+        if size != self._kernels_seen:
+            self._kernels_seen = size
+            for _, _, provisional in self._nodes.values():
+                provisional.clear()
         found = self._nodes.get(id(cct))
         if found is None or found[0] is not cct:
             if len(self._nodes) >= 64:  # CCTs of threads long gone: let them go
                 self._nodes.clear()
-            found = self._nodes[id(cct)] = (cct, {})
-        return found[1]
+            found = self._nodes[id(cct)] = (cct, {}, {})
+        return found[1], found[2]
 
     def _graph_anchors(
         self,
