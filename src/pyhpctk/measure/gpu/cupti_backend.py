@@ -1014,8 +1014,9 @@ class CuptiBackend:
         """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array.
 
         Records are located from each kind's size (:meth:`record_offsets`) and read in place,
-        each kind with one numpy gather through a strided view of the buffer (no per-record
-        Python work); the first buffer is also walked with CUPTI for its first ``_CHECKED``
+        each kind in one pass of the C hook's ``convert_records()`` (:mod:`.records`; without
+        the hook, with numpy through a strided view of the buffer): no per-record Python work,
+        rows grouped by kind. The first buffer is also walked with CUPTI for its first ``_CHECKED``
         records, and a disagreement turns the fast walk off for the process.
         """
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * valid).from_address(buffer))
@@ -1031,22 +1032,25 @@ class CuptiBackend:
         if offsets is None:
             return self._parse_walked(raw, words, buffer, valid)
         kinds = words[offsets // 4] if len(offsets) else np.zeros(0, np.uint32)
-        pieces = []
+        chosen: list[tuple[int, np.dtype, np.ndarray]] = []
         for cupti_kind, kind in self._kinds.items():
             mine = offsets[kinds == cupti_kind]
             if not len(mine):
                 continue
             name = act.KIND_NAMES[kind]
             self.record_counts[name] = self.record_counts.get(name, 0) + len(mine)
-            size = self.record_sizes[cupti_kind]
-            dtype = self._gathers[kind].padded(size)
-            if dtype is None:
+            dtype = self._gathers[kind].padded(self.record_sizes[cupti_kind])
+            if dtype is not None:
+                chosen.append((kind, dtype, mine))
+        # One array for the rows of every kind, each kind's written in place (C or numpy).
+        out = np.empty(sum(len(mine) for _, _, mine in chosen), dtype=act.ACTIVITY_DTYPE)
+        at = 0
+        for kind, dtype, mine in chosen:
+            part = out[at : at + len(mine)]
+            at += len(mine)
+            if self.converter.rows(kind, dtype, buffer, valid, mine, self._name_index, part):
                 continue
-            converted = self.converter.rows(kind, dtype, buffer, valid, mine, self._name_index)
-            if converted is not None:
-                pieces.append(converted)
-                continue
-            first, count = int(mine[0]), len(mine)
+            first, count, size = int(mine[0]), len(mine), dtype.itemsize
             if int(mine[-1]) - first == (count - 1) * size:  # one run: read in place
                 rows = np.ndarray((count,), dtype=dtype, buffer=raw, offset=first)
             else:
@@ -1055,10 +1059,8 @@ class CuptiBackend:
                 opaque = np.dtype((np.void, size))
                 slots = np.ndarray(((valid - size) // 8 + 1,), opaque, buffer=raw, strides=(8,))
                 rows = slots[mine // 8].view(dtype)
-            pieces.append(self._convert(kind, rows))
-        if len(pieces) == 1:
-            return pieces[0]
-        return np.concatenate(pieces) if pieces else act.empty_activities()
+            part[:] = self._convert(kind, rows)
+        return out
 
     def _parse_walked(
         self, raw: np.ndarray, words: np.ndarray, buffer: int, valid: int

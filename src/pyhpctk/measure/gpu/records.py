@@ -173,17 +173,18 @@ class Converter:
         valid: int,
         offsets: np.ndarray,
         name_index: Callable[[int], int],
-    ) -> np.ndarray | None:
-        """The activity rows of the records of ``dtype`` at ``offsets`` of the buffer at address
-        ``buffer`` (None: no C hook, or a layout it cannot follow: use :func:`convert`)."""
+        out: np.ndarray,
+    ) -> bool:
+        """Write into ``out`` the activity rows of the records of ``dtype`` at ``offsets`` of the
+        buffer at address ``buffer``; False (nothing written): no C hook, or a layout it cannot
+        follow (use :func:`convert`)."""
         native = self.native
         if native is None:
-            return None
+            return False
         key_ = (kind, dtype)
-        steps = self._plans.get(key_, None) if key_ in self._plans else self._plan(key_)
+        steps = self._plans[key_] if key_ in self._plans else self._plan(key_)
         if steps is None:
-            return None
-        out = np.empty(len(offsets), dtype=act.ACTIVITY_DTYPE)
+            return False
         where = np.ascontiguousarray(offsets, dtype=np.int64)
         for _ in range(2):  # kernel names met for the first time: learned, then converted again
             missing = native.convert_records(
@@ -199,9 +200,9 @@ class Converter:
                 out,
             )
             if not missing:
-                return out
+                return True
             self._learn(np.frombuffer(missing, dtype=np.uint64).tolist(), name_index)
-        return None  # more new names than one call reports (256): numpy reads this buffer
+        return False  # more new names than one call reports (256): numpy reads this buffer
 
     def _plan(self, key_: tuple[int, np.dtype]) -> np.ndarray | None:
         found = self._plans[key_] = plan(*key_)
