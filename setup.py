@@ -13,7 +13,7 @@ import sysconfig
 
 from setuptools import Extension, setup
 
-HOOK_PARTS = ("", "_sites", "_buffers")  # the callback, its call-site table, activity buffers
+HOOK_PARTS = ("", "_sites", "_buffers", "_records")  # callback, sites, buffers, per record
 ENGINE_DIR = "src/pyhpctk/measure/engine_c"
 ENGINE_SUPPORTED = (
     sys.platform == "linux"

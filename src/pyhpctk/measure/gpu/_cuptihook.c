@@ -768,6 +768,17 @@ static PyMethodDef methods[] = {
      "record_offsets(address, valid, sizes, start=0) -> (offsets, stop): where each activity"
      " record starts (bytes of int64), from each kind's size (sizes: uint32 per CUPTI kind, 0"
      " unknown); stop: the first record of an unknown kind, or valid."},
+    {"convert_records", hook_convert_records, METH_VARARGS,
+     "convert_records(address, valid, offsets, stride, plan, kind, free_kind, names, indices, out)"
+     " -> missing: the records of one kind at offsets (int64) of the buffer, each stride bytes,"
+     " as activity rows into out (ACTIVITY_DTYPE), following plan (records.plan); kernel names"
+     " are looked up among names (sorted uint64 pointers; indices: their int32 function"
+     " indices); missing: bytes of the distinct uint64 pointers not found (their rows say -1)."},
+    {"activity_sums", hook_activity_sums, METH_VARARGS,
+     "activity_sums(rows, targets, groups, width, layout, limits) -> bytes: float64 sums of the"
+     " metrics of rows (ACTIVITY_DTYPE) per target group (int64 per row), groups x width;"
+     " layout: the metric indices and activity kinds (attribution.SUM_LAYOUT), limits: the"
+     " device's (warp, threads, blocks, registers, shared memory per SM)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,5 @@
 /* What the parts of pyrun's C CUPTI hook share (_cuptihook.c, _cuptihook_sites.c,
- * _cuptihook_buffers.c): CUPTI's few declarations, the per-thread cache, the counters.
+ * _cuptihook_buffers.c, _cuptihook_records.c): CUPTI's few declarations, the per-thread cache, the counters.
  */
 #ifndef PYHPCTK_CUPTIHOOK_H
 #define PYHPCTK_CUPTIHOOK_H
@@ -142,5 +142,10 @@ HOOK_HIDDEN PyObject *hook_free_buffer(PyObject *self, PyObject *args);
 HOOK_HIDDEN PyObject *hook_wake_buffers(PyObject *self, PyObject *unused);
 HOOK_HIDDEN PyObject *hook_flush_all(PyObject *self, PyObject *args);
 HOOK_HIDDEN PyObject *hook_record_offsets(PyObject *self, PyObject *args);
+
+/* -- per-record work of the monitor (_cuptihook_records.c) ---------------------------------- */
+
+HOOK_HIDDEN PyObject *hook_convert_records(PyObject *self, PyObject *args);
+HOOK_HIDDEN PyObject *hook_activity_sums(PyObject *self, PyObject *args);
 
 #endif

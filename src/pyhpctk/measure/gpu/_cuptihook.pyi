@@ -1,6 +1,8 @@
 # The C CUPTI hook's functions (_cuptihook*.c); checked against backend.NativeHook by mypy.
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 FRAME_WALK: str  # "interpreter": call sites read without the GIL; "public": with it
 
 def configure(
@@ -34,3 +36,18 @@ def free_buffer(address: int) -> None: ...
 def wake_buffers() -> None: ...
 def flush_all(flag: int = 1) -> int: ...
 def record_offsets(address: int, valid: int, sizes: bytes, start: int = 0) -> tuple[bytes, int]: ...
+def convert_records(
+    address: int,
+    valid: int,
+    offsets: np.ndarray,
+    stride: int,
+    plan: np.ndarray,
+    kind: int,
+    free_kind: int,
+    names: np.ndarray,
+    indices: np.ndarray,
+    out: np.ndarray,
+) -> bytes: ...
+def activity_sums(
+    rows: np.ndarray, targets: np.ndarray, groups: int, width: int, layout: bytes, limits: bytes
+) -> bytes: ...

@@ -19,6 +19,7 @@ Everything here runs with the session lock held.
 from __future__ import annotations
 
 import threading
+from typing import TypeAlias
 
 import numpy as np
 
@@ -43,6 +44,53 @@ if TYPE_CHECKING:
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.matching import SiteTable
     from pyhpctk.measure.gpu.operations import GpuThread, Operation
+
+
+#: What the C hook's ``activity_sums()`` adds up (the order of _cuptihook_records.c's enums): the
+#: metric indices, then the activity kinds.
+SUM_LAYOUT = np.array(
+    [
+        gm.GPUOP,
+        gm.GKER,
+        gm.GKER_COUNT,
+        gm.GKER_STMEM_ACUMU,
+        gm.GKER_DYMEM_ACUMU,
+        gm.GKER_LMEM_ACUMU,
+        gm.GKER_FGP_ACT_ACUMU,
+        gm.GKER_FGP_MAX_ACUMU,
+        gm.GKER_THR_REG_ACUMU,
+        gm.GKER_BLK_THR_ACUMU,
+        gm.GKER_BLK_SM_ACUMU,
+        gm.GKER_BLKS_ACUMU,
+        gm.GXCOPY,
+        gm.GXCOPY_BYTES,
+        gm.GXCOPY_COUNT,
+        gm.GMSET,
+        gm.GMSET_BYTES,
+        gm.GMSET_COUNT,
+        gm.GMEM,
+        gm.GMEM_BYTES,
+        gm.GMEM_COUNT,
+        gm.GSYNC,
+        gm.GSYNC_TIME,
+        gm.GSYNC_COUNT,
+        *(act.KERNEL, act.COPY, act.MEMSET, act.ALLOC, act.FREE, act.SYNC),
+    ],
+    dtype=np.int64,
+).tobytes()
+
+
+def native_sums() -> Callable[..., bytes] | None:
+    """The C hook's ``activity_sums`` (None where the hook is not built)."""
+    try:
+        from pyhpctk.measure.gpu import _cuptihook
+    except ImportError:
+        return None
+    return getattr(_cuptihook, "activity_sums", None)
+
+
+#: (call, placeholder, kind, kernel or copy direction) → the node metric_node gave.
+NodeCache: TypeAlias = "dict[tuple[int, int, int, int], int]"
 
 
 class KernelTable:
@@ -83,8 +131,25 @@ class Attributor:
         self._mirrors: dict[tuple[int, int, int, int], int] = {}
         # Per CCT (held, so its id stays its own): (call, placeholder, kind, detail) → the node
         # metric_node gives; a CCT never loses a node, so an answer stays right.
-        self._nodes: dict[int, tuple[ThreadCCT, dict[tuple[int, int, int, int], int]]] = {}
+        self._nodes: dict[int, tuple[ThreadCCT, NodeCache, NodeCache]] = {}
+        self._kernels_seen = 0  # the kernel table's size when the provisional answers were given
         self.communication = CommunicationKernels(host)
+        #: The metrics' sums in one C pass (None: with numpy, one pass per metric).
+        self.sums = native_sums()
+
+    def _limit_values(self) -> bytes:
+        """The device limits as ``activity_sums()`` reads them."""
+        limits = self.limits
+        return np.array(
+            [
+                limits.warp_size,
+                limits.max_threads_per_sm,
+                limits.max_blocks_per_sm,
+                limits.registers_per_sm,
+                limits.shared_per_sm,
+            ],
+            dtype=np.int64,
+        ).tobytes()
 
     def live_cct(
         self, operation: Operation, call: int, placeholder: int
@@ -179,15 +244,19 @@ class Attributor:
         cct, _, _ = self.live_cct(first, calls_of[0], placeholders_of[0])
         nodes = np.empty(len(firsts), dtype=np.int64)
         if cct is first[OP_CCT]:  # the CCT the operations were unwound into is live
-            known = self._node_cache(cct)
+            known, provisional = self._node_cache(cct)
             for group, key in enumerate(
                 zip(calls_of, placeholders_of, kinds, details, strict=True)
             ):
                 node = known.get(key)
                 if node is None:
+                    node = provisional.get(key)
+                if node is None:
                     node = self.metric_node(cct, *key, names)
                     if key[2] != act.KERNEL or self._entry(key[3], names) is not None:
-                        known[key] = node  # (a kernel whose gpubin is not known yet: asked again)
+                        known[key] = node
+                    else:  # a kernel whose gpubin entry is not known yet
+                        provisional[key] = node
                 nodes[group] = node
         else:  # a retired CCT: each path is copied into the live one
             for group, index in enumerate(firsts):
@@ -198,17 +267,25 @@ class Attributor:
                     cct, call, placeholder, kinds[group], details[group], names
                 )
         targets = nodes[inverse]
-        self.add_metrics(cct, rows, targets)
+        self.add_metrics(cct, rows, targets, (nodes, inverse))
         self.communication.attribute(cct, rows, targets, names)
         self.kernels_attributed(cct, rows, targets, names)
 
-    def _node_cache(self, cct: ThreadCCT) -> dict[tuple[int, int, int, int], int]:
+    def _node_cache(self, cct: ThreadCCT) -> tuple[NodeCache, NodeCache]:
+        """``cct``'s answers of :meth:`metric_node`: those that hold for good, and those for
+        kernels whose gpubin entry is not known (they hold until the kernel table grows; then
+        the kernel's node moves below its entry)."""
+        size = len(self.kernels.entries)
+        if size != self._kernels_seen:
+            self._kernels_seen = size
+            for _, _, provisional in self._nodes.values():
+                provisional.clear()
         found = self._nodes.get(id(cct))
         if found is None or found[0] is not cct:
             if len(self._nodes) >= 64:  # CCTs of threads long gone: let them go
                 self._nodes.clear()
-            found = self._nodes[id(cct)] = (cct, {})
-        return found[1]
+            found = self._nodes[id(cct)] = (cct, {}, {})
+        return found[1], found[2]
 
     def _graph_anchors(
         self,
@@ -274,10 +351,41 @@ class Attributor:
         """The gpubin entry of kernel ``names[detail]`` (None: not known, or yet)."""
         return self.kernels.get(names[detail]) if 0 <= detail < len(names) else None
 
-    def add_metrics(self, cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray) -> None:
-        """Sum each metric per target node with numpy and add the sums to ``cct``."""
-        nodes, inverse = np.unique(targets, return_inverse=True)
-        inverse = inverse.reshape(-1)
+    def add_metrics(
+        self,
+        cct: ThreadCCT,
+        rows: np.ndarray,
+        targets: np.ndarray,
+        grouped: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Sum each metric per target node and add the sums to ``cct``.
+
+        ``grouped``: ``targets`` as (a node per group, each row's group), when known. With the
+        C hook built the sums take one pass in C (:data:`SUM_LAYOUT`); else, or with
+        :attr:`sums` None, one numpy pass per metric, which gives the same values.
+        """
+        if grouped is not None and len(grouped[0]) > 1:
+            nodes, first = np.unique(grouped[0], return_inverse=True)
+            inverse = first.reshape(-1)[grouped[1]]
+        elif grouped is not None:
+            nodes, inverse = grouped[0], np.zeros(len(rows), dtype=np.int64)
+        else:
+            nodes, inverse = np.unique(targets, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        sums = self.sums
+        if sums is not None and rows.dtype == act.ACTIVITY_DTYPE and self.limits.warp_size > 0:
+            store = cct.values_of(self.kind)
+            width = store.kind.width
+            matrix = sums(
+                np.ascontiguousarray(rows),
+                np.ascontiguousarray(inverse, dtype=np.int64),
+                len(nodes),
+                width,
+                SUM_LAYOUT,
+                self._limit_values(),
+            )
+            add_rows(store, nodes.tolist(), np.frombuffer(matrix).reshape(len(nodes), width))
+            return
         width = len(nodes)
         columns: dict[int, np.ndarray] = {}
 
@@ -401,8 +509,22 @@ def add_columns(store: KindValues, nodes: list[int], columns: dict[int, np.ndarr
     The store's flat ``array('d')`` is viewed in place (it is not resized while the view
     lives); nodes new to the store get their slots first, as :meth:`KindValues.add` gives them.
     """
-    slot_of = store.slot_of
+    slots = _slots(store, nodes)
     width = store.kind.width
+    if not columns or not slots:
+        return
+    base = np.asarray(slots, dtype=np.int64) * width
+    values = np.frombuffer(store.values, dtype=np.float64)
+    try:
+        for metric, sums in columns.items():
+            values[base + metric] += sums
+    finally:
+        del values  # the array may grow again
+
+
+def _slots(store: KindValues, nodes: list[int]) -> list[int]:
+    """The slot of each node in ``store`` (nodes new to it get theirs, zeroed, in order)."""
+    slot_of = store.slot_of
     slots = []
     fresh = 0
     for node in nodes:
@@ -412,14 +534,18 @@ def add_columns(store: KindValues, nodes: list[int], columns: dict[int, np.ndarr
             fresh += 1
         slots.append(slot)
     if fresh:
-        store.values.frombytes(bytes(8 * width * fresh))
-    if not columns or not slots:
+        store.values.frombytes(bytes(8 * store.kind.width * fresh))
+    return slots
+
+
+def add_rows(store: KindValues, nodes: list[int], matrix: np.ndarray) -> None:
+    """``store`` += ``matrix`` (one row of the kind's whole width per node of ``nodes``)."""
+    slots = _slots(store, nodes)
+    if not slots:
         return
-    base = np.asarray(slots, dtype=np.int64) * width
-    values = np.frombuffer(store.values, dtype=np.float64)
+    values = np.frombuffer(store.values, dtype=np.float64).reshape(-1, store.kind.width)
     try:
-        for metric, sums in columns.items():
-            values[base + metric] += sums
+        values[np.asarray(slots, dtype=np.int64)] += matrix
     finally:
         del values  # the array may grow again
 

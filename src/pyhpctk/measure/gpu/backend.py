@@ -84,6 +84,30 @@ class NativeHook(Protocol):
         self, address: int, valid: int, sizes: bytes, start: int = 0
     ) -> tuple[bytes, int]: ...
 
+    def convert_records(
+        self,
+        address: int,
+        valid: int,
+        offsets: np.ndarray,
+        stride: int,
+        plan: np.ndarray,
+        kind: int,
+        free_kind: int,
+        names: np.ndarray,
+        indices: np.ndarray,
+        out: np.ndarray,
+    ) -> bytes: ...
+
+    def activity_sums(
+        self,
+        rows: np.ndarray,
+        targets: np.ndarray,
+        groups: int,
+        width: int,
+        layout: bytes,
+        limits: bytes,
+    ) -> bytes: ...
+
 
 class MonitorPort(Protocol):
     """What the GPU monitor offers the backend it was given."""

@@ -47,6 +47,7 @@ import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.operations import SKIP
+from pyhpctk.measure.gpu.records import Converter, convert
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,10 +84,6 @@ def classify_api(name: str) -> int | None:
         if pattern.search(name):
             return kind
     return None
-
-
-def _key(name: str) -> str:
-    return name.replace("_", "").lower()
 
 
 class _Gather:
@@ -130,20 +127,6 @@ class _Gather:
 
 _LOOKAHEAD = 4096  # at most, records checked per numpy step of the numpy walk
 _CHECKED = 256  # records of the first buffer also walked with CUPTI
-
-
-_FIELD_KEYS: dict[np.dtype, dict[str, str]] = {}  # a record layout's fields by _key
-
-
-def _field(rows: np.ndarray, *names: str) -> np.ndarray | None:
-    keys = _FIELD_KEYS.get(rows.dtype)
-    if keys is None:
-        keys = _FIELD_KEYS[rows.dtype] = {_key(name): name for name in rows.dtype.names or ()}
-    for name in names:
-        found = keys.get(_key(name))
-        if found is not None:
-            return rows[found]
-    return None
 
 
 class CuptiBackend:
@@ -209,6 +192,7 @@ class CuptiBackend:
         # walk run by run otherwise.
         built = load_hook()  # (a hook built from older sources has no record_offsets)
         self.walker: NativeHook | None = built if hasattr(built, "record_offsets") else None
+        self.converter = Converter(built)  # records to rows in C, where built
         # record_sizes as record_offsets() reads them, and the sizes it was made from
         self._size_table: tuple[bytes, tuple[tuple[int, int], ...]] = (b"", ())
         self.checks_left = 1  # buffers walked both ways before the fast walk is trusted alone
@@ -1030,8 +1014,9 @@ class CuptiBackend:
         """Every known record of a completed buffer as an :data:`ACTIVITY_DTYPE` array.
 
         Records are located from each kind's size (:meth:`record_offsets`) and read in place,
-        each kind with one numpy gather through a strided view of the buffer (no per-record
-        Python work); the first buffer is also walked with CUPTI for its first ``_CHECKED``
+        each kind in one pass of the C hook's ``convert_records()`` (:mod:`.records`; without
+        the hook, with numpy through a strided view of the buffer): no per-record Python work,
+        rows grouped by kind. The first buffer is also walked with CUPTI for its first ``_CHECKED``
         records, and a disagreement turns the fast walk off for the process.
         """
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * valid).from_address(buffer))
@@ -1047,18 +1032,25 @@ class CuptiBackend:
         if offsets is None:
             return self._parse_walked(raw, words, buffer, valid)
         kinds = words[offsets // 4] if len(offsets) else np.zeros(0, np.uint32)
-        pieces = []
+        chosen: list[tuple[int, np.dtype, np.ndarray]] = []
         for cupti_kind, kind in self._kinds.items():
             mine = offsets[kinds == cupti_kind]
             if not len(mine):
                 continue
             name = act.KIND_NAMES[kind]
             self.record_counts[name] = self.record_counts.get(name, 0) + len(mine)
-            size = self.record_sizes[cupti_kind]
-            dtype = self._gathers[kind].padded(size)
-            if dtype is None:
+            dtype = self._gathers[kind].padded(self.record_sizes[cupti_kind])
+            if dtype is not None:
+                chosen.append((kind, dtype, mine))
+        # One array for the rows of every kind, each kind's written in place (C or numpy).
+        out = np.empty(sum(len(mine) for _, _, mine in chosen), dtype=act.ACTIVITY_DTYPE)
+        at = 0
+        for kind, dtype, mine in chosen:
+            part = out[at : at + len(mine)]
+            at += len(mine)
+            if self.converter.rows(kind, dtype, buffer, valid, mine, self._name_index, part):
                 continue
-            first, count = int(mine[0]), len(mine)
+            first, count, size = int(mine[0]), len(mine), dtype.itemsize
             if int(mine[-1]) - first == (count - 1) * size:  # one run: read in place
                 rows = np.ndarray((count,), dtype=dtype, buffer=raw, offset=first)
             else:
@@ -1067,8 +1059,8 @@ class CuptiBackend:
                 opaque = np.dtype((np.void, size))
                 slots = np.ndarray(((valid - size) // 8 + 1,), opaque, buffer=raw, strides=(8,))
                 rows = slots[mine // 8].view(dtype)
-            pieces.append(self._convert(kind, rows))
-        return np.concatenate(pieces) if pieces else act.empty_activities()
+            part[:] = self._convert(kind, rows)
+        return out
 
     def _parse_walked(
         self, raw: np.ndarray, words: np.ndarray, buffer: int, valid: int
@@ -1092,64 +1084,7 @@ class CuptiBackend:
         return np.concatenate(pieces) if pieces else act.empty_activities()
 
     def _convert(self, kind: int, rows: np.ndarray) -> np.ndarray:
-        out = act.empty_activities(len(rows))
-        out["kind"] = kind
-        for target, names in (
-            ("correlation", ("correlationId",)),
-            ("device", ("deviceId",)),
-            ("context", ("contextId",)),
-            ("stream", ("streamId",)),
-            ("start", ("start", "timestamp")),
-            ("end", ("end", "timestamp")),
-            ("bytes", ("bytes",)),
-            ("graph", ("graphId",)),
-            ("graph_node", ("graphNodeId",)),
-        ):
-            column = _field(rows, *names)
-            if column is not None:
-                out[target] = column
-        if kind == act.KERNEL:
-            for target, names in (
-                ("registers", ("registersPerThread",)),
-                ("static_smem", ("staticSharedMemory",)),
-                ("dynamic_smem", ("dynamicSharedMemory",)),
-                ("local_mem", ("localMemoryTotal",)),
-            ):
-                column = _field(rows, *names)
-                if column is not None:
-                    out[target] = column
-            for target, axes in (
-                ("block_threads", ("blockX", "blockY", "blockZ")),
-                ("grid_blocks", ("gridX", "gridY", "gridZ")),
-            ):
-                columns = [c for c in (_field(rows, n) for n in axes) if c is not None]
-                if len(columns) == 3:
-                    out[target] = np.prod(np.stack(columns).astype(np.int64), axis=0)
-            pointers = _field(rows, "name")
-            if pointers is not None:  # a few distinct names: look each up once
-                unique, inverse = np.unique(pointers.astype(np.uint64), return_inverse=True)
-                known = np.array([self._name_index(int(p)) for p in unique.tolist()], np.int64)
-                out["function"] = known[inverse.reshape(-1)]
-        elif kind == act.COPY:
-            column = _field(rows, "copyKind")
-            if column is not None:
-                out["copy_kind"] = column
-        elif kind == act.MEMSET:
-            column = _field(rows, "memoryKind")
-            if column is not None:
-                out["memory_kind"] = column
-        elif kind == act.SYNC:
-            column = _field(rows, "type")
-            if column is not None:
-                out["sync_kind"] = column
-        elif kind == act.ALLOC:
-            column = _field(rows, "memoryKind")
-            if column is not None:
-                out["memory_kind"] = column
-            operation = _field(rows, "memoryOperationType")
-            if operation is not None:
-                out["kind"] = np.where(operation == 2, act.FREE, act.ALLOC)
-        return out
+        return convert(kind, rows, self._name_index)
 
     def _name_index(self, pointer: int) -> int:
         index = self._names.get(pointer)

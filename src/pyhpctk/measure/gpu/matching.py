@@ -14,6 +14,8 @@ threads call :meth:`Matcher.token` (under the session lock, from the hook's slow
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import cast, overload
 
 import numpy as np
 
@@ -61,12 +63,41 @@ class SiteTable:
         return SiteTable(np.zeros(0, dtype=object), none, none, none, none, none, none.astype(bool))
 
 
+class SiteOperations(Sequence["Operation"]):
+    """Each activity's operation where the C hook recorded them all: its site's prototype,
+    looked up when asked (a buffer's tens of thousands of activities need no list of them)."""
+
+    __slots__ = ("objects", "tokens")
+
+    def __init__(self, objects: np.ndarray, tokens: np.ndarray) -> None:
+        self.objects = objects
+        self.tokens = tokens
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @overload
+    def __getitem__(self, index: int) -> Operation: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Operation]: ...
+
+    def __getitem__(self, index: int | slice) -> Operation | list[Operation]:
+        if isinstance(index, slice):
+            return cast("list[Operation]", self.objects[self.tokens[index]].tolist())
+        return cast("Operation", self.objects[self.tokens[index]])
+
+    def take(self, indices: np.ndarray) -> list[Operation]:
+        """The operations of the activities at ``indices``."""
+        return cast("list[Operation]", self.objects[self.tokens[indices]].tolist())
+
+
 @dataclasses.dataclass(slots=True)
 class Matched:
     """One buffer's activities, each with its operation (or None), owner and token."""
 
     records: np.ndarray
-    operations: list[Operation | None]
+    operations: list[Operation | None] | SiteOperations
     owners: np.ndarray  # the owning thread's number, -1: no known operation
     tokens: np.ndarray
     unknown: list[int]  # indices of activities no operation claimed
@@ -186,54 +217,68 @@ class Matcher:
         correlations = records["correlation"]
         tokens = self._match_native(correlations)
         table = self.site_table()
+        missing = bool((tokens < 0).any())
+        owners = table.thread[np.maximum(tokens, 0)] if len(table.objects) else tokens.copy()
+        if not missing:  # the C hook recorded every one (a launch loop, a model's steps)
+            if len(self.inner):
+                self._match_inner(correlations[:0], tokens[:0])  # ages the inner calls
+            return Matched(
+                records,
+                SiteOperations(table.objects, tokens),
+                owners,
+                tokens,
+                [],
+                self._captures(records),
+            )
         operations: list[Operation | None] = (
             table.objects[np.maximum(tokens, 0)].tolist()
             if len(table.objects)
             else [None] * len(records)
         )
-        owners = table.thread[np.maximum(tokens, 0)] if len(table.objects) else tokens.copy()
         owners[tokens < 0] = -1
         unknown: list[int] = []
-        if (tokens < 0).any():  # aged hook operations, and those the Python paths recorded
-            pending = self.pending
-            pop = pending.pop
-            aged = self.aged
-            token_of = self.token_of
-            for index in np.flatnonzero(tokens < 0).tolist():
-                correlation = int(correlations[index])
-                token = aged.get(correlation, -1)
-                if token >= 0:
-                    table = self.site_table()
-                    if not table.multi[token]:
-                        del aged[correlation]
-                    tokens[index] = token
-                    operations[index] = table.objects[token]
-                    owners[index] = table.thread[token]
-                    continue
-                operation = pop(correlation, None)
-                operations[index] = operation
-                if operation is None:
-                    unknown.append(index)
-                    continue
-                if operation[OP_MULTI]:
-                    pending[operation[OP_CORRELATION]] = operation  # more activities will come
-                owners[index] = self.thread_number(operation[OP_THREAD])
-                # The C hook's slow path gave this site a token (operation_token).
-                tokens[index] = token_of.get(site_key(operation), -1)
-            self.site_table()  # tokens newer than the table: rebuilt now, not per batch
+        # Activities without a token: aged hook operations, and those Python recorded.
+        pending = self.pending
+        pop = pending.pop
+        aged = self.aged
+        token_of = self.token_of
+        for index in np.flatnonzero(tokens < 0).tolist():
+            correlation = int(correlations[index])
+            token = aged.get(correlation, -1)
+            if token >= 0:
+                table = self.site_table()
+                if not table.multi[token]:
+                    del aged[correlation]
+                tokens[index] = token
+                operations[index] = table.objects[token]
+                owners[index] = table.thread[token]
+                continue
+            operation = pop(correlation, None)
+            operations[index] = operation
+            if operation is None:
+                unknown.append(index)
+                continue
+            if operation[OP_MULTI]:
+                pending[operation[OP_CORRELATION]] = operation  # more activities will come
+            owners[index] = self.thread_number(operation[OP_THREAD])
+            # The C hook's slow path gave this site a token (operation_token).
+            tokens[index] = token_of.get(site_key(operation), -1)
+        self.site_table()  # tokens newer than the table: rebuilt now, not per batch
         if len(self.inner):
             # Last, the inner driver calls: an activity that carries the id of an operation
             # recorded in Python (a slow path) belongs to that operation, whatever id the
             # inner call had (CUPTI may give both one id).
             unknown = self._claim_inner(correlations, unknown, tokens, operations, owners)
-        captures = None
+        return Matched(records, operations, owners, tokens, unknown, self._captures(records))
+
+    def _captures(self, records: np.ndarray) -> list[Operation | None] | None:
+        """Per activity, the operation that made its graph node (None: no graph node known)."""
         nodes = records["graph_node"]
-        if nodes.any() and self.graph_nodes:
-            captures = [self.capture_of(node) if node else None for node in nodes.tolist()]
-            self.stats.graph_activities += sum(c is not None for c in captures)
-            if not any(c is not None for c in captures):
-                captures = None
-        return Matched(records, operations, owners, tokens, unknown, captures)
+        if not self.graph_nodes or not nodes.any():
+            return None
+        captures = [self.capture_of(node) if node else None for node in nodes.tolist()]
+        self.stats.graph_activities += sum(c is not None for c in captures)
+        return captures if any(c is not None for c in captures) else None
 
     def _match_native(self, correlations: np.ndarray) -> np.ndarray:
         """Each record's token from the C hook's operations (-1: none), with numpy.

@@ -46,7 +46,7 @@ from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.attribution import Attributor, KernelTable, transplant
 from pyhpctk.measure.gpu.cubin import kernel_entries, save_gpubin
 from pyhpctk.measure.gpu.instructions import FineAttribution
-from pyhpctk.measure.gpu.matching import Matcher
+from pyhpctk.measure.gpu.matching import Matcher, SiteOperations
 from pyhpctk.measure.gpu.operations import (
     DEFERRED,
     FIRST_FOREIGN_THREAD,
@@ -458,14 +458,23 @@ class GpuMonitor:
         stats.matched += len(records) - len(unknown)
         names = list(functions)
         batches: list[Batch] = []
-        threads = np.unique(owners[owners >= 0])
+        threads = np.flatnonzero(np.bincount(owners[owners >= 0]))  # (no sort: few threads)
         if len(threads) == 1 and not unknown:  # the common case: one thread, all matched
             batches.append((records, cast("list[Operation]", operations), names, tokens, captures))
         elif len(threads):
-            every = np.fromiter(operations, dtype=object, count=len(operations))
+            every = (
+                operations
+                if isinstance(operations, SiteOperations)
+                else np.fromiter(operations, dtype=object, count=len(operations))
+            )
             for number in threads.tolist():
                 indices = np.flatnonzero(owners == number)
-                ops = cast("list[Operation]", every[indices].tolist())
+                ops = cast(
+                    "list[Operation]",
+                    every.take(indices)
+                    if isinstance(every, SiteOperations)
+                    else every[indices].tolist(),
+                )
                 caught = None if captures is None else [captures[i] for i in indices.tolist()]
                 batches.append((records[indices], ops, names, tokens[indices], caught))
         unknown_ops: list[Operation] = []
@@ -475,6 +484,7 @@ class GpuMonitor:
             stats.internal += internal
             stats.unmatched += len(unknown) - internal
             unknown_ops = self._unknown_operations(records[unknown])
+            assert isinstance(operations, list)  # (SiteOperations: every one was matched)
             for position, index in enumerate(unknown):
                 operations[index] = unknown_ops[position]
         attribute = self.attributor.attribute

@@ -19,6 +19,7 @@ from pyhpctk.measure.gpu.channels import SpscChannel
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Sequence
     from typing import Final, TypeAlias
 
     import numpy as np
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     Operation: TypeAlias = "tuple[int, int, int, int, GpuThread, ThreadCCT, bool]"
     Batch: TypeAlias = (
-        "tuple[np.ndarray, list[Operation], list[str], np.ndarray | None,"
+        "tuple[np.ndarray, Sequence[Operation], list[str], np.ndarray | None,"
         " list[Operation | None] | None]"
     )
 

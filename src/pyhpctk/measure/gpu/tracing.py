@@ -28,6 +28,8 @@ from pyhpctk.measure.gpu.streams import StreamTrace, write_stream_files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyhpctk.measure.cct import MetricKind
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.attribution import KernelTable
@@ -48,7 +50,7 @@ class TraceRouter:
         self.wake = threading.Semaphore(0)  # the tracing thread waits on it
 
     def route(
-        self, records: np.ndarray, operations: list[Operation | None], names: list[str]
+        self, records: np.ndarray, operations: Sequence[Operation | None], names: list[str]
     ) -> None:
         """Monitor thread: each stream's records and operations on its trace channel."""
         keys = np.stack([records["device"], records["context"], records["stream"]], axis=1)
