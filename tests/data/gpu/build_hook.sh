@@ -7,7 +7,6 @@ python=${1:-python3}
 read -r include suffix < <("$python" -c 'import sysconfig as s; print(s.get_paths()["include"], s.get_config_var("EXT_SUFFIX"))')
 src=$(dirname "$0")/../../../src/pyhpctk/measure
 flags="-O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC -I$include"
-${CC:-gcc} $flags "$src"/gpu/_cuptihook.c "$src"/gpu/_cuptihook_sites.c \
-  "$src"/gpu/_cuptihook_buffers.c -o "$src/gpu/_cuptihook$suffix" -ldl -lpthread || exit 1
-${CC:-gcc} $flags "$src"/engine_c/module.c "$src"/engine_c/handler.c "$src"/engine_c/threads.c \
-  "$src"/engine_c/unwind.c "$src"/engine_c/modules.c "$src"/engine_c/natives.c -o "$src/_engine$suffix" -lrt -lpthread
+# every C file of each part, as setup.py's HOOK_PARTS and engine sources list them
+${CC:-gcc} $flags "$src"/gpu/_cuptihook*.c -o "$src/gpu/_cuptihook$suffix" -ldl -lpthread || exit 1
+${CC:-gcc} $flags "$src"/engine_c/*.c -o "$src/_engine$suffix" -lrt -lpthread
