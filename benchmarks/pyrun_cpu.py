@@ -76,11 +76,27 @@ def timed(name, function, *args):
     cpu[name] = cpu.get(name, 0.0) + time.thread_time() - t0
 
 PROCESS_START = time.process_time()
+MAIN_START = time.thread_time()
+
+def thread_clocks():
+    # every thread's CPU time by kernel name (pyrun's own: pyrun-drain, pyrun-monitor)
+    import os
+    clocks = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as stream:
+                name = stream.read().strip()
+            seconds = time.clock_gettime(((~int(task)) << 3) | 6)  # MAKE_THREAD_CPUCLOCK
+        except (OSError, ValueError):
+            continue
+        clocks[name] = clocks.get(name, 0.0) + seconds
+    return clocks
 
 def done(work_seconds):
     with open(TRUTH, "w") as out:
         process_cpu = time.process_time() - PROCESS_START
-        json.dump({"cpu": cpu, "work": work_seconds, "process_cpu": process_cpu}, out)
+        json.dump({"cpu": cpu, "work": work_seconds, "process_cpu": process_cpu,
+                   "main_cpu": time.thread_time() - MAIN_START, "threads": thread_clocks()}, out)
 """
 
 WORKLOADS = {

@@ -223,8 +223,7 @@ def test_c_loop_nests_appear_under_their_calling_lines_with_their_share(
     light = _function_time(db, "light", light_line)
     assert heavy == pytest.approx(truth["heavy"], rel=0.2), (heavy, truth)
     assert light == pytest.approx(truth["light"], rel=0.3), (light, truth)
-    # the split between them as the program measured it (about 3 : 1 by design; under load
-    # the program's own clocks say how it really ran)
+    # the split the program measured itself (about 3:1 by design; a loaded machine moves it)
     assert heavy / light == pytest.approx(truth["heavy"] / truth["light"], rel=0.25), (
         heavy,
         light,

@@ -560,3 +560,29 @@ def test_an_engine_record_drained_after_an_idle_mark_does_not_send_the_trace_bac
     assert len(times) == 3
     assert times == sorted(times), times
     assert times[0] == now - 50_000_000
+
+
+def test_a_thread_the_engine_saw_end_is_written_and_forgotten_at_the_drain(tmp_path: Path) -> None:
+    """An ended thread's entries walk its CCT (native frames and Python frames alike), then the
+    drain writes its profile and drops its state: nothing is left to write it again at exit."""
+    import threading as _threading
+
+    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.engine import NATIVE_BIT, TIMER_CPU, EngineSampler
+    from pyhpctk.measure.session import Session
+
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    ident, tid = 0x7F00DEAD0000, _threading.get_native_id()  # a thread Python never started
+    fid = session.functions.named("work")
+    native = NATIVE_BIT | 5 << 48 | 0x1234
+
+    class FakeEngine:
+        def drain(self, *_: object) -> list[object]:
+            entries = [(0, [fid << 32 | 7, native], TIMER_CPU, 1, 5_000_000, 0, 0)]
+            return [(ident, tid, 0, 1, entries)]
+
+    sampler = EngineSampler(session, FakeEngine())  # type: ignore[arg-type]
+    sampler.drain()
+    assert ident not in session.states
+    (written,) = tmp_path.glob("*.hpcrun")
+    assert written.stat().st_size > 0

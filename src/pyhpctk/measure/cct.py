@@ -300,6 +300,11 @@ class ThreadCCT:
             node = self._new_node(parent, lm, ip, unwound)
         return node
 
+    def new_child(self, parent: int, lm: int, ip: int) -> int:
+        """A new node for frame ``(lm, ip)`` under ``parent``, which has none yet (the caller
+        looked in :attr:`child_of`)."""
+        return self._new_node(parent, lm, ip, True)
+
     def placeholder(self, parent: int, text: str) -> int:
         """The placeholder node ``text`` (``GPUKernl``, ``NoActvty``...) under ``parent``."""
         return self.child(parent, PLACEHOLDER_LM, placeholder_ip(text))

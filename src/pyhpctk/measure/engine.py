@@ -218,8 +218,10 @@ class EngineSampler:
             state = self._state_of(key, tid)
             seen.add(key)
             cct = state.cct
-            child_of = cct.child_of
+            find = cct.child_of.get
+            new_node = cct.new_child
             nodes = state.path_nodes
+            append = nodes.append
             values = cct.values_of(kind)
             node = nodes[-1] if nodes else cct.fence
             self.entries += len(entries)
@@ -233,12 +235,12 @@ class EngineSampler:
                     node = nodes[-1] if nodes else cct.fence
                 for ip in ips:
                     if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
-                        child = (node, (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK)
+                        frame_lm, ip = (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK
                     else:
-                        child = (node, lm, ip)
-                    found = child_of.get(child)
-                    node = cct.child(*child) if found is None else found
-                    nodes.append(node)
+                        frame_lm = lm
+                    found = find((node, frame_lm, ip))
+                    node = new_node(node, frame_lm, ip) if found is None else found
+                    append(node)
                 for metric, field in rules[timer][gil]:
                     value = wall if field else cpu
                     if value > 0:

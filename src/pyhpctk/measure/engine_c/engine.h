@@ -112,7 +112,8 @@ typedef struct Slot {
     uint32_t prev_depth;
     int force_full;
     uint64_t dropped;       /* samples not written: the ring was full (deltas carried) */
-    uint64_t random;        /* xorshift state: the next CPU period is drawn in [p/2, 3p/2] */
+    uint64_t random;        /* xorshift state: the CPU period is drawn in [p/2, 3p/2] */
+    uint32_t redraw_in;     /* samples before the next draw of the CPU period */
     uint64_t samples;
     /* the ring */
     uint8_t *ring;
@@ -156,6 +157,7 @@ extern Slot engine_slots[ENGINE_MAX_SLOTS];
 #define ENGINE_FD_TABLE 65536
 #define ENGINE_FD_VALID (1ull << 63)
 #define ENGINE_PERF_MAX_THREADS 256 /* beyond: timers (each counter holds a file descriptor) */
+#define ENGINE_PERF_BUDGET 2 /* overflows a counter may signal before the handler has run */
 extern _Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
 
 /* -- native frames (unwind.c) ----------------------------------------------------------------- */
@@ -227,7 +229,7 @@ typedef struct {
 } Fde;
 
 extern _Atomic(NativeTable *) engine_native_table;
-void engine_native_refresh(int maps);
+int engine_native_refresh(int maps); /* 1: the table changed */
 int engine_find_fde(const NativeModule *m, uintptr_t pc, Fde *fde);
 void engine_native_free_retired(void);
 void engine_native_after_fork_child(void);

@@ -380,18 +380,31 @@ static void take_sample(Slot *slot, int timer, void *context) {
     }
 }
 
-/* A perf counter stops after each overflow (one pending signal at most, even for a thread that
- * blocks it); re-arm it for the next, after a period drawn uniformly in [p/2, 3p/2]: a fixed
- * period would alias with loops whose iterations last about as long (a share of them would
- * never be sampled), as the Python sampler's stratified wake-ups avoided. */
+/* A perf counter stays enabled from one overflow to the next: armed with a budget of
+ * ENGINE_PERF_BUDGET overflows (PERF_EVENT_IOC_REFRESH), it gets one back per sample here, so a
+ * thread that blocks the signal holds at most that many pending and its counter stops until
+ * they are handled: never a growing queue of realtime signals eating the user's
+ * RLIMIT_SIGPENDING. (A budget of one, the counter stopped at each overflow and restarted here,
+ * costs the kernel a cross-call and an hrtimer cancel and restart per sample: about 5 us on the
+ * development VM, benchmarks/RESULTS.md.) Every 1 to 15 samples the period is redrawn uniformly
+ * in [p/2, 3p/2] (PERF_EVENT_IOC_PERIOD restarts the counter's hrtimer, the same price again): a
+ * fixed period would alias with loops whose iterations last about as long (a share of them
+ * would never be sampled), as the Python sampler's stratified wake-ups avoided; a phase drawn
+ * afresh every few samples spreads the samples over such a loop as well. */
 static void rearm_counter(Slot *slot, int fd) {
-    uint64_t period = (uint64_t)engine.period_ns[TIMER_CPU], x = slot->random;
+    uint64_t x = slot->random;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
     slot->random = x;
-    uint64_t next = period / 2 + x % (period + 1);
-    ioctl(fd, PERF_EVENT_IOC_PERIOD, &next);
+    if (slot->redraw_in == 0) {
+        uint64_t period = (uint64_t)engine.period_ns[TIMER_CPU];
+        uint64_t next = period / 2 + x % (period + 1);
+        ioctl(fd, PERF_EVENT_IOC_PERIOD, &next);
+        slot->redraw_in = (uint32_t)((x >> 40) % 15);
+    } else {
+        slot->redraw_in--;
+    }
     ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
 }
 

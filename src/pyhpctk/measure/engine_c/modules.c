@@ -231,8 +231,8 @@ static void retire(NativeTable *old) {
 }
 
 /* Rebuild the table if the loader's module list changed (or `maps` asks for the mappings anew:
- * a new thread's stack). Never from a handler. */
-void engine_native_refresh(int maps) {
+ * a new thread's stack). Never from a handler. Returns 1 when it built a new table. */
+int engine_native_refresh(int maps) {
 #if defined(__x86_64__)
     /* Under the table lock, which pyrun's fork handler takes: a fork never happens while this
      * thread holds the loader's lock in dl_iterate_phdr (a forked child would inherit it held:
@@ -245,7 +245,7 @@ void engine_native_refresh(int maps) {
     if (old != NULL && counts[0] == last_adds && counts[1] == last_subs && !maps) {
         pthread_mutex_unlock(&refresh_lock);
         engine_unlock();
-        return;
+        return 0;
     }
     NativeTable *table = calloc(1, sizeof(NativeTable));
     Collect c = {NULL, NULL, 0, 0, 0, 0, (uintptr_t)getauxval(AT_SYSINFO_EHDR)};
@@ -256,7 +256,7 @@ void engine_native_refresh(int maps) {
         free(c.mods);
         pthread_mutex_unlock(&refresh_lock);
         engine_unlock();
-        return;
+        return 0;
     }
     qsort(c.mods, c.used, sizeof(NativeModule), by_text);
     table->mods = c.mods;
@@ -284,8 +284,10 @@ void engine_native_refresh(int maps) {
     pthread_mutex_unlock(&refresh_lock);
     engine_unlock();
     retire(old);
+    return 1;
 #else
     (void)maps;
+    return 0;
 #endif
 }
 

@@ -11,7 +11,8 @@
  * Python threads arm their own timers when they start (pyrun's thread hook). Every other thread
  * (BLAS and OpenMP pools, threads of C++ libraries) is found by the monitor, a native thread
  * with every signal blocked: it checks the number of threads (the link count of
- * /proc/self/task) every few milliseconds, and lists /proc/self/task when that changed or every
+ * /proc/self/task) every 20 ms while threads or modules come and go, backing off to every
+ * 100 ms once they have not for a while, and lists /proc/self/task when that changed or every
  * MONITOR_FULL_SCAN_NS anyway; a new thread gets a slot and timers, created from the monitor
  * (timer_create may name any thread of the process), and a thread gone from the list is
  * disarmed and marked ended. A thread found after measurement began counts its CPU time from
@@ -38,8 +39,9 @@
 
 #include "engine.h"
 
-#define MONITOR_POLL_NS 20000000ll      /* thread count check */
-#define MONITOR_FULL_SCAN_NS 100000000ll /* full listing even when the count did not change */
+#define MONITOR_POLL_MIN_NS 20000000ll  /* thread count check, while threads come and go */
+#define MONITOR_POLL_MAX_NS 100000000ll /* ... and once they have not for a while */
+#define MONITOR_FULL_SCAN_NS 200000000ll /* full listing even when the count did not change */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t monitor_thread;
@@ -122,6 +124,7 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     slot->dropped = 0;
     slot->samples = 0;
     slot->random = next_random() | 1;
+    slot->redraw_in = 0;
     atomic_store(&slot->head, 0);
     atomic_store(&slot->tail, 0);
     slot->resolved_depth = 0;
@@ -171,10 +174,10 @@ static int arm_perf(Slot *slot, uint64_t value) {
         return -1;
     }
     atomic_store_explicit(&engine_fd_slot[fd], value | ENGINE_FD_VALID, memory_order_release);
-    /* Enabled for one overflow at a time: the handler re-arms it (PERF_EVENT_IOC_REFRESH), so
-     * a thread that blocks the signal has at most one pending, never a growing queue of
-     * realtime signals eating the user's RLIMIT_SIGPENDING. */
-    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
+    /* Enabled for ENGINE_PERF_BUDGET overflows; the handler gives one back per sample
+     * (handler.c, rearm_counter), so a thread that blocks the signal has at most that many
+     * pending, never a growing queue of realtime signals eating the user's RLIMIT_SIGPENDING. */
+    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, ENGINE_PERF_BUDGET) != 0) {
         atomic_store(&engine_fd_slot[fd], 0);
         close(fd);
         return -1;
@@ -271,10 +274,42 @@ void engine_forget_ended(pid_t tid) {
 
 /* -- the monitor thread ------------------------------------------------------------------------- */
 
+/* The number of threads: the link count of /proc/self/task, through a descriptor the monitor
+ * opened (fstat: no path walk through procfs at every poll). The program may close that
+ * descriptor and reuse its number: a descriptor that is no longer that directory is let go
+ * (not closed: it is not ours any more) and the path is used from then on. */
+static int monitor_dir_fd = -1;
+static dev_t monitor_dir_dev;
+static ino_t monitor_dir_ino;
+
 static int task_count(void) {
     struct stat st;
+    if (monitor_dir_fd >= 0) {
+        if (fstat(monitor_dir_fd, &st) == 0 && st.st_dev == monitor_dir_dev &&
+            st.st_ino == monitor_dir_ino)
+            return (int)st.st_nlink;
+        monitor_dir_fd = -1;
+    }
     if (stat("/proc/self/task", &st) != 0) return -1;
     return (int)st.st_nlink;
+}
+
+static void open_task_dir(void) {
+    struct stat st;
+    monitor_dir_fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (monitor_dir_fd >= 0 && fstat(monitor_dir_fd, &st) != 0) {
+        close(monitor_dir_fd);
+        monitor_dir_fd = -1;
+    }
+    if (monitor_dir_fd >= 0) {
+        monitor_dir_dev = st.st_dev;
+        monitor_dir_ino = st.st_ino;
+    }
+}
+
+static void close_task_dir(void) {
+    if (monitor_dir_fd >= 0) close(monitor_dir_fd);
+    monitor_dir_fd = -1;
 }
 
 /* List /proc/self/task: new threads get slots and timers, vanished ones are marked ended. */
@@ -329,22 +364,29 @@ static void *monitor_main(void *unused) {
     (void)unused;
     prctl(PR_SET_NAME, "pyrun-monitor", 0, 0, 0); /* top, ps -L and py-spy show it as pyrun's */
     __atomic_store_n(&engine.monitor_tid, engine_gettid(), __ATOMIC_RELEASE);
+    open_task_dir();
     int last_count = -1;
-    int64_t last_scan = 0;
+    int64_t last_scan = 0, pause_ns = MONITOR_POLL_MIN_NS;
     while (!atomic_load(&monitor_stop)) {
-        struct timespec pause = {0, MONITOR_POLL_NS};
+        struct timespec pause = {0, (long)pause_ns};
         nanosleep(&pause, NULL);
         if (atomic_load(&monitor_stop)) break;
         int count = task_count();
         int64_t now = engine_clock_ns(CLOCK_MONOTONIC);
         /* modules dlopen'ed or dlclose'd, and new threads' stacks, before they are sampled */
-        if (engine.native) engine_native_refresh(count != last_count);
+        int modules = engine.native ? engine_native_refresh(count != last_count) : 0;
         if (count != last_count || now - last_scan >= MONITOR_FULL_SCAN_NS) {
             scan_threads(0);
-            last_count = count;
             last_scan = now;
         }
+        /* each wake-up costs tens of microseconds of CPU on a virtual machine: poll quickly
+         * while threads or modules come and go, then back off */
+        if (count != last_count || modules) pause_ns = MONITOR_POLL_MIN_NS;
+        else if (pause_ns < MONITOR_POLL_MAX_NS) pause_ns *= 2;
+        if (pause_ns > MONITOR_POLL_MAX_NS) pause_ns = MONITOR_POLL_MAX_NS;
+        last_count = count;
     }
+    close_task_dir();
     return NULL;
 }
 
@@ -380,6 +422,7 @@ void engine_threads_stop(void) {
  * timer ids mean nothing here: deleting one could delete a new timer of the child). */
 void engine_after_fork_child(void) {
     pthread_mutex_init(&table_lock, NULL);
+    close_task_dir(); /* the parent's monitor's, inherited: it lists the parent's threads */
     monitor_running = 0;
     engine.monitor_tid = 0;
     engine.nexcluded = 0;
