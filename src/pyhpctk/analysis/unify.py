@@ -130,6 +130,43 @@ def _key_hash(
     return key
 
 
+class _Buckets:
+    """Sorted 64-bit hashes with where each run of them with the same top bits starts, so a
+    lookup scans about one entry instead of a binary search (whose random probes cost ~100 ns
+    a key).
+
+    Hashes are spread evenly (:func:`_path_mix`), so with about as many buckets as entries a
+    bucket holds one entry on average and a few at most.
+    """
+
+    __slots__ = ("bounds", "keys", "shift")
+
+    def __init__(self, sorted_keys: npt.NDArray[np.uint64]) -> None:
+        bits = max(len(sorted_keys).bit_length(), 1)
+        self.shift = np.uint64(64 - bits)
+        widths = np.bincount((sorted_keys >> self.shift).astype(np.intp), minlength=1 << bits)
+        starts = np.zeros((1 << bits) + 1, dtype=np.intp)
+        np.cumsum(widths, out=starts[1:])
+        self.bounds = np.stack([starts[:-1], starts[1:]], axis=1)  # one gather finds both
+        # The keys and one more, the largest hash, that no key is less than.
+        self.keys = np.append(sorted_keys, np.uint64(2**64 - 1))
+
+    def search(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+        """The first position whose key is not less than each of ``keys`` (searchsorted's
+        left side), clipped to the last position."""
+        bounds = self.bounds[(keys >> self.shift).astype(np.intp)]
+        at = np.ascontiguousarray(bounds[:, 0])
+        # In its bucket, a key's place is after the entries less than it (the bucket's end
+        # when all are: the next bucket's first entry is larger).
+        active = np.flatnonzero(self.keys[at] < keys)
+        while len(active):
+            at[active] += 1
+            where = at[active]
+            active = active[(where < bounds[active, 1]) & (self.keys[where] < keys[active])]
+        np.minimum(at, max(len(self.keys) - 2, 0), out=at)
+        return at
+
+
 class _Columns:
     """A tree's nodes as numpy columns plus two sorted hash indexes, for vectorised lookups:
     by (parent, key) and by whole call path."""
@@ -141,6 +178,7 @@ class _Columns:
         "offset",
         "parent",
         "path",
+        "path_buckets",
         "path_nodes",
         "path_sorted",
         "unwound",
@@ -162,6 +200,7 @@ class _Columns:
         self.path: npt.NDArray[np.uint64] | None = None
         self.path_sorted: npt.NDArray[np.uint64] | None = None
         self.path_nodes: npt.NDArray[np.int64] | None = None
+        self.path_buckets: _Buckets | None = None
 
     @classmethod
     def of(cls, parent: list[int], keys: list[RawKey]) -> _Columns:
@@ -201,6 +240,12 @@ class _Columns:
             order = np.argsort(path, kind="stable").astype(np.int64)
             self.path_sorted, self.path_nodes = path[order], order
         return self.path_sorted, self.path_nodes
+
+    def path_search(self, path: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+        """``np.searchsorted(sorted path hashes, path)``, clipped to the last position."""
+        if self.path_buckets is None:
+            self.path_buckets = _Buckets(self.path_index()[0])
+        return self.path_buckets.search(path)
 
     def find(
         self,
@@ -260,7 +305,7 @@ class _Columns:
         self.code = np.concatenate([self.code, code])
         self.offset = np.concatenate([self.offset, offset])
         self.unwound = np.concatenate([self.unwound, unwound])
-        self.path = self.path_sorted = self.path_nodes = None
+        self.path = self.path_sorted = self.path_nodes = self.path_buckets = None
 
     def append_paths(
         self,
@@ -278,6 +323,7 @@ class _Columns:
         at = np.searchsorted(sorted_paths, path[order], side="right")
         self.path_sorted = np.insert(sorted_paths, at, path[order])
         self.path_nodes = np.insert(nodes, at, base + order.astype(np.int64))
+        self.path_buckets = None
         self.path = np.concatenate([self.paths(), path])
         self.parent = np.concatenate([self.parent, parent])
         self.code = np.concatenate([self.code, code])
@@ -287,21 +333,27 @@ class _Columns:
 
 
 def _depths(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
-    """Each node's depth (roots 0), by pointer jumping: a pass adds the depth climbed so far
-    by each node's current ancestor and moves to that ancestor's, so ``log2(depth)`` passes
-    over the nodes not yet at the top do it (not one pass per level)."""
+    """Each node's depth (roots 0), by pointer jumping: a pass adds to each node the depth of
+    its current ancestor's climb and moves it to that ancestor's ancestor, so ``log2(depth)``
+    passes do it (not one per level). The roots' ancestor is a slot past the nodes that climbs
+    no further, and two buffers take turns, so a pass allocates nothing."""
     n = len(parent)
-    up = parent.astype(np.intp)  # indices: numpy would convert narrower ones on every use
-    depth = np.zeros(n, dtype=np.int32)
-    active = np.flatnonzero(up >= 0)
-    depth[active] = 1
-    while len(active):
-        above = up[active]
-        depth[active] += depth[above]
-        above = up[above]
-        up[active] = above
-        active = active[above >= 0]
-    return depth
+    up = np.empty(n + 1, dtype=np.intp)
+    np.copyto(up[:n], parent)
+    up[:n][parent < 0] = n
+    up[n] = n
+    depth = np.empty(n + 1, dtype=np.int32)
+    np.not_equal(up, n, out=depth)
+    above = np.empty_like(up)
+    climbed = np.empty_like(depth)
+    while True:
+        np.take(up, up, out=above)
+        if np.array_equal(above, up):  # every node's ancestor is the top: done
+            break
+        np.take(depth, up, out=climbed)
+        depth += climbed
+        up, above = above, up
+    return depth[:n]
 
 
 def _levels(parent: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
@@ -451,8 +503,7 @@ class RawTree:
             return self._merge_by_levels(other)
         sorted_paths, nodes = mine.path_index()
         path = theirs.paths()
-        at = np.searchsorted(sorted_paths, path)
-        np.minimum(at, len(sorted_paths) - 1, out=at)
+        at = mine.path_search(path)
         hit = sorted_paths[at] == path
         everywhere = bool(hit.all())  # the usual case: no new call path
         # ``mapping`` with one more slot, -1, that a root's parent (-1) reads: a node's
