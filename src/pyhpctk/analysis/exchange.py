@@ -141,11 +141,12 @@ def outgoing(
     children, child_owner = _foreign_children(owners, start, stop, loop_children, loop_parents)
     for m in planes:
         block = m.load(spill)
-        ids = block.ctx_ids().astype(np.int64)
+        ids = block.ctx_ids()
         bounds = block.bounds().astype(np.int64)
         # Blocks are sorted by context and owners hold contiguous ranges: one search cuts
-        # the block into the owners' slices.
-        cut = np.searchsorted(ids, owners)
+        # the block into the owners' slices (context ids are 32-bit: so are the owners here,
+        # not to widen every block's ids).
+        cut = np.searchsorted(ids, np.minimum(owners, 2**32 - 1).astype(np.uint32))
         if cut[-1] > cut[0]:
             at = bounds[cut].tolist()
             cuts = cut.tolist()
@@ -203,14 +204,14 @@ def _foreign_children(
 
 def _children_values(
     block: profiledb.ProfileValues,
-    ids: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.uint32],
     bounds: npt.NDArray[np.int64],
     children: npt.NDArray[np.int64],
     child_owner: npt.NDArray[np.int64],
     parts: list[list[list[npt.NDArray[Any]]]],
 ) -> None:
     """One profile's ``function`` values of the foreign loop children, to their loops' owners."""
-    at_child = np.minimum(np.searchsorted(ids, children), len(ids) - 1)
+    at_child = np.minimum(np.searchsorted(ids, children.astype(np.uint32)), len(ids) - 1)
     present = ids[at_child] == children
     if not np.any(present):
         return
@@ -244,7 +245,9 @@ def own_window(
     arrays = received.arrays
     metric, value = arrays[METRIC], arrays[VALUE]
     n, span = len(value), hi - lo
-    used = np.flatnonzero(np.bincount(metric, minlength=1)).astype(np.int64)
+    seen = np.zeros(1 << 16, dtype=bool)  # metric ids are 16-bit (profile.db's)
+    seen[metric] = True  # (bincount would copy them to 64 bits first)
+    used = np.flatnonzero(seen).astype(np.int64)
     n_ids = max(len(used), 1)
     # 32-bit keys and positions where they fit: half the memory traffic of this stage.
     kind = np.int32 if max(span * n_ids, n) < 1 << 31 else np.int64
