@@ -139,30 +139,33 @@ class _Buckets:
     bucket holds one entry on average and a few at most.
     """
 
-    __slots__ = ("bounds", "keys", "shift")
+    __slots__ = ("keys", "shift", "starts")
 
     def __init__(self, sorted_keys: npt.NDArray[np.uint64]) -> None:
         bits = max(len(sorted_keys).bit_length(), 1)
         self.shift = np.uint64(64 - bits)
-        widths = np.bincount((sorted_keys >> self.shift).astype(np.intp), minlength=1 << bits)
-        starts = np.zeros((1 << bits) + 1, dtype=np.intp)
-        np.cumsum(widths, out=starts[1:])
-        self.bounds = np.stack([starts[:-1], starts[1:]], axis=1)  # one gather finds both
+        widths = np.bincount((sorted_keys >> self.shift).view(np.int64), minlength=1 << bits)
+        self.starts = np.zeros((1 << bits) + 1, dtype=np.intp)
+        np.cumsum(widths, out=self.starts[1:])
         # The keys and one more, the largest hash, that no key is less than.
         self.keys = np.append(sorted_keys, np.uint64(2**64 - 1))
 
     def search(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
         """The first position whose key is not less than each of ``keys`` (searchsorted's
         left side), clipped to the last position."""
-        bounds = self.bounds[(keys >> self.shift).astype(np.intp)]
-        at = np.ascontiguousarray(bounds[:, 0])
+        bucket = (keys >> self.shift).view(np.intp)  # below 2**63: the same numbers
+        at = self.starts[bucket]
         # In its bucket, a key's place is after the entries less than it (the bucket's end
         # when all are: the next bucket's first entry is larger).
         active = np.flatnonzero(self.keys[at] < keys)
-        while len(active):
-            at[active] += 1
-            where = at[active]
-            active = active[(where < bounds[active, 1]) & (self.keys[where] < keys[active])]
+        if len(active):
+            end = self.starts[bucket[active] + 1]
+            inside = np.arange(len(active))
+            while len(active):
+                at[active] += 1
+                where = at[active]
+                more = (where < end[inside]) & (self.keys[where] < keys[active])
+                active, inside = active[more], inside[more]
         np.minimum(at, max(len(self.keys) - 2, 0), out=at)
         return at
 
@@ -347,10 +350,10 @@ def _depths(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
     above = np.empty_like(up)
     climbed = np.empty_like(depth)
     while True:
-        np.take(up, up, out=above)
+        np.take(up, up, out=above, mode="clip")  # (every index is in range; "raise" copies)
         if np.array_equal(above, up):  # every node's ancestor is the top: done
             break
-        np.take(depth, up, out=climbed)
+        np.take(depth, up, out=climbed, mode="clip")
         depth += climbed
         up, above = above, up
     return depth[:n]
@@ -512,7 +515,7 @@ class RawTree:
         extended = np.empty(n + 1, dtype=np.int64)
         extended[n] = -1
         mapping = extended[:n]
-        np.take(nodes, at, out=mapping)
+        np.take(nodes, at, out=mapping, mode="clip")  # ("raise" would copy)
         del at
         if not everywhere:
             mapping[~hit] = -2
