@@ -14,7 +14,6 @@ same order on any number of ranks, so every rank count writes the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,41 +129,53 @@ def outgoing(
     """What this rank sends each owner in one round, profile by profile in index order.
 
     Each value is copied once, into the column it travels in. Slices of blocks kept in memory
-    are views until then; slices of blocks read back from the scratch file are copied at once,
-    so that only the round's values stay in memory, not whole blocks.
+    are views until then. Of a block in the scratch file, the context index is read, then only
+    the values of the round's contexts (the whole block when loops need their children's
+    values from elsewhere in it), so only the round's values stay in memory.
     """
     start, stop = int(owners[0]), int(owners[-1])
     parts: list[list[list[npt.NDArray[Any]]]] = [[[] for _ in range(9)] for _ in range(ranks)]
-    keep: Callable[[npt.NDArray[Any]], npt.NDArray[Any]] = (
-        (lambda a: a) if spill is None else np.ascontiguousarray
-    )
     children, child_owner = _foreign_children(owners, start, stop, loop_children, loop_parents)
+    # Context ids are 32-bit: so are the owners here, not to widen every block's ids.
+    limits = np.minimum(owners, 2**32 - 1).astype(np.uint32)
     for m in planes:
-        block = m.load(spill)
-        ids = block.ctx_ids()
-        bounds = block.bounds().astype(np.int64)
+        block: profiledb.ProfileValues | None = None
+        if spill is None or len(children):
+            block = m.load(spill)
+            index = block.ctx_indices
+        else:
+            index = spill.index(m.spilled_at, m.n_values, m.n_contexts)
+        ids = np.asarray(index["ctx_id"], dtype=np.uint32)
+        bounds = np.empty(len(index) + 1, dtype=np.int64)
+        bounds[:-1] = index["start"]
+        bounds[-1] = m.n_values
         # Blocks are sorted by context and owners hold contiguous ranges: one search cuts
-        # the block into the owners' slices (context ids are 32-bit: so are the owners here,
-        # not to widen every block's ids).
-        cut = np.searchsorted(ids, np.minimum(owners, 2**32 - 1).astype(np.uint32))
+        # the block into the owners' slices.
+        cut = np.searchsorted(ids, limits)
         if cut[-1] > cut[0]:
             at = bounds[cut].tolist()
             cuts = cut.tolist()
             lengths = np.diff(bounds)
-            metric_ids = block.values["metric_id"]
-            values = block.values["value"]
+            if block is not None:
+                first, values = 0, block.values
+                if spill is not None:  # keep only the round's values
+                    values = np.ascontiguousarray(values[at[0] : at[-1]])
+                    first = at[0]
+            else:
+                assert spill is not None
+                first, values = at[0], spill.values(m.spilled_at, at[0], at[-1])
             for r in range(ranks):
                 c0, c1 = cuts[r], cuts[r + 1]
                 if c1 > c0:
-                    v0, v1 = at[r], at[r + 1]
+                    v0, v1 = at[r] - first, at[r + 1] - first
                     mine = parts[r]
-                    mine[METRIC].append(keep(metric_ids[v0:v1]))
-                    mine[VALUE].append(keep(values[v0:v1]))
+                    mine[METRIC].append(values["metric_id"][v0:v1])
+                    mine[VALUE].append(values["value"][v0:v1])
                     mine[RUN_CTX].append(ids[c0:c1])
                     mine[RUN_LEN].append(lengths[c0:c1])
                     mine[PROFILE].append(np.array([m.position + 1]))
                     mine[PROFILE_LEN].append(np.array([v1 - v0]))
-        if len(children) and len(ids):
+        if block is not None and len(children) and len(ids):
             _children_values(block, ids, bounds, children, child_owner, parts)
     counts = np.array(
         [[sum(len(a) for a in parts[r][f]) for f in range(9)] for r in range(ranks)],

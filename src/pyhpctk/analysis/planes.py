@@ -204,6 +204,19 @@ class Spill:
             np.frombuffer(raw, profiledb.PROFILE_VALUE_DTYPE, n_values, 0),
         )
 
+    def index(self, at: int, n_values: int, n_contexts: int) -> npt.NDArray[np.void]:
+        """The context index of the block stored at ``at`` (without its values)."""
+        size_v = n_values * profiledb.PROFILE_VALUE_DTYPE.itemsize
+        size_c = n_contexts * profiledb.PROFILE_CTX_INDEX_DTYPE.itemsize
+        raw = pread_all(self.fd, size_c, at + size_v)
+        return np.frombuffer(raw, profiledb.PROFILE_CTX_INDEX_DTYPE, n_contexts)
+
+    def values(self, at: int, first: int, last: int) -> npt.NDArray[np.void]:
+        """Values ``first..last-1`` of the block stored at ``at``."""
+        size = profiledb.PROFILE_VALUE_DTYPE.itemsize
+        raw = pread_all(self.fd, (last - first) * size, at + first * size)
+        return np.frombuffer(raw, profiledb.PROFILE_VALUE_DTYPE, last - first)
+
     def close(self) -> None:
         os.close(self.fd)
         with contextlib.suppress(OSError):
