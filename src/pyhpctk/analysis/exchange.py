@@ -260,21 +260,23 @@ def own_window(
     seen[metric] = True  # (bincount would copy them to 64 bits first)
     used = np.flatnonzero(seen).astype(np.int64)
     n_ids = max(len(used), 1)
-    # 32-bit keys and positions where they fit: half the memory traffic of this stage.
-    kind = np.int32 if max(span * n_ids, n) < 1 << 31 else np.int64
+    # Keys are numpy's index type: bincount and every fancy index would convert narrower ones
+    # (a whole copy, or a buffer a call).
+    kind = np.intp
     dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=kind)
     dense[used] = np.arange(len(used))
-    key = np.repeat((arrays[RUN_CTX].astype(kind) - lo) * n_ids, arrays[RUN_LEN])
+    run_key = arrays[RUN_CTX].astype(kind)
+    run_key -= lo
+    run_key *= n_ids
+    key = np.repeat(run_key, arrays[RUN_LEN])
+    del run_key
     key += dense[metric]
     counts = np.bincount(key, minlength=span * n_ids)
-    position = _context_major_positions(key, counts, arrays[PROFILE_LEN])
-    del key
     records = np.empty(n, cctdb.CCT_VALUE_DTYPE)
     sorted_value = np.empty(n, np.float64)
-    sorted_value[position] = value
+    _place_context_major(key, counts, arrays, sorted_value, records["prof_index"])
+    del key
     records["value"] = sorted_value
-    records["prof_index"][position] = np.repeat(arrays[PROFILE], arrays[PROFILE_LEN])
-    del position
     present = np.flatnonzero(counts).astype(np.int64)
     starts = (np.cumsum(counts) - counts)[present]
     u_local, u_metric = present // n_ids, used[present % n_ids] if len(used) else present
@@ -291,31 +293,37 @@ def own_window(
     return Window(pieces, size, n_metrics, summary)
 
 
-def _context_major_positions(
+def _place_context_major(
     key: npt.NDArray[np.integer[Any]],
     counts: npt.NDArray[np.int64],
-    profile_lengths: npt.NDArray[np.int32],
-) -> npt.NDArray[np.integer[Any]]:
-    """Where each value goes when sorted by ``key`` (``counts``: values per key), values of
-    one key in arrival order.
+    arrays: tuple[npt.NDArray[Any], ...],
+    sorted_value: npt.NDArray[np.float64],
+    prof_index: npt.NDArray[np.uint32],
+) -> None:
+    """Each received value and its profile.db index at its place when sorted by ``key``
+    (``counts``: values per key), values of one key in arrival order.
 
     Arrival order is profile order and a profile has at most one value per key, so each
-    profile's values move by one fancy-indexed step per profile (a counting sort). When the
-    key space is much larger than the values (a sparse window), a stable sort does it.
+    profile's values move by one fancy-indexed step per profile (a counting sort), straight
+    to their places. When the key space is much larger than the values (a sparse window), a
+    stable sort does it.
     """
+    value, profiles, lengths = arrays[VALUE], arrays[PROFILE], arrays[PROFILE_LEN]
     if len(counts) > 4 * len(key) + (1 << 20):
         position = np.empty(len(key), np.int64)
         position[np.argsort(key, kind="stable")] = np.arange(len(key))
-        return position
+        sorted_value[position] = value
+        prof_index[position] = np.repeat(profiles, lengths)
+        return
     fill = (np.cumsum(counts) - counts).astype(key.dtype)
-    position = np.empty(len(key), key.dtype)
     at = 0
-    for length in profile_lengths.tolist():
+    for profile, length in zip(profiles.tolist(), lengths.tolist(), strict=True):
         mine = key[at : at + length]
-        position[at : at + length] = fill[mine]
-        fill[mine] += 1
+        placed = fill[mine]
+        fill[mine] = placed + 1
+        sorted_value[placed] = value[at : at + length]
+        prof_index[placed] = profile
         at += length
-    return position
 
 
 def _block_pieces(
