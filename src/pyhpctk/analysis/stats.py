@@ -147,24 +147,28 @@ def scope_planes(
     (``execution``, through every edge; ``function``, through lexical edges) are summed up a
     depth level at a time in place, in the planes the scopes are stored in.
     """
-    n_metrics_total = int(metric.max()) + 1 if len(metric) else 1
-    keys = ctx * n_metrics_total + metric
-    unique_keys, inverse = np.unique(keys, return_inverse=True)
-    sums = np.bincount(inverse, weights=value, minlength=len(unique_keys))
-    del keys, inverse
-    point_ctx, point_metric = np.divmod(unique_keys, n_metrics_total)
-    metrics = _present(point_metric)
+    metrics = _present(metric)
     if nodes is None:
-        nodes = shape.closure(point_ctx)
+        nodes = shape.closure(ctx)
     # Each context's row: only entries at ``nodes`` are written, and only those (a context with
     # values, a parent of a node) are read, so the map needs no filling.
     local = np.empty(len(shape), dtype=np.intp)
     local[nodes] = np.arange(len(nodes))
-    planes = np.zeros((len(nodes), len(metrics), N_SCOPES), dtype=np.float64)
-    row = local[point_ctx]
-    column = np.searchsorted(metrics, point_metric)
+    # Point values summed per (row, column) in the order they come (bincount adds in input
+    # order, from 0.0), straight into a dense plane: no sort to group them.
+    n, m = len(nodes), len(metrics)
+    cell = local[ctx]
+    cell *= m
+    if m > 1:
+        column = np.zeros(int(metrics[-1]) + 1, dtype=np.intp)
+        column[metrics] = np.arange(m)
+        cell += column[metric]
+    point = np.bincount(cell, weights=value, minlength=n * m).reshape(n, m)
+    del cell
+    planes = np.empty((n, m, N_SCOPES), dtype=np.float64)
     for scope in (SCOPE_POINT, SCOPE_FUNCTION, SCOPE_EXECUTION):
-        planes[row, column, scope] = sums
+        planes[:, :, scope] = point
+    del point
     if len(nodes):
         execution = planes[:, :, SCOPE_EXECUTION]
         function = planes[:, :, SCOPE_FUNCTION]
