@@ -24,6 +24,13 @@ The launcher is ``--mpiexec`` (default: the one beside the Python interpreter, e
 on PATH); Open MPI gets ``--oversubscribe`` (and ``--allow-run-as-root`` when run as root),
 detected from ``mpiexec --version``. Everything goes to a temporary directory (``--dir``),
 removed at the end unless ``--keep``.
+
+``--allocations`` compiles a small ``malloc`` counter (C, with ``cc``), preloads it into every
+worker (``LD_PRELOAD``) and adds per stage the bytes allocated (arrays of 4 KiB and more: numpy's
+temporaries and copies; every thread of every rank, summed over ranks) per byte of input: how
+much fresh memory a stage touches for each byte it reads, the cost that grows when many ranks
+share a machine's memory bandwidth. It slows the run a little; compare it between runs, not
+the times.
 """
 
 from __future__ import annotations
@@ -214,6 +221,16 @@ def worker(args: argparse.Namespace) -> int:
     except ImportError:  # a checkout from before the one driver (--src)
         from pyhpctk.cli.pyprof_mpi import parse_size
 
+    counter = os.environ.get("PYPROF_BENCH_ALLOC")
+    if counter:
+        import ctypes
+
+        from pyhpctk.analysis import timing
+
+        library = ctypes.CDLL(counter)
+        library.allocount_bytes.restype = ctypes.c_ulonglong
+        if hasattr(timing, "count_allocations"):  # not in older checkouts (--src)
+            timing.count_allocations(lambda: int(library.allocount_bytes()))
     limit = parse_size(args.memory_limit) if args.memory_limit else None
     capped = "memory_limit" in inspect.signature(ProfOptions.build).parameters  # not before
     extra = {"memory_limit": limit} if limit and capped else {}
@@ -257,7 +274,7 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-SPLITS = ("mpi: ", "cpu: ")  # keys of the split of a stage (pyhpctk.analysis.timing)
+SPLITS = ("mpi: ", "cpu: ", "alloc: ")  # keys of the split of a stage (pyhpctk.analysis.timing)
 
 
 def stage_table(n: int, stages: list[dict[str, float]]) -> str:
@@ -277,21 +294,31 @@ def stage_table(n: int, stages: list[dict[str, float]]) -> str:
 
 
 def work_table(
-    n: int, stages: list[dict[str, float]], base: dict[str, float] | None
+    n: int, stages: list[dict[str, float]], base: dict[str, float] | None, input_bytes: int = 0
 ) -> tuple[str, dict[str, float]]:
     """Per stage: wall seconds (rank 0, of which in MPI collectives; the slowest rank) and CPU
     seconds of work outside collectives (rank 0, the busiest rank, the sum over ranks, and that
     sum over ``base``'s, the first run's: 1.00 when the work divides among ranks with no
-    overhead). Returns the table and this run's sums."""
+    overhead); with ``--allocations``, the bytes allocated summed over ranks per input byte.
+    Returns the table and this run's sums."""
     names = [
         k[len("cpu: ") :] for k in dict.fromkeys(k for t in stages for k in t) if k[:5] == "cpu: "
     ]
+    counted = input_bytes > 0 and any("alloc: " + name in t for t in stages for name in names)
     lines = [
         f"{n} ranks, wall and work per stage (work: CPU s outside MPI collectives, all threads):",
         "| stage | rank 0 wall (in MPI) | slowest wall | rank 0 work | busiest work "
-        "| work summed over ranks | sum / first run's |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| work summed over ranks | sum / first run's |"
+        + (" allocated summed over ranks (MB) | per input byte |" if counted else ""),
+        "| --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if counted else ""),
     ]
+
+    def allocated(names: list[str]) -> str:
+        if not counted:
+            return ""
+        total = sum(t.get("alloc: " + name, 0.0) for t in stages for name in names)
+        return f" {total / 1e6:.0f} | {total / input_bytes:.2f} |"
+
     sums: dict[str, float] = {}
     for name in names:
         work = [t.get("cpu: " + name, 0.0) for t in stages]
@@ -300,7 +327,7 @@ def work_table(
         lines.append(
             f"| {name} | {stages[0].get(name, 0.0):.2f} ({stages[0].get('mpi: ' + name, 0.0):.2f})"
             f" | {max(t.get(name, 0.0) for t in stages):.2f} | {work[0]:.2f} | {max(work):.2f}"
-            f" | {total:.2f} | {ratio} |"
+            f" | {total:.2f} | {ratio} |" + allocated([name])
         )
     work = [sum(t.get("cpu: " + name, 0.0) for name in names) for t in stages]
     total = sum(work)
@@ -308,7 +335,7 @@ def work_table(
     lines.append(
         f"| all | {sum(stages[0].get(name, 0.0) for name in names):.2f} "
         f"({sum(stages[0].get('mpi: ' + name, 0.0) for name in names):.2f}) | | "
-        f"{work[0]:.2f} | {max(work):.2f} | {total:.2f} | {ratio} |"
+        f"{work[0]:.2f} | {max(work):.2f} | {total:.2f} | {ratio} |" + allocated(names)
     )
     return "\n".join(lines), sums
 
@@ -417,6 +444,11 @@ def main() -> int:
     parser.add_argument(
         "--src", default=None, help="the pyhpctk src/ directory to measure (default: this one)"
     )
+    parser.add_argument(
+        "--allocations",
+        action="store_true",
+        help="count the bytes each stage allocates (a malloc counter preloaded, built with cc)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--output", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -451,6 +483,10 @@ def main() -> int:
         src = Path(args.src).resolve() if args.src else SRC
         env["PYPROF_BENCH_SRC"] = str(src)
         env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
+        if args.allocations:
+            counter = build_counter(work)
+            env["PYPROF_BENCH_ALLOC"] = str(counter)
+            env["LD_PRELOAD"] = " ".join(filter(None, [str(counter), env.get("LD_PRELOAD")]))
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         rows = []
@@ -479,7 +515,7 @@ def main() -> int:
                 file=sys.stderr,
             )
             print(stage_table(n, fast["stages"]), file=sys.stderr)  # type: ignore[arg-type]
-            table, sums = work_table(n, fast["stages"], base_work)  # type: ignore[arg-type]
+            table, sums = work_table(n, fast["stages"], base_work, input_bytes)  # type: ignore[arg-type]
             if sums:
                 print(table, file=sys.stderr)
                 base_work = base_work or sums
@@ -532,6 +568,67 @@ def main() -> int:
             print(f"kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+COUNTER_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+#include <string.h>
+/* Bytes of the malloc, calloc and realloc calls of 4 KiB and more (arrays, not objects). */
+static void *(*real_malloc)(size_t);
+static void *(*real_calloc)(size_t, size_t);
+static void *(*real_realloc)(void *, size_t);
+static unsigned long long counted;
+static char early[1 << 16]; /* dlsym's own calloc, before the real one is known */
+static size_t early_used;
+static void find(void) {
+    real_malloc = dlsym(RTLD_NEXT, "malloc");
+    real_calloc = dlsym(RTLD_NEXT, "calloc");
+    real_realloc = dlsym(RTLD_NEXT, "realloc");
+}
+static void count(size_t n) {
+    if (n >= 4096) __atomic_fetch_add(&counted, n, __ATOMIC_RELAXED);
+}
+unsigned long long allocount_bytes(void) { return __atomic_load_n(&counted, __ATOMIC_RELAXED); }
+void *malloc(size_t n) {
+    if (!real_malloc) find();
+    count(n);
+    return real_malloc(n);
+}
+void *calloc(size_t a, size_t b) {
+    if (!real_calloc) {
+        size_t n = (a * b + 15) & ~(size_t)15;
+        void *p = early + early_used;
+        early_used += n;
+        memset(p, 0, n);
+        return p;
+    }
+    count(a * b);
+    return real_calloc(a, b);
+}
+void *realloc(void *p, size_t n) {
+    if (!real_realloc) find();
+    count(n);
+    return real_realloc(p, n);
+}
+"""
+
+
+def build_counter(work: Path) -> Path:
+    """The malloc counter of ``--allocations``, compiled into ``work``."""
+    source, library = work / "allocount.c", work / "allocount.so"
+    source.write_text(COUNTER_C)
+    compiler = os.environ.get("CC", "cc")
+    try:
+        subprocess.run(
+            [compiler, "-O2", "-shared", "-fPIC", "-o", str(library), str(source), "-ldl"],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as error:
+        raise SystemExit(f"--allocations: cannot build the malloc counter: {error}") from error
+    return library
 
 
 def parse_bytes(text: str) -> int:

@@ -146,7 +146,7 @@ def test_folding_trees_numbers_nodes_as_one_by_one_insertion(
 
     original = unify._path_mix
     if collide:  # every node of a depth level gets one hash: hits that are not the same path
-        unify._path_mix = lambda parent, module, offset, unwound: parent * np.uint64(3)
+        unify._path_mix = lambda parent, offset, key: parent * np.uint64(3)
     try:
         folded, expected = _tree(trees[0]), _tree(trees[0])
         for paths in trees[1:]:
@@ -207,7 +207,7 @@ def test_a_profile_dropped_for_its_metric_table_leaves_no_trace(
 
 def test_extract_merges_sibling_frames_with_the_same_key(reference: Path) -> None:
     """Two children of one node naming the same frame become one raw node (values summed)."""
-    from pyhpctk.analysis.unify import extract
+    from pyhpctk.analysis.extract import extract
     from pyhpctk.formats import hpcrun
 
     profile = hpcrun.read(next((reference / "meas" / "small.m").glob("*.hpcrun")))

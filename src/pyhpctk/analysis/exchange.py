@@ -14,7 +14,6 @@ same order on any number of ranks, so every rank count writes the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,40 +129,53 @@ def outgoing(
     """What this rank sends each owner in one round, profile by profile in index order.
 
     Each value is copied once, into the column it travels in. Slices of blocks kept in memory
-    are views until then; slices of blocks read back from the scratch file are copied at once,
-    so that only the round's values stay in memory, not whole blocks.
+    are views until then. Of a block in the scratch file, the context index is read, then only
+    the values of the round's contexts (the whole block when loops need their children's
+    values from elsewhere in it), so only the round's values stay in memory.
     """
     start, stop = int(owners[0]), int(owners[-1])
     parts: list[list[list[npt.NDArray[Any]]]] = [[[] for _ in range(9)] for _ in range(ranks)]
-    keep: Callable[[npt.NDArray[Any]], npt.NDArray[Any]] = (
-        (lambda a: a) if spill is None else np.ascontiguousarray
-    )
     children, child_owner = _foreign_children(owners, start, stop, loop_children, loop_parents)
+    # Context ids are 32-bit: so are the owners here, not to widen every block's ids.
+    limits = np.minimum(owners, 2**32 - 1).astype(np.uint32)
     for m in planes:
-        block = m.load(spill)
-        ids = block.ctx_ids().astype(np.int64)
-        bounds = block.bounds().astype(np.int64)
+        block: profiledb.ProfileValues | None = None
+        if spill is None or len(children):
+            block = m.load(spill)
+            index = block.ctx_indices
+        else:
+            index = spill.index(m.spilled_at, m.n_values, m.n_contexts)
+        ids = np.asarray(index["ctx_id"], dtype=np.uint32)
+        bounds = np.empty(len(index) + 1, dtype=np.int64)
+        bounds[:-1] = index["start"]
+        bounds[-1] = m.n_values
         # Blocks are sorted by context and owners hold contiguous ranges: one search cuts
         # the block into the owners' slices.
-        cut = np.searchsorted(ids, owners)
+        cut = np.searchsorted(ids, limits)
         if cut[-1] > cut[0]:
             at = bounds[cut].tolist()
             cuts = cut.tolist()
             lengths = np.diff(bounds)
-            metric_ids = block.values["metric_id"]
-            values = block.values["value"]
+            if block is not None:
+                first, values = 0, block.values
+                if spill is not None:  # keep only the round's values
+                    values = np.ascontiguousarray(values[at[0] : at[-1]])
+                    first = at[0]
+            else:
+                assert spill is not None
+                first, values = at[0], spill.values(m.spilled_at, at[0], at[-1])
             for r in range(ranks):
                 c0, c1 = cuts[r], cuts[r + 1]
                 if c1 > c0:
-                    v0, v1 = at[r], at[r + 1]
+                    v0, v1 = at[r] - first, at[r + 1] - first
                     mine = parts[r]
-                    mine[METRIC].append(keep(metric_ids[v0:v1]))
-                    mine[VALUE].append(keep(values[v0:v1]))
+                    mine[METRIC].append(values["metric_id"][v0:v1])
+                    mine[VALUE].append(values["value"][v0:v1])
                     mine[RUN_CTX].append(ids[c0:c1])
                     mine[RUN_LEN].append(lengths[c0:c1])
                     mine[PROFILE].append(np.array([m.position + 1]))
                     mine[PROFILE_LEN].append(np.array([v1 - v0]))
-        if len(children) and len(ids):
+        if block is not None and len(children) and len(ids):
             _children_values(block, ids, bounds, children, child_owner, parts)
     counts = np.array(
         [[sum(len(a) for a in parts[r][f]) for f in range(9)] for r in range(ranks)],
@@ -203,14 +215,14 @@ def _foreign_children(
 
 def _children_values(
     block: profiledb.ProfileValues,
-    ids: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.uint32],
     bounds: npt.NDArray[np.int64],
     children: npt.NDArray[np.int64],
     child_owner: npt.NDArray[np.int64],
     parts: list[list[list[npt.NDArray[Any]]]],
 ) -> None:
     """One profile's ``function`` values of the foreign loop children, to their loops' owners."""
-    at_child = np.minimum(np.searchsorted(ids, children), len(ids) - 1)
+    at_child = np.minimum(np.searchsorted(ids, children.astype(np.uint32)), len(ids) - 1)
     present = ids[at_child] == children
     if not np.any(present):
         return
@@ -244,23 +256,27 @@ def own_window(
     arrays = received.arrays
     metric, value = arrays[METRIC], arrays[VALUE]
     n, span = len(value), hi - lo
-    used = np.flatnonzero(np.bincount(metric, minlength=1)).astype(np.int64)
+    seen = np.zeros(1 << 16, dtype=bool)  # metric ids are 16-bit (profile.db's)
+    seen[metric] = True  # (bincount would copy them to 64 bits first)
+    used = np.flatnonzero(seen).astype(np.int64)
     n_ids = max(len(used), 1)
-    # 32-bit keys and positions where they fit: half the memory traffic of this stage.
-    kind = np.int32 if max(span * n_ids, n) < 1 << 31 else np.int64
+    # Keys are numpy's index type: bincount and every fancy index would convert narrower ones
+    # (a whole copy, or a buffer a call).
+    kind = np.intp
     dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=kind)
     dense[used] = np.arange(len(used))
-    key = np.repeat((arrays[RUN_CTX].astype(kind) - lo) * n_ids, arrays[RUN_LEN])
+    run_key = arrays[RUN_CTX].astype(kind)
+    run_key -= lo
+    run_key *= n_ids
+    key = np.repeat(run_key, arrays[RUN_LEN])
+    del run_key
     key += dense[metric]
     counts = np.bincount(key, minlength=span * n_ids)
-    position = _context_major_positions(key, counts, arrays[PROFILE_LEN])
-    del key
     records = np.empty(n, cctdb.CCT_VALUE_DTYPE)
     sorted_value = np.empty(n, np.float64)
-    sorted_value[position] = value
+    _place_context_major(key, counts, arrays, sorted_value, records["prof_index"])
+    del key
     records["value"] = sorted_value
-    records["prof_index"][position] = np.repeat(arrays[PROFILE], arrays[PROFILE_LEN])
-    del position
     present = np.flatnonzero(counts).astype(np.int64)
     starts = (np.cumsum(counts) - counts)[present]
     u_local, u_metric = present // n_ids, used[present % n_ids] if len(used) else present
@@ -277,31 +293,37 @@ def own_window(
     return Window(pieces, size, n_metrics, summary)
 
 
-def _context_major_positions(
+def _place_context_major(
     key: npt.NDArray[np.integer[Any]],
     counts: npt.NDArray[np.int64],
-    profile_lengths: npt.NDArray[np.int32],
-) -> npt.NDArray[np.integer[Any]]:
-    """Where each value goes when sorted by ``key`` (``counts``: values per key), values of
-    one key in arrival order.
+    arrays: tuple[npt.NDArray[Any], ...],
+    sorted_value: npt.NDArray[np.float64],
+    prof_index: npt.NDArray[np.uint32],
+) -> None:
+    """Each received value and its profile.db index at its place when sorted by ``key``
+    (``counts``: values per key), values of one key in arrival order.
 
     Arrival order is profile order and a profile has at most one value per key, so each
-    profile's values move by one fancy-indexed step per profile (a counting sort). When the
-    key space is much larger than the values (a sparse window), a stable sort does it.
+    profile's values move by one fancy-indexed step per profile (a counting sort), straight
+    to their places. When the key space is much larger than the values (a sparse window), a
+    stable sort does it.
     """
+    value, profiles, lengths = arrays[VALUE], arrays[PROFILE], arrays[PROFILE_LEN]
     if len(counts) > 4 * len(key) + (1 << 20):
         position = np.empty(len(key), np.int64)
         position[np.argsort(key, kind="stable")] = np.arange(len(key))
-        return position
+        sorted_value[position] = value
+        prof_index[position] = np.repeat(profiles, lengths)
+        return
     fill = (np.cumsum(counts) - counts).astype(key.dtype)
-    position = np.empty(len(key), key.dtype)
     at = 0
-    for length in profile_lengths.tolist():
+    for profile, length in zip(profiles.tolist(), lengths.tolist(), strict=True):
         mine = key[at : at + length]
-        position[at : at + length] = fill[mine]
-        fill[mine] += 1
+        placed = fill[mine]
+        fill[mine] = placed + 1
+        sorted_value[placed] = value[at : at + length]
+        prof_index[placed] = profile
         at += length
-    return position
 
 
 def _block_pieces(

@@ -322,21 +322,27 @@ class Expansion:
         node: npt.NDArray[np.int64],
         metric_moves: npt.NDArray[np.bool_],
         value: npt.NDArray[np.float64],
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    ) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """Contexts of value rows (call context for relation metrics, else leaf), splits applied.
 
-        Returns (row index into the inputs, context, value) — split rows appear once per share.
+        Returns (row index into the inputs, context, value) — split rows appear once per share;
+        the row index is None when every row appears once, in order.
         """
-        rows = np.arange(len(node), dtype=np.int64)
-        ctx = np.where(metric_moves, self.call_ctx[node], self.leaf_ctx[node])
+        if not metric_moves.any():
+            ctx = self.leaf_ctx[node]
+        elif metric_moves.all():
+            ctx = self.call_ctx[node]
+        else:
+            ctx = np.where(metric_moves, self.call_ctx[node], self.leaf_ctx[node])
         if not len(self.split_node) or not len(node):
-            return rows, ctx, value
+            return None, ctx, value
         first = np.searchsorted(self.split_node, node, side="left")
         last = np.searchsorted(self.split_node, node, side="right")
         count = last - first
         shared = count > 0
         if not np.any(shared):
-            return rows, ctx, value
+            return None, ctx, value
+        rows = np.arange(len(node), dtype=np.int64)
         keep = ~shared
         rep = count[shared]
         src = np.repeat(rows[shared], rep)

@@ -55,8 +55,8 @@ from pyhpctk.analysis.gpu import WEIGHT_METRIC, node_weights, reconstruct_gpu_co
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import (
     ProfilePlane,
-    block_of,
     open_spill,
+    profile_block,
     profile_statistics,
     rewrite_trace,
 )
@@ -312,13 +312,11 @@ def statistics(state: Analysis) -> None:
             data.value_node, data.value_metric = fresh.value_node, fresh.value_metric
             data.value, data.call_trace = fresh.value, fresh.call_trace
             data.trace_time, data.trace_node = fresh.trace_time, fresh.trace_node
-        values = profile_statistics(
+        block, contexts, counts = profile_block(
             data, screened.mappings[index], plan.placement, plan.shape, global_base, move
         )
-        block = block_of(values)
-        per_context = np.bincount(values.ctx, minlength=n_contexts)
         with count_lock:
-            local_counts[:] += per_context
+            local_counts[contexts] += counts
         # The value arrays are no longer needed: free them before the next profile.
         data.value_node = data.value_metric = np.zeros(0, dtype=np.int64)
         data.value = np.zeros(0, dtype=np.float64)

@@ -22,7 +22,14 @@ import numpy.typing as npt
 from pyhpctk.analysis.comm import Comm, agree
 from pyhpctk.analysis.database import Trace
 from pyhpctk.analysis.expand import Expansion
-from pyhpctk.analysis.stats import SparseValues, TreeShape, profile_scopes
+from pyhpctk.analysis.stats import (
+    SCOPE_BUDGET,
+    SparseValues,
+    TreeShape,
+    profile_scopes,
+    scope_planes,
+    stored_values,
+)
 from pyhpctk.analysis.unify import ProfileData
 from pyhpctk.core.context import ROOT
 from pyhpctk.formats import profiledb, tracedb
@@ -38,12 +45,56 @@ def profile_statistics(
     move: npt.NDArray[np.bool_],
 ) -> SparseValues:
     """Stage 4 for one profile: its point values placed on final contexts, then its scopes."""
+    ctx, metric, value = _placed(data, mapping, expansion, global_base, move)
+    return profile_scopes(shape, ctx, metric, value, global_base)
+
+
+def profile_block(
+    data: ProfileData,
+    mapping: npt.NDArray[np.int64],
+    expansion: Expansion,
+    shape: TreeShape,
+    global_base: npt.NDArray[np.int64],
+    move: npt.NDArray[np.bool_],
+) -> tuple[profiledb.ProfileValues, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`profile_statistics` as the profile.db block :func:`block_of` makes of it, built
+    from the scopes' planes directly (the same bytes, without the triples in between); with
+    contexts and how many values each has in the block (some may have none)."""
+    ctx, metric, value = _placed(data, mapping, expansion, global_base, move)
+    n_metrics = int(np.count_nonzero(np.bincount(metric))) if len(metric) else 0
+    nodes = shape.closure(ctx)
+    if n_metrics == 0 or (n_metrics > 1 and len(nodes) * n_metrics > SCOPE_BUDGET):
+        block = block_of(profile_scopes(shape, ctx, metric, value, global_base))  # in groups
+        bounds = block.bounds().astype(np.int64)
+        return block, block.ctx_ids().astype(np.int64), bounds[1:] - bounds[:-1]
+    nodes, metrics, planes = scope_planes(shape, ctx, metric, value, nodes)
+    per_row, ids, stored = stored_values(metrics, planes, global_base)
+    del planes
+    out = np.empty(len(stored), profiledb.PROFILE_VALUE_DTYPE)
+    out["metric_id"] = ids
+    out["value"] = stored
+    rows = np.flatnonzero(per_row)
+    index = np.empty(len(rows), profiledb.PROFILE_CTX_INDEX_DTYPE)
+    index["ctx_id"] = nodes[rows]
+    index["start"] = (np.cumsum(per_row) - per_row)[rows]
+    return profiledb.ProfileValues(index, out), nodes, per_row
+
+
+def _placed(
+    data: ProfileData,
+    mapping: npt.NDArray[np.int64],
+    expansion: Expansion,
+    global_base: npt.NDArray[np.int64],
+    move: npt.NDArray[np.bool_],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """A profile's point values on final contexts: (context, global metric index, value)."""
     metric = mapping[data.value_metric] if len(data.value_metric) else data.value_metric
+    nodes, value = data.value_node, data.value
     keep = global_base[metric] >= 0 if len(metric) else np.zeros(0, dtype=bool)
-    nodes = data.value_node[keep]
-    metric = metric[keep]
-    rows, ctx, value = expansion.place(nodes, move[metric], data.value[keep])
-    return profile_scopes(shape, ctx, metric[rows], value, global_base)
+    if not keep.all():
+        nodes, metric, value = nodes[keep], metric[keep], value[keep]
+    rows, ctx, value = expansion.place(nodes, move[metric], value)
+    return ctx, (metric if rows is None else metric[rows]), value
 
 
 def rewrite_trace(
@@ -153,6 +204,19 @@ class Spill:
             np.frombuffer(raw, profiledb.PROFILE_VALUE_DTYPE, n_values, 0),
         )
 
+    def index(self, at: int, n_values: int, n_contexts: int) -> npt.NDArray[np.void]:
+        """The context index of the block stored at ``at`` (without its values)."""
+        size_v = n_values * profiledb.PROFILE_VALUE_DTYPE.itemsize
+        size_c = n_contexts * profiledb.PROFILE_CTX_INDEX_DTYPE.itemsize
+        raw = pread_all(self.fd, size_c, at + size_v)
+        return np.frombuffer(raw, profiledb.PROFILE_CTX_INDEX_DTYPE, n_contexts)
+
+    def values(self, at: int, first: int, last: int) -> npt.NDArray[np.void]:
+        """Values ``first..last-1`` of the block stored at ``at``."""
+        size = profiledb.PROFILE_VALUE_DTYPE.itemsize
+        raw = pread_all(self.fd, (last - first) * size, at + first * size)
+        return np.frombuffer(raw, profiledb.PROFILE_VALUE_DTYPE, last - first)
+
     def close(self) -> None:
         os.close(self.fd)
         with contextlib.suppress(OSError):
@@ -205,6 +269,7 @@ __all__ = [
     "block_of",
     "open_spill",
     "pread_all",
+    "profile_block",
     "profile_statistics",
     "pwrite_all",
     "rewrite_trace",

@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.database import IdElement
-from pyhpctk.analysis.unify import ProfileData, extract
+from pyhpctk.analysis.extract import extract
+from pyhpctk.analysis.unify import ProfileData
 from pyhpctk.core.metrics import MetricInfo
 from pyhpctk.errors import FormatError, FormatWarning, PyhpctkError
 from pyhpctk.formats.hpcrun_constants import (
@@ -56,7 +57,7 @@ def load_profile(index: int, source: inputs.ProfileSource) -> Loaded:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FormatWarning)
         try:
-            profile = hpcrun.read(source.profile)
+            profile = hpcrun.read(source.profile, strict=False)  # extract() checks it
             trace = None
             if source.trace is not None:
                 try:

@@ -18,6 +18,7 @@ value), from which viewers derive mean, standard deviation and coefficient of va
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -126,6 +127,69 @@ def _present(small: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return np.flatnonzero(np.bincount(small)).astype(np.int64)
 
 
+SCOPE_BUDGET = 1 << 22
+"""Cells (contexts × metrics) of one profile's dense scope planes, at most: past it, they are
+built a group of metrics at a time (:func:`profile_scopes`)."""
+
+
+def scope_planes(
+    shape: TreeShape,
+    ctx: npt.NDArray[np.int64],
+    metric: npt.NDArray[np.int64],
+    value: npt.NDArray[np.float64],
+    nodes: npt.NDArray[np.int64] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """One profile's four scopes of its point values: ``(nodes, metrics, planes)`` with
+    ``planes[row, column, scope]`` the value of metric ``metrics[column]`` (global index) at
+    context ``nodes[row]`` in ``scope`` (formats.md §3.2), ``nodes`` sorted.
+
+    ``nodes`` may give ``shape.closure(ctx)`` when the caller has it already. Inclusive values
+    (``execution``, through every edge; ``function``, through lexical edges) are summed up a
+    depth level at a time in place, in the planes the scopes are stored in.
+    """
+    metrics = _present(metric)
+    if nodes is None:
+        nodes = shape.closure(ctx)
+    # Each context's row: only entries at ``nodes`` are written, and only those (a context with
+    # values, a parent of a node) are read, so the map needs no filling.
+    local = np.empty(len(shape), dtype=np.intp)
+    local[nodes] = np.arange(len(nodes))
+    # Point values summed per (row, column) in the order they come (bincount adds in input
+    # order, from 0.0), straight into a dense plane: no sort to group them.
+    n, m = len(nodes), len(metrics)
+    cell = local[ctx]
+    cell *= m
+    if m > 1:
+        column = np.zeros(int(metrics[-1]) + 1, dtype=np.intp)
+        column[metrics] = np.arange(m)
+        cell += column[metric]
+    point = np.bincount(cell, weights=value, minlength=n * m).reshape(n, m)
+    del cell
+    planes = np.empty((n, m, N_SCOPES), dtype=np.float64)
+    for scope in (SCOPE_POINT, SCOPE_FUNCTION, SCOPE_EXECUTION):
+        planes[:, :, scope] = point
+    del point
+    if len(nodes):
+        execution = planes[:, :, SCOPE_EXECUTION]
+        function = planes[:, :, SCOPE_FUNCTION]
+        depth = shape.depth[nodes]
+        # The rows of each level, ascending (as np.nonzero gives them), from one stable sort.
+        # (16-bit keys take numpy's radix sort.)
+        small = depth.astype(np.int16) if int(depth.max()) < 1 << 15 else depth
+        by_depth = np.argsort(small, kind="stable")
+        cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
+        parent_row = local[shape.parent[nodes]]  # the roots' (from local[-1]) are never read
+        lexical = shape.lexical[nodes]
+        for level in range(int(depth.max()), 0, -1):
+            rows = by_depth[cuts[level] : cuts[level + 1]]
+            parents = parent_row[rows]
+            np.add.at(execution, parents, execution[rows])
+            up = lexical[rows]
+            np.add.at(function, parents[up], function[rows[up]])
+    planes[:, :, SCOPE_LEX_AWARE] = planes[:, :, SCOPE_FUNCTION]  # in per-profile values
+    return nodes, metrics, planes
+
+
 def propagate(
     shape: TreeShape,
     ctx: npt.NDArray[np.int64],
@@ -133,39 +197,35 @@ def propagate(
     value: npt.NDArray[np.float64],
     nodes: npt.NDArray[np.int64] | None = None,
 ) -> Propagated:
-    """Inclusive (execution) and function-scope values of one profile's point values.
+    """Inclusive (execution) and function-scope values of one profile's point values
+    (:func:`scope_planes`, as separate matrices)."""
+    nodes, metrics, planes = scope_planes(shape, ctx, metric, value, nodes)
+    return Propagated(
+        nodes,
+        metrics,
+        planes[:, :, SCOPE_POINT],
+        planes[:, :, SCOPE_FUNCTION],
+        planes[:, :, SCOPE_EXECUTION],
+    )
 
-    ``nodes`` may give ``shape.closure(ctx)`` when the caller has it already.
-    """
-    n_metrics_total = int(metric.max()) + 1 if len(metric) else 1
-    keys = ctx * n_metrics_total + metric
-    unique_keys, inverse = np.unique(keys, return_inverse=True)
-    sums = np.bincount(inverse, weights=value, minlength=len(unique_keys))
-    point_ctx = unique_keys // n_metrics_total
-    point_metric = unique_keys % n_metrics_total
-    metrics = _present(point_metric)
-    if nodes is None:
-        nodes = shape.closure(point_ctx)
-    local = np.full(len(shape), -1, dtype=np.int64)
-    local[nodes] = np.arange(len(nodes))
-    point = np.zeros((len(nodes), len(metrics)), dtype=np.float64)
-    point[local[point_ctx], np.searchsorted(metrics, point_metric)] = sums
-    execution = point.copy()
-    function = point.copy()
-    depth = shape.depth[nodes]
-    if len(nodes):
-        # The rows of each level, ascending (as np.nonzero gives them), from one stable sort.
-        # (16-bit keys take numpy's radix sort.)
-        small = depth.astype(np.int16) if int(depth.max()) < 1 << 15 else depth
-        by_depth = np.argsort(small, kind="stable")
-        cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
-        for level in range(int(depth.max()), 0, -1):
-            rows = by_depth[cuts[level] : cuts[level + 1]]
-            parents = local[shape.parent[nodes[rows]]]
-            np.add.at(execution, parents, execution[rows])
-            lexical = shape.lexical[nodes[rows]]
-            np.add.at(function, parents[lexical], function[rows[lexical]])
-    return Propagated(nodes, metrics, point, function, execution)
+
+def stored_values(
+    metrics: npt.NDArray[np.int64], planes: npt.NDArray[np.float64], bases: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.integer[Any]], npt.NDArray[np.float64]]:
+    """The non-zero values of :func:`scope_planes`' planes as profile.db stores them, sorted by
+    row then ``propMetricId = base + scope``: (values per row, the id of each, each value).
+
+    Ids come as 16-bit integers, profile.db's, when they fit (a fifth of the bytes)."""
+    n = len(planes)
+    ids = (bases[metrics][:, None] + np.arange(N_SCOPES)[None, :]).reshape(-1)
+    flat = planes.reshape(n, len(ids))
+    if len(ids) > 1 and bool(np.any(ids[1:] <= ids[:-1])):
+        order = np.argsort(ids, kind="stable")
+        ids, flat = ids[order], flat[:, order]
+    stored = flat != 0
+    per_row = np.count_nonzero(stored, axis=1)
+    narrow = ids.astype(np.uint16) if int(ids.max(initial=0)) < 1 << 16 else ids
+    return per_row, np.broadcast_to(narrow, flat.shape)[stored], flat[stored]
 
 
 def profile_scopes(
@@ -174,9 +234,9 @@ def profile_scopes(
     metric: npt.NDArray[np.int64],
     value: npt.NDArray[np.float64],
     bases: npt.NDArray[np.int64],
-    budget: int = 1 << 22,
+    budget: int = SCOPE_BUDGET,
 ) -> SparseValues:
-    """:func:`propagate` then :func:`profile_values`, a group of metrics at a time.
+    """:func:`scope_planes` then the stored values, a group of metrics at a time.
 
     The dense blocks hold (contexts touched) × (metrics in the group) values; groups are sized so
     a block stays under ``budget`` cells, which bounds memory on profiles with many contexts
@@ -189,7 +249,9 @@ def profile_scopes(
     touched = len(nodes)
     per_group = max(1, budget // max(touched, 1))
     if per_group >= len(metrics):
-        return profile_values(propagate(shape, ctx, metric, value, nodes), bases)
+        nodes, metrics, planes = scope_planes(shape, ctx, metric, value, nodes)
+        per_row, ids, stored = stored_values(metrics, planes, bases)
+        return SparseValues(np.repeat(nodes, per_row), ids.astype(np.int64), stored)
     parts = []
     for start in range(0, len(metrics), per_group):
         group = metrics[start : start + per_group]

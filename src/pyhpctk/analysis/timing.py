@@ -10,7 +10,10 @@ run's ``timings``:
 * ``mpi: NAME``: of which inside collectives (waiting for the others, and moving data);
 * ``cpu: NAME``: CPU seconds of this process outside collectives, every thread (the work
   itself: on an oversubscribed machine, where wall-clock time means little, a stage whose work
-  summed over ranks grows with the rank count is parallel overhead).
+  summed over ranks grows with the rank count is parallel overhead);
+* ``alloc: NAME``: bytes this process allocated during the stage, every thread, when a counter
+  was given to :func:`count_allocations` (benchmarks/pyprof.py's ``--allocations`` preloads one
+  into ``malloc``; the bytes of fresh arrays a stage makes, a measure of the memory it touches).
 
 :class:`Laps` splits one stage into parts the same way. Only benchmarks/pyprof.py reads these;
 they change nothing a run writes.
@@ -29,6 +32,15 @@ import numpy.typing as npt
 from pyhpctk.analysis.comm import Arrays, Comm
 
 T = TypeVar("T")
+
+_allocated: Callable[[], int] | None = None
+
+
+def count_allocations(counter: Callable[[], int] | None) -> None:
+    """Record ``alloc: NAME`` per stage: ``counter()`` is the bytes this process has allocated
+    so far (None: stop recording)."""
+    global _allocated
+    _allocated = counter
 
 
 class TimedComm:
@@ -98,13 +110,18 @@ class TimedComm:
 
 def timed(timings: dict[str, float], name: str, comm: Comm, stage: Callable[[], T]) -> T:
     """``stage()``, its seconds recorded in ``timings`` as ``NAME``, ``mpi: NAME`` and
-    ``cpu: NAME`` (module docstring; the last two only when ``comm`` is a :class:`TimedComm`)."""
+    ``cpu: NAME`` (module docstring; the last two only when ``comm`` is a :class:`TimedComm`),
+    and ``alloc: NAME`` while :func:`count_allocations` has a counter."""
+    counter = _allocated
+    allocated = counter() if counter is not None else 0
     wall, cpu = time.perf_counter(), time.process_time()
     in_mpi = (comm.wall, comm.cpu) if isinstance(comm, TimedComm) else None
     try:
         return stage()
     finally:
         timings[name] = round(time.perf_counter() - wall, 3)
+        if counter is not None:
+            timings["alloc: " + name] = float(counter() - allocated)
         if in_mpi is not None:
             assert isinstance(comm, TimedComm)
             timings["mpi: " + name] = round(comm.wall - in_mpi[0], 3)
@@ -127,4 +144,4 @@ class Laps:
         self.last = now
 
 
-__all__ = ["Laps", "TimedComm", "timed"]
+__all__ = ["Laps", "TimedComm", "count_allocations", "timed"]

@@ -7,16 +7,15 @@ two profiles is the same node. :meth:`RawTree.merge` inserts another tree and re
 of its nodes landed; merging is associative and commutative up to node numbering, which lets
 ``-j`` workers (or MPI ranks) unify their share of profiles and reduce pairwise.
 
-:func:`extract` turns one profile into a :class:`ProfileData`: its own raw tree, its point
-values (node, metric, value × period) decoded in bulk with numpy, and its trace records, all in
-terms of that tree. Nothing here knows about structure files or databases.
+:func:`.extract.extract` turns one profile into a :class:`ProfileData`: its own raw tree, its
+point values and its trace records, all in terms of that tree. Nothing here knows about
+structure files or databases.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -24,17 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.core.metrics import MetricInfo
-from pyhpctk.errors import FormatError
 from pyhpctk.formats.hpcrun_model import (
-    CCT_FLAG_UNWOUND,
     GPU_CONTEXT_LM_ID,
     GPU_RANGE_LM_ID,
     GPU_ROOT_LM_ID,
-    PLACEHOLDER_LM_ID,
-    TRACE_FLAG_CALL_TRACE,
-    HpcrunProfile,
-    HpctraceFile,
-    MetricDescriptor,
 )
 
 # formats.md §1.5: lm ids of hpcrun's "outlined range trees", named like placeholders.
@@ -108,11 +100,11 @@ _ROOT_PATH = np.uint64(0x243F6A8885A308D3)
 
 def _path_mix(
     parent_path: npt.NDArray[np.uint64],
-    module_hash: npt.NDArray[np.uint64],
     offset: npt.NDArray[np.uint64],
-    unwound: npt.NDArray[np.bool_],
+    key_hash: npt.NDArray[np.uint64],
 ) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of a node's whole call path: its parent's path hash and its own key.
+    """A 64-bit hash of a node's whole call path: its parent's path hash and its own key
+    (its offset, and :func:`_key_hash` of its module and unwound flag).
 
     Module *names* are hashed, not this process's module codes, so a path has the same hash
     in every process. Only a filter: every hit is confirmed on the keys and the parent links.
@@ -122,11 +114,60 @@ def _path_mix(
         x ^= offset
         x *= _M2
         x ^= x >> np.uint64(31)
-        x ^= module_hash * _M3
-        x ^= unwound.astype(np.uint64)
+        x ^= key_hash
         x *= _M1
         x ^= x >> np.uint64(29)
     return x
+
+
+def _key_hash(
+    code: npt.NDArray[np.int64], unwound: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.uint64]:
+    """The part of :func:`_path_mix` a node's module and unwound flag give."""
+    with np.errstate(over="ignore"):
+        key = _MODULE_HASHES[code] * _M3
+    key ^= unwound.view(np.uint8)
+    return key
+
+
+class _Buckets:
+    """Sorted 64-bit hashes with where each run of them with the same top bits starts, so a
+    lookup scans about one entry instead of a binary search (whose random probes cost ~100 ns
+    a key).
+
+    Hashes are spread evenly (:func:`_path_mix`), so with about as many buckets as entries a
+    bucket holds one entry on average and a few at most.
+    """
+
+    __slots__ = ("keys", "shift", "starts")
+
+    def __init__(self, sorted_keys: npt.NDArray[np.uint64]) -> None:
+        bits = max(len(sorted_keys).bit_length(), 1)
+        self.shift = np.uint64(64 - bits)
+        widths = np.bincount((sorted_keys >> self.shift).view(np.int64), minlength=1 << bits)
+        self.starts = np.zeros((1 << bits) + 1, dtype=np.intp)
+        np.cumsum(widths, out=self.starts[1:])
+        # The keys and one more, the largest hash, that no key is less than.
+        self.keys = np.append(sorted_keys, np.uint64(2**64 - 1))
+
+    def search(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+        """The first position whose key is not less than each of ``keys`` (searchsorted's
+        left side), clipped to the last position."""
+        bucket = (keys >> self.shift).view(np.intp)  # below 2**63: the same numbers
+        at = self.starts[bucket]
+        # In its bucket, a key's place is after the entries less than it (the bucket's end
+        # when all are: the next bucket's first entry is larger).
+        active = np.flatnonzero(self.keys[at] < keys)
+        if len(active):
+            end = self.starts[bucket[active] + 1]
+            inside = np.arange(len(active))
+            while len(active):
+                at[active] += 1
+                where = at[active]
+                more = (where < end[inside]) & (self.keys[where] < keys[active])
+                active, inside = active[more], inside[more]
+        np.minimum(at, max(len(self.keys) - 2, 0), out=at)
+        return at
 
 
 class _Columns:
@@ -140,6 +181,7 @@ class _Columns:
         "offset",
         "parent",
         "path",
+        "path_buckets",
         "path_nodes",
         "path_sorted",
         "unwound",
@@ -161,6 +203,7 @@ class _Columns:
         self.path: npt.NDArray[np.uint64] | None = None
         self.path_sorted: npt.NDArray[np.uint64] | None = None
         self.path_nodes: npt.NDArray[np.int64] | None = None
+        self.path_buckets: _Buckets | None = None
 
     @classmethod
     def of(cls, parent: list[int], keys: list[RawKey]) -> _Columns:
@@ -182,17 +225,14 @@ class _Columns:
     def paths(self) -> npt.NDArray[np.uint64]:
         """Every node's path hash (computed a depth level at a time on first use)."""
         if self.path is None:
-            n = len(self.parent)
-            path = np.zeros(n, dtype=np.uint64)
-            module_hash = _MODULE_HASHES[self.code]
+            path = np.empty(len(self.parent), dtype=np.uint64)
+            key = _key_hash(self.code, self.unwound)
             by_depth, cuts = _levels(self.parent)
             for d in range(len(cuts) - 1):
                 level = by_depth[cuts[d] : cuts[d + 1]]
-                up = self.parent[level]
-                above = np.where(up < 0, _ROOT_PATH, path[np.maximum(up, 0)])
-                path[level] = _path_mix(
-                    above, module_hash[level], self.offset[level], self.unwound[level]
-                )
+                # Depth 0 holds the roots; every deeper node's parent is done already.
+                above = np.full(len(level), _ROOT_PATH) if d == 0 else path[self.parent[level]]
+                path[level] = _path_mix(above, self.offset[level], key[level])
             self.path = path
         return self.path
 
@@ -203,6 +243,12 @@ class _Columns:
             order = np.argsort(path, kind="stable").astype(np.int64)
             self.path_sorted, self.path_nodes = path[order], order
         return self.path_sorted, self.path_nodes
+
+    def path_search(self, path: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+        """``np.searchsorted(sorted path hashes, path)``, clipped to the last position."""
+        if self.path_buckets is None:
+            self.path_buckets = _Buckets(self.path_index()[0])
+        return self.path_buckets.search(path)
 
     def find(
         self,
@@ -262,7 +308,7 @@ class _Columns:
         self.code = np.concatenate([self.code, code])
         self.offset = np.concatenate([self.offset, offset])
         self.unwound = np.concatenate([self.unwound, unwound])
-        self.path = self.path_sorted = self.path_nodes = None
+        self.path = self.path_sorted = self.path_nodes = self.path_buckets = None
 
     def append_paths(
         self,
@@ -280,6 +326,7 @@ class _Columns:
         at = np.searchsorted(sorted_paths, path[order], side="right")
         self.path_sorted = np.insert(sorted_paths, at, path[order])
         self.path_nodes = np.insert(nodes, at, base + order.astype(np.int64))
+        self.path_buckets = None
         self.path = np.concatenate([self.paths(), path])
         self.parent = np.concatenate([self.parent, parent])
         self.code = np.concatenate([self.code, code])
@@ -288,20 +335,40 @@ class _Columns:
         self.hashes = self.nodes = None
 
 
+def _depths(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+    """Each node's depth (roots 0), by pointer jumping: a pass adds to each node the depth of
+    its current ancestor's climb and moves it to that ancestor's ancestor, so ``log2(depth)``
+    passes do it (not one per level). The roots' ancestor is a slot past the nodes that climbs
+    no further, and two buffers take turns, so a pass allocates nothing."""
+    n = len(parent)
+    up = np.empty(n + 1, dtype=np.intp)
+    np.copyto(up[:n], parent)
+    up[:n][parent < 0] = n
+    up[n] = n
+    depth = np.empty(n + 1, dtype=np.int32)
+    np.not_equal(up, n, out=depth)
+    above = np.empty_like(up)
+    climbed = np.empty_like(depth)
+    while True:
+        np.take(up, up, out=above, mode="clip")  # (every index is in range; "raise" copies)
+        if np.array_equal(above, up):  # every node's ancestor is the top: done
+            break
+        np.take(depth, up, out=climbed, mode="clip")
+        depth += climbed
+        up, above = above, up
+    return depth[:n]
+
+
 def _levels(parent: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
     """Nodes sorted by depth (stable) and where each depth starts: parents before children."""
-    n = len(parent)
-    depth = np.zeros(n, dtype=np.int64)
-    climbing = np.flatnonzero(parent >= 0)
-    above = parent[climbing]
-    while len(climbing):
-        depth[climbing] += 1
-        above = parent[above]
-        live = above >= 0
-        climbing, above = climbing[live], above[live]
-    by_depth = np.argsort(depth, kind="stable")
-    cuts = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
-    return by_depth.astype(np.int64), cuts
+    depth = _depths(parent)
+    widths = np.bincount(depth, minlength=1)
+    # 16-bit keys take numpy's radix sort.
+    keys = depth.astype(np.int16) if len(widths) <= 1 << 15 else depth
+    by_depth = np.argsort(keys, kind="stable")
+    cuts = np.zeros(len(widths) + 1, dtype=np.intp)
+    np.cumsum(widths, out=cuts[1:])
+    return by_depth.astype(np.int64, copy=False), cuts
 
 
 class RawTree:
@@ -395,6 +462,10 @@ class RawTree:
             )
         return self._index
 
+    def path_hashes(self) -> npt.NDArray[np.uint64]:
+        """Every node's call-path hash (:func:`_path_mix`; computed once, kept for merges)."""
+        return self.columns().paths()
+
     def columns(self) -> _Columns:
         """The nodes as numpy columns (built from the lists on first use)."""
         if self._columns is None:
@@ -435,33 +506,38 @@ class RawTree:
             return self._merge_by_levels(other)
         sorted_paths, nodes = mine.path_index()
         path = theirs.paths()
-        at = np.minimum(np.searchsorted(sorted_paths, path), len(sorted_paths) - 1)
+        at = mine.path_search(path)
         hit = sorted_paths[at] == path
-        mapping = np.where(hit, nodes[at], -1)
+        everywhere = bool(hit.all())  # the usual case: no new call path
+        # ``mapping`` with one more slot, -1, that a root's parent (-1) reads: a node's
+        # parent's mapping is then one gather. Misses hold -2 (a parent no node has) until
+        # they are numbered.
+        extended = np.empty(n + 1, dtype=np.int64)
+        extended[n] = -1
+        mapping = extended[:n]
+        np.take(nodes, at, out=mapping, mode="clip")  # ("raise" would copy)
+        del at
+        if not everywhere:
+            mapping[~hit] = -2
         parent = theirs.parent
-        if np.any(hit):
-            found = mapping[hit]
-            up = parent[hit]
-            expected_parent = np.where(up < 0, -1, mapping[np.maximum(up, 0)])
-            rooted = up < 0
-            confirmed = np.where(
-                rooted,
-                mine.parent[found] < 0,
-                (expected_parent >= 0) & (mine.parent[found] == expected_parent),
-            )
-            confirmed &= (
-                (mine.code[found] == theirs.code[hit])
-                & (mine.offset[found] == theirs.offset[hit])
-                & (mine.unwound[found] == theirs.unwound[hit])
-            )
+        if everywhere or np.any(hit):
+            rows = slice(None) if everywhere else hit
+            found = mapping[rows]
+            confirmed = mine.parent[found] == extended[parent[rows]]
+            confirmed &= mine.code[found] == theirs.code[rows]
+            confirmed &= mine.offset[found] == theirs.offset[rows]
+            confirmed &= mine.unwound[found] == theirs.unwound[rows]
             if not bool(np.all(confirmed)):
                 return self._merge_by_levels(other)
-        new = np.flatnonzero(~hit)
-        if len(new):
+        if not everywhere:
+            new = np.flatnonzero(~hit)
             mapping[new] = len(mine.parent) + np.arange(len(new), dtype=np.int64)
-            new_parent = np.where(parent[new] < 0, -1, mapping[np.maximum(parent[new], 0)])
             mine.append_paths(
-                new_parent, theirs.code[new], theirs.offset[new], theirs.unwound[new], path[new]
+                extended[parent[new]],
+                theirs.code[new],
+                theirs.offset[new],
+                theirs.unwound[new],
+                path[new],
             )
             self._parent = self._keys = self._index = None
         return mapping
@@ -512,41 +588,6 @@ class RawTree:
         return result
 
 
-class _Locator:
-    """hpcrun node id -> position in the file, for many ids at once (-1: no such node)."""
-
-    def __init__(self, ids: npt.NDArray[np.int64]) -> None:
-        n = len(ids)
-        self.duplicates = False
-        self.table: npt.NDArray[np.int64] | None = None
-        low = int(ids.min()) if n else 0
-        high = int(ids.max()) if n else 0
-        if low >= 0 and high < 8 * n + 1024:
-            table = np.full(high + 1, -1, dtype=np.int64)
-            table[ids] = np.arange(n, dtype=np.int64)
-            self.duplicates = int(np.count_nonzero(table >= 0)) != n
-            self.table = table
-        else:
-            self.order = np.argsort(ids, kind="stable")
-            self.sorted = ids[self.order]
-            self.duplicates = n > 1 and bool(np.any(self.sorted[1:] == self.sorted[:-1]))
-
-    def __call__(self, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        if self.table is not None:
-            inside = (wanted >= 0) & (wanted < len(self.table))
-            found: npt.NDArray[np.int64] = np.where(
-                inside, self.table[np.where(inside, wanted, 0)], -1
-            )
-            return found
-        if not len(self.sorted):
-            return np.full(len(wanted), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
-        result: npt.NDArray[np.int64] = np.where(
-            self.sorted[at] == wanted, self.order[at], -1
-        ).astype(np.int64)
-        return result
-
-
 @dataclass(slots=True)
 class ProfileData:
     """One profile reduced to arrays over its own :class:`RawTree` (see :func:`extract`)."""
@@ -570,167 +611,6 @@ class ProfileData:
         self.value_node = mapping[self.value_node]
         if self.trace_node is not None:
             self.trace_node = np.where(self.trace_node >= 0, mapping[self.trace_node], -1)
-
-
-def metric_info(descriptor: MetricDescriptor) -> MetricInfo:
-    """The parts of an ``.hpcrun`` metric descriptor pyprof uses (formats.md §1.6)."""
-    return MetricInfo(
-        name=descriptor.name,
-        description=descriptor.description,
-        is_real=descriptor.is_real,
-        move_to_proc=descriptor.move_to_proc,
-        show=descriptor.show,
-        show_percent=descriptor.show_percent,
-        period=descriptor.period,
-        formula=descriptor.formula,
-        format=descriptor.format,
-    )
-
-
-def extract(
-    profile: HpcrunProfile,
-    trace: HpctraceFile | None,
-    name: str,
-    path: str | None = None,
-    measurement: str = "",
-) -> ProfileData:
-    """Reduce one profile (and its trace) to a raw tree plus bulk value and trace arrays."""
-    tree, local, locate = _cct_tree(profile, path)
-
-    def lookup(node_ids: npt.NDArray[np.int64], what: str) -> npt.NDArray[np.int64]:
-        """Raw nodes of hpcrun node ids (values, trace records), vectorised."""
-        where = locate(node_ids)
-        if len(node_ids) and np.any(where < 0):
-            bad = node_ids[where < 0][0]
-            raise FormatError(path, what, f"refers to CCT node {int(bad)}, which does not exist")
-        result: npt.NDArray[np.int64] = local[where]
-        return result
-
-    metrics = [metric_info(d) for d in profile.metrics]
-    value_node, metric, decoded = _decoded_values(profile, metrics, lookup, path)
-    trace_time = trace_node = None
-    call_trace = False
-    if trace is not None:
-        records = trace.records
-        trace_time = records["time"].astype(np.uint64)
-        trace_node = lookup(records["node_id"].astype(np.int64), "trace")
-        call_trace = bool(trace.flags & TRACE_FLAG_CALL_TRACE)
-
-    id_tuple = [(int(e["kind"]), int(e["physical"]), int(e["logical"])) for e in profile.id_tuple]
-    return ProfileData(
-        name=name,
-        tree=tree,
-        header=dict(profile.nvpairs),
-        id_tuple=id_tuple,
-        metrics=metrics,
-        value_node=value_node,
-        value_metric=metric,
-        value=decoded,
-        trace_time=trace_time,
-        trace_node=trace_node,
-        call_trace=call_trace,
-        module_paths={lm.path: measurement for lm in profile.load_modules},
-    )
-
-
-def _cct_tree(
-    profile: HpcrunProfile, path: str | None
-) -> tuple[RawTree, npt.NDArray[np.int64], _Locator]:
-    """A profile's CCT as a :class:`RawTree` (formats.md §1.5): the tree, the raw node of each
-    file node, and the lookup from hpcrun node ids to file positions."""
-    modules = {lm.id: lm.path for lm in profile.load_modules}
-    cct = profile.cct
-    ids = cct["id"].astype(np.int64)
-    parents = cct["parent_id"].astype(np.int64)
-    lm_ids = cct["lm_id"].astype(np.int64)
-    ips = cct["lm_ip"].astype(np.uint64)
-    unwound = (cct["flags"] & CCT_FLAG_UNWOUND) != 0
-
-    # Parent positions, vectorised: node ids -> positions in file order. hpcrun numbers nodes
-    # densely (ids below a few times the node count), so a direct table usually does it;
-    # sparse ids fall back to a sorted search.
-    n = len(cct)
-    locate = _Locator(ids)
-    if locate.duplicates:
-        raise FormatError(path, "cct", "node ids are not unique")
-    is_root = parents == 0
-    parent_pos = np.where(is_root, -1, locate(np.where(is_root, ids[0] if n else 0, parents)))
-    bad = (~is_root) & ((parent_pos < 0) | (parent_pos >= np.arange(n)))
-    if np.any(bad):
-        first = int(np.argmax(bad))
-        raise FormatError(
-            path,
-            "cct",
-            f"node {int(ids[first])}: parent {int(parents[first])} does not precede it",
-        )
-    module_of: dict[int, str | None] = {PLACEHOLDER_LM_ID: None, **GPU_RANGE_MODULES}
-    for lm in np.unique(lm_ids).tolist():
-        if lm in module_of and lm not in modules:
-            continue
-        found = modules.get(lm)
-        if found is None:
-            bad_node = int(ids[np.argmax(lm_ids == lm)])
-            raise FormatError(
-                path, "cct", f"node {bad_node} names load module {lm}, not in load map"
-            )
-        module_of[lm] = found
-    # Siblings with the same key (rare) are merged by the slow path. Equal keys have equal
-    # hashes, so the exact (slower) comparison runs only when two hashes collide.
-    same = np.zeros(n, dtype=bool)
-    hashes = np.sort(_mix(parent_pos, lm_ids, ips, unwound))
-    if n > 1 and np.any(hashes[1:] == hashes[:-1]):
-        sibling_key = np.lexsort((unwound, ips, lm_ids, parent_pos))
-        a, b = sibling_key[1:], sibling_key[:-1]
-        same[1:] = (
-            (parent_pos[a] == parent_pos[b])
-            & (lm_ids[a] == lm_ids[b])
-            & (ips[a] == ips[b])
-            & (unwound[a] == unwound[b])
-        )
-    if not np.any(same):
-        codes = {lm: module_code(module) for lm, module in module_of.items()}
-        lm_unique, lm_inverse = np.unique(lm_ids, return_inverse=True)
-        code = np.asarray([codes[lm] for lm in lm_unique.tolist()], dtype=np.int64)[lm_inverse]
-        tree = RawTree.from_columns(parent_pos.astype(np.int64), code, ips, unwound)
-        return tree, np.arange(n, dtype=np.int64), locate
-    keys: list[RawKey] = list(
-        zip([module_of[lm] for lm in lm_ids.tolist()], ips.tolist(), unwound.tolist(), strict=True)
-    )
-    tree = RawTree()
-    local = np.empty(n, dtype=np.int64)
-    for index in range(n):
-        parent = int(parent_pos[index])
-        local[index] = tree.node(-1 if parent < 0 else int(local[parent]), keys[index])
-    return tree, local, locate
-
-
-def _decoded_values(
-    profile: HpcrunProfile,
-    metrics: list[MetricInfo],
-    lookup: Callable[[npt.NDArray[np.int64], str], npt.NDArray[np.int64]],
-    path: str | None,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """(raw node, metric index, value x period) of every stored value (formats.md §1.8: run i
-    of (value, metric) pairs belongs to node_starts[i])."""
-    values = profile.values
-    starts = profile.node_starts
-    n_values = len(values)
-    run_start = starts["start"].astype(np.int64)
-    run_end = np.append(run_start[1:], n_values)
-    if np.any(run_end < run_start) or (len(run_start) and run_end[-1] > n_values):
-        raise FormatError(path, "sparse metrics", "node value runs are out of order")
-    run_nodes = lookup(starts["node_id"].astype(np.int64), "sparse metrics")
-    value_node = np.repeat(run_nodes, run_end - run_start)
-    metric = values["metric"].astype(np.int64)
-    if len(metric) and metric.max() >= len(metrics):
-        raise FormatError(path, "sparse metrics", f"metric index {int(metric.max())} out of range")
-    bits = values["value_bits"].astype(np.uint64)
-    is_real = np.array([m.is_real for m in metrics] or [True], dtype=bool)
-    period = np.array([m.period for m in metrics] or [1], dtype=np.float64)
-    real_values = bits.view(np.float64)
-    int_values = bits.astype(np.float64)
-    decoded = np.where(is_real[metric], real_values, int_values) * period[metric]
-    return value_node, metric, decoded.astype(np.float64)
 
 
 @dataclass(slots=True)
