@@ -25,6 +25,7 @@
 #ifndef PYHPCTK_ENGINE_H
 #define PYHPCTK_ENGINE_H
 
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -126,6 +127,8 @@ typedef struct Slot {
     uint32_t resolved_depth;
     uint32_t raw_depth;
     int reported;           /* the Python side knows this thread */
+    _Atomic int guarded;    /* the handler reads the thread's frames: a fault jumps to guard */
+    sigjmp_buf guard;
 } Slot;
 
 typedef struct {
@@ -147,6 +150,8 @@ typedef struct {
     _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
     _Atomic uint64_t native_ns;      /* time spent unwinding native stacks (monotonic clock) */
     _Atomic uint64_t native_timed;   /* unwinds timed in native_ns (not preempted) */
+    _Atomic uint64_t faults;         /* samples whose reads faulted (caught: bad stacks) */
+    _Atomic uintptr_t poison;        /* tests: an unmapped address the next sample reads */
     _Atomic uint64_t native_frames;  /* native frames found */
 } Engine;
 
@@ -275,6 +280,7 @@ uint32_t engine_slots_used(void);
 void engine_unlock(void);
 void engine_after_fork_child(void);
 pid_t engine_gettid(void);
+void engine_guard_faults(void);
 clockid_t engine_thread_cpu_clock(pid_t tid);
 
 #endif

@@ -351,6 +351,56 @@ void engine_append_tail(Slot *slot, int64_t cpu_now, int64_t wall_now, int64_t t
     }
 }
 
+/* -- faults ----------------------------------------------------------------------------------- */
+
+/* The frame chain is read while the interpreter may be rewriting it, and a pointer read a
+ * moment before can name memory unmapped since (a data-stack chunk freed as the frame at its
+ * start returns: seen as SIGSEGV in read_frame under PyTorch at 1 kHz, on the H200 and on the
+ * CPU). So the handler reads under a guard: a SIGSEGV or SIGBUS raised on a thread whose guard is
+ * set jumps back to take_sample, which counts a bad stack and goes on. Any other fault goes to
+ * the handler that was there before ours (faulthandler's, or the default action). */
+static struct sigaction previous_segv, previous_bus;
+
+static void on_fault(int signo, siginfo_t *info, void *context) {
+    pid_t tid = engine_gettid();
+    uint32_t used = engine_slots_used();
+    for (uint32_t i = 0; i < used; i++) {
+        Slot *slot = &engine_slots[i];
+        if (atomic_load_explicit(&slot->guarded, memory_order_relaxed) && slot->tid == tid) {
+            atomic_store_explicit(&slot->guarded, 0, memory_order_relaxed);
+            siglongjmp(slot->guard, 1); /* SA_NODEFER: no mask to restore */
+        }
+    }
+    const struct sigaction *old = signo == SIGBUS ? &previous_bus : &previous_segv;
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction != NULL) {
+        old->sa_sigaction(signo, info, context);
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(signo);
+    } else { /* the default action, taken when the faulting instruction runs again */
+        struct sigaction fallback;
+        memset(&fallback, 0, sizeof(fallback));
+        fallback.sa_handler = SIG_DFL;
+        sigaction(signo, &fallback, NULL);
+    }
+}
+
+/* Put on_fault first for SIGSEGV and SIGBUS (again, if a handler installed later displaced it:
+ * that one is then called for faults that are not ours). Call without the engine's lock. */
+void engine_guard_faults(void) {
+    static const int signals[2] = {SIGSEGV, SIGBUS};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction now;
+        if (sigaction(signals[i], NULL, &now) != 0) continue;
+        if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_fault) continue;
+        struct sigaction action;
+        memset(&action, 0, sizeof(action));
+        action.sa_sigaction = on_fault;
+        action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        sigaction(signals[i], &action, signals[i] == SIGBUS ? &previous_bus : &previous_segv);
+    }
+}
+
 /* -- the handler -------------------------------------------------------------------------------- */
 
 static void take_sample(Slot *slot, int timer, void *context) {
@@ -364,9 +414,23 @@ static void take_sample(Slot *slot, int timer, void *context) {
     }
     int64_t now = engine.trace ? engine_clock_ns(CLOCK_REALTIME) : 0;
     PyThreadState *tstate = PyGILState_GetThisThreadState();
-    int gil = gil_state(tstate, context);
+    volatile int gil = GIL_NO_PYTHON;
+    volatile int depth = -1;
     uint32_t common = 0;
-    int depth = read_stack(slot, tstate, context, &common);
+    if (sigsetjmp(slot->guard, 0) == 0) {
+        atomic_store_explicit(&slot->guarded, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        uintptr_t poison = atomic_load_explicit(&engine.poison, memory_order_relaxed);
+        if (poison != 0 && atomic_compare_exchange_strong(&engine.poison, &poison, 0))
+            (void)*(volatile const int *)poison; /* a test's unmapped page: faults */
+        gil = gil_state(tstate, context);
+        depth = read_stack(slot, tstate, context, &common);
+    } else {
+        atomic_fetch_add_explicit(&engine.faults, 1, memory_order_relaxed);
+        depth = -1;
+    }
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store_explicit(&slot->guarded, 0, memory_order_relaxed);
     if (depth < 0) {
         atomic_fetch_add_explicit(&engine.bad_stacks, 1, memory_order_relaxed);
         slot->prev_depth = 0;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -458,6 +459,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
         if (sigaction(signo, &action, NULL) != 0) return PyErr_SetFromErrno(PyExc_OSError);
         engine.signo = signo;
     }
+    engine_guard_faults();
     forget_codes();
     engine_forget_modules();
     atomic_store(&engine.native_ns, 0);
@@ -602,6 +604,19 @@ static PyObject *engine_stop(PyObject *module, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(poison_doc,
+"poison_next_sample()\n\nFor tests: the next sample of any thread reads an unmapped page, as a\n"
+"frame chain read at the wrong moment can; the fault must be caught (stats()['faults']).");
+
+static PyObject *engine_poison(PyObject *module, PyObject *unused) {
+    long page = sysconf(_SC_PAGESIZE);
+    void *address = mmap(NULL, (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
+    munmap(address, (size_t)page); /* nothing maps it again before the sample, almost surely */
+    atomic_store(&engine.poison, (uintptr_t)address);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(drain_doc,
 "drain(register, unknown_fid, truncated_fid, load_module=None)\n"
 "    -> [(ident, tid, python, ended, entries)]\n\n"
@@ -649,6 +664,7 @@ static PyObject *engine_drain(PyObject *module, PyObject *args) {
         engine_native_refresh(0); /* modules dlopen'ed since: named before their frames */
         Py_END_ALLOW_THREADS
     }
+    engine_guard_faults(); /* first again, if faulthandler.enable() or another took SIGSEGV */
     Py_ssize_t nslots = stage_rings(staged);
     if (resolve_pending(callback) < 0 || engine_resolve_modules(load_module) < 0) goto done;
     result = PyList_New(0);
@@ -707,7 +723,8 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K,s:K}", "misdelivered",
+        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
+        (unsigned long long)atomic_load(&engine.faults), "misdelivered",
         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
         dropped, "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
         "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads", live,
@@ -723,6 +740,7 @@ static PyMethodDef methods[] = {
     {"thread_end", engine_thread_end, METH_NOARGS, thread_end_doc},
     {"exclude_thread", engine_exclude, METH_O, exclude_doc},
     {"stop", engine_stop, METH_NOARGS, stop_doc},
+    {"poison_next_sample", engine_poison, METH_NOARGS, poison_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict: samples, dropped, unknown frames..."},
