@@ -320,6 +320,20 @@ def _own_threads_cpu() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _sampling_began_cpu() -> float:
+    """The process's CPU time when pyrun's sampling engine began (0 without it): what the
+    interpreter's start and pyrun's bootstrap used before is not the program's, and no thread's
+    CPU before it is measured."""
+    try:
+        from pyhpctk.measure import hooks
+    except ImportError:
+        return 0.0
+    session = hooks.current_session()
+    engine = None if session is None else session.engine
+    return 0.0 if engine is None else float(engine.started_process_cpu)
+
+
 result["pyrun_threads_cpu"] = _own_threads_cpu()
+result["sampling_began_cpu"] = _sampling_began_cpu()
 with open(OUT, "w") as out:
     json.dump(result, out)

@@ -137,11 +137,14 @@ class EngineSampler:
         self.wall_period_ns = min(wall) * 1000 if wall else 0
         self.rules = tuple(tuple(tuple(by_gil) for by_gil in by_timer) for by_timer in rules)
         self.started = False
+        self.started_process_cpu = 0.0  # the process's CPU time when sampling began (tests)
         self.drain_cpu_s = 0.0  # CPU time spent draining (reported with PYHPCTK_PYRUN_DEBUG)
         self.entries = 0
 
     def start(self) -> None:
         perf = os.environ.get(ENV_CPU_TIMER, "").strip().lower() != "posix"
+        # Threads are measured from here on (their CPU clocks read now are their baselines).
+        self.started_process_cpu = time.process_time()
         self.module.start(
             self.cpu_period_ns,
             self.wall_period_ns,
