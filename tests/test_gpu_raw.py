@@ -12,51 +12,11 @@ import ctypes
 import numpy as np
 import pytest
 
+from cupti_layouts import LONG_KERNEL, MEMCPY, SMALL_KERNEL
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, classify_api, load_hook
 
 KERNEL_KIND, MEMCPY_KIND = 10, 1  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, _MEMCPY
-
-SMALL_KERNEL = np.dtype(
-    [
-        ("kind", "<u4"),
-        ("registers_per_thread", "<u2"),
-        ("pad0", "<u2"),
-        ("start", "<u8"),
-        ("end", "<u8"),
-        ("device_id", "<u4"),
-        ("context_id", "<u4"),
-        ("stream_id", "<u4"),
-        ("grid_x", "<i4"),
-        ("grid_y", "<i4"),
-        ("grid_z", "<i4"),
-        ("block_x", "<i4"),
-        ("block_y", "<i4"),
-        ("block_z", "<i4"),
-        ("static_shared_memory", "<i4"),
-        ("dynamic_shared_memory", "<i4"),
-        ("local_memory_total", "<u4"),
-        ("correlation_id", "<u4"),
-        ("pad1", "<u4"),
-        ("name", "<u8"),
-    ]
-)
-# A later version of the same record: the same fields, more after them.
-LONG_KERNEL = np.dtype([*SMALL_KERNEL.descr, ("extra", "<u8"), ("extra2", "<u8")])
-MEMCPY = np.dtype(
-    [
-        ("kind", "<u4"),
-        ("copy_kind", "<u1"),
-        ("pad", "<u1", 3),
-        ("bytes", "<u8"),
-        ("start", "<u8"),
-        ("end", "<u8"),
-        ("device_id", "<u4"),
-        ("context_id", "<u4"),
-        ("stream_id", "<u4"),
-        ("correlation_id", "<u4"),
-    ]
-)
 
 
 @pytest.mark.parametrize(

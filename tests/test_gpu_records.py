@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 
+from cupti_layouts import GRAPH_KERNEL, MEMCPY
 from pyhpctk.measure.cct import ThreadCCT
 from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
@@ -24,48 +25,7 @@ from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, load_hook
 from pyhpctk.measure.gpu.records import Converter, plan
 from pyhpctk.measure.session import Session
 
-# Stand-ins for cupti-python's layouts (CUPTI's field order), with the field types that matter:
-# signed dimensions and shared memory, a 2-byte register count, a 4-byte synchronization type.
-KERNEL = np.dtype(
-    [
-        ("kind", "<u4"),
-        ("registers_per_thread", "<u2"),
-        ("pad0", "<u2"),
-        ("start", "<u8"),
-        ("end", "<u8"),
-        ("device_id", "<u4"),
-        ("context_id", "<u4"),
-        ("stream_id", "<u4"),
-        ("grid_x", "<i4"),
-        ("grid_y", "<i4"),
-        ("grid_z", "<i4"),
-        ("block_x", "<i4"),
-        ("block_y", "<i4"),
-        ("block_z", "<i4"),
-        ("static_shared_memory", "<i4"),
-        ("dynamic_shared_memory", "<i4"),
-        ("local_memory_total", "<u4"),
-        ("correlation_id", "<u4"),
-        ("graph_node_id", "<u8"),
-        ("name", "<u8"),
-        ("graph_id", "<u4"),
-        ("pad1", "<u4"),
-    ]
-)
-MEMCPY = np.dtype(
-    [
-        ("kind", "<u4"),
-        ("copy_kind", "<u1"),
-        ("pad", "<u1", 3),
-        ("bytes", "<u8"),
-        ("start", "<u8"),
-        ("end", "<u8"),
-        ("device_id", "<u4"),
-        ("context_id", "<u4"),
-        ("stream_id", "<u4"),
-        ("correlation_id", "<u4"),
-    ]
-)
+KERNEL = GRAPH_KERNEL  # the layout with graph ids: every field the C pass converts
 SYNC = np.dtype(
     [
         ("kind", "<u4"),
