@@ -298,3 +298,23 @@ def test_pyprof_says_which_native_libraries_wait_for_pystruct(
     view = _view(meas, tmp_path)
     assert "no structure file" not in capsys.readouterr().err
     assert "nest" in json.dumps(view)
+
+
+def test_a_library_without_debug_information_reads_cleanly(
+    library: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: rows read "nest [libnative.so] ([libnative.so])" in the bottom-up view and
+    # "[libnative.so]: 0", "loop at [libnative.so]: 0" in the tree (no DWARF: no file, no line).
+    stripped = native.build_library(tmp_path / "stripped", strip=True)  # the same code
+    meas = _measure(tmp_path, stripped, _samples(_addresses(library)))
+    assert pystruct(["-q", "--functions", "sampled", str(meas)]) == 0
+    database = tmp_path / "db"
+    assert pyprof(["-o", str(database), str(meas)]) == 0
+    capsys.readouterr()
+    assert pyview(["--full", str(database)]) == 0
+    assert pyview(["--bottom-up", "--full", str(database)]) == 0
+    text = capsys.readouterr().out
+    name = stripped.name
+    assert f"run_all [{name}]" in text and f"loop at [{name}]" in text, text
+    assert f"[{name}] ([{name}])" not in text, text
+    assert f"[{name}]: 0" not in text, text

@@ -181,7 +181,7 @@ def function_label(tree: ContextTree, node: int) -> str:
     if info.file < 0:
         return info.name
     where = tree.shown_file(info.file)
-    if where in info.name:  # a native function without source: ``name [libfoo.so]`` already
+    if info.name.endswith(f" {where}"):  # a native function without source: ``name [lib.so]``
         return info.name
     return f"{info.name} ({where}: {info.line})" if info.line else f"{info.name} ({where})"
 
