@@ -3,7 +3,7 @@ others are read by the numpy path (correct, slower). Printed by device_pytorch.s
 
 import re
 
-import cupti
+from cupti import cupti  # the bindings module: the record dtypes live there
 
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import records

@@ -403,6 +403,32 @@ void engine_guard_faults(void) {
 
 /* -- the handler -------------------------------------------------------------------------------- */
 
+/* The reads that can fault, under the slot's guard: the frame chain's depth (-1 for a bad stack
+ * or a caught fault), the GIL state and the frames in common with the last sample. A function of
+ * its own, so that no local of the caller lives across the sigsetjmp (gcc's -Wclobbered). */
+static __attribute__((noinline)) int guarded_read(Slot *slot, PyThreadState *tstate,
+                                                  void *context, int *gil_out,
+                                                  uint32_t *common) {
+    volatile int gil = GIL_NO_PYTHON;
+    volatile int depth = -1;
+    if (sigsetjmp(slot->guard, 0) == 0) {
+        atomic_store_explicit(&slot->guarded, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        uintptr_t poison = atomic_load_explicit(&engine.poison, memory_order_relaxed);
+        if (poison != 0 && atomic_compare_exchange_strong(&engine.poison, &poison, 0))
+            (void)*(volatile const int *)poison; /* a test's unmapped page: faults */
+        gil = gil_state(tstate, context);
+        depth = read_stack(slot, tstate, context, common);
+    } else {
+        atomic_fetch_add_explicit(&engine.faults, 1, memory_order_relaxed);
+        depth = -1;
+    }
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store_explicit(&slot->guarded, 0, memory_order_relaxed);
+    *gil_out = gil;
+    return depth;
+}
+
 static void take_sample(Slot *slot, int timer, void *context) {
     int64_t cpu = 0, wall = 0, cpu_now = 0, wall_now = 0;
     if (timer == TIMER_CPU) {
@@ -414,23 +440,9 @@ static void take_sample(Slot *slot, int timer, void *context) {
     }
     int64_t now = engine.trace ? engine_clock_ns(CLOCK_REALTIME) : 0;
     PyThreadState *tstate = PyGILState_GetThisThreadState();
-    volatile int gil = GIL_NO_PYTHON;
-    volatile int depth = -1;
+    int gil = GIL_NO_PYTHON;
     uint32_t common = 0;
-    if (sigsetjmp(slot->guard, 0) == 0) {
-        atomic_store_explicit(&slot->guarded, 1, memory_order_relaxed);
-        atomic_signal_fence(memory_order_seq_cst);
-        uintptr_t poison = atomic_load_explicit(&engine.poison, memory_order_relaxed);
-        if (poison != 0 && atomic_compare_exchange_strong(&engine.poison, &poison, 0))
-            (void)*(volatile const int *)poison; /* a test's unmapped page: faults */
-        gil = gil_state(tstate, context);
-        depth = read_stack(slot, tstate, context, &common);
-    } else {
-        atomic_fetch_add_explicit(&engine.faults, 1, memory_order_relaxed);
-        depth = -1;
-    }
-    atomic_signal_fence(memory_order_seq_cst);
-    atomic_store_explicit(&slot->guarded, 0, memory_order_relaxed);
+    int depth = guarded_read(slot, tstate, context, &gil, &common);
     if (depth < 0) {
         atomic_fetch_add_explicit(&engine.bad_stacks, 1, memory_order_relaxed);
         slot->prev_depth = 0;
