@@ -35,6 +35,7 @@ cannot be installed (no network) is skipped with a message.
     python benchmarks/pyrun_cpu.py --tools pyrun --rates 1000   # no peers: nothing to install
     python benchmarks/pyrun_cpu.py --workloads numpy --rates 200 \
         --tools plain,pyrun,pyrun-nonative,py-spy-native         # the cost of native frames
+    python benchmarks/pyrun_cpu.py --cpus 2-5 ...               # every run on the same cores
 """
 
 from __future__ import annotations
@@ -347,7 +348,19 @@ def main() -> int:
     parser.add_argument(
         "--peers-venv", type=Path, default=Path(tempfile.gettempdir()) / "pyhpctk-bench-peers"
     )
+    parser.add_argument(
+        "--cpus",
+        default="",
+        help="pin this script and every run to these processors (e.g. 2-5), so that plain and "
+        "measured runs share cores (a many-core VM's cores differ); an outside profiler too",
+    )
     args = parser.parse_args()
+    if args.cpus:
+        chosen: set[int] = set()
+        for part in args.cpus.split(","):
+            low, _, high = part.partition("-")
+            chosen.update(range(int(low), int(high or low) + 1))
+        os.sched_setaffinity(0, chosen)  # children inherit it
     tools = args.tools.split(",")
     rates = [int(r) for r in args.rates.split(",")]
     workloads = args.workloads.split(",")
@@ -460,7 +473,8 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     machine = f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
-    print(f"\nmachine: {machine}, Python {platform.python_version()}")
+    pinned = f"; pinned to {sorted(os.sched_getaffinity(0))}" if args.cpus else ""
+    print(f"\nmachine: {machine}, Python {platform.python_version()}{pinned}")
     print(f"load average during the run: {min(loads):.2f} to {max(loads):.2f}")
     print(f"rounds: {args.rounds}; work sized to {args.seconds} s plain: {sizes}\n")
     columns = (
