@@ -18,11 +18,7 @@ MAX_FUNCTION_LINES = 120
 
 # path relative to src/pyhpctk (a module), or "path:function" -> why it may stay too long.
 EXCEPTIONS: dict[str, str] = {
-    "measure/gpu/cupti_backend.py": "CUPTI backend: being reworked in the GPU branch (issue #18)",
     "measure/session.py": "pyrun's session: being reworked with the sampling engine (issue #16)",
-    "present/flat.py:flat": "the flat view: being reworked with the views (issue #21)",
-    "present/synthetic.py:build": "pyview's test databases: being reworked with the views",
-    "structure/cubin.py:_read_cubin_debug": "cubin line maps: being reworked (issue #20)",
 }
 
 
