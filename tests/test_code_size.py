@@ -2,9 +2,9 @@
 
 No module of ``src/`` over 800 lines and no function over 120: a module that grew past that
 holds several sections that change for different reasons (layout, model, read, write, check)
-and is split into a package; a function that long is several stages. The few exceptions below
-are rooms other work is rebuilding now; each names why, and the test fails once an exception
-is no longer needed, so the list only shrinks.
+and is split into a package; a function that long is several stages. An exception below (a
+room other work is rebuilding) names why, and the test fails once an exception is no longer
+needed, so the list only shrinks; it is empty now.
 """
 
 from __future__ import annotations
@@ -17,13 +17,7 @@ MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 120
 
 # path relative to src/pyhpctk (a module), or "path:function" -> why it may stay too long.
-EXCEPTIONS: dict[str, str] = {
-    "measure/gpu/cupti_backend.py": "CUPTI backend: being reworked in the GPU branch (issue #18)",
-    "measure/session.py": "pyrun's session: being reworked with the sampling engine (issue #16)",
-    "present/flat.py:flat": "the flat view: being reworked with the views (issue #21)",
-    "present/synthetic.py:build": "pyview's test databases: being reworked with the views",
-    "structure/cubin.py:_read_cubin_debug": "cubin line maps: being reworked (issue #20)",
-}
+EXCEPTIONS: dict[str, str] = {}
 
 
 def _sizes() -> dict[str, int]:

@@ -36,7 +36,8 @@ TYPE_CHECKING = False  # typing costs every measured process milliseconds to imp
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from pyhpctk.measure.session import Session, ThreadState
+    from pyhpctk.measure.session import Session
+    from pyhpctk.measure.thread_state import ThreadState
 
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run

@@ -7,12 +7,14 @@ Otherwise (the fallback) the sampler thread samples itself: it wakes every perio
 ``sys._current_frames()`` and each thread's own CPU clock, and attributes each thread's CPU-time
 delta (``CPUTIME``) or wall-time delta (``REALTIME``) since the previous sample to that thread's
 current Python stack; only threads that used CPU since the last sample are unwound under
-``CPUTIME``, which keeps the per-sample work proportional to the busy threads.
+``CPUTIME``, which keeps the per-sample work proportional to the busy threads. Both live in
+:mod:`pyhpctk.measure.sampler` (:class:`~pyhpctk.measure.sampler.SamplerThread`, a part of
+:class:`Session`); what the session keeps per thread is in :mod:`pyhpctk.measure.thread_state`.
 
 Files are written per thread when the thread ends, for every thread at exit, and periodically as
-checkpoints (atomically: write a temporary file, then rename), so a hard crash still leaves the
-last checkpoint. :mod:`pyhpctk.measure.hooks` connects a session to the process (exit, signals,
-fork, ``os._exit``, thread start and end).
+checkpoints (atomically: write a temporary file, then rename; :mod:`pyhpctk.measure.profile_files`),
+so a hard crash still leaves the last checkpoint. :mod:`pyhpctk.measure.hooks` connects a session
+to the process (exit, signals, fork, ``os._exit``, thread start and end).
 
 Extension points for other monitors (a GPU layer), declared as the protocol
 :class:`pyhpctk.measure.extension.Host`: :meth:`Session.add_metric_kind`,
@@ -30,12 +32,10 @@ Standard library only: this runs inside the measured program.
 from __future__ import annotations
 
 import _thread
-import opcode
 import os
 import sys
 import threading
 import time
-from array import array
 
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE  # formats.md §1.4
 from pyhpctk.measure import engine, losses, naming
@@ -54,11 +54,13 @@ from pyhpctk.measure.encode import (
     encode_trace,
 )
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
+from pyhpctk.measure.profile_files import atomic_write, reserve_stem, unlink_quietly
+from pyhpctk.measure.sampler import SamplerThread
 from pyhpctk.measure.thread_names import ThreadNames, thread_name
+from pyhpctk.measure.thread_state import Clocks, ThreadState, thread_cpu_clock
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from types import FrameType
 
     from pyhpctk.measure.config import MeasureOptions
@@ -68,106 +70,16 @@ if TYPE_CHECKING:
     # stream, not a thread).
     _Encoded = tuple[str, bytes, bytes | None, bytes, str | None]
 
+__all__ = ["SAMPLER_KIND", "Clocks", "Session", "ThreadState", "thread_cpu_clock"]
 
 _FINISH_WAIT_S = 10.0  # how long a second finish() waits for the first to write the files
 SAMPLER_KIND = "sampling"
 # The interpreter's own functions: hooks.py wraps the sys attributes for the program.
-_set_switch_interval = sys.setswitchinterval
 _get_switch_interval = sys.getswitchinterval
 _MEASURE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-# A leaf frame whose last instruction returned or yielded has finished since
-# sys._current_frames() was taken (the GIL can change hands while a sample is walked): its
-# parents now show where the thread went on, so that stack is not used.
-_FINISHED_OPCODES = frozenset(
-    opcode.opmap[name]
-    for name in ("RETURN_VALUE", "RETURN_CONST", "YIELD_VALUE")
-    if name in opcode.opmap
-)
 
-
-def thread_cpu_clock(native_id: int) -> int:
-    """Linux's clock id for thread ``native_id``'s CPU time (``MAKE_THREAD_CPUCLOCK``).
-
-    Computing it from the kernel thread id avoids ``pthread_getcpuclockid``, which reads the
-    thread's descriptor and is undefined once the thread has been joined; a dead thread's
-    computed clock just fails with ``EINVAL``.
-    """
-    return ((~native_id) << 3) | 6  # CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED
-
-
-class Clocks:
-    """The clocks and frame source a session reads; tests inject fakes."""
-
-    __slots__ = ("current_frames", "epoch_ns", "thread_cpu", "wall")
-
-    def __init__(
-        self,
-        thread_cpu: Callable[[int], float] = time.clock_gettime,
-        wall: Callable[[], float] = time.monotonic,
-        epoch_ns: Callable[[], int] = time.time_ns,
-        current_frames: Callable[[], dict[int, FrameType]] = sys._current_frames,
-    ) -> None:
-        self.thread_cpu = thread_cpu
-        self.wall = wall
-        self.epoch_ns = epoch_ns
-        self.current_frames = current_frames
-
-
-class ThreadState:
-    """What the sampler keeps for one thread (a plain slotted class: it is made per thread)."""
-
-    __slots__ = (
-        "cct",
-        "clock_id",
-        "comm",
-        "ident",
-        "idle",
-        "is_stream",
-        "last_cpu",
-        "last_ips",
-        "last_path_leaf",
-        "last_wall",
-        "native_id",
-        "number",
-        "path_nodes",
-        "stem",
-        "thread",
-        "trace_nodes",
-        "trace_times",
-    )
-
-    def __init__(
-        self,
-        number: int,
-        ident: int,
-        thread: threading.Thread | None,
-        cct: ThreadCCT,
-        clock_id: int | None,
-        last_cpu: float,
-        last_wall: float,
-        is_stream: bool = False,
-    ) -> None:
-        self.number = number
-        self.ident = ident
-        self.thread = thread
-        self.cct = cct
-        self.clock_id = clock_id
-        self.last_cpu = last_cpu
-        self.last_wall = last_wall
-        self.is_stream = is_stream
-        self.trace_times: array[int] = array("Q")
-        self.trace_nodes: array[int] = array("L")
-        self.idle = False
-        self.stem = ""
-        self.last_ips: list[int] = []  # the last sampled path and its leaf (a fast path)
-        self.last_path_leaf = cct.fence
-        self.native_id: int | None = None  # the kernel thread id, once the engine sampled it
-        self.path_nodes: list[int] = []  # the engine: the nodes of the last path, outermost first
-        self.comm = ""  # the kernel's name of a thread without a threading.Thread (thread_names)
-
-
-class Session:
+class Session(SamplerThread):
     """Measurement of one process (see the module docstring)."""
 
     def __init__(self, options: MeasureOptions, clocks: Clocks | None = None) -> None:
@@ -466,258 +378,6 @@ class Session:
         data = self._encode(state)
         self._write_thread(state, data)
 
-    # -- sampling -------------------------------------------------------------------------------
-
-    def sample(self) -> None:
-        """Take one sample of every thread (the sampler thread calls this each period)."""
-        clocks = self.clocks
-        now = clocks.wall()
-        now_ns = clocks.epoch_ns() if self.options.trace else 0
-        thread_cpu = clocks.thread_cpu
-        cpu_metric = self._cpu_metric
-        real_metric = self._real_metric
-        tracing = self.options.trace
-        functions = self.functions
-        fid_of = functions.fid_of
-        python_lm = self.python_lm
-        kind = self.sampling_kind
-        active = threading._active  # type: ignore[attr-defined]
-        finished_opcodes = _FINISHED_OPCODES
-        with self.lock:
-            if self.finished:
-                return
-            # The frames are taken once the lock is held: waiting for it lets other threads
-            # run, and a frame walked after its thread went on is at best a stale stack, and
-            # on CPython 3.11 can be freed memory (a crash in f_back; python/cpython#111363).
-            frames = clocks.current_frames()
-            self.samples += 1
-            states = self.states
-            sampler = self._sampler_ident
-            finished = self._finished
-            excluded = self._excluded
-            for ident, frame in frames.items():
-                if ident == sampler or ident in excluded:
-                    continue
-                state = states.get(ident)
-                if state is None:
-                    if ident in finished:
-                        thread = active.get(ident)
-                        if thread is None or thread is finished[ident]:
-                            continue  # it wrote its profile and is ending
-                        del finished[ident]
-                    state = self._adopt(ident, active.get(ident))
-                elif state.thread is not None and active.get(ident, state.thread) is not (
-                    state.thread
-                ):
-                    # The ident was reused: the thread we knew ended without telling us.
-                    states.pop(ident)
-                    self._retire(state, final_delta=False)
-                    state = self._adopt(ident, active.get(ident))
-                cpu_delta = 0.0
-                if cpu_metric >= 0 and state.clock_id is not None:
-                    try:
-                        cpu = thread_cpu(state.clock_id)
-                    except OSError:
-                        cpu = state.last_cpu
-                    cpu_delta = cpu - state.last_cpu
-                    state.last_cpu = cpu
-                real_delta = now - state.last_wall
-                state.last_wall = now
-                if real_metric < 0 and cpu_delta <= 0.0:
-                    if tracing and not state.idle:
-                        state.cct.retain(state.cct.no_activity)
-                        state.trace_times.append(now_ns)
-                        state.trace_nodes.append(state.cct.no_activity)
-                    state.idle = True
-                    continue
-                cct = state.cct
-                try:
-                    leaf_done = frame.f_code.co_code[frame.f_lasti] in finished_opcodes
-                except IndexError:
-                    leaf_done = False
-                if leaf_done:
-                    leaf = cct.last_leaf
-                else:
-                    ips = python_frame_ips(frame, functions, fid_of)
-                    if ips == state.last_ips:  # the same path as last time: a hot loop
-                        leaf = state.last_path_leaf
-                    else:
-                        leaf = cct.path(python_lm, ips)
-                        state.last_ips, state.last_path_leaf = ips, leaf
-                    cct.last_leaf = leaf
-                values = cct.values_of(kind)
-                if cpu_delta > 0.0:
-                    values.add(leaf, cpu_metric, cpu_delta)
-                if real_metric >= 0 and real_delta > 0.0:
-                    values.add(leaf, real_metric, real_delta)
-                state.idle = False
-                if tracing:
-                    cct.retained[leaf] = 1
-                    state.trace_times.append(now_ns)
-                    state.trace_nodes.append(leaf)
-            if finished:
-                for ident in [i for i in finished if i not in frames]:
-                    del finished[ident]
-            if len(states) >= len(frames):
-                for ident in [i for i in states if i not in frames]:
-                    # Gone from sys._current_frames(): either the thread ended without passing
-                    # through threading (write what it had), or it is a native thread between
-                    # two calls into Python (it keeps its CCT). Its CPU clock tells which.
-                    if not self._alive(states[ident]):
-                        self._retire(states.pop(ident), final_delta=False)
-            if sampler is not None:
-                self._tune_switch_interval(len(frames) - (sampler in frames))
-
-    def _tune_switch_interval(self, program_threads: int) -> None:
-        """Let the sampler get the GIL within a fraction of a period in one-thread programs.
-
-        A thread that wants the GIL waits a whole switch interval (5 ms by default) before it
-        asks the running thread to drop it, so a sampler thread would sample a CPU-bound
-        program at most every 5 ms plus its period. While the program has a single Python
-        thread the only waiter is the sampler, so a short interval changes nothing else; as
-        soon as the program runs a second thread the program's own interval is restored (its
-        threads' scheduling is its business). ``sys.getswitchinterval`` keeps reporting the
-        program's value (hooks).
-        """
-        fast = (
-            program_threads <= 1
-            and self._stop_lock is not None
-            and not self.finished
-            and self.engine is None  # the engine samples without the GIL
-        )
-        if fast != self._fast_switch:
-            self._fast_switch = fast
-            interval = self.program_switch_interval
-            _set_switch_interval(min(interval, self._fast_interval) if fast else interval)
-
-    def set_program_switch_interval(self, interval: float) -> None:
-        """The program called ``sys.setswitchinterval(interval)``."""
-        _set_switch_interval(interval)  # validates, as the program's call would
-        self.program_switch_interval = interval
-        if self._fast_switch:
-            _set_switch_interval(min(interval, self._fast_interval))
-
-    def _alive(self, state: ThreadState) -> bool:
-        """Whether the thread still exists: a dead thread's CPU clock cannot be read."""
-        if state.clock_id is None:
-            return False
-        try:
-            self.clocks.thread_cpu(state.clock_id)
-        except OSError:
-            return False
-        return True
-
-    def _adopt(self, ident: int, thread: threading.Thread | None) -> ThreadState:
-        """A thread seen for the first time by the sampler (it existed before, or is foreign)."""
-        main = thread is not None and thread is threading.main_thread()
-        return self.register_thread(thread, main=main, ident=ident)
-
-    # -- sampler thread -------------------------------------------------------------------------
-
-    def start_sampler(self) -> None:
-        """Start the sampler thread (a raw ``_thread``, invisible to ``threading.enumerate``)."""
-        stop = _thread.allocate_lock()
-        stop.acquire()
-        stopped = _thread.allocate_lock()
-        stopped.acquire()
-        self._stop_lock, self._stopped_lock = stop, stopped
-        started = _thread.allocate_lock()
-        started.acquire()
-        main = self._sampler_main if self.engine is None else self._drain_main
-        _thread.start_new_thread(main, (stop, stopped, started))
-        started.acquire()
-        if self.engine is not None:
-            try:
-                self.engine.start()  # after the drain thread left itself out
-            except OSError as error:
-                sys.stderr.write(f"pyrun: cannot start the sampling engine: {error}\n")
-                return
-            self.engine.register_current_thread()
-
-    def _drain_main(
-        self, stop: _thread.LockType, stopped: _thread.LockType, started: _thread.LockType
-    ) -> None:
-        """The sampler thread under the engine: move samples into the CCTs, write checkpoints."""
-        self._sampler_ident = _thread.get_ident()
-        _name_own_thread("pyrun-drain")
-        assert self.engine is not None
-        self.engine.exclude_current_thread()
-        started.release()
-        checkpoint = self.options.checkpoint_s
-        failures = 0
-        try:
-            while not stop.acquire(True, engine.DRAIN_PERIOD_S):
-                try:
-                    with self.lock:
-                        if not self.finished:
-                            self.engine.drain()
-                except Exception as error:  # one bad drain must not end the measurement
-                    failures += 1
-                    if failures == 1:
-                        sys.stderr.write(f"pyrun: a drain failed: {error!r}\n")
-                    if failures >= 100:
-                        raise
-                now = time.monotonic()
-                if checkpoint and now - self._last_checkpoint >= checkpoint:
-                    self._last_checkpoint = now
-                    self.checkpoint()
-        except Exception as error:  # never kill the program; say once why measurement stopped
-            sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
-        finally:
-            stopped.release()
-
-    def _sampler_main(
-        self, stop: _thread.LockType, stopped: _thread.LockType, started: _thread.LockType
-    ) -> None:
-        self._sampler_ident = _thread.get_ident()
-        started.release()
-        period = self.options.period_s
-        checkpoint = self.options.checkpoint_s
-        wall = time.monotonic
-        # Each period gets one wake-up at a random point inside it (stratified sampling): a
-        # strictly periodic sampler aliases with periodic programs and over-samples some phases
-        # of their loops. xorshift32 draws the offsets: ``random`` would cost an import.
-        state = (os.getpid() * 2654435761 + time.monotonic_ns()) & 0xFFFFFFFF or 1
-        window = wall()
-        next_wake = window + period * 0.5
-        failures = 0
-        try:
-            while not stop.acquire(True, max(0.0, next_wake - wall())):
-                try:
-                    self.sample()
-                except Exception as error:  # one bad sample must not end the measurement
-                    failures += 1
-                    if failures == 1:
-                        sys.stderr.write(f"pyrun: a sample failed: {error!r}\n")
-                    if failures >= 100:
-                        raise
-                now = wall()
-                window += period
-                if window + period < now:  # fell behind (a long GIL hold): no burst to catch up
-                    window = now
-                state ^= (state << 13) & 0xFFFFFFFF
-                state ^= state >> 17
-                state ^= (state << 5) & 0xFFFFFFFF
-                next_wake = window + period * (state / 4294967296.0)
-                if checkpoint and now - self._last_checkpoint >= checkpoint:
-                    self._last_checkpoint = now
-                    self.checkpoint()
-        except Exception as error:  # never kill the program; say once why measurement stopped
-            sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
-        finally:
-            stopped.release()
-
-    def stop_sampler(self, timeout: float = 2.0) -> None:
-        """Stop the sampler thread and wait (bounded) for it to finish its current sample."""
-        stop, stopped = self._stop_lock, self._stopped_lock
-        if stop is None or stopped is None:
-            return
-        self._stop_lock = self._stopped_lock = None
-        stop.release()
-        self._tune_switch_interval(2)
-        if _thread.get_ident() != self._sampler_ident:
-            stopped.acquire(True, timeout)
-
     # -- writing ---------------------------------------------------------------------------------
 
     def identity(self, state: ThreadState) -> ProfileIdentity:
@@ -786,16 +446,16 @@ class Session:
         # The logical file goes first: a profile is never written without the functions it
         # names. A failure leaves the previous complete files (or none), never a partial one.
         try:
-            _atomic_write(os.path.join(directory, self.logical_path), logical)
+            atomic_write(os.path.join(directory, self.logical_path), logical)
             if not state.stem or not state.stem.startswith(base[: base.rfind("-")]):
-                state.stem = _reserve_stem(directory, base, profile)
+                state.stem = reserve_stem(directory, base, profile)
                 if old:
                     for suffix in (".hpcrun", ".hpctrace"):
-                        _unlink_quietly(os.path.join(directory, old + suffix))
+                        unlink_quietly(os.path.join(directory, old + suffix))
             else:
-                _atomic_write(os.path.join(directory, state.stem + ".hpcrun"), profile)
+                atomic_write(os.path.join(directory, state.stem + ".hpcrun"), profile)
             if trace is not None:
-                _atomic_write(os.path.join(directory, state.stem + ".hpctrace"), trace)
+                atomic_write(os.path.join(directory, state.stem + ".hpctrace"), trace)
         except OSError as error:
             name = (state.stem or base) + ".hpcrun"
             self._lost.add(name)
@@ -821,7 +481,7 @@ class Session:
             return
         directory = self.options.output_dir
         try:
-            _atomic_write(os.path.join(directory, self.thread_names.path), data)
+            atomic_write(os.path.join(directory, self.thread_names.path), data)
         except OSError as error:  # the profiles are written: only the names are missing
             message = f"pyrun: cannot write the thread names to {directory}: {error}"
             if message not in self.write_errors:
@@ -905,65 +565,3 @@ class Session:
             self.finished = True
         for state, data in encoded:
             self._write_thread(state, data)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: never half a file.
-
-    On failure (a full disk) the temporary file is removed and ``path`` keeps what it held.
-    """
-    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        try:
-            _write_new(temporary, data)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            _write_new(temporary, data)
-        os.replace(temporary, path)
-    except BaseException:
-        _unlink_quietly(temporary)
-        raise
-
-
-def _write_new(path: str, data: bytes) -> None:
-    with open(path, "wb") as stream:
-        stream.write(data)
-
-
-def _reserve_stem(directory: str, base: str, profile: bytes) -> str:
-    """Claim ``base`` (generation 0) or the first free generation, writing the profile there.
-
-    ``os.link`` of a complete temporary file is an exclusive, atomic create, so two processes
-    with one pid (``exec``) never share a name, which is what hpcrun's generation number is for.
-    """
-    prefix = base[: base.rfind("-")]
-    temporary = os.path.join(directory, f".{prefix}.{threading.get_ident()}.tmp")
-    try:
-        _write_new(temporary, profile)
-        generation = 0
-        while True:
-            stem = f"{prefix}-{generation}"
-            try:
-                os.link(temporary, os.path.join(directory, stem + ".hpcrun"))
-                return stem
-            except FileExistsError:
-                generation += 1
-    finally:
-        _unlink_quietly(temporary)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:  # noqa: SIM105  # contextlib is one more import in every measured process
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _name_own_thread(name: str) -> None:
-    """Give pyrun's own thread a kernel name (top, ``ps -L``, py-spy and the per-task CPU in
-    /proc tell it from the program's threads); nothing if /proc is not there."""
-    try:
-        with open(f"/proc/self/task/{_thread.get_native_id()}/comm", "w") as stream:
-            stream.write(name[:15])
-    except OSError:
-        pass

@@ -24,7 +24,7 @@ from pyhpctk.measure.encode import encode_threads
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
-    from pyhpctk.measure.session import ThreadState
+    from pyhpctk.measure.thread_state import ThreadState
 
 
 def comm_name(native_id: int) -> str:

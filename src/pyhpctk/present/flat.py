@@ -105,17 +105,39 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
     stays in the scope of their call site.
     """
     exp = catalog.experiment
-    tree = exp.tree
-    n = tree.size
     agg = _Aggregator(catalog, options, columns_for(catalog, options))
+    placed = _place(exp.tree, exp.title, elided)
+    inc = _inclusive(agg, exp.tree, placed)
+    exc = _exclusive(agg, placed)
+    inc[:, 0] = agg.inc[:, 0]
+    exc[:, 0] = agg.self_cost.sum(axis=1)
+    scopes = placed.scopes
+    return _finish(agg, scopes.labels, scopes.parents, inc, exc, exp.title, "flat")
+
+
+@dataclass
+class _Placement:
+    """Where each context's cost goes in the flat view.
+
+    ``scope[i]``: the static scope (a group) context i belongs to, 0 for entry points;
+    ``is_scope[i]``: whether the context *is* that scope (function, inlined, loop or line);
+    ``module_code``: the contexts of Python module-level code (formats.md §3.8).
+    """
+
+    scopes: _StaticScopes
+    scope: list[int]
+    is_scope: list[bool]
+    module_code: list[int]
+
+
+def _place(tree: ContextTree, title: str | None, elided: BoolArray | None) -> _Placement:
+    """Grow the static scopes, parents first, and place every context in one of them."""
+    n = tree.size
     scopes = _StaticScopes()
-    scopes.group(-1, ("root",), (exp.title or "<root>", "root", None, 0, None))
-    # scope[i]: the static scope (a group) context i belongs to, 0 for entry points;
-    # is_scope[i]: whether the context *is* that scope (function, inlined, loop or line).
-    scope = [0] * n
-    is_scope = [False] * n
+    scopes.group(-1, ("root",), (title or "<root>", "root", None, 0, None))
+    placed = _Placement(scopes, [0] * n, [False] * n, [])
+    scope, is_scope = placed.scope, placed.is_scope
     parent: list[int] = tree.parent.tolist()
-    module_code: list[int] = []
     python_module = _python_modules(tree)
     for i in range(1, n):
         lex = int(tree.lexical_type[i])
@@ -159,7 +181,7 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
                 up = scopes.group(
                     g_file, ("function", name), (name, "function", file_name, 0, mod_name)
                 )
-                module_code.append(i)
+                placed.module_code.append(i)
                 row = (label, kind, file, line, mod_name)
             elif lex not in (LexicalType.LINE, LexicalType.LOOP):
                 if lex == LexicalType.FUNCTION:
@@ -180,20 +202,23 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
             scope[i] = up
             continue
         is_scope[i] = True
+    return placed
 
+
+def _inclusive(agg: _Aggregator, tree: ContextTree, placed: _Placement) -> np.ndarray:
+    """Inclusive: every scope and its module/file ancestors, from their outermost instances
+    (a scope inside another instance of itself, i.e. recursion, adds nothing)."""
+    scopes = placed.scopes
     n_groups = len(scopes.labels)
     inc = np.zeros((agg.inc.shape[0], n_groups))
-    exc = np.zeros((agg.fn_cost.shape[0], n_groups))
     start, end = _preorder_bounds(tree)
-    node_scope = np.array(scope, dtype=np.int64)
-    scope_nodes = np.flatnonzero(is_scope)
+    node_scope = np.array(placed.scope, dtype=np.int64)
+    scope_nodes = np.flatnonzero(placed.is_scope)
     kinds = np.array(scopes.kinds)
     depths = np.array(scopes.depths, dtype=np.int64)
-    # Inclusive: every scope and its module/file ancestors, from their outermost instances
-    # (a scope inside another instance of itself, i.e. recursion, adds nothing).
-    code_nodes = np.array(module_code, dtype=np.int64)
+    code_nodes = np.array(placed.module_code, dtype=np.int64)
     group_parent = np.array(scopes.parents, dtype=np.int64)
-    is_code = np.zeros(n, dtype=bool)
+    is_code = np.zeros(tree.size, dtype=bool)
     is_code[code_nodes] = True
     for level in (None, "module code", "file", "module"):
         nodes, groups = scope_nodes, node_scope[scope_nodes]
@@ -207,10 +232,21 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
         counted = _outermost_members(groups, nodes, start, end) > 0
         for row_in, row_out in zip(agg.inc, inc, strict=True):
             row_out += np.bincount(groups[counted], row_in[nodes[counted]], n_groups)
-    # Exclusive: each context's self cost goes to its scope and up through the scopes that
-    # contain it, where function scope stops at the innermost function-like scope and
-    # lex_aware also at the innermost loop (formats.md §3.2): every line, file and module
-    # above it, the innermost function or inlined function, and the innermost loop inside that.
+    return inc
+
+
+def _exclusive(agg: _Aggregator, placed: _Placement) -> np.ndarray:
+    """Exclusive: each context's self cost goes to its scope and up through the scopes that
+    contain it, where function scope stops at the innermost function-like scope and
+    lex_aware also at the innermost loop (formats.md §3.2): every line, file and module
+    above it, the innermost function or inlined function, and the innermost loop inside that."""
+    scopes = placed.scopes
+    n_groups = len(scopes.labels)
+    exc = np.zeros((agg.fn_cost.shape[0], n_groups))
+    node_scope = np.array(placed.scope, dtype=np.int64)
+    kinds = np.array(scopes.kinds)
+    depths = np.array(scopes.depths, dtype=np.int64)
+    group_parent = np.array(scopes.parents, dtype=np.int64)
     costed = np.flatnonzero(node_scope > 0)
     direct = np.array(
         [np.bincount(node_scope[costed], row[costed], n_groups) for row in agg.self_cost]
@@ -226,6 +262,4 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
         has = np.flatnonzero(target >= 0)
         for row_in, row_out in zip(direct, exc, strict=True):
             row_out += np.bincount(target[has], row_in[has], n_groups)
-    inc[:, 0] = agg.inc[:, 0]
-    exc[:, 0] = agg.self_cost.sum(axis=1)
-    return _finish(agg, scopes.labels, scopes.parents, inc, exc, exp.title, "flat")
+    return exc

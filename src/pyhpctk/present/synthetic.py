@@ -91,6 +91,35 @@ def build(
     taxonomy_text: str | None = None,
 ) -> Experiment:
     """An :class:`Experiment` from specs; ctxIds are assigned in pre-order unless given."""
+    nodes = _preorder(entries)
+    tree = _tree(nodes)
+    n_ctx = int(tree.ctx_id.max()) + 1
+    summary: dict[int, np.ndarray] = {}
+    per_profile: dict[int, np.ndarray] = {}
+    infos = []
+    for m, metric in enumerate(metrics):
+        scope = _propagate(nodes, tree, metric, len(profiles))
+        for k, s in enumerate(SCOPES):
+            dense = np.zeros((len(profiles), n_ctx))
+            dense[:, tree.ctx_id] = scope[s]
+            per_profile[4 * m + k] = dense
+            summary[4 * m + k] = dense.sum(axis=0)
+        infos.append(metric_info(metric, 4 * m))
+    profile_infos = tuple(ProfileInfo(i + 1, ident) for i, ident in enumerate(profiles))
+    return Experiment(
+        path=f"<{title}>",
+        title=title,
+        tree=tree,
+        metrics=tuple(infos),
+        profiles=profile_infos,
+        values=InMemoryValues(n_ctx, summary, per_profile),
+        traces=None if traces is None else InMemoryTraces(tuple(traces)),
+        taxonomy_text=taxonomy_text,
+    )
+
+
+def _preorder(entries: Sequence[Spec]) -> list[tuple[Spec, int]]:
+    """Every spec in pre-order with its parent's node (node 0: the global context)."""
     nodes: list[tuple[Spec, int]] = []  # (spec, parent node)
     stack: list[tuple[Spec, int]] = [(e, 0) for e in reversed(entries)]
     while stack:
@@ -98,18 +127,23 @@ def build(
         nodes.append((spec, above))
         me = len(nodes)
         stack.extend((c, me) for c in reversed(spec.children))
+    return nodes
+
+
+def _intern(table: list[str], value: str) -> int:
+    if not value:
+        return -1
+    if value not in table:
+        table.append(value)
+    return table.index(value)
+
+
+def _tree(nodes: list[tuple[Spec, int]]) -> ContextTree:
+    """The context tree of the pre-ordered specs, ctxIds given or assigned in pre-order."""
     n = len(nodes) + 1
     modules: list[str] = []
     files: list[str] = []
     functions: list[FunctionInfo] = []
-
-    def intern(table: list[str], value: str) -> int:
-        if not value:
-            return -1
-        if value not in table:
-            table.append(value)
-        return table.index(value)
-
     ctx_id = np.zeros(n, dtype=np.int64)
     parent = np.full(n, -1, dtype=np.int64)
     lexical = np.full(n, LEX_ROOT, dtype=np.int8)
@@ -140,23 +174,23 @@ def build(
             functions.append(
                 FunctionInfo(
                     spec.name,
-                    intern(modules, spec.module),
-                    intern(files, spec.file),
+                    _intern(modules, spec.module),
+                    _intern(files, spec.file),
                     spec.line,
                     spec.offset,
                 )
             )
             function[i] = len(functions) - 1
         elif lex in (LexicalType.LOOP, LexicalType.LINE):
-            file[i] = intern(files, spec.file)
+            file[i] = _intern(files, spec.file)
             line[i] = spec.line
             if lex == LexicalType.LOOP:
-                module[i] = intern(modules, spec.module)
+                module[i] = _intern(modules, spec.module)
                 offset[i] = spec.offset
         else:
-            module[i] = intern(modules, spec.module)
+            module[i] = _intern(modules, spec.module)
             offset[i] = spec.offset
-    tree = ContextTree(
+    return ContextTree(
         ctx_id,
         parent,
         lexical,
@@ -171,57 +205,39 @@ def build(
         tuple(files),
         tuple(modules),
     )
-    n_ctx = int(ctx_id.max()) + 1
-    n_prof = len(profiles)
-    summary: dict[int, np.ndarray] = {}
-    per_profile: dict[int, np.ndarray] = {}
-    infos = []
+
+
+def _propagate(
+    nodes: list[tuple[Spec, int]], tree: ContextTree, metric: str, n_prof: int
+) -> dict[str, np.ndarray]:
+    """One metric's values in the four scopes, per profile and node (formats.md §3.2)."""
+    n = tree.size
+    parent, relation, lexical = tree.parent, tree.relation, tree.lexical_type
     children: list[list[int]] = [[] for _ in range(n)]
     for i in range(1, n):
         children[int(parent[i])].append(i)
-    for m, metric in enumerate(metrics):
-        point = np.zeros((n_prof, n))
-        for i, (spec, _) in enumerate(nodes, start=1):
-            vals = spec.values.get(metric, ())
-            point[: len(vals), i] = vals
-        scope = {s: np.zeros((n_prof, n)) for s in SCOPES}
-        scope["point"] = point
-        for i in range(n - 1, -1, -1):  # children come after parents: walk backwards
-            lexical_kids = [c for c in children[i] if relation[c] == Relation.LEXICAL]
-            scope["execution"][:, i] = point[:, i] + sum(
-                (scope["execution"][:, c] for c in children[i]), np.zeros(n_prof)
+    point = np.zeros((n_prof, n))
+    for i, (spec, _) in enumerate(nodes, start=1):
+        vals = spec.values.get(metric, ())
+        point[: len(vals), i] = vals
+    scope = {s: np.zeros((n_prof, n)) for s in SCOPES}
+    scope["point"] = point
+    for i in range(n - 1, -1, -1):  # children come after parents: walk backwards
+        lexical_kids = [c for c in children[i] if relation[c] == Relation.LEXICAL]
+        scope["execution"][:, i] = point[:, i] + sum(
+            (scope["execution"][:, c] for c in children[i]), np.zeros(n_prof)
+        )
+        scope["function"][:, i] = point[:, i] + sum(
+            (scope["function"][:, c] for c in lexical_kids), np.zeros(n_prof)
+        )
+        if lexical[i] == LexicalType.LOOP:
+            scope["lex_aware"][:, i] = point[:, i] + sum(
+                (scope["function"][:, c] for c in lexical_kids if lexical[c] != LexicalType.LOOP),
+                np.zeros(n_prof),
             )
-            scope["function"][:, i] = point[:, i] + sum(
-                (scope["function"][:, c] for c in lexical_kids), np.zeros(n_prof)
-            )
-            if lexical[i] == LexicalType.LOOP:
-                scope["lex_aware"][:, i] = point[:, i] + sum(
-                    (
-                        scope["function"][:, c]
-                        for c in lexical_kids
-                        if lexical[c] != LexicalType.LOOP
-                    ),
-                    np.zeros(n_prof),
-                )
-            else:
-                scope["lex_aware"][:, i] = scope["function"][:, i]
-        for k, s in enumerate(SCOPES):
-            dense = np.zeros((n_prof, n_ctx))
-            dense[:, ctx_id] = scope[s]
-            per_profile[4 * m + k] = dense
-            summary[4 * m + k] = dense.sum(axis=0)
-        infos.append(metric_info(metric, 4 * m))
-    profile_infos = tuple(ProfileInfo(i + 1, ident) for i, ident in enumerate(profiles))
-    return Experiment(
-        path=f"<{title}>",
-        title=title,
-        tree=tree,
-        metrics=tuple(infos),
-        profiles=profile_infos,
-        values=InMemoryValues(n_ctx, summary, per_profile),
-        traces=None if traces is None else InMemoryTraces(tuple(traces)),
-        taxonomy_text=taxonomy_text,
-    )
+        else:
+            scope["lex_aware"][:, i] = scope["function"][:, i]
+    return scope
 
 
 def write_database(exp: Experiment, directory: str | os.PathLike[str]) -> Path:

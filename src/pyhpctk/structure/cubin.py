@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -290,14 +290,28 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
     programs = _parse_line_section(
         line_section.data(), _relocations(image, ".debug_line"), "", resolve_paths
     )
+    rows = _line_rows(programs, strdata)
+    line_map = _line_map(rows)
+    return dw.DebugInfo(line_map, _inline_table(image, programs, rows), bool(rows.starts))
 
-    files: list[str] = []
-    file_id: dict[str, int] = {}
-    starts: list[int] = []
-    ends: list[int] = []
-    fids: list[int] = []
-    lines: list[int] = []
-    chains: list[tuple[dw.InlineNode, ...]] = []
+
+@dataclass(slots=True)
+class _LineRows:
+    """The address ranges of every line-table row, each with its file, line and inline chain."""
+
+    files: list[str] = field(default_factory=list)
+    file_id: dict[str, int] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    fids: list[int] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    chains: list[tuple[dw.InlineNode, ...]] = field(default_factory=list)
+
+
+def _line_rows(programs: list[_Program], strdata: bytes) -> _LineRows:
+    """Every row of every sequence that covers addresses, with its chain of inlined calls."""
+    out = _LineRows()
+    files, file_id = out.files, out.file_id
 
     def name_at(offset: int) -> str:
         if offset <= 0 and not strdata:
@@ -351,31 +365,37 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
                 f = fname(row.file)
                 if f < 0:
                     continue
-                starts.append(row.address)
-                ends.append(nxt.address)
-                fids.append(f)
-                lines.append(row.line)
-                chains.append(chain_of(k + 1))
+                out.starts.append(row.address)
+                out.ends.append(nxt.address)
+                out.fids.append(f)
+                out.lines.append(row.line)
+                out.chains.append(chain_of(k + 1))
+    return out
 
-    if starts:
-        order = np.argsort(np.array(starts, dtype=np.uint64), kind="stable")
-        line_map = dw.LineMap(
-            np.array(starts, dtype=np.uint64)[order],
-            np.array(ends, dtype=np.uint64)[order],
-            np.array(fids, dtype=np.int32)[order],
-            np.array(lines, dtype=np.int32)[order],
-            files,
-        )
-    else:
-        line_map = dw.LineMap(
+
+def _line_map(rows: _LineRows) -> dw.LineMap:
+    """The line map of the rows, sorted by start address."""
+    starts, files = rows.starts, rows.files
+    if not starts:
+        return dw.LineMap(
             np.zeros(0, np.uint64),
             np.zeros(0, np.uint64),
             np.zeros(0, np.int32),
             np.zeros(0, np.int32),
             files,
         )
+    order = np.argsort(np.array(starts, dtype=np.uint64), kind="stable")
+    return dw.LineMap(
+        np.array(starts, dtype=np.uint64)[order],
+        np.array(rows.ends, dtype=np.uint64)[order],
+        np.array(rows.fids, dtype=np.int32)[order],
+        np.array(rows.lines, dtype=np.int32)[order],
+        files,
+    )
 
-    # Inline table: from line-table contexts, else from DW_TAG_inlined_subroutine (-G builds).
+
+def _inline_table(image: ElfImage, programs: list[_Program], rows: _LineRows) -> dw.InlineTable:
+    """Inline table: from line-table contexts, else from DW_TAG_inlined_subroutine (-G builds)."""
     node_of: dict[tuple[dw.InlineNode, ...], int] = {}
     parents: list[int] = []
     calls: list[dw.InlineNode] = []
@@ -394,27 +414,27 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
         parents.append(parent)
         return node_of[prefix]
 
-    for s, e, chain in zip(starts, ends, chains, strict=True):
+    for s, e, chain in zip(rows.starts, rows.ends, rows.chains, strict=True):
         for depth in range(1, len(chain) + 1):
             lo.append(s)
             hi.append(e)
             nodes.append(node_for(chain[:depth]))
             depths.append(depth)
-    if not lo and elf.get_section_by_name(".debug_info") is not None:
-        _inlines_from_info(image, programs, files, file_id, lo, hi, nodes, depths, parents, calls)
-    if lo:
-        order = np.argsort(np.array(depths, dtype=np.int32), kind="stable")
-        inlines = dw.InlineTable(
-            np.array(lo, dtype=np.uint64)[order],
-            np.array(hi, dtype=np.uint64)[order],
-            np.array(nodes, dtype=np.int64)[order],
-            np.array(depths, dtype=np.int32)[order],
-            parents,
-            calls,
+    if not lo and image.elf.get_section_by_name(".debug_info") is not None:
+        _inlines_from_info(
+            image, programs, rows.files, rows.file_id, lo, hi, nodes, depths, parents, calls
         )
-    else:
-        inlines = dw._empty_inlines()
-    return dw.DebugInfo(line_map, inlines, bool(starts))
+    if not lo:
+        return dw._empty_inlines()
+    order = np.argsort(np.array(depths, dtype=np.int32), kind="stable")
+    return dw.InlineTable(
+        np.array(lo, dtype=np.uint64)[order],
+        np.array(hi, dtype=np.uint64)[order],
+        np.array(nodes, dtype=np.int64)[order],
+        np.array(depths, dtype=np.int32)[order],
+        parents,
+        calls,
+    )
 
 
 def _inlines_from_info(

@@ -146,7 +146,7 @@ class SimulatedBackend:
             self.resume()
 
     def _start_native(self, monitor: MonitorPort) -> None:
-        from pyhpctk.measure.gpu.cupti_backend import load_hook
+        from pyhpctk.measure.gpu.cupti_lib import load_hook
         from pyhpctk.measure.gpu.operations import SKIP
 
         native = load_hook()
