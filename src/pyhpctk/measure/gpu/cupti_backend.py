@@ -46,6 +46,7 @@ import threading
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import syncapi
 from pyhpctk.measure.gpu.operations import SKIP
 from pyhpctk.measure.gpu.records import Converter, convert
 
@@ -142,7 +143,11 @@ class CuptiBackend:
         pc_mode: str = "serialized",
         hook: str = "auto",
         inst: bool = False,
+        sync: str = syncapi.DEFAULT_SYNC,
     ) -> None:
+        self.sync = sync  # "api": the C hook times synchronizations (syncapi); "activity": CUPTI
+        self.api_syncs: syncapi.ApiSyncs | None = None  # once the hook times them
+        self._api_names: dict[tuple[int, int], str] = {}  # GPU operations' callback-id names
         self.inst = inst  # issue #7: exact instruction counts (cuptiSassMetrics*)
         self.inst_counters: dict[int, SassCounter] = {}  # CUcontext → sassmetrics.SassCounter
         self._inst_first: dict[int, int] = {}  # CUcontext → the counted window's first launch
@@ -216,6 +221,7 @@ class CuptiBackend:
                 continue
             if kind is not None and "SIZE" not in name and "INVALID" not in name:
                 self.api_kinds[(domain, cbid)] = kind
+                self._api_names[(domain, cbid)] = name
                 if "GraphLaunch" in name:
                     self.api_multi.add((domain, cbid))
             elif self.inst and name.startswith(("cuProfilerStart", "cudaProfilerStart")):
@@ -274,11 +280,9 @@ class CuptiBackend:
         # kind (serialized kernels, the same records) leaves them intact: inst traces kernels,
         # synchronizations and allocations, not copies or memsets.
         kernels = cupti.ActivityKind.KERNEL if self.inst else cupti.ActivityKind.CONCURRENT_KERNEL
-        self._kinds = {
-            int(kernels): act.KERNEL,
-            int(cupti.ActivityKind.SYNCHRONIZATION): act.SYNC,
-            int(cupti.ActivityKind.MEMORY2): act.ALLOC,
-        }
+        self._kinds = {int(kernels): act.KERNEL, int(cupti.ActivityKind.MEMORY2): act.ALLOC}
+        if self.api_syncs is None or self.api_syncs.mode == syncapi.SYNC_BOTH:
+            self._kinds[int(cupti.ActivityKind.SYNCHRONIZATION)] = act.SYNC  # ~30 % (syncapi)
         if not self.inst:
             self._kinds[int(cupti.ActivityKind.MEMCPY)] = act.COPY
             self._kinds[int(cupti.ActivityKind.MEMSET)] = act.MEMSET
@@ -308,6 +312,9 @@ class CuptiBackend:
             self._graph_created,
             self._graph_cloned,
         )
+        if syncapi.timed_at_api(self.sync, True, fine):  # before subscribe(): see syncapi
+            self.api_syncs = syncapi.ApiSyncs(native, self.sync)
+            self.api_syncs.configure(syncapi.sync_entries(self._api_names, self.api_kinds))
         cupti.get_timestamp()  # loads libcupti
         path = _loaded_library("libcupti")
         if path is None:
@@ -485,6 +492,7 @@ class CuptiBackend:
             native.flush_all(1)
             with self._delivering:
                 self._deliver_buffers(native, native.take_buffers(0.0))
+                self._deliver_syncs()
             return
         lib = self._lib
         if lib is None:
@@ -492,6 +500,7 @@ class CuptiBackend:
             lib = self._lib = ctypes.CDLL(path) if path is not None else None
         if lib is not None:
             lib.cuptiActivityFlushAll(1)  # a ctypes.CDLL call: the GIL is released
+        self._deliver_syncs()
 
     def stop(self) -> None:
         cupti = self._cupti
@@ -532,7 +541,9 @@ class CuptiBackend:
             except OSError as error:
                 if self.monitor is not None:
                     self.monitor.errors.append(f"pyrun: gpu: {error}")
+            self._deliver_syncs()  # those timed since the last flush
             counts = native.stats()
+            counts["lost"] += native.sync_stats()[1] if self.api_syncs is not None else 0
             if self.monitor is not None and (counts["errors"] or counts["lost"]):
                 self.monitor.errors.append(
                     f"pyrun: gpu: the C hook lost {counts['lost']} operations (out of memory) "
@@ -761,10 +772,19 @@ class CuptiBackend:
             self.functions.append(name)
         return index
 
+    def _deliver_syncs(self) -> None:
+        """The synchronizations the hook timed since the last buffer, alone (a flush)."""
+        if self.api_syncs is not None:
+            rows = self.api_syncs.take()
+            if len(rows):
+                self._deliver(rows)
+
     def _deliver(self, records: np.ndarray) -> None:
         monitor = self.monitor
         if monitor is None:
             return
+        if self.api_syncs is not None:  # sync=api: as CUPTI's records came, with a buffer
+            records = self.api_syncs.joined(records)
         if not self._limits_known and (records["kind"] == act.KERNEL).any():
             self._learn_limits(int(records["device"][records["kind"] == act.KERNEL][0]))
         monitor.buffer_completed(records, self.functions, self._take_dropped())
