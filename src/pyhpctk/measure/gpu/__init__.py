@@ -156,9 +156,10 @@ def _sync_option(spec: GpuSpec) -> str:
     default = DEFAULT_SIMULATED_SYNC if spec.backend == "simulated" else DEFAULT_SYNC
     sync = spec.option("sync", default)
     if sync not in SYNC_MODES:
-        raise UsageError(f"gpu={spec.backend}: sync={sync!r}: say " + " or ".join(
-            f"sync={mode}" for mode in SYNC_MODES
-        ))
+        raise UsageError(
+            f"gpu={spec.backend}: sync={sync!r}: say "
+            + " or ".join(f"sync={mode}" for mode in SYNC_MODES)
+        )
     return sync
 
 

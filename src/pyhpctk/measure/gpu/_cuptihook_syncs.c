@@ -288,8 +288,10 @@ void hook_sync_forget(void) { /* configure(), reset(), a forked child: no API gi
     memset(sync_table, 0, sizeof(sync_table));
 }
 
-void hook_sync_reset(void) {
+void hook_sync_reset(void) { /* libcupti is bound again at the next subscribe() */
     hook_sync_forget();
+    get_timestamp = NULL;
+    get_stream_id = NULL;
     PyObject *stale = hook_take_syncs(NULL, NULL); /* rows of the old configuration: dropped */
     Py_XDECREF(stale);
     if (stale == NULL)

@@ -77,6 +77,7 @@ class SimulatedBackend:
         self.sync = sync  # "api": the C hook times synchronizations (module docstring)
         self.api_syncs: ApiSyncs | None = None
         self._sync_answers: dict[int, np.ndarray] = {}  # correlation → the record CUPTI gave
+        self._sync_timed: set[int] = set()  # those the hook has timed
         # "c" / "auto": operations go through the C CUPTI hook (_cuptihook) as under gpu=nvidia,
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
@@ -226,8 +227,9 @@ class SimulatedBackend:
         if kind == act.GRAPH and not self._cloned:  # instantiated before its first launch
             self._issue_clones()
         answer = self._sync_answers.get(correlation) if kind == act.SYNC else None
-        if answer is not None:  # sync=api: the hook's row answers it, not the recorded one
-            self._timed_sync(correlation, answer)
+        if answer is not None and correlation not in self._sync_timed:
+            self._sync_timed.add(correlation)  # (recorded twice: CUPTI answered one of them)
+            self._timed_sync(correlation, answer)  # sync=api: the hook's row answers it
             return
         if native is not None:
             native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
