@@ -13,7 +13,8 @@ import sysconfig
 
 from setuptools import Extension, setup
 
-HOOK_PARTS = ("", "_sites", "_buffers", "_records")  # callback, sites, buffers, per record
+HOOK_PARTS = ("", "_sites", "_buffers", "_records", "_syncs")  # callback, sites, buffers,
+# per record, synchronizations timed at the API
 ENGINE_DIR = "src/pyhpctk/measure/engine_c"
 ENGINE_SUPPORTED = (
     sys.platform == "linux"

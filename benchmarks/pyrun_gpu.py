@@ -16,7 +16,10 @@ Modes, each in its own process (CUPTI allows one subscriber per process):
 
 - ``plain``: no measurement;
 - ``pyrun``: a pyrun session (CPU-time sampler at 200 Hz) with ``gpu=nvidia`` installed, as
-  ``pyrun -e CPUTIME -e gpu=nvidia`` runs it (the C CUPTI hook, ``hook=c``);
+  ``pyrun -e CPUTIME -e gpu=nvidia`` runs it (the C CUPTI hook, ``hook=c``; synchronizations
+  timed by the hook, the default ``sync=api``);
+- ``pyrun-syncact``: the same with ``gpu=nvidia,sync=activity`` (CUPTI's SYNCHRONIZATION
+  records, as before issue #18's ``sync=api``: about 30 % on PyTorch models);
 - ``pyrun-pyhook``: the same with ``gpu=nvidia,hook=python`` (cupti-python's callbacks);
   the timed region includes attributing activities
   at safe points, the final flush and attribution are reported separately (``shutdown_s``);
@@ -131,6 +134,15 @@ def _model_steps(workload: str, steps: int) -> Callable[[], None]:
     return run
 
 
+#: pyrun's modes and the GPU event each installs (the C hook unless said).
+PYRUN_MODES = {
+    "pyrun": "gpu=nvidia,hook=c",
+    "pyrun-t": "gpu=nvidia,hook=c",
+    "pyrun-syncact": "gpu=nvidia,hook=c,sync=activity",
+    "pyrun-pyhook": "gpu=nvidia,hook=python",
+}
+
+
 def run_one(
     workload: str, mode: str, repeat: int, steps: int = 10, settle: int = 1
 ) -> dict[str, object]:
@@ -147,14 +159,13 @@ def run_one(
     body()  # warm-up: kernels compiled and loaded, pools filled
     result: dict[str, object] = {"workload": workload, "mode": mode, "settle": settle}
     times: list[float] = []
-    if mode in ("pyrun", "pyrun-pyhook", "pyrun-t"):
+    if mode in PYRUN_MODES:
         from pyhpctk.measure import runtime
         from pyhpctk.measure.gpu import install, shutdown
 
         out = tempfile.mkdtemp(prefix="pyrun-gpu-bench-")
         session = runtime.start(out, trace=mode == "pyrun-t", install_hooks=False)
-        hook = "python" if mode == "pyrun-pyhook" else "c"
-        monitor = install(session, f"gpu=nvidia,hook={hook}")
+        monitor = install(session, PYRUN_MODES[mode])
         for _ in range(settle):
             body()
         for _ in range(repeat):
@@ -164,6 +175,8 @@ def run_one(
         native = getattr(monitor.backend, "native", None)
         if native is not None:
             result["hook"] = native.stats()
+        syncs = getattr(monitor.backend, "api_syncs", None)  # sync=api: rows the hook made
+        result["sync_rows"] = syncs.rows if syncs is not None else None
         began = time.perf_counter()
         stats = shutdown(monitor)
         runtime.stop(session)
@@ -223,8 +236,7 @@ def run_all(
         (round_, workload, mode)
         for round_ in range(rounds)
         for workload in workloads
-        for mode in ["plain", "pyrun", "pyrun-t", "pyrun-pyhook"]
-        + (["torchprof"] if workload in TORCH_WORKLOADS else [])
+        for mode in ["plain", *PYRUN_MODES] + (["torchprof"] if workload in TORCH_WORKLOADS else [])
         if not modes or mode in modes
     ]
     began = time.monotonic()
@@ -325,7 +337,7 @@ def main() -> int:
     parser.add_argument("--workload", choices=WORKLOADS)
     parser.add_argument(
         "--mode",
-        choices=("plain", "pyrun", "pyrun-t", "pyrun-pyhook", "torchprof"),
+        choices=("plain", *PYRUN_MODES, "torchprof"),
         default="plain",
     )
     parser.add_argument("--steps", type=int, default=10, help="training steps per repetition")

@@ -230,9 +230,12 @@ def event_listing() -> str:
         "      hook=c|python|auto     how API calls are seen: the C hook (built by pip",
         "                             install where a C compiler is present) or cupti-python's",
         "                             Python callbacks; auto (default) picks the C hook if built",
+        "      sync=api|activity      who times synchronizations: the C hook, at the API",
+        "                             (default), or CUPTI's SYNCHRONIZATION records, which",
+        "                             cost PyTorch models about 30 % (docs/gpu.md)",
         "      buffer=BYTES, records=raw|objects, pcmode=serialized|continuous",
         "  gpu=simulated[,OPTION...]  replays activity recorded on an H200 (no GPU needed):",
-        "      recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=...",
+        "      recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...",
         "  gpu=amd                    HIP (refused with a reason where ROCm tracing is absent)",
     ]
     return "\n".join(lines) + "\n"

@@ -5,7 +5,8 @@
 # test_gpu_graphs.py), soak (pyrun -e gpu=nvidia -t on ResNet-18, SOAK_RUNS times; a run past
 # SOAK_TIMEOUT s gets py-spy dump --native of every process, then is killed), bench
 # (pyrun_gpu.py: ResNet-18, GPT-2, launch, compute, BENCH_ROUNDS rounds, pinned, plain run
-# interleaved, torch.profiler(with_stack=True) beside; no round is started past BENCH_BUDGET
+# interleaved, pyrun with CUPTI's SYNCHRONIZATION records (pyrun-syncact) and
+# torch.profiler(with_stack=True) beside; no round is started past BENCH_BUDGET
 # s, so the tables always come), breakdown (gpu_breakdown.py: each BREAKDOWN_CHILDREN once:
 # ResNet-18 and GPT-2 sessions with the hook's counters and the time in each part, the CuPy
 # launch loop, and CUPTI's own cost on ResNet-18). Every stage prints its time; logs and
@@ -23,7 +24,7 @@ stage() { echo "== stage $1: $(( $(date +%s) - began )) s since the start" | tee
 want() { case ",$stages," in *,$1,*) return 0 ;; esac; return 1; }
 setup() {  # every stage can run alone on a fresh machine; a hook built from older sources
   [ -d /tmp/site/cupti ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  python3 -c 'import pyhpctk.measure.gpu._cuptihook as h; h.record_offsets' 2>/dev/null ||
+  python3 -c 'import pyhpctk.measure.gpu._cuptihook as h; h.take_syncs' 2>/dev/null ||
     bash tests/data/gpu/build_hook.sh python3  # (a machine kept warm keeps its .so: rebuilt)
 }
 if want build; then stage build
@@ -35,11 +36,16 @@ if want build; then stage build
     which py-spy; } > "$out/tests.txt" 2>&1
 fi
 if want tests; then stage tests; setup
+  # sync=api's rows against CUPTI's SYNCHRONIZATION records (-rP: their comparison printed)
+  timeout 120 python3 -m pytest -p no:cacheprovider -m gpu -q -rP --timeout 100 \
+    tests/test_gpu_sync_device.py >> "$out/tests.txt" 2>&1
+  echo "rc=$?" >> "$out/tests.txt"
   timeout 400 python3 -m pytest -p no:cacheprovider -m gpu -q --timeout 200 \
     tests/test_gpu_cupti.py tests/test_gpu_e2e.py >> "$out/tests.txt" 2>&1
   echo "rc=$?" >> "$out/tests.txt"
   timeout 120 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_nohang.py tests/test_gpu_graphs.py \
-    tests/test_gpu_monitor.py tests/test_gpu_hook.py tests/test_gpu_raw.py >> "$out/tests.txt" 2>&1
+    tests/test_gpu_monitor.py tests/test_gpu_hook.py tests/test_gpu_raw.py \
+    tests/test_gpu_sync_api.py >> "$out/tests.txt" 2>&1
   echo "rc=$?" >> "$out/tests.txt"
 fi
 if want graphs; then stage graphs; setup
@@ -84,7 +90,7 @@ fi
 if want bench; then stage bench; setup
   timeout 590 python3 benchmarks/pyrun_gpu.py --all --rounds "${BENCH_ROUNDS:-4}" --repeat 3 \
     --steps 10 --cpus 2-7 --workloads "${BENCH_WORKLOADS:-resnet18,gpt2,launch,compute}" \
-    --modes "${BENCH_MODES:-plain,pyrun,torchprof}" --budget "${BENCH_BUDGET:-540}" \
+    --modes "${BENCH_MODES:-plain,pyrun,pyrun-syncact,torchprof}" --budget "${BENCH_BUDGET:-540}" \
     --out "$out/bench.json" > "$out/bench.txt" 2>&1
   echo "rc=$?" >> "$out/bench.txt"
 fi

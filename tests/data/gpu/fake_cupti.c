@@ -14,6 +14,10 @@
  *   fake_worker_start() runs calls on a new thread that has a Python thread state but no
  *   Python frame and does not hold the GIL, as PyTorch's autograd workers (they create their
  *   thread state once, then release the GIL).
+ * - Synchronizations timed at the API (tests/test_gpu_sync_api.py): cuptiGetTimestamp is a
+ *   clock that moves 1000 ns per call, from 1000000; cuptiGetStreamIdEx names stream S of any
+ *   context 10 * S + perThreadStream (handle 0xbad: an error). fake_api_stream() is one call
+ *   whose first parameter is a stream, on a context whose id is ``context``.
  * Built by the tests: cc -shared -fPIC -o libcupti_fake.so fake_cupti.c -lpthread -ldl
  */
 #include <dlfcn.h>
@@ -126,7 +130,8 @@ int cuptiUnsubscribe(void *handle) {
     return 0;
 }
 
-static void site(int domain, uint32_t cbid, int at, uint32_t correlation) {
+static void site_with(int domain, uint32_t cbid, int at, uint32_t correlation, uintptr_t context,
+                      const void *params) {
     callback_fn callback = subscriber;
     if (callback == NULL || domain < 1 || domain > 2 || cbid >= FAKE_CBIDS ||
         !enabled[domain][cbid])
@@ -135,7 +140,37 @@ static void site(int domain, uint32_t cbid, int at, uint32_t correlation) {
     memset(&data, 0, sizeof(data));
     data.callbackSite = at;
     data.correlationId = correlation;
+    data.context = (void *)context;
+    data.contextUid = (uint32_t)context;
+    data.functionParams = params;
     callback(subscriber_data, domain, cbid, &data);
+}
+
+static void site(int domain, uint32_t cbid, int at, uint32_t correlation) {
+    site_with(domain, cbid, at, correlation, 0, NULL);
+}
+
+static uint64_t fake_clock = 1000000;
+
+int cuptiGetTimestamp(uint64_t *timestamp) {
+    *timestamp = __atomic_add_fetch(&fake_clock, 1000, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+int cuptiGetStreamIdEx(void *context, void *stream, uint8_t per_thread, uint32_t *id) {
+    (void)context;
+    if ((uintptr_t)stream == 0xbad)
+        return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+    *id = (uint32_t)((uintptr_t)stream * 10 + per_thread);
+    return 0;
+}
+
+/* One API call whose parameters start with a stream (cudaStreamSynchronize_params...). */
+void fake_api_stream(int domain, uint32_t cbid, uint32_t correlation, uintptr_t context,
+                     uintptr_t stream) {
+    const void *params[1] = {(const void *)stream};
+    site_with(domain, cbid, 0, correlation, context, params);
+    site_with(domain, cbid, 1, correlation, context, params);
 }
 
 /* One API call: entry and exit. */

@@ -23,7 +23,10 @@ import os
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu.spec import (
     BACKENDS,
+    DEFAULT_SIMULATED_SYNC,
+    DEFAULT_SYNC,
     ENV_GPU,
+    SYNC_MODES,
     GpuSpec,
     is_gpu_event,
     parse_gpu_event,
@@ -88,6 +91,7 @@ def _backend(spec: GpuSpec) -> Backend:
             pc=pc,
             inst=counts,
             hook=_hook_option(spec),
+            sync=_sync_option(spec),
         )
     if spec.backend == "nvidia":
         from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
@@ -100,6 +104,7 @@ def _backend(spec: GpuSpec) -> Backend:
             pc_mode=pc_mode,
             hook=_hook_option(spec),
             inst=inst,
+            sync=_sync_option(spec),
         )
     from pyhpctk.measure.gpu.hip_backend import HipBackend
 
@@ -115,6 +120,7 @@ def check(spec: GpuSpec) -> None:
     The same checks run again where the backend is made; here nothing is loaded or started.
     """
     _hook_option(spec)
+    _sync_option(spec)
     inst_counting(spec)
     pc_period(spec)
     if spec.backend == "nvidia":
@@ -143,6 +149,18 @@ def _hook_option(spec: GpuSpec) -> str:
     if hook not in ("auto", "c", "python"):
         raise UsageError(f"gpu={spec.backend}: hook={hook!r}: say hook=c, hook=python or hook=auto")
     return hook
+
+
+def _sync_option(spec: GpuSpec) -> str:
+    """``sync=api|activity|both``: who times synchronizations (:mod:`.syncapi`)."""
+    default = DEFAULT_SIMULATED_SYNC if spec.backend == "simulated" else DEFAULT_SYNC
+    sync = spec.option("sync", default)
+    if sync not in SYNC_MODES:
+        raise UsageError(
+            f"gpu={spec.backend}: sync={sync!r}: say "
+            + " or ".join(f"sync={mode}" for mode in SYNC_MODES)
+        )
+    return sync
 
 
 def inst_counting(spec: GpuSpec) -> bool:

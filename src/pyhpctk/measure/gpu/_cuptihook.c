@@ -19,6 +19,8 @@
  *   is inside (entry and exit callbacks). The inner call's id still goes to the monitor,
  *   tagged, with the runtime call's token: it searches them only for activities nothing else
  *   claimed, and forgets them after a few buffers (GpuStats.inner_matched counts any match).
+ * - With sync=api, a synchronization's entry and exit are timed here and give the SYNC row
+ *   CUPTI's SYNCHRONIZATION records gave (_cuptihook_syncs.c).
  * - MODULE_LOADED: the cubin is copied into a queue; Python takes it on the monitor thread.
  * - Everything else the Python side asked for (PC sampling needs context creation and kernel
  *   exits) goes to a Python callable, with the GIL.
@@ -319,6 +321,8 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
     if (call->callbackSite != 0) {
         if (domain == DOMAIN_RUNTIME && cache->runtime_depth > 0)
             cache->runtime_depth--;
+        if (cache->sync_correlation != 0 && hook_sync_wanted(domain, cbid))
+            hook_sync_exit(domain, cbid, call); /* sync=api: the call's SYNC row */
         if (exit_wanted[domain][cbid])
             call_every(domain, cbid, call->callbackSite, call->correlationId, call->context);
         return;
@@ -339,6 +343,8 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
                                      call->correlationId);
     if (domain == DOMAIN_RUNTIME)
         cache->outer_token = token;
+    if (hook_sync_wanted(domain, cbid)) /* sync=api: timed from here to its exit */
+        hook_sync_enter(call->correlationId);
 }
 
 /* The GIL for the rest of an operation: taken only when needed, kept until done. */
@@ -470,6 +476,7 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     }
     if (fill_table(entries) < 0)
         return NULL;
+    hook_sync_forget(); /* sync_apis() comes after configure() */
     Py_INCREF(slow_callable);
     Py_XSETREF(slow_path, slow_callable);
     if (every == Py_None) {
@@ -530,6 +537,7 @@ static PyObject *py_subscribe(PyObject *self, PyObject *args) {
         enable(1, handle, DOMAIN_RESOURCE, context_created_cbid))
         refused++;
     get_graph_node_id = (graph_node_id_fn)dlsym(library, "cuptiGetGraphNodeId");
+    hook_sync_bind(library);
     if (get_graph_node_id == NULL)
         graph_created_cbid = graph_cloned_cbid = UINT32_MAX; /* no ids: no graph nodes */
     uint32_t graph_cbids[2] = {graph_created_cbid, graph_cloned_cbid};
@@ -678,11 +686,12 @@ static PyObject *py_invoke(PyObject *self, PyObject *args) {
     (void)self;
     int domain, site = 0;
     unsigned int cbid;
-    unsigned long long correlation = 0, context = 0;
+    unsigned long long correlation = 0, context = 0, stream = 0;
     Py_buffer cubin = {0};
-    if (!PyArg_ParseTuple(args, "iI|iKKy*", &domain, &cbid, &site, &correlation, &context,
-                          &cubin))
+    if (!PyArg_ParseTuple(args, "iI|iKKy*K", &domain, &cbid, &site, &correlation, &context,
+                          &cubin, &stream))
         return NULL;
+    void *params[1] = {(void *)(uintptr_t)stream}; /* {stream, ...}: a stream API's params */
     if (domain == DOMAIN_RESOURCE && (cbid == graph_created_cbid || cbid == graph_cloned_cbid)) {
         /* graph callbacks: ``correlation`` is the node, ``context`` the original node */
         GraphData graph = {NULL, NULL, (void *)(uintptr_t)correlation,
@@ -698,6 +707,8 @@ static PyObject *py_invoke(PyObject *self, PyObject *args) {
         memset(&data, 0, sizeof(data));
         data.callbackSite = site;
         data.context = (void *)(uintptr_t)context;
+        data.contextUid = (uint32_t)context;
+        data.functionParams = params;
         data.correlationId = (uint32_t)correlation;
         on_callback(NULL, domain, cbid, &data);
     }
@@ -720,6 +731,7 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
         return NULL;
     Py_DECREF(stale);
     Py_XDECREF(py_take_modules(self, NULL));
+    hook_sync_reset();
     memset(table, 0, sizeof(table));
     Py_CLEAR(slow_path);
     Py_CLEAR(every_call);
@@ -751,9 +763,19 @@ static PyMethodDef methods[] = {
      " path), deep (stacks too deep to remember), sites (remembered), resets (tables emptied),"
      " errors, modules, lost."},
     {"invoke", py_invoke, METH_VARARGS,
-     "invoke(domain, cbid, site=0, correlation=0, context=0, cubin=b''): call the C callback "
-     "as CUPTI would (tests)."},
+     "invoke(domain, cbid, site=0, correlation=0, context=0, cubin=b'', stream=0): call the C "
+     "callback as CUPTI would (tests): context is also the context's id, stream the first "
+     "parameter of the call."},
     {"reset", py_reset, METH_NOARGS, "Forget the configuration and counters (unsubscribed)."},
+    {"sync_apis", hook_sync_apis, METH_VARARGS,
+     "sync_apis(entries): the synchronization APIs timed at the API, each (domain, cbid, type,"
+     " stream_arg, per_thread): type is CUpti_ActivitySynchronizationType, stream_arg says the"
+     " call's first parameter is a stream, per_thread that it is a _ptsz variant. After"
+     " configure() (which forgets them), before subscribe()."},
+    {"take_syncs", hook_take_syncs, METH_NOARGS,
+     "The rows of the synchronizations timed since the last call: bytes of SYNC_ROW_SIZE each"
+     " (u64 correlation, start, end; u32 context, stream, type, pad)."},
+    {"sync_stats", hook_sync_stats, METH_NOARGS, "(rows made, rows lost for want of memory)."},
     {"register_buffers", hook_register_buffers, METH_VARARGS,
      "register_buffers(libcupti_path, size=8 MiB): CUPTI's activity buffers go to C callbacks."},
     {"take_buffers", hook_take_buffers, METH_VARARGS,
@@ -792,6 +814,7 @@ static struct PyModuleDef module_def = {
  * if CUPTI still calls it there, does nothing. References are left as they are (no GIL). */
 static void after_fork_in_child(void) {
     memset(table, 0, sizeof(table));
+    hook_sync_forget();
     memset(exit_wanted, 0, sizeof(exit_wanted));
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
     graph_created_cbid = graph_cloned_cbid = UINT32_MAX;
@@ -803,12 +826,17 @@ static void after_fork_in_child(void) {
 PyMODINIT_FUNC PyInit__cuptihook(void) {
     if (pthread_key_create(&ring_key, ring_destructor) != 0)
         return PyErr_Format(PyExc_OSError, "pthread_key_create failed");
+    if (hook_sync_init() != 0)
+        return PyErr_Format(PyExc_OSError, "pthread_key_create failed");
     if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0)
         return PyErr_Format(PyExc_OSError, "pthread_atfork failed");
     module_loaded_cbid = context_created_cbid = UINT32_MAX;
     PyObject *module = PyModule_Create(&module_def);
     /* How call sites read frames: "interpreter" (no GIL, no frame objects) or "public". */
     if (module != NULL && PyModule_AddStringConstant(module, "FRAME_WALK", hook_frame_walk) < 0)
+        Py_CLEAR(module);
+    /* the size of a row of take_syncs() (syncapi.SYNC_ROW_DTYPE checks it) */
+    if (module != NULL && PyModule_AddIntConstant(module, "SYNC_ROW_SIZE", 40) < 0)
         Py_CLEAR(module);
     return module;
 }

@@ -1,5 +1,6 @@
 /* What the parts of pyrun's C CUPTI hook share (_cuptihook.c, _cuptihook_sites.c,
- * _cuptihook_buffers.c, _cuptihook_records.c): CUPTI's few declarations, the per-thread cache, the counters.
+ * _cuptihook_buffers.c, _cuptihook_records.c, _cuptihook_syncs.c): CUPTI's few declarations,
+ * the per-thread cache, the counters.
  */
 #ifndef PYHPCTK_CUPTIHOOK_H
 #define PYHPCTK_CUPTIHOOK_H
@@ -10,6 +11,19 @@
 
 #if PY_VERSION_HEX < 0x030B0000
 #error "pyhpctk needs Python 3.11 or newer"
+/* -- synchronizations timed at the API (_cuptihook_syncs.c) -------------------------------- */
+
+HOOK_HIDDEN int hook_sync_init(void);             /* at import: 0 or an errno */
+HOOK_HIDDEN void hook_sync_bind(void *library);   /* libcupti's timestamp and stream ids */
+HOOK_HIDDEN void hook_sync_forget(void);          /* no API gives rows (no GIL needed) */
+HOOK_HIDDEN void hook_sync_reset(void);           /* forget, drop the rows (with the GIL) */
+HOOK_HIDDEN int hook_sync_wanted(int domain, uint32_t cbid);
+HOOK_HIDDEN void hook_sync_enter(uint64_t correlation);
+HOOK_HIDDEN void hook_sync_exit(int domain, uint32_t cbid, const CallbackData *call);
+HOOK_HIDDEN PyObject *hook_sync_apis(PyObject *self, PyObject *args);
+HOOK_HIDDEN PyObject *hook_take_syncs(PyObject *self, PyObject *unused);
+HOOK_HIDDEN PyObject *hook_sync_stats(PyObject *self, PyObject *unused);
+
 #endif
 
 #define HOOK_HIDDEN __attribute__((visibility("hidden")))
@@ -82,6 +96,7 @@ typedef struct {
 #define SKIP_WAYS 64         /* code objects whose "pyhpctk's own?" answer a thread remembers */
 
 typedef struct Ring Ring;
+struct SyncRing;
 
 typedef struct {
     int busy;                /* inside the Python slow path: nested calls are not re-entered */
@@ -101,6 +116,9 @@ typedef struct {
     PyObject **doomed;       /* references to release once the cache is consistent again */
     size_t ndoomed, doomed_size;
     Ring *ring;
+    uint64_t sync_correlation; /* the synchronization call the thread is inside (0: none) */
+    uint64_t sync_start;       /* its CUPTI timestamp at entry */
+    struct SyncRing *sync_ring;
 } ThreadCache;
 
 extern __thread ThreadCache hook_cache HOOK_HIDDEN;
@@ -147,5 +165,18 @@ HOOK_HIDDEN PyObject *hook_record_offsets(PyObject *self, PyObject *args);
 
 HOOK_HIDDEN PyObject *hook_convert_records(PyObject *self, PyObject *args);
 HOOK_HIDDEN PyObject *hook_activity_sums(PyObject *self, PyObject *args);
+
+/* -- synchronizations timed at the API (_cuptihook_syncs.c) -------------------------------- */
+
+HOOK_HIDDEN int hook_sync_init(void);             /* at import: 0 or an errno */
+HOOK_HIDDEN void hook_sync_bind(void *library);   /* libcupti's timestamp and stream ids */
+HOOK_HIDDEN void hook_sync_forget(void);          /* no API gives rows (no GIL needed) */
+HOOK_HIDDEN void hook_sync_reset(void);           /* forget, drop the rows (with the GIL) */
+HOOK_HIDDEN int hook_sync_wanted(int domain, uint32_t cbid);
+HOOK_HIDDEN void hook_sync_enter(uint64_t correlation);
+HOOK_HIDDEN void hook_sync_exit(int domain, uint32_t cbid, const CallbackData *call);
+HOOK_HIDDEN PyObject *hook_sync_apis(PyObject *self, PyObject *args);
+HOOK_HIDDEN PyObject *hook_take_syncs(PyObject *self, PyObject *unused);
+HOOK_HIDDEN PyObject *hook_sync_stats(PyObject *self, PyObject *unused);
 
 #endif

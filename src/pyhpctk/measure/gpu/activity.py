@@ -37,6 +37,11 @@ KIND_NAMES = {
 }
 KIND_BY_NAME = {name: kind for kind, name in KIND_NAMES.items()}
 
+# A SYNC row's sync_kind: CUpti_ActivitySynchronizationType (cupti_activity.h).
+SYNC_UNKNOWN, SYNC_EVENT, SYNC_STREAM_WAIT, SYNC_STREAM, SYNC_CONTEXT = 0, 1, 2, 3, 4
+#: CUPTI_SYNCHRONIZATION_INVALID_VALUE: a SYNC row's stream where the API names none.
+NO_STREAM = 0xFFFFFFFF
+
 # Placeholder names (formats.md §1.5) for each operation kind. Copies get their direction's
 # placeholder when the activity arrives; at launch time only "a copy" is known.
 PLACEHOLDER_OF_KIND = {

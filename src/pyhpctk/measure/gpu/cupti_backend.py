@@ -44,6 +44,7 @@ import ctypes
 import threading
 
 from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import syncapi
 from pyhpctk.measure.gpu.cupti_buffers import ActivityBuffers, Gather
 from pyhpctk.measure.gpu.cupti_callbacks import ApiCallbacks, classify_api
 from pyhpctk.measure.gpu.cupti_lib import (
@@ -83,7 +84,11 @@ class CuptiBackend(ApiCallbacks, ActivityBuffers):
         pc_mode: str = "serialized",
         hook: str = "auto",
         inst: bool = False,
+        sync: str = syncapi.DEFAULT_SYNC,
     ) -> None:
+        self.sync = sync  # "api": the C hook times synchronizations (syncapi); "activity": CUPTI
+        self.api_syncs: syncapi.ApiSyncs | None = None  # once the hook times them
+        self._api_names: dict[tuple[int, int], str] = {}  # GPU operations' callback-id names
         self.inst = inst  # issue #7: exact instruction counts (cuptiSassMetrics*)
         self.inst_counters: dict[int, SassCounter] = {}  # CUcontext → sassmetrics.SassCounter
         self._inst_first: dict[int, int] = {}  # CUcontext → the counted window's first launch
@@ -157,6 +162,7 @@ class CuptiBackend(ApiCallbacks, ActivityBuffers):
                 continue
             if kind is not None and "SIZE" not in name and "INVALID" not in name:
                 self.api_kinds[(domain, cbid)] = kind
+                self._api_names[(domain, cbid)] = name
                 if "GraphLaunch" in name:
                     self.api_multi.add((domain, cbid))
             elif self.inst and name.startswith(("cuProfilerStart", "cudaProfilerStart")):
@@ -215,11 +221,9 @@ class CuptiBackend(ApiCallbacks, ActivityBuffers):
         # kind (serialized kernels, the same records) leaves them intact: inst traces kernels,
         # synchronizations and allocations, not copies or memsets.
         kernels = cupti.ActivityKind.KERNEL if self.inst else cupti.ActivityKind.CONCURRENT_KERNEL
-        self._kinds = {
-            int(kernels): act.KERNEL,
-            int(cupti.ActivityKind.SYNCHRONIZATION): act.SYNC,
-            int(cupti.ActivityKind.MEMORY2): act.ALLOC,
-        }
+        self._kinds = {int(kernels): act.KERNEL, int(cupti.ActivityKind.MEMORY2): act.ALLOC}
+        if self.api_syncs is None or self.api_syncs.mode == syncapi.SYNC_BOTH:
+            self._kinds[int(cupti.ActivityKind.SYNCHRONIZATION)] = act.SYNC  # ~30 % (syncapi)
         if not self.inst:
             self._kinds[int(cupti.ActivityKind.MEMCPY)] = act.COPY
             self._kinds[int(cupti.ActivityKind.MEMSET)] = act.MEMSET
@@ -265,7 +269,9 @@ class CuptiBackend(ApiCallbacks, ActivityBuffers):
             except OSError as error:
                 if self.monitor is not None:
                     self.monitor.errors.append(f"pyrun: gpu: {error}")
+            self._deliver_syncs()  # those timed since the last flush
             counts = native.stats()
+            counts["lost"] += native.sync_stats()[1] if self.api_syncs is not None else 0
             if self.monitor is not None and (counts["errors"] or counts["lost"]):
                 self.monitor.errors.append(
                     f"pyrun: gpu: the C hook lost {counts['lost']} operations (out of memory) "

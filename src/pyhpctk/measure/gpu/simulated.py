@@ -6,6 +6,10 @@ real one (``tests/data/gpu/``): application threads issue the recorded operation
 and a *completion thread* (CUPTI's buffer thread in a real run) delivers the recorded activities
 in buffers, each buffer only once every operation it answers has been issued, as on a real GPU.
 
+Synchronizations (``sync=api``, with the C hook): each recorded synchronization that CUPTI
+answered is issued through a callback id of its type, lasts its recorded time, and the hook's
+own row (:mod:`.syncapi`) answers it instead of the recorded record, as under ``gpu=nvidia``.
+
 Buffers can overflow: with ``max_pending`` set, records that find more than that many
 undelivered records ahead of them are dropped and reported with the next buffer, the way CUPTI
 reports dropped records.
@@ -42,12 +46,15 @@ if TYPE_CHECKING:
     from pyhpctk.measure.gpu.pcsampling import PcRecording
     from pyhpctk.measure.gpu.recording import Recording
     from pyhpctk.measure.gpu.sassmetrics import InstRecording
+    from pyhpctk.measure.gpu.syncapi import ApiSyncs
 
 
 _DRIVER = 1  # CUPTI_CB_DOMAIN_DRIVER_API: the simulated runtime's calls come as driver calls
 _FIRST_CBID = 3000  # + the operation kind: callback ids no CUDA API has
 _RESOURCE = 3  # CUPTI_CB_DOMAIN_RESOURCE
 _GRAPH_NODE_CREATED, _GRAPH_NODE_CLONED = 13, 20  # CUPTI_CBID_RESOURCE_GRAPHNODE_*
+_SYNC_CBID = 3100  # + the sync type (act.SYNC_*): a synchronization the hook times (sync=api)
+_SYNC_TYPES = range(act.SYNC_CONTEXT + 1)
 
 
 class SimulatedBackend:
@@ -64,8 +71,13 @@ class SimulatedBackend:
         pc: PcRecording | None = None,
         hook: str = "python",
         inst: InstRecording | None = None,
+        sync: str = "activity",
     ) -> None:
         self.recording = recording
+        self.sync = sync  # "api": the C hook times synchronizations (module docstring)
+        self.api_syncs: ApiSyncs | None = None
+        self._sync_answers: dict[int, np.ndarray] = {}  # correlation → the record CUPTI gave
+        self._sync_timed: set[int] = set()  # those the hook has timed
         # "c" / "auto": operations go through the C CUPTI hook (_cuptihook) as under gpu=nvidia,
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
@@ -159,6 +171,7 @@ class SimulatedBackend:
             for kind in act.KIND_NAMES
             if kind != act.GRAPH_NODE  # made in resource callbacks, as CUPTI reports them
         ]
+        entries += [(_DRIVER, _SYNC_CBID + kind, act.SYNC, 0, 0) for kind in _SYNC_TYPES]
         native.configure(
             entries,
             monitor.operation_token,
@@ -170,7 +183,36 @@ class SimulatedBackend:
             _GRAPH_NODE_CLONED,
         )
         self.native = native
+        self._start_syncs(native)
         monitor.attach_hook(native)
+
+    def _start_syncs(self, native: NativeHook) -> None:
+        """``sync=api``: the synchronizations' types get callback ids of their own."""
+        from pyhpctk.measure.gpu import syncapi
+
+        if not syncapi.timed_at_api(self.sync, True, bool(self.pc or self.inst)):
+            return
+        self.api_syncs = syncapi.ApiSyncs(native, self.sync)
+        ops, rows = self.recording.operations, self.recording.activities
+        synchronizations = ops["correlation"][ops["kind"] == act.SYNC]
+        answered = rows[(rows["kind"] == act.SYNC) & np.isin(rows["correlation"], synchronizations)]
+        self._sync_answers = {int(row["correlation"]): row for row in answered}
+        stream = (act.SYNC_STREAM_WAIT, act.SYNC_STREAM)
+        self.api_syncs.configure(
+            [(_DRIVER, _SYNC_CBID + k, k, int(k in stream), 0) for k in _SYNC_TYPES]
+        )
+
+    def _timed_sync(self, correlation: int, answer: np.ndarray) -> None:
+        """A synchronization the hook times: entry, its recorded duration (spun), exit."""
+        native = self.native
+        assert native is not None
+        cbid = _SYNC_CBID + int(answer["sync_kind"])
+        context, stream = int(answer["context"]), int(answer["stream"])
+        native.invoke(_DRIVER, cbid, 0, correlation, context, b"", stream)
+        until = time.perf_counter_ns() + max(int(answer["end"]) - int(answer["start"]), 0)
+        while time.perf_counter_ns() < until:
+            pass
+        native.invoke(_DRIVER, cbid, 1, correlation, context, b"", stream)
 
     def _issue(self, kind: int, correlation: int) -> None:
         """The runtime API call of one operation, as the monitor sees it."""
@@ -184,6 +226,11 @@ class SimulatedBackend:
             return
         if kind == act.GRAPH and not self._cloned:  # instantiated before its first launch
             self._issue_clones()
+        answer = self._sync_answers.get(correlation) if kind == act.SYNC else None
+        if answer is not None and correlation not in self._sync_timed:
+            self._sync_timed.add(correlation)  # (recorded twice: CUPTI answered one of them)
+            self._timed_sync(correlation, answer)  # sync=api: the hook's row answers it
+            return
         if native is not None:
             native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
             native.invoke(_DRIVER, _FIRST_CBID + kind, 1, correlation)
@@ -229,6 +276,8 @@ class SimulatedBackend:
     def flush(self) -> None:
         """Complete the partly filled buffer and hand every completed buffer to the monitor."""
         with self._lock:
+            if self.api_syncs is not None:  # synchronizations timed since the last buffer
+                self._deliver(act.empty_activities())
             self._complete_live()
         self.resume()
         monitor = self.monitor
@@ -261,6 +310,8 @@ class SimulatedBackend:
 
     def _deliver(self, records: np.ndarray) -> None:
         """Append records to the live buffer (call with ``_lock``); complete it when full."""
+        if self.api_syncs is not None:  # the hook's rows join the buffer, as CUPTI's came
+            records = self.api_syncs.joined(records)
         if self.max_pending and self._pending_records() + len(records) > self.max_pending:
             room = max(0, self.max_pending - self._pending_records())
             self._lost += len(records) - room
@@ -357,9 +408,12 @@ class SimulatedBackend:
             if self.buffer_records
             else recording.buffer_slices()
         )
+        timed = np.fromiter(self._sync_answers, np.uint64, len(self._sync_answers))
         deadline = time.monotonic() + timeout
         for part in slices:
             rows = activities[part]
+            if len(timed):  # sync=api: those the hook answers (the module docstring)
+                rows = rows[(rows["kind"] != act.SYNC) | ~np.isin(rows["correlation"], timed)]
             if threads:
                 rows = rows[np.isin(rows["correlation"], np.fromiter(known, np.uint64))]
                 if not len(rows):
@@ -379,6 +433,9 @@ class SimulatedBackend:
         monitor = self.monitor
         assert monitor is not None
         correlation = next(self._correlation)
+        if kind == act.SYNC and self.api_syncs is not None:
+            self._runtime_sync(correlation, stream)
+            return correlation
         native = self.native
         if native is not None:
             native.invoke(_DRIVER, _FIRST_CBID + kind, 0, correlation)
@@ -413,6 +470,18 @@ class SimulatedBackend:
             if native is None:
                 monitor.exit()
         return correlation
+
+    def _runtime_sync(self, correlation: int, stream: int | None) -> None:
+        """``synchronize()`` with sync=api: as long as the next recorded one, timed by the hook
+        (a stream's, or the context's without ``stream``)."""
+        template = act.empty_activities(1)
+        if act.SYNC in self._next_template:
+            template[0] = next(self._next_template[act.SYNC])
+        template["sync_kind"] = act.SYNC_CONTEXT if stream is None else act.SYNC_STREAM
+        template["stream"] = 0 if stream is None else stream
+        self._timed_sync(correlation, template[0])
+        with self._lock:
+            self._deliver(act.empty_activities())  # the hook's row joins the live buffer
 
     def _replay_pc(self, pc: PcRecording, correlation: int) -> None:
         """The recorded samples of the next recorded launch, as this launch's (issue #7)."""

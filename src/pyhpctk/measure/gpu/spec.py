@@ -7,7 +7,8 @@ size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period
 and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``);
 ``inst`` (nvidia: exact instruction counts, CUPTI's SASS metrics) and ``inst=RECORDING``
 (simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
-each other.
+each other; ``sync=api|activity|both`` (who times synchronizations: the C hook at the API, or
+CUPTI's SYNCHRONIZATION records, which cost PyTorch models about 30 %; :mod:`.syncapi`).
 Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """
@@ -19,10 +20,17 @@ from pyhpctk.errors import UsageError
 BACKENDS = ("nvidia", "amd", "simulated")
 #: The options each backend reads (pyhpctk.measure.gpu._backend); any other is a typo.
 OPTIONS = {
-    "nvidia": ("buffer", "records", "pc", "inst", "period", "pcmode", "hook"),
+    "nvidia": ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
     "amd": (),
-    "simulated": ("recording", "buffer", "pending", "pc", "inst", "hook"),
+    "simulated": ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
 }
+#: ``sync=``: synchronizations timed by the C hook at the API (``api``), CUPTI's
+#: SYNCHRONIZATION records (``activity``), or both, the hook's kept aside (``both``: diagnosis).
+SYNC_MODES = ("api", "activity", "both")
+#: gpu=nvidia's ``sync=`` when not said: the one switch (docs/gpu.md, "Synchronizations").
+DEFAULT_SYNC = "api"
+#: gpu=simulated's: its recordings hold CUPTI's records, replayed as they came.
+DEFAULT_SIMULATED_SYNC = "activity"
 ENV_GPU = "PYHPCTK_PYRUN_GPU"  # str(GpuSpec) for every process pyrun measures
 
 
