@@ -50,7 +50,7 @@ from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all, on_root
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
-from pyhpctk.analysis.expand import expand
+from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
 from pyhpctk.analysis.gpu import WEIGHT_METRIC, node_weights, reconstruct_gpu_contexts
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import (
@@ -79,8 +79,7 @@ from pyhpctk.analysis.state import (
     parallel_map,
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summarize
-from pyhpctk.analysis.structures import build_classifiers, load_structures
-from pyhpctk.analysis.timing import TimedComm, timed
+from pyhpctk.analysis.timing import Laps, TimedComm, timed
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import prepare_output
 from pyhpctk.analysis.write_stages import (
@@ -115,8 +114,11 @@ def read(state: Analysis) -> None:
         ]
         return sources, np.asarray(sizes, dtype=np.int64)
 
+    clock = Laps(state.timings, "read: ")
     state.sources, sizes = on_root(comm, discover)
-    bounds = split_even(sizes, comm.size)
+    clock.lap("list")
+    # Rank 0 reads less: it expands its call paths while the others read (.expand_plan).
+    bounds = split_even(sizes, comm.size, read_share(sizes, comm.size))
     mine = list(range(int(bounds[comm.rank]), int(bounds[comm.rank + 1])))
     # Under a memory cap, a rank whose share of the input would not fit reads it twice: once
     # for the call paths (values dropped at once, but for the GPU call-edge weights), once more
@@ -130,8 +132,14 @@ def read(state: Analysis) -> None:
             if item.data is not None:
                 _fold(state, item.data)
             loaded.append(item)
+    clock.lap("load")
+    if state.root and comm.size > 1:
+        state.early = expand_early(options, state.tree, loaded, state.sources)
+        clock.lap("expand early")
     everyone = [b for part in comm.allgather([ProfileBrief.of(i) for i in loaded]) for b in part]
+    clock.lap("briefs")
     state.screened = screened = screen(everyone, options.strict, warn=state.root)
+    clock.lap("screen")
     position = screened.position()
     state.own = [
         (item.index, item.data)
@@ -192,10 +200,13 @@ def unify(state: Analysis) -> None:
     """Reduce the ranks' trees onto rank 0, share the result, re-map every profile into it."""
     comm = state.comm
     assert state.screened is not None
+    clock = Laps(state.timings, "unify: ")
     with state.stage("unifying call paths", len(state.screened.usable)) as advance:
         state.merged = merged = _tree_reduce(comm, state.tree)
+        clock.lap("reduce")
         if comm.size > 1:
             shared = comm.bcast(merged.wire() if merged is not None else None)
+            clock.lap("bcast")
             assert shared is not None
             n_raw = len(shared[0])  # type: ignore[arg-type]
             if not state.root and state.tree is not None:
@@ -208,6 +219,7 @@ def unify(state: Analysis) -> None:
                 state.tree = everything
             elif not state.root:
                 state.tree = RawTree.from_wire(shared)
+            clock.lap("remap")
         else:
             n_raw = len(merged) if merged is not None else 0
         advance(len(state.screened.usable))
@@ -252,29 +264,24 @@ def expand_contexts(state: Analysis) -> None:
     screened = state.screened
     assert screened is not None
 
+    clock = Laps(state.timings, "expand: ")
+
     def expansion_plan() -> Plan:
         raw = state.merged
         assert raw is not None
-        used_modules = {key[0] for key in raw.keys if key[0] is not None}
-        module_dirs: dict[str, Path] = {}
-        for brief in screened.usable:
-            for module, measurement in brief.module_paths.items():
-                if module in used_modules:
-                    module_dirs.setdefault(module, Path(measurement))
-        usable_sources = [state.sources[b.index] for b in screened.usable]
-        explicit, found = load_structures(options, usable_sources, used_modules)
-        classifiers = build_classifiers(
-            module_dirs.items(), explicit, found, screened.problems, not options.ignore_structs
+        expansion, classifiers = expand_frames(
+            options, raw, screened.usable, state.sources, screened.problems, state.early
         )
-        expansion = expand(raw, classifiers)
+        state.early = None
         expansion = reconstruct_gpu_contexts(
             raw, expansion, classifiers, [], state.weights, screened.problems
         )
+        clock.lap("frames")
         state.expanded = tree = expansion.tree
         expansion.tree = ContextTree()  # the placement travels without the tree
         title = options.title or screened.usable[0].program or "database"
         output = options.output or default_output(options, title)
-        return Plan(
+        plan = Plan(
             TreeShape.of(tree),
             tree.visible_ancestor(),
             expansion,
@@ -282,10 +289,14 @@ def expand_contexts(state: Analysis) -> None:
             output,
             os.path.lexists(output),
         )
+        clock.lap("shape")
+        return plan
 
     with state.stage("expanding contexts", 1) as advance:
         state.plan = on_root(state.comm, expansion_plan)
         advance(1)
+    if state.root:
+        clock.lap("bcast")
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,10 +381,13 @@ def rewrite_traces(state: Analysis) -> None:
         data.trace_time = data.trace_node = None
         return item
 
+    clock = Laps(state.timings, "traces: ")
     with state.stage("rewriting traces", len(state.planes)) as advance:
         list(parallel_map(one, state.planes, state.options.jobs, advance))
     state.own.clear()
+    clock.lap("rewrite")
     _share_sizes(state)
+    clock.lap("sizes")
 
 
 def _share_sizes(state: Analysis) -> None:

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm
 from pyhpctk.analysis.expand import Expansion
+from pyhpctk.analysis.expand_plan import EarlyExpansion
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import ProfilePlane, Spill
 from pyhpctk.analysis.screening import Screened
@@ -126,6 +127,7 @@ class Analysis:
     own: list[tuple[int, ProfileData]] = field(default_factory=list)
     screened: Screened | None = None
     weights: npt.NDArray[np.float64] | None = None
+    early: EarlyExpansion | None = None  # rank 0: its own call paths, expanded while others read
     plan: Plan | None = None
     expanded: ContextTree | None = None  # rank 0
     staging: Path | None = None

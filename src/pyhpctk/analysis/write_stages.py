@@ -233,6 +233,7 @@ def write_cct_db(state: Analysis) -> None:
     assert plan is not None and staging is not None
     shape = plan.shape
     n_contexts = len(shape)
+    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
     nnz = comm.allreduce_sum(state.local_counts)
     rounds = plan_rounds(nnz, comm.size, state.options.memory_limit)
     eligible = np.zeros(n_contexts, dtype=bool)
@@ -249,7 +250,7 @@ def write_cct_db(state: Analysis) -> None:
     # bytes).
     per_rank = max(int(nnz.sum()) / comm.size, 1.0)
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
-    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    clock.lap("plan")
     for start, stop in rounds:
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
@@ -280,6 +281,7 @@ def write_cct_db(state: Analysis) -> None:
             for where, metrics_here, summary in gathered:
                 state.n_metrics[where : where + len(metrics_here)] = metrics_here
                 state.summary_parts.append(summary)
+        clock.lap("gather")
     if state.root and state.meta_thread is None:
         write_meta_db(state)  # no rounds: no contexts
     state.local_counts = nnz
@@ -299,6 +301,8 @@ def finish(state: Analysis) -> RunReport:
     plan, layout, staging, screened = state.plan, state.layout, state.staging, state.screened
     assert plan is not None and layout is not None and staging is not None
     assert screened is not None
+
+    clock = Laps(state.timings, "finish: ")
 
     def write() -> RunReport:
         cct_plan = cctdb.layout(state.local_counts, state.n_metrics)
@@ -335,11 +339,14 @@ def finish(state: Analysis) -> RunReport:
                 tracedb.write_footer(fd, trace_plan)
             finally:
                 os.close(fd)
+        clock.lap("heads")
         if state.meta_thread is not None:
             state.meta_thread.join()
         if state.meta_errors:
             raise state.meta_errors[0]
+        clock.lap("meta.db join")
         commit_directory(staging, plan.output)
+        clock.lap("commit")
         return RunReport(
             output=plan.output,
             profiles=len(screened.usable),
