@@ -232,3 +232,33 @@ def test_without_a_limit_rounds_still_keep_messages_under_mpis_int() -> None:
     assert all(int(big[a:b].sum()) <= MAX_ROUND_VALUES for a, b in rounds)
     # 18 bytes a value, pickled, in one message between two ranks: under 2 GiB.
     assert MAX_ROUND_VALUES * 18 < 2**31
+
+
+def test_the_listing_rank0_broadcasts_gives_every_rank_the_same_sources(tmp_path: Path) -> None:
+    """Rank 0 lists the measurements once (names, traces beside them, sizes) and broadcasts
+    them in a compact form; each rank makes the sources it reads from it."""
+    import pickle
+
+    from pyhpctk.analysis import inputs
+
+    first, second = tmp_path / "a.m", tmp_path / "b.m"
+    for directory in (first, second):
+        directory.mkdir()
+    (first / "p-1.hpcrun").write_bytes(b"x" * 10)
+    (first / "p-1.hpctrace").write_bytes(b"y" * 7)
+    (first / "p-0.hpcrun").write_bytes(b"x" * 3)
+    (first / "p-0.hpctrace").mkdir()  # not a file: no trace
+    (second / "q.hpcrun").write_bytes(b"x" * 5)
+    (second / "notes.txt").write_text("not a profile")
+    listing = inputs.discover([first, second])
+    received = pickle.loads(pickle.dumps(listing))
+    expected = [
+        inputs.ProfileSource(first, first / "p-0.hpcrun", None),
+        inputs.ProfileSource(first, first / "p-1.hpcrun", first / "p-1.hpctrace"),
+        inputs.ProfileSource(second, second / "q.hpcrun", None),
+    ]
+    for sources in (listing, received):
+        assert list(sources) == expected and sources[1:] == expected[1:]
+        assert sources.sizes == [3, 17, 5]
+        assert [sources.measurement(i) for i in range(3)] == [first, first, second]
+    assert len(pickle.dumps(listing)) < len(pickle.dumps(expected))

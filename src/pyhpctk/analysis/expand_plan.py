@@ -63,7 +63,7 @@ class ClassifierInputs:
 
     @classmethod
     def of(
-        cls, raw: RawTree, usable: list[ProfileBrief], sources: list[inputs.ProfileSource]
+        cls, raw: RawTree, usable: list[ProfileBrief], sources: inputs.Listing
     ) -> ClassifierInputs:
         codes = np.unique(raw.columns().code).tolist()
         used = frozenset(m for m in map(module_name, codes) if m is not None)
@@ -72,7 +72,7 @@ class ClassifierInputs:
             for module, measurement in brief.module_paths.items():
                 if module in used:
                     module_dirs.setdefault(module, Path(measurement))
-        measurements = dict.fromkeys(sources[b.index].measurement for b in usable)
+        measurements = dict.fromkeys(sources.measurement(b.index) for b in usable)
         return cls(used, tuple(module_dirs.items()), tuple(measurements))
 
 
@@ -102,7 +102,7 @@ def expand_early(
     options: ProfOptions,
     tree: RawTree | None,
     loaded: list[Loaded],
-    sources: list[inputs.ProfileSource],
+    sources: inputs.Listing,
 ) -> EarlyExpansion | None:
     """Expand rank 0's tree of the ``loaded`` profiles; None when the screening would drop
     one of them (the tree would then be folded again) or when anything goes wrong (the
@@ -132,7 +132,7 @@ def expand_frames(
     options: ProfOptions,
     raw: RawTree,
     usable: list[ProfileBrief],
-    sources: list[inputs.ProfileSource],
+    sources: inputs.Listing,
     problems: list[str],
     early: EarlyExpansion | None,
 ) -> tuple[Expansion, ModuleClassifiers]:

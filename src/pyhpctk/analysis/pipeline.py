@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all, on_root
@@ -103,19 +102,16 @@ def read(state: Analysis) -> None:
     """List the profiles (rank 0), read this rank's share, screen them all (every rank)."""
     options, comm = state.options, state.comm
 
-    def discover() -> tuple[list[inputs.ProfileSource], npt.NDArray[np.int64]]:
+    def discover() -> inputs.Listing:
         if options.output is not None and not state.in_memory:
             prepare_output(options.output, options.force)  # fail before the work, not after
         sources = inputs.discover(options.measurements)
         state.thread_names = inputs.thread_names(sources)  # rank 0 writes them (threads.txt)
-        sizes = [
-            s.profile.stat().st_size + (s.trace.stat().st_size if s.trace is not None else 0)
-            for s in sources
-        ]
-        return sources, np.asarray(sizes, dtype=np.int64)
+        return sources
 
     clock = Laps(state.timings, "read: ")
-    state.sources, sizes = on_root(comm, discover)
+    state.sources = on_root(comm, discover)
+    sizes = np.asarray(state.sources.sizes, dtype=np.int64)
     clock.lap("list")
     # Rank 0 reads less: it expands its call paths while the others read (.expand_plan).
     bounds = split_even(sizes, comm.size, read_share(sizes, comm.size))

@@ -118,7 +118,7 @@ class Analysis:
     progress: Progress
     in_memory: bool = False  # aggregate(): nothing will be written
     timings: dict[str, float] = field(default_factory=dict)
-    sources: list[inputs.ProfileSource] = field(default_factory=list)
+    sources: inputs.Listing = field(default_factory=lambda: inputs.Listing([], [], [], [], []))
     # rank 0: the name pyrun recorded for each input profile that has one (inputs.thread_names)
     thread_names: dict[int, ThreadEntry] = field(default_factory=dict)
     light: bool = False  # read twice: call paths first, values again for the statistics
