@@ -404,6 +404,9 @@ def launch(
     command = [*worker, "--serial"] if n == 0 else [*mpiexec, "-n", str(n), *worker]
     command += ["--output", str(output), "--measurement", str(measurement)]
     command += ["--memory-limit", limit or ""]
+    # The previous run's database (and the generated input) are still being written back to
+    # disk: that would steal a core from some rank of this run, which every rank then waits for.
+    os.sync()
     t0 = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     outer = time.perf_counter() - t0

@@ -262,3 +262,27 @@ def test_the_listing_rank0_broadcasts_gives_every_rank_the_same_sources(tmp_path
         assert sources.sizes == [3, 17, 5]
         assert [sources.measurement(i) for i in range(3)] == [first, first, second]
     assert len(pickle.dumps(listing)) < len(pickle.dumps(expected))
+
+
+def test_briefs_share_equal_tables_and_keep_each_profiles_own(reference: Path) -> None:
+    """A rank's briefs hold one object per distinct metric table and module list (the
+    all-gather pickles each once), each brief still its own profile's."""
+    import pickle
+
+    from pyhpctk.analysis import inputs
+    from pyhpctk.analysis.screening import ProfileBrief, briefs_of, load_profile
+
+    sources = inputs.discover(
+        [reference / "meas" / f"{n}.m" for n in ("loops-cuda-nvidia-t", "small")]
+    )
+    loaded = [load_profile(i, s) for i, s in enumerate(sources)] * 3
+    plain = [ProfileBrief.of(item) for item in loaded]
+    shared = briefs_of(loaded)
+    assert shared == plain
+    tables = {tuple(b.metrics) for b in plain}
+    assert len(tables) > 1  # the two GPU profiles share one table, small.m has another
+    assert len({id(b.metrics) for b in shared}) == len(tables)
+    assert len({id(b.module_paths) for b in shared}) == len(
+        {tuple(b.module_paths.items()) for b in plain}
+    )
+    assert len(pickle.dumps(shared)) < len(pickle.dumps(plain))

@@ -61,8 +61,8 @@ from pyhpctk.analysis.planes import (
 )
 from pyhpctk.analysis.screening import (
     Loaded,
-    ProfileBrief,
     ProfileError,
+    briefs_of,
     id_tuples,
     load_profile,
     screen,
@@ -132,7 +132,7 @@ def read(state: Analysis) -> None:
     if state.root and comm.size > 1:
         state.early = expand_early(options, state.tree, loaded, state.sources)
         clock.lap("expand early")
-    everyone = [b for part in comm.allgather([ProfileBrief.of(i) for i in loaded]) for b in part]
+    everyone = [b for part in comm.allgather(briefs_of(loaded)) for b in part]
     clock.lap("briefs")
     state.screened = screened = screen(everyone, options.strict, warn=state.root)
     clock.lap("screen")
