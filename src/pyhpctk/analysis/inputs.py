@@ -18,7 +18,6 @@ from typing import overload
 
 from pyhpctk.errors import FormatError, FormatWarning, PyhpctkError, UsageError
 from pyhpctk.formats import threads
-from pyhpctk.formats.inspect import misplaced_input
 
 
 class InputError(PyhpctkError):
@@ -93,6 +92,8 @@ def discover(measurements: tuple[Path, ...] | list[Path]) -> Listing:
         if not directory.exists():
             raise InputError(f"{directory}: no such measurement directory")
         if not directory.is_dir():
+            from pyhpctk.formats.inspect import misplaced_input  # every format: only here
+
             advice = misplaced_input(directory) or "pyprof reads measurement directories"
             raise InputError(f"{directory}: not a directory: {advice}")
         real = directory.resolve()
