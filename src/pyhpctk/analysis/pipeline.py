@@ -7,14 +7,16 @@ stages share; collectives go through the :class:`~.comm.Comm`, and an error on a
 every rank with the first one's message (:func:`~.comm.on_all`).
 
 1. :func:`read`: rank 0 lists the profiles; each rank reads a contiguous slice of them,
-   balanced by bytes, on ``-j`` threads, folding each into its one call-path tree as it arrives.
+   balanced by bytes, on ``-j`` threads, folding each into its one call-path tree as it arrives;
+   rank 0 reads less and expands its own tree meanwhile (:func:`.expand_plan.expand_early`).
    What every rank must know about every profile is all-gathered and screened once
    (:func:`.screening.screen`: warnings, ``--strict``, metric tables).
 2. :func:`unify`: the ranks' trees are reduced along a binomial tree, lower ranks on the left;
    :meth:`.unify.RawTree.merge` numbers nodes as one-by-one insertion in profile order would, so
    any grouping gives serial pyprof's tree. It is broadcast; ranks re-map their profiles into it.
 3. :func:`expand_contexts` on rank 0: structure files, symbols, logical metadata, GPU
-   reconstruction (``GINS`` weights summed over ranks); what the statistics need is broadcast.
+   reconstruction (``GINS`` weights summed over ranks), for the frames the early expansion did
+   not cover (:mod:`.expand_plan`); what the statistics need is broadcast.
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
