@@ -286,3 +286,84 @@ def test_briefs_share_equal_tables_and_keep_each_profiles_own(reference: Path) -
         {tuple(b.module_paths.items()) for b in plain}
     )
     assert len(pickle.dumps(shared)) < len(pickle.dumps(plain))
+
+
+class _ThreadWorld:
+    """``size`` ranks as threads of this process: just the allgather the test needs."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+
+        self.size = size
+        self.slots: list[object] = [None] * size
+        self.barrier = threading.Barrier(size)
+        self.calls = 0
+
+    def comm(self, rank: int) -> object:
+        world = self
+
+        class Rank:
+            def __init__(self) -> None:
+                self.rank, self.size = rank, world.size
+
+            def allgather(self, obj: object) -> list[object]:
+                world.slots[rank] = obj
+                world.barrier.wait()
+                everyone = list(world.slots)
+                if rank == 0:
+                    world.calls += 1
+                world.barrier.wait()
+                return everyone
+
+        return Rank()
+
+
+def _on_ranks(size: int, function: object) -> list[object]:
+    """``on_all_shared(comm, function(rank))`` on ``size`` thread ranks: each one's result or
+    exception, and the number of allgathers."""
+    import threading
+
+    from pyhpctk.analysis.comm import on_all_shared
+
+    world = _ThreadWorld(size)
+    results: list[object] = [None] * size
+
+    def rank(r: int) -> None:
+        try:
+            results[r] = on_all_shared(world.comm(r), function(r))  # type: ignore[arg-type, operator]
+        except Exception as error:
+            results[r] = error
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return [*results, world.calls]
+
+
+def test_one_allgather_shares_every_ranks_part_or_stops_every_rank() -> None:
+    from pyhpctk.analysis.comm import DistributedError
+    from pyhpctk.analysis.screening import ProfileError
+
+    *results, calls = _on_ranks(3, lambda r: lambda: (f"kept {r}", r * 10))
+    assert results == [(f"kept {r}", [0, 10, 20]) for r in range(3)] and calls == 1
+
+    def failing(r: int) -> object:
+        def function() -> tuple[str, int]:
+            if r >= 1:
+                raise ProfileError(f"rank {r} failed")
+            return "kept", r
+
+        return function
+
+    *results, calls = _on_ranks(3, failing)
+    assert calls == 1
+    assert isinstance(results[1], ProfileError) and str(results[1]) == "rank 1 failed"
+    for r in (0, 2):  # the first rank's error, on every other rank
+        assert isinstance(results[r], DistributedError) and str(results[r]) == "rank 1 failed"
+        assert results[r].exit_code == ProfileError.exit_code
+    with pytest.raises(ProfileError):
+        from pyhpctk.analysis.comm import on_all_shared
+
+        on_all_shared(SerialComm(), failing(1))

@@ -48,7 +48,7 @@ from typing import TypeVar
 import numpy as np
 
 from pyhpctk.analysis import inputs
-from pyhpctk.analysis.comm import Comm, SerialComm, on_all, on_root
+from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
 from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
@@ -92,6 +92,7 @@ from pyhpctk.analysis.write_stages import (
     write_profile_db,
 )
 from pyhpctk.core.context import ContextTree
+from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats import profiledb, tracedb
 
 T = TypeVar("T")
@@ -334,10 +335,10 @@ def statistics(state: Analysis) -> None:
         return ProfilePlane(position[index], block.n_values, block.n_contexts, keep, at, None, None)
 
     with state.stage("computing statistics", len(state.own)) as advance:
-        work = list(state.own)
-        state.planes = on_all(
-            state.comm, lambda: list(parallel_map(one, work, options.jobs, advance))
-        )
+        try:
+            state.planes = list(parallel_map(one, list(state.own), options.jobs, advance))
+        except (PyhpctkError, OSError) as error:
+            state.failure = error  # raised on every rank by the sizes' allgather (_share_sizes)
     state.local_counts = local_counts
 
 
@@ -381,7 +382,8 @@ def rewrite_traces(state: Analysis) -> None:
 
     clock = Laps(state.timings, "traces: ")
     with state.stage("rewriting traces", len(state.planes)) as advance:
-        list(parallel_map(one, state.planes, state.options.jobs, advance))
+        if state.failure is None:
+            list(parallel_map(one, state.planes, state.options.jobs, advance))
     state.own.clear()
     clock.lap("rewrite")
     _share_sizes(state)
@@ -389,25 +391,34 @@ def rewrite_traces(state: Analysis) -> None:
 
 
 def _share_sizes(state: Analysis) -> None:
+    """Every profile's block and trace sizes on every rank (one allgather, which also stops
+    every rank when the statistics failed on one)."""
     screened = state.screened
     assert screened is not None
-    tallies = [
-        (
-            m.position,
-            m.n_values,
-            m.n_contexts,
-            -1 if m.trace is None else len(m.trace.elements),
-            m.trace_range,
-        )
-        for m in state.planes
-    ]
+
+    def tallies() -> tuple[None, list[tuple[int, int, int, int, tuple[int, int] | None]]]:
+        if state.failure is not None:
+            raise state.failure
+        mine = [
+            (
+                m.position,
+                m.n_values,
+                m.n_contexts,
+                -1 if m.trace is None else len(m.trace.elements),
+                m.trace_range,
+            )
+            for m in state.planes
+        ]
+        return None, mine
+
+    _, shards = on_all_shared(state.comm, tallies)
     n_profiles = len(screened.usable)
     n_values = np.zeros(n_profiles + 1, dtype=np.int64)
     n_ctxs = np.zeros(n_profiles + 1, dtype=np.int64)
     trace_counts = np.full(n_profiles, -1, dtype=np.int64)
     low: int | None = None
     high: int | None = None
-    for shard in state.comm.allgather(tallies):
+    for shard in shards:
         for where, nv, nc, nt, span in shard:
             n_values[where + 1], n_ctxs[where + 1], trace_counts[where] = nv, nc, nt
             if span is not None:

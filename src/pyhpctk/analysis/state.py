@@ -138,6 +138,7 @@ class Analysis:
     meta_errors: list[BaseException] = field(default_factory=list)
     spill: Spill | None = None
     planes: list[ProfilePlane] = field(default_factory=list)
+    failure: BaseException | None = None  # this rank's statistics failed (raised on all later)
     local_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     layout: ProfileLayout | None = None
     cct_end: int = 0

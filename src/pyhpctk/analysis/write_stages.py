@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.analysis.comm import on_all, on_root
+from pyhpctk.analysis.comm import on_all, on_all_shared, on_root
 from pyhpctk.analysis.database import AggregateDatabase
 from pyhpctk.analysis.exchange import (
     Columns,
@@ -40,7 +40,7 @@ from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.slices import FileSlice, one_machine
 from pyhpctk.analysis.state import Analysis, RunReport
-from pyhpctk.analysis.stats import SparseValues, metric_bases
+from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.analysis.timing import Laps
 from pyhpctk.analysis.write import (
@@ -50,6 +50,7 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
+from pyhpctk.core.metrics import Partial
 from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
@@ -267,10 +268,10 @@ def write_cct_db(state: Analysis) -> None:
         del sending, arrays
         clock.lap("exchange")
         lo, hi = int(owners[comm.rank]), int(owners[comm.rank + 1])
-        piece = on_all(comm, partial(own_window, incoming, lo, hi, shape, state.partials))
-        del incoming
+        placing = partial(_placed, incoming, lo, hi, shape, state.partials)
+        piece, sizes = on_all_shared(comm, placing)  # every window's size, every rank's error
+        del incoming, placing
         clock.lap("place+summarise")
-        sizes = comm.allgather(piece.size)
         at = cursor + sum(sizes[: comm.rank])
         on_all(comm, state.writing(partial(_write_window, state, at, piece)))
         del piece.pieces[:]
@@ -286,6 +287,13 @@ def write_cct_db(state: Analysis) -> None:
         write_meta_db(state)  # no rounds: no contexts
     state.local_counts = nnz
     state.cct_end = cursor
+
+
+def _placed(
+    incoming: Columns, lo: int, hi: int, shape: TreeShape, partials: tuple[Partial, ...]
+) -> tuple[Window, int]:
+    window = own_window(incoming, lo, hi, shape, partials)
+    return window, window.size
 
 
 def _write_window(state: Analysis, at: int, window: Window) -> None:
