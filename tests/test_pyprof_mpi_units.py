@@ -232,3 +232,138 @@ def test_without_a_limit_rounds_still_keep_messages_under_mpis_int() -> None:
     assert all(int(big[a:b].sum()) <= MAX_ROUND_VALUES for a, b in rounds)
     # 18 bytes a value, pickled, in one message between two ranks: under 2 GiB.
     assert MAX_ROUND_VALUES * 18 < 2**31
+
+
+def test_the_listing_rank0_broadcasts_gives_every_rank_the_same_sources(tmp_path: Path) -> None:
+    """Rank 0 lists the measurements once (names, traces beside them, sizes) and broadcasts
+    them in a compact form; each rank makes the sources it reads from it."""
+    import pickle
+
+    from pyhpctk.analysis import inputs
+
+    first, second = tmp_path / "a.m", tmp_path / "b.m"
+    for directory in (first, second):
+        directory.mkdir()
+    (first / "p-1.hpcrun").write_bytes(b"x" * 10)
+    (first / "p-1.hpctrace").write_bytes(b"y" * 7)
+    (first / "p-0.hpcrun").write_bytes(b"x" * 3)
+    (first / "p-0.hpctrace").mkdir()  # not a file: no trace
+    (second / "q.hpcrun").write_bytes(b"x" * 5)
+    (second / "notes.txt").write_text("not a profile")
+    listing = inputs.discover([first, second])
+    received = pickle.loads(pickle.dumps(listing))
+    expected = [
+        inputs.ProfileSource(first, first / "p-0.hpcrun", None),
+        inputs.ProfileSource(first, first / "p-1.hpcrun", first / "p-1.hpctrace"),
+        inputs.ProfileSource(second, second / "q.hpcrun", None),
+    ]
+    for sources in (listing, received):
+        assert list(sources) == expected and sources[1:] == expected[1:]
+        assert sources.sizes == [3, 17, 5]
+        assert [sources.measurement(i) for i in range(3)] == [first, first, second]
+    assert len(pickle.dumps(listing)) < len(pickle.dumps(expected))
+
+
+def test_briefs_share_equal_tables_and_keep_each_profiles_own(reference: Path) -> None:
+    """A rank's briefs hold one object per distinct metric table and module list (the
+    all-gather pickles each once), each brief still its own profile's."""
+    import pickle
+
+    from pyhpctk.analysis import inputs
+    from pyhpctk.analysis.screening import ProfileBrief, briefs_of, load_profile
+
+    sources = inputs.discover(
+        [reference / "meas" / f"{n}.m" for n in ("loops-cuda-nvidia-t", "small")]
+    )
+    loaded = [load_profile(i, s) for i, s in enumerate(sources)] * 3
+    plain = [ProfileBrief.of(item) for item in loaded]
+    shared = briefs_of(loaded)
+    assert shared == plain
+    tables = {tuple(b.metrics) for b in plain}
+    assert len(tables) > 1  # the two GPU profiles share one table, small.m has another
+    assert len({id(b.metrics) for b in shared}) == len(tables)
+    assert len({id(b.module_paths) for b in shared}) == len(
+        {tuple(b.module_paths.items()) for b in plain}
+    )
+    assert len(pickle.dumps(shared)) < len(pickle.dumps(plain))
+
+
+class _ThreadWorld:
+    """``size`` ranks as threads of this process: just the allgather the test needs."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+
+        self.size = size
+        self.slots: list[object] = [None] * size
+        self.barrier = threading.Barrier(size)
+        self.calls = 0
+
+    def comm(self, rank: int) -> object:
+        world = self
+
+        class Rank:
+            def __init__(self) -> None:
+                self.rank, self.size = rank, world.size
+
+            def allgather(self, obj: object) -> list[object]:
+                world.slots[rank] = obj
+                world.barrier.wait()
+                everyone = list(world.slots)
+                if rank == 0:
+                    world.calls += 1
+                world.barrier.wait()
+                return everyone
+
+        return Rank()
+
+
+def _on_ranks(size: int, function: object) -> list[object]:
+    """``on_all_shared(comm, function(rank))`` on ``size`` thread ranks: each one's result or
+    exception, and the number of allgathers."""
+    import threading
+
+    from pyhpctk.analysis.comm import on_all_shared
+
+    world = _ThreadWorld(size)
+    results: list[object] = [None] * size
+
+    def rank(r: int) -> None:
+        try:
+            results[r] = on_all_shared(world.comm(r), function(r))  # type: ignore[arg-type, operator]
+        except Exception as error:
+            results[r] = error
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return [*results, world.calls]
+
+
+def test_one_allgather_shares_every_ranks_part_or_stops_every_rank() -> None:
+    from pyhpctk.analysis.comm import DistributedError
+    from pyhpctk.analysis.screening import ProfileError
+
+    *results, calls = _on_ranks(3, lambda r: lambda: (f"kept {r}", r * 10))
+    assert results == [(f"kept {r}", [0, 10, 20]) for r in range(3)] and calls == 1
+
+    def failing(r: int) -> object:
+        def function() -> tuple[str, int]:
+            if r >= 1:
+                raise ProfileError(f"rank {r} failed")
+            return "kept", r
+
+        return function
+
+    *results, calls = _on_ranks(3, failing)
+    assert calls == 1
+    assert isinstance(results[1], ProfileError) and str(results[1]) == "rank 1 failed"
+    for r in (0, 2):  # the first rank's error, on every other rank
+        assert isinstance(results[r], DistributedError) and str(results[r]) == "rank 1 failed"
+        assert results[r].exit_code == ProfileError.exit_code
+    with pytest.raises(ProfileError):
+        from pyhpctk.analysis.comm import on_all_shared
+
+        on_all_shared(SerialComm(), failing(1))

@@ -13,7 +13,7 @@ together, with the first rank's message (:class:`DistributedError` on the others
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,7 @@ import numpy.typing as npt
 from pyhpctk.errors import PyhpctkError
 
 T = TypeVar("T")
+S = TypeVar("S")
 Arrays = tuple[npt.NDArray[Any], ...]
 
 _INT_MAX = 2**31 - 1
@@ -260,6 +261,32 @@ def on_all(comm: Comm, function: Callable[[], T]) -> T:
     return result
 
 
+def on_all_shared(comm: Comm, function: Callable[[], tuple[T, S]]) -> tuple[T, list[S]]:
+    """``function()`` on every rank, which gives ``(kept, shared)``: this rank's ``kept`` and
+    every rank's ``shared``, in rank order, through one allgather, which also carries an
+    error met on any rank to all of them (as :func:`on_all`, without a collective of its own)."""
+    try:
+        kept, shared = function()
+    except (PyhpctkError, OSError) as error:
+        if comm.size == 1:
+            raise
+        report = (getattr(error, "exit_code", 2), str(error))
+        # the same allgather as the other ranks' below
+        everyone = comm.allgather(cast(tuple[S | None, tuple[int, str] | None], (None, report)))
+        first = next(rank for rank, (_, said) in enumerate(everyone) if said is not None)
+        if first == comm.rank:
+            raise
+        code, message = cast(tuple[int, str], everyone[first][1])
+        raise DistributedError(message, code) from None
+    if comm.size == 1:
+        return kept, [shared]
+    everyone = comm.allgather(cast(tuple[S | None, tuple[int, str] | None], (shared, None)))
+    for _, said in everyone:
+        if said is not None:
+            raise DistributedError(said[1], said[0])
+    return kept, [cast(S, part) for part, _ in everyone]
+
+
 def on_root(comm: Comm, function: Callable[[], T]) -> T:
     """``function()`` on rank 0, its result broadcast; its error is raised on every rank."""
     if comm.size == 1:
@@ -288,6 +315,7 @@ __all__ = [
     "SerialComm",
     "agree",
     "on_all",
+    "on_all_shared",
     "on_root",
     "world",
 ]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from pyhpctk.errors import FormatError, FormatWarning, PyhpctkError, UsageError
 from pyhpctk.formats import threads
-from pyhpctk.formats.inspect import misplaced_input
 
 
 class InputError(PyhpctkError):
@@ -38,14 +39,61 @@ class ProfileSource:
         return self.profile.name
 
 
-def discover(measurements: tuple[Path, ...] | list[Path]) -> list[ProfileSource]:
-    """Every profile of every measurement directory, in a stable order (directory, then name)."""
-    sources: list[ProfileSource] = []
+class Listing(Sequence[ProfileSource]):
+    """Every profile of the measurement directories (:func:`discover`), in a compact form that
+    pickles small and makes a :class:`ProfileSource` only when one is asked for: rank 0 lists,
+    every rank gets the listing, and each makes the sources of its own profiles."""
+
+    def __init__(
+        self,
+        measurements: list[Path],
+        which: list[int],
+        stems: list[str],
+        traced: list[bool],
+        sizes: list[int],
+    ) -> None:
+        self.measurements = measurements
+        self.which = which  # per profile: its measurement directory
+        self.stems = stems  # its file name without .hpcrun
+        self.traced = traced  # whether an .hpctrace is beside it
+        self.sizes = sizes  # bytes of the profile and its trace
+
+    def __len__(self) -> int:
+        return len(self.stems)
+
+    @overload
+    def __getitem__(self, index: int) -> ProfileSource: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ProfileSource]: ...
+
+    def __getitem__(self, index: int | slice) -> ProfileSource | list[ProfileSource]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        directory = self.measurements[self.which[index]]
+        stem = self.stems[index]
+        trace = directory / (stem + ".hpctrace") if self.traced[index] else None
+        return ProfileSource(directory, directory / (stem + ".hpcrun"), trace)
+
+    def measurement(self, index: int) -> Path:
+        """The measurement directory of profile ``index`` (no :class:`ProfileSource` made)."""
+        return self.measurements[self.which[index]]
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Listing, (self.measurements, self.which, self.stems, self.traced, self.sizes))
+
+
+def discover(measurements: tuple[Path, ...] | list[Path]) -> Listing:
+    """Every profile of every measurement directory, in a stable order (directory, then name),
+    with its size (one ``stat`` each; the directory entries say which are files)."""
+    listing = Listing([], [], [], [], [])
     seen: set[Path] = set()
     for directory in measurements:
         if not directory.exists():
             raise InputError(f"{directory}: no such measurement directory")
         if not directory.is_dir():
+            from pyhpctk.formats.inspect import misplaced_input  # every format: only here
+
             advice = misplaced_input(directory) or "pyprof reads measurement directories"
             raise InputError(f"{directory}: not a directory: {advice}")
         real = directory.resolve()
@@ -53,23 +101,33 @@ def discover(measurements: tuple[Path, ...] | list[Path]) -> list[ProfileSource]
             raise UsageError(f"{directory}: measurement directory given twice")
         seen.add(real)
         try:
-            names = sorted(os.listdir(directory))
+            with os.scandir(directory) as entries:
+                found = {entry.name: entry for entry in entries}
+            names = sorted(found)
+            profiles = [name for name in names if name.endswith(".hpcrun")]
+            if not profiles:
+                if "meta.db" in found:
+                    raise InputError(
+                        f"{directory}: a database, not measurements (pyview shows it; pyprof "
+                        "reads the directory pyrun or hpcrun wrote)"
+                    )
+                raise InputError(f"{directory}: no .hpcrun profiles in this measurement directory")
+            number = len(listing.measurements)
+            listing.measurements.append(directory)
+            for name in profiles:
+                stem = name[: -len(".hpcrun")]
+                trace = found.get(stem + ".hpctrace")
+                size = found[name].stat().st_size
+                traced = trace is not None and trace.is_file()
+                if trace is not None and traced:
+                    size += trace.stat().st_size
+                listing.which.append(number)
+                listing.stems.append(stem)
+                listing.traced.append(traced)
+                listing.sizes.append(size)
         except OSError as error:
             raise InputError(f"{directory}: cannot list: {error.strerror or error}") from error
-        profiles = [name for name in names if name.endswith(".hpcrun")]
-        if not profiles:
-            if "meta.db" in names:
-                raise InputError(
-                    f"{directory}: a database, not measurements (pyview shows it; pyprof reads "
-                    "the directory pyrun or hpcrun wrote)"
-                )
-            raise InputError(f"{directory}: no .hpcrun profiles in this measurement directory")
-        for name in profiles:
-            trace = directory / (name[: -len(".hpcrun")] + ".hpctrace")
-            sources.append(
-                ProfileSource(directory, directory / name, trace if trace.is_file() else None)
-            )
-    return sources
+    return listing
 
 
 def structure_files(measurement: Path) -> list[Path]:
@@ -80,14 +138,14 @@ def structure_files(measurement: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.endswith(".hpcstruct"))
 
 
-def thread_names(sources: list[ProfileSource]) -> dict[int, threads.ThreadEntry]:
+def thread_names(sources: Listing) -> dict[int, threads.ThreadEntry]:
     """The name pyrun recorded for each profile (by index in ``sources``) that has one.
 
     Measurements without ``threads/`` (hpcrun's, an older pyrun's) name nothing; a names file
     that cannot be read is a warning: the profiles are still aggregated, without its names.
     """
     by_file: dict[Path, threads.ThreadEntry] = {}
-    for measurement in dict.fromkeys(source.measurement for source in sources):
+    for measurement in sources.measurements:
         directory = measurement / threads.MEASUREMENT_DIRECTORY
         if not directory.is_dir():
             continue
@@ -101,6 +159,8 @@ def thread_names(sources: list[ProfileSource]) -> dict[int, threads.ThreadEntry]
                 continue
             for entry in names.entries:
                 by_file[measurement / (entry.key + ".hpcrun")] = entry
+    if not by_file:
+        return {}
     return {
         index: by_file[source.profile]
         for index, source in enumerate(sources)

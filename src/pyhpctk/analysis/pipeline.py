@@ -7,14 +7,16 @@ stages share; collectives go through the :class:`~.comm.Comm`, and an error on a
 every rank with the first one's message (:func:`~.comm.on_all`).
 
 1. :func:`read`: rank 0 lists the profiles; each rank reads a contiguous slice of them,
-   balanced by bytes, on ``-j`` threads, folding each into its one call-path tree as it arrives.
+   balanced by bytes, on ``-j`` threads, folding each into its one call-path tree as it arrives;
+   rank 0 reads less and expands its own tree meanwhile (:func:`.expand_plan.expand_early`).
    What every rank must know about every profile is all-gathered and screened once
    (:func:`.screening.screen`: warnings, ``--strict``, metric tables).
 2. :func:`unify`: the ranks' trees are reduced along a binomial tree, lower ranks on the left;
    :meth:`.unify.RawTree.merge` numbers nodes as one-by-one insertion in profile order would, so
    any grouping gives serial pyprof's tree. It is broadcast; ranks re-map their profiles into it.
 3. :func:`expand_contexts` on rank 0: structure files, symbols, logical metadata, GPU
-   reconstruction (``GINS`` weights summed over ranks); what the statistics need is broadcast.
+   reconstruction (``GINS`` weights summed over ranks), for the frames the early expansion did
+   not cover (:mod:`.expand_plan`); what the statistics need is broadcast.
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
@@ -44,13 +46,12 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
-from pyhpctk.analysis.comm import Comm, SerialComm, on_all, on_root
+from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
-from pyhpctk.analysis.expand import expand
+from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
 from pyhpctk.analysis.gpu import WEIGHT_METRIC, node_weights, reconstruct_gpu_contexts
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import (
@@ -62,8 +63,8 @@ from pyhpctk.analysis.planes import (
 )
 from pyhpctk.analysis.screening import (
     Loaded,
-    ProfileBrief,
     ProfileError,
+    briefs_of,
     id_tuples,
     load_profile,
     screen,
@@ -79,8 +80,7 @@ from pyhpctk.analysis.state import (
     parallel_map,
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summarize
-from pyhpctk.analysis.structures import build_classifiers, load_structures
-from pyhpctk.analysis.timing import TimedComm, timed
+from pyhpctk.analysis.timing import Laps, TimedComm, timed
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import prepare_output
 from pyhpctk.analysis.write_stages import (
@@ -92,6 +92,7 @@ from pyhpctk.analysis.write_stages import (
     write_profile_db,
 )
 from pyhpctk.core.context import ContextTree
+from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats import profiledb, tracedb
 
 T = TypeVar("T")
@@ -104,19 +105,19 @@ def read(state: Analysis) -> None:
     """List the profiles (rank 0), read this rank's share, screen them all (every rank)."""
     options, comm = state.options, state.comm
 
-    def discover() -> tuple[list[inputs.ProfileSource], npt.NDArray[np.int64]]:
+    def discover() -> inputs.Listing:
         if options.output is not None and not state.in_memory:
             prepare_output(options.output, options.force)  # fail before the work, not after
         sources = inputs.discover(options.measurements)
         state.thread_names = inputs.thread_names(sources)  # rank 0 writes them (threads.txt)
-        sizes = [
-            s.profile.stat().st_size + (s.trace.stat().st_size if s.trace is not None else 0)
-            for s in sources
-        ]
-        return sources, np.asarray(sizes, dtype=np.int64)
+        return sources
 
-    state.sources, sizes = on_root(comm, discover)
-    bounds = split_even(sizes, comm.size)
+    clock = Laps(state.timings, "read: ")
+    state.sources = on_root(comm, discover)
+    sizes = np.asarray(state.sources.sizes, dtype=np.int64)
+    clock.lap("list")
+    # Rank 0 reads less: it expands its call paths while the others read (.expand_plan).
+    bounds = split_even(sizes, comm.size, read_share(sizes, comm.size))
     mine = list(range(int(bounds[comm.rank]), int(bounds[comm.rank + 1])))
     # Under a memory cap, a rank whose share of the input would not fit reads it twice: once
     # for the call paths (values dropped at once, but for the GPU call-edge weights), once more
@@ -130,8 +131,14 @@ def read(state: Analysis) -> None:
             if item.data is not None:
                 _fold(state, item.data)
             loaded.append(item)
-    everyone = [b for part in comm.allgather([ProfileBrief.of(i) for i in loaded]) for b in part]
+    clock.lap("load")
+    if state.root and comm.size > 1:
+        state.early = expand_early(options, state.tree, loaded, state.sources)
+        clock.lap("expand early")
+    everyone = [b for part in comm.allgather(briefs_of(loaded)) for b in part]
+    clock.lap("briefs")
     state.screened = screened = screen(everyone, options.strict, warn=state.root)
+    clock.lap("screen")
     position = screened.position()
     state.own = [
         (item.index, item.data)
@@ -192,10 +199,13 @@ def unify(state: Analysis) -> None:
     """Reduce the ranks' trees onto rank 0, share the result, re-map every profile into it."""
     comm = state.comm
     assert state.screened is not None
+    clock = Laps(state.timings, "unify: ")
     with state.stage("unifying call paths", len(state.screened.usable)) as advance:
         state.merged = merged = _tree_reduce(comm, state.tree)
+        clock.lap("reduce")
         if comm.size > 1:
             shared = comm.bcast(merged.wire() if merged is not None else None)
+            clock.lap("bcast")
             assert shared is not None
             n_raw = len(shared[0])  # type: ignore[arg-type]
             if not state.root and state.tree is not None:
@@ -208,6 +218,7 @@ def unify(state: Analysis) -> None:
                 state.tree = everything
             elif not state.root:
                 state.tree = RawTree.from_wire(shared)
+            clock.lap("remap")
         else:
             n_raw = len(merged) if merged is not None else 0
         advance(len(state.screened.usable))
@@ -252,29 +263,24 @@ def expand_contexts(state: Analysis) -> None:
     screened = state.screened
     assert screened is not None
 
+    clock = Laps(state.timings, "expand: ")
+
     def expansion_plan() -> Plan:
         raw = state.merged
         assert raw is not None
-        used_modules = {key[0] for key in raw.keys if key[0] is not None}
-        module_dirs: dict[str, Path] = {}
-        for brief in screened.usable:
-            for module, measurement in brief.module_paths.items():
-                if module in used_modules:
-                    module_dirs.setdefault(module, Path(measurement))
-        usable_sources = [state.sources[b.index] for b in screened.usable]
-        explicit, found = load_structures(options, usable_sources, used_modules)
-        classifiers = build_classifiers(
-            module_dirs.items(), explicit, found, screened.problems, not options.ignore_structs
+        expansion, classifiers = expand_frames(
+            options, raw, screened.usable, state.sources, screened.problems, state.early
         )
-        expansion = expand(raw, classifiers)
+        state.early = None
         expansion = reconstruct_gpu_contexts(
             raw, expansion, classifiers, [], state.weights, screened.problems
         )
+        clock.lap("frames")
         state.expanded = tree = expansion.tree
         expansion.tree = ContextTree()  # the placement travels without the tree
         title = options.title or screened.usable[0].program or "database"
         output = options.output or default_output(options, title)
-        return Plan(
+        plan = Plan(
             TreeShape.of(tree),
             tree.visible_ancestor(),
             expansion,
@@ -282,10 +288,14 @@ def expand_contexts(state: Analysis) -> None:
             output,
             os.path.lexists(output),
         )
+        clock.lap("shape")
+        return plan
 
     with state.stage("expanding contexts", 1) as advance:
         state.plan = on_root(state.comm, expansion_plan)
         advance(1)
+    if state.root:
+        clock.lap("bcast")
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,10 +335,10 @@ def statistics(state: Analysis) -> None:
         return ProfilePlane(position[index], block.n_values, block.n_contexts, keep, at, None, None)
 
     with state.stage("computing statistics", len(state.own)) as advance:
-        work = list(state.own)
-        state.planes = on_all(
-            state.comm, lambda: list(parallel_map(one, work, options.jobs, advance))
-        )
+        try:
+            state.planes = list(parallel_map(one, list(state.own), options.jobs, advance))
+        except (PyhpctkError, OSError) as error:
+            state.failure = error  # raised on every rank by the sizes' allgather (_share_sizes)
     state.local_counts = local_counts
 
 
@@ -370,32 +380,45 @@ def rewrite_traces(state: Analysis) -> None:
         data.trace_time = data.trace_node = None
         return item
 
+    clock = Laps(state.timings, "traces: ")
     with state.stage("rewriting traces", len(state.planes)) as advance:
-        list(parallel_map(one, state.planes, state.options.jobs, advance))
+        if state.failure is None:
+            list(parallel_map(one, state.planes, state.options.jobs, advance))
     state.own.clear()
+    clock.lap("rewrite")
     _share_sizes(state)
+    clock.lap("sizes")
 
 
 def _share_sizes(state: Analysis) -> None:
+    """Every profile's block and trace sizes on every rank (one allgather, which also stops
+    every rank when the statistics failed on one)."""
     screened = state.screened
     assert screened is not None
-    tallies = [
-        (
-            m.position,
-            m.n_values,
-            m.n_contexts,
-            -1 if m.trace is None else len(m.trace.elements),
-            m.trace_range,
-        )
-        for m in state.planes
-    ]
+
+    def tallies() -> tuple[None, list[tuple[int, int, int, int, tuple[int, int] | None]]]:
+        if state.failure is not None:
+            raise state.failure
+        mine = [
+            (
+                m.position,
+                m.n_values,
+                m.n_contexts,
+                -1 if m.trace is None else len(m.trace.elements),
+                m.trace_range,
+            )
+            for m in state.planes
+        ]
+        return None, mine
+
+    _, shards = on_all_shared(state.comm, tallies)
     n_profiles = len(screened.usable)
     n_values = np.zeros(n_profiles + 1, dtype=np.int64)
     n_ctxs = np.zeros(n_profiles + 1, dtype=np.int64)
     trace_counts = np.full(n_profiles, -1, dtype=np.int64)
     low: int | None = None
     high: int | None = None
-    for shard in state.comm.allgather(tallies):
+    for shard in shards:
         for where, nv, nc, nt, span in shard:
             n_values[where + 1], n_ctxs[where + 1], trace_counts[where] = nv, nc, nt
             if span is not None:

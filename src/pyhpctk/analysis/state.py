@@ -23,6 +23,7 @@ import numpy.typing as npt
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm
 from pyhpctk.analysis.expand import Expansion
+from pyhpctk.analysis.expand_plan import EarlyExpansion
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import ProfilePlane, Spill
 from pyhpctk.analysis.screening import Screened
@@ -117,7 +118,7 @@ class Analysis:
     progress: Progress
     in_memory: bool = False  # aggregate(): nothing will be written
     timings: dict[str, float] = field(default_factory=dict)
-    sources: list[inputs.ProfileSource] = field(default_factory=list)
+    sources: inputs.Listing = field(default_factory=lambda: inputs.Listing([], [], [], [], []))
     # rank 0: the name pyrun recorded for each input profile that has one (inputs.thread_names)
     thread_names: dict[int, ThreadEntry] = field(default_factory=dict)
     light: bool = False  # read twice: call paths first, values again for the statistics
@@ -126,6 +127,7 @@ class Analysis:
     own: list[tuple[int, ProfileData]] = field(default_factory=list)
     screened: Screened | None = None
     weights: npt.NDArray[np.float64] | None = None
+    early: EarlyExpansion | None = None  # rank 0: its own call paths, expanded while others read
     plan: Plan | None = None
     expanded: ContextTree | None = None  # rank 0
     staging: Path | None = None
@@ -136,6 +138,7 @@ class Analysis:
     meta_errors: list[BaseException] = field(default_factory=list)
     spill: Spill | None = None
     planes: list[ProfilePlane] = field(default_factory=list)
+    failure: BaseException | None = None  # this rank's statistics failed (raised on all later)
     local_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     layout: ProfileLayout | None = None
     cct_end: int = 0

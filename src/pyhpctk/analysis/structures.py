@@ -50,7 +50,7 @@ def structure_binary(path: Path) -> str | None:
 
 def load_structures(
     options: ProfOptions,
-    sources: Iterable[inputs.ProfileSource],
+    measurements: Iterable[Path],
     used_modules: Iterable[str] = (),
 ) -> tuple[list[StructureIndex], list[StructureIndex]]:
     """(``-S`` indexes, ``MEAS/structs`` indexes), each file parsed with formats.hpcstruct.
@@ -69,7 +69,7 @@ def load_structures(
             raise inputs.InputError(f"{path}: no such structure file")
         explicit += index_structure(hpcstruct.read(path))
     found: list[StructureIndex] = []
-    for measurement in dict.fromkeys(s.measurement for s in sources):
+    for measurement in dict.fromkeys(measurements):
         for path in inputs.structure_files(measurement):
             binary = structure_binary(path)
             # Python sources are kept: logical frames name them by file, not as load modules.

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.analysis.comm import on_all, on_root
+from pyhpctk.analysis.comm import on_all, on_all_shared, on_root
 from pyhpctk.analysis.database import AggregateDatabase
 from pyhpctk.analysis.exchange import (
     Columns,
@@ -40,7 +40,7 @@ from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.slices import FileSlice, one_machine
 from pyhpctk.analysis.state import Analysis, RunReport
-from pyhpctk.analysis.stats import SparseValues, metric_bases
+from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.analysis.timing import Laps
 from pyhpctk.analysis.write import (
@@ -50,6 +50,7 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
+from pyhpctk.core.metrics import Partial
 from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
@@ -233,6 +234,7 @@ def write_cct_db(state: Analysis) -> None:
     assert plan is not None and staging is not None
     shape = plan.shape
     n_contexts = len(shape)
+    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
     nnz = comm.allreduce_sum(state.local_counts)
     rounds = plan_rounds(nnz, comm.size, state.options.memory_limit)
     eligible = np.zeros(n_contexts, dtype=bool)
@@ -249,7 +251,7 @@ def write_cct_db(state: Analysis) -> None:
     # bytes).
     per_rank = max(int(nnz.sum()) / comm.size, 1.0)
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
-    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    clock.lap("plan")
     for start, stop in rounds:
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
@@ -266,10 +268,10 @@ def write_cct_db(state: Analysis) -> None:
         del sending, arrays
         clock.lap("exchange")
         lo, hi = int(owners[comm.rank]), int(owners[comm.rank + 1])
-        piece = on_all(comm, partial(own_window, incoming, lo, hi, shape, state.partials))
-        del incoming
+        placing = partial(_placed, incoming, lo, hi, shape, state.partials)
+        piece, sizes = on_all_shared(comm, placing)  # every window's size, every rank's error
+        del incoming, placing
         clock.lap("place+summarise")
-        sizes = comm.allgather(piece.size)
         at = cursor + sum(sizes[: comm.rank])
         on_all(comm, state.writing(partial(_write_window, state, at, piece)))
         del piece.pieces[:]
@@ -280,10 +282,18 @@ def write_cct_db(state: Analysis) -> None:
             for where, metrics_here, summary in gathered:
                 state.n_metrics[where : where + len(metrics_here)] = metrics_here
                 state.summary_parts.append(summary)
+        clock.lap("gather")
     if state.root and state.meta_thread is None:
         write_meta_db(state)  # no rounds: no contexts
     state.local_counts = nnz
     state.cct_end = cursor
+
+
+def _placed(
+    incoming: Columns, lo: int, hi: int, shape: TreeShape, partials: tuple[Partial, ...]
+) -> tuple[Window, int]:
+    window = own_window(incoming, lo, hi, shape, partials)
+    return window, window.size
 
 
 def _write_window(state: Analysis, at: int, window: Window) -> None:
@@ -299,6 +309,8 @@ def finish(state: Analysis) -> RunReport:
     plan, layout, staging, screened = state.plan, state.layout, state.staging, state.screened
     assert plan is not None and layout is not None and staging is not None
     assert screened is not None
+
+    clock = Laps(state.timings, "finish: ")
 
     def write() -> RunReport:
         cct_plan = cctdb.layout(state.local_counts, state.n_metrics)
@@ -335,11 +347,14 @@ def finish(state: Analysis) -> RunReport:
                 tracedb.write_footer(fd, trace_plan)
             finally:
                 os.close(fd)
+        clock.lap("heads")
         if state.meta_thread is not None:
             state.meta_thread.join()
         if state.meta_errors:
             raise state.meta_errors[0]
+        clock.lap("meta.db join")
         commit_directory(staging, plan.output)
+        clock.lap("commit")
         return RunReport(
             output=plan.output,
             profiles=len(screened.usable),
