@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import syncapi
 from pyhpctk.measure.gpu.cupti_lib import BUFFER_COMPLETED, BUFFER_REQUESTED, loaded_library
 from pyhpctk.measure.gpu.records import Converter, convert
 
@@ -83,6 +84,7 @@ class ActivityBuffers:
     buffer_bytes: int
     monitor: MonitorPort | None
     native: NativeHook | None
+    api_syncs: syncapi.ApiSyncs | None
     functions: list[str]
     record_counts: dict[str, int]
     record_sizes: dict[int, int]
@@ -124,6 +126,7 @@ class ActivityBuffers:
             native.flush_all(1)
             with self._delivering:
                 self._deliver_buffers(native, native.take_buffers(0.0))
+                self._deliver_syncs()
             return
         lib = self._lib
         if lib is None:
@@ -131,6 +134,7 @@ class ActivityBuffers:
             lib = self._lib = ctypes.CDLL(path) if path is not None else None
         if lib is not None:
             lib.cuptiActivityFlushAll(1)  # a ctypes.CDLL call: the GIL is released
+        self._deliver_syncs()
 
     # -- activity buffers: cupti-python objects --
 
@@ -195,10 +199,19 @@ class ActivityBuffers:
             self.functions.append(name)
         return index
 
+    def _deliver_syncs(self) -> None:
+        """The synchronizations the hook timed since the last buffer, alone (a flush)."""
+        if self.api_syncs is not None:
+            rows = self.api_syncs.take()
+            if len(rows):
+                self._deliver(rows)
+
     def _deliver(self, records: np.ndarray) -> None:
         monitor = self.monitor
         if monitor is None:
             return
+        if self.api_syncs is not None:  # sync=api: as CUPTI's records came, with a buffer
+            records = self.api_syncs.joined(records)
         if not self._limits_known and (records["kind"] == act.KERNEL).any():
             self._learn_limits(int(records["device"][records["kind"] == act.KERNEL][0]))
         monitor.buffer_completed(records, self.functions, self._take_dropped())

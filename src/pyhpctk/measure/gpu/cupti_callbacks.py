@@ -17,6 +17,7 @@ import re
 import threading
 
 from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import syncapi
 from pyhpctk.measure.gpu.cupti_lib import NO_CBID, loaded_library
 from pyhpctk.measure.gpu.operations import SKIP
 
@@ -78,6 +79,9 @@ class ApiCallbacks:
     monitor: MonitorPort | None
     _operation: Callable[[int, int, bool], None]
     api_kinds: dict[tuple[int, int], int]
+    sync: str
+    api_syncs: syncapi.ApiSyncs | None
+    _api_names: dict[tuple[int, int], str]
     api_multi: set[tuple[int, int]]
     _subscriber: object
     _domain_resource: int
@@ -113,6 +117,9 @@ class ApiCallbacks:
             self._graph_created,
             self._graph_cloned,
         )
+        if syncapi.timed_at_api(self.sync, True, fine):  # before subscribe(): see syncapi
+            self.api_syncs = syncapi.ApiSyncs(native, self.sync)
+            self.api_syncs.configure(syncapi.sync_entries(self._api_names, self.api_kinds))
         cupti.get_timestamp()  # loads libcupti
         path = loaded_library("libcupti")
         if path is None:
