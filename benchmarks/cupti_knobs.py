@@ -75,8 +75,6 @@ def child(workload: str, config: str, rounds: int) -> dict[str, object]:
     from cupti import cupti
 
     from pyhpctk.measure.gpu.cupti_backend import (
-        BUFFER_COMPLETED,
-        BUFFER_REQUESTED,
         _loaded_library,
     )
 
@@ -90,20 +88,10 @@ def child(workload: str, config: str, rounds: int) -> dict[str, object]:
         status = lib.cuptiActivitySetAttribute(attr, ctypes.byref(size), ctypes.byref(cell))
         if status != 0:
             refused.append((attr, status))
-    blocks: dict[int, object] = {}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpu_breakdown import discarding_buffers
 
-    def requested(buffer: object, size: object, most: object) -> None:
-        block = (ctypes.c_uint8 * (8 << 20))()  # zeroed by ctypes
-        blocks[ctypes.addressof(block)] = block
-        buffer[0] = ctypes.addressof(block)  # type: ignore[index]
-        size[0] = 8 << 20  # type: ignore[index]
-        most[0] = 0  # type: ignore[index]
-
-    def completed(context: int, stream: int, buffer: int, size: int, valid: int) -> None:
-        blocks.pop(buffer, None)
-
-    keep = (BUFFER_REQUESTED(requested), BUFFER_COMPLETED(completed))
-    lib.cuptiActivityRegisterCallbacks(*keep)
+    keep = discarding_buffers(lib)  # noqa: F841 (CUPTI calls them until the process ends)
     body = _workload(workload)
     body()
     first = [body() for _ in range(rounds)]  # before CUPTI has ever traced anything

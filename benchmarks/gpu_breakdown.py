@@ -45,12 +45,32 @@ def _loop(cp: object, launches: int) -> float:
     return time.perf_counter() - began
 
 
+def discarding_buffers(lib: ctypes.CDLL) -> tuple[object, object]:
+    """Register CUPTI buffer callbacks that hand out zeroed 8 MB blocks and drop them unread
+    once complete: what CUPTI costs by itself. Keep the returned callbacks alive."""
+    from pyhpctk.measure.gpu.cupti_backend import BUFFER_COMPLETED, BUFFER_REQUESTED
+
+    blocks: dict[int, object] = {}
+
+    def requested(buffer: object, size: object, most: object) -> None:
+        block = (ctypes.c_uint8 * (8 << 20))()  # zeroed by ctypes
+        blocks[ctypes.addressof(block)] = block
+        buffer[0] = ctypes.addressof(block)  # type: ignore[index]
+        size[0] = 8 << 20  # type: ignore[index]
+        most[0] = 0  # type: ignore[index]
+
+    def completed(context: int, stream: int, buffer: int, size: int, valid: int) -> None:
+        blocks.pop(buffer, None)
+
+    keep = (BUFFER_REQUESTED(requested), BUFFER_COMPLETED(completed))
+    lib.cuptiActivityRegisterCallbacks(*keep)
+    return keep
+
+
 def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, float]:
     from cupti import cupti
 
     from pyhpctk.measure.gpu.cupti_backend import (
-        BUFFER_COMPLETED,
-        BUFFER_REQUESTED,
         _loaded_library,
         load_hook,
     )
@@ -65,20 +85,7 @@ def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, fl
     out = {"plain": min(body() for _ in range(repeat))}
     cupti.get_timestamp()
     lib = ctypes.CDLL(_loaded_library("libcupti") or "libcupti.so")
-    blocks: dict[int, object] = {}
-
-    def requested(buffer: object, size: object, most: object) -> None:
-        block = (ctypes.c_uint8 * (8 << 20))()
-        blocks[ctypes.addressof(block)] = block
-        buffer[0] = ctypes.addressof(block)  # type: ignore[index]
-        size[0] = 8 << 20  # type: ignore[index]
-        most[0] = 0  # type: ignore[index]
-
-    def completed(context: int, stream: int, buffer: int, size: int, valid: int) -> None:
-        blocks.pop(buffer, None)
-
-    keep = (BUFFER_REQUESTED(requested), BUFFER_COMPLETED(completed))
-    lib.cuptiActivityRegisterCallbacks(*keep)
+    keep = discarding_buffers(lib)  # noqa: F841 (CUPTI calls them until the process ends)
     kinds = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "MEMORY2")
     for kind in kinds:  # what gpu=nvidia enables
         cupti.activity_enable(getattr(cupti.ActivityKind, kind))
