@@ -70,6 +70,10 @@ typedef struct Chunk {
     Record records[CHUNK_RECORDS];
 } Chunk;
 
+_Static_assert(offsetof(Chunk, next) == offsetof(HookChunk, next) &&
+                   offsetof(Chunk, count) == offsetof(HookChunk, count),
+               "a Chunk starts with a HookChunk");
+
 struct Ring {
     Chunk *head;        /* consumer */
     uint32_t read;      /* consumer: records taken from head */
@@ -567,13 +571,45 @@ static PyObject *py_bump(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(__atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE));
 }
 
+int hook_take_chunks(HookChunk **head, uint32_t *read, size_t item, size_t offset,
+                     HookTaken *out) {
+    for (;;) {
+        HookChunk *chunk = *head;
+        uint32_t count = __atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE);
+        if (count > *read) {
+            size_t take = count - *read;
+            if (out->used + take > out->capacity) {
+                size_t capacity = out->capacity;
+                while (out->used + take > capacity)
+                    capacity *= 2;
+                char *grown = realloc(out->data, capacity * item);
+                if (grown == NULL)
+                    return -1;
+                out->data = grown;
+                out->capacity = capacity;
+            }
+            memcpy(out->data + out->used * item, (char *)chunk + offset + *read * item,
+                   take * item);
+            out->used += take;
+            *read = count;
+        }
+        HookChunk *next = __atomic_load_n(&chunk->next, __ATOMIC_ACQUIRE);
+        if (next == NULL)
+            return 0;
+        if (__atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE) != *read)
+            continue; /* written just before the move: take those first */
+        *head = next;
+        *read = 0;
+        free(chunk);
+    }
+}
+
 /* Every operation the fast path recorded since the last drain: bytes of (u64, i64) pairs. */
 static PyObject *py_drain(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    size_t capacity = 4096, used = 0;
-    Record *out = malloc(capacity * sizeof(Record));
-    if (out == NULL)
+    HookTaken out = {malloc(4096 * sizeof(Record)), 0, 4096};
+    if (out.data == NULL)
         return PyErr_NoMemory();
     PyObject *released = NULL;
     pthread_mutex_lock(&rings_lock);
@@ -581,34 +617,11 @@ static PyObject *py_drain(PyObject *self, PyObject *unused) {
     while (*link != NULL) {
         Ring *ring = *link;
         int dead = __atomic_load_n(&ring->dead, __ATOMIC_ACQUIRE);
-        for (;;) {
-            Chunk *chunk = ring->head;
-            uint32_t count = __atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE);
-            if (count > ring->read) {
-                size_t take = count - ring->read;
-                if (used + take > capacity) {
-                    while (used + take > capacity)
-                        capacity *= 2;
-                    Record *grown = realloc(out, capacity * sizeof(Record));
-                    if (grown == NULL) {
-                        pthread_mutex_unlock(&rings_lock);
-                        free(out);
-                        return PyErr_NoMemory();
-                    }
-                    out = grown;
-                }
-                memcpy(out + used, chunk->records + ring->read, take * sizeof(Record));
-                used += take;
-                ring->read = count;
-            }
-            Chunk *next = __atomic_load_n(&chunk->next, __ATOMIC_ACQUIRE);
-            if (next == NULL)
-                break;
-            if (__atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE) != ring->read)
-                continue; /* written just before the move: take those first */
-            ring->head = next;
-            ring->read = 0;
-            free(chunk);
+        if (hook_take_chunks((HookChunk **)&ring->head, &ring->read, sizeof(Record),
+                             offsetof(Chunk, records), &out) != 0) {
+            pthread_mutex_unlock(&rings_lock);
+            free(out.data);
+            return PyErr_NoMemory();
         }
         if (dead) {
             *link = ring->next;
@@ -628,8 +641,8 @@ static PyObject *py_drain(PyObject *self, PyObject *unused) {
     }
     pthread_mutex_unlock(&rings_lock);
     Py_XDECREF(released);
-    PyObject *result = PyBytes_FromStringAndSize((const char *)out, used * sizeof(Record));
-    free(out);
+    PyObject *result = PyBytes_FromStringAndSize(out.data, out.used * sizeof(Record));
+    free(out.data);
     return result;
 }
 

@@ -7,23 +7,11 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #if PY_VERSION_HEX < 0x030B0000
 #error "pyhpctk needs Python 3.11 or newer"
-/* -- synchronizations timed at the API (_cuptihook_syncs.c) -------------------------------- */
-
-HOOK_HIDDEN int hook_sync_init(void);             /* at import: 0 or an errno */
-HOOK_HIDDEN void hook_sync_bind(void *library);   /* libcupti's timestamp and stream ids */
-HOOK_HIDDEN void hook_sync_forget(void);          /* no API gives rows (no GIL needed) */
-HOOK_HIDDEN void hook_sync_reset(void);           /* forget, drop the rows (with the GIL) */
-HOOK_HIDDEN int hook_sync_wanted(int domain, uint32_t cbid);
-HOOK_HIDDEN void hook_sync_enter(uint64_t correlation);
-HOOK_HIDDEN void hook_sync_exit(int domain, uint32_t cbid, const CallbackData *call);
-HOOK_HIDDEN PyObject *hook_sync_apis(PyObject *self, PyObject *args);
-HOOK_HIDDEN PyObject *hook_take_syncs(PyObject *self, PyObject *unused);
-HOOK_HIDDEN PyObject *hook_sync_stats(PyObject *self, PyObject *unused);
-
 #endif
 
 #define HOOK_HIDDEN __attribute__((visibility("hidden")))
@@ -165,6 +153,27 @@ HOOK_HIDDEN PyObject *hook_record_offsets(PyObject *self, PyObject *args);
 
 HOOK_HIDDEN PyObject *hook_convert_records(PyObject *self, PyObject *args);
 HOOK_HIDDEN PyObject *hook_activity_sums(PyObject *self, PyObject *args);
+
+/* -- per-thread chunk lists (operations in _cuptihook.c, synchronizations in _cuptihook_syncs.c)
+ * A producer thread appends items to its own list of chunks; the consumer, under the lists'
+ * lock, takes what was written. Every chunk type starts with this head, its items at
+ * ``offset``. */
+
+typedef struct HookChunk {
+    struct HookChunk *next; /* published (release) once the producer has moved on */
+    uint32_t count;         /* items written (release by the producer) */
+} HookChunk;
+
+typedef struct {
+    char *data;            /* malloc'd; the caller frees it */
+    size_t used, capacity; /* in items */
+} HookTaken;
+
+/* Append to ``out`` every item of the list at ``*head`` past ``*read``, freeing the chunks the
+ * producer has left (``*head`` and ``*read`` move on). 0, or -1 out of memory (``out`` stays
+ * valid and holds what was taken so far). */
+HOOK_HIDDEN int hook_take_chunks(HookChunk **head, uint32_t *read, size_t item, size_t offset,
+                                 HookTaken *out);
 
 /* -- synchronizations timed at the API (_cuptihook_syncs.c) -------------------------------- */
 

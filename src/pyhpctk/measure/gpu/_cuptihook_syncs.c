@@ -45,6 +45,10 @@ typedef struct SyncChunk {
     SyncRow rows[SYNC_CHUNK];
 } SyncChunk;
 
+_Static_assert(offsetof(SyncChunk, next) == offsetof(HookChunk, next) &&
+                   offsetof(SyncChunk, count) == offsetof(HookChunk, count),
+               "a SyncChunk starts with a HookChunk");
+
 typedef struct SyncRing {
     SyncChunk *head;        /* consumer */
     uint32_t read;          /* consumer: rows taken from head */
@@ -213,43 +217,19 @@ PyObject *hook_sync_apis(PyObject *self, PyObject *args) {
 PyObject *hook_take_syncs(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    size_t capacity = 64, used = 0;
-    SyncRow *out = malloc(capacity * sizeof(SyncRow));
-    if (out == NULL)
+    HookTaken out = {malloc(64 * sizeof(SyncRow)), 0, 64};
+    if (out.data == NULL)
         return PyErr_NoMemory();
     pthread_mutex_lock(&syncs_lock);
     SyncRing **link = &sync_rings;
     while (*link != NULL) {
         SyncRing *ring = *link;
         int dead = __atomic_load_n(&ring->dead, __ATOMIC_ACQUIRE);
-        for (;;) {
-            SyncChunk *chunk = ring->head;
-            uint32_t count = __atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE);
-            if (count > ring->read) {
-                size_t take = count - ring->read;
-                if (used + take > capacity) {
-                    while (used + take > capacity)
-                        capacity *= 2;
-                    SyncRow *grown = realloc(out, capacity * sizeof(SyncRow));
-                    if (grown == NULL) {
-                        pthread_mutex_unlock(&syncs_lock);
-                        free(out);
-                        return PyErr_NoMemory();
-                    }
-                    out = grown;
-                }
-                memcpy(out + used, chunk->rows + ring->read, take * sizeof(SyncRow));
-                used += take;
-                ring->read = count;
-            }
-            SyncChunk *next = __atomic_load_n(&chunk->next, __ATOMIC_ACQUIRE);
-            if (next == NULL)
-                break;
-            if (__atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE) != ring->read)
-                continue; /* written just before the move: take those first */
-            ring->head = next;
-            ring->read = 0;
-            free(chunk);
+        if (hook_take_chunks((HookChunk **)&ring->head, &ring->read, sizeof(SyncRow),
+                             offsetof(SyncChunk, rows), &out) != 0) {
+            pthread_mutex_unlock(&syncs_lock);
+            free(out.data);
+            return PyErr_NoMemory();
         }
         if (dead) {
             *link = ring->next;
@@ -260,8 +240,8 @@ PyObject *hook_take_syncs(PyObject *self, PyObject *unused) {
         }
     }
     pthread_mutex_unlock(&syncs_lock);
-    PyObject *result = PyBytes_FromStringAndSize((const char *)out, used * sizeof(SyncRow));
-    free(out);
+    PyObject *result = PyBytes_FromStringAndSize(out.data, out.used * sizeof(SyncRow));
+    free(out.data);
     return result;
 }
 

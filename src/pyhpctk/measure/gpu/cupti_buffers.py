@@ -77,6 +77,22 @@ _LOOKAHEAD = 4096  # at most, records checked per numpy step of the numpy walk
 _CHECKED = 256  # records of the first buffer also walked with CUPTI
 
 
+def record_dtype_names(cupti: Any) -> dict[int, list[str]]:
+    """The names of cupti-python's record dtypes (``activity_kernel9_dtype``...) of each kind
+    pyrun reads, every version this CUPTI has (``cupti`` is the ``cupti.cupti`` module)."""
+    names = [name for name in dir(cupti) if name.endswith("_dtype")]
+    return {
+        kind: [name for name in names if re.fullmatch(pattern, name)]
+        for kind, pattern in (
+            (act.KERNEL, r"activity_kernel\d*_dtype"),
+            (act.COPY, r"activity_memcpy\d*_dtype"),
+            (act.MEMSET, r"activity_memset\d*_dtype"),
+            (act.SYNC, r"activity_synchronization\d*_dtype"),
+            (act.ALLOC, r"activity_memory\d+_dtype"),
+        )
+    }
+
+
 class ActivityBuffers:
     """Reading CUPTI's activity buffers (a part of the backend class)."""
 
@@ -277,16 +293,9 @@ class ActivityBuffers:
             status = lib.cuptiActivityRegisterCallbacks(requested, completed)
             if status != 0:
                 raise OSError(f"cuptiActivityRegisterCallbacks failed with status {status}")
-        names = [name for name in dir(cupti) if name.endswith("_dtype")]
         self._gathers = {
-            kind: Gather([getattr(cupti, name) for name in names if re.fullmatch(pattern, name)])
-            for kind, pattern in (
-                (act.KERNEL, r"activity_kernel\d*_dtype"),
-                (act.COPY, r"activity_memcpy\d*_dtype"),
-                (act.MEMSET, r"activity_memset\d*_dtype"),
-                (act.SYNC, r"activity_synchronization\d*_dtype"),
-                (act.ALLOC, r"activity_memory\d+_dtype"),
-            )
+            kind: Gather([getattr(cupti, name) for name in names])
+            for kind, names in record_dtype_names(cupti).items()
         }
 
     def _buffer_main(self, native: NativeHook) -> None:
