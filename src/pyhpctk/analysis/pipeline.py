@@ -112,7 +112,7 @@ def read(state: Analysis) -> None:
         state.thread_names = inputs.thread_names(sources)  # rank 0 writes them (threads.txt)
         return sources
 
-    clock = Laps(state.timings, "read: ")
+    clock = Laps(state.timings, "read: ", state.comm)
     state.sources = on_root(comm, discover)
     sizes = np.asarray(state.sources.sizes, dtype=np.int64)
     clock.lap("list")
@@ -199,7 +199,7 @@ def unify(state: Analysis) -> None:
     """Reduce the ranks' trees onto rank 0, share the result, re-map every profile into it."""
     comm = state.comm
     assert state.screened is not None
-    clock = Laps(state.timings, "unify: ")
+    clock = Laps(state.timings, "unify: ", state.comm)
     with state.stage("unifying call paths", len(state.screened.usable)) as advance:
         state.merged = merged = _tree_reduce(comm, state.tree)
         clock.lap("reduce")
@@ -263,7 +263,7 @@ def expand_contexts(state: Analysis) -> None:
     screened = state.screened
     assert screened is not None
 
-    clock = Laps(state.timings, "expand: ")
+    clock = Laps(state.timings, "expand: ", state.comm)
 
     def expansion_plan() -> Plan:
         raw = state.merged
@@ -380,7 +380,7 @@ def rewrite_traces(state: Analysis) -> None:
         data.trace_time = data.trace_node = None
         return item
 
-    clock = Laps(state.timings, "traces: ")
+    clock = Laps(state.timings, "traces: ", state.comm)
     with state.stage("rewriting traces", len(state.planes)) as advance:
         if state.failure is None:
             list(parallel_map(one, state.planes, state.options.jobs, advance))

@@ -234,7 +234,7 @@ def write_cct_db(state: Analysis) -> None:
     assert plan is not None and staging is not None
     shape = plan.shape
     n_contexts = len(shape)
-    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    clock = Laps(state.timings, "cct.db: ", comm)  # where the stage's time goes, for the benchmark
     nnz = comm.allreduce_sum(state.local_counts)
     rounds = plan_rounds(nnz, comm.size, state.options.memory_limit)
     eligible = np.zeros(n_contexts, dtype=bool)
