@@ -477,6 +477,8 @@ def run(
     finally:
         if state.profile_thread is not None and state.profile_thread.is_alive():
             state.profile_thread.join()  # it reads the scratch file
+        if state.cct_thread is not None and state.cct_thread.is_alive():
+            state.cct_thread.join()
         if state.spill is not None:
             state.spill.close()
         if state.meta_thread is not None and state.meta_thread.is_alive():
