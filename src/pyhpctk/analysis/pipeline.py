@@ -20,8 +20,8 @@ every rank with the first one's message (:func:`~.comm.on_all`).
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
-   disjoint slices of the files at offsets from exclusive scans of those sizes (through memory
-   maps when the ranks share one machine, :mod:`.slices`); cct.db is built in rounds by the
+   disjoint slices of the files at offsets from exclusive scans of those sizes (``pwritev`` on
+   threads, :mod:`.slices`); cct.db is built in rounds by the
    exchange of :mod:`.exchange`, which also yields the summary profile. From the first
    exchange on, rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
    (:func:`write_meta_db`), and owns that much less of cct.db.

@@ -2,8 +2,8 @@
 
 After the statistics (:mod:`.pipeline`), rank 0 makes the staging directory beside the output
 (:func:`stage_files`); every rank writes its profile.db blocks and trace.db lines at offsets
-from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`; ranks of one
-machine through memory maps, :mod:`.slices`) and takes part in the rounds that build cct.db and
+from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`, on a thread,
+:mod:`.slices`) and takes part in the rounds that build cct.db and
 the summary (:func:`write_cct_db`, :mod:`.exchange`), during which rank 0 writes meta.db,
 ``metrics/default.yaml``, ``threads.txt`` and ``src/`` on a thread (:func:`write_meta_db`); rank 0
 writes the summary block, the heads and footers and renames the database into place
