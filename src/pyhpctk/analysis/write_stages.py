@@ -247,6 +247,8 @@ def write_cct_db(state: Analysis) -> None:
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
     clock.lap("plan")
     for start, stop in rounds:
+        if state.options.memory_limit is not None:
+            _join_window(state)  # the last round's window not held through this one's exchange
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
@@ -292,7 +294,8 @@ def _placed(
 
 def _start_window(state: Analysis, at: int, window: Window) -> None:
     """Write this rank's cct.db blocks of a round back to back from ``at``, on a thread: joined
-    before the next round places its values (:func:`_join_window`) or by
+    before the next round places its values (under ``--memory-limit``, before it cuts its
+    blocks: the window is not held through the exchange; :func:`_join_window`) or by
     :func:`join_profile_db`, whose collective carries an error to every rank.
 
     ``os.pwritev``, not memory maps: the ranks of one machine take turns for the file's inode
