@@ -277,7 +277,8 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-SPLITS = ("mpi: ", "cpu: ", "alloc: ")  # keys of the split of a stage (pyhpctk.analysis.timing)
+# keys of the split of a stage (pyhpctk.analysis.timing)
+SPLITS = ("mpi: ", "cpu: ", "alloc: ", "lap cpu: ")
 
 
 def stage_table(n: int, stages: list[dict[str, float]]) -> str:
@@ -293,6 +294,26 @@ def stage_table(n: int, stages: list[dict[str, float]]) -> str:
     for rank, timings in enumerate(stages):
         cells = [f"{timings[name]:.2f}" if name in timings else "" for name in names]
         lines.append(f"| {rank} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def lap_cpu_table(n: int, stages: list[dict[str, float]]) -> str:
+    """CPU seconds of each stage part on every rank, in its main thread outside collectives
+    (``lap cpu:``; what a part costs a rank where wall-clock time means little), and the sum
+    over ranks."""
+    names = list(dict.fromkeys(k[9:] for rank in stages for k in rank if k.startswith("lap cpu: ")))
+    if not names:
+        return ""
+    lines = [
+        f"{n} ranks, CPU seconds per stage part (main thread, outside collectives):",
+        "| rank | " + " | ".join(names) + " |",
+        "| --- |" + " --- |" * len(names),
+    ]
+    for rank, timings in enumerate(stages):
+        cells = [f"{timings.get('lap cpu: ' + k, 0.0):.3f}" for k in names]
+        lines.append(f"| {rank} | " + " | ".join(cells) + " |")
+    sums = [sum(t.get("lap cpu: " + k, 0.0) for t in stages) for k in names]
+    lines.append("| sum | " + " | ".join(f"{v:.3f}" for v in sums) + " |")
     return "\n".join(lines)
 
 
@@ -525,6 +546,9 @@ def main() -> int:
             if sums:
                 print(table, file=sys.stderr)
                 base_work = base_work or sums
+            laps = lap_cpu_table(n, fast["stages"])  # type: ignore[arg-type]
+            if laps:
+                print(laps, file=sys.stderr)
             if capped is not None:
                 print("capped: " + stage_table(n, capped["stages"]), file=sys.stderr)  # type: ignore[arg-type]
         files = database_bytes(first_db)

@@ -52,9 +52,9 @@ def assert_same_files(expected: Path, actual: Path) -> None:
         (1, [], {}),
         (2, ["-M", "stats"], {"metrics": "stats"}),
         (3, ["--memory-limit", "3k"], {}),
-        (4, ["--memory-limit", "3k"], {}),  # cct.db through memory maps (write_stages)
+        (4, ["--memory-limit", "3k"], {}),
     ],
-    ids=["n1", "n2-stats", "n3-rounds", "n4-rounds-mapped"],
+    ids=["n1", "n2-stats", "n3-rounds", "n4-rounds"],
 )
 def test_ranks_write_pyprofs_database(
     reference: Path,

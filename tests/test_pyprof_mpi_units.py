@@ -17,10 +17,23 @@ from hypothesis import strategies as st
 
 from pyhpctk.analysis.comm import SerialComm
 from pyhpctk.analysis.distributed import BYTES_PER_VALUE, plan_rounds, run_distributed, split_even
+from pyhpctk.analysis.exchange import (
+    COLUMN_DTYPES,
+    METRIC,
+    PROFILE,
+    PROFILE_LEN,
+    RUN_CTX,
+    RUN_LEN,
+    VALUE,
+    Columns,
+    own_window,
+)
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
+from pyhpctk.analysis.stats import TreeShape
 from pyhpctk.analysis.unify import RawKey, RawTree
 from pyhpctk.cli.pyprof import parse_size
+from pyhpctk.core.metrics import SUM
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import cctdb
 
@@ -367,3 +380,66 @@ def test_one_allgather_shares_every_ranks_part_or_stops_every_rank() -> None:
         from pyhpctk.analysis.comm import on_all_shared
 
         on_all_shared(SerialComm(), failing(1))
+
+
+def _window_columns(
+    rng: np.random.Generator, ids: np.ndarray, lo: int, hi: int, n_profiles: int
+) -> tuple[Columns, list[tuple[int, int, int, float]]]:
+    """One owner's received columns: each profile's values sorted by (context, metric id),
+    profiles in order; and every value as (context, metric id, profile, value)."""
+    parts: list[list[np.ndarray]] = [[] for _ in range(9)]
+    rows: list[tuple[int, int, int, float]] = []
+    for profile in range(1, n_profiles + 1):
+        keys = [(c, int(m)) for c in range(lo, hi) for m in ids if rng.random() < 0.3]
+        if not keys:
+            continue
+        values = rng.random(len(keys))
+        rows += [(c, m, profile, float(v)) for (c, m), v in zip(keys, values, strict=True)]
+        ctx = np.array([c for c, _ in keys])
+        run_ctx, run_len = np.unique(ctx, return_counts=True)
+        for field, column in (
+            (METRIC, [m for _, m in keys]),
+            (VALUE, values),
+            (RUN_CTX, run_ctx),
+            (RUN_LEN, run_len),
+            (PROFILE, [profile]),
+            (PROFILE_LEN, [len(keys)]),
+        ):
+            parts[field].append(np.asarray(column, dtype=COLUMN_DTYPES[field]))
+    arrays = tuple(
+        np.concatenate(p) if p else np.zeros(0, d)
+        for p, d in zip(parts, COLUMN_DTYPES, strict=True)
+    )
+    counts = np.array([[len(a) for a in arrays]], dtype=np.int64)
+    return Columns(arrays, counts), rows
+
+
+@pytest.mark.parametrize("spacing", [1, 7000], ids=["ids-dense", "ids-sparse"])
+def test_an_owner_lays_out_its_window_context_major(spacing: int) -> None:
+    """Blocks by context: values by (metric id, profile), then the metric index, padded to 4
+    bytes; whether the window's keys count every id up to the largest or only those present."""
+    rng = np.random.default_rng(spacing)
+    ids = np.arange(0, 6 * spacing, spacing)
+    lo, hi = 3, 40
+    received, rows = _window_columns(rng, ids, lo, hi, n_profiles=25)
+    shape = TreeShape(
+        parent=np.full(hi, -1, np.int64),
+        depth=np.zeros(hi, np.int64),
+        lexical=np.zeros(hi, bool),
+        loop=np.zeros(hi, bool),
+    )
+    window = own_window(received, lo, hi, shape, (SUM,))
+    expected = bytearray()
+    for c in range(lo, hi):
+        mine = sorted(r for r in rows if r[0] == c)
+        records = np.array([(p, v) for _, _, p, v in mine], dtype=cctdb.CCT_VALUE_DTYPE)
+        metrics = sorted({m for _, m, _, _ in mine})
+        index = np.array(
+            [(m, [r[1] for r in mine].index(m)) for m in metrics],
+            dtype=cctdb.CCT_METRIC_INDEX_DTYPE,
+        )
+        expected += records.tobytes() + index.tobytes()
+        expected += bytes(-len(index.tobytes()) % 4)
+        assert window.n_metrics[c - lo] == len(metrics)
+    assert b"".join(bytes(p) for p in window.pieces) == bytes(expected)
+    assert window.size == len(expected)

@@ -256,21 +256,16 @@ def own_window(
     arrays = received.arrays
     metric, value = arrays[METRIC], arrays[VALUE]
     n, span = len(value), hi - lo
-    seen = np.zeros(1 << 16, dtype=bool)  # metric ids are 16-bit (profile.db's)
-    seen[metric] = True  # (bincount would copy them to 64 bits first)
-    used = np.flatnonzero(seen).astype(np.int64)
+    used, dense = _metric_ids(metric, n, span)
     n_ids = max(len(used), 1)
     # Keys are numpy's index type: bincount and every fancy index would convert narrower ones
     # (a whole copy, or a buffer a call).
-    kind = np.intp
-    dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=kind)
-    dense[used] = np.arange(len(used))
-    run_key = arrays[RUN_CTX].astype(kind)
+    run_key = arrays[RUN_CTX].astype(np.intp)
     run_key -= lo
     run_key *= n_ids
     key = np.repeat(run_key, arrays[RUN_LEN])
     del run_key
-    key += dense[metric]
+    key += metric if dense is None else dense[metric]
     counts = np.bincount(key, minlength=span * n_ids)
     records = np.empty(n, cctdb.CCT_VALUE_DTYPE)
     sorted_value = np.empty(n, np.float64)
@@ -291,6 +286,27 @@ def own_window(
         shape, u_local + lo, u_metric, starts, sorted_value, partials, _children(arrays)
     )
     return Window(pieces, size, n_metrics, summary)
+
+
+def _metric_ids(
+    metric: npt.NDArray[np.uint16], n: int, span: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp] | None]:
+    """The metric ids a window's keys count in (sorted) and each id's place among them
+    (None: the ids are their own places).
+
+    Every id up to the largest when that makes few enough keys (:func:`_place_context_major`'s
+    counting sort): its keys are then ``context * (largest + 1) + id``, without looking each
+    value's id up; else only the ids present. Either way keys sort as (context, id) do.
+    """
+    top = int(metric.max()) + 1 if len(metric) else 1
+    if span * top <= 4 * n + (1 << 20):
+        return np.arange(top, dtype=np.int64), None
+    seen = np.zeros(1 << 16, dtype=bool)  # metric ids are 16-bit (profile.db's)
+    seen[metric] = True  # (bincount would copy them to 64 bits first)
+    used = np.flatnonzero(seen).astype(np.int64)
+    dense = np.zeros(int(used[-1]) + 1 if len(used) else 1, dtype=np.intp)
+    dense[used] = np.arange(len(used))
+    return used, dense
 
 
 def _place_context_major(

@@ -20,8 +20,8 @@ every rank with the first one's message (:func:`~.comm.on_all`).
 4. :func:`statistics` and :func:`rewrite_traces`: every rank computes its profiles' planes
    (:mod:`.planes`); the blocks' sizes are all-gathered so that each rank knows every offset.
 5. :func:`write_profile_db` (with the trace.db lines) and :func:`write_cct_db`: ranks write
-   disjoint slices of the files at offsets from exclusive scans of those sizes (through memory
-   maps when the ranks share one machine, :mod:`.slices`); cct.db is built in rounds by the
+   disjoint slices of the files at offsets from exclusive scans of those sizes (``pwritev`` on
+   threads, :mod:`.slices`); cct.db is built in rounds by the
    exchange of :mod:`.exchange`, which also yields the summary profile. From the first
    exchange on, rank 0 writes meta.db, ``metrics/default.yaml`` and ``src/`` on a thread
    (:func:`write_meta_db`), and owns that much less of cct.db.
@@ -112,7 +112,7 @@ def read(state: Analysis) -> None:
         state.thread_names = inputs.thread_names(sources)  # rank 0 writes them (threads.txt)
         return sources
 
-    clock = Laps(state.timings, "read: ")
+    clock = Laps(state.timings, "read: ", state.comm)
     state.sources = on_root(comm, discover)
     sizes = np.asarray(state.sources.sizes, dtype=np.int64)
     clock.lap("list")
@@ -199,7 +199,7 @@ def unify(state: Analysis) -> None:
     """Reduce the ranks' trees onto rank 0, share the result, re-map every profile into it."""
     comm = state.comm
     assert state.screened is not None
-    clock = Laps(state.timings, "unify: ")
+    clock = Laps(state.timings, "unify: ", state.comm)
     with state.stage("unifying call paths", len(state.screened.usable)) as advance:
         state.merged = merged = _tree_reduce(comm, state.tree)
         clock.lap("reduce")
@@ -263,7 +263,7 @@ def expand_contexts(state: Analysis) -> None:
     screened = state.screened
     assert screened is not None
 
-    clock = Laps(state.timings, "expand: ")
+    clock = Laps(state.timings, "expand: ", state.comm)
 
     def expansion_plan() -> Plan:
         raw = state.merged
@@ -380,7 +380,7 @@ def rewrite_traces(state: Analysis) -> None:
         data.trace_time = data.trace_node = None
         return item
 
-    clock = Laps(state.timings, "traces: ")
+    clock = Laps(state.timings, "traces: ", state.comm)
     with state.stage("rewriting traces", len(state.planes)) as advance:
         if state.failure is None:
             list(parallel_map(one, state.planes, state.options.jobs, advance))
@@ -477,6 +477,8 @@ def run(
     finally:
         if state.profile_thread is not None and state.profile_thread.is_alive():
             state.profile_thread.join()  # it reads the scratch file
+        if state.cct_thread is not None and state.cct_thread.is_alive():
+            state.cct_thread.join()
         if state.spill is not None:
             state.spill.close()
         if state.meta_thread is not None and state.meta_thread.is_alive():

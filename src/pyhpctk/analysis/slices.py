@@ -4,9 +4,12 @@ Ranks write disjoint byte ranges of one profile.db and one cct.db (:mod:`.write_
 ``os.pwrite`` the kernel takes the file's inode lock for every buffered write (ext4, XFS, tmpfs
 alike), so the ranks of one machine copy their bytes into the page cache one at a time: on 16
 ranks writing profile.db took as long as on one. Through a memory map of its slice a rank
-copies its bytes in parallel with the others instead (:class:`FileSlice`, ``mapped``).
+copies its bytes in parallel with the others instead (:class:`FileSlice`, ``mapped``), but a
+mapped byte costs it about 2.5 times a written one (a page fault, the page zeroed first), and
+on the 16-core device machine 16 ranks' maps of cct.db took as long as one rank's ``pwritev``
+of the whole file: the analysis writes with ``pwritev`` on threads (:mod:`.write_stages`).
 
-A map is used only when every rank runs on one machine (:func:`one_machine`), whose page cache
+A map is safe only when every rank runs on one machine (:func:`one_machine`), whose page cache
 they share: across machines (NFS, Lustre) pages shared by two ranks' slices would not be
 coherent. The slice is first reserved with ``posix_fallocate``, so that a full disk is an
 ``OSError`` (one error on every rank) and never a ``SIGBUS`` in the middle of a copy; a file

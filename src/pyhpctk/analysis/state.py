@@ -131,10 +131,10 @@ class Analysis:
     plan: Plan | None = None
     expanded: ContextTree | None = None  # rank 0
     staging: Path | None = None
-    mapped_writes: bool = False  # ranks write their cct.db slices through maps (.slices)
     meta_thread: threading.Thread | None = None
     profile_thread: threading.Thread | None = None  # writes profile.db during cct.db
-    profile_errors: list[BaseException] = field(default_factory=list)
+    cct_thread: threading.Thread | None = None  # writes a round's cct.db window (write_stages)
+    profile_errors: list[BaseException] = field(default_factory=list)  # and cct_thread's
     meta_errors: list[BaseException] = field(default_factory=list)
     spill: Spill | None = None
     planes: list[ProfilePlane] = field(default_factory=list)

@@ -15,7 +15,9 @@ run's ``timings``:
   was given to :func:`count_allocations` (benchmarks/pyprof.py's ``--allocations`` preloads one
   into ``malloc``; the bytes of fresh arrays a stage makes, a measure of the memory it touches).
 
-:class:`Laps` splits one stage into parts the same way. Only benchmarks/pyprof.py reads these;
+:class:`Laps` splits one stage into parts: wall-clock seconds as ``NAME`` and, given the
+communicator, ``lap cpu: NAME``, the CPU seconds of the calling thread outside collectives (not
+the stage's other threads: the work of the part itself). Only benchmarks/pyprof.py reads these;
 they change nothing a run writes.
 """
 
@@ -130,18 +132,29 @@ def timed(timings: dict[str, float], name: str, comm: Comm, stage: Callable[[], 
 
 
 class Laps:
-    """Seconds spent in each part of a stage, added up over its rounds into ``timings``."""
+    """Seconds spent in each part of a stage, added up over its rounds into ``timings``
+    (module docstring; the CPU seconds only when ``comm`` is a :class:`TimedComm`)."""
 
-    def __init__(self, timings: dict[str, float], prefix: str) -> None:
+    def __init__(self, timings: dict[str, float], prefix: str, comm: Comm | None = None) -> None:
         self.timings = timings
         self.prefix = prefix
+        self.comm = comm if isinstance(comm, TimedComm) else None
         self.last = time.perf_counter()
+        self.last_cpu = self._cpu()
+
+    def _cpu(self) -> float:
+        return time.thread_time() - (self.comm.cpu if self.comm is not None else 0.0)
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
         key = self.prefix + name
         self.timings[key] = round(self.timings.get(key, 0.0) + now - self.last, 3)
         self.last = now
+        if self.comm is not None:
+            cpu = self._cpu()
+            key = "lap cpu: " + key
+            self.timings[key] = round(self.timings.get(key, 0.0) + cpu - self.last_cpu, 4)
+            self.last_cpu = cpu
 
 
 __all__ = ["Laps", "TimedComm", "count_allocations", "timed"]

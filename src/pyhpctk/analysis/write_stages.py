@@ -2,8 +2,8 @@
 
 After the statistics (:mod:`.pipeline`), rank 0 makes the staging directory beside the output
 (:func:`stage_files`); every rank writes its profile.db blocks and trace.db lines at offsets
-from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`; ranks of one
-machine through memory maps, :mod:`.slices`) and takes part in the rounds that build cct.db and
+from the exclusive scans of the all-gathered sizes (:func:`write_profile_db`, on a thread,
+:mod:`.slices`) and takes part in the rounds that build cct.db and
 the summary (:func:`write_cct_db`, :mod:`.exchange`), during which rank 0 writes meta.db,
 ``metrics/default.yaml``, ``threads.txt`` and ``src/`` on a thread (:func:`write_meta_db`); rank 0
 writes the summary block, the heads and footers and renames the database into place
@@ -38,7 +38,7 @@ from pyhpctk.analysis.exchange import (
 )
 from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
-from pyhpctk.analysis.slices import FileSlice, one_machine
+from pyhpctk.analysis.slices import FileSlice
 from pyhpctk.analysis.state import Analysis, RunReport
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
@@ -59,12 +59,6 @@ META_DB_VALUES = 40
 (measured with benchmarks/pyprof.py: ~6 us a context against ~0.15 us a value)."""
 
 
-MAPPED_FROM_RANKS = 4
-"""cct.db windows go through memory maps from this many ranks on one machine (:mod:`.slices`):
-a mapped byte costs a rank about three times a written one (page faults), but the ranks copy in
-parallel, whereas their ``pwrite`` calls take turns."""
-
-
 def stage_files(state: Analysis) -> None:
     """The staging directory beside the output (rank 0), with empty profile.db and cct.db."""
     options = state.options
@@ -79,8 +73,6 @@ def stage_files(state: Analysis) -> None:
         return staging
 
     state.staging = on_root(state.comm, state.writing(make))
-    shared = one_machine(state.comm)  # a collective: every rank asks
-    state.mapped_writes = shared and state.comm.size >= MAPPED_FROM_RANKS
 
 
 def write_meta_db(state: Analysis) -> None:
@@ -217,11 +209,13 @@ def _write_runs(
 
 
 def join_profile_db(state: Analysis) -> None:
-    """Wait for :func:`write_profile_db`'s thread; its error, on any rank, stops every rank."""
+    """Wait for :func:`write_profile_db`'s thread and the last cct.db window's
+    (:func:`write_cct_db`); an error of either, on any rank, stops every rank."""
 
     def join() -> None:
         if state.profile_thread is not None:
             state.profile_thread.join()
+        _join_window(state)
         if state.profile_errors:
             raise state.profile_errors[0]
 
@@ -234,7 +228,7 @@ def write_cct_db(state: Analysis) -> None:
     assert plan is not None and staging is not None
     shape = plan.shape
     n_contexts = len(shape)
-    clock = Laps(state.timings, "cct.db: ")  # where the stage's time goes, for the benchmark
+    clock = Laps(state.timings, "cct.db: ", comm)  # where the stage's time goes, for the benchmark
     nnz = comm.allreduce_sum(state.local_counts)
     rounds = plan_rounds(nnz, comm.size, state.options.memory_limit)
     eligible = np.zeros(n_contexts, dtype=bool)
@@ -253,6 +247,8 @@ def write_cct_db(state: Analysis) -> None:
     first_share = 1.0 if comm.size == 1 else max(0.2, 1 - META_DB_VALUES * n_contexts / per_rank)
     clock.lap("plan")
     for start, stop in rounds:
+        if state.options.memory_limit is not None:
+            _join_window(state)  # the last round's window not held through this one's exchange
         owners = split_even(nnz[start:stop], comm.size, first_share) + start
         sending = outgoing(
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
@@ -268,13 +264,13 @@ def write_cct_db(state: Analysis) -> None:
         del sending, arrays
         clock.lap("exchange")
         lo, hi = int(owners[comm.rank]), int(owners[comm.rank + 1])
+        _join_window(state)  # the last round's bytes written: its memory back before placing
         placing = partial(_placed, incoming, lo, hi, shape, state.partials)
         piece, sizes = on_all_shared(comm, placing)  # every window's size, every rank's error
         del incoming, placing
         clock.lap("place+summarise")
         at = cursor + sum(sizes[: comm.rank])
-        on_all(comm, state.writing(partial(_write_window, state, at, piece)))
-        del piece.pieces[:]
+        _start_window(state, at, piece)
         cursor += sum(sizes)
         clock.lap("write")
         gathered = comm.gather((lo, piece.n_metrics, piece.summary))
@@ -296,12 +292,44 @@ def _placed(
     return window, window.size
 
 
-def _write_window(state: Analysis, at: int, window: Window) -> None:
-    """This rank's cct.db blocks of a round, back to back from ``at``."""
+def _start_window(state: Analysis, at: int, window: Window) -> None:
+    """Write this rank's cct.db blocks of a round back to back from ``at``, on a thread: joined
+    before the next round places its values (under ``--memory-limit``, before it cuts its
+    blocks: the window is not held through the exchange; :func:`_join_window`) or by
+    :func:`join_profile_db`, whose collective carries an error to every rank.
+
+    ``os.pwritev``, not memory maps: the ranks of one machine take turns for the file's inode
+    lock, but a mapped byte costs about 2.5 times a written one (a page fault, the page zeroed
+    first), and on the 16-core device machine 16 ranks' maps took as long as one rank's
+    ``pwritev`` of the whole file (0.13 s a rank, 2026-12-02); on a thread the turns are waited
+    for off the critical path, during the gather and the next round's cut and exchange.
+    """
     assert state.staging is not None
     path = state.staging / "cct.db"
-    with FileSlice(path, at, at + window.size, state.mapped_writes) as mine:
-        mine.write_back_to_back(at, window.pieces)
+
+    def write() -> None:
+        with FileSlice(path, at, at + window.size, mapped=False) as mine:
+            mine.write_back_to_back(at, window.pieces)
+
+    guarded = state.writing(write)
+
+    def background() -> None:
+        try:
+            guarded()
+        except BaseException as error:  # re-raised by join_profile_db
+            state.profile_errors.append(error)
+        finally:
+            del window.pieces[:]
+
+    state.cct_thread = threading.Thread(target=background, name="pyprof-cct.db")
+    state.cct_thread.start()
+
+
+def _join_window(state: Analysis) -> None:
+    """Wait for :func:`_start_window`'s thread, if one runs (its error stays recorded)."""
+    if state.cct_thread is not None:
+        state.cct_thread.join()
+        state.cct_thread = None
 
 
 def finish(state: Analysis) -> RunReport:
