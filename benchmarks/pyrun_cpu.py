@@ -174,6 +174,10 @@ def ensure_peers(venv: Path, tools: list[str]) -> list[str]:
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", str(venv)], check=True)
     names = {"py-spy": "py-spy", "austin-dist<3.7": "austin", "pyinstrument": "pyinstrument"}
+    for spec in wanted:  # a peer already on PATH (e.g. a wheel installed with --target) serves
+        found, link = shutil.which(names[spec]), venv / "bin" / names[spec]
+        if found and not link.exists() and names[spec] != "pyinstrument":  # a module, not a tool
+            link.symlink_to(found)
     missing = [spec for spec in wanted if not (venv / "bin" / names[spec]).exists()]
     if missing:
         print(f"installing {', '.join(missing)} into {venv}", file=sys.stderr)
