@@ -24,6 +24,7 @@ from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
 from pyhpctk.measure.session import Session
+from test_gpu_sync_api import _under  # the metric by line of a function, in a thread's CCT
 
 pytestmark = pytest.mark.gpu
 
@@ -31,6 +32,13 @@ ROUNDS = 20
 #: How far the hook's interval may lie from CUPTI's (ns): the hook's brackets the call from the
 #: runtime's callback, CUPTI's the wait inside the driver.
 SLACK_NS = 50_000
+#: the GPU sync metrics the line test reads
+SYNC_METRICS = (
+    gm.GSYNC,
+    gm.GSYNC_COUNT,
+    gm.GSYNC_TIME + act.SYNC_STREAM,
+    gm.GSYNC_TIME + act.SYNC_CONTEXT,
+)
 
 
 class Recorder:
@@ -162,20 +170,12 @@ def test_synchronizations_timed_by_the_hook_land_on_their_lines(tmp_path: Path) 
         name: next(i for i, text in enumerate(source, 1) if f"# {name} LINE" in text)
         for name in ("STREAM", "CONTEXT")
     }
-    cct = session.states[threading.get_ident()].cct
-    kind = next(k for k in session.kinds if k.name == gm.GPU_KIND_NAME)
-    store = cct.kinds[kind.name]
-    fid = session.functions.fid(synchronized_lines.__code__)
-    found: dict[int, np.ndarray] = {}
-    for node in store.slot_of:
-        walk = node
-        while walk >= 0 and not (cct.lm[walk] == session.python_lm and cct.ip[walk] >> 32 == fid):
-            walk = cct.parent[walk]
-        if walk >= 0:
-            line = int(cct.ip[walk]) & 0xFFFFFFFF
-            values = np.array([store.get(node, m) for m in range(kind.width)])
-            found[line] = found.get(line, 0) + values
-    stream, context = found[lines["STREAM"]], found[lines["CONTEXT"]]
+
+    def at(line: str, metric: int) -> float:
+        return _under(session, synchronized_lines.__code__, metric).get(lines[line], 0.0)
+
+    stream = {m: at("STREAM", m) for m in SYNC_METRICS}
+    context = {m: at("CONTEXT", m) for m in SYNC_METRICS}
     assert stream[gm.GSYNC_COUNT] == ROUNDS and context[gm.GSYNC_COUNT] == ROUNDS
     assert stream[gm.GSYNC_TIME + act.SYNC_STREAM] > 0 and stream[gm.GSYNC] > 0
     assert context[gm.GSYNC_TIME + act.SYNC_CONTEXT] > 0

@@ -8,8 +8,10 @@ gave tracebacks (item 4). Measurements are built with the format writers: Python
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from output_helpers import files_under, python_measurement
+from pyhpctk.analysis import slices
 from pyhpctk.analysis.comm import SerialComm
 from pyhpctk.analysis.distributed import run_distributed
 from pyhpctk.analysis.options import ProfOptions
@@ -267,6 +270,32 @@ def test_a_full_disk_keeps_the_database_being_replaced(
     assert "cannot write: No space left on device (the existing database is unchanged)" in err
     assert files_under(output) == before
     assert list(small_disk.iterdir()) == [output]
+
+
+@pytest.mark.parametrize("failing", ["profile.db", "cct.db"])
+def test_a_full_disk_in_a_background_write_is_one_line_and_no_database(
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+) -> None:
+    """profile.db, trace.db and each cct.db window are written on threads (write_stages): a
+    write that fails there must end the run as a failing write on the main thread does."""
+    original = slices.FileSlice.write_back_to_back
+
+    def fails(self: slices.FileSlice, offset: int, pieces: object) -> None:
+        if threading.current_thread().name == f"pyprof-{failing}":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        original(self, offset, pieces)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slices.FileSlice, "write_back_to_back", fails)
+    output = tmp_path / "db"
+    assert pyprof_main(["-o", str(output), str(reference / "meas" / "loops-cputime-t.m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pyprof: error: {output}: cannot write: No space left on device")
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert not output.exists() and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.mpi

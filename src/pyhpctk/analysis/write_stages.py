@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,17 @@ def write_profile_db(state: Analysis) -> None:
             for m in state.planes:
                 m.trace = None
 
+    state.profile_thread = _in_background(state, write, "pyprof-profile.db")
+
+
+PROFILE_BATCH = 64 << 20
+"""Bytes of blocks handed to the kernel at once (under a memory cap, blocks are loaded from the
+scratch file until this many, or an eighth of the cap, are held)."""
+
+
+def _in_background(state: Analysis, write: Callable[[], object], name: str) -> threading.Thread:
+    """``write`` (under ``state.writing``: a full disk becomes the one message) on a thread of
+    its own, started; its error is kept for ``join_profile_db`` to raise."""
     guarded = state.writing(write)
 
     def background() -> None:
@@ -169,13 +180,9 @@ def write_profile_db(state: Analysis) -> None:
         except BaseException as error:  # re-raised by join_profile_db
             state.profile_errors.append(error)
 
-    state.profile_thread = threading.Thread(target=background, name="pyprof-profile.db")
-    state.profile_thread.start()
-
-
-PROFILE_BATCH = 64 << 20
-"""Bytes of blocks handed to the kernel at once (under a memory cap, blocks are loaded from the
-scratch file until this many, or an eighth of the cap, are held)."""
+    thread = threading.Thread(target=background, name=name)
+    thread.start()
+    return thread
 
 
 def _write_runs(
@@ -311,18 +318,13 @@ def _start_window(state: Analysis, at: int, window: Window) -> None:
         with FileSlice(path, at, at + window.size, mapped=False) as mine:
             mine.write_back_to_back(at, window.pieces)
 
-    guarded = state.writing(write)
-
-    def background() -> None:
+    def write_and_drop() -> None:
         try:
-            guarded()
-        except BaseException as error:  # re-raised by join_profile_db
-            state.profile_errors.append(error)
+            write()
         finally:
             del window.pieces[:]
 
-    state.cct_thread = threading.Thread(target=background, name="pyprof-cct.db")
-    state.cct_thread.start()
+    state.cct_thread = _in_background(state, write_and_drop, "pyprof-cct.db")
 
 
 def _join_window(state: Analysis) -> None:
