@@ -424,17 +424,7 @@ def _inline_table(image: ElfImage, programs: list[_Program], rows: _LineRows) ->
         _inlines_from_info(
             image, programs, rows.files, rows.file_id, lo, hi, nodes, depths, parents, calls
         )
-    if not lo:
-        return dw._empty_inlines()
-    order = np.argsort(np.array(depths, dtype=np.int32), kind="stable")
-    return dw.InlineTable(
-        np.array(lo, dtype=np.uint64)[order],
-        np.array(hi, dtype=np.uint64)[order],
-        np.array(nodes, dtype=np.int64)[order],
-        np.array(depths, dtype=np.int32)[order],
-        parents,
-        calls,
-    )
+    return dw._inline_table(lo, hi, nodes, depths, parents, calls)
 
 
 def _inlines_from_info(

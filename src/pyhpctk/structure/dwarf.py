@@ -146,6 +146,28 @@ def _empty_inlines() -> InlineTable:
     )
 
 
+def _inline_table(
+    lo: list[int],
+    hi: list[int],
+    nodes: list[int],
+    depths: list[int],
+    parents: list[int],
+    calls: list[InlineNode],
+) -> InlineTable:
+    """The inlined ranges found, outermost first (stable among equal depths); empty if none."""
+    if not lo:
+        return _empty_inlines()
+    order = np.argsort(np.array(depths, dtype=np.int32), kind="stable")
+    return InlineTable(
+        np.array(lo, dtype=np.uint64)[order],
+        np.array(hi, dtype=np.uint64)[order],
+        np.array(nodes, dtype=np.int64)[order],
+        np.array(depths, dtype=np.int32)[order],
+        parents,
+        calls,
+    )
+
+
 def _decode(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
@@ -285,18 +307,7 @@ def _read(image: ElfImage, resolve_paths: bool) -> DebugInfo:
         line_map = LineMap(s[keep], e[keep], f[keep], ln[keep], files)
     else:
         line_map = _empty_line_map()
-    if inl_lo:
-        order = np.argsort(np.array(inl_depth, dtype=np.int32), kind="stable")
-        inlines = InlineTable(
-            np.array(inl_lo, dtype=np.uint64)[order],
-            np.array(inl_hi, dtype=np.uint64)[order],
-            np.array(inl_node, dtype=np.int64)[order],
-            np.array(inl_depth, dtype=np.int32)[order],
-            parents,
-            calls,
-        )
-    else:
-        inlines = _empty_inlines()
+    inlines = _inline_table(inl_lo, inl_hi, inl_node, inl_depth, parents, calls)
     return DebugInfo(line_map, inlines, bool(len(line_map.starts)))
 
 
