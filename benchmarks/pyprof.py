@@ -28,6 +28,15 @@ on PATH); Open MPI gets ``--oversubscribe`` (and ``--allow-run-as-root`` when ru
 detected from ``mpiexec --version``. Everything goes to a temporary directory (``--dir``),
 removed at the end unless ``--keep``.
 
+``--ceiling N`` measures what this machine allows N ranks at best, with no analysis driver in
+the way: the input is split into N slices (every N-th profile), serial pyprof analyses each
+slice alone, one after the other, and then all N at once, one process a slice (no MPI, nothing
+shared but the machine). ``ceiling efficiency`` = the slices' summed walls alone / (N x the
+slowest wall of the N at once): N processes that never wait for each other would reach it, and
+the rank counts' efficiencies are read against it. It also prints the machine's CPU topology
+(logical CPUs, physical cores, threads a core): ranks on a core's second hardware thread share
+its execution units.
+
 ``--allocations`` compiles a small ``malloc`` counter (C, with ``cc``), preloads it into every
 worker (``LD_PRELOAD``) and adds per stage the bytes allocated (arrays of 4 KiB and more: numpy's
 temporaries and copies; every thread of every rank, summed over ranks) per byte of input: how
@@ -241,6 +250,8 @@ def worker(args: argparse.Namespace) -> int:
         [args.measurement], output=args.output, copy_sources=False, jobs=args.jobs, **extra
     )
     if args.serial:  # pyprof: the driver on this process alone, no MPI
+        start_at = float(os.environ.get("PYPROF_BENCH_START_AT") or 0)  # --ceiling: all at once
+        time.sleep(max(0.0, start_at - time.time()))
         start, cpu = time.perf_counter(), time.process_time()
         report = run(options)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -476,6 +487,13 @@ def main() -> int:
         action="store_true",
         help="count the bytes each stage allocates (a malloc counter preloaded, built with cc)",
     )
+    parser.add_argument(
+        "--ceiling",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N serial pyprofs on 1/N of the input each, alone and at once",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--output", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -551,6 +569,9 @@ def main() -> int:
                 print(laps, file=sys.stderr)
             if capped is not None:
                 print("capped: " + stage_table(n, capped["stages"]), file=sys.stderr)  # type: ignore[arg-type]
+        if args.ceiling > 1:
+            print(topology())
+            print(ceiling(measurement, args.ceiling, work, env))
         files = database_bytes(first_db)
         stored = files.get("profile.db", 0) + files.get("cct.db", 0)
         dense = dense_bytes(first_db)
@@ -603,6 +624,85 @@ def main() -> int:
             print(f"kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def topology() -> str:
+    """Logical CPUs this process may use, the physical cores they sit on, threads a core."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores: set[tuple[str, str]] = set()
+    for cpu in usable:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            package = (base / "physical_package_id").read_text().strip()
+            core = (base / "core_id").read_text().strip()
+        except OSError:
+            return f"CPU topology: {len(usable)} logical CPUs usable (cores unknown)"
+        cores.add((package, core))
+    per_core = len(usable) / len(cores) if cores else 0.0
+    return (
+        f"CPU topology: {len(usable)} logical CPUs usable on {len(cores)} physical cores "
+        f"({per_core:.1f} threads a core), {os.cpu_count()} logical CPUs in the machine"
+    )
+
+
+def ceiling(measurement: Path, n: int, work: Path, env: dict[str, str]) -> str:
+    """The machine's bound on N-rank efficiency for this input: N slices (every N-th profile and
+    its trace), each analysed by serial pyprof alone and then all N at once (see the module's
+    docstring); a table with the walls and CPU seconds of both."""
+    profiles = sorted(measurement.glob("*.hpcrun"))
+    slices = []
+    for i in range(n):
+        part = work / f"slice-{i}.m"
+        part.mkdir()
+        for profile in profiles[i::n]:
+            (part / profile.name).symlink_to(profile.resolve())
+            trace = profile.with_suffix(".hpctrace")
+            if trace.exists():
+                (part / trace.name).symlink_to(trace.resolve())
+        slices.append(part)
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "--serial"]
+
+    def command(i: int, tag: str) -> list[str]:
+        output = work / f"slice-{i}-{tag}.d"
+        return [*worker, "--output", str(output), "--measurement", str(slices[i]),
+                "--memory-limit", ""]  # fmt: skip
+
+    def result(text: str) -> dict[str, float]:
+        line = next(x for x in text.splitlines() if x.startswith("RESULT "))
+        found = json.loads(line[len("RESULT ") :])
+        return {"wall": float(found["wall"]), "cpu": float(found["cpu"][0])}
+
+    alone = []
+    for i in range(n):
+        os.sync()
+        done = subprocess.run(command(i, "alone"), env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"serial pyprof on slice {i} failed: {done.stderr[-2000:]}")
+        alone.append(result(done.stdout))
+    os.sync()
+    # every process starts the driver at the same moment, after its interpreter and imports
+    together_env = dict(env, PYPROF_BENCH_START_AT=str(time.time() + max(3.0, 0.25 * n)))
+    running = [
+        subprocess.Popen(
+            command(i, "together"), env=together_env, stdout=subprocess.PIPE, text=True
+        )
+        for i in range(n)
+    ]
+    together = [result(p.communicate()[0]) for p in running]
+    if any(p.returncode != 0 for p in running):
+        raise SystemExit("a serial pyprof of the N at once failed")
+    walls = sum(r["wall"] for r in alone)
+    slowest = max(r["wall"] for r in together)
+    cpu_alone, cpu_together = sum(r["cpu"] for r in alone), sum(r["cpu"] for r in together)
+    return "\n".join([
+        f"ceiling: {n} serial pyprofs on 1/{n} of the input each, alone and at once",
+        "| slices | summed walls alone (s) | slowest wall at once (s) | mean wall at once / alone "
+        "| CPU s at once / alone | ceiling efficiency |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| {n} | {walls:.2f} | {slowest:.2f} | "
+        f"{sum(r['wall'] for r in together) / walls:.2f} | {cpu_together / cpu_alone:.2f} | "
+        f"{walls / (n * slowest):.0%} |",
+    ])  # fmt: skip
 
 
 COUNTER_C = r"""
