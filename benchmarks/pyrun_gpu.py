@@ -222,8 +222,14 @@ def run_all(
     budget: float = 0.0,
     out: str | None = None,
     settle: int = 1,
+    torchprof_last: int = 0,
 ) -> list[dict[str, object]]:
     """Every workload in every mode, ``rounds`` times over, modes alternating (drift-fair).
+
+    ``torchprof_last`` (rounds, 0: torch.profiler in every round): torch.profiler's runs leave
+    the interleaved rounds and come after them, that many rounds of (plain, torchprof) per
+    PyTorch workload, numbered after the others (a process traced by torch.profiler can slow
+    the CUPTI-traced processes that follow it on the same GPU: benchmarks/RESULTS.md).
 
     ``cpus`` ("2-5", "3,4"): the processors every child is pinned to, so that plain and
     measured runs do not land on different cores (``os.sched_setaffinity``). ``budget``
@@ -232,13 +238,21 @@ def run_all(
     results so far are written there after each child.
     """
     results: list[dict[str, object]] = []
-    plan = [
-        (round_, workload, mode)
-        for round_ in range(rounds)
-        for workload in workloads
-        for mode in ["plain", *PYRUN_MODES] + (["torchprof"] if workload in TORCH_WORKLOADS else [])
-        if not modes or mode in modes
-    ]
+
+    def wanted(workload: str, late: bool) -> list[str]:
+        profiled = ["torchprof"] if workload in TORCH_WORKLOADS else []
+        chosen = ["plain", *profiled] if late else ["plain", *PYRUN_MODES]
+        if not late and not torchprof_last:
+            chosen += profiled
+        return [m for m in chosen if not modes or m in modes]
+
+    plan = [(r, w, m) for r in range(rounds) for w in workloads for m in wanted(w, False)]
+    if torchprof_last and (not modes or "torchprof" in modes):
+        late = [w for w in workloads if w in TORCH_WORKLOADS]
+        plan += [
+            (r, w, m) for r in range(rounds, rounds + torchprof_last) for w in late
+            for m in wanted(w, True)
+        ]  # fmt: skip
     began = time.monotonic()
     round_began, slowest, current = began, 0.0, 0
     for round_, workload, mode in plan:
@@ -352,6 +366,13 @@ def main() -> int:
     parser.add_argument(
         "--budget", type=float, default=0.0, help="seconds (--all): start no round past them"
     )
+    parser.add_argument(
+        "--torchprof-last",
+        type=int,
+        default=0,
+        metavar="N",
+        help="torch.profiler's runs after the other rounds, N rounds of them (--all)",
+    )
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.cpus:
@@ -372,6 +393,7 @@ def main() -> int:
             args.budget,
             args.out,
             args.settle,
+            args.torchprof_last,
         )
         print(table(results))
         print()
