@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO.parent / "shared" / "reference" / "hpctoolkit-testdata"
+
+# A suite started as a background job (`make test &`, nohup) starts with SIGINT ignored, and the
+# programs the tests start would inherit that: tests that end a program with SIGINT need the
+# disposition an interactive shell gives (SIGHUP and SIGQUIT: tests/test_pyrun_faults.py).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

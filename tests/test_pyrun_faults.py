@@ -35,6 +35,9 @@ def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _no_core_files() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT's default dumps core
+    # the signals' defaults, even in a suite started with nohup or as a background job
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _start(out: Path, how: str) -> tuple[subprocess.Popen[str], int]:
