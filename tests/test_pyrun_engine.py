@@ -222,8 +222,9 @@ def test_blas_threads_python_never_started_are_measured(tmp_path: Path, cpu_time
     assert 0 <= own < 0.2 * process_cpu, (own, process_cpu)
     assert attributed >= 0.95 * sampled, (attributed, sampled, began, own)
     # never more than the process used (its exit, after the program read its clock, is
-    # measured too: the 1 % is for that)
-    assert attributed <= 1.01 * process_cpu, (attributed, process_cpu)
+    # measured too: the 3 % is for that; 1.4 % was seen on a loaded 2-core machine, and a
+    # thread counted twice would be 30 % or more)
+    assert attributed <= 1.03 * process_cpu, (attributed, process_cpu)
     native = [p for p in profiles if p.thread != 0 and p.total(CPU) > 0.05 * process_cpu]
     assert native, "the BLAS thread has a profile of its own"
     for profile in native:  # a thread that never ran Python: native frames under its fence
