@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,6 +184,7 @@ def run_one(
         result["shutdown_s"] = time.perf_counter() - began
         result["stats"] = stats.as_dict()
         result["files"] = len(os.listdir(out))
+        shutil.rmtree(out, ignore_errors=True)  # nothing of one run is left for the next
     elif mode == "torchprof":
         import torch
         from torch.profiler import ProfilerActivity, profile
