@@ -114,6 +114,7 @@ def written_in_pieces(
             os.close(fd)
         return Path(path).read_bytes()
 
+
 # A GPU stream's files: thread field 500 and up (``<exe>-<rank:06>-<thread:03>-<host:08x>-...``),
 # anchored on the rank so that a pid of 5xx (a fresh machine's) is not taken for a stream.
 STREAM_PROFILES = "*-[0-9][0-9][0-9][0-9][0-9][0-9]-5[0-9][0-9]-*.hpcrun"

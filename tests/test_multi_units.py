@@ -166,8 +166,9 @@ def test_the_two_device_fixture_is_its_base_twice(tmp_path: Path) -> None:
     assert two.devices() == [0, 1] and len(two.activities) == 2 * len(base.activities)
     zero = two.activities[two.activities["device"] == 0]
     one = two.activities[two.activities["device"] == 1]
-    assert np.array_equal(np.sort(zero, order="correlation"), np.sort(base.activities,
-                                                                       order="correlation"))
+    assert np.array_equal(
+        np.sort(zero, order="correlation"), np.sort(base.activities, order="correlation")
+    )
     one = np.sort(one, order="correlation")
     zero = np.sort(zero, order="correlation")
     assert (one["correlation"] - zero["correlation"] == 1 << 28).all()
@@ -219,15 +220,36 @@ def test_nccl_kernels_get_gcomm_and_other_programs_no_new_metric(tmp_path: Path)
 
 def _program() -> list[Spec]:
     """main → train line → {load_batch, <gpu kernel> → gemm, <gpu kernel> → NCCL, copy}."""
-    kernel = Spec("function", name="<gpu kernel>", module="", ctx_id=40,
-                  children=(Spec("function", name="gemm", module="/k.gpubin", ctx_id=41),))
-    nccl = Spec("function", name="<gpu kernel>", module="", ctx_id=50,
-                children=(Spec("function", name="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                               module="/k.gpubin", ctx_id=51),))
+    kernel = Spec(
+        "function",
+        name="<gpu kernel>",
+        module="",
+        ctx_id=40,
+        children=(Spec("function", name="gemm", module="/k.gpubin", ctx_id=41),),
+    )
+    nccl = Spec(
+        "function",
+        name="<gpu kernel>",
+        module="",
+        ctx_id=50,
+        children=(
+            Spec(
+                "function",
+                name="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                module="/k.gpubin",
+                ctx_id=51,
+            ),
+        ),
+    )
     copy = Spec("function", name="<gpu copyin>", module="", ctx_id=60)
     sync = Spec("function", name="<gpu sync>", module="", ctx_id=70)
-    load = Spec("function", name="load_batch", file="t.py", ctx_id=30,
-                children=(Spec("line", file="t.py", line=9, ctx_id=31, values={"X": (1,)}),))
+    load = Spec(
+        "function",
+        name="load_batch",
+        file="t.py",
+        ctx_id=30,
+        children=(Spec("line", file="t.py", line=9, ctx_id=31, values={"X": (1,)}),),
+    )
     line = Spec("line", file="t.py", line=3, ctx_id=3, children=(load, kernel, nccl, copy, sync))
     main = Spec("function", name="main", file="t.py", ctx_id=2, children=(line,))
     return [Spec("entry", name="main thread", ctx_id=1, children=(main,))]  # fmt: skip

@@ -83,9 +83,7 @@ def find(node: ViewNode, *labels: str) -> ViewNode:
     """The descendant reached through children with these labels; a function named ``f``
     matches ``f`` and ``f (file: line)``, as the aggregating views name functions."""
     for label in labels:
-        matches = [
-            c for c in node.children if c.label == label or c.label.startswith(label + " (")
-        ]
+        matches = [c for c in node.children if c.label == label or c.label.startswith(label + " (")]
         assert len(matches) == 1, (label, [c.label for c in node.children])
         node = matches[0]
     return node

@@ -144,9 +144,7 @@ def test_per_thread_views_of_the_cli_name_the_threads(
     assert "loader-done (NODE 0 / THREAD " in json.dumps(json.loads(data)["timeline"])
 
 
-def test_a_database_without_names_keeps_todays_track_names(
-    measured: Path, tmp_path: Path
-) -> None:
+def test_a_database_without_names_keeps_todays_track_names(measured: Path, tmp_path: Path) -> None:
     old = tmp_path / "old"
     shutil.copytree(measured / "db", old)
     (old / "threads.txt").unlink()

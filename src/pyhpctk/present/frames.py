@@ -36,9 +36,7 @@ from pyhpctk.present.views import context_label
 Columns = dict[str, Any]
 
 
-def profile_tables(
-    catalog: MetricCatalog, metrics: Sequence[str]
-) -> tuple[Columns, Columns]:
+def profile_tables(catalog: MetricCatalog, metrics: Sequence[str]) -> tuple[Columns, Columns]:
     """(performance table, metadata table) as dicts of equal-length columns (see above).
 
     ``metrics``: names in ``catalog`` of metrics meta.db stores (derived ones have no

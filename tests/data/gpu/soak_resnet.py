@@ -1,6 +1,6 @@
 """The soak test's program (issue #18): ResNet-18 training steps, random weights and data.
 
-    pyrun -e gpu=nvidia -t -o OUT python3 tests/data/gpu/soak_resnet.py [STEPS]
+pyrun -e gpu=nvidia -t -o OUT python3 tests/data/gpu/soak_resnet.py [STEPS]
 """
 
 import sys

@@ -470,9 +470,7 @@ class CommunicationKernels:
         ident, length, flags = self._flags
         if ident != id(names) or length != len(names):
             known = self._known
-            flags = np.array(
-                [known.setdefault(n, is_communication(n)) for n in names], dtype=bool
-            )
+            flags = np.array([known.setdefault(n, is_communication(n)) for n in names], dtype=bool)
             self._flags = (id(names), len(names), flags)
         return flags
 
