@@ -12,6 +12,7 @@ import io
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -21,7 +22,7 @@ from limits import within
 from pyhpctk.cli._common import EXIT_BROKEN_PIPE, run_command
 from pyhpctk.cli.main import main as pyhpctk
 from pyhpctk.cli.pystruct import main as pystruct
-from pyhpctk.errors import FormatError
+from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import hpcrun, hpcstruct, metadb
 from pyhpctk.present.synthetic import Spec, build, write_database
 
@@ -133,6 +134,25 @@ def test_run_command_writes_what_the_encoding_cannot_hold(
     assert run_command(show, [], "show") == 0
     assert raw.getvalue() == expected
     assert stream.errors == errors  # given back as it was
+
+
+def test_a_warning_said_twice_is_printed_once_per_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A second pass over the same input (a structure file read again when rank 0's early
+    expansion is not used) must not repeat its warnings; the next command says them again."""
+
+    @click.command()
+    def warn() -> None:
+        for message in ("a.hpcstruct: version 4.10 is newer", "b.hpcrun: left out") * 2:
+            warnings.warn(message, FormatWarning, stacklevel=1)
+
+    for _ in range(2):
+        assert run_command(warn, [], "warn") == 0
+        assert capsys.readouterr().err.splitlines() == [
+            "warning: a.hpcstruct: version 4.10 is newer",
+            "warning: b.hpcrun: left out",
+        ]
 
 
 @pytest.fixture

@@ -94,15 +94,25 @@ def _discard_stdout() -> None:
         os.close(devnull)
 
 
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: object = None,
-    line: str | None = None,
-) -> None:
-    click.echo(f"warning: {message}", err=True)
+def _warning_printer() -> Callable[..., None]:
+    """``warnings.showwarning`` for one command: each message once (a structure file read
+    again, a second pass over the same input, say nothing new), as ``warning: MESSAGE``."""
+    shown: set[str] = set()
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: object = None,
+        line: str | None = None,
+    ) -> None:
+        text = str(message)
+        if text not in shown:
+            shown.add(text)
+            click.echo(f"warning: {text}", err=True)
+
+    return show
 
 
 def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: str) -> int:
@@ -110,7 +120,7 @@ def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: s
     args = list(sys.argv[1:] if argv is None else argv)
     with warnings.catch_warnings(), _forgiving_encoding(sys.stdout):
         warnings.simplefilter("always", FormatWarning)
-        warnings.showwarning = _show_warning
+        warnings.showwarning = _warning_printer()
         try:
             # Not command.main(): click answers a closed pipe there itself, with status 1.
             with command.make_context(prog_name, args) as ctx:
