@@ -68,96 +68,30 @@ def synthetic_base(steps: int = 3) -> Recording:
         if activity:
             rows.append({"kind": kind, "correlation": correlation, **activity})
 
+    # one operation a line
+    # fmt: off
     for step in range(steps):
         t0 = step * 1_000_000  # one step a millisecond
         kernel = {"device": 0, "context": 1, "block_threads": 256}
-        issue(
-            0,
-            act.KERNEL,
-            0,
-            **kernel,
-            stream=7,
-            start=t0,
-            end=t0 + 100_000,
-            function=0,
-            registers=64,
-            grid_blocks=132,
-        )
-        issue(
-            0,
-            act.KERNEL,
-            0,
-            **kernel,
-            stream=7,
-            start=t0 + 110_000,
-            end=t0 + 150_000,
-            function=1,
-            registers=16,
-            grid_blocks=1024,
-        )
+        issue(0, act.KERNEL, 0, **kernel, stream=7, start=t0, end=t0 + 100_000, function=0,
+              registers=64, grid_blocks=132)
+        issue(0, act.KERNEL, 0, **kernel, stream=7, start=t0 + 110_000, end=t0 + 150_000,
+              function=1, registers=16, grid_blocks=1024)
         # backward on the autograd thread, a bucket all-reduce after each of the first two
         # kernels overlapping the next kernel, the last bucket after the last kernel
         for start, end in ((200_000, 300_000), (300_000, 400_000), (400_000, 450_000)):
-            issue(
-                1,
-                act.KERNEL,
-                1,
-                **kernel,
-                stream=7,
-                start=t0 + start,
-                end=t0 + end,
-                function=0,
-                registers=64,
-                grid_blocks=264,
-            )
+            issue(1, act.KERNEL, 1, **kernel, stream=7, start=t0 + start, end=t0 + end,
+                  function=0, registers=64, grid_blocks=264)
             begin = t0 + end + 5_000
-            issue(
-                1,
-                act.KERNEL,
-                2,
-                **kernel,
-                stream=13,
-                start=begin,
-                end=begin + 40_000,
-                function=2,
-                registers=96,
-                grid_blocks=16,
-            )
-        issue(
-            0,
-            act.KERNEL,
-            3,
-            **kernel,
-            stream=13,
-            start=t0 + 600_000,
-            end=t0 + 640_000,
-            function=2,
-            registers=96,
-            grid_blocks=16,
-        )
-        issue(
-            0,
-            act.COPY,
-            4,
-            device=0,
-            context=1,
-            stream=7,
-            start=t0 + 700_000,
-            end=t0 + 720_000,
-            copy_kind=act.COPY_H2D,
-            bytes=1 << 20,
-        )
-        issue(
-            0,
-            act.SYNC,
-            5,
-            device=0,
-            context=1,
-            stream=7,
-            start=t0 + 720_000,
-            end=t0 + 800_000,
-            sync_kind=3,
-        )
+            issue(1, act.KERNEL, 2, **kernel, stream=13, start=begin, end=begin + 40_000,
+                  function=2, registers=96, grid_blocks=16)
+        issue(0, act.KERNEL, 3, **kernel, stream=13, start=t0 + 600_000, end=t0 + 640_000,
+              function=2, registers=96, grid_blocks=16)
+        issue(0, act.COPY, 4, device=0, context=1, stream=7, start=t0 + 700_000,
+              end=t0 + 720_000, copy_kind=act.COPY_H2D, bytes=1 << 20)
+        issue(0, act.SYNC, 5, device=0, context=1, stream=7, start=t0 + 720_000,
+              end=t0 + 800_000, sync_kind=3)
+    # fmt: on
     operations = np.zeros(len(ops), dtype=OPERATION_DTYPE)
     for index, op in enumerate(ops):
         operations[index] = op
