@@ -230,8 +230,9 @@ def run_all(
 
     ``torchprof_last`` (rounds, 0: torch.profiler in every round): torch.profiler's runs leave
     the interleaved rounds and come after them, that many rounds of (plain, torchprof) per
-    PyTorch workload, numbered after the others (a process traced by torch.profiler can slow
-    the CUPTI-traced processes that follow it on the same GPU: benchmarks/RESULTS.md).
+    PyTorch workload, numbered after the others (on an H100, pyrun's GPT-2 runs that came
+    after torch.profiler runs grew slower round after round; whether torch.profiler did it is
+    open: benchmarks/RESULTS.md).
 
     ``cpus`` ("2-5", "3,4"): the processors every child is pinned to, so that plain and
     measured runs do not land on different cores (``os.sched_setaffinity``). ``budget``
