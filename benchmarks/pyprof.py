@@ -688,9 +688,10 @@ def ceiling(measurement: Path, n: int, work: Path, env: dict[str, str]) -> str:
         )
         for i in range(n)
     ]
-    together = [result(p.communicate()[0]) for p in running]
+    outputs = [p.communicate()[0] for p in running]
     if any(p.returncode != 0 for p in running):
         raise SystemExit("a serial pyprof of the N at once failed")
+    together = [result(text) for text in outputs]
     walls = sum(r["wall"] for r in alone)
     slowest = max(r["wall"] for r in together)
     cpu_alone, cpu_together = sum(r["cpu"] for r in alone), sum(r["cpu"] for r in together)
