@@ -33,7 +33,7 @@ def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _no_core_files() -> None:
+def _child_defaults() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT's default dumps core
     # the signals' defaults, even in a suite started with nohup or as a background job
     for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
@@ -44,7 +44,7 @@ def _start(out: Path, how: str) -> tuple[subprocess.Popen[str], int]:
     """pyrun the signals program (no checkpoint ever); return pyrun and the program's pid."""
     command = [PYRUN, "--checkpoint", "0", "-o", str(out), PYTHON, str(PROGRAMS / "signals.py")]
     pyrun = subprocess.Popen(
-        [*command, how], stdout=subprocess.PIPE, text=True, preexec_fn=_no_core_files
+        [*command, how], stdout=subprocess.PIPE, text=True, preexec_fn=_child_defaults
     )
     assert pyrun.stdout is not None
     ready = pyrun.stdout.readline().split()
