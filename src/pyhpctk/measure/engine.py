@@ -116,8 +116,9 @@ def unsampled_cpu_line(stats: dict[str, int]) -> str:
     """The line that tells the process's CPU time no profile holds ('' when it is small).
 
     ``stats`` are the engine's: its figures (``cpu_*_ns``, engine_c/account.c) are there once a
-    window that sampled CPU time closed; with wall-clock events only, no thread's CPU time is
-    sampled, so none is missing from CPU profiles and nothing is said.
+    window that sampled CPU time closed. With wall-clock events only there is no CPU profile to
+    miss it, and an unseen thread's wall-clock time is not known (the kernel sums no such
+    clock): nothing is said then.
     """
     process = stats.get("cpu_process_ns", 0) * 1e-9
     unsampled = stats.get("cpu_unsampled_ns", 0) * 1e-9
@@ -129,7 +130,7 @@ def unsampled_cpu_line(stats: dict[str, int]) -> str:
         " that ended before pyrun's monitor found them (it looks every 20 to 100 ms) or after"
         " a thread's last sample. Threads that live longer (a pool that keeps its threads) are"
         " measured, and a higher sampling rate shortens the time after a last sample"
-        ' (docs/pyrun.md, "Every thread of the process")
+        ' (docs/pyrun.md, "Every thread of the process")'
     )
 
 
