@@ -52,6 +52,9 @@ TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the e
 TIMER_CPU, TIMER_WALL, TIMER_END = 0, 1, 2
 GIL_NO_PYTHON, GIL_HELD, GIL_WAITING, GIL_RELEASED = 0, 1, 2, 3
 FIELD_CPU, FIELD_WALL = 0, 1
+# The process's CPU time in no profile is told when it is above both (EngineSampler.report).
+UNSAMPLED_MIN_S = 0.05
+UNSAMPLED_MIN_SHARE = 0.05
 
 
 def load_engine() -> tuple[ModuleType | None, str]:
@@ -107,6 +110,28 @@ def say_fallback_once(reason: str) -> None:
             " attributed at GIL switch points, and threads that never run Python are not"
             " measured (docs/pyrun.md)\n"
         )
+
+
+def unsampled_cpu_line(stats: dict[str, int]) -> str:
+    """The line that tells the process's CPU time no profile holds ('' when it is small).
+
+    ``stats`` are the engine's: its figures (``cpu_*_ns``, engine_c/account.c) are there once a
+    window that sampled CPU time closed. With wall-clock events only there is no CPU profile to
+    miss it, and an unseen thread's wall-clock time is not known (the kernel sums no such
+    clock): nothing is said then.
+    """
+    process = stats.get("cpu_process_ns", 0) * 1e-9
+    unsampled = stats.get("cpu_unsampled_ns", 0) * 1e-9
+    if process <= 0 or unsampled < UNSAMPLED_MIN_S or unsampled < UNSAMPLED_MIN_SHARE * process:
+        return ""
+    return (
+        f"pyrun: {unsampled:.2f} s of the {process:.2f} s of CPU time this process used while"
+        f" measured ({100 * unsampled / process:.0f} %) is in no profile: it ran in threads"
+        " that ended before pyrun's monitor found them (it looks every 20 to 100 ms) or after"
+        " a thread's last sample. Threads that live longer (a pool that keeps its threads) are"
+        " measured, and a higher sampling rate shortens the time after a last sample"
+        ' (docs/pyrun.md, "Every thread of the process")'
+    )
 
 
 class EngineSampler:
@@ -174,6 +199,10 @@ class EngineSampler:
             self.started = False
             self.module.stop()
 
+    def own_thread_end(self) -> None:
+        """The calling thread, one of pyrun's own (excluded), ends: its CPU time is pyrun's."""
+        self.module.own_thread_end()
+
     def after_fork_in_child(self) -> None:
         self.started = False
         self.module.after_fork_child()
@@ -189,6 +218,9 @@ class EngineSampler:
                 f"pyrun: {stats['dropped']} samples did not fit their thread's buffer; their"
                 " time went to the next sample\n"
             )
+        unsampled = unsampled_cpu_line(stats)
+        if unsampled:
+            sys.stderr.write(unsampled + "\n")
         if os.environ.get(ENV_DEBUG) == "1":
             stats["drain_entries"] = self.entries
             stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)

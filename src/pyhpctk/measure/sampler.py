@@ -281,6 +281,7 @@ class SamplerThread:
         except Exception as error:  # never kill the program; say once why measurement stopped
             sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
         finally:
+            self.engine.own_thread_end()  # pyrun's CPU time, not the program's lost time
             stopped.release()
 
     def _sampler_main(

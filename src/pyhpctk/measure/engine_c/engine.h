@@ -12,6 +12,8 @@
  *   with this interpreter's own structure layouts), and appends one record to the slot's ring;
  * - unwind.c, modules.c, natives.c: native frames (issue #17): the handler's eh_frame unwinder,
  *   the table of modules it reads (built outside the handler), and drain()'s naming of them;
+ * - account.c: the process's CPU time that no record carries (threads that ended before the
+ *   monitor found them, time after a thread's last sample), told at the end of measurement;
  * - module.c: the Python module. drain() moves records out of the rings on a thread that holds
  *   the GIL, turns (code object, instruction) into fid << 32 | line through caches, and hands
  *   the Python side compact batches; a code watcher (3.12+) keeps code objects that a pending
@@ -104,6 +106,7 @@ typedef struct Slot {
     /* producer side (the handler on the thread) */
     int64_t last_cpu_ns;
     int64_t last_wall_ns;
+    int64_t cpu_baseline;   /* last_cpu_ns when the slot was taken: records carry the rest */
     RawFrame *prev;         /* the stack of the last record written, outermost first */
     RawFrame *pyframes;     /* scratch: this sample's Python frames, innermost first */
     uint8_t *group_end;     /* scratch: 1 where pyframes[i] is the first frame of an eval call */
@@ -131,6 +134,23 @@ typedef struct Slot {
     sigjmp_buf guard;
 } Slot;
 
+#define ENGINE_MAX_EXCLUDED 8
+
+/* The process's CPU time over measurement windows (start() to stop()), split (account.c). Read
+ * and written under the table lock, never in the handler. */
+typedef struct {
+    int64_t process_start;   /* CLOCK_PROCESS_CPUTIME_ID at start() */
+    int64_t sampled_start;   /* engine_sampled_ns() at start() */
+    int64_t freed_ns;        /* CPU that the records of freed slots carried (this process) */
+    int64_t own_window_ns;   /* CPU of pyrun's own threads closed in this window */
+    int64_t monitor_cpu_ns;  /* the monitor thread's CPU clock when it ended */
+    int64_t own_base[ENGINE_MAX_EXCLUDED], own_last[ENGINE_MAX_EXCLUDED];
+    int own_active[ENGINE_MAX_EXCLUDED];
+    /* over the windows closed in this process that sampled CPU time */
+    int64_t process_ns, sampled_ns, own_ns;
+    int cpu_windows;
+} CpuAccount;
+
 typedef struct {
     _Atomic int enabled;       /* the handler records only while set */
     int native;                /* record native frames (issue #17) */
@@ -141,7 +161,7 @@ typedef struct {
     int use_perf;              /* CPU sampling through perf_events task-clock (else timers) */
     _Atomic int perf_threads;  /* threads sampled through perf_events now */
     pid_t monitor_tid;
-    pid_t excluded_tid[8];     /* pyrun's own threads (the drain thread) */
+    pid_t excluded_tid[ENGINE_MAX_EXCLUDED]; /* pyrun's own threads (the drain thread) */
     int nexcluded;
     pid_t ended_tid[64];       /* threads past thread_end(), still running: never re-adopted */
     int nended;
@@ -153,6 +173,7 @@ typedef struct {
     _Atomic uint64_t faults;         /* samples whose reads faulted (caught: bad stacks) */
     _Atomic uintptr_t poison;        /* tests: an unmapped address the next sample reads */
     _Atomic uint64_t native_frames;  /* native frames found */
+    CpuAccount account;
 } Engine;
 
 extern Engine engine;
@@ -265,6 +286,18 @@ int engine_handler_init(void);
 int64_t engine_clock_ns(clockid_t clock);
 void engine_append_tail(Slot *slot, int64_t cpu_now, int64_t wall_now, int64_t time_now);
 uint32_t engine_code_check(void *code);
+
+/* account.c (call with the table lock held, except start and stop, which take it) */
+void engine_account_start(void);
+void engine_account_stop(void);
+void engine_account_exclude(pid_t tid, const Slot *slot);
+void engine_account_refresh(void);
+void engine_account_free(const Slot *slot);
+void engine_account_forget(void);
+#ifdef Py_PYTHON_H
+PyObject *engine_own_thread_end(PyObject *module, PyObject *unused);
+int engine_account_stats(PyObject *stats);
+#endif
 
 /* threads.c */
 int engine_threads_start(void);

@@ -479,6 +479,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
     engine.use_perf = use_perf;
     engine.period_ns[TIMER_WALL] = wall_period;
     engine.trace = trace;
+    engine_account_start();
     atomic_store(&engine.enabled, 1);
     if (engine_threads_start() != 0) {
         atomic_store(&engine.enabled, 0);
@@ -550,9 +551,8 @@ static PyObject *engine_exclude(PyObject *module, PyObject *arg) {
     long tid = PyLong_AsLong(arg);
     if (tid == -1 && PyErr_Occurred()) return NULL;
     engine_lock();
-    if (engine.nexcluded < (int)(sizeof(engine.excluded_tid) / sizeof(pid_t)))
-        engine.excluded_tid[engine.nexcluded++] = (pid_t)tid;
     Slot *slot = engine_slot_for_tid((pid_t)tid, 0, 0);
+    engine_account_exclude((pid_t)tid, slot);
     if (slot != NULL) {
         engine_disarm(slot);
         /* another thread's handler may be writing its ring: let it finish before the slot can
@@ -592,6 +592,7 @@ static PyObject *engine_stop(PyObject *module, PyObject *unused) {
         atomic_store(&slot->state, SLOT_ENDED);
     }
     engine_unlock();
+    engine_account_stop();
     /* Discard the engine's signals still pending anywhere (a perf counter's overflow queued just
      * before it was closed): ignoring a signal discards its pending instances, in every thread.
      * One pending at an exec would kill the new program (its disposition is then SIG_DFL). */
@@ -722,7 +723,7 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         dropped += slot->dropped;
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
-    return Py_BuildValue(
+    PyObject *stats = Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
         (unsigned long long)atomic_load(&engine.faults), "misdelivered",
         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
@@ -732,6 +733,8 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         (unsigned long long)atomic_load(&engine.native_ns), "native_frames",
         (unsigned long long)atomic_load(&engine.native_frames), "native_timed",
         (unsigned long long)atomic_load(&engine.native_timed));
+    if (stats != NULL && engine_account_stats(stats) < 0) Py_CLEAR(stats);
+    return stats;
 }
 
 static PyMethodDef methods[] = {
@@ -740,6 +743,8 @@ static PyMethodDef methods[] = {
     {"thread_end", engine_thread_end, METH_NOARGS, thread_end_doc},
     {"exclude_thread", engine_exclude, METH_O, exclude_doc},
     {"stop", engine_stop, METH_NOARGS, stop_doc},
+    {"own_thread_end", engine_own_thread_end, METH_NOARGS,
+     "own_thread_end() -> bool: one of pyrun's own (excluded) threads ends: count its CPU time."},
     {"poison_next_sample", engine_poison, METH_NOARGS, poison_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},

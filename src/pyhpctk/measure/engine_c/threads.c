@@ -116,7 +116,7 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     atomic_store(&slot->ident, 0);
     slot->armed[0] = slot->armed[1] = 0;
     slot->perf_fd = -1;
-    slot->last_cpu_ns = cpu_baseline;
+    slot->last_cpu_ns = slot->cpu_baseline = cpu_baseline;
     slot->last_wall_ns = engine_clock_ns(CLOCK_MONOTONIC);
     slot->prev_depth = 0;
     slot->stack_lo = slot->stack_hi = 0;
@@ -248,6 +248,7 @@ void engine_disarm(Slot *slot) {
 /* The consumer is done with an ended slot. Call with the table lock held. */
 void engine_free_slot(Slot *slot) {
     engine_disarm(slot);
+    engine_account_free(slot); /* the CPU time its records carried */
     atomic_fetch_add(&slot->gen, 1);
     atomic_store_explicit(&slot->state, SLOT_FREE, memory_order_release);
 }
@@ -348,6 +349,7 @@ static void scan_threads(int initial) {
         seen[slot - engine_slots] = 1;
     }
     closedir(dir);
+    engine_account_refresh(); /* pyrun's own threads' clocks, while they can be read */
     for (int i = engine.nended - 1; i >= 0; i--) /* gone: its tid may be reused */
         if (!ended_seen[i]) engine.ended_tid[i] = engine.ended_tid[--engine.nended];
     for (uint32_t i = 0; i < high_water; i++) {
@@ -387,6 +389,8 @@ static void *monitor_main(void *unused) {
         last_count = count;
     }
     close_task_dir();
+    /* its CPU time is pyrun's, not the program's (account.c); stop() joins it before reading */
+    engine.account.monitor_cpu_ns = engine_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     return NULL;
 }
 
@@ -427,6 +431,7 @@ void engine_after_fork_child(void) {
     engine.monitor_tid = 0;
     engine.nexcluded = 0;
     engine.nended = 0;
+    engine_account_forget(); /* the child's CPU clock starts afresh */
     atomic_store(&engine.perf_threads, 0);
     /* handlers that ran on other threads at the fork never finish here */
     atomic_store(&engine.in_handler, 0);
