@@ -29,8 +29,7 @@ from pyhpctk.analysis.exchange import (
     own_window,
 )
 from pyhpctk.analysis.options import ProfOptions
-from pyhpctk.analysis.pipeline import _stand_ins, run
-from pyhpctk.analysis.screening import id_tuples
+from pyhpctk.analysis.pipeline import _real_infos, _stand_ins, run
 from pyhpctk.analysis.stats import TreeShape
 from pyhpctk.analysis.unify import RawKey, RawTree
 from pyhpctk.cli.pyprof import parse_size
@@ -458,16 +457,7 @@ def test_stand_in_infos_place_every_block_where_the_real_ones_do(
 ) -> None:
     """Ranks other than 0 lay profile.db out from stand-ins (the tuples' lengths only)."""
     summary = profiledb.ProfileInfo(is_summary=True, id_tuple=None)
-    real = [summary] + [
-        profiledb.ProfileInfo(
-            is_summary=False,
-            id_tuple=tuple(
-                profiledb.IdTupleElement(e.kind, e.is_physical, e.logical, e.physical)
-                for e in elements
-            ),
-        )
-        for elements in id_tuples(raw)
-    ]
+    real = [summary, *_real_infos(raw)]
     n = len(real)
     counts = np.arange(n, dtype=np.int64) * 3 % 7
     mine = profiledb.layout([summary, *_stand_ins(raw)], counts, counts + 1)

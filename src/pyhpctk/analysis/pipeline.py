@@ -397,6 +397,12 @@ def _share_sizes(state: Analysis) -> None:
     screened = state.screened
     assert screened is not None
 
+    # Before the allgather: rank 0, which reads fewer profiles (.expand_plan.read_share), builds
+    # the real infos while the others finish their statistics; the others need stand-ins only.
+    raw = [b.id_tuple for b in screened.usable]
+    summary = profiledb.ProfileInfo(is_summary=True, id_tuple=None)
+    infos = [summary, *(_real_infos(raw) if state.root else _stand_ins(raw))]
+
     Span = tuple[int, int] | None
 
     def tallies() -> tuple[None, tuple[npt.NDArray[np.int64], Span]]:
@@ -431,22 +437,21 @@ def _share_sizes(state: Analysis) -> None:
     spans = [span for _, span in shards if span is not None]
     low = min(s[0] for s in spans) if spans else None
     high = max(s[1] for s in spans) if spans else None
-    raw = [b.id_tuple for b in screened.usable]
-    summary = profiledb.ProfileInfo(is_summary=True, id_tuple=None)
-    if state.root:  # it writes the head: the real tuples
-        infos = [summary] + [
-            profiledb.ProfileInfo(
-                is_summary=False,
-                id_tuple=tuple(
-                    profiledb.IdTupleElement(e.kind, e.is_physical, e.logical, e.physical)
-                    for e in elements
-                ),
-            )
-            for elements in id_tuples(raw)
-        ]
-    else:
-        infos = [summary, *_stand_ins(raw)]
     state.layout = ProfileLayout(infos, n_values, n_ctxs, trace_counts, (low, high))
+
+
+def _real_infos(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:
+    """The profiles' infos with their id tuples (logical ids made dense by ``id_tuples``)."""
+    return [
+        profiledb.ProfileInfo(
+            is_summary=False,
+            id_tuple=tuple(
+                profiledb.IdTupleElement(e.kind, e.is_physical, e.logical, e.physical)
+                for e in elements
+            ),
+        )
+        for elements in id_tuples(raw)
+    ]
 
 
 def _stand_ins(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:
