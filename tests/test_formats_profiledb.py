@@ -341,3 +341,47 @@ def test_every_corrupted_byte_gives_a_format_error_or_a_readable_file(
         return 0xFF if offset % 2 else 0x01
 
     assert corruption_sweep(image, range(len(image)), swept_read, flip) > 0
+
+
+# --------------------------------------------------------------------------------------------
+# The IdTuples section, built at once, against one tuple at a time
+
+
+def _id_tuples_one_by_one(profiles: list[ProfileInfo], base: int) -> tuple[bytes, list[int]]:
+    """The slow, obvious IdTuples section (formats.md §3.3): each tuple's header and elements."""
+    out = bytearray()
+    pointers = []
+    for info in profiles:
+        if info.id_tuple is None:
+            pointers.append(0)
+            continue
+        pointers.append(base + len(out))
+        out += len(info.id_tuple).to_bytes(2, "little") + bytes(6)
+        for e in info.id_tuple:
+            out += bytes([e.kind, 0]) + (
+                profiledb.ID_FLAG_PHYSICAL if e.is_physical else 0
+            ).to_bytes(2, "little")
+            out += e.logical_id.to_bytes(4, "little") + e.physical_id.to_bytes(8, "little")
+    return bytes(out), pointers
+
+
+element_st = st.builds(
+    IdTupleElement,
+    st.integers(0, 255),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**64 - 1),
+)
+info_st = st.one_of(
+    st.builds(ProfileInfo, st.just(True), st.none()),
+    st.builds(ProfileInfo, st.just(False), st.lists(element_st, max_size=5).map(tuple)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(info_st, max_size=20), st.integers(0, 100))
+def test_id_tuples_section_matches_one_tuple_at_a_time(
+    profiles: list[ProfileInfo], base8: int
+) -> None:
+    built = profiledb._id_tuples_bytes(profiles, 8 * base8)
+    assert built == _id_tuples_one_by_one(profiles, 8 * base8)

@@ -29,13 +29,13 @@ from pyhpctk.analysis.exchange import (
     own_window,
 )
 from pyhpctk.analysis.options import ProfOptions
-from pyhpctk.analysis.pipeline import run
+from pyhpctk.analysis.pipeline import _real_infos, _stand_ins, run
 from pyhpctk.analysis.stats import TreeShape
 from pyhpctk.analysis.unify import RawKey, RawTree
 from pyhpctk.cli.pyprof import parse_size
 from pyhpctk.core.metrics import SUM
 from pyhpctk.errors import UsageError
-from pyhpctk.formats import cctdb
+from pyhpctk.formats import cctdb, profiledb
 
 FILES = ("meta.db", "profile.db", "cct.db", "trace.db", "metrics/default.yaml")
 
@@ -443,3 +443,26 @@ def test_an_owner_lays_out_its_window_context_major(spacing: int) -> None:
         assert window.n_metrics[c - lo] == len(metrics)
     assert b"".join(bytes(p) for p in window.pieces) == bytes(expected)
     assert window.size == len(expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9), st.integers(0, 9)), max_size=4),
+        max_size=30,
+    )
+)
+def test_stand_in_infos_place_every_block_where_the_real_ones_do(
+    raw: list[list[tuple[int, int, int]]],
+) -> None:
+    """Ranks other than 0 lay profile.db out from stand-ins (the tuples' lengths only)."""
+    summary = profiledb.ProfileInfo(is_summary=True, id_tuple=None)
+    real = [summary, *_real_infos(raw)]
+    n = len(real)
+    counts = np.arange(n, dtype=np.int64) * 3 % 7
+    mine = profiledb.layout([summary, *_stand_ins(raw)], counts, counts + 1)
+    theirs = profiledb.layout(real, counts, counts + 1)
+    assert len(mine.head) == len(theirs.head)
+    assert np.array_equal(mine.values_at, theirs.values_at)
+    assert np.array_equal(mine.ctx_indices_at, theirs.ctx_indices_at)
+    assert mine.footer_at == theirs.footer_at

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
@@ -396,35 +397,52 @@ def _share_sizes(state: Analysis) -> None:
     screened = state.screened
     assert screened is not None
 
-    def tallies() -> tuple[None, list[tuple[int, int, int, int, tuple[int, int] | None]]]:
+    # Before the allgather: rank 0, which reads fewer profiles (.expand_plan.read_share), builds
+    # the real infos while the others finish their statistics; the others need stand-ins only.
+    raw = [b.id_tuple for b in screened.usable]
+    summary = profiledb.ProfileInfo(is_summary=True, id_tuple=None)
+    infos = [summary, *(_real_infos(raw) if state.root else _stand_ins(raw))]
+
+    Span = tuple[int, int] | None
+
+    def tallies() -> tuple[None, tuple[npt.NDArray[np.int64], Span]]:
         if state.failure is not None:
             raise state.failure
-        mine = [
-            (
-                m.position,
-                m.n_values,
-                m.n_contexts,
-                -1 if m.trace is None else len(m.trace.elements),
-                m.trace_range,
-            )
-            for m in state.planes
-        ]
-        return None, mine
+        # One row a profile (position, values, contexts, trace length or -1), as an array:
+        # every rank reads every rank's rows. The rank's traces' time span travels beside it.
+        mine = np.array(
+            [
+                (
+                    m.position,
+                    m.n_values,
+                    m.n_contexts,
+                    -1 if m.trace is None else len(m.trace.elements),
+                )
+                for m in state.planes
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 4)
+        spans = [m.trace_range for m in state.planes if m.trace_range is not None]
+        span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+        return None, (mine, span)
 
     _, shards = on_all_shared(state.comm, tallies)
     n_profiles = len(screened.usable)
+    rows = np.concatenate([np.zeros((0, 4), dtype=np.int64), *(r for r, _ in shards)])
+    where = rows[:, 0]
     n_values = np.zeros(n_profiles + 1, dtype=np.int64)
     n_ctxs = np.zeros(n_profiles + 1, dtype=np.int64)
     trace_counts = np.full(n_profiles, -1, dtype=np.int64)
-    low: int | None = None
-    high: int | None = None
-    for shard in shards:
-        for where, nv, nc, nt, span in shard:
-            n_values[where + 1], n_ctxs[where + 1], trace_counts[where] = nv, nc, nt
-            if span is not None:
-                low = span[0] if low is None else min(low, span[0])
-                high = span[1] if high is None else max(high, span[1])
-    infos = [profiledb.ProfileInfo(is_summary=True, id_tuple=None)] + [
+    n_values[where + 1], n_ctxs[where + 1], trace_counts[where] = rows[:, 1], rows[:, 2], rows[:, 3]
+    spans = [span for _, span in shards if span is not None]
+    low = min(s[0] for s in spans) if spans else None
+    high = max(s[1] for s in spans) if spans else None
+    state.layout = ProfileLayout(infos, n_values, n_ctxs, trace_counts, (low, high))
+
+
+def _real_infos(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:
+    """The profiles' infos with their id tuples (logical ids made dense by ``id_tuples``)."""
+    return [
         profiledb.ProfileInfo(
             is_summary=False,
             id_tuple=tuple(
@@ -432,9 +450,24 @@ def _share_sizes(state: Analysis) -> None:
                 for e in elements
             ),
         )
-        for elements in id_tuples([b.id_tuple for b in screened.usable])
+        for elements in id_tuples(raw)
     ]
-    state.layout = ProfileLayout(infos, n_values, n_ctxs, trace_counts, (low, high))
+
+
+def _stand_ins(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:
+    """Infos whose id tuples have the profiles' lengths, all zeros: where every block of
+    profile.db goes depends on the tuples' lengths only, and only rank 0 writes their bytes
+    (the head). One shared object a length: no per-profile work beyond a lookup."""
+    blank: dict[int, profiledb.ProfileInfo] = {}
+    out = []
+    for elements in raw:
+        n = len(elements)
+        info = blank.get(n)
+        if info is None:
+            zero = profiledb.IdTupleElement(0, False, 0, 0)
+            info = blank[n] = profiledb.ProfileInfo(is_summary=False, id_tuple=(zero,) * n)
+        out.append(info)
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,6 +87,8 @@ class Plan:
 class ProfileLayout:
     """Every profile's block and trace sizes, all-gathered: the offsets of every write."""
 
+    # rank 0: every profile's info; other ranks: stand-ins with id tuples of the same lengths
+    # (they place every block alike; only rank 0 writes the head, pipeline._stand_ins)
     infos: list[profiledb.ProfileInfo]
     n_values: npt.NDArray[np.int64]  # per profile.db index (0: the summary, sized last)
     n_ctxs: npt.NDArray[np.int64]
