@@ -13,7 +13,10 @@ once per round, the rounds interleave the plain run with the profiled ones in a 
   the whole command's wall time (start-up included);
 - attribution error: the largest difference, in percentage points, between the share of each
   named function in the tool's profile (inclusive, over the named functions) and its share in the
-  workload's own measurement, median over rounds.
+  workload's own measurement, median over rounds; beside it, the same error for a perfect
+  sampler that takes as many samples (rate x the work's CPU time) of the workload's true split,
+  median over simulated draws: the floor that the sampling rate itself sets (at 200 Hz and 1 s
+  of work about 3 points), so a tool's error is read against it.
 
 Workloads: ``one-thread`` (three functions with 1:2:3 work), ``three-threads`` (three threads
 doing 1:2:3), ``numpy`` (``np.sort``, a matrix product and a Python loop; one BLAS thread).
@@ -45,6 +48,7 @@ import collections
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -342,6 +346,20 @@ def run_one(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def perfect_error(shares: dict[str, float], samples: list[int], trials: int = 400) -> str:
+    """The attribution error (points, median over trials) of a sampler that makes no mistake
+    but takes ``samples`` samples (the median over rounds) of work split as ``shares``: the
+    floor that sampling itself sets at a rate, against which the tools' errors are read."""
+    n = max(1, int(statistics.median(samples)))
+    names, weights = list(shares), list(shares.values())
+    draw = random.Random(16)
+    worst = []
+    for _ in range(trials):
+        counts = collections.Counter(draw.choices(names, weights, k=n))
+        worst.append(100 * max(abs(counts[name] / n - shares[name]) for name in names))
+    return f"{statistics.median(worst):.1f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -388,6 +406,7 @@ def main() -> int:
     wall_ratio: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
     cpu_ratio: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
     errors: dict[tuple[str, str, int], list[float]] = collections.defaultdict(list)
+    perfect: dict[tuple[str, int], tuple[dict[str, float], list[int]]] = {}
     plain_work: dict[str, list[float]] = collections.defaultdict(list)
     loads = []
     work = Path(tempfile.mkdtemp(prefix="pyrun-bench-"))
@@ -474,6 +493,9 @@ def main() -> int:
                         errors[(w, tool, rate)].append(
                             100 * max(abs(shares.get(n, 0.0) - s) for n, s in truth_shares.items())
                         )
+                        # what a perfect sampler's error would be: the samples it would take
+                        entry = perfect.setdefault((w, rate), (truth_shares, []))
+                        entry[1].append(round(rate * work_cpu))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     machine = f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
@@ -484,6 +506,7 @@ def main() -> int:
     columns = (
         "workload", "tool", "rate (Hz)", "plain work (s)", "work time ratio",
         "process CPU ratio", "command wall ratio", "attribution error (points)",
+        "perfect sampler's error (points)",
     )  # fmt: skip
     print("| " + " | ".join(columns) + " |")
     print("|" + " --- |" * len(columns))
@@ -499,6 +522,7 @@ def main() -> int:
             f"{statistics.median(work_ratio[key]):.3f}", f"{statistics.median(cpu_ratio[key]):.3f}",
             f"{statistics.median(wall_ratio[key]):.3f}",
             f"{statistics.median(error):.1f}" if error else "n/a",
+            perfect_error(*perfect[(workload, rate)]) if (workload, rate) in perfect else "n/a",
         )  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     return 0
