@@ -2,9 +2,10 @@
 
 Native threads Python never started are found by the engine's monitor, which looks every 20 to
 100 ms: a thread that lives less than that may end unseen, and its CPU time is then in no
-profile. A C library built here (gcc) starts 50 threads one after the other, each burning 20 ms
+profile. A C library built here (gcc) starts threads one after the other, each burning a few ms
 of CPU time, and returns the sum of their own CPU clocks read at their ends: what the profiles
-of those threads miss is known, and pyrun must say about as much on stderr. A program whose
+of those threads miss is known, and pyrun must say about as much on stderr; threads of 100 ms
+that replace each other (their number never moves) must all be found. A program whose
 threads all live long (Python threads, an OpenBLAS pool) must hear nothing. The engine's figures
 are read from the counts ``PYHPCTK_PYRUN_DEBUG=1`` prints at exit.
 
@@ -67,7 +68,8 @@ import ctypes, json, sys
 lib = ctypes.CDLL(sys.argv[1])
 lib.bursts.restype = ctypes.c_double
 lib.bursts.argtypes = [ctypes.c_int, ctypes.c_double]
-json.dump({"native_cpu": lib.bursts(50, 0.02)}, open(sys.argv[2], "w"))
+count, seconds = int(sys.argv[2]), float(sys.argv[3])
+json.dump({"native_cpu": lib.bursts(count, seconds)}, open(sys.argv[4], "w"))
 """
 
 LONG_LIVED = """\
@@ -142,7 +144,9 @@ def _measure(
 def test_short_native_threads_cpu_time_is_told_about_as_much_as_the_profiles_miss(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], library: Path
 ) -> None:
-    per_thread, truth, err, counts = _measure(tmp_path, capfd, BURSTS, "CPUTIME@1000", str(library))
+    per_thread, truth, err, counts = _measure(
+        tmp_path, capfd, BURSTS, "CPUTIME@1000", str(library), "200", "0.005"
+    )
     native = truth["native_cpu"]
     assert native == pytest.approx(1.0, rel=0.05), native
     # what the profiles of the native threads miss (thread 0 is the main thread, which only
@@ -161,11 +165,31 @@ def test_short_native_threads_cpu_time_is_told_about_as_much_as_the_profiles_mis
     assert float(told[1]) >= native
 
 
+def test_native_threads_replaced_one_by_one_are_found(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], library: Path
+) -> None:
+    """Ten threads of 100 ms, each started as the last one ends: the number of threads never
+    moves, yet each is found within a poll (listing the threads only when their number changed
+    missed half of their time)."""
+    per_thread, truth, err, counts = _measure(
+        tmp_path, capfd, BURSTS, "CPUTIME@1000", str(library), "10", "0.1"
+    )
+    native = truth["native_cpu"]
+    assert native == pytest.approx(1.0, rel=0.05), native
+    found = sum(cpu for thread, cpu in per_thread.items() if thread != 0)
+    assert len(per_thread) >= 11, per_thread
+    assert found > 0.85 * native, (found, native, per_thread)
+    assert counts["cpu_unsampled_ns"] * 1e-9 < 0.15 * native, counts
+    assert not LINE.findall(err), err
+
+
 def test_with_wall_clock_events_only_no_cpu_time_is_said_to_be_missing(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], library: Path
 ) -> None:
     """No thread's CPU time is sampled then, so none is missing from a CPU profile."""
-    _, truth, err, counts = _measure(tmp_path, capfd, BURSTS, "REALTIME@1000", str(library))
+    _, truth, err, counts = _measure(
+        tmp_path, capfd, BURSTS, "REALTIME@1000", str(library), "50", "0.02"
+    )
     assert truth["native_cpu"] > 0.5
     assert not LINE.findall(err), err
     assert "cpu_unsampled_ns" not in counts

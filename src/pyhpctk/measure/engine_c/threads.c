@@ -10,11 +10,11 @@
  *
  * Python threads arm their own timers when they start (pyrun's thread hook). Every other thread
  * (BLAS and OpenMP pools, threads of C++ libraries) is found by the monitor, a native thread
- * with every signal blocked: it checks the number of threads (the link count of
- * /proc/self/task) every 20 ms while threads or modules come and go, backing off to every
- * 100 ms once they have not for a while, and lists /proc/self/task when that changed or every
- * MONITOR_FULL_SCAN_NS anyway; a new thread gets a slot and timers, created from the monitor
- * (timer_create may name any thread of the process), and a thread gone from the list is
+ * with every signal blocked: it lists /proc/self/task every 20 ms while threads or modules come
+ * and go, backing off to every 100 ms once they have not for a while (the number of threads,
+ * the link count of the directory, tells the native frames' refresh that stacks came or went
+ * before the listing arms the newcomers); a new thread gets a slot and timers, created from
+ * the monitor (timer_create may name any thread of the process), and a thread gone from the list is
  * disarmed and marked ended. A thread found after measurement began counts its CPU time from
  * its creation (its clock starts at 0); threads that existed before count from the start.
  *
@@ -41,7 +41,6 @@
 
 #define MONITOR_POLL_MIN_NS 20000000ll  /* thread count check, while threads come and go */
 #define MONITOR_POLL_MAX_NS 100000000ll /* ... and once they have not for a while */
-#define MONITOR_FULL_SCAN_NS 200000000ll /* full listing even when the count did not change */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t monitor_thread;
@@ -313,12 +312,14 @@ static void close_task_dir(void) {
     monitor_dir_fd = -1;
 }
 
-/* List /proc/self/task: new threads get slots and timers, vanished ones are marked ended. */
-static void scan_threads(int initial) {
+/* List /proc/self/task: new threads get slots and timers, vanished ones are marked ended.
+ * Returns whether a thread was found or lost (the monitor then polls quickly). */
+static int scan_threads(int initial) {
     static uint8_t seen[ENGINE_MAX_SLOTS];
     uint8_t ended_seen[sizeof(engine.ended_tid) / sizeof(pid_t)] = {0};
+    int changed = 0;
     DIR *dir = opendir("/proc/self/task");
-    if (dir == NULL) return;
+    if (dir == NULL) return 0;
     engine_lock();
     memset(seen, 0, sizeof(seen));
     struct dirent *entry;
@@ -345,6 +346,7 @@ static void scan_threads(int initial) {
                 engine_free_slot(slot);
                 continue;
             }
+            changed = 1;
         }
         seen[slot - engine_slots] = 1;
     }
@@ -357,9 +359,11 @@ static void scan_threads(int initial) {
         if (atomic_load(&slot->state) == SLOT_LIVE && !seen[i] && !excluded(slot->tid)) {
             engine_disarm(slot);
             atomic_store_explicit(&slot->state, SLOT_ENDED, memory_order_release);
+            changed = 1;
         }
     }
     engine_unlock();
+    return changed;
 }
 
 static void *monitor_main(void *unused) {
@@ -368,22 +372,23 @@ static void *monitor_main(void *unused) {
     __atomic_store_n(&engine.monitor_tid, engine_gettid(), __ATOMIC_RELEASE);
     open_task_dir();
     int last_count = -1;
-    int64_t last_scan = 0, pause_ns = MONITOR_POLL_MIN_NS;
+    int64_t pause_ns = MONITOR_POLL_MIN_NS;
     while (!atomic_load(&monitor_stop)) {
         struct timespec pause = {0, (long)pause_ns};
         nanosleep(&pause, NULL);
         if (atomic_load(&monitor_stop)) break;
         int count = task_count();
-        int64_t now = engine_clock_ns(CLOCK_MONOTONIC);
         /* modules dlopen'ed or dlclose'd, and new threads' stacks, before they are sampled */
         int modules = engine.native ? engine_native_refresh(count != last_count) : 0;
-        if (count != last_count || now - last_scan >= MONITOR_FULL_SCAN_NS) {
-            scan_threads(0);
-            last_scan = now;
-        }
+        /* listed at every poll, not only when the count moved: a thread that ends while
+         * another starts leaves the count as it was (a program that runs short native
+         * threads one after another would go unseen; account.c counts what is missed) */
+        int changed = scan_threads(0);
+        if (changed && count == last_count && engine.native)
+            modules |= engine_native_refresh(1); /* the newcomers' stacks */
         /* each wake-up costs tens of microseconds of CPU on a virtual machine: poll quickly
          * while threads or modules come and go, then back off */
-        if (count != last_count || modules) pause_ns = MONITOR_POLL_MIN_NS;
+        if (count != last_count || changed || modules) pause_ns = MONITOR_POLL_MIN_NS;
         else if (pause_ns < MONITOR_POLL_MAX_NS) pause_ns *= 2;
         if (pause_ns > MONITOR_POLL_MAX_NS) pause_ns = MONITOR_POLL_MAX_NS;
         last_count = count;
