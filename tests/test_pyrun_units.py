@@ -586,3 +586,14 @@ def test_a_thread_the_engine_saw_end_is_written_and_forgotten_at_the_drain(tmp_p
     assert ident not in session.states
     (written,) = tmp_path.glob("*.hpcrun")
     assert written.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "period"),
+    [("", 0.1), ("0.5", 0.5), ("2", 2.0), ("0.001", 0.1), ("5", 0.1), ("fast", 0.1)],
+)
+def test_drain_period_is_the_default_unless_a_benchmark_sets_a_sane_one(
+    monkeypatch: pytest.MonkeyPatch, value: str, period: float
+) -> None:
+    monkeypatch.setenv(engine.ENV_DRAIN_PERIOD, value)
+    assert engine.drain_period() == period

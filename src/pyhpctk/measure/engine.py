@@ -45,6 +45,8 @@ ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, n
 NATIVE_BIT = 1 << 63  # drain(): a native frame's ip is NATIVE_BIT | lm << 48 | offset
 NATIVE_OFFSET_MASK = (1 << 48) - 1
 DRAIN_PERIOD_S = 0.1
+# benchmarks: another drain period (s, 0.01 to 2), to weigh what each wake-up of the drain costs
+ENV_DRAIN_PERIOD = "PYHPCTK_PYRUN_DRAIN_S"
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
 
@@ -55,6 +57,16 @@ FIELD_CPU, FIELD_WALL = 0, 1
 # The process's CPU time in no profile is told when it is above both (EngineSampler.report).
 UNSAMPLED_MIN_S = 0.05
 UNSAMPLED_MIN_SHARE = 0.05
+
+
+def drain_period() -> float:
+    """Seconds between two drains: :data:`DRAIN_PERIOD_S`, or what ``PYHPCTK_PYRUN_DRAIN_S``
+    says (benchmarks; a value that is not a number from 0.01 to 2 is ignored)."""
+    try:
+        period = float(os.environ.get(ENV_DRAIN_PERIOD, ""))
+    except ValueError:
+        return DRAIN_PERIOD_S
+    return period if 0.01 <= period <= 2.0 else DRAIN_PERIOD_S
 
 
 def load_engine() -> tuple[ModuleType | None, str]:

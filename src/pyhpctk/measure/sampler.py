@@ -263,7 +263,8 @@ class SamplerThread:
         checkpoint = self.options.checkpoint_s
         failures = 0
         try:
-            while not stop.acquire(True, engine.DRAIN_PERIOD_S):
+            period = engine.drain_period()
+            while not stop.acquire(True, period):
                 try:
                     with self.lock:
                         if not self.finished:
