@@ -98,7 +98,7 @@ def sized(work: Callable[[int], None], seconds: float) -> int:
     return size
 
 
-SAMPLES: list[int] = []  # the engine's samples of the threads alive at a measured phase's end
+SAMPLES: list[int] = []  # samples a measured phase took in the threads alive at its end
 
 
 def measured_phase(work: Callable[[int], None], size: int, rate: int) -> tuple[float, float]:
@@ -108,8 +108,9 @@ def measured_phase(work: Callable[[int], None], size: int, rate: int) -> tuple[f
     if session.engine is None:
         raise SystemExit("pyrun_ab.py: the sampling engine is not built here (make env)")
     try:
+        before = session.engine.module.stats()["samples"]
         took = timed(work, size)
-        SAMPLES.append(session.engine.module.stats()["samples"])
+        SAMPLES.append(session.engine.module.stats()["samples"] - before)
         return took
     finally:
         runtime.stop(session)
