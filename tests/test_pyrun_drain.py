@@ -83,9 +83,9 @@ def test_grouped_samples_keep_every_nanosecond_and_their_paths(
     (debug,) = re.findall(r"pyrun: sampling engine in pid \d+: (.*)", capfd.readouterr().err)
     counts = {name: int(value) for name, value in re.findall(r"(\w+) (-?\d+)", debug)}
     (main,) = [p for p in read_profiles(out) if p.thread == 0]
-    # grouping happened: far fewer entries than samples
+    # grouping happened: fewer entries than samples (without it, about one per sample)
     assert counts["samples"] > 500, counts
-    assert counts["drain_entries"] < counts["samples"] / 2, counts
+    assert counts["drain_entries"] < 0.75 * counts["samples"], counts
     # every sample's CPU time is in the profile, to the records' nanosecond
     assert main.total(CPU) == pytest.approx(counts["cpu_sampled_ns"] * 1e-9, abs=1e-3)
     # each function's self time as the program measured it (h's own time is f's and g's)
