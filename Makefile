@@ -55,7 +55,8 @@ test: lint typecheck unit test-engine
 # .venv-3.13) where `pip install -e .` builds the engine for that version. The interpreters
 # come from pyenv (`pyenv prefix 3.12`) or from PATH (python3.12).
 ENGINE_PYTHONS ?= 3.12 3.13
-ENGINE_TESTS ?= tests/test_pyrun_engine.py tests/test_pyrun_native.py tests/test_pyrun_unsampled.py
+ENGINE_TESTS ?= tests/test_pyrun_engine.py tests/test_pyrun_native.py tests/test_pyrun_unsampled.py \
+	tests/test_pyrun_drain.py
 ENGINE_SOURCES := setup.py pyproject.toml $(wildcard src/pyhpctk/measure/engine_c/*)
 
 test-engine: $(STAMP)

@@ -27,7 +27,16 @@ engine = [
         "pyhpctk.measure._engine",
         sources=[
             f"{ENGINE_DIR}/{name}.c"
-            for name in ("module", "handler", "threads", "unwind", "modules", "natives", "account")
+            for name in (
+                "module",
+                "entries",
+                "handler",
+                "threads",
+                "unwind",
+                "modules",
+                "natives",
+                "account",
+            )
         ],
         depends=[f"{ENGINE_DIR}/engine.h"],
         extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

@@ -270,7 +270,12 @@ class EngineSampler:
             new_node = cct.new_child
             nodes = state.path_nodes
             append = nodes.append
-            values = cct.values_of(kind)
+            values = cct.values_of(kind)  # KindValues.add, inlined: the loop runs per entry
+            slot_of = values.slot_of
+            slot_get = slot_of.get
+            sums = values.values
+            width = values.kind.width
+            zeros = [0.0] * width
             node = nodes[-1] if nodes else cct.fence
             self.entries += len(entries)
             times = state.trace_times
@@ -292,7 +297,11 @@ class EngineSampler:
                 for metric, field in rules[timer][gil]:
                     value = wall if field else cpu
                     if value > 0:
-                        values.add(node, metric, value * 1e-9)
+                        slot = slot_get(node)
+                        if slot is None:
+                            slot = slot_of[node] = len(slot_of)
+                            sums.extend(zeros)
+                        sums[slot * width + metric] += value * 1e-9
                 if tracing and timer != TIMER_END:
                     cct.retained[node] = 1
                     last = when if when > last else last

@@ -270,6 +270,13 @@ void engine_modules_forget_lms(void);
 #define NATIVE_SUPPORTED 0
 #endif
 
+/* module.c, entries.c: drain()'s entries */
+uint64_t engine_frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated_fid);
+#ifdef Py_PYTHON_H
+PyObject *engine_slot_entries(Slot *slot, const uint8_t *at, size_t bytes, uint32_t count,
+                              int64_t unknown_fid, int64_t truncated_fid);
+#endif
+
 /* natives.c */
 void engine_forget_modules(void);
 void engine_note_module(uint32_t id);

@@ -12,8 +12,9 @@
  *  3. turn each record's frames into fid << 32 | line (a (code, instruction) -> line cache in
  *     front of PyCode_Addr2Line), keep each thread's resolved path, and return per thread a
  *     list of entries (common, new ips, timer, GIL state, CPU ns, wall ns, time ns): an entry
- *     shares its first `common` frames with the previous one and names the rest. Consecutive
- *     samples with the same path, timer and GIL state are summed unless tracing.
+ *     shares its first `common` frames with the previous one and names the rest. Unless
+ *     tracing, the samples of one drain with the same path, timer and GIL state are one entry
+ *     (entries.c).
  * Code objects stay pinned for the life of the measurement, as the FunctionTable keeps them.
  */
 #define PY_SSIZE_T_CLEAN
@@ -236,16 +237,9 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
     return nslots;
 }
 
-/* -- phase 3: resolved paths and entries --------------------------------------------------------- */
+/* -- phase 3: resolved frames (the entries: entries.c) ------------------------------------------ */
 
-typedef struct {
-    uint32_t common, nips;
-    size_t ips; /* index into the ip buffer */
-    int timer, gil;
-    int64_t cpu, wall, time;
-} Entry;
-
-static uint64_t frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated_fid) {
+uint64_t engine_frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated_fid) {
     if (frame->code == CODE_TRUNCATED) return (uint64_t)truncated_fid << 32;
     if (IS_NATIVE(frame->code)) return engine_native_ip(frame->instr, NATIVE_OFFSET(frame->code));
     CodeEntry *entry = code_find(frame->code);
@@ -253,91 +247,6 @@ static uint64_t frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated
         return (uint64_t)unknown_fid << 32;
     if (entry->fid == 0) return 0; /* pyrun's own frames */
     return ((uint64_t)entry->fid << 32) | (uint32_t)line_of(entry->code, frame->instr);
-}
-
-static PyObject *slot_entries(Slot *slot, StagedSlot *staged, int64_t unknown_fid,
-                              int64_t truncated_fid) {
-    Entry *entries = calloc(staged->count ? staged->count : 1, sizeof(Entry));
-    uint64_t *ips = NULL;
-    size_t nips = 0, ips_cap = 0;
-    Py_ssize_t n = 0;
-    PyObject *list = NULL;
-    if (entries == NULL) return PyErr_NoMemory();
-    uint8_t *at = staging + staged->offset, *end = at + staged->bytes;
-    for (; at < end; at += ((RecordHeader *)at)->words * 8) {
-        RecordHeader *record = (RecordHeader *)at;
-        RawFrame *frames = (RawFrame *)(at + sizeof(RecordHeader));
-        uint32_t common = record->common;
-        for (uint32_t d = slot->raw_depth; d < common; d++) /* never: the producer is in step */
-            slot->resolved_at[d + 1] = slot->resolved_at[slot->raw_depth];
-        uint32_t k = slot->resolved_at[common], old = slot->resolved_depth;
-        uint32_t first_diff = UINT32_MAX; /* the first resolved frame unlike the previous path */
-        for (uint32_t d = common; d < record->depth; d++) {
-            uint64_t ip = frame_ip(&frames[d - common], unknown_fid, truncated_fid);
-            if (ip) {
-                if ((k >= old || slot->resolved_ip[k] != ip) && k < first_diff) first_diff = k;
-                slot->resolved_ip[k++] = ip;
-            }
-            slot->resolved_at[d + 1] = k;
-        }
-        if (first_diff > k) first_diff = k;
-        if (first_diff > old) first_diff = old;
-        slot->raw_depth = record->depth;
-        slot->resolved_depth = k;
-        int timer = record->timer, gil = record->gil;
-        Entry *last = n ? &entries[n - 1] : NULL;
-        if (!engine.trace && last != NULL && first_diff == k && k == old &&
-            last->timer == timer && last->gil == gil) {
-            last->cpu += record->cpu_ns;
-            last->wall += record->wall_ns;
-            continue;
-        }
-        if (nips + (k - first_diff) > ips_cap) {
-            ips_cap = 2 * (nips + (k - first_diff)) + 64;
-            uint64_t *grown = realloc(ips, ips_cap * sizeof(uint64_t));
-            if (grown == NULL) goto fail;
-            ips = grown;
-        }
-        Entry *entry = &entries[n++];
-        entry->common = first_diff;
-        entry->nips = k - first_diff;
-        entry->ips = nips;
-        memcpy(ips + nips, slot->resolved_ip + first_diff, entry->nips * sizeof(uint64_t));
-        nips += entry->nips;
-        entry->timer = timer;
-        entry->gil = gil;
-        entry->cpu = record->cpu_ns;
-        entry->wall = record->wall_ns;
-        entry->time = record->time_ns;
-    }
-    list = PyList_New(n);
-    if (list == NULL) goto fail;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Entry *entry = &entries[i];
-        PyObject *path = PyTuple_New(entry->nips);
-        if (path == NULL) goto fail;
-        for (uint32_t j = 0; j < entry->nips; j++) {
-            PyObject *ip = PyLong_FromUnsignedLongLong(ips[entry->ips + j]);
-            if (ip == NULL) {
-                Py_DECREF(path);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(path, j, ip);
-        }
-        PyObject *item = Py_BuildValue("(INiiLLL)", entry->common, path, entry->timer, entry->gil,
-                                       (long long)entry->cpu, (long long)entry->wall,
-                                       (long long)entry->time);
-        if (item == NULL) goto fail;
-        PyList_SET_ITEM(list, i, item);
-    }
-    free(entries);
-    free(ips);
-    return list;
-fail:
-    Py_XDECREF(list);
-    free(entries);
-    free(ips);
-    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 }
 
 /* -- code objects that die while a record names them -------------------------------------------- */
@@ -672,7 +581,8 @@ static PyObject *engine_drain(PyObject *module, PyObject *args) {
     if (result == NULL) goto done;
     for (Py_ssize_t i = 0; i < nslots; i++) {
         Slot *slot = &engine_slots[staged[i].slot];
-        PyObject *entries = slot_entries(slot, &staged[i], unknown_fid, truncated_fid);
+        PyObject *entries = engine_slot_entries(slot, staging + staged[i].offset, staged[i].bytes,
+                                                staged[i].count, unknown_fid, truncated_fid);
         if (entries == NULL) {
             Py_CLEAR(result);
             goto done;
