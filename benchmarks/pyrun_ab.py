@@ -36,10 +36,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+for path in (SRC, HERE):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from pyrun_cpu import pin_cpus  # noqa: E402  (beside this script)
 
 from pyhpctk.measure import runtime  # noqa: E402
 from pyhpctk.measure.events import EventSpec  # noqa: E402
@@ -149,11 +153,7 @@ def main() -> int:
     parser.add_argument("--cpus", default="", help="pin this process, e.g. 2-5")
     args = parser.parse_args()
     if args.cpus:
-        chosen: set[int] = set()
-        for part in args.cpus.split(","):
-            low, _, high = part.partition("-")
-            chosen.update(range(int(low), int(high or low) + 1))
-        os.sched_setaffinity(0, chosen)
+        pin_cpus(args.cpus)
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:

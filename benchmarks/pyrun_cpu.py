@@ -346,6 +346,16 @@ def run_one(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def pin_cpus(spec: str) -> None:
+    """Pin this process (and the children it starts) to the processors ``spec`` names:
+    ``2-5``, ``3,4``, ``0-1,6``."""
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        chosen.update(range(int(low), int(high or low) + 1))
+    os.sched_setaffinity(0, chosen)
+
+
 def perfect_error(shares: dict[str, float], samples: list[int], trials: int = 400) -> str:
     """The attribution error (points, median over trials) of a sampler that makes no mistake
     but takes ``samples`` samples (the median over rounds) of work split as ``shares``: the
@@ -378,11 +388,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.cpus:
-        chosen: set[int] = set()
-        for part in args.cpus.split(","):
-            low, _, high = part.partition("-")
-            chosen.update(range(int(low), int(high or low) + 1))
-        os.sched_setaffinity(0, chosen)  # children inherit it
+        pin_cpus(args.cpus)  # children inherit it
     tools = args.tools.split(",")
     rates = [int(r) for r in args.rates.split(",")]
     workloads = args.workloads.split(",")
