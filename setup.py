@@ -13,8 +13,9 @@ import sysconfig
 
 from setuptools import Extension, setup
 
-HOOK_PARTS = ("", "_sites", "_buffers", "_records", "_syncs")  # callback, sites, buffers,
-# per record, synchronizations timed at the API
+# The C hook's parts, _cuptihook{part}.c: the callback, call sites, operations and modules handed
+# to the monitor, activity buffers, per-record work, synchronizations timed at the API.
+HOOK_PARTS = ("", "_sites", "_queues", "_buffers", "_records", "_syncs")
 ENGINE_DIR = "src/pyhpctk/measure/engine_c"
 ENGINE_SUPPORTED = (
     sys.platform == "linux"

@@ -8,8 +8,9 @@
  * - API entry of a GPU operation (launch, copy, memset, sync, alloc, free): the calling thread
  *   looks up its call site (the program's frames, _cuptihook_sites.c) among the sites it
  *   remembers. A known site with a token for this kind, in the current epoch: the operation
- *   (correlation id, token) goes into the thread's own lock-free chunk list, no Python runs
- *   and, where the interpreter's frames can be read directly, the GIL is not taken. Otherwise
+ *   (correlation id, token) goes into the thread's own lock-free chunk list
+ *   (_cuptihook_queues.c), no Python runs and, where the interpreter's frames can be read
+ *   directly, the GIL is not taken. Otherwise
  *   the Python slow path (GpuMonitor.operation_token) unwinds, records the operation itself and
  *   returns the token to remember (-1: none).
  * - A driver API call made inside a runtime API call of ours (cudaLaunchKernel calls
@@ -21,22 +22,23 @@
  *   claimed, and forgets them after a few buffers (GpuStats.inner_matched counts any match).
  * - With sync=api, a synchronization's entry and exit are timed here and give the SYNC row
  *   CUPTI's SYNCHRONIZATION records gave (_cuptihook_syncs.c).
- * - MODULE_LOADED: the cubin is copied into a queue; Python takes it on the monitor thread.
+ * - MODULE_LOADED: the cubin is copied into a queue (_cuptihook_queues.c); Python takes it on
+ *   the monitor thread.
  * - Everything else the Python side asked for (PC sampling needs context creation and kernel
  *   exits) goes to a Python callable, with the GIL.
  *
- * Single producer (the application thread), single consumer (the monitor thread's drain()):
- * each thread's chunks are published with release stores and read with acquire loads; the
- * list of threads is guarded by a mutex taken once per new thread and once per drain.
+ * The parts: this file is the callback, its configuration and the module's Python face;
+ * _cuptihook_sites.c each thread's call sites; _cuptihook_queues.c the operations and modules
+ * handed to the monitor thread (per-thread chunk lists, drain(), take_modules());
+ * _cuptihook_syncs.c synchronizations timed at the API; _cuptihook_buffers.c CUPTI's activity
+ * buffers; _cuptihook_records.c the monitor's per-record work.
  *
- * No CUDA header is needed: the few CUPTI declarations used are in _cuptihook.h. Activity
- * buffers are _cuptihook_buffers.c.
+ * No CUDA header is needed: the few CUPTI declarations used are in _cuptihook.h.
  */
 #include "_cuptihook.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef void (*callback_fn)(void *, int, uint32_t, const void *);
@@ -53,51 +55,6 @@ typedef int (*unsubscribe_fn)(void *);
 #define CLONE_TAG (1ULL << 62)      /* operations.CLONE_TAG: clone id, token = original id */
 #define INNER_TAG (1ULL << 61)      /* operations.INNER_TAG: a driver call inside a runtime
                                      * call, token = the runtime call's */
-
-/* -- per-thread operation chunks ----------------------------------------------------------- */
-
-typedef struct {
-    uint64_t correlation;
-    int64_t token;
-} Record;
-
-#define CHUNK_RECORDS 4096
-
-typedef struct Chunk {
-    struct Chunk *next; /* published (release) once the producer has moved on */
-    uint32_t count;     /* records written (release by the producer) */
-    uint32_t pad;
-    Record records[CHUNK_RECORDS];
-} Chunk;
-
-_Static_assert(offsetof(Chunk, next) == offsetof(HookChunk, next) &&
-                   offsetof(Chunk, count) == offsetof(HookChunk, count),
-               "a Chunk starts with a HookChunk");
-
-struct Ring {
-    Chunk *head;        /* consumer */
-    uint32_t read;      /* consumer: records taken from head */
-    Chunk *tail;        /* producer */
-    int dead;           /* the thread ended (release); the consumer frees the ring */
-    int nheld;          /* the dead thread's cached references (code objects), */
-    PyObject **held;    /* released by the consumer, which holds the GIL */
-    struct Ring *next;  /* the list of rings (under rings_lock) */
-};
-
-static pthread_key_t ring_key;
-static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
-static Ring *rings;
-
-/* -- module queue -------------------------------------------------------------------------- */
-
-typedef struct Module {
-    struct Module *next;
-    size_t size;
-    char data[];
-} Module;
-
-static pthread_mutex_t modules_lock = PTHREAD_MUTEX_INITIALIZER;
-static Module *modules_head, *modules_tail;
 
 /* -- configuration (written by configure() with the GIL, before the subscription) ---------- */
 
@@ -118,63 +75,12 @@ HookCounts hook_counts;
 
 /* -- producer side ------------------------------------------------------------------------- */
 
-static void ring_destructor(void *value) {
-    Ring *ring = (Ring *)value;
-    /* No GIL here: the references go to the consumer, which releases them. */
-    ring->held = hook_surrender(&ring->nheld);
-    hook_cache.ring = NULL;
-    __atomic_store_n(&ring->dead, 1, __ATOMIC_RELEASE);
-}
-
-static Ring *thread_ring(void) {
-    if (hook_cache.ring != NULL)
-        return hook_cache.ring;
-    Ring *ring = calloc(1, sizeof(Ring));
-    Chunk *chunk = calloc(1, sizeof(Chunk));
-    if (ring == NULL || chunk == NULL) {
-        free(ring);
-        free(chunk);
-        return NULL;
-    }
-    ring->head = ring->tail = chunk;
-    pthread_mutex_lock(&rings_lock);
-    ring->next = rings;
-    rings = ring;
-    pthread_mutex_unlock(&rings_lock);
-    pthread_setspecific(ring_key, ring);
-    hook_cache.ring = ring;
-    return ring;
-}
-
-static void push(uint64_t correlation, int64_t token) {
-    Ring *ring = thread_ring();
-    if (ring == NULL) {
-        COUNT(lost);
-        return;
-    }
-    Chunk *tail = ring->tail;
-    uint32_t count = tail->count; /* only this thread writes it */
-    if (count == CHUNK_RECORDS) {
-        Chunk *fresh = calloc(1, sizeof(Chunk));
-        if (fresh == NULL) {
-            COUNT(lost);
-            return;
-        }
-        __atomic_store_n(&tail->next, fresh, __ATOMIC_RELEASE);
-        ring->tail = tail = fresh;
-        count = 0;
-    }
-    tail->records[count].correlation = correlation;
-    tail->records[count].token = token;
-    __atomic_store_n(&tail->count, count + 1, __ATOMIC_RELEASE);
-}
-
 /* With the GIL: the Python slow path for this operation; returns its token (-1: none). */
 static long long call_slow(int kind, int multi, uint64_t correlation) {
     PyObject *callable = slow_path;
     if (callable == NULL)
         return -1;
-    thread_ring(); /* registers the thread-exit destructor that releases the cache */
+    hook_thread_ring(); /* registers the thread-exit destructor that releases the cache */
     hook_cache.busy = 1;
     PyObject *result = PyObject_CallFunction(callable, "iKi", kind,
                                              (unsigned long long)correlation, multi);
@@ -199,7 +105,7 @@ static int frameless_hit(int kind, uint64_t correlation, int64_t now) {
     ThreadCache *cache = &hook_cache;
     if (!cache->frameless_ready || cache->frameless_epoch != now || cache->frameless_token[kind] < 0)
         return 0;
-    push(correlation, cache->frameless_token[kind]);
+    hook_push(correlation, cache->frameless_token[kind]);
     COUNT(fast);
     return 1;
 }
@@ -236,28 +142,6 @@ static void call_every(int domain, uint32_t cbid, int site, uint64_t correlation
     PyGILState_Release(gil);
 }
 
-static void queue_module(const ResourceData *resource) {
-    const ModuleResourceData *module = resource ? resource->resourceDescriptor : NULL;
-    if (module == NULL || module->pCubin == NULL || module->cubinSize == 0)
-        return;
-    Module *copy = malloc(sizeof(Module) + module->cubinSize);
-    if (copy == NULL) {
-        COUNT(lost);
-        return;
-    }
-    copy->next = NULL;
-    copy->size = module->cubinSize;
-    memcpy(copy->data, module->pCubin, module->cubinSize);
-    pthread_mutex_lock(&modules_lock);
-    if (modules_tail)
-        modules_tail->next = copy;
-    else
-        modules_head = copy;
-    modules_tail = copy;
-    pthread_mutex_unlock(&modules_lock);
-    COUNT(modules);
-}
-
 static int64_t record_operation(int kind, int multi, uint64_t correlation);
 
 /* A CUDA graph node's id (cuptiGetGraphNodeId; without libcupti, as in tests, the handle). */
@@ -283,7 +167,7 @@ static void graph_node(const ResourceData *resource, int cloned) {
     if (cloned) {
         uint64_t original = node_id(graph->originalNode);
         if (original != 0 && original < CLONE_TAG)
-            push(node | CLONE_TAG, (int64_t)original);
+            hook_push(node | CLONE_TAG, (int64_t)original);
         return;
     }
     record_operation(KIND_GRAPH_NODE, 0, node | NODE_TAG);
@@ -297,7 +181,7 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         if (cbid == graph_created_cbid || cbid == graph_cloned_cbid)
             graph_node((const ResourceData *)data, cbid == graph_cloned_cbid);
         else if (cbid == module_loaded_cbid)
-            queue_module((const ResourceData *)data);
+            hook_queue_module((const ResourceData *)data);
         else if (cbid == context_created_cbid && every_call != NULL)
             call_every(domain, cbid, 0, 0, data ? ((const ResourceData *)data)->context : NULL);
         return;
@@ -318,7 +202,7 @@ static void on_callback(void *userdata, int domain, uint32_t cbid, const void *d
         if (call->callbackSite == 0) { /* inside a runtime call of ours: its part */
             COUNT(inner);
             if (cache->outer_token >= 0 && every_call == NULL && !cache->busy)
-                push((uint64_t)call->correlationId | INNER_TAG, cache->outer_token);
+                hook_push((uint64_t)call->correlationId | INNER_TAG, cache->outer_token);
         }
         return;
     }
@@ -409,7 +293,7 @@ static int64_t record_operation(int kind, int multi, uint64_t correlation) {
         Site *site = hook_find(frames, depth, hash);
         if (site != NULL && site->epoch == now && site->token[kind] >= 0) {
             token = site->token[kind];
-            push(correlation, token);
+            hook_push(correlation, token);
             COUNT(fast);
             COUNT(chain);
             if (!gil.held)
@@ -571,104 +455,6 @@ static PyObject *py_bump(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(__atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE));
 }
 
-int hook_take_chunks(HookChunk **head, uint32_t *read, size_t item, size_t offset,
-                     HookTaken *out) {
-    for (;;) {
-        HookChunk *chunk = *head;
-        uint32_t count = __atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE);
-        if (count > *read) {
-            size_t take = count - *read;
-            if (out->used + take > out->capacity) {
-                size_t capacity = out->capacity;
-                while (out->used + take > capacity)
-                    capacity *= 2;
-                char *grown = realloc(out->data, capacity * item);
-                if (grown == NULL)
-                    return -1;
-                out->data = grown;
-                out->capacity = capacity;
-            }
-            memcpy(out->data + out->used * item, (char *)chunk + offset + *read * item,
-                   take * item);
-            out->used += take;
-            *read = count;
-        }
-        HookChunk *next = __atomic_load_n(&chunk->next, __ATOMIC_ACQUIRE);
-        if (next == NULL)
-            return 0;
-        if (__atomic_load_n(&chunk->count, __ATOMIC_ACQUIRE) != *read)
-            continue; /* written just before the move: take those first */
-        *head = next;
-        *read = 0;
-        free(chunk);
-    }
-}
-
-/* Every operation the fast path recorded since the last drain: bytes of (u64, i64) pairs. */
-static PyObject *py_drain(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-    HookTaken out = {malloc(4096 * sizeof(Record)), 0, 4096};
-    if (out.data == NULL)
-        return PyErr_NoMemory();
-    PyObject *released = NULL;
-    pthread_mutex_lock(&rings_lock);
-    Ring **link = &rings;
-    while (*link != NULL) {
-        Ring *ring = *link;
-        int dead = __atomic_load_n(&ring->dead, __ATOMIC_ACQUIRE);
-        if (hook_take_chunks((HookChunk **)&ring->head, &ring->read, sizeof(Record),
-                             offsetof(Chunk, records), &out) != 0) {
-            pthread_mutex_unlock(&rings_lock);
-            free(out.data);
-            return PyErr_NoMemory();
-        }
-        if (dead) {
-            *link = ring->next;
-            for (int i = 0; i < ring->nheld; i++) {
-                if (released == NULL)
-                    released = PyList_New(0);
-                if (released != NULL) /* freed after the lock: a finaliser may call CUDA */
-                    PyList_Append(released, ring->held[i]);
-                Py_DECREF(ring->held[i]);
-            }
-            free(ring->held);
-            free(ring->head);
-            free(ring);
-        } else {
-            link = &ring->next;
-        }
-    }
-    pthread_mutex_unlock(&rings_lock);
-    Py_XDECREF(released);
-    PyObject *result = PyBytes_FromStringAndSize(out.data, out.used * sizeof(Record));
-    free(out.data);
-    return result;
-}
-
-
-static PyObject *py_take_modules(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-    pthread_mutex_lock(&modules_lock);
-    Module *module = modules_head;
-    modules_head = modules_tail = NULL;
-    pthread_mutex_unlock(&modules_lock);
-    PyObject *list = PyList_New(0);
-    while (module != NULL) {
-        Module *next = module->next;
-        if (list != NULL) {
-            PyObject *bytes = PyBytes_FromStringAndSize(module->data, (Py_ssize_t)module->size);
-            if (bytes == NULL || PyList_Append(list, bytes) < 0)
-                Py_CLEAR(list);
-            Py_XDECREF(bytes);
-        }
-        free(module);
-        module = next;
-    }
-    return list;
-}
-
 static PyObject *py_stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -739,11 +525,11 @@ static PyObject *py_reset(PyObject *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "the CUPTI hook is subscribed: stop() it first");
         return NULL;
     }
-    PyObject *stale = py_drain(self, NULL); /* records of the old configuration: dropped */
+    PyObject *stale = hook_drain(self, NULL); /* records of the old configuration: dropped */
     if (stale == NULL)
         return NULL;
     Py_DECREF(stale);
-    Py_XDECREF(py_take_modules(self, NULL));
+    Py_XDECREF(hook_take_modules(self, NULL));
     hook_sync_reset();
     memset(table, 0, sizeof(table));
     Py_CLEAR(slow_path);
@@ -768,8 +554,8 @@ static PyMethodDef methods[] = {
      "subscribe(libcupti_path) -> callbacks CUPTI refused: the C callback becomes CUPTI's."},
     {"unsubscribe", py_unsubscribe, METH_NOARGS, "Stop receiving CUPTI callbacks."},
     {"bump", py_bump, METH_NOARGS, "Invalidate every thread's cached site (new epoch)."},
-    {"drain", py_drain, METH_NOARGS, "bytes of (u64 correlation, i64 token) pairs."},
-    {"take_modules", py_take_modules, METH_NOARGS, "The cubins loaded since the last call."},
+    {"drain", hook_drain, METH_NOARGS, "bytes of (u64 correlation, i64 token) pairs."},
+    {"take_modules", hook_take_modules, METH_NOARGS, "The cubins loaded since the last call."},
     {"stats", py_stats, METH_NOARGS,
      "Counters: fast (no Python), slow (Python), chain (fast, with frames), unlocked (fast,"
      " without the GIL), inner (driver calls inside runtime calls), nested (made by the slow"
@@ -837,7 +623,7 @@ static void after_fork_in_child(void) {
 }
 
 PyMODINIT_FUNC PyInit__cuptihook(void) {
-    if (pthread_key_create(&ring_key, ring_destructor) != 0)
+    if (hook_queues_init() != 0)
         return PyErr_Format(PyExc_OSError, "pthread_key_create failed");
     if (hook_sync_init() != 0)
         return PyErr_Format(PyExc_OSError, "pthread_key_create failed");

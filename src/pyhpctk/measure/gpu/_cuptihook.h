@@ -1,6 +1,9 @@
-/* What the parts of pyrun's C CUPTI hook share (_cuptihook.c, _cuptihook_sites.c,
- * _cuptihook_buffers.c, _cuptihook_records.c, _cuptihook_syncs.c): CUPTI's few declarations,
- * the per-thread cache, the counters.
+/* What the parts of pyrun's C CUPTI hook share: CUPTI's few declarations, the per-thread
+ * cache, the counters. The parts: _cuptihook.c (the callback, its configuration, the module's
+ * Python face), _cuptihook_sites.c (each thread's call sites), _cuptihook_queues.c (operations
+ * and modules handed to the monitor thread), _cuptihook_syncs.c (synchronizations timed at the
+ * API), _cuptihook_buffers.c (CUPTI's activity buffers), _cuptihook_records.c (the monitor's
+ * per-record work).
  */
 #ifndef PYHPCTK_CUPTIHOOK_H
 #define PYHPCTK_CUPTIHOOK_H
@@ -154,7 +157,8 @@ HOOK_HIDDEN PyObject *hook_record_offsets(PyObject *self, PyObject *args);
 HOOK_HIDDEN PyObject *hook_convert_records(PyObject *self, PyObject *args);
 HOOK_HIDDEN PyObject *hook_activity_sums(PyObject *self, PyObject *args);
 
-/* -- per-thread chunk lists (operations in _cuptihook.c, synchronizations in _cuptihook_syncs.c)
+/* -- per-thread chunk lists (operations in _cuptihook_queues.c, synchronizations in
+ * _cuptihook_syncs.c)
  * A producer thread appends items to its own list of chunks; the consumer, under the lists'
  * lock, takes what was written. Every chunk type starts with this head, its items at
  * ``offset``. */
@@ -174,6 +178,19 @@ typedef struct {
  * valid and holds what was taken so far). */
 HOOK_HIDDEN int hook_take_chunks(HookChunk **head, uint32_t *read, size_t item, size_t offset,
                                  HookTaken *out);
+
+/* -- operations and modules handed to the monitor thread (_cuptihook_queues.c) ------------- */
+
+HOOK_HIDDEN int hook_queues_init(void); /* at import: 0 or an errno */
+/* The calling thread's ring, made and registered on first use (NULL: out of memory); its
+ * thread-exit destructor hands the thread's cached references to the consumer. */
+HOOK_HIDDEN Ring *hook_thread_ring(void);
+/* An operation (correlation id, token) into the calling thread's ring. No GIL needed. */
+HOOK_HIDDEN void hook_push(uint64_t correlation, int64_t token);
+/* MODULE_LOADED: a copy of the cubin into the queue. No GIL needed. */
+HOOK_HIDDEN void hook_queue_module(const ResourceData *resource);
+HOOK_HIDDEN PyObject *hook_drain(PyObject *self, PyObject *unused);
+HOOK_HIDDEN PyObject *hook_take_modules(PyObject *self, PyObject *unused);
 
 /* -- synchronizations timed at the API (_cuptihook_syncs.c) -------------------------------- */
 
