@@ -17,7 +17,9 @@
  * - module.c: the Python module. drain() moves records out of the rings on a thread that holds
  *   the GIL, turns (code object, instruction) into fid << 32 | line through caches, and hands
  *   the Python side compact batches; a code watcher (3.12+) keeps code objects that a pending
- *   record names alive, and 3.11 validates them instead.
+ *   record names alive, and 3.11 validates them instead;
+ * - entries.c: drain()'s batches for one thread: records resolved into paths and, without
+ *   tracing, each drain's samples grouped by (path, timer, GIL state) into one entry a group.
  *
  * Ring discipline: one producer per ring (the handler on the slot's thread, or code on that
  * thread with the engine's signal blocked, or any thread once every timer is gone and no handler
