@@ -14,6 +14,14 @@ measures is the cost of sampling itself (signals, the handler, the drain's work,
 what it leaves out is start-up and the end (writing the profiles), which ``pyrun_cpu.py``'s
 command wall ratio shows, and any difference of memory layout that pyrun's imports make.
 
+Beside it, each quartet also runs the work under a *bare* timer signal (one-thread and numpy:
+a POSIX timer on the monotonic clock at the same rate, whose realtime signal goes to the main
+thread and runs an empty C handler; built here with ``cc``, skipped without one; the thread
+computes throughout, so the monotonic clock stands for its CPU clock, whose timers the kernel
+fires at its scheduler tick at best): the price the machine itself
+asks of any in-process sampler at that rate (on a virtual machine, tens of microseconds a
+signal), so that pyrun's cost reads as that floor plus pyrun's own work.
+
 Workloads: ``one-thread`` (a Python loop in one thread), ``three-threads`` (the same loop in
 three threads at once; the phase ends when all three have done their share), ``numpy``
 (``np.sort`` and a matrix product on one BLAS thread, and a Python loop). Rates in Hz.
@@ -25,10 +33,12 @@ three threads at once; the phase ends when all three have done their share), ``n
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -86,6 +96,58 @@ WORKLOADS: dict[str, Callable[[int], None]] = {
 }
 
 
+BARE = r"""
+#define _GNU_SOURCE
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+static volatile long count;
+static timer_t timer;
+static void handler(int s, siginfo_t *i, void *c) { (void)s; (void)i; (void)c; count++; }
+/* A timer every `period_ns` of the monotonic clock (the thread runs throughout a phase, and a
+ * timer on its CPU clock would fire at the scheduler's tick at best), its signal delivered to
+ * the calling thread and to an empty handler. */
+int bare_start(long period_ns) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_sigaction = handler;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    if (sigaction(SIGRTMIN + 11, &action, 0) != 0) return -1;
+    struct sigevent event;
+    memset(&event, 0, sizeof(event));
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = SIGRTMIN + 11;
+    event._sigev_un._tid = syscall(SYS_gettid);
+    if (timer_create(CLOCK_MONOTONIC, &event, &timer) != 0) return -1;
+    struct itimerspec spec = {{period_ns / 1000000000, period_ns % 1000000000},
+                              {period_ns / 1000000000, period_ns % 1000000000}};
+    return timer_settime(timer, 0, &spec, 0);
+}
+long bare_stop(void) { timer_delete(timer); long n = count; count = 0; return n; }
+"""
+
+
+def bare_library(where: Path) -> ctypes.CDLL | None:
+    """The bare timer signal, compiled with ``cc`` (None without one)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    (where / "bare.c").write_text(BARE)
+    built = subprocess.run(
+        [compiler, "-O1", "-shared", "-fPIC", "-o", str(where / "bare.so"), str(where / "bare.c"),
+         "-lrt"],
+        capture_output=True,
+    )  # fmt: skip
+    if built.returncode != 0:
+        return None
+    library = ctypes.CDLL(str(where / "bare.so"))
+    library.bare_start.argtypes = [ctypes.c_long]
+    library.bare_stop.restype = ctypes.c_long
+    return library
+
+
 def timed(work: Callable[[int], None], size: int) -> tuple[float, float]:
     """Wall and process CPU seconds of one phase."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -121,22 +183,44 @@ def measured_phase(work: Callable[[int], None], size: int, rate: int) -> tuple[f
         shutil.rmtree(out, ignore_errors=True)
 
 
-def run(workload: str, rate: int, pairs: int, phase: float) -> tuple[list[float], list[float]]:
-    """``pairs`` off-on-on-off quartets' ratios (wall, CPU), two a quartet."""
+def bare_phase(
+    work: Callable[[int], None], size: int, rate: int, bare: ctypes.CDLL
+) -> tuple[float, float]:
+    """One phase under the bare timer signal at ``rate``."""
+    if bare.bare_start(max(1, 1_000_000_000 // rate)) != 0:
+        raise SystemExit("pyrun_ab.py: the bare timer could not be armed")
+    try:
+        return timed(work, size)
+    finally:
+        BARE_SIGNALS.append(bare.bare_stop())
+
+
+BARE_SIGNALS: list[int] = []  # signals a bare phase took
+
+
+def run(
+    workload: str, rate: int, pairs: int, phase: float, bare: ctypes.CDLL | None
+) -> tuple[list[float], list[float], list[float]]:
+    """``pairs`` quartets off-on-on-off (off-on-bare-bare-on-off with the bare signal): the
+    ratios of wall and of CPU to the neighbouring off phase (two a quartet), and of the bare
+    phases' wall."""
     work = WORKLOADS[workload]
     size = sized(work, phase)
     measured_phase(work, size, rate)  # warm: the engine loaded, pyrun's modules imported
-    walls, cpus = [], []
+    walls, cpus, bares = [], [], []
     for _ in range(pairs):
-        off1, on1, on2, off2 = (
-            timed(work, size),
-            measured_phase(work, size, rate),
-            measured_phase(work, size, rate),
-            timed(work, size),
-        )
+        off1 = timed(work, size)
+        on1 = measured_phase(work, size, rate)
+        if bare is not None:
+            bare1 = bare_phase(work, size, rate, bare)
+            bare2 = bare_phase(work, size, rate, bare)
+        on2 = measured_phase(work, size, rate)
+        off2 = timed(work, size)
         walls += [on1[0] / off1[0], on2[0] / off2[0]]
         cpus += [on1[1] / off1[1], on2[1] / off2[1]]
-    return walls, cpus
+        if bare is not None:
+            bares += [bare1[0] / off1[0], bare2[0] / off2[0]]
+    return walls, cpus, bares
 
 
 def quartiles(values: list[float]) -> str:
@@ -160,32 +244,43 @@ def main() -> int:
         parser.error(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
     rates = [int(r) for r in args.rates.split(",") if r]
     rows = []
-    for workload in workloads:
-        for rate in rates:
-            SAMPLES.clear()
-            walls, cpus = run(workload, rate, args.pairs, args.phase)
-            rows.append((workload, rate, walls, cpus, statistics.median(SAMPLES)))
-            print(
-                f"{workload} {rate} Hz: wall {statistics.median(walls):.3f}x "
-                f"cpu {statistics.median(cpus):.3f}x",
-                file=sys.stderr,
-            )
+    with tempfile.TemporaryDirectory(prefix="pyrun-ab-bare-") as where:
+        bare = bare_library(Path(where))
+        for workload in workloads:
+            for rate in rates:
+                SAMPLES.clear()
+                BARE_SIGNALS.clear()
+                # the bare timer follows the main thread only: not for three-threads
+                floor = bare if workload != "three-threads" else None
+                walls, cpus, bares = run(workload, rate, args.pairs, args.phase, floor)
+                signals = statistics.median(BARE_SIGNALS) if BARE_SIGNALS else None
+                rows.append(
+                    (workload, rate, walls, cpus, statistics.median(SAMPLES), bares, signals)
+                )
+                print(
+                    f"{workload} {rate} Hz: wall {statistics.median(walls):.3f}x "
+                    f"cpu {statistics.median(cpus):.3f}x"
+                    + (f" bare signal {statistics.median(bares):.3f}x" if bares else ""),
+                    file=sys.stderr,
+                )
     native = os.environ.get("PYHPCTK_PYRUN_NATIVE", "1").strip() != "0"
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}; pinned to {sorted(os.sched_getaffinity(0))}; native "
-        f"frames {'on' if native else 'off'}; {args.pairs} off-on-on-off quartets of "
-        f"{args.phase} s phases\n"
+        f"frames {'on' if native else 'off'}; {args.pairs} quartets of {args.phase} s phases;"
+        f" bare signal {'with cc' if bare is not None else 'not built (no cc)'}\n"
     )
     print(
-        "| workload | rate (Hz) | samples of live threads a phase | wall on/off, median |"
-        " quartiles | process CPU on/off, median | quartiles |"
+        "| workload | rate (Hz) | samples a phase | wall on/off, median | quartiles |"
+        " process CPU on/off, median | quartiles | bare signal: wall/off, median (signals) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for workload, rate, walls, cpus, samples in rows:
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for workload, rate, walls, cpus, samples, bares, signals in rows:
+        floor_cell = f"{statistics.median(bares):.3f} ({signals:.0f})" if bares else "n/a"
         print(
             f"| {workload} | {rate} | {samples:.0f} | {statistics.median(walls):.3f} | "
-            f"{quartiles(walls)} | {statistics.median(cpus):.3f} | {quartiles(cpus)} |"
+            f"{quartiles(walls)} | {statistics.median(cpus):.3f} | {quartiles(cpus)} | "
+            f"{floor_cell} |"
         )
     return 0
 
