@@ -277,8 +277,10 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for workload, rate, walls, cpus, samples, bares, signals in rows:
         floor_cell = f"{statistics.median(bares):.3f} ({signals:.0f})" if bares else "n/a"
+        # the workers' slots are gone (and their counts with them) when a phase ends
+        counted = "n/a" if workload == "three-threads" else f"{samples:.0f}"
         print(
-            f"| {workload} | {rate} | {samples:.0f} | {statistics.median(walls):.3f} | "
+            f"| {workload} | {rate} | {counted} | {statistics.median(walls):.3f} | "
             f"{quartiles(walls)} | {statistics.median(cpus):.3f} | {quartiles(cpus)} | "
             f"{floor_cell} |"
         )
