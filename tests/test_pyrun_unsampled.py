@@ -195,6 +195,34 @@ def test_with_wall_clock_events_only_no_cpu_time_is_said_to_be_missing(
     assert "cpu_unsampled_ns" not in counts
 
 
+SHORT_PYTHON_THREADS = """\
+import json, sys, threading
+
+def little():
+    sum(range(2000))
+
+for _ in range(300):
+    thread = threading.Thread(target=little)
+    thread.start()
+    thread.join()
+json.dump({}, open(sys.argv[1], "w"))
+"""
+
+
+def test_short_python_threads_files_are_pyruns_time_not_lost(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """300 Python threads of a moment each: every one is found (pyrun's thread hook), and what
+    each spends after its last sample writing its own profile is pyrun's work, not the
+    program's time in no profile (it was, and the line said so: 50-80 % of the process's CPU)."""
+    per_thread, _, err, counts = _measure(tmp_path, capfd, SHORT_PYTHON_THREADS, "CPUTIME@1000")
+    assert len(per_thread) >= 250, len(per_thread)
+    assert not LINE.findall(err), err
+    process = counts["cpu_process_ns"]
+    assert counts["cpu_unsampled_ns"] < 0.2 * process, counts
+    assert counts["cpu_pyrun_threads_ns"] > counts["cpu_unsampled_ns"], counts
+
+
 def test_long_lived_python_and_blas_threads_leave_no_cpu_time_out(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -211,6 +211,11 @@ class EngineSampler:
             self.started = False
             self.module.stop()
 
+    def own_cpu(self, ns: int) -> None:
+        """The calling program thread spent ``ns`` of CPU time on pyrun's work after its
+        :meth:`thread_end` (its files): pyrun's time, not the program's lost time."""
+        self.module.own_cpu(ns)
+
     def own_thread_end(self) -> None:
         """The calling thread, one of pyrun's own (excluded), ends: its CPU time is pyrun's."""
         self.module.own_thread_end()

@@ -326,15 +326,19 @@ class Session(SamplerThread):
         if self.engine is not None:
             # The engine records the thread's last moments; the drain writes its files.
             self.engine.thread_end()
-            with self.lock:
-                if self.finished:
-                    return
-                self.engine.drain()
-                state = self.states.pop(ident, None)
-                if state is None:
-                    return
-                data = self._encode(state)
-            self._write_thread(state, data)
+            began = time.thread_time_ns()  # from here on the thread works for pyrun
+            try:
+                with self.lock:
+                    if self.finished:
+                        return
+                    self.engine.drain()
+                    state = self.states.pop(ident, None)
+                    if state is None:
+                        return
+                    data = self._encode(state)
+                self._write_thread(state, data)
+            finally:
+                self.engine.own_cpu(time.thread_time_ns() - began)
             return
         with self.lock:
             state = self.states.pop(ident, None)

@@ -13,7 +13,8 @@
  *    life lies in the window) and the excluded threads (the drain, the GPU layer's threads),
  *    each from the window's start or its exclusion to its end: told by the thread itself
  *    (own_thread_end()), read at stop(), or, for one that ended without a word, its clock as the
- *    monitor's last scan read it;
+ *    monitor's last scan read it; and what a program thread spends after its thread_end()
+ *    encoding and writing its own files (session.py tells it: own_cpu());
  *  - the rest: CPU time that ran in threads the engine never sampled, or after a thread's last
  *    sample. This is what pyrun tells the user (engine.py, EngineSampler.report).
  * Nothing here runs in the signal handler: the figures are read and written under the table
@@ -126,6 +127,17 @@ PyObject *engine_own_thread_end(PyObject *module, PyObject *unused) {
     }
     engine_unlock();
     return PyBool_FromLong(found);
+}
+
+/* own_cpu(ns): CPU time a program thread spent on pyrun's work after its thread_end() (its
+ * files encoded and written, session.py): pyrun's, not the program's lost time. */
+PyObject *engine_own_cpu(PyObject *module, PyObject *arg) {
+    long long ns = PyLong_AsLongLong(arg);
+    if (ns == -1 && PyErr_Occurred()) return NULL;
+    engine_lock();
+    if (ns > 0 && atomic_load(&engine.enabled)) engine.account.own_window_ns += ns;
+    engine_unlock();
+    Py_RETURN_NONE;
 }
 
 /* stats(): the figures, in ns, once a window that sampled CPU time has closed. */

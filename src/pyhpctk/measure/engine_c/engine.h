@@ -305,6 +305,7 @@ void engine_account_free(const Slot *slot);
 void engine_account_forget(void);
 #ifdef Py_PYTHON_H
 PyObject *engine_own_thread_end(PyObject *module, PyObject *unused);
+PyObject *engine_own_cpu(PyObject *module, PyObject *arg);
 int engine_account_stats(PyObject *stats);
 #endif
 

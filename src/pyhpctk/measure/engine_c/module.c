@@ -655,6 +655,8 @@ static PyMethodDef methods[] = {
     {"stop", engine_stop, METH_NOARGS, stop_doc},
     {"own_thread_end", engine_own_thread_end, METH_NOARGS,
      "own_thread_end() -> bool: one of pyrun's own (excluded) threads ends: count its CPU time."},
+    {"own_cpu", engine_own_cpu, METH_O,
+     "own_cpu(ns): CPU time a program thread spent on pyrun's work after its thread_end()."},
     {"poison_next_sample", engine_poison, METH_NOARGS, poison_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
