@@ -9,9 +9,10 @@
 # torch.profiler(with_stack=True) beside; no round is started past BENCH_BUDGET
 # s, so the tables always come), breakdown (gpu_breakdown.py: each BREAKDOWN_CHILDREN once:
 # ResNet-18 and GPT-2 sessions with the hook's counters and the time in each part, the CuPy
-# launch loop, and CUPTI's own cost on ResNet-18). Every stage prints its time; logs and
-# fixtures go to OUT (at most 8 files: tests.txt graphs.txt graphs_h200.json soak.txt soak.tgz
-# bench.txt bench.json breakdown.txt).
+# launch loop, and CUPTI's own cost on ResNet-18); cpu, only when named (pyrun_ab.py: the CPU
+# sampler's cost inside one process, beside a bare timer signal's). Every stage prints its
+# time; logs and fixtures go to OUT (the default stages' 8 files: tests.txt graphs.txt
+# graphs_h200.json soak.txt soak.tgz bench.txt bench.json breakdown.txt; cpu.txt when named).
 # Usage (repository root, wheels in .whl/: cupti-python, pyelftools, py-spy, capstone...):
 #   bash tests/data/gpu/device_pytorch.sh OUT [STAGES]
 out=${1:?output directory}
@@ -99,6 +100,13 @@ if want breakdown; then stage breakdown; setup
     --children "${BREAKDOWN_CHILDREN:-resnet18,gpt2,session,layers:resnet18}" \
     > "$out/breakdown.txt" 2>&1
   echo "rc=$?" >> "$out/breakdown.txt"
+fi
+if want cpu; then stage cpu; setup  # not in the default set: issue #16's CPU figures
+  # inside one process (drift-proof: the device machine's speed drifts by several % in
+  # minutes), with a bare timer signal's floor beside pyrun's cost
+  timeout 300 python3 benchmarks/pyrun_ab.py --cpus 2-5 --pairs "${AB_PAIRS:-20}" --phase 0.25 \
+    --rates 200,1000 > "$out/cpu.txt" 2>&1
+  echo "rc=$?" >> "$out/cpu.txt"
 fi
 stage end
 cat "$out/stages.txt" >> "$out/tests.txt" 2>/dev/null; rm -f "$out/stages.txt"
