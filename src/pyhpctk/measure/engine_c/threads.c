@@ -39,7 +39,7 @@
 
 #include "engine.h"
 
-#define MONITOR_POLL_MIN_NS 20000000ll  /* thread count check, while threads come and go */
+#define MONITOR_POLL_MIN_NS 20000000ll  /* listing of the threads, while they come and go */
 #define MONITOR_POLL_MAX_NS 100000000ll /* ... and once they have not for a while */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
