@@ -131,11 +131,13 @@ def test_the_engine_is_built_for_this_interpreter() -> None:
     assert module is not None, reason
 
 
-@pytest.mark.parametrize("cpu_timer", ["perf", "posix"])
+@pytest.mark.parametrize("cpu_timer", ["sigtrap", "signal", "posix"])
 def test_straight_line_code_before_a_trivial_call_keeps_its_self_time(
     tmp_path: Path, cpu_timer: str
 ) -> None:
-    """Also with POSIX CPU-clock timers, the engine's CPU clock where perf_events is refused."""
+    """Through each route of CPU samples: perf counters raising SIGTRAP (the default), perf
+    counters signalling through O_ASYNC (kernels before 5.13, or a debugger attached), and POSIX
+    CPU-clock timers (where perf_events is refused)."""
     profiles, _ = run_case(tmp_path, "straight", 1.0, env={"PYHPCTK_PYRUN_CPU_TIMER": cpu_timer})
     main = main_profile(profiles)
     work = main.inclusive(CPU, "straight")
@@ -200,7 +202,7 @@ def test_two_threads_one_to_three_and_no_thread_above_its_clock(tmp_path: Path) 
         assert profile.total(CPU) >= 0.9 * clocks[name], (profile.total(CPU), clocks)
 
 
-@pytest.mark.parametrize("cpu_timer", ["perf", "posix"])
+@pytest.mark.parametrize("cpu_timer", ["sigtrap", "signal", "posix"])
 def test_blas_threads_python_never_started_are_measured(tmp_path: Path, cpu_timer: str) -> None:
     env = {
         "OPENBLAS_NUM_THREADS": "2",

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
-ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"  # "posix": CPU samples from timers, not perf_events
+# "posix": CPU samples from timers, not perf_events; "signal": perf counters that signal through
+# O_ASYNC and a realtime signal, not SIGTRAP (the default where the kernel has it: cheaper)
+ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"
 NATIVE_BIT = 1 << 63  # drain(): a native frame's ip is NATIVE_BIT | lm << 48 | offset
 NATIVE_OFFSET_MASK = (1 << 48) - 1
 DRAIN_PERIOD_S = 0.1
@@ -57,6 +59,30 @@ FIELD_CPU, FIELD_WALL = 0, 1
 # The process's CPU time in no profile is told when it is above both (EngineSampler.report).
 UNSAMPLED_MIN_S = 0.05
 UNSAMPLED_MIN_SHARE = 0.05
+
+
+def cpu_timer_route() -> int:
+    """How the engine takes CPU samples: 0 timers on the threads' CPU clocks, 1 perf_events
+    counters that signal through O_ASYNC, 2 counters that raise SIGTRAP (the default; the engine
+    falls back to 1 on kernels before 5.13). Under a debugger (a tracer attached), 1: a
+    debugger stops at every SIGTRAP."""
+    chosen = os.environ.get(ENV_CPU_TIMER, "").strip().lower()
+    if chosen == "posix":
+        return 0
+    if chosen == "signal" or _traced():
+        return 1
+    return 2
+
+
+def _traced() -> bool:
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("TracerPid:"):
+                    return line.split()[1:2] != ["0"]
+    except OSError:
+        pass
+    return False
 
 
 def drain_period() -> float:
@@ -180,7 +206,7 @@ class EngineSampler:
         self.entries = 0
 
     def start(self) -> None:
-        perf = os.environ.get(ENV_CPU_TIMER, "").strip().lower() != "posix"
+        perf = cpu_timer_route()
         # Threads are measured from here on (their CPU clocks read now are their baselines).
         self.started_process_cpu = time.process_time()
         self.module.start(
@@ -191,6 +217,11 @@ class EngineSampler:
             native_frames_wanted(),
         )
         self.started = True
+
+    def leave_sigtrap(self) -> None:
+        """CPU samples through the realtime signal from now on, not SIGTRAP (the program sets a
+        handler of its own for SIGTRAP)."""
+        self.module.leave_sigtrap()
 
     def register_current_thread(self) -> None:
         if self.started:

@@ -54,6 +54,7 @@ _writer: int | None = None
 _deferred: list[int] = []
 _written_for_signal = False  # a helper wrote the files for a signal: the next one ends us
 _real_signal = signal.signal
+_SIGTRAP = int(getattr(signal, "SIGTRAP", -1))
 _real_getsignal = signal.getsignal
 _real_exit = os._exit
 _real_execv = os.execv
@@ -137,6 +138,10 @@ def _write_then_signal_again(session: Session, signum: int) -> None:
 
 
 def _signal(signalnum: int, handler: _Handler) -> _Handler:
+    if signalnum == _SIGTRAP and _session is not None and _session.engine is not None:
+        # The engine's counters may signal with SIGTRAP: the program's handler must not get
+        # their samples, nor SIG_DFL dump core on one. They move to a realtime signal first.
+        _session.engine.leave_sigtrap()
     if signalnum not in _HOOKED:
         return _real_signal(signalnum, handler)
     # The program's own handler (or SIG_IGN) replaces pyrun's writer outright; asking for the

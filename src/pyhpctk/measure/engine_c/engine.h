@@ -161,6 +161,7 @@ typedef struct {
     int trace;
     int64_t period_ns[NTIMERS]; /* 0: that timer is not used */
     int use_perf;              /* CPU sampling through perf_events task-clock (else timers) */
+    int use_sigtrap;           /* those counters signal with SIGTRAP (sigtrap=1, Linux 5.13+) */
     _Atomic int perf_threads;  /* threads sampled through perf_events now */
     pid_t monitor_tid;
     pid_t excluded_tid[ENGINE_MAX_EXCLUDED]; /* pyrun's own threads (the drain thread) */
@@ -291,6 +292,9 @@ int engine_resolve_modules(PyObject *load_module);
 
 /* handler.c */
 void engine_on_signal(int signo, siginfo_t *info, void *context);
+int engine_trap_install(void);
+int engine_trap_displaced(void);
+void engine_trap_discard(void);
 int engine_handler_init(void);
 int64_t engine_clock_ns(clockid_t clock);
 void engine_append_tail(Slot *slot, int64_t cpu_now, int64_t wall_now, int64_t time_now);
@@ -314,6 +318,7 @@ int engine_threads_start(void);
 void engine_threads_stop(void);
 Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline);
 int engine_arm(Slot *slot, int index);
+void engine_trap_leave(void);
 void engine_disarm(Slot *slot);
 void engine_free_slot(Slot *slot);
 void engine_mark_ended(pid_t tid);

@@ -350,8 +350,8 @@ PyDoc_STRVAR(start_doc,
 
 static PyObject *engine_start(PyObject *module, PyObject *args) {
     long long cpu_period, wall_period;
-    int trace, use_perf = 1, native = 1;
-    if (!PyArg_ParseTuple(args, "LLp|pp", &cpu_period, &wall_period, &trace, &use_perf, &native))
+    int trace, use_perf = 2, native = 1;
+    if (!PyArg_ParseTuple(args, "LLp|ip", &cpu_period, &wall_period, &trace, &use_perf, &native))
         return NULL;
     if (atomic_load(&engine.enabled)) return PyLong_FromLong(engine.signo);
     if (engine.signo == 0) {
@@ -385,7 +385,8 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     engine.period_ns[TIMER_CPU] = cpu_period;
-    engine.use_perf = use_perf;
+    engine.use_perf = use_perf > 0;
+    engine.use_sigtrap = use_perf > 1 && engine_trap_install() == 0;
     engine.period_ns[TIMER_WALL] = wall_period;
     engine.trace = trace;
     engine_account_start();
@@ -509,7 +510,24 @@ static PyObject *engine_stop(PyObject *module, PyObject *unused) {
     memset(&ignore, 0, sizeof(ignore));
     ignore.sa_handler = SIG_IGN;
     if (sigaction(engine.signo, &ignore, &ours) == 0) sigaction(engine.signo, &ours, NULL);
+    engine_trap_discard();
     engine_native_free_retired();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(leave_sigtrap_doc,
+"leave_sigtrap()\n\nStop taking CPU samples through SIGTRAP (before the program sets a handler of\n"
+"its own for it): every thread's counter signals the engine's realtime signal instead, and a\n"
+"SIGTRAP of ours still pending is discarded.");
+
+static PyObject *engine_leave_sigtrap(PyObject *module, PyObject *unused) {
+    if (!engine.use_sigtrap) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    engine_lock();
+    engine_trap_leave();
+    engine_unlock();
+    engine_trap_discard();
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -634,12 +652,13 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
     PyObject *stats = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
+        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
         (unsigned long long)atomic_load(&engine.faults), "misdelivered",
         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
         dropped, "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
         "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads", live,
-        "signal", engine.signo, "perf_threads", atomic_load(&engine.perf_threads), "native_ns",
+        "signal", engine.signo, "sigtrap", engine.use_sigtrap, "perf_threads",
+        atomic_load(&engine.perf_threads), "native_ns",
         (unsigned long long)atomic_load(&engine.native_ns), "native_frames",
         (unsigned long long)atomic_load(&engine.native_frames), "native_timed",
         (unsigned long long)atomic_load(&engine.native_timed));
@@ -658,6 +677,7 @@ static PyMethodDef methods[] = {
     {"own_cpu", engine_own_cpu, METH_O,
      "own_cpu(ns): CPU time a program thread spent on pyrun's work after its thread_end()."},
     {"poison_next_sample", engine_poison, METH_NOARGS, poison_doc},
+    {"leave_sigtrap", engine_leave_sigtrap, METH_NOARGS, leave_sigtrap_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict: samples, dropped, unknown frames..."},

@@ -160,6 +160,32 @@ static int arm_perf(Slot *slot, uint64_t value) {
     attr.sample_period = (uint64_t)engine.period_ns[TIMER_CPU];
     attr.wakeup_events = 1;
     attr.disabled = 1;
+#ifdef PERF_ATTR_SIZE_VER7
+    if (engine.use_sigtrap) { /* the cheaper route (handler.c): SIGTRAP on every overflow */
+        attr.sigtrap = 1;
+        attr.remove_on_exec = 1;
+        attr.sig_data = value | ENGINE_FD_VALID;
+        int fd = (int)syscall(SYS_perf_event_open, &attr, slot->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+        if (fd >= 0 && (fd >= ENGINE_FD_TABLE || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0)) {
+            close(fd);
+            return -1;
+        }
+        if (fd >= 0) {
+            slot->perf_fd = fd;
+            atomic_fetch_add(&engine.perf_threads, 1);
+            return 0;
+        }
+        if (errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOENT) {
+            engine.use_perf = 0;
+            return -1;
+        }
+        if (errno != EINVAL && errno != E2BIG && errno != EOPNOTSUPP) return -1; /* it ended */
+        engine.use_sigtrap = 0; /* a kernel before 5.13 does not know these fields */
+        attr.sigtrap = 0;
+        attr.remove_on_exec = 0;
+        attr.sig_data = 0;
+    }
+#endif
     int fd = (int)syscall(SYS_perf_event_open, &attr, slot->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0) {
         if (errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOENT)
@@ -196,6 +222,21 @@ static void disarm_perf(Slot *slot) {
         close(fd);
     }
     atomic_fetch_sub(&engine.perf_threads, 1);
+}
+
+/* Move every thread's counter from SIGTRAP to the engine's realtime signal (O_ASYNC): the
+ * program put a handler of its own on SIGTRAP, which must not get our samples. Call with the
+ * engine's lock held. */
+void engine_trap_leave(void) {
+    if (!engine.use_sigtrap) return;
+    engine.use_sigtrap = 0;
+    for (uint32_t i = 0; i < high_water; i++) {
+        Slot *slot = &engine_slots[i];
+        if (atomic_load(&slot->state) != SLOT_LIVE || slot->perf_fd < 0) continue;
+        disarm_perf(slot);
+        slot->armed[TIMER_CPU] = 0;
+        engine_arm(slot, TIMER_CPU); /* a counter that signals, or the thread's CPU-clock timer */
+    }
 }
 
 /* Arm timer `index` (TIMER_CPU / TIMER_WALL) of a live slot, first expiry at a random point of
@@ -384,6 +425,11 @@ static void *monitor_main(void *unused) {
          * another starts leaves the count as it was (a program that runs short native
          * threads one after another would go unseen; account.c counts what is missed) */
         int changed = scan_threads(0);
+        if (engine.use_sigtrap && engine_trap_displaced()) { /* a handler of the program's */
+            engine_lock();
+            engine_trap_leave();
+            engine_unlock();
+        }
         if (changed && count == last_count && engine.native)
             modules |= engine_native_refresh(1); /* the newcomers' stacks */
         /* each wake-up costs tens of microseconds of CPU on a virtual machine: poll quickly

@@ -1,0 +1,232 @@
+"""CPU samples through SIGTRAP (perf counters with ``sigtrap=1``), and the program's own SIGTRAP.
+
+On Linux 5.13 and later the engine's perf_events counters signal their thread with SIGTRAP
+(``si_code`` TRAP_PERF): the kernel runs that as task work on the thread's way back to user
+space, with no interprocessor interrupt and no ioctl per sample, which halves what a sample
+costs the program on a virtual machine (benchmarks/RESULTS.md). SIGTRAP is the program's too: a
+breakpoint, ``os.kill(pid, SIGTRAP)``, a handler of its own. These tests hold the engine to
+leaving all of that as it is without pyrun:
+
+- a SIGTRAP that is not one of the engine's reaches the disposition the program had (its
+  default: the process dies of it; ignored by the parent: the process lives on);
+- a handler the program sets with ``signal.signal`` gets its own SIGTRAPs, exactly, and none of
+  the engine's: the counters move to the engine's realtime signal first, and sampling goes on;
+- a handler a C library sets behind Python's back gets at most a poll's worth of the engine's
+  (the monitor notices within 100 ms and moves the counters), and sampling goes on.
+
+These tests run on CPython 3.11 (the suite) and on 3.12 and 3.13 (``make test-engine``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.cli.pyrun import main as pyrun_main
+from test_pyrun_engine import CPU, main_profile, read_profiles
+
+
+def _kernel() -> tuple[int, int]:
+    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or _kernel() < (5, 13), reason="SIGTRAP counters need Linux 5.13+"
+)
+
+WORK = """\
+import json, os, signal, sys, time
+
+def spin(seconds):
+    stop = time.thread_time() + seconds
+    while time.thread_time() < stop:
+        sum(range(200))
+
+def before(seconds):
+    spin(seconds)
+
+def after(seconds):
+    spin(seconds)
+"""
+
+PYTHON_HANDLER = (
+    WORK
+    + """
+got = []
+before(0.4)
+signal.signal(signal.SIGTRAP, lambda signum, frame: got.append(signum))
+for _ in range(3):
+    os.kill(os.getpid(), signal.SIGTRAP)
+started = time.thread_time()
+after(0.8)
+json.dump({"calls": len(got), "after": time.thread_time() - started}, open(sys.argv[1], "w"))
+"""
+)
+
+OWN_SIGTRAP = (
+    WORK
+    + """
+before(0.3)
+os.kill(os.getpid(), signal.SIGTRAP)
+json.dump({"survived": True}, open(sys.argv[1], "w"))
+"""
+)
+
+LIBRARY = r"""
+#define _GNU_SOURCE
+#include <signal.h>
+#include <string.h>
+#ifndef TRAP_PERF
+#define TRAP_PERF 6
+#endif
+static volatile long perf, other;
+static void handler(int signo, siginfo_t *info, void *context) {
+    (void)signo; (void)context;
+    if (info->si_code == TRAP_PERF) perf++; else other++;
+}
+int take_sigtrap(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_sigaction = handler;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    return sigaction(SIGTRAP, &action, 0);
+}
+long perf_signals(void) { return perf; }
+long other_signals(void) { return other; }
+"""
+
+C_HANDLER = (
+    WORK
+    + """
+import ctypes
+lib = ctypes.CDLL(sys.argv[2])
+lib.perf_signals.restype = lib.other_signals.restype = ctypes.c_long
+before(0.4)
+assert lib.take_sigtrap() == 0
+for _ in range(2):
+    os.kill(os.getpid(), signal.SIGTRAP)
+started = time.thread_time()
+after(1.0)
+json.dump({"perf": lib.perf_signals(), "other": lib.other_signals(),
+           "after": time.thread_time() - started}, open(sys.argv[1], "w"))
+"""
+)
+
+
+def _measure(
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    source: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> tuple[int, dict[str, object], dict[str, int], Path]:
+    """Run ``source`` under pyrun at 2 kHz of CPU time: its status, its truth, the engine's
+    counts (``PYHPCTK_PYRUN_DEBUG``) and the measurement directory."""
+    program, truth, out = tmp_path / "program.py", tmp_path / "truth.json", tmp_path / "m"
+    program.write_text(source)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYHPCTK_PYRUN_DEBUG", "1")
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        status = pyrun_main(
+            ["-e", "CPUTIME@500", "-o", str(out), sys.executable, str(program), str(truth), *args]
+        )
+    err = capfd.readouterr().err
+    found = re.findall(r"pyrun: sampling engine in pid \d+: (.*)", err)
+    counts = {name: int(value) for name, value in re.findall(r"(\w+) (-?\d+)", found[0])}
+    answer = json.loads(truth.read_text()) if truth.exists() else {}
+    return status, answer, counts, out
+
+
+@pytest.mark.parametrize("route", ["", "signal"])
+def test_samples_come_through_sigtrap_unless_asked_otherwise(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], route: str
+) -> None:
+    status, _, counts, out = _measure(
+        tmp_path, capfd, WORK + "before(0.6)\n", env={"PYHPCTK_PYRUN_CPU_TIMER": route}
+    )
+    assert status == 0
+    assert counts["sigtrap"] == (0 if route == "signal" else 1), counts
+    assert counts["misdelivered"] == 0 and counts["bad_stacks"] == 0, counts
+    main = main_profile(read_profiles(out))
+    assert main.inclusive(CPU, "before") == pytest.approx(0.6, rel=0.1)
+
+
+def test_a_handler_the_program_sets_gets_its_own_sigtraps_and_none_of_ours(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    status, truth, counts, out = _measure(tmp_path, capfd, PYTHON_HANDLER)
+    assert status == 0
+    assert truth["calls"] == 3  # 3 of its own; each sample of ours would be one more
+    assert counts["sigtrap"] == 0, counts  # the counters moved to the realtime signal
+    main = main_profile(read_profiles(out))
+    assert main.inclusive(CPU, "before") == pytest.approx(0.4, rel=0.15)
+    # ... and sampling went on after the move, as exactly
+    after = float(truth["after"])  # type: ignore[arg-type]
+    assert main.inclusive(CPU, "after") == pytest.approx(after, rel=0.1)
+
+
+def test_a_sigtrap_of_the_program_kills_it_as_without_pyrun(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "plain.py"
+    program.write_text(OWN_SIGTRAP)
+    plain = subprocess.run(
+        [sys.executable, str(program), str(tmp_path / "plain.json")], capture_output=True
+    )
+    assert plain.returncode == -signal.SIGTRAP
+    status = pyrun_main(
+        ["-e", "CPUTIME@500", "-o", str(tmp_path / "m"), sys.executable, str(program),
+         str(tmp_path / "measured.json")]
+    )  # fmt: skip
+    assert status == 128 + signal.SIGTRAP
+    assert not (tmp_path / "measured.json").exists()
+    assert "killed by SIGTRAP" in capfd.readouterr().err
+
+
+def test_a_sigtrap_the_parent_ignores_stays_ignored(tmp_path: Path) -> None:
+    """An ignored disposition is inherited across exec: the engine's handler must pass the
+    program's own SIGTRAP on to it (ignored), not to the default action."""
+    program = tmp_path / "program.py"
+    program.write_text(OWN_SIGTRAP)
+    done = subprocess.run(
+        [sys.executable, "-m", "pyhpctk.cli.pyrun", "-e", "CPUTIME@500", "-o",
+         str(tmp_path / "m"), sys.executable, str(program), str(tmp_path / "truth.json")],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGTRAP, signal.SIG_IGN),
+        env={**os.environ, "PYHPCTK_PYRUN_DEBUG": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "truth.json").read_text()) == {"survived": True}
+    assert "sigtrap 1" in done.stderr, done.stderr  # the route under test was taken
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="the library needs gcc")
+def test_a_handler_a_c_library_sets_gets_at_most_a_polls_worth_of_ours(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "trap.c").write_text(LIBRARY)
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", "trap.c", "-o", "libtrap.so"], cwd=tmp_path, check=True
+    )
+    status, truth, counts, out = _measure(tmp_path, capfd, C_HANDLER, str(tmp_path / "libtrap.so"))
+    assert status == 0
+    assert truth["other"] == 2  # its own, exactly
+    # the monitor looks every 20 to 100 ms: at 2 kHz that is at most about 200 samples of
+    # ours (1 s of CPU time after the library took SIGTRAP: 2,000 if nobody noticed)
+    assert int(truth["perf"]) <= 250, truth  # type: ignore[call-overload]
+    assert counts["sigtrap"] == 0, counts
+    main = main_profile(read_profiles(out))
+    after = float(truth["after"])  # type: ignore[arg-type]
+    assert main.inclusive(CPU, "after") >= 0.75 * after, (main.inclusive(CPU, "after"), after)
