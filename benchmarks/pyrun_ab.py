@@ -22,12 +22,19 @@ fires at its scheduler tick at best): the price the machine itself
 asks of any in-process sampler at that rate (on a virtual machine, tens of microseconds a
 signal), so that pyrun's cost reads as that floor plus pyrun's own work.
 
+``--routes`` compares the engine's routes of CPU samples in the same quartets (each route's
+phases side by side, in reverse order in the quartet's second half): ``sigtrap`` (perf counters
+that raise SIGTRAP, the default on Linux 5.13+) and ``signal`` (perf counters that signal
+through O_ASYNC and a realtime signal, ``PYHPCTK_PYRUN_CPU_TIMER=signal``). A route the engine
+could not take is marked so in the table.
+
 Workloads: ``one-thread`` (a Python loop in one thread), ``three-threads`` (the same loop in
 three threads at once; the phase ends when all three have done their share), ``numpy``
 (``np.sort`` and a matrix product on one BLAS thread, and a Python loop). Rates in Hz.
 
     PYTHONPATH=src python3 benchmarks/pyrun_ab.py --rates 200,1000 --pairs 20
     PYTHONPATH=src python3 benchmarks/pyrun_ab.py --cpus 2-5 --workloads one-thread
+    PYTHONPATH=src python3 benchmarks/pyrun_ab.py --routes sigtrap,signal --rates 1000,5000
 """
 
 from __future__ import annotations
@@ -167,16 +174,26 @@ def sized(work: Callable[[int], None], seconds: float) -> int:
 SAMPLES: list[int] = []  # samples a measured phase took in the threads alive at its end
 
 
-def measured_phase(work: Callable[[int], None], size: int, rate: int) -> tuple[float, float]:
+ROUTES = {"sigtrap": "", "signal": "signal"}  # --routes: PYHPCTK_PYRUN_CPU_TIMER for each
+NOT_TAKEN: set[str] = set()  # routes the engine fell back from
+
+
+def measured_phase(
+    work: Callable[[int], None], size: int, rate: int, route: str = "sigtrap"
+) -> tuple[float, float]:
     """One phase with pyrun measuring (the session started before and stopped after it)."""
     out = tempfile.mkdtemp(prefix="pyrun-ab-")
+    os.environ["PYHPCTK_PYRUN_CPU_TIMER"] = ROUTES[route]
     session = runtime.start(out, events=(EventSpec("CPUTIME", max(1, 1_000_000 // rate)),))
     if session.engine is None:
         raise SystemExit("pyrun_ab.py: the sampling engine is not built here (make env)")
     try:
         before = session.engine.module.stats()["samples"]
         took = timed(work, size)
-        SAMPLES.append(session.engine.module.stats()["samples"] - before)
+        stats = session.engine.module.stats()
+        SAMPLES.append(stats["samples"] - before)
+        if (route == "sigtrap") != bool(stats.get("sigtrap", 0)):
+            NOT_TAKEN.add(route)
         return took
     finally:
         runtime.stop(session)
@@ -199,25 +216,34 @@ BARE_SIGNALS: list[int] = []  # signals a bare phase took
 
 
 def run(
-    workload: str, rate: int, pairs: int, phase: float, bare: ctypes.CDLL | None
-) -> tuple[list[float], list[float], list[float]]:
-    """``pairs`` quartets off-on-on-off (off-on-bare-bare-on-off with the bare signal): the
-    ratios of wall and of CPU to the neighbouring off phase (two a quartet), and of the bare
-    phases' wall."""
+    workload: str,
+    rate: int,
+    pairs: int,
+    phase: float,
+    bare: ctypes.CDLL | None,
+    routes: list[str],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], list[float]]:
+    """``pairs`` quartets off-on-on-off (off-on-bare-bare-on-off with the bare signal; each
+    ``on`` one phase per route): by route, the ratios of wall and of CPU to the neighbouring
+    off phase (two a quartet), and of the bare phases' wall."""
     work = WORKLOADS[workload]
     size = sized(work, phase)
-    measured_phase(work, size, rate)  # warm: the engine loaded, pyrun's modules imported
-    walls, cpus, bares = [], [], []
+    for route in routes:  # warm: the engine loaded, pyrun's modules imported
+        measured_phase(work, size, rate, route)
+    walls: dict[str, list[float]] = {route: [] for route in routes}
+    cpus: dict[str, list[float]] = {route: [] for route in routes}
+    bares: list[float] = []
     for _ in range(pairs):
         off1 = timed(work, size)
-        on1 = measured_phase(work, size, rate)
+        first = {route: measured_phase(work, size, rate, route) for route in routes}
         if bare is not None:
             bare1 = bare_phase(work, size, rate, bare)
             bare2 = bare_phase(work, size, rate, bare)
-        on2 = measured_phase(work, size, rate)
+        second = {route: measured_phase(work, size, rate, route) for route in routes[::-1]}
         off2 = timed(work, size)
-        walls += [on1[0] / off1[0], on2[0] / off2[0]]
-        cpus += [on1[1] / off1[1], on2[1] / off2[1]]
+        for route in routes:
+            walls[route] += [first[route][0] / off1[0], second[route][0] / off2[0]]
+            cpus[route] += [first[route][1] / off1[1], second[route][1] / off2[1]]
         if bare is not None:
             bares += [bare1[0] / off1[0], bare2[0] / off2[0]]
     return walls, cpus, bares
@@ -235,7 +261,13 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=10, help="off-on-on-off quartets")
     parser.add_argument("--phase", type=float, default=0.3, help="seconds of work a phase")
     parser.add_argument("--cpus", default="", help="pin this process, e.g. 2-5")
+    parser.add_argument(
+        "--routes", default="sigtrap", help="routes of CPU samples side by side: sigtrap,signal"
+    )
     args = parser.parse_args()
+    routes = [r for r in args.routes.split(",") if r]
+    if not routes or any(r not in ROUTES for r in routes):
+        parser.error(f"--routes: one or more of {', '.join(ROUTES)}")
     if args.cpus:
         pin_cpus(args.cpus)
     workloads = [w for w in args.workloads.split(",") if w]
@@ -252,17 +284,17 @@ def main() -> int:
                 BARE_SIGNALS.clear()
                 # the bare timer follows the main thread only: not for three-threads
                 floor = bare if workload != "three-threads" else None
-                walls, cpus, bares = run(workload, rate, args.pairs, args.phase, floor)
+                walls, cpus, bares = run(workload, rate, args.pairs, args.phase, floor, routes)
                 signals = statistics.median(BARE_SIGNALS) if BARE_SIGNALS else None
-                rows.append(
-                    (workload, rate, walls, cpus, statistics.median(SAMPLES), bares, signals)
-                )
-                print(
-                    f"{workload} {rate} Hz: wall {statistics.median(walls):.3f}x "
-                    f"cpu {statistics.median(cpus):.3f}x"
-                    + (f" bare signal {statistics.median(bares):.3f}x" if bares else ""),
-                    file=sys.stderr,
-                )
+                for route in routes:
+                    rows.append((workload, rate, route, walls[route], cpus[route],
+                                 statistics.median(SAMPLES), bares, signals))  # fmt: skip
+                    print(
+                        f"{workload} {rate} Hz {route}: wall {statistics.median(walls[route]):.3f}x"
+                        f" cpu {statistics.median(cpus[route]):.3f}x"
+                        + (f" bare signal {statistics.median(bares):.3f}x" if bares else ""),
+                        file=sys.stderr,
+                    )
     native = os.environ.get("PYHPCTK_PYRUN_NATIVE", "1").strip() != "0"
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
@@ -271,16 +303,17 @@ def main() -> int:
         f" bare signal {'with cc' if bare is not None else 'not built (no cc)'}\n"
     )
     print(
-        "| workload | rate (Hz) | samples a phase | wall on/off, median | quartiles |"
+        "| workload | rate (Hz) | route | samples a phase | wall on/off, median | quartiles |"
         " process CPU on/off, median | quartiles | bare signal: wall/off, median (signals) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for workload, rate, walls, cpus, samples, bares, signals in rows:
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for workload, rate, route, walls, cpus, samples, bares, signals in rows:
         floor_cell = f"{statistics.median(bares):.3f} ({signals:.0f})" if bares else "n/a"
         # the workers' slots are gone (and their counts with them) when a phase ends
         counted = "n/a" if workload == "three-threads" else f"{samples:.0f}"
         print(
-            f"| {workload} | {rate} | {counted} | {statistics.median(walls):.3f} | "
+            f"| {workload} | {rate} | {route}{' (not taken)' if route in NOT_TAKEN else ''} | "
+            f"{counted} | {statistics.median(walls):.3f} | "
             f"{quartiles(walls)} | {statistics.median(cpus):.3f} | {quartiles(cpus)} | "
             f"{floor_cell} |"
         )

@@ -6,7 +6,10 @@ caught, in a loop) and ``fresh*/fresh.so`` (one extension module per directory,
 each imported once: every import is a new dlopen). The program starts THREADS short threads in
 waves while other threads dlopen/dlclose, import, fork children that measure themselves and
 exit with os._exit, and signal the process (SIGUSR1 from a thread, SIGALRM from an interval
-timer). It exits 0 when every piece did its work; anything else is a failure.
+timer). Halfway through the waves it sets a handler of its own for SIGTRAP and raises three:
+pyrun's CPU samples, which come through SIGTRAP where the kernel allows, move to a realtime
+signal while threads come and go, and the handler must get exactly its three. It exits 0 when
+every piece did its work; anything else is a failure.
 """
 
 import _ctypes
@@ -19,11 +22,12 @@ import threading
 import time
 
 WORK_DIR, THREADS = sys.argv[1], int(sys.argv[2])
-received = {"usr1": 0, "alrm": 0}
+received = {"usr1": 0, "alrm": 0, "trap": 0}
+NAMES = {signal.SIGUSR1: "usr1", signal.SIGALRM: "alrm", signal.SIGTRAP: "trap"}
 
 
 def on_signal(signum: int, frame: object) -> None:
-    received["usr1" if signum == signal.SIGUSR1 else "alrm"] += 1
+    received[NAMES[signum]] += 1
 
 
 def spin(n: int) -> int:
@@ -118,6 +122,7 @@ def main() -> None:
     assert counts["dlopen"] > 0 and counts["imports"] > 0 and counts["forks"] == 3, counts
     assert counts["throws"] > 0, counts
     assert received["usr1"] > 0 and received["alrm"] > 0, received
+    assert received["trap"] == 3, received
     print("stress ok", counts, received, flush=True)
 
 
@@ -135,6 +140,10 @@ def run_waves(counts: dict[str, int]) -> list[int]:
             import_fresh(counts)
         if start == (wave if wave < THREADS else 0):
             forks(counts)
+        if start == wave * (THREADS // wave // 2):
+            signal.signal(signal.SIGTRAP, on_signal)
+            for _ in range(3):
+                os.kill(os.getpid(), signal.SIGTRAP)
         for thread in threads:
             thread.join()
     return results
