@@ -670,7 +670,9 @@ def ceiling(measurement: Path, n: int, work: Path, env: dict[str, str]) -> str:
     def result(text: str) -> dict[str, float]:
         line = next(x for x in text.splitlines() if x.startswith("RESULT "))
         found = json.loads(line[len("RESULT ") :])
-        return {"wall": float(found["wall"]), "cpu": float(found["cpu"][0])}
+        stages = found["stages"][0] if found.get("stages") else {}
+        top = {k: float(v) for k, v in stages.items() if ":" not in k}  # whole stages only
+        return {"wall": float(found["wall"]), "cpu": float(found["cpu"][0]), **top}
 
     alone = []
     for i in range(n):
@@ -695,7 +697,12 @@ def ceiling(measurement: Path, n: int, work: Path, env: dict[str, str]) -> str:
     walls = sum(r["wall"] for r in alone)
     slowest = max(r["wall"] for r in together)
     cpu_alone, cpu_together = sum(r["cpu"] for r in alone), sum(r["cpu"] for r in together)
+    # where a slice's time goes, to hold against one rank's table: a stage whose summed walls
+    # alone exceed one rank's on the whole input has a part that does not shrink with it
+    names = [k for k in alone[0] if k not in ("wall", "cpu")]
+    per_stage = ", ".join(f"{k} {sum(r.get(k, 0.0) for r in alone):.2f}" for k in names)
     return "\n".join([
+        f"ceiling: the slices' summed walls alone per stage (s): {per_stage or 'not reported'}",
         f"ceiling: {n} serial pyprofs on 1/{n} of the input each, alone and at once",
         "| slices | summed walls alone (s) | slowest wall at once (s) | mean wall at once / alone "
         "| CPU s at once / alone | ceiling efficiency |",
