@@ -145,11 +145,33 @@ def dump_and_kill(process: subprocess.Popen[bytes]) -> str:
             dumps.append(f"--- pid {pid}\n{done.stdout}{done.stderr}")
         else:
             dumps.append(f"--- pid {pid}: py-spy not installed, no stack dump")
+        dumps.append(kernel_side(pid))
     for pid in reversed(pids):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     process.wait()
     return "\n".join(dumps)
+
+
+def kernel_side(pid: int) -> str:
+    """Each thread's name, state and where it sleeps in the kernel (wchan, and its kernel stack
+    where /proc allows): a hang inside a system call shows there, not in py-spy's stacks."""
+    lines = [f"--- pid {pid}, threads in the kernel:"]
+    with contextlib.suppress(OSError):
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            base = f"/proc/{pid}/task/{tid}"
+            fields = []
+            for name in ("comm", "wchan", "stack"):
+                try:
+                    with open(f"{base}/{name}") as stream:
+                        text = stream.read().strip()
+                except OSError:
+                    continue
+                fields.append(text.replace("\n", " <- ") if name == "stack" else text)
+            with contextlib.suppress(OSError, IndexError), open(f"{base}/stat") as stream:
+                fields.insert(1, stream.read().rsplit(")", 1)[1].split()[0])
+            lines.append(f"  {tid}: " + " | ".join(fields))
+    return "\n".join(lines)
 
 
 def run_once(directory: Path, out: Path, threads: int, timeout: float, python: str) -> str:

@@ -218,10 +218,11 @@ class EngineSampler:
         )
         self.started = True
 
-    def leave_sigtrap(self) -> None:
-        """CPU samples through the realtime signal from now on, not SIGTRAP (the program sets a
-        handler of its own for SIGTRAP)."""
-        self.module.leave_sigtrap()
+    def take_sigtrap(self, default: bool = False) -> None:
+        """The engine's SIGTRAP handler first again, after the program set a disposition of its
+        own, to which it passes every SIGTRAP that is not a sample (``default``: SIGTRAP's
+        default action, whatever the kernel holds now)."""
+        self.module.take_sigtrap(default)
 
     def register_current_thread(self) -> None:
         if self.started:

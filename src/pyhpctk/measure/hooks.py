@@ -137,11 +137,48 @@ def _write_then_signal_again(session: Session, signum: int) -> None:
     os.kill(os.getpid(), signum)  # the main thread's handler now dies of it
 
 
+class _TrapHandler:
+    """The program's Python handler for SIGTRAP, as pyrun installs it while the engine's
+    counters raise SIGTRAP: it runs the handler only for SIGTRAPs that the engine's C handler
+    passed on (``program_traps``), not for a sample's that reached CPython's own C handler in
+    the moment between ``signal.signal`` and the engine's handler going first again."""
+
+    def __init__(self, handler: Callable[[int, FrameType | None], Any], engine: Any) -> None:
+        self.handler = handler
+        self.engine = engine
+
+    def __call__(self, signum: int, frame: FrameType | None) -> Any:
+        if self.engine.program_traps() > 0:  # signals that came together run it once, as ever
+            return self.handler(signum, frame)
+        return None
+
+
+_trap_asked: _Handler = None  # what the program last asked for SIGTRAP, while pyrun ran
+
+
+def _signal_trap(handler: _Handler) -> _Handler:
+    """signal.signal(SIGTRAP, handler) while the engine may sample through SIGTRAP: the
+    engine's handler goes first again at once and passes every SIGTRAP that is not a sample on
+    to ``handler``. Meanwhile the kernel holds SIG_IGN (asked SIG_DFL or SIG_IGN: a sample
+    arriving then must not dump core) or a handler that ignores samples (_TrapHandler)."""
+    global _trap_asked
+    assert _session is not None and _session.engine is not None
+    engine = _session.engine
+    asked_default = not callable(handler) and handler == signal.SIG_DFL
+    if callable(handler):
+        previous = _real_signal(_SIGTRAP, _TrapHandler(handler, engine.module))
+    else:
+        previous = _real_signal(_SIGTRAP, signal.SIG_IGN)
+    engine.take_sigtrap(asked_default)
+    earlier, _trap_asked = _trap_asked, handler
+    if isinstance(previous, _TrapHandler):
+        return previous.handler
+    return earlier if earlier is not None and not callable(previous) else previous
+
+
 def _signal(signalnum: int, handler: _Handler) -> _Handler:
     if signalnum == _SIGTRAP and _session is not None and _session.engine is not None:
-        # The engine's counters may signal with SIGTRAP: the program's handler must not get
-        # their samples, nor SIG_DFL dump core on one. They move to a realtime signal first.
-        _session.engine.leave_sigtrap()
+        return _signal_trap(handler)
     if signalnum not in _HOOKED:
         return _real_signal(signalnum, handler)
     # The program's own handler (or SIG_IGN) replaces pyrun's writer outright; asking for the
@@ -153,6 +190,10 @@ def _signal(signalnum: int, handler: _Handler) -> _Handler:
 
 def _getsignal(signalnum: int) -> _Handler:
     handler = _real_getsignal(signalnum)
+    if isinstance(handler, _TrapHandler):
+        return handler.handler
+    if signalnum == _SIGTRAP and _trap_asked is not None and not callable(handler):
+        return _trap_asked
     return signal.SIG_DFL if handler is _on_fatal_signal else handler
 
 

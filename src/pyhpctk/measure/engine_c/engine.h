@@ -105,6 +105,7 @@ typedef struct Slot {
     timer_t timers[NTIMERS];
     int armed[NTIMERS];
     int perf_fd;            /* the CPU "timer" as a perf_events task-clock counter, or -1 */
+    int perf_trap;          /* ... that raises SIGTRAP (sigtrap=1) */
     /* producer side (the handler on the thread) */
     int64_t last_cpu_ns;
     int64_t last_wall_ns;
@@ -292,7 +293,9 @@ int engine_resolve_modules(PyObject *load_module);
 
 /* handler.c */
 void engine_on_signal(int signo, siginfo_t *info, void *context);
-int engine_trap_install(void);
+int engine_trap_take(void);
+void engine_trap_pass_on(int to_default);
+uint64_t engine_trap_passed(void);
 int engine_trap_displaced(void);
 void engine_trap_discard(void);
 int engine_handler_init(void);
@@ -318,7 +321,7 @@ int engine_threads_start(void);
 void engine_threads_stop(void);
 Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline);
 int engine_arm(Slot *slot, int index);
-void engine_trap_leave(void);
+void engine_close_deferred(void);
 void engine_disarm(Slot *slot);
 void engine_free_slot(Slot *slot);
 void engine_mark_ended(pid_t tid);

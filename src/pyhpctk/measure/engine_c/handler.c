@@ -491,12 +491,17 @@ static void rearm_counter(Slot *slot, int fd, int refresh) {
  * user space: no interprocessor interrupt (a VM exit on a virtual machine), no fasync and no
  * PERF_EVENT_IOC_REFRESH per sample. SIGTRAP is not a realtime signal, so at most one is
  * pending: a thread that blocks it never queues more. On the development VM a sample cost the
- * program 13-14 us that way against 21-28 us through O_ASYNC (benchmarks/RESULTS.md). The
- * program's own SIGTRAPs (a breakpoint, its own counters) go to the handler it had. */
+ * program 13-14 us that way against 21-28 us through O_ASYNC (benchmarks/RESULTS.md).
+ *
+ * SIGTRAP stays the program's: the engine's handler is first, and passes every SIGTRAP that is
+ * not a TRAP_PERF of its counters (a breakpoint, a kill, a counter of the program's own) to the
+ * disposition the program chose, before pyrun or since (engine_trap_take). A signal of a counter
+ * the engine no longer samples with is recognised and dropped, never passed on. */
 #ifndef TRAP_PERF
 #define TRAP_PERF 6
 #endif
-static struct sigaction previous_trap;
+static struct sigaction previous_traps[2]; /* the program's disposition, double-buffered */
+static _Atomic int previous_at;
 static int trap_installed;
 
 /* siginfo_t::si_perf_data (glibc 2.36 does not name it): the word after si_addr. */
@@ -506,8 +511,11 @@ static uint64_t trap_data(const siginfo_t *info) {
     return data;
 }
 
+static _Atomic uint64_t passed_on; /* SIGTRAPs given to the program's disposition */
+
 static void chain_trap(int signo, siginfo_t *info, void *context) {
-    const struct sigaction *old = &previous_trap;
+    const struct sigaction *old = &previous_traps[atomic_load(&previous_at)];
+    atomic_fetch_add(&passed_on, 1);
     if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction != NULL) {
         old->sa_sigaction(signo, info, context);
     } else if (old->sa_handler == SIG_IGN) {
@@ -523,19 +531,40 @@ static void chain_trap(int signo, siginfo_t *info, void *context) {
     }
 }
 
-/* Put engine_on_signal on SIGTRAP (once: it stays, as a late signal of a closed counter may
- * still come). Call without the engine's lock. */
-int engine_trap_install(void) {
-    if (trap_installed) return 0;
-    struct sigaction action;
+/* Put engine_on_signal first on SIGTRAP, keeping what was there as the program's disposition:
+ * at start, after the program set one (signal.signal, through pyrun's hooks), and when the
+ * monitor finds that a library displaced it. Each handler blocks the other signal of the
+ * engine, so that samples of one thread never nest. */
+int engine_trap_take(void) {
+    struct sigaction action, old;
     memset(&action, 0, sizeof(action));
     action.sa_sigaction = engine_on_signal;
     action.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&action.sa_mask);
-    if (sigaction(SIGTRAP, &action, &previous_trap) != 0) return -1;
+    if (engine.signo > 0) sigaddset(&action.sa_mask, engine.signo);
+    if (sigaction(SIGTRAP, &action, &old) != 0) return -1;
+    if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction == engine_on_signal) return 0;
+    int next = 1 - atomic_load(&previous_at);
+    previous_traps[next] = old;
+    atomic_store(&previous_at, next);
     trap_installed = 1;
     return 0;
 }
+
+/* What the program's disposition is taken to be from now on: what SIGTRAP had before the
+ * engine's handler went first again, or its default action (`to_default`: the program asked
+ * for SIG_DFL, and pyrun held SIG_IGN meanwhile). Counting what is passed on starts afresh. */
+void engine_trap_pass_on(int to_default) {
+    if (to_default) {
+        int next = 1 - atomic_load(&previous_at);
+        memset(&previous_traps[next], 0, sizeof(previous_traps[next]));
+        previous_traps[next].sa_handler = SIG_DFL;
+        atomic_store(&previous_at, next);
+    }
+    atomic_store(&passed_on, 0);
+}
+
+uint64_t engine_trap_passed(void) { return atomic_exchange(&passed_on, 0); }
 
 /* Whether SIGTRAP's handler is no longer the engine's (a library of the program set its own). */
 int engine_trap_displaced(void) {

@@ -218,6 +218,11 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
         while (tail < head) {
             RecordHeader *record = (RecordHeader *)(slot->ring + (tail & (slot->cap - 1)));
             uint64_t bytes = (uint64_t)record->words * 8;
+            if (bytes == 0 || bytes > head - tail) { /* never written so: drop what is left */
+                atomic_fetch_add(&engine.bad_stacks, 1);
+                tail = head;
+                break;
+            }
             if (record->kind != REC_PAD) {
                 if (stage(used, bytes) != 0) break;
                 memcpy(staging + used, record, bytes);
@@ -365,6 +370,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
         action.sa_sigaction = engine_on_signal;
         action.sa_flags = SA_SIGINFO | SA_RESTART;
         sigemptyset(&action.sa_mask);
+        sigaddset(&action.sa_mask, SIGTRAP); /* a sample never nests in another (handler.c) */
         if (sigaction(signo, &action, NULL) != 0) return PyErr_SetFromErrno(PyExc_OSError);
         engine.signo = signo;
     }
@@ -386,7 +392,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
     }
     engine.period_ns[TIMER_CPU] = cpu_period;
     engine.use_perf = use_perf > 0;
-    engine.use_sigtrap = use_perf > 1 && engine_trap_install() == 0;
+    engine.use_sigtrap = use_perf > 1 && engine_trap_take() == 0;
     engine.period_ns[TIMER_WALL] = wall_period;
     engine.trace = trace;
     engine_account_start();
@@ -516,20 +522,25 @@ static PyObject *engine_stop(PyObject *module, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(leave_sigtrap_doc,
-"leave_sigtrap()\n\nStop taking CPU samples through SIGTRAP (before the program sets a handler of\n"
-"its own for it): every thread's counter signals the engine's realtime signal instead, and a\n"
-"SIGTRAP of ours still pending is discarded.");
+PyDoc_STRVAR(take_sigtrap_doc,
+"take_sigtrap(default=False)\n\nAfter the program set a SIGTRAP disposition of its own\n"
+"(signal.signal): put the engine's handler first again, which passes every SIGTRAP that is not\n"
+"one of its samples on to that disposition (default: to SIGTRAP's default action instead).");
 
-static PyObject *engine_leave_sigtrap(PyObject *module, PyObject *unused) {
-    if (!engine.use_sigtrap) Py_RETURN_NONE;
-    Py_BEGIN_ALLOW_THREADS
-    engine_lock();
-    engine_trap_leave();
-    engine_unlock();
-    engine_trap_discard();
-    Py_END_ALLOW_THREADS
+static PyObject *engine_take_sigtrap(PyObject *module, PyObject *args) {
+    int to_default = 0;
+    if (!PyArg_ParseTuple(args, "|p", &to_default)) return NULL;
+    if (engine_trap_displaced() && engine_trap_take() != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    engine_trap_pass_on(to_default);
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(program_traps_doc,
+"program_traps() -> int\n\nSIGTRAPs the engine passed on to the program's disposition since\n"
+"the last call (pyrun's Python handler for SIGTRAP runs the program's only for those).");
+
+static PyObject *engine_program_traps(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(engine_trap_passed());
 }
 
 PyDoc_STRVAR(poison_doc,
@@ -677,7 +688,8 @@ static PyMethodDef methods[] = {
     {"own_cpu", engine_own_cpu, METH_O,
      "own_cpu(ns): CPU time a program thread spent on pyrun's work after its thread_end()."},
     {"poison_next_sample", engine_poison, METH_NOARGS, poison_doc},
-    {"leave_sigtrap", engine_leave_sigtrap, METH_NOARGS, leave_sigtrap_doc},
+    {"take_sigtrap", engine_take_sigtrap, METH_VARARGS, take_sigtrap_doc},
+    {"program_traps", engine_program_traps, METH_NOARGS, program_traps_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict: samples, dropped, unknown frames..."},

@@ -172,6 +172,7 @@ static int arm_perf(Slot *slot, uint64_t value) {
         }
         if (fd >= 0) {
             slot->perf_fd = fd;
+            slot->perf_trap = 1;
             atomic_fetch_add(&engine.perf_threads, 1);
             return 0;
         }
@@ -208,35 +209,56 @@ static int arm_perf(Slot *slot, uint64_t value) {
         return -1;
     }
     slot->perf_fd = fd;
+    slot->perf_trap = 0;
     atomic_fetch_add(&engine.perf_threads, 1);
     return 0;
+}
+
+/* SIGTRAP counters of live threads, disabled, whose closing waits for their threads' end:
+ * between 6.10 and 6.14 (and stable kernels that took the change) closing a sigtrap counter
+ * waits, uninterruptibly, until its thread has run the task work of an overflow taken in the
+ * kernel, which a thread asleep in a system call does only when it wakes. Closing another
+ * live thread's counter could then hang pyrun's stop (a thread blocked for good) or deadlock
+ * (a thread waiting for the engine's lock). A thread's own counter, or one of a thread that
+ * has ended, closes at once. */
+static struct { int fd; pid_t tid; } deferred[ENGINE_MAX_SLOTS];
+static int ndeferred;
+
+static void close_perf(int fd) {
+    atomic_store(&engine_fd_slot[fd], 0);
+    if (is_perf_fd(fd)) {
+        ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+        close(fd);
+    }
+}
+
+static int thread_alive(pid_t tid) {
+    return !(syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH);
+}
+
+/* Close the deferred counters whose threads have ended (call with the table lock held). */
+void engine_close_deferred(void) {
+    for (int i = ndeferred - 1; i >= 0; i--) {
+        if (thread_alive(deferred[i].tid)) continue;
+        close_perf(deferred[i].fd);
+        deferred[i] = deferred[--ndeferred];
+    }
 }
 
 static void disarm_perf(Slot *slot) {
     int fd = slot->perf_fd;
     if (fd < 0) return;
     slot->perf_fd = -1;
-    atomic_store(&engine_fd_slot[fd], 0);
-    if (is_perf_fd(fd)) {
-        ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-        close(fd);
+    if (slot->perf_trap && slot->tid != engine_gettid() && ndeferred < ENGINE_MAX_SLOTS &&
+        thread_alive(slot->tid)) {
+        if (is_perf_fd(fd)) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0); /* does not wait */
+        deferred[ndeferred].fd = fd;
+        deferred[ndeferred].tid = slot->tid;
+        ndeferred++;
+    } else {
+        close_perf(fd);
     }
     atomic_fetch_sub(&engine.perf_threads, 1);
-}
-
-/* Move every thread's counter from SIGTRAP to the engine's realtime signal (O_ASYNC): the
- * program put a handler of its own on SIGTRAP, which must not get our samples. Call with the
- * engine's lock held. */
-void engine_trap_leave(void) {
-    if (!engine.use_sigtrap) return;
-    engine.use_sigtrap = 0;
-    for (uint32_t i = 0; i < high_water; i++) {
-        Slot *slot = &engine_slots[i];
-        if (atomic_load(&slot->state) != SLOT_LIVE || slot->perf_fd < 0) continue;
-        disarm_perf(slot);
-        slot->armed[TIMER_CPU] = 0;
-        engine_arm(slot, TIMER_CPU); /* a counter that signals, or the thread's CPU-clock timer */
-    }
 }
 
 /* Arm timer `index` (TIMER_CPU / TIMER_WALL) of a live slot, first expiry at a random point of
@@ -393,6 +415,7 @@ static int scan_threads(int initial) {
     }
     closedir(dir);
     engine_account_refresh(); /* pyrun's own threads' clocks, while they can be read */
+    engine_close_deferred();
     for (int i = engine.nended - 1; i >= 0; i--) /* gone: its tid may be reused */
         if (!ended_seen[i]) engine.ended_tid[i] = engine.ended_tid[--engine.nended];
     for (uint32_t i = 0; i < high_water; i++) {
@@ -425,11 +448,9 @@ static void *monitor_main(void *unused) {
          * another starts leaves the count as it was (a program that runs short native
          * threads one after another would go unseen; account.c counts what is missed) */
         int changed = scan_threads(0);
-        if (engine.use_sigtrap && engine_trap_displaced()) { /* a handler of the program's */
-            engine_lock();
-            engine_trap_leave();
-            engine_unlock();
-        }
+        /* a library put a SIGTRAP handler of its own: the engine's goes first again, passing
+         * the library's signals on to it (until now it got the samples' signals too) */
+        if (engine_trap_displaced()) engine_trap_take();
         if (changed && count == last_count && engine.native)
             modules |= engine_native_refresh(1); /* the newcomers' stacks */
         /* each wake-up costs tens of microseconds of CPU on a virtual machine: poll quickly
@@ -484,6 +505,9 @@ void engine_after_fork_child(void) {
     engine.nended = 0;
     engine_account_forget(); /* the child's CPU clock starts afresh */
     atomic_store(&engine.perf_threads, 0);
+    for (int i = 0; i < ndeferred; i++) /* copies of the parent's: closing them waits for nothing */
+        if (is_perf_fd(deferred[i].fd)) close(deferred[i].fd);
+    ndeferred = 0;
     /* handlers that ran on other threads at the fork never finish here */
     atomic_store(&engine.in_handler, 0);
     for (uint32_t i = 0; i < high_water; i++) {
