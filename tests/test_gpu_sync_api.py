@@ -431,6 +431,9 @@ def test_the_nvidia_backend_joins_the_rows_to_its_next_buffer(hook: object) -> N
         def buffer_completed(self, records: np.ndarray, functions: object, dropped: int) -> None:
             self.batches.append(records)
 
+        def set_limits(self, limits: object) -> None:
+            """Where a GPU is there, the backend tells the monitor the device's limits."""
+
     _configure(hook)
     for mode in ("api", "both"):
         backend = CuptiBackend(sync=mode)
