@@ -218,6 +218,10 @@ class EngineSampler:
         )
         self.started = True
 
+    def sigtrap_taken(self) -> bool:
+        """Whether the engine's handler is on SIGTRAP (it passes the program's SIGTRAPs on)."""
+        return bool(self.module.sigtrap_taken())
+
     def take_sigtrap(self, default: bool = False) -> None:
         """The engine's SIGTRAP handler first again, after the program set a disposition of its
         own, to which it passes every SIGTRAP that is not a sample (``default``: SIGTRAP's

@@ -177,7 +177,8 @@ def _signal_trap(handler: _Handler) -> _Handler:
 
 
 def _signal(signalnum: int, handler: _Handler) -> _Handler:
-    if signalnum == _SIGTRAP and _session is not None and _session.engine is not None:
+    engine = None if _session is None else _session.engine
+    if signalnum == _SIGTRAP and engine is not None and engine.sigtrap_taken():
         return _signal_trap(handler)
     if signalnum not in _HOOKED:
         return _real_signal(signalnum, handler)

@@ -296,6 +296,7 @@ void engine_on_signal(int signo, siginfo_t *info, void *context);
 int engine_trap_take(void);
 void engine_trap_pass_on(int to_default);
 uint64_t engine_trap_passed(void);
+int engine_trap_taken(void);
 int engine_trap_displaced(void);
 void engine_trap_discard(void);
 int engine_handler_init(void);

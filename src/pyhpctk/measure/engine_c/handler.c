@@ -566,6 +566,8 @@ void engine_trap_pass_on(int to_default) {
 
 uint64_t engine_trap_passed(void) { return atomic_exchange(&passed_on, 0); }
 
+int engine_trap_taken(void) { return trap_installed; }
+
 /* Whether SIGTRAP's handler is no longer the engine's (a library of the program set its own). */
 int engine_trap_displaced(void) {
     struct sigaction now;

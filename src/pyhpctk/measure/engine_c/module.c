@@ -543,6 +543,14 @@ static PyObject *engine_program_traps(PyObject *module, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(engine_trap_passed());
 }
 
+PyDoc_STRVAR(sigtrap_taken_doc,
+"sigtrap_taken() -> bool\n\nWhether the engine's handler is on SIGTRAP in this process (it\n"
+"sampled through SIGTRAP counters once): it then passes the program's SIGTRAPs on.");
+
+static PyObject *engine_sigtrap_taken(PyObject *module, PyObject *unused) {
+    return PyBool_FromLong(engine_trap_taken());
+}
+
 PyDoc_STRVAR(poison_doc,
 "poison_next_sample()\n\nFor tests: the next sample of any thread reads an unmapped page, as a\n"
 "frame chain read at the wrong moment can; the fault must be caught (stats()['faults']).");
@@ -690,6 +698,7 @@ static PyMethodDef methods[] = {
     {"poison_next_sample", engine_poison, METH_NOARGS, poison_doc},
     {"take_sigtrap", engine_take_sigtrap, METH_VARARGS, take_sigtrap_doc},
     {"program_traps", engine_program_traps, METH_NOARGS, program_traps_doc},
+    {"sigtrap_taken", engine_sigtrap_taken, METH_NOARGS, sigtrap_taken_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict: samples, dropped, unknown frames..."},
