@@ -298,6 +298,15 @@ asked = []
 for i in range(3000):
     signal.signal(signal.SIGTRAP, handler if i % 2 else signal.SIG_DFL)
     asked.append(signal.getsignal(signal.SIGTRAP) is (handler if i % 2 else signal.SIG_DFL))
+signal.signal(signal.SIGTRAP, signal.SIG_IGN)
+asked.append(signal.getsignal(signal.SIGTRAP) is signal.SIG_IGN)
+try:
+    signal.signal(signal.SIGTRAP, 5)
+except TypeError:
+    asked.append(True)  # what Python says to a handler that is none
+else:
+    asked.append(False)
+os.kill(os.getpid(), signal.SIGTRAP)  # ignored, as asked
 signal.signal(signal.SIGTRAP, handler)
 for worker in workers:
     worker.join()

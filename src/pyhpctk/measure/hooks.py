@@ -164,6 +164,8 @@ def _signal_trap(handler: _Handler) -> _Handler:
     global _trap_asked
     assert _session is not None and _session.engine is not None
     engine = _session.engine
+    if not callable(handler) and handler not in (signal.SIG_DFL, signal.SIG_IGN):
+        return _real_signal(_SIGTRAP, handler)  # the error Python gives for it
     asked_default = not callable(handler) and handler == signal.SIG_DFL
     if callable(handler):
         previous = _real_signal(_SIGTRAP, _TrapHandler(handler, engine.module))
