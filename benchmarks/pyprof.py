@@ -33,9 +33,14 @@ the way: the input is split into N slices (every N-th profile), serial pyprof an
 slice alone, one after the other, and then all N at once, one process a slice (no MPI, nothing
 shared but the machine). ``ceiling efficiency`` = the slices' summed walls alone / (N x the
 slowest wall of the N at once): N processes that never wait for each other would reach it, and
-the rank counts' efficiencies are read against it. It also prints the machine's CPU topology
-(logical CPUs, physical cores, threads a core): ranks on a core's second hardware thread share
-its execution units.
+the rank counts' efficiencies are read against it. ``--copies N`` bounds it from the other side:
+serial pyprof on the whole input alone, then N copies of that same analysis at once (one
+process each, no MPI); ``bound`` = the wall alone / the slowest wall at once, the efficiency N
+ranks would reach if each did 1/N of one rank's work at the speed the machine gives N busy
+copies. No fixed part per analysis flatters it, but N whole working sets share the caches
+where N ranks would hold 1/N of one each, so ranks might do a little better. Both print the
+machine's CPU topology (logical CPUs, physical cores, threads a core): ranks on a core's second
+hardware thread share its execution units.
 
 ``--allocations`` compiles a small ``malloc`` counter (C, with ``cc``), preloads it into every
 worker (``LD_PRELOAD``) and adds per stage the bytes allocated (arrays of 4 KiB and more: numpy's
@@ -494,6 +499,13 @@ def main() -> int:
         metavar="N",
         help="also run N serial pyprofs on 1/N of the input each, alone and at once",
     )
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run serial pyprof on the whole input alone, then N copies of it at once",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--output", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -569,9 +581,12 @@ def main() -> int:
                 print(laps, file=sys.stderr)
             if capped is not None:
                 print("capped: " + stage_table(n, capped["stages"]), file=sys.stderr)  # type: ignore[arg-type]
-        if args.ceiling > 1:
+        if args.ceiling > 1 or args.copies > 1:
             print(topology())
+        if args.ceiling > 1:
             print(ceiling(measurement, args.ceiling, work, env))
+        if args.copies > 1:
+            print(copies(measurement, args.copies, work, env))
         files = database_bytes(first_db)
         stored = files.get("profile.db", 0) + files.get("cct.db", 0)
         dense = dense_bytes(first_db)
@@ -710,6 +725,50 @@ def ceiling(measurement: Path, n: int, work: Path, env: dict[str, str]) -> str:
         f"| {n} | {walls:.2f} | {slowest:.2f} | "
         f"{sum(r['wall'] for r in together) / walls:.2f} | {cpu_together / cpu_alone:.2f} | "
         f"{walls / (n * slowest):.0%} |",
+    ])  # fmt: skip
+
+
+def copies(measurement: Path, n: int, work: Path, env: dict[str, str]) -> str:
+    """Serial pyprof on the whole input alone, then ``n`` copies of it at once (see the module's
+    docstring); a table with their walls, CPU seconds and the bound they set."""
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "--serial"]
+
+    def command(tag: str) -> list[str]:
+        return [*worker, "--output", str(work / f"copy-{tag}.d"), "--measurement",
+                str(measurement), "--memory-limit", ""]  # fmt: skip
+
+    def result(text: str) -> tuple[float, float]:
+        line = next(x for x in text.splitlines() if x.startswith("RESULT "))
+        found = json.loads(line[len("RESULT ") :])
+        return float(found["wall"]), float(found["cpu"][0])
+
+    os.sync()
+    done = subprocess.run(command("alone"), env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"serial pyprof alone failed: {done.stderr[-2000:]}")
+    alone, cpu_alone = result(done.stdout)
+    shutil.rmtree(work / "copy-alone.d", ignore_errors=True)
+    os.sync()
+    together_env = dict(env, PYPROF_BENCH_START_AT=str(time.time() + max(3.0, 0.25 * n)))
+    running = [
+        subprocess.Popen(command(str(i)), env=together_env, stdout=subprocess.PIPE, text=True)
+        for i in range(n)
+    ]
+    outputs = [p.communicate()[0] for p in running]
+    if any(p.returncode != 0 for p in running):
+        raise SystemExit("a serial pyprof of the N copies at once failed")
+    together = [result(text) for text in outputs]
+    for i in range(n):
+        shutil.rmtree(work / f"copy-{i}.d", ignore_errors=True)
+    walls = [w for w, _ in together]
+    cpu = sum(c for _, c in together) / n
+    return "\n".join([
+        f"copies: serial pyprof on the whole input, alone and {n} copies at once",
+        "| copies | wall alone (s) | mean wall at once (s) | slowest wall at once (s) "
+        "| CPU s at once / alone | bound |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| {n} | {alone:.2f} | {sum(walls) / n:.2f} | {max(walls):.2f} | {cpu / cpu_alone:.2f} "
+        f"| {alone / max(walls):.0%} |",
     ])  # fmt: skip
 
 
