@@ -15,7 +15,9 @@ The probes, from the least to the most memory-bound:
   latency-bound, like the call-path merges and the statistics' scatters);
 * ``stream``: numpy ``a = b + s * c`` over 64 MiB arrays (memory bandwidth);
 * ``fresh``: numpy arrays of 32 MiB allocated, written and freed (page faults and zeroing of new
-  memory: what numpy temporaries above malloc's mmap threshold cost each time).
+  memory: what numpy temporaries above malloc's mmap threshold cost each time); numpy asks the
+  kernel for transparent huge pages for them (``madvise``), so each fault zeroes 2 MiB;
+* ``fresh-4k``: the same with numpy's huge-page request turned off (4 KiB faults).
 
 ``--per-cpu`` also runs the ``python`` probe alone on each logical CPU in turn: a spread there
 means some CPUs are slower than others (hardware threads sharing a core under the hypervisor,
@@ -78,11 +80,20 @@ def probe_fresh(rounds: int) -> None:
         del array
 
 
+def small_pages() -> Callable[[int], None]:
+    """``fresh`` with numpy's ``madvise(MADV_HUGEPAGE)`` of large arrays turned off (what
+    ``NUMPY_MADVISE_HUGEPAGE=0`` does): new memory comes in 4 KiB pages, not 2 MiB ones."""
+    multiarray = getattr(np, "_core", getattr(np, "core", None)).multiarray  # type: ignore[union-attr]
+    multiarray._set_madvise_hugepage(False)
+    return probe_fresh
+
+
 PROBES: dict[str, Callable[[], Callable[[int], None]]] = {
     "python": lambda: probe_python,
     "gather": Gather,
     "stream": Stream,
     "fresh": lambda: probe_fresh,
+    "fresh-4k": small_pages,
 }
 
 
@@ -148,7 +159,13 @@ def topology(cpus: list[int]) -> str:
         ),
         "?",
     )
-    return f"{len(cpus)} logical CPUs on {len(cores)} cores as the guest sees them, {model}"
+    thp = Path("/sys/kernel/mm/transparent_hugepage")
+    try:
+        huge = f"; huge pages {(thp / 'enabled').read_text().split('[')[1].split(']')[0]}"
+        huge += f", defrag {(thp / 'defrag').read_text().split('[')[1].split(']')[0]}"
+    except (OSError, IndexError):
+        huge = ""
+    return f"{len(cpus)} logical CPUs on {len(cores)} cores as the guest sees them, {model}{huge}"
 
 
 def main() -> int:
