@@ -79,6 +79,7 @@ from pyhpctk.analysis.state import (
     RunReport,
     no_progress,
     parallel_map,
+    small_pages,
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summarize
 from pyhpctk.analysis.timing import Laps, TimedComm, timed
@@ -487,7 +488,12 @@ def run(
     this with the same options; rank 0's report names the database, the other ranks' carry
     their own timings.
     """
-    state = Analysis(options, TimedComm(comm or SerialComm()), progress or no_progress)
+    with small_pages():
+        return _run(Analysis(options, TimedComm(comm or SerialComm()), progress or no_progress))
+
+
+def _run(state: Analysis) -> RunReport:
+    options = state.options
     _timed(state, "read", read)
     _timed(state, "unify", unify)
     _timed(state, "expand", expand_contexts)
@@ -528,7 +534,12 @@ def run(
 def aggregate(options: ProfOptions, progress: Progress | None = None) -> AggregateDatabase:
     """Read, unify, expand and summarise every profile of ``options.measurements`` in memory
     (stages 1-4 on this process; nothing is written)."""
-    state = Analysis(options, SerialComm(), progress or no_progress, in_memory=True)
+    with small_pages():
+        return _aggregate(Analysis(options, SerialComm(), progress or no_progress, in_memory=True))
+
+
+def _aggregate(state: Analysis) -> AggregateDatabase:
+    options = state.options
     read(state)
     unify(state)
     expand_contexts(state)

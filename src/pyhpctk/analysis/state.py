@@ -9,10 +9,11 @@ time this rank spent in each stage. :func:`parallel_map` is how a stage spreads 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -47,6 +48,30 @@ RAW_BYTES_PER_INPUT_BYTE = 3
 
 def no_progress(label: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
     return nullcontext(lambda n: None)
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """numpy's request for transparent huge pages (``madvise(MADV_HUGEPAGE)`` of every array of
+    4 MiB and more) turned off for the analysis, and back as it was after it.
+
+    The analysis makes and drops many large temporary arrays, each in memory fresh from the
+    kernel, which zeroes it on first touch: with huge pages, 2 MiB at a time (and compacts
+    memory to find them, where the kernel's ``defrag`` setting is ``madvise``, its default),
+    for arrays often touched only in part. On the development VM that was 1.1-1.7 of 4 s of
+    one rank's CPU time (``clear_page`` under the huge-page fault), 0.5 s with 4 KiB pages
+    (benchmarks/RESULTS.md). An explicit ``NUMPY_MADVISE_HUGEPAGE`` in the environment wins.
+    """
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None or os.environ.get("NUMPY_MADVISE_HUGEPAGE") is not None:
+        yield
+        return
+    before = bool(switch(False))
+    try:
+        yield
+    finally:
+        switch(before)
 
 
 def parallel_map(
