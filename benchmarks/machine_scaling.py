@@ -188,6 +188,7 @@ def main() -> int:
     print("| probe | alone (s) | at once: mean (s) | at once: slowest (s) | CPU s at once / alone "
           "| steal during (CPU s) | bound |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    by_cpu: list[tuple[int | None, float]] = []
     for name in [p for p in args.probes.split(",") if p]:
         if name not in PROBES:
             raise SystemExit(f"unknown probe {name!r}: one of {', '.join(PROBES)}")
@@ -202,6 +203,8 @@ def main() -> int:
             mean.append(sum(r[1] for r in together) / n)
             slowest.append(max(r[1] for r in together))
             cpu_ratio.append(sum(r[2] for r in together) / n / cpu)
+        if name == "python":
+            by_cpu = sorted((r[0], r[1]) for r in together)  # the last pair's, for --per-cpu
         a, m, s = np.median(alone), np.median(mean), np.median(slowest)
         print(
             f"| {name} | {a:.2f} | {m:.2f} | {s:.2f} | {np.median(cpu_ratio):.2f} | "
@@ -217,6 +220,9 @@ def main() -> int:
         print()
         print("python probe alone on each CPU (wall s, and against the fastest):")
         print(", ".join(f"cpu{c} {w:.2f} ({w / fastest:.2f}x)" for c, w in speeds))
+        if by_cpu:
+            print("python probe at once, the last pair (wall s on each CPU):")
+            print(", ".join(f"cpu{c} {w:.2f}" for c, w in by_cpu))
     return 0
 
 
