@@ -30,12 +30,15 @@ FILES = ("meta.db", "profile.db", "cct.db", "trace.db", "metrics/default.yaml", 
 NAMED_THREADS = Path(__file__).resolve().parent / "programs" / "named_threads.py"
 
 
-def pyprof_mpi(ranks: int, *args: str) -> subprocess.CompletedProcess[str]:
-    """``mpiexec -n RANKS python -m pyhpctk.cli.pyprof_mpi ARGS`` (the console script's code)."""
+def pyprof_mpi(
+    ranks: int, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``mpiexec -n RANKS python -m pyhpctk.cli.pyprof_mpi ARGS`` (the console script's code),
+    with ``env`` added to the environment."""
     if not MPIEXEC.exists():
         raise FileNotFoundError(f"{MPIEXEC}: no mpiexec (the dev extra installs mpich)")
     command = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "pyhpctk.cli.pyprof_mpi"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -73,6 +76,38 @@ def test_ranks_write_pyprofs_database(
     assert_same_files(serial, output)
     if not extra or extra[0] != "-M":
         assert compare_dirs(reference / "dbase" / "loops-cputime-t.d", output) == []
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("speeds", ["4,0.5,1,3", "0.5,0.5,8,0.5", "even"])
+def test_ranks_of_unequal_speeds_write_pyprofs_database(
+    reference: Path, tmp_path: Path, speeds: str
+) -> None:
+    """Shares in proportion to the ranks' speeds (analysis/balance.py) move the splits of the
+    input and of cct.db's contexts, never a byte of the database."""
+    measurement = reference / "meas" / "loops-cputime-t.m"
+    serial = tmp_path / "serial"
+    run(ProfOptions.build([measurement], output=serial))
+    output = tmp_path / "mpi"
+    extra = ["--memory-limit", "3k"]  # several cct.db rounds, each split by the speeds
+    done = pyprof_mpi(
+        4, "-o", str(output), *extra, str(measurement), env={"PYHPCTK_PYPROF_SPEEDS": speeds}
+    )
+    assert done.returncode == 0, done.stderr
+    assert_same_files(serial, output)
+
+
+@pytest.mark.mpi
+def test_a_bad_speeds_setting_is_one_clear_error(reference: Path, tmp_path: Path) -> None:
+    measurement = reference / "meas" / "loops-cputime-t.m"
+    output = tmp_path / "mpi"
+    done = pyprof_mpi(
+        2, "-o", str(output), str(measurement), env={"PYHPCTK_PYPROF_SPEEDS": "1,fast"}
+    )
+    assert done.returncode == 2, done.stderr
+    assert "PYHPCTK_PYPROF_SPEEDS='1,fast': give 'even' or 2 positive numbers" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not output.exists()
 
 
 @pytest.mark.mpi

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyhpctk.analysis import balance
 from pyhpctk.analysis.comm import SerialComm
 from pyhpctk.analysis.distributed import BYTES_PER_VALUE, plan_rounds, run_distributed, split_even
 from pyhpctk.analysis.exchange import (
@@ -117,6 +118,68 @@ def test_split_even_gives_contiguous_balanced_ranges(
     for r in range(parts):
         share = int(array[bounds[r] : bounds[r + 1]].sum())
         assert share <= total * capacity[r] / sum(capacity) + largest + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts,
+    st.lists(st.floats(0.5, 2.0), min_size=1, max_size=6),
+    st.sampled_from([1.0, 0.5, 0.25]),
+)
+def test_split_even_follows_the_ranks_speeds(
+    values: list[int], speeds: list[float], first: float
+) -> None:
+    array = np.asarray(values, dtype=np.int64)
+    parts = len(speeds)
+    bounds = split_even(array, parts, first, np.asarray(speeds))
+    assert len(bounds) == parts + 1 and bounds[0] == 0 and bounds[-1] == len(values)
+    assert np.all(np.diff(bounds) >= 0)
+    total = int(array.sum())
+    largest = int(array.max()) if len(values) else 0
+    capacity = [first * speeds[0], *speeds[1:]]
+    for r in range(parts):
+        share = int(array[bounds[r] : bounds[r + 1]].sum())
+        assert share <= total * capacity[r] / sum(capacity) + largest + 1e-6
+
+
+def test_a_faster_rank_gets_more() -> None:
+    array = np.full(1000, 7, dtype=np.int64)
+    bounds = split_even(array, 3, 1.0, np.array([1.0, 2.0, 1.0]))
+    assert np.diff(bounds).tolist() == [250, 500, 250]
+
+
+class _Gathering(SerialComm):
+    """Four ranks' probe times, as the allgather would bring them."""
+
+    size = 4
+
+    def __init__(self, seconds: list[float]) -> None:
+        self.seconds = seconds
+
+    def allgather(self, obj: object) -> list[object]:
+        assert isinstance(obj, float) and obj > 0  # this rank's own probe ran
+        return list(self.seconds)
+
+
+def test_rank_speeds_are_against_the_median_and_clipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(balance.SPEEDS_ENV, raising=False)
+    monkeypatch.setattr(balance, "PROBE_ROUNDS", 1)
+    speeds = balance.rank_speeds(_Gathering([0.02, 0.04, 0.02, 0.2]))
+    # speeds 50, 25, 50, 5 against the median 37.5; the last clipped at half
+    assert speeds == pytest.approx([4 / 3, 2 / 3, 4 / 3, 0.5])
+    assert balance.rank_speeds(SerialComm()).tolist() == [1.0]
+
+
+def test_the_speeds_setting_fixes_them_or_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    comm = _Gathering([1.0] * 4)
+    monkeypatch.setenv(balance.SPEEDS_ENV, "even")
+    assert balance.rank_speeds(comm).tolist() == [1.0] * 4
+    monkeypatch.setenv(balance.SPEEDS_ENV, " 1, 2,0.5,1 ")
+    assert balance.rank_speeds(comm).tolist() == [1.0, 2.0, 0.5, 1.0]
+    for bad in ("1,2,3", "1,2,3,0", "1,2,3,x", "1,2,3,nan"):
+        monkeypatch.setenv(balance.SPEEDS_ENV, bad)
+        with pytest.raises(UsageError, match="give 'even' or 4 positive numbers"):
+            balance.rank_speeds(comm)
 
 
 keys = st.tuples(st.sampled_from(["/bin/a", "/lib/b.so", None]), st.integers(0, 4), st.booleans())

@@ -34,9 +34,13 @@ between two ranks (18 bytes a value, pickled) must stay under MPI's 2 GiB."""
 
 
 def split_even(
-    weights: npt.NDArray[np.int64], parts: int, first_share: float = 1.0
+    weights: npt.NDArray[np.int64],
+    parts: int,
+    first_share: float = 1.0,
+    speeds: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.int64]:
-    """``parts + 1`` bounds of contiguous ranges of ``weights`` with about equal sums.
+    """``parts + 1`` bounds of contiguous ranges of ``weights`` with about equal sums, or sums
+    in proportion to ``speeds`` (one per part, :func:`.balance.rank_speeds`).
 
     ``first_share`` scales the first range's target (rank 0 has serial work of its own).
     """
@@ -46,7 +50,9 @@ def split_even(
         inner = np.linspace(0, len(weights), parts + 1)[1:-1].astype(np.int64)
     else:
         capacity = np.ones(parts, dtype=np.float64)
-        capacity[0] = first_share
+        if speeds is not None:
+            capacity[:] = speeds
+        capacity[0] *= first_share
         targets = total * np.cumsum(capacity)[:-1] / capacity.sum()
         inner = np.searchsorted(cumulative, targets, side="left").astype(np.int64)
     bounds = np.concatenate([[0], inner, [len(weights)]]).astype(np.int64)

@@ -7,8 +7,9 @@ stages share; collectives go through the :class:`~.comm.Comm`, and an error on a
 every rank with the first one's message (:func:`~.comm.on_all`).
 
 1. :func:`read`: rank 0 lists the profiles; each rank reads a contiguous slice of them,
-   balanced by bytes, on ``-j`` threads, folding each into its one call-path tree as it arrives;
-   rank 0 reads less and expands its own tree meanwhile (:func:`.expand_plan.expand_early`).
+   balanced by bytes and the ranks' speeds (:mod:`.balance`), on ``-j`` threads, folding
+   each into its one call-path tree as it arrives; rank 0 reads less and expands its own tree
+   meanwhile (:func:`.expand_plan.expand_early`).
    What every rank must know about every profile is all-gathered and screened once
    (:func:`.screening.screen`: warnings, ``--strict``, metric tables).
 2. :func:`unify`: the ranks' trees are reduced along a binomial tree, lower ranks on the left;
@@ -49,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
+from pyhpctk.analysis.balance import rank_speeds
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
@@ -115,11 +117,13 @@ def read(state: Analysis) -> None:
         return sources
 
     clock = Laps(state.timings, "read: ", state.comm)
+    state.speeds = rank_speeds(comm)  # every rank's share follows its speed (.balance)
+    clock.lap("speeds")
     state.sources = on_root(comm, discover)
     sizes = np.asarray(state.sources.sizes, dtype=np.int64)
     clock.lap("list")
     # Rank 0 reads less: it expands its call paths while the others read (.expand_plan).
-    bounds = split_even(sizes, comm.size, read_share(sizes, comm.size))
+    bounds = split_even(sizes, comm.size, read_share(sizes, comm.size), state.speeds)
     mine = list(range(int(bounds[comm.rank]), int(bounds[comm.rank + 1])))
     # Under a memory cap, a rank whose share of the input would not fit reads it twice: once
     # for the call paths (values dropped at once, but for the GPU call-edge weights), once more

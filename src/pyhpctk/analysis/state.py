@@ -145,6 +145,7 @@ class Analysis:
     progress: Progress
     in_memory: bool = False  # aggregate(): nothing will be written
     timings: dict[str, float] = field(default_factory=dict)
+    speeds: npt.NDArray[np.float64] | None = None  # every rank's relative speed (.balance)
     sources: inputs.Listing = field(default_factory=lambda: inputs.Listing([], [], [], [], []))
     # rank 0: the name pyrun recorded for each input profile that has one (inputs.thread_names)
     thread_names: dict[int, ThreadEntry] = field(default_factory=dict)

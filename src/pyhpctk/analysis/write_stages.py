@@ -256,7 +256,7 @@ def write_cct_db(state: Analysis) -> None:
     for start, stop in rounds:
         if state.options.memory_limit is not None:
             _join_window(state)  # the last round's window not held through this one's exchange
-        owners = split_even(nnz[start:stop], comm.size, first_share) + start
+        owners = split_even(nnz[start:stop], comm.size, first_share, state.speeds) + start
         sending = outgoing(
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
         )
