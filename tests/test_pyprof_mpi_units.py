@@ -167,7 +167,18 @@ def test_rank_speeds_are_against_the_median_and_clipped(monkeypatch: pytest.Monk
     speeds = balance.rank_speeds(_Gathering([0.02, 0.04, 0.02, 0.2]))
     # speeds 50, 25, 50, 5 against the median 37.5; the last clipped at half
     assert speeds == pytest.approx([4 / 3, 2 / 3, 4 / 3, 0.5])
+    # within 10 % of the median: equal (noise moves no work)
+    speeds = balance.rank_speeds(_Gathering([0.0105, 0.0095, 0.01, 0.01]))
+    assert speeds.tolist() == [1.0, 1.0, 1.0, 1.0]
+    speeds = balance.rank_speeds(_Gathering([0.01, 0.01, 0.0105, 0.008]))
+    assert speeds.tolist() == [1.0, 1.0, 1.0, pytest.approx(1.25)]
     assert balance.rank_speeds(SerialComm()).tolist() == [1.0]
+
+
+def test_the_probe_keeps_the_median_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([0.0, 1.0, 10.0, 10.002, 20.0, 20.003, 30.0, 30.001, 40.0, 40.002])
+    monkeypatch.setattr(balance.time, "perf_counter", lambda: next(ticks))
+    assert balance.probe(rounds=1, times=5) == pytest.approx(0.002)
 
 
 def test_the_speeds_setting_fixes_them_or_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ waits for the slowest rank. On the 16-CPU device machine one Python loop ran 1.0
 long on one CPU as on another, alone, and the 16 ranks' input loading split the same way
 (benchmarks/RESULTS.md, issue #19).
 
-So each rank times a short fixed loop at the start (:func:`probe`, ~20 ms), the times are
+So each rank times a short fixed loop at the start (:func:`probe`, ~20-40 ms), the times are
 all-gathered, and :func:`.exchange.split_even` gives each rank a share of the input bytes
 (read and statistics) and of cct.db's contexts in proportion to its speed. Any contiguous
 split in rank order writes the same bytes (:mod:`.pipeline`), so this changes only who does
@@ -29,23 +29,34 @@ from pyhpctk.errors import UsageError
 
 SPEEDS_ENV = "PYHPCTK_PYPROF_SPEEDS"
 
-PROBE_ROUNDS = 20
-"""Rounds of :func:`probe`'s loop (about 1 ms each on the device machine's faster CPUs)."""
+PROBE_ROUNDS = 4
+"""Rounds of one timing of :func:`probe`'s loop (about 1 ms each on the device machine's
+faster CPUs); :data:`PROBE_TIMES` timings, their median kept."""
+
+PROBE_TIMES = 5
 
 SPEED_RANGE = (0.5, 2.0)
 """Speeds against the median are clipped to this: a probe disturbed by chance cannot give a
 rank more than twice, or less than half, the median share."""
 
+DEAD_BAND = 0.1
+"""Speeds within this of the median's count as the median's: among equal ranks the probes'
+noise moves no work (at scale, the one rank given more than its share sets the wall)."""
 
-def probe(rounds: int = PROBE_ROUNDS) -> float:
-    """Seconds of wall time for a fixed interpreter loop (wall, not CPU: a CPU that another
-    guest shares runs the loop for as long, but the rank waits for it)."""
-    start = time.perf_counter()
-    total = 0
-    for _ in range(rounds):
-        for i in range(10_000):
-            total += i * i & 0xFF
-    return time.perf_counter() - start
+
+def probe(rounds: int = PROBE_ROUNDS, times: int = PROBE_TIMES) -> float:
+    """Seconds of wall time for a fixed interpreter loop, the median of ``times`` timings (wall,
+    not CPU: a CPU that another guest shares runs the loop for as long, but the rank waits for
+    it; the median, so that one preemption does not count)."""
+    walls = []
+    for _ in range(times):
+        start = time.perf_counter()
+        total = 0
+        for _ in range(rounds):
+            for i in range(10_000):
+                total += i * i & 0xFF
+        walls.append(time.perf_counter() - start)
+    return float(np.median(walls))
 
 
 def parse_speeds(setting: str, ranks: int) -> npt.NDArray[np.float64] | None:
@@ -78,6 +89,7 @@ def rank_speeds(comm: Comm) -> npt.NDArray[np.float64]:
     seconds = np.array(comm.allgather(probe()), dtype=np.float64)
     speeds = 1.0 / np.maximum(seconds, 1e-9)
     speeds /= float(np.median(speeds))
+    speeds[np.abs(speeds - 1.0) <= DEAD_BAND] = 1.0
     clipped: npt.NDArray[np.float64] = np.clip(speeds, *SPEED_RANGE)
     return clipped
 
