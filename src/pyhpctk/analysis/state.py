@@ -58,9 +58,10 @@ def small_pages() -> Iterator[None]:
     The analysis makes and drops many large temporary arrays, each in memory fresh from the
     kernel, which zeroes it on first touch: with huge pages, 2 MiB at a time (and compacts
     memory to find them, where the kernel's ``defrag`` setting is ``madvise``, its default),
-    for arrays often touched only in part. On the development VM that was 1.1-1.7 of 4 s of
-    one rank's CPU time (``clear_page`` under the huge-page fault), 0.5 s with 4 KiB pages
-    (benchmarks/RESULTS.md). An explicit ``NUMPY_MADVISE_HUGEPAGE`` in the environment wins.
+    for arrays often touched only in part. On the development VM that was 1.4-1.8 s of one
+    rank's 4 s of CPU time (``clear_page`` under the huge-page fault), 0.6-0.7 s with 4 KiB
+    pages (benchmarks/RESULTS.md). An explicit ``NUMPY_MADVISE_HUGEPAGE`` in the environment
+    wins.
     """
     core = getattr(np, "_core", None) or getattr(np, "core", None)
     switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
