@@ -37,6 +37,12 @@ def command(**arguments: Any) -> int:
     As pyprof: an existing database is replaced only with --force; a full disk on any rank
     stops every rank with one error line from rank 0 (exit status 2), and nothing is left
     under the -o name (a database being replaced stays as it was).
+
+    \b
+    Each rank's share of the input follows its speed, timed at the start (~30 ms): a rank on a
+    slower or shared CPU gets less. PYHPCTK_PYPROF_SPEEDS=even gives equal shares instead;
+    PYHPCTK_PYPROF_SPEEDS=1,1,0.5,... (one number a rank) fixes them. The database is the
+    same either way.
     """
     from pyhpctk.analysis.comm import world
     from pyhpctk.analysis.pipeline import run
