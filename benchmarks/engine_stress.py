@@ -7,7 +7,8 @@ modules (each a new dlopen), throw and catch C++ exceptions through 20 native fr
 children that are measured too, and signal the process (SIGUSR1, SIGALRM), with CPUTIME,
 REALTIME and GILWAIT at 1 kHz and native frames on (pyrun's default: every sample unwinds the
 native stack, issue #17). A run passes when the program exits 0 within TIMEOUT seconds,
-prints ``stress ok``, and every profile it wrote passes ``pyhpctk verify``. On a timeout the
+prints ``stress ok``, every profile it wrote passes ``pyhpctk verify``, and no process's engine
+found a torn record (``torn_records``, printed with ``PYHPCTK_PYRUN_DEBUG=1``). On a timeout the
 stacks of the process tree are dumped with ``py-spy dump --native`` (where py-spy is installed:
 ``pip install py-spy``; it is no dependency) before the tree is killed.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -181,7 +183,8 @@ def run_once(directory: Path, out: Path, threads: int, timeout: float, python: s
     pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun"]
     events = ["-e", "CPUTIME@1000", "-e", "REALTIME@1000", "-e", "GILWAIT@1000"]
     command = [*pyrun, *events, "-o", str(out), python, str(PROGRAM), str(directory), str(threads)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = dict(os.environ, PYHPCTK_PYRUN_DEBUG="1")  # every process's engine counts at exit
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -189,6 +192,9 @@ def run_once(directory: Path, out: Path, threads: int, timeout: float, python: s
     text = output.decode(errors="replace")
     if process.returncode != 0 or "stress ok" not in text:
         return f"exit status {process.returncode}:\n{text}"
+    torn = [int(n) for n in re.findall(r"torn_records (\d+)", text)]
+    if not torn or any(torn):  # records no handler wrote whole: two writers in one ring
+        return f"torn records {torn}:\n{text}"
     verdict = verify_path(out)
     if verdict.exit_code != 0:
         return f"pyhpctk verify failed:\n{verdict}"

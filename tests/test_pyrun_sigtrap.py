@@ -160,7 +160,8 @@ def test_samples_come_through_sigtrap_unless_asked_otherwise(
     )
     assert status == 0
     assert counts["sigtrap"] == (0 if route == "signal" else 1), counts
-    assert counts["misdelivered"] == 0 and counts["bad_stacks"] == 0, counts
+    assert counts["misdelivered"] == 0 and counts["torn_records"] == 0, counts
+    assert counts["bad_stacks"] <= counts["samples"] // 1000, counts  # engine.h: CPython's window
     main = main_profile(read_profiles(out))
     assert main.inclusive(CPU, "before") == pytest.approx(0.6, rel=0.1)
 
@@ -273,7 +274,14 @@ def test_cpu_and_wall_samples_of_a_thread_never_nest(tmp_path: Path) -> None:
         env={**os.environ, "PYHPCTK_PYRUN_DEBUG": "1"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "sigtrap 1" in done.stderr and "bad_stacks 0," in done.stderr, done.stderr
+    found = re.findall(r"pyrun: sampling engine in pid \d+: (.*)", done.stderr)
+    assert found, done.stderr
+    counts = {name: int(value) for name, value in re.findall(r"(\w+) (-?\d+)", found[0])}
+    # Nested handlers wrote records of length 0 (torn); a frame chain that fails its checks is
+    # something else: 3.12 enters the eval loop with its cframe's current frame unset for a
+    # few instructions, and a sample there is dropped (engine.h, bad_stacks).
+    assert counts["sigtrap"] == 1 and counts["torn_records"] == 0, counts
+    assert counts["bad_stacks"] <= counts["samples"] // 1000, counts
     profiles = read_profiles(tmp_path / "m")  # every record read back, every profile verified
     total = sum(profile.total(CPU) for profile in profiles)
     assert total == pytest.approx(3.0, rel=0.1), total

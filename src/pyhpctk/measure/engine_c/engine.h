@@ -170,7 +170,11 @@ typedef struct {
     pid_t ended_tid[64];       /* threads past thread_end(), still running: never re-adopted */
     int nended;
     _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
-    _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check */
+    _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check (3.12: a sample
+                                        inside the eval loop's entry, before it sets its
+                                        cframe's current frame, reads stack garbage) */
+    _Atomic uint64_t torn_records;   /* records of length 0 or past the head: two writers in
+                                        one ring (never, handlers do not nest) */
     _Atomic uint64_t misdelivered;   /* signals that reached another thread than the slot's */
     _Atomic uint64_t native_ns;      /* time spent unwinding native stacks (monotonic clock) */
     _Atomic uint64_t native_timed;   /* unwinds timed in native_ns (not preempted) */

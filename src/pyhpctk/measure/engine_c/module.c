@@ -219,7 +219,7 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
             RecordHeader *record = (RecordHeader *)(slot->ring + (tail & (slot->cap - 1)));
             uint64_t bytes = (uint64_t)record->words * 8;
             if (bytes == 0 || bytes > head - tail) { /* never written so: drop what is left */
-                atomic_fetch_add(&engine.bad_stacks, 1);
+                atomic_fetch_add(&engine.torn_records, 1);
                 tail = head;
                 break;
             }
@@ -671,11 +671,12 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
     PyObject *stats = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
         (unsigned long long)atomic_load(&engine.faults), "misdelivered",
         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
         dropped, "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
-        "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "live_threads", live,
+        "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "torn_records",
+        (unsigned long long)atomic_load(&engine.torn_records), "live_threads", live,
         "signal", engine.signo, "sigtrap", engine.use_sigtrap, "perf_threads",
         atomic_load(&engine.perf_threads), "native_ns",
         (unsigned long long)atomic_load(&engine.native_ns), "native_frames",
