@@ -175,6 +175,22 @@ def test_rank_speeds_are_against_the_median_and_clipped(monkeypatch: pytest.Monk
     assert balance.rank_speeds(SerialComm()).tolist() == [1.0]
 
 
+def test_cct_db_shares_follow_how_fast_each_rank_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(balance.SPEEDS_ENV, raising=False)
+    probed = np.array([1.0, 1.0, 1.0, 1.0])
+    big = float(balance.MIN_READ_BYTES)
+    # rates 40, 20, 42, 5 MB/s against the median 30: 4/3, 2/3, 1.4, clipped 0.5
+    speeds = balance.read_speeds(probed, [40e6, 20e6, 42e6, 5e6], big)
+    assert speeds == pytest.approx([4 / 3, 2 / 3, 1.4, 0.5])
+    # shares too small to time, a rank that read nothing, one rank: the probe's speeds stay
+    assert balance.read_speeds(probed, [40e6, 20e6, 42e6, 5e6], big - 1) is probed
+    assert balance.read_speeds(probed, [40e6, 0.0, 42e6, 5e6], big) is probed
+    assert balance.read_speeds(np.ones(1), [40e6], big).tolist() == [1.0]
+    # speeds the environment fixed stay fixed
+    monkeypatch.setenv(balance.SPEEDS_ENV, "even")
+    assert balance.read_speeds(probed, [40e6, 20e6, 42e6, 5e6], big) is probed
+
+
 def test_the_probe_keeps_the_median_timing(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter([0.0, 1.0, 10.0, 10.002, 20.0, 20.003, 30.0, 30.001, 40.0, 40.002])
     monkeypatch.setattr(balance.time, "perf_counter", lambda: next(ticks))

@@ -8,7 +8,9 @@ long on one CPU as on another, alone, and the 16 ranks' input loading split the 
 
 So each rank times a short fixed loop at the start (:func:`probe`, ~20-40 ms), the times are
 all-gathered, and :func:`.exchange.split_even` gives each rank a share of the input bytes
-(read and statistics) and of cct.db's contexts in proportion to its speed. Any contiguous
+(read and statistics) in proportion to its speed. How fast each rank then read its share
+(bytes a second, gathered with the profiles' briefs) gives the speeds for cct.db's contexts
+(:func:`read_speeds`). Any contiguous
 split in rank order writes the same bytes (:mod:`.pipeline`), so this changes only who does
 what, never the database.
 
@@ -87,11 +89,35 @@ def rank_speeds(comm: Comm) -> npt.NDArray[np.float64]:
     if fixed is not None:
         return fixed
     seconds = np.array(comm.allgather(probe()), dtype=np.float64)
-    speeds = 1.0 / np.maximum(seconds, 1e-9)
-    speeds /= float(np.median(speeds))
+    return _relative(1.0 / np.maximum(seconds, 1e-9))
+
+
+MIN_READ_BYTES = 8 << 20
+"""A rank's share of the input below which its reading rate is too short a measure to use."""
+
+
+def read_speeds(
+    probed: npt.NDArray[np.float64] | None, rates: list[float], per_rank: float
+) -> npt.NDArray[np.float64] | None:
+    """Speeds from how fast each rank read its share (bytes a second), for the splits after
+    the read (cct.db's owners): a measure of the real work over the whole read, where the probe
+    timed a loop at the start. ``probed`` stays when the speeds are fixed
+    (``PYHPCTK_PYPROF_SPEEDS``), when there is one rank, or when the shares are too small
+    (``per_rank`` bytes, under :data:`MIN_READ_BYTES`) or some rank read nothing."""
+    if probed is None or len(rates) <= 1 or os.environ.get(SPEEDS_ENV, "").strip():
+        return probed
+    observed = np.asarray(rates, dtype=np.float64)
+    if per_rank < MIN_READ_BYTES or not np.all(observed > 0):
+        return probed
+    return _relative(observed)
+
+
+def _relative(speeds: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Against the median, within the dead band equal, clipped (module docstring)."""
+    speeds = speeds / float(np.median(speeds))
     speeds[np.abs(speeds - 1.0) <= DEAD_BAND] = 1.0
     clipped: npt.NDArray[np.float64] = np.clip(speeds, *SPEED_RANGE)
     return clipped
 
 
-__all__ = ["SPEEDS_ENV", "parse_speeds", "probe", "rank_speeds"]
+__all__ = ["SPEEDS_ENV", "parse_speeds", "probe", "rank_speeds", "read_speeds"]

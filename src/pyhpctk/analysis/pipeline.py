@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -50,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
-from pyhpctk.analysis.balance import rank_speeds
+from pyhpctk.analysis.balance import rank_speeds, read_speeds
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
@@ -132,16 +133,21 @@ def read(state: Analysis) -> None:
     limit = options.memory_limit
     state.light = limit is not None and share * RAW_BYTES_PER_INPUT_BYTE > limit
     loaded: list[Loaded] = []
+    started = time.perf_counter()
     with state.stage("reading profiles", len(mine)) as advance:
         for item in parallel_map(partial(_load, state), mine, options.jobs, advance):
             if item.data is not None:
                 _fold(state, item.data)
             loaded.append(item)
+    rate = share / max(time.perf_counter() - started, 1e-9)  # bytes a second, as it read
     clock.lap("load")
     if state.root and comm.size > 1:
         state.early = expand_early(options, state.tree, loaded, state.sources)
         clock.lap("expand early")
-    everyone = [b for part in comm.allgather(briefs_of(loaded)) for b in part]
+    parts = comm.allgather((briefs_of(loaded), rate))
+    everyone = [b for part, _ in parts for b in part]
+    # cct.db's shares follow how fast each rank read, a surer speed than the probe's (.balance)
+    state.speeds = read_speeds(state.speeds, [r for _, r in parts], sizes.sum() / comm.size)
     clock.lap("briefs")
     state.screened = screened = screen(everyone, options.strict, warn=state.root)
     clock.lap("screen")
