@@ -31,11 +31,13 @@ from pyhpctk.errors import UsageError
 
 SPEEDS_ENV = "PYHPCTK_PYPROF_SPEEDS"
 
-PROBE_ROUNDS = 4
+PROBE_ROUNDS = 10
 """Rounds of one timing of :func:`probe`'s loop (about 1 ms each on the device machine's
-faster CPUs); :data:`PROBE_TIMES` timings, their median kept."""
+faster CPUs); :data:`PROBE_TIMES` timings, their median kept. A timing must span several of
+the scheduler's time slices (a few ms each) to see a CPU that another process shares: timings
+of 4 ms missed a busy loop on the rank's CPU that halved its speed (benchmarks/RESULTS.md)."""
 
-PROBE_TIMES = 5
+PROBE_TIMES = 3
 
 SPEED_RANGE = (0.5, 2.0)
 """Speeds against the median are clipped to this: a probe disturbed by chance cannot give a
