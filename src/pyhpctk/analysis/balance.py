@@ -6,7 +6,7 @@ waits for the slowest rank. On the 16-CPU device machine one Python loop ran 1.0
 long on one CPU as on another, alone, and the 16 ranks' input loading split the same way
 (benchmarks/RESULTS.md, issue #19).
 
-So each rank times a short fixed loop at the start (:func:`probe`, ~20-40 ms), the times are
+So each rank times a short fixed loop at the start (:func:`probe`, ~30 ms), the times are
 all-gathered, and :func:`.exchange.split_even` gives each rank a share of the input bytes
 (read and statistics) in proportion to its speed. How fast each rank then read its share
 (bytes a second, gathered with the profiles' briefs) gives the speeds for cct.db's contexts
