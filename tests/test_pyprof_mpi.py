@@ -9,6 +9,7 @@ profiles on purpose (idle ranks must still take part in every collective).
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -95,6 +96,50 @@ def test_ranks_of_unequal_speeds_write_pyprofs_database(
     )
     assert done.returncode == 0, done.stderr
     assert_same_files(serial, output)
+
+
+SPLITS = """\
+import json, sys
+from pathlib import Path
+from pyhpctk.analysis import pipeline, write_stages
+from pyhpctk.analysis.comm import world
+from pyhpctk.analysis.options import ProfOptions
+
+seen = []
+
+def spy(split):
+    def recorded(weights, parts, first_share=1.0, speeds=None):
+        seen.append(None if speeds is None else [float(x) for x in speeds])
+        return split(weights, parts, first_share, speeds)
+    return recorded
+
+pipeline.split_even = spy(pipeline.split_even)
+write_stages.split_even = spy(write_stages.split_even)
+comm = world()
+pipeline.run(ProfOptions.build([Path(sys.argv[1])], output=Path(sys.argv[2])), comm=comm)
+print("SPLITS " + json.dumps([comm.rank, seen]))
+"""
+
+
+@pytest.mark.mpi
+def test_the_speeds_reach_the_read_and_cct_db_splits(reference: Path, tmp_path: Path) -> None:
+    """The splits of the input and of every cct.db round get the ranks' speeds (the
+    byte-identity tests above pass whatever the split: this pins that the speeds are used)."""
+    measurement = reference / "meas" / "loops-cputime-t.m"
+    script = tmp_path / "splits.py"
+    script.write_text(SPLITS)
+    command = [str(MPIEXEC), "-n", "2", sys.executable, str(script), str(measurement),
+               str(tmp_path / "db")]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYHPCTK_PYPROF_SPEEDS="3,0.5")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [
+        line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("SPLITS ")
+    ]
+    assert len(lines) == 2, done.stdout
+    for rank, seen in map(json.loads, lines):
+        assert len(seen) >= 2, (rank, seen)  # the read, then at least one cct.db round
+        assert all(speeds == [3.0, 0.5] for speeds in seen), (rank, seen)
 
 
 @pytest.mark.mpi
