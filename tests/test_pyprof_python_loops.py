@@ -177,6 +177,14 @@ def test_a_package_init_that_joins_later_moves_and_leaves_no_stale_structure(
         assert pystruct([str(measurements), "-q"]) == 0
     structs = measurements / "structs"
     inits = sorted(p.name for p in structs.glob("__init__.py*.hpcstruct"))
-    assert len(inits) == 2 and "__init__.py.hpcstruct" not in inits, inits
+    # a sample that lands in another package's __init__.py at start-up adds its own
+    ours = [
+        name
+        for name in inits
+        if any(
+            str(tmp_path / package) in (structs / name).read_text() for package in ("alpha", "beta")
+        )
+    ]
+    assert len(ours) == 2 and "__init__.py.hpcstruct" not in inits, inits
     manifest = json.loads((structs / ".pystruct-manifest.json").read_text())
     assert set(inits) <= set(manifest) and "__init__.py.hpcstruct" not in manifest

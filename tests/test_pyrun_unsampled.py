@@ -223,6 +223,51 @@ def test_short_python_threads_files_are_pyruns_time_not_lost(
     assert counts["cpu_pyrun_threads_ns"] > counts["cpu_unsampled_ns"], counts
 
 
+SLOW_STARTS = """\
+import json, sys, threading, time
+
+def burn(seconds):
+    stop = time.thread_time() + seconds
+    while time.thread_time() < stop:
+        sum(range(100))
+
+class SlowStart(threading.Thread):
+    # CPU time a thread spends before pyrun's hook (threading's _bootstrap): the program's
+    def _bootstrap(self):
+        burn(0.03)
+        self.before = time.thread_time()
+        super()._bootstrap()
+
+    def run(self):
+        burn(0.0005)
+
+before = 0.0
+for _ in range(8):
+    thread = SlowStart()
+    thread.start()
+    thread.join()
+    before += thread.before
+json.dump({"before": before}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_threads_time_before_the_thread_hook_is_in_its_profile(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Eight threads that each spend 30 ms of CPU before pyrun's thread hook runs: that is the
+    program's time, and each thread's profile holds it (its first record carries it); what the
+    hook itself spends is pyrun's. It was in no profile, and the line said so."""
+    per_thread, truth, err, counts = _measure(tmp_path, capfd, SLOW_STARTS, "CPUTIME@1000")
+    assert truth["before"] > 0.24, truth
+    threads = {number: cpu for number, cpu in per_thread.items() if number != 0}
+    assert len(threads) == 8, per_thread
+    # each profile holds the thread's 30 ms and its short run
+    for cpu in threads.values():
+        assert 0.029 < cpu < 0.045, threads
+    assert not LINE.findall(err), err
+    assert counts["cpu_unsampled_ns"] < 0.03 * counts["cpu_process_ns"], counts
+
+
 def test_long_lived_python_and_blas_threads_leave_no_cpu_time_out(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -228,9 +228,10 @@ class EngineSampler:
         default action, whatever the kernel holds now)."""
         self.module.take_sigtrap(default)
 
-    def register_current_thread(self) -> None:
+    def register_current_thread(self, program_ns: int = -1) -> None:
+        """Measure the calling thread; ``program_ns``: see Session.register_thread."""
         if self.started:
-            self.module.register_thread()
+            self.module.register_thread(program_ns)
 
     def exclude_current_thread(self) -> None:
         self.module.exclude_thread(threading.get_native_id())

@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from pyhpctk.measure import signals
 
@@ -70,10 +71,11 @@ def current_session() -> Session | None:
 
 
 def _bootstrap_inner(self: threading.Thread) -> None:
+    program_ns = time.thread_time_ns()  # the thread's start in the interpreter: the program's
     session = _session
     if session is not None and not session.finished:
         try:
-            session.register_thread(self, main=False)
+            session.register_thread(self, main=False, program_ns=program_ns)
         except Exception:  # measurement must never stop a thread from running
             session = None
     try:

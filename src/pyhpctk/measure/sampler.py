@@ -77,6 +77,7 @@ class SamplerThread:
             main: bool = False,
             ident: int | None = None,
             native_id: int | None = None,
+            program_ns: int = -1,
         ) -> ThreadState: ...
 
         def _retire(self, state: ThreadState, final_delta: bool) -> None: ...

@@ -260,10 +260,14 @@ class Session(SamplerThread):
         main: bool = False,
         ident: int | None = None,
         native_id: int | None = None,
+        program_ns: int = -1,
     ) -> ThreadState:
         """Start measuring a thread (normally called from that thread itself).
 
         ``native_id``: the kernel thread id, where the caller knows it (the engine does).
+        ``program_ns``: the calling thread's CPU clock when pyrun's thread hook began (the
+        thread's start in the interpreter, the program's time): the engine's first record of
+        the thread carries it, and what registering costs since is pyrun's own time.
         """
         own = ident is None
         if ident is None:
@@ -315,7 +319,7 @@ class Session(SamplerThread):
             )
             self.states[ident] = state
         if own and self.engine is not None:
-            self.engine.register_current_thread()
+            self.engine.register_current_thread(program_ns)
         return state
 
     def thread_finished(self) -> None:

@@ -13,8 +13,10 @@
  *    life lies in the window) and the excluded threads (the drain, the GPU layer's threads),
  *    each from the window's start or its exclusion to its end: told by the thread itself
  *    (own_thread_end()), read at stop(), or, for one that ended without a word, its clock as the
- *    monitor's last scan read it; and what a program thread spends after its thread_end()
- *    encoding and writing its own files (session.py tells it: own_cpu());
+ *    monitor's last scan read it; what a program thread spends after its thread_end()
+ *    encoding and writing its own files (session.py tells it: own_cpu()); and what its thread
+ *    hook spends before register_thread() (module.c), whose first record carries the thread's
+ *    time before the hook instead: its start in the interpreter is the program's;
  *  - the rest: CPU time that ran in threads the engine never sampled, or after a thread's last
  *    sample. This is what pyrun tells the user (engine.py, EngineSampler.report).
  * Nothing here runs in the signal handler: the figures are read and written under the table

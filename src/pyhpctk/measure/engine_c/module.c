@@ -414,17 +414,28 @@ static void block_signal(sigset_t *old) {
 }
 
 PyDoc_STRVAR(register_doc,
-"register_thread() -> bool\n\nMeasure the calling thread (pyrun's thread hook calls it).");
+"register_thread(program_ns=-1) -> bool\n\n"
+"Measure the calling thread (pyrun's thread hook calls it). ``program_ns``: the thread's CPU\n"
+"clock when the hook began, all of it the program's (the thread's start in the interpreter);\n"
+"the thread's first record then carries it, and the time since (the hook's own work) is\n"
+"pyrun's. -1: the thread's records start now.");
 
-static PyObject *engine_register(PyObject *module, PyObject *unused) {
+static PyObject *engine_register(PyObject *module, PyObject *args) {
+    long long program_ns = -1;
+    if (!PyArg_ParseTuple(args, "|L:register_thread", &program_ns)) return NULL;
     if (!atomic_load(&engine.enabled)) Py_RETURN_FALSE;
     pid_t tid = engine_gettid();
     sigset_t old;
     block_signal(&old);
     engine_lock();
     engine_forget_ended(tid);
-    Slot *slot = engine_slot_for_tid(tid, 1, engine_clock_ns(CLOCK_THREAD_CPUTIME_ID));
+    int64_t now = engine_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    int fresh = engine_slot_for_tid(tid, 0, 0) == NULL; /* not found by the monitor first */
+    /* Records carry [0, program_ns) and [now, ...): the hook's own work is pyrun's. */
+    int split = fresh && program_ns >= 0 && program_ns <= now;
+    Slot *slot = engine_slot_for_tid(tid, 1, split ? now - program_ns : now);
     int ok = slot != NULL;
+    if (ok && split) engine.account.own_window_ns += now - program_ns;
     if (ok) {
         slot->python = 1;
         atomic_store(&slot->ident, (unsigned long)pthread_self());
@@ -688,7 +699,7 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"start", engine_start, METH_VARARGS, start_doc},
-    {"register_thread", engine_register, METH_NOARGS, register_doc},
+    {"register_thread", engine_register, METH_VARARGS, register_doc},
     {"thread_end", engine_thread_end, METH_NOARGS, thread_end_doc},
     {"exclude_thread", engine_exclude, METH_O, exclude_doc},
     {"stop", engine_stop, METH_NOARGS, stop_doc},
