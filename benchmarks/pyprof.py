@@ -268,6 +268,9 @@ def worker(args: argparse.Namespace) -> int:
     from pyhpctk.analysis.comm import world
 
     comm = world()
+    pin = os.environ.get("PYPROF_BENCH_PIN")  # rank i on the i-th CPU listed, whatever the MPI
+    if pin:
+        os.sched_setaffinity(0, {int(pin.split(",")[comm.rank])})
     comm.barrier()
     start, cpu = time.perf_counter(), time.process_time()
     if "comm" in inspect.signature(run).parameters:
@@ -280,14 +283,16 @@ def worker(args: argparse.Namespace) -> int:
     comm.barrier()
     wall = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    everyone = comm.gather((rss, cpu, getattr(report, "timings", {})))
+    cpus = sorted(os.sched_getaffinity(0))
+    everyone = comm.gather((rss, cpu, getattr(report, "timings", {}), cpus))
     if everyone is not None:
         result = {
             "status": 0,
             "wall": wall,
-            "rss": [r for r, _, _ in everyone],
-            "cpu": [c for _, c, _ in everyone],
-            "stages": [t for _, _, t in everyone],
+            "rss": [r for r, _, _, _ in everyone],
+            "cpu": [c for _, c, _, _ in everyone],
+            "stages": [t for _, _, t, _ in everyone],
+            "cpus": [c for _, _, _, c in everyone],
         }
         print("RESULT " + json.dumps(result))
     return 0

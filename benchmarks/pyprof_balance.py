@@ -1,6 +1,7 @@
 """Benchmark: pyprof-mpi's shares by measured speed against even shares, on ranks made unequal.
 
-Each rank is bound to its own CPU (rank i on the i-th usable CPU), and a busy loop is pinned to
+Each rank binds itself to its own CPU (rank i on the i-th usable CPU, whatever the MPI; the
+benchmark stops if a rank ran elsewhere), and a busy loop is pinned to
 the CPUs of ``--slow`` (default: the last rank's), so those ranks run at about half speed: what a
 virtual machine's CPU shared with another guest, or a core shared with another job, does to a
 rank. pyprof-mpi then runs alternately with ``PYHPCTK_PYPROF_SPEEDS=even`` (equal shares) and
@@ -32,14 +33,6 @@ sys.path.insert(0, str(HERE))
 import pyprof as bench  # noqa: E402  (benchmarks/pyprof.py: generator and launcher)
 
 
-def binding(mpiexec: list[str], cpus: list[int]) -> list[str]:
-    """mpiexec with rank i bound to ``cpus[i]`` (Open MPI or MPICH's Hydra)."""
-    listed = ",".join(map(str, cpus))
-    if "--oversubscribe" in mpiexec:  # Open MPI (bench.launcher adds it)
-        return [*mpiexec, "--cpu-set", listed, "--bind-to", "core"]
-    return [*mpiexec, "-bind-to", f"user:{listed}"]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=2)
@@ -61,7 +54,7 @@ def main() -> int:
         else:
             measurement = work / "bench.m"
             bench.generate(measurement, args.profiles, bench.SIZES["quick"]["nodes"])
-        mpiexec = binding(bench.launcher(bench.default_mpiexec()), cpus)
+        mpiexec = bench.launcher(bench.default_mpiexec())
         for rank in slow:
             loop = f"import os\nos.sched_setaffinity(0, {{{cpus[rank]}}})\nwhile True: pass"
             hogs.append(subprocess.Popen([sys.executable, "-c", loop]))
@@ -72,11 +65,15 @@ def main() -> int:
         for pair in range(args.pairs):
             for how in ("even", "measured") if pair % 2 == 0 else ("measured", "even"):
                 env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+                env["PYPROF_BENCH_PIN"] = ",".join(map(str, cpus))  # each rank pins itself
                 env.pop("PYHPCTK_PYPROF_SPEEDS", None)
                 if how == "even":
                     env["PYHPCTK_PYPROF_SPEEDS"] = "even"
                 result = bench.launch(mpiexec, args.ranks, measurement, work / "db", None, env)
                 shutil.rmtree(work / "db", ignore_errors=True)
+                ran = result.get("cpus")
+                if ran != [[cpu] for cpu in cpus]:
+                    raise SystemExit(f"the ranks ran on {ran}, not one each on {cpus}")
                 walls[how].append(float(result["wall"]))  # type: ignore[arg-type]
                 print(f"pair {pair + 1}: {how} {walls[how][-1]:.2f} s", flush=True)
         even, measured = statistics.median(walls["even"]), statistics.median(walls["measured"])
