@@ -430,12 +430,14 @@ static PyObject *engine_register(PyObject *module, PyObject *args) {
     engine_lock();
     engine_forget_ended(tid);
     int64_t now = engine_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    int fresh = engine_slot_for_tid(tid, 0, 0) == NULL; /* not found by the monitor first */
-    /* Records carry [0, program_ns) and [now, ...): the hook's own work is pyrun's. */
-    int split = fresh && program_ns >= 0 && program_ns <= now;
-    Slot *slot = engine_slot_for_tid(tid, 1, split ? now - program_ns : now);
+    Slot *slot = engine_slot_for_tid(tid, 0, 0); /* the monitor found it first: from its birth */
+    if (slot == NULL) {
+        /* Records carry [0, program_ns) and [now, ...): the hook's own work is pyrun's. */
+        int split = program_ns >= 0 && program_ns <= now;
+        slot = engine_slot_for_tid(tid, 1, split ? now - program_ns : now);
+        if (slot != NULL && split) engine.account.own_window_ns += now - program_ns;
+    }
     int ok = slot != NULL;
-    if (ok && split) engine.account.own_window_ns += now - program_ns;
     if (ok) {
         slot->python = 1;
         atomic_store(&slot->ident, (unsigned long)pthread_self());
