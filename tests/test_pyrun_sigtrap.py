@@ -232,9 +232,10 @@ def test_a_handler_a_c_library_sets_gets_at_most_a_polls_worth_of_ours(
     status, truth, counts, out = _measure(tmp_path, capfd, C_HANDLER, str(tmp_path / "libtrap.so"))
     assert status == 0
     assert truth["other"] == 2  # its own, exactly
-    # the monitor looks every 20 to 100 ms: at 2 kHz that is at most about 200 samples of
-    # ours (1 s of CPU time after the library took SIGTRAP: 2,000 if nobody noticed)
-    assert int(truth["perf"]) <= 250, truth  # type: ignore[call-overload]
+    # the monitor looks every 20 to 100 ms of wall-clock time: at 2 kHz that is about 200
+    # samples of ours, more where the monitor waits for a CPU (CI ran 258 with two tests on
+    # its 2 CPUs); 1 s of CPU time after the library took SIGTRAP is 2,000 if nobody noticed
+    assert int(truth["perf"]) <= 500, truth  # type: ignore[call-overload]
     assert counts["sigtrap"] == 1, counts
     main = main_profile(read_profiles(out))
     after = float(truth["after"])  # type: ignore[arg-type]
