@@ -25,6 +25,7 @@ import pytest
 
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpcrun
+from pyhpctk.measure.engine import ENV_SAMPLER
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="the library needs gcc")
 
@@ -112,22 +113,30 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _measure(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], source: str, event: str, *args: str
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    source: str,
+    event: str,
+    *args: str,
+    sampler: str = "",
 ) -> tuple[dict[int, float], dict[str, float], str, dict[str, int]]:
     """Run ``source`` under pyrun: CPU time per thread's profile, the program's truth, pyrun's
-    stderr and the engine's counts."""
+    stderr and the engine's counts (none with ``sampler="thread"``, the Python sampler)."""
     program, truth, out = tmp_path / "program.py", tmp_path / "truth.json", tmp_path / "m"
     program.write_text(source)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENBLAS_NUM_THREADS", "2")
         patch.setenv("PYHPCTK_PYRUN_DEBUG", "1")
+        patch.setenv(ENV_SAMPLER, sampler)
         status = pyrun_main(
             ["-e", event, "-o", str(out), sys.executable, str(program), *args, str(truth)]
         )
     assert status == 0
     err = capfd.readouterr().err
-    (debug,) = re.findall(r"pyrun: sampling engine in pid \d+: (.*)", err)
-    counts = {name: int(value) for name, value in re.findall(r"(\w+) (-?\d+)", debug)}
+    counts: dict[str, int] = {}
+    if sampler != "thread":
+        (debug,) = re.findall(r"pyrun: sampling engine in pid \d+: (.*)", err)
+        counts = {name: int(value) for name, value in re.findall(r"(\w+) (-?\d+)", debug)}
     per_thread: dict[int, float] = {}
     for path in out.glob("*.hpcrun"):
         profile = hpcrun.read(path)
@@ -266,6 +275,22 @@ def test_a_threads_time_before_the_thread_hook_is_in_its_profile(
         assert 0.029 < cpu < 0.045, threads
     assert not LINE.findall(err), err
     assert counts["cpu_unsampled_ns"] < 0.03 * counts["cpu_process_ns"], counts
+
+
+def test_the_python_sampler_also_puts_a_threads_start_in_its_profile(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Where the engine is not built (an interpreter it does not know), the Python sampler
+    thread measures: its first sample of a thread carries the thread's time before the hook
+    too (it started counting at the hook: 30 ms of each of these threads were in no profile)."""
+    per_thread, truth, _, _ = _measure(
+        tmp_path, capfd, SLOW_STARTS, "CPUTIME@1000", sampler="thread"
+    )
+    assert truth["before"] > 0.24, truth
+    threads = {number: cpu for number, cpu in per_thread.items() if number != 0}
+    assert len(threads) == 8, per_thread
+    for cpu in threads.values():
+        assert 0.029 < cpu < 0.045, threads
 
 
 def test_long_lived_python_and_blas_threads_leave_no_cpu_time_out(

@@ -64,6 +64,7 @@ class SamplerThread:
     _fast_switch: bool
     _finished: dict[int, threading.Thread | None]
     _excluded: set[int]
+    _before_sampler: set[int]
     _sampler_ident: int | None
     _stop_lock: _thread.LockType | None
     _stopped_lock: _thread.LockType | None
@@ -78,6 +79,7 @@ class SamplerThread:
             ident: int | None = None,
             native_id: int | None = None,
             program_ns: int = -1,
+            from_birth: bool = False,
         ) -> ThreadState: ...
 
         def _retire(self, state: ThreadState, final_delta: bool) -> None: ...
@@ -226,9 +228,12 @@ class SamplerThread:
         return True
 
     def _adopt(self, ident: int, thread: threading.Thread | None) -> ThreadState:
-        """A thread seen for the first time by the sampler (it existed before, or is foreign)."""
+        """A thread seen for the first time by the sampler (it existed before, is foreign, or
+        has not reached pyrun's thread hook yet): one born since measuring began counts its
+        CPU time from its birth, as the engine does."""
         main = thread is not None and thread is threading.main_thread()
-        return self.register_thread(thread, main=main, ident=ident)
+        born = ident not in self._before_sampler
+        return self.register_thread(thread, main=main, ident=ident, from_birth=born)
 
     # -- sampler thread -------------------------------------------------------------------------
 

@@ -158,6 +158,8 @@ class Session(SamplerThread):
         # Threads that are the toolchain's own (GPU monitor, tracing, CUPTI buffer threads):
         # never measured as application threads (issue #6, item 2).
         self._excluded: set[int] = set()
+        # Threads alive when measuring began: any other the Python sampler finds was born since.
+        self._before_sampler: set[int] = set(sys._current_frames())
         self._stop_lock: _thread.LockType | None = None
         self._stopped_lock: _thread.LockType | None = None
         self.finished = False
@@ -261,13 +263,17 @@ class Session(SamplerThread):
         ident: int | None = None,
         native_id: int | None = None,
         program_ns: int = -1,
+        from_birth: bool = False,
     ) -> ThreadState:
         """Start measuring a thread (normally called from that thread itself).
 
         ``native_id``: the kernel thread id, where the caller knows it (the engine does).
         ``program_ns``: the calling thread's CPU clock when pyrun's thread hook began (the
-        thread's start in the interpreter, the program's time): the engine's first record of
-        the thread carries it, and what registering costs since is pyrun's own time.
+        thread's start in the interpreter, the program's time): the first record of the
+        thread (the engine's, or the Python sampler's first sample) carries it, and what
+        registering costs since is pyrun's own time. ``from_birth``: the thread was born while
+        measured (the Python sampler found it before its hook ran), so all its CPU time is the
+        program's and its first sample carries what it used so far.
         """
         own = ident is None
         if ident is None:
@@ -308,13 +314,17 @@ class Session(SamplerThread):
             else:
                 self._last_thread += 1
                 number = self._last_thread
+            last_cpu = 0.0 if from_birth else self._read_cpu(clock_id)
+            if own and self.engine is None and program_ns >= 0 and clock_id is not None:
+                # the Python sampler's first sample of the thread carries its start too
+                last_cpu = max(last_cpu - program_ns * 1e-9, 0.0)
             state = ThreadState(
                 number=number,
                 ident=ident,
                 thread=thread,
                 cct=ThreadCCT(self.ids, main=number == 0, with_no_activity=self.options.trace),
                 clock_id=clock_id,
-                last_cpu=self._read_cpu(clock_id),
+                last_cpu=last_cpu,
                 last_wall=self.clocks.wall(),
             )
             self.states[ident] = state
