@@ -84,7 +84,10 @@ def test_grouped_samples_keep_every_nanosecond_and_their_paths(
     program.write_text(ALTERNATING)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYHPCTK_PYRUN_DEBUG", "1")
-        patch.setenv(engine.ENV_DRAIN_PERIOD, "0.01")  # many drains, each ending anywhere
+        # many drains (about 50), each ending anywhere; each of 30 ms of wall-clock time, so
+        # that a drain holds enough samples to group also on a loaded machine (with 10 ms, a
+        # program that got half a CPU gave 0.75 entries a sample, at the bound below)
+        patch.setenv(engine.ENV_DRAIN_PERIOD, "0.03")
         status = pyrun_main(
             ["-e", "CPUTIME@1000", "-o", str(out), sys.executable, str(program), str(truth), "1.5"]
         )
