@@ -409,6 +409,58 @@ def test_sampler_attributes_cpu_deltas_to_each_threads_stack(
     assert int(only["node_id"]) in no_activity
 
 
+def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
+    tmp_path: Path, parked_thread: threading.Thread
+) -> None:
+    """A thread born while measured: all its CPU time is the program's, whether the sampler
+    finds it first or it registers itself through pyrun's thread hook (``program_ns``: its time
+    before the hook; the hook's own is pyrun's). A thread alive before measuring began counts
+    from when the sampler first sees it."""
+    cpu: dict[int, float] = {}
+    frames_of: list[int] = []
+
+    def frames() -> dict[int, types.FrameType]:
+        current = sys._current_frames()
+        return {ident: current[ident] for ident in frames_of}
+
+    clocks = Clocks(thread_cpu=lambda clock: cpu.get(clock, 0.0), current_frames=frames)
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks)
+    release, ready = threading.Event(), threading.Barrier(3)
+
+    def found() -> None:  # the sampler finds it: it never registers itself
+        ready.wait()
+        release.wait()
+
+    def hooked() -> None:  # at its hook: 0.5 s on its clock, 0.2 s of them before the hook
+        cpu[thread_cpu_clock(threading.get_native_id())] = 0.5
+        session.register_thread(threading.current_thread(), program_ns=200_000_000)
+        ready.wait()
+        release.wait()
+
+    threads = [threading.Thread(target=found), threading.Thread(target=hooked)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    try:
+        everyone = {"old": parked_thread, "found": threads[0], "hooked": threads[1]}
+        clock = {name: thread_cpu_clock(t.native_id or 0) for name, t in everyone.items()}
+        frames_of.extend(t.ident or 0 for t in everyone.values())
+        for old, born, hooked_at in ((2.0, 1.0, 0.9), (2.25, 1.25, 1.15)):
+            cpu.update({clock["old"]: old, clock["found"]: born, clock["hooked"]: hooked_at})
+            session.sample()
+        session.finish()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
+    totals = {}
+    for path in tmp_path.glob("*.hpcrun"):
+        profile = hpcrun.read(path)
+        totals[int(profile.header("thread-id"))] = float(profile.decoded_values()[2].sum())
+    # numbered in order of first sight: the hooked thread registered before the samples
+    assert totals == pytest.approx({1: 1.15 - 0.3, 2: 0.25, 3: 1.25}), totals
+
+
 def test_the_frames_of_a_sample_are_taken_with_the_session_lock_held(tmp_path: Path) -> None:
     """Waiting for the lock lets the threads run on: frames taken before it would be walked
     stale, which on CPython 3.11 crashed a program's exit (python/cpython#111363)."""
