@@ -29,9 +29,10 @@ def dump(path: Path) -> None:
     PATH is any file pyhpctk knows (.hpcrun, .hpctrace, meta.db, profile.db, cct.db, trace.db,
     .hpcstruct, logical/python.*, threads/*.txt, kernel_symbols/vmlinux.*), a measurement
     directory or a database directory. The format is detected from the content, not the name
-    (a kernel symbol file, xz or text, by its directory kernel_symbols/). Damaged content that can still be parsed is
-    shown as stored, under a "# problem:" line; a file that cannot be parsed is one error line
-    (in a directory, marked "# unreadable:" while the other files are shown) and exit status 2.
+    (a kernel symbol file, xz or text, by its directory kernel_symbols/). Damaged content that
+    can still be parsed is shown as stored, under a "# problem:" line; a file that cannot be
+    parsed is one error line (in a directory, marked "# unreadable:" while the other files are
+    shown) and exit status 2.
 
     \b
     Examples:

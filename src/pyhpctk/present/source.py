@@ -41,6 +41,7 @@ from pyhpctk.present.model import (
     ThreadName,
     TraceLine,
 )
+from pyhpctk.present.names import shown_name
 
 REQUIRED = ("meta.db", "profile.db", "cct.db")
 
@@ -83,7 +84,7 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
     ]
     functions = tuple(
         FunctionInfo(
-            f.name if f.name is not None else "<unknown function>",
+            shown_name(f.name) if f.name is not None else "<unknown function>",
             -1 if f.module is None else f.module,
             -1 if f.file is None else f.file,
             f.line,
@@ -103,8 +104,8 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
         offset=col("offset", 0, np.uint64).astype(np.uint64),
         names=tuple(names),
         functions=functions,
-        files=tuple(f.path for f in meta.files),
-        modules=tuple(m.path for m in meta.modules),
+        files=tuple(shown_name(f.path) for f in meta.files),
+        modules=tuple(shown_name(m.path) for m in meta.modules),
     )
 
 
@@ -174,7 +175,7 @@ def profile_list(profiles: profiledb.ProfileDB, id_names: Sequence[str]) -> Prof
     """The non-summary profiles of a profile.db, each made when asked for (issue #19: a
     database of 100,000 profiles opens without 100,000 objects)."""
     table = profiles.profiles
-    names = list(id_names)
+    names = [shown_name(name) for name in id_names]
 
     def identify(index: int) -> tuple[tuple[str, int], ...]:
         return tuple(
@@ -295,7 +296,7 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     taxonomy = d / "metrics" / "default.yaml"
     return Experiment(
         path=str(d),
-        title=meta.title,
+        title=shown_name(meta.title),
         tree=tree_from_metadb(meta),
         metrics=metrics_from_metadb(meta),
         profiles=profile_list(profiles, meta.id_names),
@@ -322,6 +323,6 @@ def read_thread_names(d: Path) -> dict[int, ThreadName]:
         )
         return {}
     return {
-        index: ThreadName(entry.name, entry.pid, entry.program)
+        index: ThreadName(shown_name(entry.name), entry.pid, shown_name(entry.program))
         for index, entry in names.by_profile().items()
     }
