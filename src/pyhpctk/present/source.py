@@ -212,18 +212,28 @@ def damaged_trace_error(error: FormatError) -> Exception:
 class DatabaseTraces:
     """:class:`~pyhpctk.present.model.TraceSource` over a lazily read trace.db.
 
-    A line that turns out damaged when first read fails every view that needs the trace with
-    :func:`damaged_trace_error`; the other views never read it.
+    A line that turns out damaged when first read, or that names no thread profile of
+    profile.db (``n_profiles`` profiles, the summary first), fails every view that needs the
+    trace with :func:`damaged_trace_error`; the other views never read it.
     """
 
     db: tracedb.TraceDB
+    n_profiles: int
+    path: Path
     _lines: list[TraceLine] | None = None
 
     def lines(self) -> Sequence[TraceLine]:
         if self._lines is None:
             lines = []
             try:
-                for line in self.db.lines:
+                for i, line in enumerate(self.db.lines):
+                    if not 1 <= line.prof_index < self.n_profiles:
+                        raise FormatError(
+                            self.path,
+                            f"trace line {i}",
+                            f"profile index {line.prof_index} is not a thread profile of "
+                            f"profile.db ({self.n_profiles} profiles)",
+                        )
                     lines.append(
                         TraceLine(
                             line.prof_index,
@@ -284,7 +294,8 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     traces: DatabaseTraces | DamagedTraces | None = None
     if (d / "trace.db").is_file():
         try:
-            traces = DatabaseTraces(tracedb.read(d / "trace.db"))
+            trace_db = tracedb.read(d / "trace.db")
+            traces = DatabaseTraces(trace_db, len(profiles.profiles), d / "trace.db")
         except FormatError as error:  # the profile views do not need the trace: say so, go on
             traces = DamagedTraces(error)
             warnings.warn(
@@ -302,9 +313,21 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
         profiles=profile_list(profiles, meta.id_names),
         values=DatabaseValues(profiles, contexts),
         traces=traces,
-        taxonomy_text=taxonomy.read_text(encoding="utf-8") if taxonomy.is_file() else None,
+        taxonomy_text=read_taxonomy(taxonomy),
         thread_names=read_thread_names(d),
     )
+
+
+def read_taxonomy(path: Path) -> str | None:
+    """The text of ``metrics/default.yaml``, None without one. pyprof writes a metric's name
+    with the bytes it was measured with, so bytes that are not UTF-8 are surrogate escapes, as
+    in every name (docs/formats.md); one the taxonomy cannot use is the parser's to report."""
+    if not path.is_file():
+        return None
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as error:
+        raise FormatError(path, "file", error.strerror or str(error)) from None
 
 
 def read_thread_names(d: Path) -> dict[int, ThreadName]:
