@@ -14,9 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyhpctk.cli.main import main as pyhpctk
+from pyhpctk.formats import profiledb
 
 REFERENCE = "loops-cputime-t.d"
 
@@ -86,3 +88,25 @@ def test_a_metric_taxonomy_that_is_not_utf8_is_read_and_checked(
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     (warning,) = shown.stderr.splitlines()
     assert warning.startswith("warning: ") and "showing meta.db's metrics instead" in warning
+
+
+def test_a_summary_larger_than_the_thread_profiles_it_sums_is_reported(
+    database: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every value of the summary profile made 1e300: the views would show 1e300 s of CPU
+    time over threads that spent seconds; verify said ok."""
+    path = database / "profile.db"
+    profiles = profiledb.read(path)
+    blocks = [
+        profiledb.ProfileValues(np.array(b.ctx_indices), np.array(b.values))
+        for b in profiles.values
+    ]
+    blocks[0].values["value"] = 1e300
+    damaged = profiledb.ProfileDB(list(profiles.profiles), blocks, profiles.block_order)
+    del profiles
+    profiledb.write(damaged, path)
+    status, said = verify(database, capsys)
+    assert status == 1
+    (problem,) = [s for s in said if "summary profile" in s]
+    assert problem.startswith(f"problem: {path}: summary profile: ")
+    assert "sums are larger than the sums of the thread profiles' values (context 0 " in problem
