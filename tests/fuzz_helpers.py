@@ -51,11 +51,11 @@ def mapped_bytes() -> int:
 
 
 @contextlib.contextmanager
-def memory_cap() -> Iterator[None]:
-    """Cap the address space a little above today's, so a giant allocation is a MemoryError
+def memory_cap(headroom: int = HEADROOM) -> Iterator[None]:
+    """Cap the address space ``headroom`` above today's, so a giant allocation is a MemoryError
     at once (which fails the test) rather than a machine swapping to death."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = mapped_bytes() + HEADROOM
+    cap = mapped_bytes() + headroom
     if hard != resource.RLIM_INFINITY:
         cap = min(cap, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))

@@ -1,7 +1,9 @@
 """Fuzzing every file format: corrupted files are refused in one line or read cleanly.
 
 Each example takes a real measurement directory (HPCToolkit's ``small.m`` plus Python frames and a
-``logical/`` file our writer wrote) or database (``small.d``), corrupts one file of it (truncation,
+``logical/`` file our writer wrote, a ``threads/`` file and a ``kernel_symbols/`` copy) or
+database (``small.d`` with its ``metrics/default.yaml`` and a ``threads.txt``), corrupts one file
+of it (truncation,
 byte flips, inserted and deleted bytes, and id, count and offset fields set to absurd values:
 0xFFFFFFFF, offsets far past the end, counts that would allocate terabytes) and runs ``pyhpctk
 verify`` and ``pyhpctk dump`` on the directory and on the file, and the library readers on the
@@ -10,7 +12,9 @@ typed :class:`~pyhpctk.errors.FormatError`) or a clean read; never a traceback, 
 (each example has a time budget), never a MemoryError (the address space is capped a little
 above what the process uses, so a giant allocation fails at once instead of swapping), never a
 write (the examples run in their own directory, which must be unchanged afterwards).
-``pyprof`` is run on a few fuzzed measurement directories the same way.
+``pyprof`` is run on a few fuzzed measurement directories the same way, and ``pyview`` (the reader
+of ``metrics/default.yaml``, ``threads.txt`` and ``trace.db``) on databases whose one of these is
+fuzzed.
 
 The examples are derandomized, so CI always runs the same ones. To hunt for bugs, raise the count
 and pick a seed (run niced, it takes a while)::
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import lzma
 import os
 import re
 import shutil
@@ -39,14 +44,19 @@ from fuzz_helpers import memory_cap, snapshot, time_budget
 from pyhpctk import formats
 from pyhpctk.cli.main import main as pyhpctk
 from pyhpctk.cli.pyprof import main as pyprof
+from pyhpctk.cli.pyview import main as pyview
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats import hpcrun, hpcstruct, logical, metadb
+from pyhpctk.formats import hpcrun, hpcstruct, logical, metadb, threads
 from pyhpctk.formats.hpcrun_model import CCT_NODE_DTYPE, LoadModule
+from pyhpctk.formats.inspect import format_of_file
 
 SMALL_STEM = "testmeas-small-000000-000-11ac0300-5560-0"
 GPU_STEM = "testmeas-loops-cuda-000000-{}-590a0502-3293-0"
 GPU_STRUCT = "structs/1165a3eeddeea5ea3616d1cdbc6faa59.gpubin-gpucfg-yes.hpcstruct"
 LOGICAL = "logical/python.0badf00d"
+NAMES = "threads/5560.0badf00d.txt"
+KALLSYMS = "kernel_symbols/vmlinux.11ac0300"
+KALLSYMS_TEXT = b"ffffffff81000000 T _stext\nffffffff81001000 t do_syscall_64\n" * 8
 # (seed, format) -> (seed directory, the file of it to corrupt, the byte order of its binary
 # fields, how many leading bytes are its magic and version). Seed "small": HPCToolkit's small.m
 # with Python frames, and small.d; seed "gpu": loops-cuda-nvidia-t (a CPU thread with GPU
@@ -56,6 +66,10 @@ TARGETS: dict[tuple[str, str], tuple[str, str, str, int]] = {
     ("small", "hpctrace"): ("meas", SMALL_STEM + ".hpctrace", ">", 24),
     ("small", "logical"): ("meas", LOGICAL, ">", 10),
     ("small", "hpcstruct"): ("meas", "structs/testmeas-small.hpcstruct", ">", 22),
+    ("small", "threads"): ("meas", NAMES, ">", 18),
+    ("small", "kallsyms"): ("meas", KALLSYMS, ">", 0),
+    ("small", "threadsdb"): ("db", "threads.txt", ">", 18),
+    ("small", "taxonomy"): ("db", "metrics/default.yaml", ">", 0),
     ("gpu", "hpcrun"): ("meas", GPU_STEM.format("000") + ".hpcrun", ">", 24),
     ("gpu", "hpctrace"): ("meas", GPU_STEM.format("500") + ".hpctrace", ">", 24),
     ("gpu", "hpcstruct"): ("meas", GPU_STRUCT, ">", 22),
@@ -64,6 +78,10 @@ for _seed in ("small", "gpu"):
     for _fmt, _name in (("metadb", "meta"), ("profiledb", "profile"), ("cctdb", "cct")):
         TARGETS[_seed, _fmt] = ("db", f"{_name}.db", "<", 16)
     TARGETS[_seed, "tracedb"] = ("db", "trace.db", "<", 16)
+# The files pyview reads itself (the others: through the readers fuzzed above): it runs on these.
+PYVIEW_READS = ("taxonomy", "threadsdb", "tracedb")
+# pyhpctk's own side files and the kernel symbols: fewer examples (short text, or one xz stream).
+FEWER = {"threads": 30, "threadsdb": 30, "taxonomy": 30, "kallsyms": 30}
 BUDGET_S = 30.0  # per example, on a loaded 2-core machine; a clean one takes well under 1 s
 ALLOWED_ERR = ("unreadable: ", "pyhpctk: error: ", "warning: ")
 
@@ -112,6 +130,18 @@ def seeds(reference: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     logical.write(logical.LogicalMetadata(stanzas), meas / LOGICAL)
     for name in ("meta.db", "profile.db", "cct.db", "trace.db"):
         shutil.copyfile(reference / "dbase" / "small.d" / name, db / name)
+    (meas / "threads").mkdir()
+    entry = threads.ThreadEntry(SMALL_STEM, 5560, "small", "MainThread")
+    threads.write(threads.ThreadNames(threads.BY_FILE, [entry]), meas / NAMES)
+    (meas / "kernel_symbols").mkdir()
+    (meas / KALLSYMS).write_bytes(lzma.compress(KALLSYMS_TEXT, format=lzma.FORMAT_XZ))
+    entry = threads.ThreadEntry("1", 5560, "small", "MainThread")
+    threads.write(threads.ThreadNames(threads.BY_PROFILE, [entry]), db / "threads.txt")
+    (db / "metrics").mkdir()
+    shutil.copyfile(
+        reference / "dbase" / "small.d" / "metrics" / "default.yaml",
+        db / "metrics" / "default.yaml",
+    )
 
     gpu = reference / "meas" / "loops-cuda-nvidia-t.m"
     meas, db = root / "gpu" / "meas", root / "gpu" / "db"
@@ -246,6 +276,16 @@ def check_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> int:
     return status
 
 
+def check_pyview(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Run ``pyview ARGS``: a view, or one error line; warnings of one line each."""
+    status = pyview(["--no-color", *args])
+    err = capsys.readouterr().err
+    assert status in (0, 2), (args, status, err)
+    for line in err.splitlines():
+        assert line.startswith(("pyview: error: ", "warning: ")), (args, err)
+    assert status == 0 or err.splitlines()[-1].startswith("pyview: error: "), (args, err)
+
+
 def one_line(error: FormatError) -> None:
     assert "\n" not in str(error) and str(error).startswith(error.path), str(error)
 
@@ -254,7 +294,7 @@ def read_everything(path: Path) -> None:
     """Read ``path`` with the library readers as the tools do, making every lazy part; only a
     FormatError (of one line) may come out."""
     try:
-        name = formats.detect_file(path)
+        name = format_of_file(path)
         module = formats.module(name)
         obj = module.read(path)
         if name == "hpcrun":
@@ -285,7 +325,7 @@ def test_a_corrupted_file_is_refused_in_one_line_or_read_cleanly(
     original = (seeds / seed_set / directory / name).read_bytes()
     cases = iter(range(1 << 30))
 
-    @fuzz_settings(60)
+    @fuzz_settings(FEWER.get(fmt, 60))
     @given(corruptions(original, order, magic))
     def check(corrupt: bytes) -> None:
         workdir = tmp_path / f"case{next(cases)}"
@@ -298,7 +338,11 @@ def test_a_corrupted_file_is_refused_in_one_line_or_read_cleanly(
                 check_cli(args, capsys)
             if check_cli(["dump", str(target)], capsys) == 0:
                 assert check_cli(["verify", "-q", str(target)], capsys) in (0, 1, 2)
-            read_everything(target)
+            if target.suffix != ".yaml":
+                read_everything(target)
+            if fmt in PYVIEW_READS:
+                for view in ([], ["--trace-summary"]):
+                    check_pyview([*view, str(root)], capsys)
         shutil.rmtree(workdir)
 
     check()

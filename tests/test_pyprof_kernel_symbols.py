@@ -22,10 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fuzz_helpers import memory_cap
 from measurement_helpers import cpu_profile, profile_name
 from pyhpctk.analysis.compare import compare, read_view
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli.main import main as pyhpctk
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import hpcrun, hpcstruct, kallsyms
 from pyhpctk.formats.hpcrun_model import LoadModule, MetricDescriptor, metric_flags, placeholder_ip
@@ -343,3 +345,59 @@ def test_pyprof_mpi_names_kernel_frames_as_pyprof(
     run_distributed(options, SerialComm(), memory_limit=memory_limit)
     assert compare(read_view(tmp_path / "serial"), read_view(tmp_path / "mpi")) == []
     assert "ksys_write [vmlinux]" in {path[-1] for path in _tree(tmp_path / "mpi")}
+
+
+# ---------------------------------------------------------------------------------------------
+# A decompression bomb, and verify's checks (issue #32 item 3)
+
+BOMB_TEXT = 2 << 30  # what the bomb below says it holds: 2 GiB of "a"
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    """An xz file of 300 KB that decompresses to 2 GiB: 20 streams of 100 MiB of one letter."""
+    stream = lzma.compress(b"a" * (100 << 20), format=lzma.FORMAT_XZ, preset=0)
+    return stream * (BOMB_TEXT // (100 << 20))
+
+
+def test_an_xz_bomb_is_refused_past_the_cap_with_little_memory(
+    tmp_path: Path, bomb: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Decompressing all of it would need 2 GiB; the reader stops one byte past its cap (64
+    MiB), under an address space of 512 MiB more than the process has mapped."""
+    measurement = _measurement(tmp_path, NAMINGS["later"], symbols=bomb)
+    symbols = measurement / "kernel_symbols" / f"vmlinux.{HOST:08x}"
+    refusal = f"{symbols}: xz stream: decompresses to more than {64 << 20} bytes"
+    with memory_cap(512 << 20):
+        with pytest.raises(FormatError) as error:
+            kallsyms.read(symbols)
+        assert str(error.value).startswith(refusal)
+        assert pyhpctk(["verify", str(measurement)]) == 2
+        assert pyhpctk(["verify", str(symbols)]) == 2
+        report = run(ProfOptions.build([measurement], output=tmp_path / "db"))
+    err = capsys.readouterr().err
+    assert err.count(f"unreadable: {refusal}") == 2, err
+    (problem,) = [p for p in report.problems if "kernel_symbols" in p]
+    assert problem.startswith(refusal)
+
+
+def test_verify_checks_kernel_symbol_files_in_a_measurement_and_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy made while kptr_restrict hid the addresses (every address 0), and a plain-text
+    copy placed elsewhere by hand, are kernel symbol files: verify reads and checks them."""
+    hidden = "".join(f"0000000000000000 T {name}\n" for name in ("_stext", "ksys_write"))
+    measurement = _measurement(tmp_path, NAMINGS["later"], symbols=hidden.encode())
+    symbols = measurement / "kernel_symbols" / f"vmlinux.{HOST:08x}"
+    assert pyhpctk(["verify", str(measurement)]) == 1
+    assert pyhpctk(["verify", str(symbols)]) == 1
+    out = capsys.readouterr().out
+    assert out.count(f"problem: {symbols}: every address is 0") == 2, out
+    assert pyhpctk(["dump", str(measurement)]) == 0
+    out = capsys.readouterr().out
+    assert f"=== kernel_symbols/vmlinux.{HOST:08x} (kallsyms)\n" in out
+    assert "kernel symbols, 2 symbols (2 functions)" in out
+    elsewhere = tmp_path / "vmlinux.xz"  # an xz stream anywhere is a kernel symbol file
+    elsewhere.write_bytes(lzma.compress(KALLSYMS.encode(), format=lzma.FORMAT_XZ))
+    assert pyhpctk(["verify", str(elsewhere)]) == 1  # the line that is not a symbol
+    assert "1 line(s) are not" in capsys.readouterr().out

@@ -37,12 +37,17 @@ FORMAT_NAMES: tuple[str, ...] = (
     "threads",
     "hpcstruct",
 )
+#: Formats known by their place, not their content (an xz stream or text has no magic of its
+#: own): ``MEAS/kernel_symbols/vmlinux.HOSTID`` (:mod:`.kallsyms`). :func:`module` serves them,
+#: :func:`detect` never names them (``pyhpctk verify`` and ``dump`` know them by directory).
+PLACED_FORMAT_NAMES: tuple[str, ...] = ("kallsyms",)
 SNIFF_BYTES = 64
 
 
 def module(name: str) -> ModuleType:
-    """The module implementing format ``name`` (one of :data:`FORMAT_NAMES`)."""
-    if name not in FORMAT_NAMES:
+    """The module implementing format ``name`` (of :data:`FORMAT_NAMES` or
+    :data:`PLACED_FORMAT_NAMES`)."""
+    if name not in FORMAT_NAMES + PLACED_FORMAT_NAMES:
         raise ValueError(f"unknown format {name!r}")
     import importlib
 
@@ -88,7 +93,7 @@ def _model_type(name: str) -> type:
 
 def format_of(obj: object) -> str:
     """The name of the format whose model ``obj`` is an instance of."""
-    for name in FORMAT_NAMES:
+    for name in FORMAT_NAMES + PLACED_FORMAT_NAMES:
         if isinstance(obj, _model_type(name)):
             return name
     raise TypeError(f"{type(obj).__name__} is not a model of any pyhpctk file format")

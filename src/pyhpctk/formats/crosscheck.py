@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import cctdb, hpctrace, metadb, profiledb, threads, tracedb
+from pyhpctk.formats import cctdb, hpctrace, metadb, profiledb, summarycheck, threads, tracedb
 from pyhpctk.formats.hpcrun_constants import UNKNOWN_FID
 from pyhpctk.formats.hpcrun_model import HpcrunProfile, HpctraceFile, is_time_metric
 from pyhpctk.formats.logical import LogicalMetadata
@@ -153,6 +153,8 @@ def database_problems(root: Path, read: Read) -> list[str]:
         add("profile.db", _profile_problems(profiles, meta, n_contexts))
     if contexts is not None:
         add("cct.db", _cct_problems(contexts, meta, profiles))
+    if profiles is not None and meta is not None:
+        add("profile.db", summarycheck.summary_problems(profiles, meta))
     if profiles is not None and contexts is not None:
         add("cct.db", cctdb.verify_against_profiles(contexts, profiles))
     if traces is not None:

@@ -26,6 +26,10 @@ LOGICAL_MAGIC = b"HPCLOGICAL"
 THREADS_MAGIC = b"pyhpctk-threads 1 "
 THREADS_BY_FILE, THREADS_BY_PROFILE = "by-file", "by-profile"
 ENDIAN_BIG = b"b"
+# formats.md §1.1, §1.10: hpcrun's strings are C strings (and meta.db's, §3), so a NUL cannot be
+# in one. Python names can hold it (``code.replace(co_name="a\0b")``): pyrun writes each NUL of
+# a name as these four characters, as Python's repr shows it, so that every reader takes it.
+NUL_IN_NAME = "\\x00"
 FOOTER_MAGIC = 0x48504352554E736D  # formats.md §1.9: the last 8 bytes read "HPCRUNsm"
 SECTION_ALIGNMENT = 1024  # formats.md §1.2; hpcrun's write_data.c MULTIPLE_1024
 SPARSE_END_NODE = 0x656E6421  # formats.md §1.8: "end!", the node-start sentinel

@@ -1,9 +1,9 @@
 """Dump and verify files, measurement directories and databases (``pyhpctk dump`` / ``verify``).
 
 A path is one of: a single file of any known format; a measurement directory (``*.hpcrun``,
-``*.hpctrace``, ``logical/``, ``threads/``, ``structs/``, ``gpubins/``) as pyrun or hpcrun writes
-it; or a database directory (``meta.db`` with ``profile.db``, ``cct.db`` and maybe ``trace.db``
-and ``threads.txt``).
+``*.hpctrace``, ``logical/``, ``threads/``, ``kernel_symbols/``, ``structs/``, ``gpubins/``) as
+pyrun or hpcrun writes it; or a database directory (``meta.db`` with ``profile.db``, ``cct.db``
+and maybe ``trace.db`` and ``threads.txt``).
 Verification checks each file alone, then what ties the files of a directory together.
 This module reads; it never writes.
 """
@@ -17,7 +17,8 @@ from typing import TextIO
 
 from pyhpctk import formats
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import crosscheck, threads
+from pyhpctk.formats import crosscheck, kallsyms, threads
+from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.crosscheck import DATABASE_FILES
 
 
@@ -111,8 +112,25 @@ def measurement_files(path: Path) -> list[Path]:
     files = sorted(path.glob("*.hpcrun")) + sorted(path.glob("*.hpctrace"))
     files += sorted(p for p in (path / "logical").glob("*") if p.is_file())
     files += sorted(p for p in (path / threads.MEASUREMENT_DIRECTORY).glob("*") if p.is_file())
+    symbols = path / kallsyms.KERNEL_SYMBOLS_DIRECTORY
+    files += sorted(p for p in symbols.glob("*") if p.is_file())
     files += sorted((path / "structs").glob("*.hpcstruct"))
     return files
+
+
+def format_of_file(file: Path) -> str:
+    """The format of ``file``: from its content, except a kernel symbol file (an xz stream or
+    text, no magic of its own), known by its directory ``kernel_symbols/`` or, elsewhere, as
+    the only xz stream of the toolchain."""
+    if file.parent.name == kallsyms.KERNEL_SYMBOLS_DIRECTORY:
+        return "kallsyms"
+    try:
+        return formats.detect_file(file)
+    except FormatError:
+        with open_regular(file) as stream:  # a regular file, or a FormatError again
+            if stream.read(len(kallsyms.XZ_MAGIC)) == kallsyms.XZ_MAGIC:
+                return "kallsyms"
+        raise
 
 
 def database_files(path: Path) -> list[Path]:
@@ -141,12 +159,12 @@ def dump_path(path: str | os.PathLike[str], out: TextIO) -> None:
         if others:
             out.write(f"# gpubins: {', '.join(others)}\n")
     if kind == "file":
-        _dump_file(files[0], formats.detect_file(files[0]), out)
+        _dump_file(files[0], format_of_file(files[0]), out)
         return
     unreadable: list[FormatError] = []
     for file in files:
         try:
-            name = formats.detect_file(file)
+            name = format_of_file(file)
             out.write(f"=== {file.relative_to(root)} ({name})\n")
             _dump_file(file, name, out)
         except FormatError as error:
@@ -165,7 +183,7 @@ def _dump_file(file: Path, name: str, out: TextIO) -> None:
 
 def _read_checked(file: Path, report: Report) -> tuple[str, object] | None:
     try:
-        name = formats.detect_file(file)
+        name = format_of_file(file)
         obj = formats.module(name).read(file)
     except FormatError as error:
         report.unreadable.append(str(error))

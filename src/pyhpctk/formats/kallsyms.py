@@ -16,12 +16,15 @@ A line is read the way hpcprof's kernel-symbols finalizer reads it: whitespace-s
 the address in hex, a one-letter type, the name, and optionally one more field, the module.
 Lines that do not have that shape are counted in :attr:`KernelSymbolTable.skipped`, not fatal.
 :func:`read` takes the xz stream hpcrun writes and, beyond hpcprof, plain text (a hand copy of
-``/proc/kallsyms``; hpcprof's liblzma reader refuses it). Symbol names and modules keep
+``/proc/kallsyms``; hpcprof's liblzma reader refuses it). An xz stream is decompressed in
+chunks and refused once its text passes :data:`MAX_TEXT_BYTES` (64 MiB; a real table is under
+20 MB): a few KB of xz can say gigabytes. Symbol names and modules keep
 their bytes (``surrogateescape``).
 
 The format has no magic of its own (an xz stream or text), so it is not one of the formats
 :func:`pyhpctk.formats.detect` recognises from content; callers name it by its place in a
-measurement directory. This module must never raise anything but
+measurement directory (``pyhpctk verify`` and ``dump``:
+:func:`pyhpctk.formats.inspect.format_of_file`). This module must never raise anything but
 :class:`~pyhpctk.errors.FormatError` on bad input.
 """
 
@@ -54,6 +57,9 @@ __all__ = [
 
 KERNEL_SYMBOLS_DIRECTORY = "kernel_symbols"  # hpcrun's KERNEL_SYMBOLS_DIRECTORY (linux_info.h)
 XZ_MAGIC = b"\xfd7zXZ\x00"
+#: The most text :func:`read` decompresses (a real ``/proc/kallsyms`` is under 20 MB): an xz
+#: stream that expands past it is refused, not decompressed (a few KB of xz can say gigabytes).
+MAX_TEXT_BYTES = 64 << 20
 _HEX = re.compile(r"(?:0[xX])?[0-9a-fA-F]+")
 _ADDRESS_LIMIT = 1 << 64
 
@@ -104,19 +110,42 @@ def parse(text: str) -> KernelSymbolTable:
     return table
 
 
-def _decompress(buf: bytes, path: str | None) -> bytes:
+def _decompress(buf: bytes, path: str | None, limit: int) -> bytes:
+    """The text of ``buf``: itself when plain, else its xz streams, refused past ``limit``."""
     if not buf.startswith(XZ_MAGIC):
         return buf  # plain text: a hand copy of /proc/kallsyms
+    out = bytearray()
+    rest = buf
     try:
-        return lzma.decompress(buf, format=lzma.FORMAT_XZ)
-    except (lzma.LZMAError, EOFError) as error:
+        while rest:  # xz allows concatenated streams, as lzma.decompress does
+            stream = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+            chunk = stream.decompress(rest, max_length=limit + 1 - len(out))
+            while len(out) + len(chunk) <= limit and not stream.eof and not stream.needs_input:
+                out += chunk
+                chunk = stream.decompress(b"", max_length=limit + 1 - len(out))
+            out += chunk
+            if len(out) > limit:
+                raise FormatError(
+                    path,
+                    "xz stream",
+                    f"decompresses to more than {limit} bytes: not a copy of /proc/kallsyms",
+                )
+            if not stream.eof:
+                raise FormatError(path, "xz stream", "cannot decompress: truncated stream")
+            rest = stream.unused_data.lstrip(b"\0")  # stream padding
+    except lzma.LZMAError as error:
         raise FormatError(path, "xz stream", f"cannot decompress: {error}") from None
+    return bytes(out)
 
 
-def read(source: Source) -> KernelSymbolTable:
-    """Read a kernel symbol file (xz as hpcrun writes it, or plain text) from a path or buffer."""
+def read(source: Source, *, limit: int = MAX_TEXT_BYTES) -> KernelSymbolTable:
+    """Read a kernel symbol file (xz as hpcrun writes it, or plain text) from a path or buffer.
+
+    An xz stream whose text would pass ``limit`` bytes is a FormatError, found after
+    decompressing at most ``limit`` + 1 bytes.
+    """
     whole, path = read_whole(source)
-    data = _decompress(bytes(whole), path)
+    data = _decompress(bytes(whole), path, limit)
     if b"\0" in data:
         raise FormatError(path, "text", "holds NUL bytes: not a copy of /proc/kallsyms")
     return parse(data.decode("utf-8", "surrogateescape"))

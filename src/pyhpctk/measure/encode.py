@@ -29,6 +29,7 @@ from pyhpctk.formats.hpcrun_constants import (
     KIND_RANK,
     KIND_THREAD,
     LOGICAL_MAGIC,
+    NUL_IN_NAME,
     PROFILE_MAGIC,
     PROFILE_VERSION,
     SECTION_ALIGNMENT,
@@ -124,7 +125,8 @@ class ProfileIdentity:
 
 
 def _str(text: str) -> bytes:
-    raw = text.encode("utf-8", "surrogateescape")
+    # A C string cannot hold NUL (formats.md §1.1): a Python name that does is written escaped.
+    raw = text.replace("\0", NUL_IN_NAME).encode("utf-8", "surrogateescape")
     return _U32.pack(len(raw)) + raw
 
 

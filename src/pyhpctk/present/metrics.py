@@ -240,6 +240,16 @@ class MetricCatalog:
         return Input(inp.metric, SCOPE_FUNCTION, inp.formula, inp.combine)
 
 
+def taxonomy_problems(exp: Experiment) -> list[str]:
+    """What the views would say of ``metrics/default.yaml`` before showing meta.db's metrics
+    instead (a file they cannot parse, or one that disagrees with meta.db): ``pyhpctk verify``'s
+    problems of the file; [] for a file the views use, or none."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FormatWarning)
+        _checked_taxonomy(exp)
+    return [str(w.message) for w in caught if issubclass(w.category, FormatWarning)]
+
+
 def _checked_taxonomy(exp: Experiment) -> list[TaxonomyMetric]:
     """The metrics of ``metrics/default.yaml`` if it agrees with meta.db, else none.
 

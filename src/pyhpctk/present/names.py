@@ -12,6 +12,11 @@ full path is mostly the same long prefix. So a file is shown (issue #21 item 2):
 
 Names that are not absolute paths (``<frozen importlib._bootstrap>``, ``[libc-2.31.so]``,
 ``<string>``, a relative path) are shown as they are. Nothing here reads the file system.
+
+Every name a view shows (functions, files, modules, threads, identifier kinds, the title) is
+first passed through :func:`shown_name`: a character a terminal would act on rather than show
+(``\\x1b[2J`` clears the screen; a NUL, a newline, a bidirectional override) is written as
+Python escapes it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,17 @@ from collections.abc import Sequence
 #: Directories below which a file is named by its path inside an installed package.
 PACKAGE_DIRECTORIES = ("site-packages", "dist-packages")
 _STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?t?/")
+
+
+def shown_name(text: str) -> str:
+    """``text`` with each character that is not printable written as Python's repr writes it
+    (``\\x1b``, ``\\x00``, ``\\n``, ``\\u202e``); a surrogate escape (a byte of a name that was not
+    UTF-8) stays, for the output's encoding to write as a byte or escape (docs/pyview.md)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or "\ud800" <= c <= "\udfff" else repr(c)[1:-1] for c in text
+    )
 
 
 def _library_name(path: str) -> str | None:

@@ -41,6 +41,7 @@ from pyhpctk.present.model import (
     ThreadName,
     TraceLine,
 )
+from pyhpctk.present.names import shown_name
 
 REQUIRED = ("meta.db", "profile.db", "cct.db")
 
@@ -83,7 +84,7 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
     ]
     functions = tuple(
         FunctionInfo(
-            f.name if f.name is not None else "<unknown function>",
+            shown_name(f.name) if f.name is not None else "<unknown function>",
             -1 if f.module is None else f.module,
             -1 if f.file is None else f.file,
             f.line,
@@ -103,8 +104,8 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
         offset=col("offset", 0, np.uint64).astype(np.uint64),
         names=tuple(names),
         functions=functions,
-        files=tuple(f.path for f in meta.files),
-        modules=tuple(m.path for m in meta.modules),
+        files=tuple(shown_name(f.path) for f in meta.files),
+        modules=tuple(shown_name(m.path) for m in meta.modules),
     )
 
 
@@ -174,7 +175,7 @@ def profile_list(profiles: profiledb.ProfileDB, id_names: Sequence[str]) -> Prof
     """The non-summary profiles of a profile.db, each made when asked for (issue #19: a
     database of 100,000 profiles opens without 100,000 objects)."""
     table = profiles.profiles
-    names = list(id_names)
+    names = [shown_name(name) for name in id_names]
 
     def identify(index: int) -> tuple[tuple[str, int], ...]:
         return tuple(
@@ -211,18 +212,28 @@ def damaged_trace_error(error: FormatError) -> Exception:
 class DatabaseTraces:
     """:class:`~pyhpctk.present.model.TraceSource` over a lazily read trace.db.
 
-    A line that turns out damaged when first read fails every view that needs the trace with
-    :func:`damaged_trace_error`; the other views never read it.
+    A line that turns out damaged when first read, or that names no thread profile of
+    profile.db (``n_profiles`` profiles, the summary first), fails every view that needs the
+    trace with :func:`damaged_trace_error`; the other views never read it.
     """
 
     db: tracedb.TraceDB
+    n_profiles: int
+    path: Path
     _lines: list[TraceLine] | None = None
 
     def lines(self) -> Sequence[TraceLine]:
         if self._lines is None:
             lines = []
             try:
-                for line in self.db.lines:
+                for i, line in enumerate(self.db.lines):
+                    if not 1 <= line.prof_index < self.n_profiles:
+                        raise FormatError(
+                            self.path,
+                            f"trace line {i}",
+                            f"profile index {line.prof_index} is not a thread profile of "
+                            f"profile.db ({self.n_profiles} profiles)",
+                        )
                     lines.append(
                         TraceLine(
                             line.prof_index,
@@ -283,7 +294,8 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     traces: DatabaseTraces | DamagedTraces | None = None
     if (d / "trace.db").is_file():
         try:
-            traces = DatabaseTraces(tracedb.read(d / "trace.db"))
+            trace_db = tracedb.read(d / "trace.db")
+            traces = DatabaseTraces(trace_db, len(profiles.profiles), d / "trace.db")
         except FormatError as error:  # the profile views do not need the trace: say so, go on
             traces = DamagedTraces(error)
             warnings.warn(
@@ -295,15 +307,27 @@ def open_experiment(path: str | os.PathLike[str]) -> Experiment:
     taxonomy = d / "metrics" / "default.yaml"
     return Experiment(
         path=str(d),
-        title=meta.title,
+        title=shown_name(meta.title),
         tree=tree_from_metadb(meta),
         metrics=metrics_from_metadb(meta),
         profiles=profile_list(profiles, meta.id_names),
         values=DatabaseValues(profiles, contexts),
         traces=traces,
-        taxonomy_text=taxonomy.read_text(encoding="utf-8") if taxonomy.is_file() else None,
+        taxonomy_text=read_taxonomy(taxonomy),
         thread_names=read_thread_names(d),
     )
+
+
+def read_taxonomy(path: Path) -> str | None:
+    """The text of ``metrics/default.yaml``, None without one. pyprof writes a metric's name
+    with the bytes it was measured with, so bytes that are not UTF-8 are surrogate escapes, as
+    in every name (docs/formats.md); one the taxonomy cannot use is the parser's to report."""
+    if not path.is_file():
+        return None
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as error:
+        raise FormatError(path, "file", error.strerror or str(error)) from None
 
 
 def read_thread_names(d: Path) -> dict[int, ThreadName]:
@@ -322,6 +346,6 @@ def read_thread_names(d: Path) -> dict[int, ThreadName]:
         )
         return {}
     return {
-        index: ThreadName(entry.name, entry.pid, entry.program)
+        index: ThreadName(shown_name(entry.name), entry.pid, shown_name(entry.program))
         for index, entry in names.by_profile().items()
     }
