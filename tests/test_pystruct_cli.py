@@ -30,6 +30,26 @@ def _measurements(reference: Path, tmp_path: Path, name: str = "loops-cputime-t.
     return dest
 
 
+def _name_python_sources(meas: Path, functions: list[tuple[str, Path]]) -> None:
+    """Give the measurement's profile a ``logical/`` load module naming these functions."""
+    (meas / "logical").mkdir()
+    logical.write(
+        logical.LogicalMetadata(
+            [
+                logical.LogicalStanza(i + 1, name, filename=str(path), lineno=1)
+                for i, (name, path) in enumerate(functions)
+            ]
+        ),
+        meas / "logical" / "python.0badcafe",
+    )
+    (profile_path,) = meas.glob("*.hpcrun")
+    profile = hpcrun.read(profile_path)
+    profile.load_modules.append(
+        LoadModule(len(profile.load_modules) + 1, "logical/python.0badcafe", 0)
+    )
+    hpcrun.write(profile, profile_path)
+
+
 def test_one_binary_is_written_to_the_output_file(
     reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,22 +109,7 @@ def test_measurement_python_sources_are_structured_and_broken_ones_reported(
     good.write_text("def work(n):\n    for i in range(n):\n        pass\n")
     bad = tmp_path / "broken.py"
     bad.write_text("def f(:\n")
-    (meas / "logical").mkdir()
-    logical.write(
-        logical.LogicalMetadata(
-            [
-                logical.LogicalStanza(1, "work", filename=str(good), lineno=1),
-                logical.LogicalStanza(2, "f", filename=str(bad), lineno=1),
-            ]
-        ),
-        meas / "logical" / "python.0badcafe",
-    )
-    (profile_path,) = meas.glob("*.hpcrun")
-    profile = hpcrun.read(profile_path)
-    profile.load_modules.append(
-        LoadModule(len(profile.load_modules) + 1, "logical/python.0badcafe", 0)
-    )
-    hpcrun.write(profile, profile_path)
+    _name_python_sources(meas, [("work", good), ("f", bad)])
     assert main([str(meas)]) == 4
     assert "broken.py:1:" in capsys.readouterr().err
     structure = hpcstruct.read(meas / "structs" / "app.py.hpcstruct")
@@ -236,22 +241,7 @@ def test_a_source_name_near_name_max_gets_a_short_unique_structure_file_name(
         source.write_text(f"def work(n):\n    for i in range(n):\n        pass  # {directory}\n")
         sources.append(source)
     meas = _measurements(reference, tmp_path, "small.m")
-    (meas / "logical").mkdir()
-    logical.write(
-        logical.LogicalMetadata(
-            [
-                logical.LogicalStanza(i + 1, "work", filename=str(s), lineno=1)
-                for i, s in enumerate(sources)
-            ]
-        ),
-        meas / "logical" / "python.0badcafe",
-    )
-    (profile_path,) = meas.glob("*.hpcrun")
-    profile = hpcrun.read(profile_path)
-    profile.load_modules.append(
-        LoadModule(len(profile.load_modules) + 1, "logical/python.0badcafe", 0)
-    )
-    hpcrun.write(profile, profile_path)
+    _name_python_sources(meas, [("work", s) for s in sources])
     # Before: "OSError(36, 'File name too long')" for each, status 4.
     assert main([str(meas)]) == 0, capsys.readouterr().err
     written = sorted((meas / "structs").glob("é*"))
