@@ -25,6 +25,8 @@ LOGICAL_MAGIC = b"HPCLOGICAL"
 # (keys: profile.db indices). Neither hpcprof nor hpcviewer reads it.
 THREADS_MAGIC = b"pyhpctk-threads 1 "
 THREADS_BY_FILE, THREADS_BY_PROFILE = "by-file", "by-profile"
+#: pyhpctk's loaded-sources side file (docs/formats.md, "Loaded sources"): its first line.
+SOURCES_MAGIC = b"pyhpctk-sources 1\n"
 ENDIAN_BIG = b"b"
 FOOTER_MAGIC = 0x48504352554E736D  # formats.md §1.9: the last 8 bytes read "HPCRUNsm"
 SECTION_ALIGNMENT = 1024  # formats.md §1.2; hpcrun's write_data.c MULTIPLE_1024
