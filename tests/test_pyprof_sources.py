@@ -222,3 +222,31 @@ def test_an_unreadable_table_is_a_warning_and_vouches_for_nothing(tmp_path: Path
     assert report.sources.line() == (
         f"sources: 0 copied, 1 not copied (1 not loaded by the program: {script})"
     )
+
+
+def test_pyrun_lists_a_file_once_a_module_has_loaded_it_and_hashes_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from pyhpctk.measure.cct import FunctionStanza
+    from pyhpctk.measure.source_files import LoadedSources
+
+    late = tmp_path / "late.py"
+    late.write_text("x = 1\n")
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    table = LoadedSources("0000abcd", 1)
+    stanzas = [FunctionStanza(1, "", str(late), 0), FunctionStanza(2, "", str(fifo), 0)]
+    assert table.record(stanzas) is None  # named, but no module has loaded it yet
+    for name, path in (("late_module", late), ("fifo_module", fifo)):
+        module = types.ModuleType(name)
+        module.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, name, module)
+    with within(20):  # the FIFO is never read
+        data = table.record(stanzas)
+    digest = hashlib.sha256(b"x = 1\n").hexdigest()
+    assert data == f"pyhpctk-sources 1\n{digest}\t{late}\n".encode()
+    table.written(data)
+    late.write_text("x = 2\n")
+    assert table.record([*stanzas, FunctionStanza(3, "f", str(late), 1)]) is None

@@ -494,8 +494,8 @@ class Session(SamplerThread):
         if called is not None:
             names = self.thread_names
             self._write_side_file(names, names.record(state.stem, called, old), "thread names")
-        files = (stanza.filename for stanza in list(self.functions.stanzas))
-        self._write_side_file(self.loaded_sources, self.loaded_sources.record(files), "sources")
+        table = self.loaded_sources.record(self.functions.stanzas)
+        self._write_side_file(self.loaded_sources, table, "sources")
 
     def _write_side_file(
         self, side: ThreadNames | LoadedSources, data: bytes | None, what: str

@@ -21,7 +21,9 @@ from pyhpctk.formats.hpcrun_constants import SOURCES_MAGIC
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
+
+    from pyhpctk.measure.cct import FunctionStanza
 
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _CHUNK = 1 << 20
@@ -73,31 +75,36 @@ def file_digest(path: str) -> str | None:
 class LoadedSources:
     """The loaded files named so far, with their hashes, and the file they make."""
 
-    __slots__ = ("_digests", "_seen", "_written", "path")
+    __slots__ = ("_digests", "_looked", "_pending", "_written", "path")
 
     def __init__(self, tag: str, pid: int) -> None:
         self.path = os.path.join("sources", f"{pid}.{tag}.txt")
         self._digests: dict[str, str] = {}  # path -> sha256, in the order found
-        self._seen: set[str] = set()  # names looked at for good (hashed, or no file)
-        self._written = b""
+        self._pending: set[str] = set()  # names no module had loaded when last looked at
+        self._looked = 0  # stanzas looked at (the function table only grows)
+        self._written = 0  # entries in the file last written
 
-    def record(self, names: Iterable[str]) -> bytes | None:
-        """Look at the file ``names`` not seen yet; the file's new bytes when they differ from
-        those last written, else None. A name no module has loaded (yet) is looked at again
-        next time; one that was loaded is hashed once."""
-        fresh = [name for name in names if name not in self._seen and name.startswith("/")]
-        if fresh:
-            loaded = loaded_files()
-            for name in fresh:
-                if name in loaded:
-                    self._seen.add(name)
-                    digest = file_digest(name)
-                    if digest is not None:
-                        self._digests[name] = digest
-        if not self._digests:
+    def record(self, stanzas: Sequence[FunctionStanza]) -> bytes | None:
+        """Look at the file names of the stanzas not seen yet, and again at those no module
+        had loaded (yet); the file's new bytes when it has new entries, else None. A loaded
+        file is hashed once."""
+        fresh = stanzas[self._looked :]
+        self._looked += len(fresh)
+        self._pending.update(
+            s.filename
+            for s in fresh
+            if s.filename.startswith("/") and s.filename not in self._digests
+        )
+        if self._pending:
+            loaded = loaded_files() & self._pending
+            self._pending -= loaded
+            for name in sorted(loaded):
+                digest = file_digest(name)
+                if digest is not None:
+                    self._digests[name] = digest
+        if len(self._digests) == self._written:
             return None
-        data = encode_sources((digest, name) for name, digest in self._digests.items())
-        return None if data == self._written else data
+        return encode_sources((digest, name) for name, digest in self._digests.items())
 
     def written(self, data: bytes) -> None:
-        self._written = data
+        self._written = data.count(b"\n") - 1  # the lines after the first
