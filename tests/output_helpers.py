@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
-from pyhpctk.formats import hpcrun, logical
+from pyhpctk.formats import hpcrun, logical, sources
 from pyhpctk.formats.hpcrun_model import (
     CCT_NODE_DTYPE,
     ID_TUPLE_ELEMENT_DTYPE,
@@ -25,9 +26,16 @@ from pyhpctk.formats.hpcrun_model import (
 )
 
 
-def python_measurement(directory: Path, scripts: list[str], program: str = "python3") -> Path:
-    """One thread that spent 1 s at line 3 of each script (in this order): module-level code."""
+def python_measurement(
+    directory: Path, scripts: list[str], program: str = "python3", loaded: bool = True
+) -> Path:
+    """One thread that spent 1 s at line 3 of each script (in this order): module-level code.
+
+    ``loaded``: pyrun's loaded-sources table lists the scripts that are files, with their hash
+    (pyprof copies only those)."""
     (directory / "logical").mkdir(parents=True)
+    if loaded:
+        record_loaded(directory, scripts)
     logical.write(
         logical.LogicalMetadata(
             [logical.LogicalStanza(i + 1, "", filename=s, lineno=1) for i, s in enumerate(scripts)]
@@ -58,6 +66,17 @@ def python_measurement(directory: Path, scripts: list[str], program: str = "pyth
     )
     hpcrun.write(profile, directory / "python3-000000-000-00000abc-1-0.hpcrun")
     return directory
+
+
+def record_loaded(directory: Path, scripts: list[str]) -> None:
+    """Write a loaded-sources table listing those of ``scripts`` that are regular files."""
+    entries = [
+        sources.LoadedSource(hashlib.sha256(Path(s).read_bytes()).hexdigest(), s)
+        for s in scripts
+        if os.path.isfile(s)
+    ]
+    (directory / "sources").mkdir(exist_ok=True)
+    sources.write(sources.LoadedSources(entries), directory / "sources" / "1.0000abcd.txt")
 
 
 def fill_disk(where: Path, leave: int) -> None:

@@ -188,3 +188,74 @@ def test_readers_refuse_a_fifo_inside_a_measurement(
     for reader in (hpcrun.read, metadb.read, hpcstruct.read):
         with within(20), pytest.raises(FormatError, match="is a FIFO, not a regular file"):
             reader(profile)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue #32, item 8: standard output closed (``cmd >&-``): Python starts with sys.stdout None
+
+
+def _with_stdout_closed(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` as the shell runs ``argv >&-``: file descriptor 1 closed."""
+    return subprocess.run(
+        ["sh", "-c", '"$@" >&-', "sh", *argv],
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+CLOSED_STDOUT = "error: cannot write the output: standard output is closed\n"
+
+
+@pytest.mark.parametrize("which", ["verify", "dump", "pyview", "pymodel"])
+def test_a_command_whose_stdout_is_closed_says_so_in_one_line(
+    reference: Path, tmp_path: Path, which: str
+) -> None:
+    from test_pymodel_cli import BEHAVIOUR, make_database
+
+    database = str(reference / "dbase" / "small.d")
+    series = []
+    for p in (2, 4, 8, 16, 32):
+        values = {name: f(float(p)) for name, f in BEHAVIOUR.items()}
+        make_database(tmp_path / f"app-p{p}.d", "app", values)
+        series.append(str(tmp_path / f"app-p{p}.d"))
+    argv, prog = {
+        "verify": (command("pyhpctk", "verify", database), "pyhpctk"),
+        "dump": (command("pyhpctk", "dump", database), "pyhpctk"),
+        "pyview": (command("pyview", database), "pyview"),
+        "pymodel": (
+            [sys.executable, "-m", "pyhpctk.cli.pymodel", *series, "--param", "p=2,4,8,16,32"],
+            "pymodel",
+        ),
+    }[which]
+    # Before: AttributeError: 'NoneType' object has no attribute 'flush' (or 'write',
+    # 'isatty'), a traceback.
+    done = _with_stdout_closed(argv, tmp_path)
+    assert done.stderr.decode() == f"{prog}: {CLOSED_STDOUT}"
+    assert done.returncode == 1
+
+
+def test_pyprof_with_stdout_closed_writes_its_database_and_succeeds(
+    reference: Path, tmp_path: Path
+) -> None:
+    """pyprof prints its summary on stderr: a closed stdout takes nothing from it."""
+    argv = [sys.executable, "-m", "pyhpctk.cli.pyprof", "-o", "db"]
+    # Before: the database was written, then a traceback and exit status 1.
+    done = _with_stdout_closed([*argv, str(reference / "meas" / "small.m")], tmp_path)
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    assert err.startswith(f"wrote {Path('db')}: ") and "Traceback" not in err
+    assert pyhpctk(["verify", "-q", str(tmp_path / "db")]) == 0
+
+
+def test_pystruct_and_pyrun_with_stdout_closed_do_their_work(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text("import os\nos.write(2, b'child ran\\n')\n")
+    pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun", "-o", "m", sys.executable, str(script)]
+    done = _with_stdout_closed(pyrun, tmp_path)
+    err = done.stderr.decode()
+    assert done.returncode == 0 and "child ran" in err and "Traceback" not in err, err
+    assert list((tmp_path / "m").glob("*.hpcrun"))
+    done = _with_stdout_closed(command("pystruct", str(script)), tmp_path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr.decode(), done.stderr
+    assert hpcstruct.read(tmp_path / "app.py.hpcstruct").modules

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from output_helpers import record_loaded
 from pyhpctk.analysis.compare import read_view
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
@@ -78,6 +79,7 @@ def _measurement(tmp_path: Path, script: str = SCRIPT) -> Path:
         ),
         measurement / "logical" / "python.0000abcd",
     )
+    record_loaded(measurement, [script])  # pyrun's table: the program loaded the script
     for thread, seconds in ((0, 1.0), (1, 3.0)):
         hpcrun.write(
             _python_profile(thread, seconds),

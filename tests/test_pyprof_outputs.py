@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,22 +22,22 @@ from pyhpctk.analysis.comm import SerialComm
 from pyhpctk.analysis.distributed import run_distributed
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
-from pyhpctk.analysis.write import copy_sources
+from pyhpctk.analysis.sources import NO_PLACE, Warrants, copy_sources
+from pyhpctk.analysis.state import RunReport
 from pyhpctk.cli.main import main as pyhpctk_main
 from pyhpctk.cli.pyprof import main as pyprof_main
 from pyhpctk.cli.pyview import main as pyview_main
-from pyhpctk.errors import FormatWarning
 from pyhpctk.formats import metadb
 from test_pyprof_mpi import pyprof_mpi
 
-Analyze = Callable[[Path, Path], object]
+Analyze = Callable[[Path, Path], RunReport]
 
 
-def _serial(measurement: Path, output: Path) -> object:
+def _serial(measurement: Path, output: Path) -> RunReport:
     return run(ProfOptions.build([measurement], output=output))
 
 
-def _distributed(measurement: Path, output: Path) -> object:
+def _distributed(measurement: Path, output: Path) -> RunReport:
     return run_distributed(ProfOptions.build([measurement], output=output), SerialComm())
 
 
@@ -74,15 +72,13 @@ def test_source_names_never_place_a_copy_outside_the_database(
     measurement = python_measurement(tmp_path / "m", names)
     (tmp_path / "out").mkdir()
     before = files_under(tmp_path)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FormatWarning)
-        analyze(measurement, tmp_path / "out" / "db")
+    report = analyze(measurement, tmp_path / "out" / "db")
     assert victim.read_text() == "precious\n"
     after = {k: v for k, v in files_under(tmp_path).items() if not k.startswith("out/db")}
     assert after == before  # nothing written or changed outside the database
-    warned = [str(w.message) for w in caught if "source not copied" in str(w.message)]
-    assert len(warned) == 1 and warned[0].startswith(f"{project / 'other.py'}: source not copied")
-    assert f"already holds a copy of {tmp_path / 'elsewhere' / 'other.py'}" in warned[0]
+    assert report.summary().splitlines()[1] == (
+        f"sources: 3 copied, 1 not copied (1 no place in src/: {project / 'other.py'})"
+    )
     src = tmp_path / "out" / "db" / "src"
     assert (src / relative).read_text() == "print('app')\n"
     assert (src / str(project / "other.py").lstrip("/")).read_text() == "print('elsewhere')\n"
@@ -166,8 +162,8 @@ def test_a_symbolic_link_inside_src_is_never_followed(tmp_path: Path) -> None:
     outside.mkdir()
     top = str(app).lstrip("/").split("/")[0]
     (directory / "src" / top).symlink_to(outside)
-    with pytest.warns(FormatWarning, match=re.escape(f"src/{top} is not a directory")):
-        assert copy_sources([str(app)], directory) == set()
+    copied, report = copy_sources([str(app)], directory, Warrants(structured=frozenset([str(app)])))
+    assert copied == set() and report.refused == {NO_PLACE: [str(app)]}
     assert list(outside.iterdir()) == []
 
 

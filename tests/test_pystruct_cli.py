@@ -30,6 +30,26 @@ def _measurements(reference: Path, tmp_path: Path, name: str = "loops-cputime-t.
     return dest
 
 
+def _name_python_sources(meas: Path, functions: list[tuple[str, Path]]) -> None:
+    """Give the measurement's profile a ``logical/`` load module naming these functions."""
+    (meas / "logical").mkdir()
+    logical.write(
+        logical.LogicalMetadata(
+            [
+                logical.LogicalStanza(i + 1, name, filename=str(path), lineno=1)
+                for i, (name, path) in enumerate(functions)
+            ]
+        ),
+        meas / "logical" / "python.0badcafe",
+    )
+    (profile_path,) = meas.glob("*.hpcrun")
+    profile = hpcrun.read(profile_path)
+    profile.load_modules.append(
+        LoadModule(len(profile.load_modules) + 1, "logical/python.0badcafe", 0)
+    )
+    hpcrun.write(profile, profile_path)
+
+
 def test_one_binary_is_written_to_the_output_file(
     reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,22 +109,7 @@ def test_measurement_python_sources_are_structured_and_broken_ones_reported(
     good.write_text("def work(n):\n    for i in range(n):\n        pass\n")
     bad = tmp_path / "broken.py"
     bad.write_text("def f(:\n")
-    (meas / "logical").mkdir()
-    logical.write(
-        logical.LogicalMetadata(
-            [
-                logical.LogicalStanza(1, "work", filename=str(good), lineno=1),
-                logical.LogicalStanza(2, "f", filename=str(bad), lineno=1),
-            ]
-        ),
-        meas / "logical" / "python.0badcafe",
-    )
-    (profile_path,) = meas.glob("*.hpcrun")
-    profile = hpcrun.read(profile_path)
-    profile.load_modules.append(
-        LoadModule(len(profile.load_modules) + 1, "logical/python.0badcafe", 0)
-    )
-    hpcrun.write(profile, profile_path)
+    _name_python_sources(meas, [("work", good), ("f", bad)])
     assert main([str(meas)]) == 4
     assert "broken.py:1:" in capsys.readouterr().err
     structure = hpcstruct.read(meas / "structs" / "app.py.hpcstruct")
@@ -217,3 +222,40 @@ def test_a_directory_without_measurements_is_an_error(
 def test_jobs_must_be_positive() -> None:
     with pytest.raises(Exception, match="-j must be at least 1"):
         StructOptions(jobs=0)
+
+
+def test_a_source_name_near_name_max_gets_a_short_unique_structure_file_name(
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #32, item 8: a basename of 250 bytes is a valid file name, but ``NAME.hpcstruct``
+    is over NAME_MAX (255 bytes): its structure file keeps a prefix and a digest of the path."""
+    long_name = "é" * 100 + "a" * 47 + ".py"  # 250 bytes in UTF-8
+    assert len(long_name.encode()) == 250
+    sources = []
+    for directory in ("one", "two"):  # one basename, two files: two structure files
+        (tmp_path / directory).mkdir()
+        source = tmp_path / directory / long_name
+        source.write_text(f"def work(n):\n    for i in range(n):\n        pass  # {directory}\n")
+        sources.append(source)
+    meas = _measurements(reference, tmp_path, "small.m")
+    _name_python_sources(meas, [("work", s) for s in sources])
+    # Before: "OSError(36, 'File name too long')" for each, status 4.
+    assert main([str(meas)]) == 0, capsys.readouterr().err
+    written = sorted((meas / "structs").glob("é*"))
+    assert len(written) == 2
+    assert all(len(p.name.encode()) <= 255 and p.name.startswith("é" * 50) for p in written)
+    described = sorted(hpcstruct.read(p).modules[0].attrs["n"] for p in written)
+    assert described == sorted(map(str, sources))
+    assert main([str(meas)]) == 0  # a second run finds them unchanged (the manifest's names)
+    assert sorted((meas / "structs").glob("é*")) == written
+    # One target: its default output name in the current directory is shortened alike.
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main([str(sources[0])]) == 0
+    (out,) = tmp_path.glob("*.hpcstruct")
+    assert len(out.name.encode()) <= 255 and out.name.startswith("é" * 50)
+    assert capsys.readouterr().err == f"wrote {out.name}\n"
+    assert hpcstruct.read(out).modules[0].attrs["n"] == str(sources[0])

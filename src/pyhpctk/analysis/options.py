@@ -27,7 +27,8 @@ class ProfOptions:
     ``strict``: a damaged profile is fatal instead of skipped with a warning.
     ``force``: replace an existing output directory.
     ``progress``: draw progress bars on stderr (the CLI turns it on only for a terminal).
-    ``copy_sources``: copy the source files that exist into ``DB/src/``.
+    ``copy_sources``: copy the source files the measurement vouches for into ``DB/src/``
+    (:mod:`.sources`).
     ``title``: the database title (default: the profiled program's name).
     ``derived``: also write pyhpctk's own derived metrics into ``metrics/default.yaml``
     (:data:`~pyhpctk.analysis.taxonomy.EXTRA_ROOTS`: the GPU warp issue rate); without it the

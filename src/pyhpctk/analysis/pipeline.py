@@ -73,6 +73,7 @@ from pyhpctk.analysis.screening import (
     load_profile,
     screen,
 )
+from pyhpctk.analysis.sources import Warrants, read_tables
 from pyhpctk.analysis.state import (
     RAW_BYTES_PER_INPUT_BYTE,
     Analysis,
@@ -85,6 +86,7 @@ from pyhpctk.analysis.state import (
     small_pages,
 )
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summarize
+from pyhpctk.analysis.structures import named_sources
 from pyhpctk.analysis.timing import Laps, TimedComm, timed
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import prepare_output
@@ -115,6 +117,9 @@ def read(state: Analysis) -> None:
             prepare_output(options.output, options.force)  # fail before the work, not after
         sources = inputs.discover(options.measurements)
         state.thread_names = inputs.thread_names(sources)  # rank 0 writes them (threads.txt)
+        if options.copy_sources:
+            loaded, tables = read_tables(sources.measurements)
+            state.warrants = Warrants(loaded, tables=tables)
         return sources
 
     clock = Laps(state.timings, "read: ", state.comm)
@@ -284,6 +289,9 @@ def expand_contexts(state: Analysis) -> None:
             options, raw, screened.usable, state.sources, screened.problems, state.early
         )
         state.early = None
+        if options.copy_sources:
+            structured = named_sources(classifiers)
+            state.warrants = dataclasses.replace(state.warrants, structured=structured)
         expansion = reconstruct_gpu_contexts(
             raw, expansion, classifiers, [], state.weights, screened.problems
         )

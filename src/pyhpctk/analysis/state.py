@@ -28,6 +28,7 @@ from pyhpctk.analysis.expand_plan import EarlyExpansion
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import ProfilePlane, Spill
 from pyhpctk.analysis.screening import Screened
+from pyhpctk.analysis.sources import SourcesReport, Warrants
 from pyhpctk.analysis.stats import SparseValues, TreeShape
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import database_error
@@ -150,6 +151,9 @@ class Analysis:
     sources: inputs.Listing = field(default_factory=lambda: inputs.Listing([], [], [], [], []))
     # rank 0: the name pyrun recorded for each input profile that has one (inputs.thread_names)
     thread_names: dict[int, ThreadEntry] = field(default_factory=dict)
+    # rank 0: what vouches for copying each source file (.sources), and what was copied
+    warrants: Warrants = field(default_factory=Warrants)
+    sources_report: SourcesReport | None = None
     light: bool = False  # read twice: call paths first, values again for the statistics
     tree: RawTree | None = None  # this rank's call paths; after unify, every profile's
     merged: RawTree | None = None  # rank 0: the unified tree
@@ -215,6 +219,7 @@ class RunReport:
     traces: int
     problems: tuple[str, ...]
     timings: dict[str, float] = field(default_factory=dict, compare=False)
+    sources: SourcesReport | None = field(default=None, compare=False)
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -222,6 +227,8 @@ class RunReport:
             f"wrote {self.output}: {self.profiles} profiles, {self.contexts} contexts, "
             f"{self.metrics} metrics, {self.traces} traces"
         ]
+        if self.sources is not None:
+            lines.append(self.sources.line())
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  {p}" for p in self.problems]

@@ -17,7 +17,7 @@ from pyhpctk.analysis import inputs, kernel_symbols
 from pyhpctk.analysis.expand import LogicalFunction, ModuleClassifiers
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.python_loops import PythonLoops
-from pyhpctk.analysis.structmap import StructureIndex, index_structure
+from pyhpctk.analysis.structmap import FILE, StructureIndex, index_structure
 from pyhpctk.analysis.symbols import read_symbols
 from pyhpctk.errors import PyhpctkError
 
@@ -185,6 +185,21 @@ def build_classifiers(
     return classifiers
 
 
+def named_sources(classifiers: ModuleClassifiers) -> frozenset[str]:
+    """The source files the structures of native binaries name (``F`` scopes, ``f``
+    attributes): those pyprof may copy without pyrun's loaded-sources table
+    (:mod:`.sources`). Python sources' structure files vouch for nothing: pystruct writes
+    them for whatever name a ``logical/`` file holds."""
+    names: set[str] = set()
+    for index in classifiers.structures.values():
+        for scope in index.module.walk():
+            if scope.tag == FILE:
+                names.add(scope.name)
+            elif scope.file:
+                names.add(scope.file)
+    return frozenset(names)
+
+
 def captured_binary(module: str, measurement: Path) -> Path | None:
     """The copy in the measurement directory of a binary the profiles name, if there is one.
 
@@ -248,5 +263,6 @@ __all__ = [
     "captured_binary",
     "line_map_structure",
     "load_structures",
+    "named_sources",
     "structure_binary",
 ]

@@ -5,30 +5,27 @@ The bytes belong to the format modules (:mod:`pyhpctk.formats.metadb`, ``profile
 context tree (elided instruction contexts spliced out, formats.md §3.7), profile.db's blocks
 (summary first in index order, written last in the file as hpcprof does), cct.db as the exact
 transpose of the non-summary profiles, trace.db when any profile had a trace, plus
-``metrics/default.yaml`` and copies of the source files that exist (``src/``).
+``metrics/default.yaml`` and copies of the source files something vouches for (``src/``,
+:mod:`.sources`).
 
 The directory is assembled under a temporary name next to the destination and renamed into place
 at the end (:mod:`pyhpctk.formats.output`), so an interrupted run or a full disk never leaves a
 half-written database under the real name, and an existing database is replaced only when asked
 (``force``). No name read from a measurement chooses where anything is written: source copies
-land inside ``src/`` whatever their names hold (:func:`copy_sources`).
+land inside ``src/`` whatever their names hold (:func:`.sources.copy_sources`).
 """
 
 from __future__ import annotations
 
 import os
-import posixpath
 import shutil
-import stat
-import warnings
-from collections.abc import Iterable
 from pathlib import Path
 
 from pyhpctk.analysis.database import AggregateDatabase
+from pyhpctk.analysis.sources import Warrants, copy_sources
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.core.context import ENTRY_POINT_NAMES, ContextKey, Function, Relation
 from pyhpctk.core.metrics import N_SCOPES
-from pyhpctk.errors import FormatWarning
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
 from pyhpctk.formats import output as output_files
 from pyhpctk.formats.output import OutputError, already_exists
@@ -194,80 +191,6 @@ def prepare_output(output: Path, force: bool) -> None:
         )
 
 
-def copy_sources(files: Iterable[str], directory: Path) -> set[str]:
-    """Copy the source files named ``files`` that exist into ``directory/src``; the names copied.
-
-    ``/a/b.py`` goes to ``src/a/b.py``, as hpcprof places it: the name is normalised as a path
-    first (``/x/../b.py`` is ``/b.py``, and ``..`` above the root stays at the root), so no name
-    from a measurement can place a copy outside ``src/``. A copy is refused, with a warning, when
-    its place is taken by a different file (two names that normalise alike but are different
-    files, through symbolic links) or is not a plain directory inside ``src/``. Relative names
-    and files that cannot be read are skipped, as hpcprof skips them; an error writing a copy
-    (a full disk) is raised.
-    """
-    root = directory / "src"
-    placed: dict[str, str] = {}  # where in src/ -> the real path of the source copied there
-    copied: set[str] = set()
-    for name in files:
-        if not name.startswith("/") or "\0" in name:
-            continue
-        relative = posixpath.normpath(name).lstrip("/")
-        if not relative:
-            continue
-        try:
-            data = Path(name).read_bytes() if Path(name).is_file() else None
-        except OSError:
-            continue
-        if data is None:
-            continue
-        real = os.path.realpath(name)
-        if relative in placed:
-            if placed[relative] == real:
-                copied.add(name)
-            else:
-                _refuse_copy(name, f"src/{relative} already holds a copy of {placed[relative]}")
-            continue
-        problem = _copy_into(root, relative, data)
-        if problem is not None:
-            _refuse_copy(name, problem)
-            continue
-        placed[relative] = real
-        copied.add(name)
-    return copied
-
-
-def _refuse_copy(name: str, problem: str) -> None:
-    warnings.warn(f"{name}: source not copied into the database: {problem}", FormatWarning, 2)
-
-
-def _copy_into(root: Path, relative: str, data: bytes) -> str | None:
-    """Write ``data`` to ``root/relative``, making plain directories on the way; why not, or
-    None when written. Never follows a symbolic link and never replaces a file."""
-    *parents, leaf = relative.split("/")
-    directories = [root]
-    for part in parents:
-        directories.append(directories[-1] / part)
-    for where in directories:
-        try:
-            os.mkdir(where)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(where).st_mode):
-                return f"{where.relative_to(root.parent)} is not a directory"
-    target = directories[-1] / leaf
-    if os.path.commonpath([os.path.realpath(target.parent), os.path.realpath(root)]) != (
-        os.path.realpath(root)
-    ):  # cannot happen after the checks above; the guarantee is worth one more look
-        return f"{target.relative_to(root.parent)} lies outside src/"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(target, flags, 0o666)
-    except FileExistsError:
-        return f"{target.relative_to(root.parent)} already exists"
-    with open(fd, "wb") as stream:
-        stream.write(data)
-    return None
-
-
 def make_staging(output: Path) -> Path:
     """A new empty directory beside ``output`` to assemble the database in."""
     return output_files.make_staging(output, "the database")
@@ -279,8 +202,10 @@ def write_database(
     force: bool = False,
     copy: bool = True,
     derived: bool = False,
+    warrants: Warrants | None = None,
 ) -> None:
-    """Write the whole database directory ``output`` (atomically replaced).
+    """Write the whole database directory ``output`` (atomically replaced); ``warrants``: what
+    vouches for copying each source file (none: no file is copied, :mod:`.sources`).
 
     On any error, a full disk included, the staging directory is removed and ``output`` is as it
     was (absent, or the old database); an ``OSError`` becomes :class:`OutputError`.
@@ -290,7 +215,8 @@ def write_database(
     staging = make_staging(output)
     try:
         if copy:
-            db.copied_files |= copy_sources(db.files(), staging)
+            copied, _ = copy_sources(db.files(), staging, warrants or Warrants())
+            db.copied_files |= copied
         metadb.write(build_metadb(db), staging / "meta.db")
         profiles = build_profiledb(db)
         profiledb.write(profiles, staging / "profile.db")
@@ -332,7 +258,6 @@ __all__ = [
     "build_metadb",
     "build_profiledb",
     "build_tracedb",
-    "copy_sources",
     "database_error",
     "make_staging",
     "prepare_output",

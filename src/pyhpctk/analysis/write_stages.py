@@ -39,13 +39,13 @@ from pyhpctk.analysis.exchange import (
 from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.slices import FileSlice
+from pyhpctk.analysis.sources import SourcesReport, copy_sources
 from pyhpctk.analysis.state import Analysis, RunReport
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
 from pyhpctk.analysis.timing import Laps
 from pyhpctk.analysis.write import (
     build_metadb,
-    copy_sources,
     make_staging,
     prepare_output,
     write_taxonomy,
@@ -100,7 +100,10 @@ def write_meta_db(state: Analysis) -> None:
         began = time.perf_counter()
         try:
             if options.copy_sources:
-                db.copied_files |= copy_sources(db.files(), staging)
+                copied, state.sources_report = copy_sources(db.files(), staging, state.warrants)
+                db.copied_files |= copied
+            else:
+                state.sources_report = SourcesReport(skipped=True)
             metadb.write(build_metadb(db), staging / "meta.db")
             extra = EXTRA_ROOTS if options.derived else ()
             write_taxonomy(staging, default_yaml(table.metrics, table.formulas, db.partials, extra))
@@ -393,6 +396,7 @@ def finish(state: Analysis) -> RunReport:
             traces=int(np.count_nonzero(layout.trace_counts > 0)),
             problems=tuple(screened.problems),
             timings=state.timings,
+            sources=state.sources_report,
         )
 
     return on_root(state.comm, state.writing(write))

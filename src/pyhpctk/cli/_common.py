@@ -8,7 +8,10 @@ It also makes standard output safe for commands that print a lot (``pyhpctk dump
 ``--help``): a reader that goes away (``| head -1``) ends the command quietly with status 141, as
 SIGPIPE ends other Unix tools; a full disk (``> /dev/full``) is one message and status 1; and a
 name the output encoding cannot hold (a non-UTF-8 file name, an ASCII terminal) is written as a
-backslash escape instead of stopping the command.
+backslash escape instead of stopping the command. A command started with standard output
+closed (``cmd >&-``) holds descriptor 1 with /dev/null, so no file it opens takes that number
+(nor does the program pyrun runs: it gets descriptor 1 closed, as given), and any attempt to
+print is one message and status 1; a command that prints nothing there (pyprof) just succeeds.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def _forgiving_encoding(stream: Any) -> Iterator[None]:
     valid in its encoding), 'surrogateescape' also escapes what it cannot pass through."""
     old = getattr(stream, "errors", None)
     new = {"strict": "backslashreplace", "surrogateescape": _ESCAPING}.get(old or "")
-    if new is None or not isinstance(stream, io.TextIOWrapper):
+    if new is None or not isinstance(stream, io.TextIOWrapper) or isinstance(stream, _StandIn):
         yield
         return
     stream.reconfigure(errors=new)
@@ -94,6 +97,66 @@ def _discard_stdout() -> None:
         os.close(devnull)
 
 
+class StdoutClosed(OSError):
+    """Standard output was closed when the command started and the command wrote to it."""
+
+
+class _StandIn(io.TextIOWrapper):
+    """``sys.stdout`` over :class:`_ClosedOutput`."""
+
+
+class _ClosedOutput(io.RawIOBase):
+    """Where ``sys.stdout`` writes when descriptor 1 was closed at start (:func:`_closed_stdout`):
+    every write fails with :class:`StdoutClosed`, until the command is over (``discard``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.discard = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self.discard:
+            return len(data)
+        raise StdoutClosed(errno.EBADF, "standard output is closed")
+
+
+@contextmanager
+def _closed_stdout() -> Iterator[None]:
+    """When Python started with descriptor 1 closed (``sys.stdout`` is None): hold descriptor 1
+    with /dev/null (close-on-exec) while the command runs, and give it a ``sys.stdout`` whose
+    writes fail with :class:`StdoutClosed`."""
+    if sys.stdout is not None:
+        yield
+        return
+    held = _hold_descriptor(1)
+    raw = _ClosedOutput()
+    sys.stdout = _StandIn(io.BufferedWriter(raw), encoding="utf-8", errors="backslashreplace")
+    try:
+        yield
+    finally:
+        raw.discard = True  # what is still buffered goes nowhere, quietly
+        stand_in, sys.stdout = sys.stdout, None
+        stand_in.close()
+        if held:
+            os.close(1)
+
+
+def _hold_descriptor(fd: int) -> bool:
+    """Open /dev/null as ``fd`` when ``fd`` is closed; whether it was."""
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        pass
+    devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    if devnull != fd:
+        os.dup2(devnull, fd, inheritable=False)
+        os.close(devnull)
+    return True
+
+
 def _warning_printer() -> Callable[..., None]:
     """``warnings.showwarning`` for one command: each message once (a structure file read
     again, a second pass over the same input, say nothing new), as ``warning: MESSAGE``."""
@@ -118,7 +181,7 @@ def _warning_printer() -> Callable[..., None]:
 def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: str) -> int:
     """Run ``command`` on ``argv`` (``sys.argv[1:]`` when None) and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    with warnings.catch_warnings(), _forgiving_encoding(sys.stdout):
+    with warnings.catch_warnings(), _closed_stdout(), _forgiving_encoding(sys.stdout):
         warnings.simplefilter("always", FormatWarning)
         warnings.showwarning = _warning_printer()
         try:
@@ -137,6 +200,9 @@ def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: s
             return error.exit_code
         except click.exceptions.Exit as error:
             return int(error.exit_code)
+        except StdoutClosed as error:
+            click.echo(f"{prog_name}: error: cannot write the output: {error.strerror}", err=True)
+            return EXIT_WRITE_FAILED
         except BrokenPipeError:
             _discard_stdout()
             return EXIT_BROKEN_PIPE

@@ -105,7 +105,12 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
             is_flag=True,
             help="Replace an existing output database (refused without it).",
         ),
-        click.option("--no-sources", is_flag=True, help="Do not copy source files into DB/src."),
+        click.option(
+            "--no-sources",
+            is_flag=True,
+            help="Copy no source file into DB/src (by default: the Python sources pyrun saw the "
+            "program load, unchanged since, and the sources structure files name).",
+        ),
         click.option(
             "--derived",
             is_flag=True,

@@ -2,8 +2,8 @@
 
 One module per format (formats.md): :mod:`.hpcrun` and :mod:`.hpctrace` (measurements),
 :mod:`.logical` (Python logical-frame metadata), :mod:`.metadb`, :mod:`.profiledb`, :mod:`.cctdb`,
-:mod:`.tracedb` (the v4.0 database), :mod:`.threads` (pyhpctk's thread-names side file) and
-:mod:`.hpcstruct` (structure XML). Each offers ``sniff``,
+:mod:`.tracedb` (the v4.0 database), :mod:`.threads` and :mod:`.sources` (pyhpctk's side files
+of thread names and loaded sources) and :mod:`.hpcstruct` (structure XML). Each offers ``sniff``,
 ``read``, ``write``, ``to_bytes``, ``dump`` and ``verify``.
 
 This package's entry points detect a file's format from its content (never from its name) by
@@ -35,6 +35,7 @@ FORMAT_NAMES: tuple[str, ...] = (
     "cctdb",
     "tracedb",
     "threads",
+    "sources",
     "hpcstruct",
 )
 #: Formats known by their place, not their content (an xz stream or text has no magic of its

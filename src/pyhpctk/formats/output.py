@@ -60,7 +60,7 @@ StrPath = str | os.PathLike[str]
 # Names of an open file descriptor (``--csv /dev/stdout``), whatever the descriptor is.
 _STANDARD_STREAM = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|\d+)/fd/\d+")
 
-# Longest part of the output's name kept in a temporary name (NAME_MAX is 255 on Linux).
+# Longest part (bytes) of the output's name kept in a temporary name (NAME_MAX: 255 bytes).
 _NAME_KEPT = 200
 
 
@@ -129,8 +129,9 @@ def check_new(dest: StrPath, force: bool, option: str, streams: bool = True) -> 
 
 
 def _temporary_name(target: Path, suffix: str) -> Path:
-    name = f".{target.name[:_NAME_KEPT]}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
-    return target.with_name(name)
+    kept = os.fsencode(target.name)[:_NAME_KEPT]  # bytes: NAME_MAX counts bytes, not characters
+    name = b"." + kept + f".{os.getpid()}.{secrets.token_hex(4)}{suffix}".encode()
+    return target.with_name(os.fsdecode(name))
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -56,6 +56,7 @@ from pyhpctk.measure.encode import (
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
 from pyhpctk.measure.profile_files import atomic_write, reserve_stem, unlink_quietly
 from pyhpctk.measure.sampler import SamplerThread
+from pyhpctk.measure.source_files import LoadedSources
 from pyhpctk.measure.thread_names import ThreadNames, thread_name
 from pyhpctk.measure.thread_state import Clocks, ThreadState, thread_cpu_clock
 
@@ -146,6 +147,7 @@ class Session(SamplerThread):
         tag = f"{int.from_bytes(os.urandom(4), 'big'):08x}"
         self.logical_path = os.path.join("logical", f"python.{tag}")
         self.thread_names = ThreadNames(tag, self.pid)
+        self.loaded_sources = LoadedSources(tag, self.pid)
         self.load_modules: list[tuple[int, str, int]] = [(1, self.logical_path, LM_FLAG_ANALYZE)]
         self.python_lm = 1
         self.states: dict[int, ThreadState] = {}
@@ -490,23 +492,27 @@ class Session(SamplerThread):
                     self._lost.discard(lost)
                     losses.tell_pyrun(losses.WRITTEN, lost)
         if called is not None:
-            self._write_thread_names(state.stem, called, old)
+            names = self.thread_names
+            self._write_side_file(names, names.record(state.stem, called, old), "thread names")
+        table = self.loaded_sources.record(self.functions.stanzas)
+        self._write_side_file(self.loaded_sources, table, "sources")
 
-    def _write_thread_names(self, stem: str, called: str, old_stem: str) -> None:
-        """Record a written profile's thread name; rewrite ``threads/`` if that changed it."""
-        data = self.thread_names.record(stem, called, old_stem)
+    def _write_side_file(
+        self, side: ThreadNames | LoadedSources, data: bytes | None, what: str
+    ) -> None:
+        """Rewrite ``threads/`` or ``sources/`` with ``data`` (None: unchanged)."""
         if data is None:
             return
         directory = self.options.output_dir
         try:
-            atomic_write(os.path.join(directory, self.thread_names.path), data)
-        except OSError as error:  # the profiles are written: only the names are missing
-            message = f"pyrun: cannot write the thread names to {directory}: {error}"
+            atomic_write(os.path.join(directory, side.path), data)
+        except OSError as error:  # the profiles are written: only this side file is missing
+            message = f"pyrun: cannot write the {what} to {directory}: {error}"
             if message not in self.write_errors:
                 self.write_errors.append(message)
                 sys.stderr.write(message + "\n")
             return
-        self.thread_names.written(data)
+        side.written(data)
 
     def checkpoint(self) -> None:
         """Write every live thread's files now (atomic replace), keeping measurement going."""

@@ -206,8 +206,31 @@ def write_structure(
 
 
 def default_output(path: Path, options: StructOptions) -> Path:
-    """hpcstruct's default output name: ``<basename>.hpcstruct`` in the current directory."""
-    return Path(path.name + ".hpcstruct")
+    """hpcstruct's default output name: ``<basename>.hpcstruct`` in the current directory
+    (shortened where that is too long a name: :func:`fitting_name`)."""
+    return Path(fitting_name(path.name, ".hpcstruct", path.name))
+
+
+NAME_MAX = 255
+"""The longest name of one directory entry, in bytes (Linux, every common file system)."""
+
+
+def fitting_name(stem: str, suffix: str, identity: str) -> str:
+    """``stem + suffix``, or where that is over :data:`NAME_MAX` bytes, as much of ``stem`` as
+    fits (whole characters) then ``-`` and 16 hex digits of the sha256 of ``identity``: names
+    of different identities stay apart, and the same identity always gets the same name."""
+    name = stem + suffix
+    if len(os.fsencode(name)) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    room = NAME_MAX - len(os.fsencode(suffix)) - len(digest) - 1
+    kept = []
+    for character in stem:
+        room -= len(os.fsencode(character))
+        if room < 0:
+            break
+        kept.append(character)
+    return f"{''.join(kept)}-{digest}{suffix}"
 
 
 def _refuse_clobber(target: Path, out: Path, force: bool) -> None:
@@ -421,9 +444,10 @@ def measurement_targets(measdir: str | os.PathLike[str]) -> tuple[list[Target], 
 
 def _output_name(target: Target, options: StructOptions, tag: str = "") -> str:
     name = f"{target.output_name}-{tag}" if tag else target.output_name
+    suffix = ".hpcstruct"
     if target.kind == "cubin" and target.source.suffix == ".gpubin":
-        return f"{name}-gpucfg-{'yes' if options.gpucfg else 'no'}.hpcstruct"
-    return f"{name}.hpcstruct"
+        suffix = f"-gpucfg-{'yes' if options.gpucfg else 'no'}.hpcstruct"
+    return fitting_name(name, suffix, target.lm_name)
 
 
 def output_names(targets: Sequence[Target], options: StructOptions) -> dict[Target, str]:
