@@ -24,7 +24,7 @@ from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import PIPED_LINES, PyviewOptions, main, screen
 from pyhpctk.present import open_database
 from pyhpctk.present.fit import fit_view
-from pyhpctk.present.views import ViewNode
+from pyhpctk.present.viewmodel import ViewNode
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "screen.py"
 CPU = "CPUTIME (sec)"

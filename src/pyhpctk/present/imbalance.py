@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyhpctk.present.labels import context_label
 from pyhpctk.present.metrics import MetricCatalog, MetricError
 from pyhpctk.present.model import (
     EXCLUSIVE_SCOPE,
@@ -27,7 +28,6 @@ from pyhpctk.present.model import (
     ProfileList,
     profile_indices,
 )
-from pyhpctk.present.views import context_label
 
 PATH_ENDS = 10  # a printed path longer than twice this shows its two ends only
 

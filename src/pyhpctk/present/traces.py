@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats.vocabulary import LexicalType, Relation
+from pyhpctk.present.labels import context_label
 from pyhpctk.present.model import (
     LEX_ENTRY,
     Experiment,
@@ -39,7 +40,6 @@ from pyhpctk.present.model import (
     ThreadName,
     TraceLine,
 )
-from pyhpctk.present.views import context_label
 
 IDLE = 0
 
