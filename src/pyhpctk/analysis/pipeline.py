@@ -53,6 +53,7 @@ import numpy.typing as npt
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.balance import rank_speeds, read_speeds
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
+from pyhpctk.analysis.context import ContextBuilder
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
 from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
@@ -96,7 +97,6 @@ from pyhpctk.analysis.write_stages import (
     write_meta_db,
     write_profile_db,
 )
-from pyhpctk.core.context import ContextTree
 from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats import profiledb, tracedb
 
@@ -289,7 +289,7 @@ def expand_contexts(state: Analysis) -> None:
         )
         clock.lap("frames")
         state.expanded = tree = expansion.tree
-        expansion.tree = ContextTree()  # the placement travels without the tree
+        expansion.tree = ContextBuilder()  # the placement travels without the tree
         title = options.title or screened.usable[0].program or "database"
         output = options.output or default_output(options, title)
         plan = Plan(

@@ -23,16 +23,16 @@ import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm
+from pyhpctk.analysis.context import ContextBuilder
 from pyhpctk.analysis.expand import Expansion
 from pyhpctk.analysis.expand_plan import EarlyExpansion
+from pyhpctk.analysis.metrics import PARTIALS_STATS, PARTIALS_SUM, Partial
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import ProfilePlane, Spill
 from pyhpctk.analysis.screening import Screened
 from pyhpctk.analysis.stats import SparseValues, TreeShape
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import database_error
-from pyhpctk.core.context import ContextTree
-from pyhpctk.core.metrics import PARTIALS_STATS, PARTIALS_SUM, Partial
 from pyhpctk.formats import profiledb, tracedb
 from pyhpctk.formats.threads import ThreadEntry
 
@@ -158,7 +158,7 @@ class Analysis:
     weights: npt.NDArray[np.float64] | None = None
     early: EarlyExpansion | None = None  # rank 0: its own call paths, expanded while others read
     plan: Plan | None = None
-    expanded: ContextTree | None = None  # rank 0
+    expanded: ContextBuilder | None = None  # rank 0
     staging: Path | None = None
     meta_thread: threading.Thread | None = None
     profile_thread: threading.Thread | None = None  # writes profile.db during cct.db

@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyhpctk.core.metrics import PARTIALS_STATS, Combine, MetricInfo, Partial
+from pyhpctk.analysis.metrics import PARTIALS_STATS, MeasuredMetric, Partial
+from pyhpctk.core.metrics import Combine
 from pyhpctk.errors import PyhpctkError
 
 _SHOWN_SCOPES = ("execution", "lex_aware", "function")
@@ -245,7 +246,7 @@ EXTRA_ROOTS: tuple[DerivedRoot, ...] = (WARP_ISSUE_RATE,)
 
 
 def default_yaml(
-    metrics: Sequence[MetricInfo],
+    metrics: Sequence[MeasuredMetric],
     formulas: dict[str, str],
     partials: Sequence[Partial],
     extra: Sequence[DerivedRoot] = (),

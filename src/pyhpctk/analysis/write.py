@@ -24,10 +24,10 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from pyhpctk.analysis.context import ENTRY_POINT_NAMES, ContextKey, FunctionKey, Relation
 from pyhpctk.analysis.database import AggregateDatabase
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
-from pyhpctk.core.context import ENTRY_POINT_NAMES, ContextKey, Function, Relation
-from pyhpctk.core.metrics import N_SCOPES
+from pyhpctk.core.metrics import N_SCOPES, prop_id, stat_id
 from pyhpctk.errors import FormatWarning
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
 from pyhpctk.formats import output as output_files
@@ -52,14 +52,15 @@ def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
             metadb.Metric(
                 name=metric.name,
                 scope_insts=tuple(
-                    metadb.ScopeInstance(scope=s, prop_metric_id=base + s) for s in range(N_SCOPES)
+                    metadb.ScopeInstance(scope=s, prop_metric_id=prop_id(base, s))
+                    for s in range(N_SCOPES)
                 ),
                 summaries=tuple(
                     metadb.SummaryStatistic(
                         scope=s,
                         formula=partial.formula,
                         combine=int(partial.combine),
-                        stat_metric_id=base + N_SCOPES * p + s,
+                        stat_metric_id=stat_id(base, p, s),
                     )
                     for p, partial in enumerate(db.partials)
                     for s in range(N_SCOPES)
@@ -121,7 +122,7 @@ def _context(
     key: ContextKey,
     module_index: dict[str, int],
     file_index: dict[str, int],
-    function_index: dict[Function, int],
+    function_index: dict[FunctionKey, int],
 ) -> metadb.Context:
     return metadb.Context(
         ctx_id=ident,

@@ -36,6 +36,7 @@ from pyhpctk.analysis.exchange import (
     plan_rounds,
     split_even,
 )
+from pyhpctk.analysis.metrics import Partial
 from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.slices import FileSlice
@@ -50,7 +51,6 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
-from pyhpctk.core.metrics import Partial
 from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
