@@ -78,7 +78,7 @@ from pyhpctk.analysis.state import (
     RAW_BYTES_PER_INPUT_BYTE,
     Analysis,
     Plan,
-    ProfileLayout,
+    ProfileOffsets,
     Progress,
     RunReport,
     no_progress,
@@ -448,7 +448,7 @@ def _share_sizes(state: Analysis) -> None:
     spans = [span for _, span in shards if span is not None]
     low = min(s[0] for s in spans) if spans else None
     high = max(s[1] for s in spans) if spans else None
-    state.layout = ProfileLayout(infos, n_values, n_ctxs, trace_counts, (low, high))
+    state.layout = ProfileOffsets(infos, n_values, n_ctxs, trace_counts, (low, high))
 
 
 def _real_infos(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:

@@ -110,7 +110,7 @@ class Plan:
 
 
 @dataclass(slots=True)
-class ProfileLayout:
+class ProfileOffsets:
     """Every profile's block and trace sizes, all-gathered: the offsets of every write."""
 
     # rank 0: every profile's info; other ranks: stand-ins with id tuples of the same lengths
@@ -169,7 +169,7 @@ class Analysis:
     planes: list[ProfilePlane] = field(default_factory=list)
     failure: BaseException | None = None  # this rank's statistics failed (raised on all later)
     local_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    layout: ProfileLayout | None = None
+    layout: ProfileOffsets | None = None
     cct_end: int = 0
     n_metrics: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     summary_parts: list[SparseValues] = field(default_factory=list)
@@ -232,7 +232,7 @@ __all__ = [
     "RAW_BYTES_PER_INPUT_BYTE",
     "Analysis",
     "Plan",
-    "ProfileLayout",
+    "ProfileOffsets",
     "Progress",
     "RunReport",
     "no_progress",

@@ -69,8 +69,8 @@ def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
         )
 
     tree = db.tree
-    nodes: dict[int, metadb.Context | metadb.EntryPoint] = {}
-    entry_points: list[metadb.EntryPoint] = []
+    nodes: dict[int, metadb.Context | metadb.Entry] = {}
+    entry_points: list[metadb.Entry] = []
     visible = tree.visible_ancestor()
     for ident in range(1, len(tree)):
         key = tree.keys[ident]
@@ -80,7 +80,7 @@ def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
                 holder.elided_children = True
             continue
         if key.entry_point is not None:
-            entry = metadb.EntryPoint(
+            entry = metadb.Entry(
                 ctx_id=ident,
                 kind=int(key.entry_point),
                 pretty_name=ENTRY_POINT_NAMES[key.entry_point],

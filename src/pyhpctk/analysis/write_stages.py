@@ -118,7 +118,7 @@ def write_thread_names(state: Analysis, staging: Path) -> None:
     names"); no file when no profile has one (hpcrun's measurements)."""
     screened = state.screened
     assert screened is not None
-    names = threads.ThreadNames(threads.BY_PROFILE)
+    names = threads.ThreadNamesFile(threads.BY_PROFILE)
     for position, brief in enumerate(screened.usable):
         entry = state.thread_names.get(brief.index)
         if entry is not None:

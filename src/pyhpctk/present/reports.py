@@ -14,11 +14,11 @@ from pyhpctk.errors import UsageError
 from pyhpctk.present import imbalance, overlap, traces, waits
 from pyhpctk.present.api import Database
 from pyhpctk.present.job import Job, TextReport
-from pyhpctk.present.model import ProfileInfo
+from pyhpctk.present.model import Profile
 from pyhpctk.present.render import format_value
 
 
-def chosen_profiles(job: Job) -> Sequence[ProfileInfo]:
+def chosen_profiles(job: Job) -> Sequence[Profile]:
     """The profiles ``--profiles`` names; a usage error when the database has none of them."""
     opts = job.options
     chosen = imbalance.select_profiles(job.db.experiment, opts.profiles)

@@ -39,7 +39,7 @@ from pyhpctk.present.model import (
     ProfileList,
     SummaryStat,
     ThreadName,
-    TraceLine,
+    Timeline,
 )
 
 REQUIRED = ("meta.db", "profile.db", "cct.db")
@@ -79,7 +79,7 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
     parent[0] = -1
     parent[1:] = index.parent_row + 1  # -1 (under the global context) becomes node 0
     names = [""] + [
-        node.pretty_name if isinstance(node, metadb.EntryPoint) else "" for node in index.nodes
+        node.pretty_name if isinstance(node, metadb.Entry) else "" for node in index.nodes
     ]
     functions = tuple(
         FunctionInfo(
@@ -216,15 +216,15 @@ class DatabaseTraces:
     """
 
     db: tracedb.TraceDB
-    _lines: list[TraceLine] | None = None
+    _lines: list[Timeline] | None = None
 
-    def lines(self) -> Sequence[TraceLine]:
+    def lines(self) -> Sequence[Timeline]:
         if self._lines is None:
             lines = []
             try:
                 for line in self.db.lines:
                     lines.append(
-                        TraceLine(
+                        Timeline(
                             line.prof_index,
                             np.asarray(line.elements["timestamp"], dtype=np.uint64),
                             np.asarray(line.elements["ctx_id"], dtype=np.uint32),
@@ -242,7 +242,7 @@ class DamagedTraces:
 
     error: FormatError
 
-    def lines(self) -> Sequence[TraceLine]:
+    def lines(self) -> Sequence[Timeline]:
         raise damaged_trace_error(self.error)
 
 

@@ -40,9 +40,9 @@ from pyhpctk.present.model import (
     InMemoryTraces,
     InMemoryValues,
     MetricInfo,
-    ProfileInfo,
+    Profile,
     SummaryStat,
-    TraceLine,
+    Timeline,
 )
 
 SCOPES = SCOPE_NAMES
@@ -90,7 +90,7 @@ def build(
     metrics: Sequence[str],
     profiles: Sequence[tuple[tuple[str, int], ...]],
     title: str = "synthetic",
-    traces: Sequence[TraceLine] | None = None,
+    traces: Sequence[Timeline] | None = None,
     taxonomy_text: str | None = None,
 ) -> Experiment:
     """An :class:`Experiment` from specs; ctxIds are assigned in pre-order unless given."""
@@ -109,7 +109,7 @@ def build(
             per_profile[prop_id(base, k)] = dense
             summary[stat_id(base, 0, k)] = dense.sum(axis=0)
         infos.append(metric_info(metric, base))
-    profile_infos = tuple(ProfileInfo(i + 1, ident) for i, ident in enumerate(profiles))
+    profile_infos = tuple(Profile(i + 1, ident) for i, ident in enumerate(profiles))
     return Experiment(
         path=f"<{title}>",
         title=title,
@@ -271,13 +271,13 @@ def write_database(exp: Experiment, directory: str | os.PathLike[str]) -> Path:
         )
         for f in tree.functions
     ]
-    nodes: list[metadb.EntryPoint | metadb.Context | None] = [None]
+    nodes: list[metadb.Entry | metadb.Context | None] = [None]
     for i in range(1, tree.size):
         up = nodes[int(tree.parent[i])]
         lex = int(tree.lexical_type[i])
-        node: metadb.EntryPoint | metadb.Context
+        node: metadb.Entry | metadb.Context
         if lex == LEX_ENTRY:
-            entry = metadb.EntryPoint(
+            entry = metadb.Entry(
                 int(tree.ctx_id[i]), metadb.EntryPointKind.MAIN_THREAD, tree.names[i]
             )
             meta.entry_points.append(entry)

@@ -34,7 +34,7 @@ from pyhpctk.formats.hpcstruct_model import PROCEDURE, Scope, StructureFile, for
 from pyhpctk.structure import dwarf as dw
 from pyhpctk.structure.cfg import Instruction, build_cfg
 from pyhpctk.structure.elfimage import ElfImage
-from pyhpctk.structure.host import FunctionAnalyzer, HostOptions, Procedure, assemble
+from pyhpctk.structure.host import FunctionAnalyzer, HostStructOptions, Procedure, assemble
 from pyhpctk.structure.inline_tree import Stmt, TreeNode, tree_scopes
 from pyhpctk.structure.sass import (
     NvdisasmMissing,
@@ -651,6 +651,6 @@ class _CubinAnalyzer(FunctionAnalyzer):
         self.image = image
         self.info = info
         self.procs = procs
-        self.options = HostOptions(call_tags=True)
+        self.options = HostStructOptions(call_tags=True)
         self.entries = {p.start for p in procs}
         self.noreturn = set()
