@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun_constants import THREADS_BY_FILE, THREADS_BY_PROFILE, THREADS_MAGIC
+from pyhpctk.formats.whole import Source, read_whole
 
 __all__ = [
     "BY_FILE",
