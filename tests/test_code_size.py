@@ -21,6 +21,7 @@ like :data:`EXCEPTIONS` it only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,12 @@ DOOR_EXCEPTIONS: dict[str, str] = {
 }
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
 def _modules() -> dict[str, Path]:
     """Every Python module of ``src/`` by its dotted name (a package by its own name)."""
     found: dict[str, Path] = {}
@@ -119,7 +126,7 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
     functions and under ``TYPE_CHECKING`` included; ``from p import m`` of a module ``m`` is
     (``p.m``, None)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None
@@ -214,7 +221,7 @@ def _private_imports() -> set[str]:
 def _module_attributes(module: str, path: Path) -> Iterator[tuple[str, str]]:
     """(module, attribute) of every ``module.attribute`` read through a module imported whole
     (``from pyhpctk.structure import dwarf as dw`` ... ``dw._helper``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     bound: dict[str, str] = {}
     for target, name in _imports(module, path):
         if name is None:
@@ -269,7 +276,7 @@ def _large_classes() -> dict[str, int]:
     classes: dict[str, tuple[set[str], list[str]]] = {}
     imported: dict[str, dict[str, str]] = {}
     for module, path in _modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _parse(path)
         imported[module] = {name: f"{t}.{name}" for t, name in _imports(module, path) if name}
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
@@ -294,7 +301,7 @@ def _declared_twice() -> dict[str, list[str]]:
     """Public top-level classes and ``NewType`` ids declared in more than one module."""
     where: dict[str, list[str]] = defaultdict(list)
     for module, path in _modules().items():
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in _parse(path).body:
             name = None
             if isinstance(node, ast.ClassDef):
                 name = node.name

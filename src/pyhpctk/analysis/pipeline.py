@@ -448,7 +448,7 @@ def _share_sizes(state: Analysis) -> None:
     spans = [span for _, span in shards if span is not None]
     low = min(s[0] for s in spans) if spans else None
     high = max(s[1] for s in spans) if spans else None
-    state.layout = ProfileOffsets(infos, n_values, n_ctxs, trace_counts, (low, high))
+    state.output.layout = ProfileOffsets(infos, n_values, n_ctxs, trace_counts, (low, high))
 
 
 def _real_infos(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:
@@ -524,16 +524,16 @@ def _run(state: Analysis) -> RunReport:
             advance(1)
         finished = True
     finally:
-        if state.profile_thread is not None and state.profile_thread.is_alive():
-            state.profile_thread.join()  # it reads the scratch file
-        if state.cct_thread is not None and state.cct_thread.is_alive():
-            state.cct_thread.join()
+        if state.output.profile_thread is not None and state.output.profile_thread.is_alive():
+            state.output.profile_thread.join()  # it reads the scratch file
+        if state.output.cct_thread is not None and state.output.cct_thread.is_alive():
+            state.output.cct_thread.join()
         if state.spill is not None:
             state.spill.close()
-        if state.meta_thread is not None and state.meta_thread.is_alive():
-            state.meta_thread.join()
-        if state.root and not finished and state.staging is not None:
-            shutil.rmtree(state.staging, ignore_errors=True)
+        if state.output.meta_thread is not None and state.output.meta_thread.is_alive():
+            state.output.meta_thread.join()
+        if state.root and not finished and state.output.staging is not None:
+            shutil.rmtree(state.output.staging, ignore_errors=True)
     if not state.root:
         plan = state.plan
         assert plan is not None

@@ -138,6 +138,21 @@ class ProfileOffsets:
 
 
 @dataclass(slots=True)
+class WriteState:
+    """The database being written: its staging directory, the threads writing its files and
+    what they raised, and where every profile's values go (write_stages)."""
+
+    staging: Path | None = None
+    meta_thread: threading.Thread | None = None
+    profile_thread: threading.Thread | None = None  # writes profile.db during cct.db
+    cct_thread: threading.Thread | None = None  # writes a round's cct.db window (write_stages)
+    profile_errors: list[BaseException] = field(default_factory=list)  # and cct_thread's
+    meta_errors: list[BaseException] = field(default_factory=list)
+    layout: ProfileOffsets | None = None
+    cct_end: int = 0
+
+
+@dataclass(slots=True)
 class Analysis:
     """What the stages share on one rank; each stage fills its part (module docstring)."""
 
@@ -159,20 +174,13 @@ class Analysis:
     early: EarlyExpansion | None = None  # rank 0: its own call paths, expanded while others read
     plan: Plan | None = None
     expanded: ContextBuilder | None = None  # rank 0
-    staging: Path | None = None
-    meta_thread: threading.Thread | None = None
-    profile_thread: threading.Thread | None = None  # writes profile.db during cct.db
-    cct_thread: threading.Thread | None = None  # writes a round's cct.db window (write_stages)
-    profile_errors: list[BaseException] = field(default_factory=list)  # and cct_thread's
-    meta_errors: list[BaseException] = field(default_factory=list)
     spill: Spill | None = None
     planes: list[ProfilePlane] = field(default_factory=list)
     failure: BaseException | None = None  # this rank's statistics failed (raised on all later)
     local_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    layout: ProfileOffsets | None = None
-    cct_end: int = 0
     n_metrics: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     summary_parts: list[SparseValues] = field(default_factory=list)
+    output: WriteState = field(default_factory=WriteState)
 
     @property
     def root(self) -> bool:
@@ -235,6 +243,7 @@ __all__ = [
     "ProfileOffsets",
     "Progress",
     "RunReport",
+    "WriteState",
     "no_progress",
     "parallel_map",
 ]
