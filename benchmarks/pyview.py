@@ -55,9 +55,9 @@ def build_meta(n_contexts: int) -> metadb.MetaDB:
         metadb.Function(f"func{k}", module=0, offset=0x1000 + 16 * k, file=k % 100, line=k)
         for k in range(1000)
     ]
-    entry = metadb.EntryPoint(1, metadb.EntryPointKind.MAIN_THREAD, "main thread")
+    entry = metadb.Entry(1, metadb.EntryPointKind.MAIN_THREAD, "main thread")
     db.entry_points = [entry]
-    nodes: list[metadb.EntryPoint | metadb.Context] = [entry, entry]  # index = ctxId
+    nodes: list[metadb.Entry | metadb.Context] = [entry, entry]  # index = ctxId
     is_line = [False, False]
     for i in range(2, n_contexts):
         parent = nodes[1 + (i - 2) // 4]

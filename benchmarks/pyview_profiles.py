@@ -61,9 +61,9 @@ def build_meta(n_contexts: int) -> metadb.MetaDB:
         metadb.Function(f"func{k}", module=0, offset=0x1000 + 16 * k, file=k % 50, line=k)
         for k in range(500)
     ]
-    entry = metadb.EntryPoint(1, EntryPoint.MAIN_THREAD, EntryPoint.MAIN_THREAD.pretty_name)
+    entry = metadb.Entry(1, EntryPoint.MAIN_THREAD, EntryPoint.MAIN_THREAD.pretty_name)
     db.entry_points = [entry]
-    nodes: list[metadb.EntryPoint | metadb.Context] = [entry, entry]  # index = ctxId
+    nodes: list[metadb.Entry | metadb.Context] = [entry, entry]  # index = ctxId
     is_line = [False, False]
     for i in range(2, n_contexts):
         parent = nodes[1 + (i - 2) // 4]

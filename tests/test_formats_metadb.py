@@ -23,7 +23,7 @@ from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import _db, metadb
 from pyhpctk.formats.metadb import (
     Context,
-    EntryPoint,
+    Entry,
     Function,
     LexicalType,
     MetaDB,
@@ -678,10 +678,8 @@ def metadbs(draw: st.DrawFn, max_contexts: int = 40) -> MetaDB:
             st.integers(1, 0xFFFFFFFF), min_size=n_eps + n_ctx, max_size=n_eps + n_ctx, unique=True
         )
     )
-    entry_points = [
-        EntryPoint(ids.pop(), draw(st.integers(0, 3)), draw(texts)) for _ in range(n_eps)
-    ]
-    nodes: list[EntryPoint | Context] = list(entry_points)
+    entry_points = [Entry(ids.pop(), draw(st.integers(0, 3)), draw(texts)) for _ in range(n_eps)]
+    nodes: list[Entry | Context] = list(entry_points)
     if entry_points:
         for _ in range(n_ctx):
             parent = nodes[draw(st.integers(0, len(nodes) - 1))]
@@ -762,7 +760,7 @@ def test_string_order_hint_does_not_change_the_model() -> None:
     db = MetaDB(
         modules=[Module("/lib/a.so")],
         functions=[Function("f", 0, 16)],
-        entry_points=[EntryPoint(1, children=[Context(2, function=0)])],
+        entry_points=[Entry(1, children=[Context(2, function=0)])],
     )
     plain = metadb.to_bytes(db)
     db.string_order = ("unused", "f")
@@ -775,8 +773,8 @@ def test_string_order_hint_does_not_change_the_model() -> None:
 
 
 def test_deep_chain_round_trips_without_recursion() -> None:
-    root = EntryPoint(1)
-    node: EntryPoint | Context = root
+    root = Entry(1)
+    node: Entry | Context = root
     for ctx_id in range(2, 20002):
         child = Context(ctx_id, Relation.CALL, LexicalType.INSTRUCTION, module=0, offset=ctx_id)
         node.children.append(child)
@@ -792,9 +790,9 @@ def test_wide_tree_bulk_columns() -> None:
     rng = np.random.default_rng(7)
     files = [SourceFile(f"/src/{i}.c", copied=bool(i % 2)) for i in range(10)]
     db = MetaDB(files=files, modules=[Module("/bin/app")])
-    root = EntryPoint(1, metadb.EntryPointKind.APPLICATION_THREAD, "application thread")
+    root = Entry(1, metadb.EntryPointKind.APPLICATION_THREAD, "application thread")
     db.entry_points.append(root)
-    nodes: list[EntryPoint | Context] = [root]
+    nodes: list[Entry | Context] = [root]
     for ctx_id in range(2, 5002):
         parent = nodes[int(rng.integers(0, len(nodes)))]
         ctx = Context(

@@ -25,7 +25,7 @@ from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu.cubin import kernel_entries, synthetic_cubin
 from pyhpctk.measure.gpu.streams import StreamIdentity
 from pyhpctk.measure.session import Session
-from pyhpctk.present.model import TraceLine
+from pyhpctk.present.model import Timeline
 from pyhpctk.present.overlap import NoOverlapError, overlap_report, render_overlap
 from pyhpctk.present.synthetic import Spec, build
 from pyhpctk.present.traces import gpu_idle_blame
@@ -255,8 +255,8 @@ def _program() -> list[Spec]:
     return [Spec("entry", name="main thread", ctx_id=1, children=(main,))]  # fmt: skip
 
 
-def _line(profile: int, pairs: list[tuple[int, int]]) -> TraceLine:
-    return TraceLine(
+def _line(profile: int, pairs: list[tuple[int, int]]) -> Timeline:
+    return Timeline(
         profile,
         np.array([t for t, _ in pairs], dtype=np.uint64) + 10_000,
         np.array([c for _, c in pairs], dtype=np.uint32),

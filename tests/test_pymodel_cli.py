@@ -33,7 +33,7 @@ def make_database(
         title=title,
         metrics=[metadb.Metric.standard("time (sec)", 0)],
         functions=functions,
-        entry_points=[metadb.EntryPoint(1, children=contexts)],
+        entry_points=[metadb.Entry(1, children=contexts)],
     )
     everything = {**values, **(extra or {})}
     total = sum(everything.values())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyhpctk.analysis.context import LexicalType, Relation
 from pyhpctk.analysis.expand import struct_steps
 from pyhpctk.analysis.structmap import index_structure
-from pyhpctk.core.context import LexicalType, Relation
 from pyhpctk.formats import hpcstruct
 
 STRUCT = "struct/inlines+loops-x86_64-gcc8-dr.hpcstruct"

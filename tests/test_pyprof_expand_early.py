@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from pyhpctk.analysis import inputs
+from pyhpctk.analysis.context import ContextKey
 from pyhpctk.analysis.expand import Expansion, expand
 from pyhpctk.analysis.expand_plan import (
     ClassifierInputs,
@@ -27,7 +28,6 @@ from pyhpctk.analysis.expand_plan import (
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.screening import Loaded, ProfileBrief, load_profile, screen
 from pyhpctk.analysis.unify import RawTree
-from pyhpctk.core.context import ContextKey
 
 
 def _loaded(measurement: Path) -> tuple[list[inputs.ProfileSource], list[Loaded]]:

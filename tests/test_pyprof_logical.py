@@ -8,9 +8,9 @@ import numpy as np
 
 from output_helpers import record_loaded
 from pyhpctk.analysis.compare import read_view
+from pyhpctk.analysis.context import LexicalType, Relation
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
-from pyhpctk.core.context import LexicalType, Relation
 from pyhpctk.formats import hpcrun, logical
 from pyhpctk.formats.hpcrun_model import (
     CCT_NODE_DTYPE,

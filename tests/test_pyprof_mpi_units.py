@@ -29,12 +29,12 @@ from pyhpctk.analysis.exchange import (
     Columns,
     own_window,
 )
+from pyhpctk.analysis.metrics import SUM
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import _real_infos, _stand_ins, run
 from pyhpctk.analysis.stats import TreeShape
 from pyhpctk.analysis.unify import RawKey, RawTree
 from pyhpctk.cli.pyprof import parse_size
-from pyhpctk.core.metrics import SUM
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import cctdb, profiledb
 

@@ -22,7 +22,7 @@ from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpcrun, logical
 from pyhpctk.formats.hpcrun_model import LoadModule, MetricDescriptor, placeholder_ip
 from pyhpctk.present import open_database
-from pyhpctk.present.views import context_label
+from pyhpctk.present.labels import context_label
 from test_pyprof_mpi import MPIEXEC, pyprof_mpi
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from pyhpctk.analysis.compare import read_view
+from pyhpctk.analysis.context import LexicalType
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run as run_pyprof
 from pyhpctk.analysis.python_loops import PythonLoops
 from pyhpctk.cli.pyrun import main as pyrun
 from pyhpctk.cli.pystruct import main as pystruct
-from pyhpctk.core.context import LexicalType
 from pyhpctk.structure.python_source import recover_structure
 
 PROGRAM = """\

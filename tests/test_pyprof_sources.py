@@ -230,13 +230,13 @@ def test_pyrun_lists_a_file_once_a_module_has_loaded_it_and_hashes_it_once(
     import types
 
     from pyhpctk.measure.cct import FunctionStanza
-    from pyhpctk.measure.source_files import LoadedSources
+    from pyhpctk.measure.source_files import SourceRecorder
 
     late = tmp_path / "late.py"
     late.write_text("x = 1\n")
     fifo = tmp_path / "fifo.py"
     os.mkfifo(fifo)
-    table = LoadedSources("0000abcd", 1)
+    table = SourceRecorder("0000abcd", 1)
     stanzas = [FunctionStanza(1, "", str(late), 0), FunctionStanza(2, "", str(fifo), 0)]
     assert table.record(stanzas) is None  # named, but no module has loaded it yet
     for name, path in (("late_module", late), ("fifo_module", fifo)):

@@ -8,15 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyhpctk.analysis.metrics import PARTIALS_STATS, PARTIALS_SUM
 from pyhpctk.analysis.stats import SparseValues, TreeShape, profile_values, propagate, summarize
-from pyhpctk.core.metrics import (
-    PARTIALS_STATS,
-    PARTIALS_SUM,
-    SCOPE_EXECUTION,
-    SCOPE_FUNCTION,
-    SCOPE_LEX_AWARE,
-    SCOPE_POINT,
-)
+from pyhpctk.core.metrics import SCOPE_EXECUTION, SCOPE_FUNCTION, SCOPE_LEX_AWARE, SCOPE_POINT
 
 
 @st.composite

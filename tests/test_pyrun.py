@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from pyhpctk.analysis.compare import read_view
+from pyhpctk.analysis.context import LexicalType, Relation
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run as run_pyprof
 from pyhpctk.cli.pyrun import main
-from pyhpctk.core.context import LexicalType, Relation
 from pyhpctk.formats import hpcrun, hpctrace, logical
 from pyhpctk.formats.hpcrun_model import HpcrunProfile, placeholder_text
 from pyhpctk.formats.inspect import verify_path

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from limits import within
+from pyhpctk.analysis.metrics import PARTIALS_STATS, MeasuredMetric
 from pyhpctk.analysis.taxonomy import default_yaml
 from pyhpctk.cli.pyview import main
-from pyhpctk.core.metrics import PARTIALS_STATS, MetricInfo
 from pyhpctk.formats import tracedb
 
 CPU = "CPUTIME (sec)"
@@ -367,7 +367,7 @@ def test_stats_taxonomy_on_a_sum_database_warns_once(
     """pyprof -M stats's default.yaml (Mean, Min, ... variants) beside a database of sums."""
     shutil.copytree(small, tmp_path / "db")
     taxonomy = tmp_path / "db" / "metrics" / "default.yaml"
-    taxonomy.write_text(default_yaml([MetricInfo(CPU)], {}, PARTIALS_STATS))
+    taxonomy.write_text(default_yaml([MeasuredMetric(CPU)], {}, PARTIALS_STATS))
     code, out, err = run(capsys, str(tmp_path / "db"), "--list-metrics")
     assert code == 0 and out == f"{CPU}\n"
     assert err.count("\n") == 1 and "(min of $$ in execution)" in err and " more;" in err

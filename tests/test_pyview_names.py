@@ -23,7 +23,7 @@ from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.present import open_database
 from pyhpctk.present.names import short_paths
 from pyhpctk.present.render import render_csv, render_json
-from pyhpctk.present.views import ViewNode
+from pyhpctk.present.viewmodel import ViewNode
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "same_names"
 CPU = "CPUTIME (sec)"

@@ -21,10 +21,11 @@ import pytest
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli.pyrun import main as pyrun_main
-from pyhpctk.cli.pyview import PIPED_LINES, PyviewOptions, main, screen
+from pyhpctk.cli.pyview import main
 from pyhpctk.present import open_database
 from pyhpctk.present.fit import fit_view
-from pyhpctk.present.views import ViewNode
+from pyhpctk.present.pyview import PIPED_LINES, PyviewOptions, screen
+from pyhpctk.present.viewmodel import ViewNode
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "screen.py"
 CPU = "CPUTIME (sec)"
@@ -151,10 +152,7 @@ def test_exclusive_order(capsys: pytest.CaptureFixture[str], database: Path) -> 
 
 
 def test_screen_follows_the_terminal_and_the_options() -> None:
-    base = PyviewOptions(
-        "db", "top-down", (), None, (), None, 0.0, False, None, None, None, None, False,
-        None, None, "all", False, None, False, None,
-    )  # fmt: skip
+    base = PyviewOptions("db")
 
     def options(**given: Any) -> PyviewOptions:
         return dataclasses.replace(base, **given)

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from pyhpctk.present import open_database
-from pyhpctk.present.model import Experiment, TraceLine
+from pyhpctk.present.model import Experiment, Timeline
 from pyhpctk.present.synthetic import Spec, build
 from pyhpctk.present.traces import (
     NoTraceError,
@@ -69,8 +69,8 @@ def traced_program(with_gpu: bool = True) -> Experiment:
     )
     entry = Spec("entry", name="main thread", ctx_id=1, children=(main,))
 
-    def line(prof: int, pairs: list[tuple[int, int]]) -> TraceLine:
-        return TraceLine(
+    def line(prof: int, pairs: list[tuple[int, int]]) -> Timeline:
+        return Timeline(
             prof,
             np.array([t for t, _ in pairs], dtype=np.uint64) + 1_000_000,
             np.array([c for _, c in pairs], dtype=np.uint32),

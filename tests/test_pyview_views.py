@@ -31,7 +31,8 @@ from pyhpctk.present.metrics import MetricCatalog, MetricError
 from pyhpctk.present.model import Experiment
 from pyhpctk.present.render import TextStyle, render_csv, render_json, render_text
 from pyhpctk.present.synthetic import Spec, build
-from pyhpctk.present.views import View, ViewNode, ViewOptions, build_view
+from pyhpctk.present.viewmodel import View, ViewNode, ViewOptions
+from pyhpctk.present.views import build_view
 
 CPU = "CPUTIME (sec)"
 

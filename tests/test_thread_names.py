@@ -174,7 +174,7 @@ def test_names_of_profiles_that_do_not_exist_are_problems(measured: Path, tmp_pa
     db = tmp_path / "db"
     shutil.copytree(measured / "db", db)
     entry = threads.ThreadEntry("9", 1, "x.py", "ghost")
-    threads.write(threads.ThreadNames(threads.BY_PROFILE, [entry]), db / "threads.txt")
+    threads.write(threads.ThreadNamesFile(threads.BY_PROFILE, [entry]), db / "threads.txt")
     assert any("profile 9: not a thread profile" in p for p in verify_path(db).problems)
     meas = tmp_path / "m"
     shutil.copytree(measured / "m", meas)
@@ -203,7 +203,7 @@ def test_sigterm_leaves_the_names_readable(tmp_path: Path, sampler: str) -> None
 def test_names_round_trip_with_any_character_and_pyruns_encoder_writes_the_same_bytes() -> None:
     odd = "tab\there\nnewline \\ back\rslash \udcff é"
     entries = [("python-000000-000-1-7-0", 7, "a b.py", "MainThread"), ("k", 9, odd, odd)]
-    names = threads.ThreadNames(threads.BY_FILE, [threads.ThreadEntry(*e) for e in entries])
+    names = threads.ThreadNamesFile(threads.BY_FILE, [threads.ThreadEntry(*e) for e in entries])
     data = threads.to_bytes(names)
     assert encode_threads(threads.BY_FILE, entries) == data
     assert threads.read(data) == names
@@ -236,7 +236,7 @@ def test_verify_names_what_pyrun_never_writes() -> None:
         threads.ThreadEntry("1", 5, "p", ""),
         threads.ThreadEntry("x", 0, "p", "b"),
     ]
-    problems = threads.verify(threads.ThreadNames(threads.BY_PROFILE, entries))
+    problems = threads.verify(threads.ThreadNamesFile(threads.BY_PROFILE, entries))
     assert any("key listed more than once" in p for p in problems)
     assert any("empty thread name" in p for p in problems)
     assert any("'x'): not a profile.db index" in p for p in problems)

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pyhpctk.core import context, metrics
+from pyhpctk.analysis import context
+from pyhpctk.core import metrics
 from pyhpctk.formats import hpcrun, hpcrun_constants, hpcrun_model, metadb, vocabulary
 from pyhpctk.measure import cct, encode
 

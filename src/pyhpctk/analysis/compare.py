@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.analysis.context import ENTRY_POINT_NAMES, EntryPoint
 from pyhpctk.analysis.database import AggregateDatabase
-from pyhpctk.core.context import ENTRY_POINT_NAMES, EntryPoint
-from pyhpctk.core.metrics import N_SCOPES, SCOPE_NAMES
+from pyhpctk.core.metrics import SCOPE_NAMES, prop_id, stat_id
 
 Label = tuple[Hashable, ...]
 Path_ = tuple[Label, ...]
@@ -138,9 +138,9 @@ def view_of_aggregate(db: AggregateDatabase) -> DatabaseView:
     for metric in db.stored_metrics:
         base = db.bases[metric.name]
         for scope, scope_name in enumerate(SCOPE_NAMES):
-            metric_names[base + scope] = (metric.name, scope_name)
+            metric_names[prop_id(base, scope)] = (metric.name, scope_name)
             for p, partial in enumerate(db.partials):
-                stat_names[base + N_SCOPES * p + scope] = (
+                stat_names[stat_id(base, p, scope)] = (
                     metric.name,
                     scope_name,
                     partial.formula,

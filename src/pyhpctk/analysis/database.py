@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.analysis.context import ContextBuilder, FunctionKey
+from pyhpctk.analysis.metrics import MeasuredMetric, Partial
 from pyhpctk.analysis.stats import SparseValues
-from pyhpctk.core.context import ContextTree, Function
-from pyhpctk.core.metrics import MetricInfo, Partial
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,8 @@ class AggregateDatabase:
     """Everything a database holds; ids are final (meta.db, profile.db, cct.db agree)."""
 
     title: str
-    tree: ContextTree
-    metrics: list[MetricInfo]
+    tree: ContextBuilder
+    metrics: list[MeasuredMetric]
     bases: dict[str, int]
     partials: tuple[Partial, ...]
     profiles: list[ProfileResult]
@@ -64,13 +64,13 @@ class AggregateDatabase:
     copied_files: set[str] = field(default_factory=set)
 
     @property
-    def stored_metrics(self) -> list[MetricInfo]:
+    def stored_metrics(self) -> list[MeasuredMetric]:
         """The metrics meta.db lists: those with values (derived ones live in default.yaml)."""
         return [m for m in self.metrics if not m.is_derived]
 
-    def functions(self) -> list[Function]:
+    def functions(self) -> list[FunctionKey]:
         """Functions used by visible contexts, in first-use order."""
-        seen: dict[Function, None] = {}
+        seen: dict[FunctionKey, None] = {}
         for key in self.tree.distinct_keys():
             if key.function is not None and not key.is_elided:
                 seen.setdefault(key.function, None)

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.analysis.metrics import Partial
 from pyhpctk.analysis.planes import ProfilePlane, Spill
 from pyhpctk.analysis.stats import SparseValues, TreeShape, summarize_groups
-from pyhpctk.core.metrics import N_SCOPES, SCOPE_FUNCTION, Partial
+from pyhpctk.core.metrics import SCOPE_FUNCTION, scope_of
 from pyhpctk.formats import cctdb, profiledb
 
 BYTES_PER_VALUE = 192
@@ -238,7 +239,7 @@ def _children_values(
         np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     )
     metric = block.values["metric_id"][index].astype(np.int64)
-    function = metric % N_SCOPES == SCOPE_FUNCTION
+    function = scope_of(metric) == SCOPE_FUNCTION
     ctx = np.repeat(children[present], count)[function]
     owner = np.repeat(child_owner[present], count)[function]
     value = np.asarray(block.values["value"][index][function], np.float64)

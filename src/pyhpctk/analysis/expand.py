@@ -27,18 +27,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.analysis.python_loops import PythonLoops
-from pyhpctk.analysis.structmap import Chain, StructureIndex
-from pyhpctk.analysis.unify import RawTree
-from pyhpctk.core.context import (
-    ROOT,
+from pyhpctk.analysis.context import (
+    ContextBuilder,
     ContextKey,
-    ContextTree,
     EntryPoint,
-    Function,
+    FunctionKey,
     LexicalType,
     Relation,
 )
+from pyhpctk.analysis.python_loops import PythonLoops
+from pyhpctk.analysis.structmap import Chain, StructureIndex
+from pyhpctk.analysis.unify import RawTree
+from pyhpctk.core.ids import ROOT
 from pyhpctk.formats.hpcrun_constants import (
     MAIN_FENCE,
     NO_ACTIVITY,
@@ -87,7 +87,7 @@ def struct_steps(module: str, chain: Chain, offset: int) -> Steps:
         if tag == FILE:
             file = scope.name
         elif tag == PROCEDURE:
-            function = Function(
+            function = FunctionKey(
                 name=scope.name,
                 module=module,
                 offset=_entry(scope.ranges),
@@ -112,7 +112,7 @@ def struct_steps(module: str, chain: Chain, offset: int) -> Steps:
             parent_role = alien_roles.get(id(previous)) if previous is not None else None
             if parent_role == "site":
                 alien_roles[id(scope)] = "callee"
-                callee = Function(
+                callee = FunctionKey(
                     name=scope.name,
                     module=module,
                     offset=0,
@@ -155,7 +155,7 @@ def symbol_steps(
     if where >= 0:
         symbol = symbols[where]
         if symbol.start <= offset < symbol.end:
-            function = Function(name=symbol.name, module=module, offset=symbol.start)
+            function = FunctionKey(name=symbol.name, module=module, offset=symbol.start)
             return (
                 ContextKey(Relation.CALL, LexicalType.FUNCTION, function=function),
                 _instruction(module, offset),
@@ -193,7 +193,7 @@ def logical_steps(
     # subprocess has another (module, fid) than in its parent. Keyed by name, file and first
     # line, it is one function and its frames one context in every process (issue #21), as
     # hpcprof unifies native frames by load module and address.
-    function = Function(
+    function = FunctionKey(
         name=stanza.name,
         module=LOGICAL_PYTHON,
         offset=0,
@@ -292,7 +292,7 @@ class Expansion:
     replace its single placement for values; ``leaf_ctx``/``call_ctx`` then hold its first path.
     """
 
-    tree: ContextTree
+    tree: ContextBuilder
     call_ctx: npt.NDArray[np.int64]
     leaf_ctx: npt.NDArray[np.int64]
     split_node: npt.NDArray[np.int64] = field(default_factory=_empty_int)
@@ -366,7 +366,7 @@ def _entry_key(kind: EntryPoint) -> ContextKey:
 def expand(
     raw: RawTree,
     classifiers: ModuleClassifiers,
-    tree: ContextTree | None = None,
+    tree: ContextBuilder | None = None,
     start: int = 0,
     previous: Expansion | None = None,
 ) -> Expansion:
@@ -375,7 +375,7 @@ def expand(
     Frames before ``start`` keep their placement from ``previous`` (incremental expansion when
     more profiles are unified later).
     """
-    tree = tree if tree is not None else ContextTree()
+    tree = tree if tree is not None else ContextBuilder()
     n = len(raw)
     # Python lists and bound methods in the loop: it runs once per frame, on rank 0 alone while
     # the other ranks wait for its result (numpy scalars would cost more than the work).
@@ -411,7 +411,7 @@ def expand(
                 key = ContextKey(
                     Relation.CALL,
                     LexicalType.FUNCTION,
-                    function=Function(name=name, token=("placeholder", code)),
+                    function=FunctionKey(name=name, token=("placeholder", code)),
                 )
             call_ctx[ident] = leaf_ctx[ident] = tree.child(anchor, key)
             continue
@@ -424,7 +424,7 @@ def expand(
             if anchor == ROOT:
                 anchor = tree.child(ROOT, _entry_key(EntryPoint.UNKNOWN_ENTRY))
             name = f"{module[:-1]} {offset}>"
-            function = Function(name=name, token=("range", module, offset))
+            function = FunctionKey(name=name, token=("range", module, offset))
             key = ContextKey(Relation.CALL, LexicalType.FUNCTION, function=function)
             call_ctx[ident] = leaf_ctx[ident] = tree.child(anchor, key)
             continue

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.analysis.metrics import MeasuredMetric
 from pyhpctk.analysis.unify import GPU_RANGE_MODULES, ProfileData, RawKey, RawTree, module_code
-from pyhpctk.core.metrics import MetricInfo
 from pyhpctk.errors import FormatError
 from pyhpctk.formats.hpcrun_check import fatal_problems
 from pyhpctk.formats.hpcrun_model import (
@@ -71,9 +71,9 @@ class _Locator:
         return result
 
 
-def metric_info(descriptor: MetricDescriptor) -> MetricInfo:
+def metric_info(descriptor: MetricDescriptor) -> MeasuredMetric:
     """The parts of an ``.hpcrun`` metric descriptor pyprof uses (formats.md §1.6)."""
-    return MetricInfo(
+    return MeasuredMetric(
         name=descriptor.name,
         description=descriptor.description,
         is_real=descriptor.is_real,
@@ -225,7 +225,7 @@ def _cct_tree(
 
 def _decoded_values(
     profile: HpcrunProfile,
-    metrics: list[MetricInfo],
+    metrics: list[MeasuredMetric],
     lookup: Callable[[npt.NDArray[np.int64], str], npt.NDArray[np.int64]],
     path: str | None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.analysis.context import ContextBuilder, ContextKey
 from pyhpctk.analysis.device_calls import (
     CallGraph,
     CallPath,
@@ -44,7 +45,6 @@ from pyhpctk.analysis.expand import (
 )
 from pyhpctk.analysis.structmap import StructureIndex
 from pyhpctk.analysis.unify import ProfileData, RawTree
-from pyhpctk.core.context import ContextKey, ContextTree
 from pyhpctk.formats.hpcstruct_model import PROCEDURE
 
 WEIGHT_METRIC = "GINS"
@@ -253,7 +253,7 @@ def _function_key(binary: _Binary, entry: int) -> ContextKey:
 
 
 def _instantiate(
-    tree: ContextTree,
+    tree: ContextBuilder,
     anchor: int,
     binary: _Binary,
     path: CallPath,
@@ -283,7 +283,7 @@ def _steps(binary: _Binary, address: int) -> Steps:
     return struct_steps(binary.shown, chain, address)
 
 
-def _chain(tree: ContextTree, ctx: int, steps: Steps) -> int:
+def _chain(tree: ContextBuilder, ctx: int, steps: Steps) -> int:
     for key in steps:
         ctx = tree.child(ctx, key)
     return ctx

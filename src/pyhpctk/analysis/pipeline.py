@@ -53,6 +53,7 @@ import numpy.typing as npt
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.balance import rank_speeds, read_speeds
 from pyhpctk.analysis.comm import Comm, SerialComm, on_all_shared, on_root
+from pyhpctk.analysis.context import ContextBuilder
 from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
 from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
@@ -78,7 +79,7 @@ from pyhpctk.analysis.state import (
     RAW_BYTES_PER_INPUT_BYTE,
     Analysis,
     Plan,
-    ProfileLayout,
+    ProfileOffsets,
     Progress,
     RunReport,
     no_progress,
@@ -98,7 +99,6 @@ from pyhpctk.analysis.write_stages import (
     write_meta_db,
     write_profile_db,
 )
-from pyhpctk.core.context import ContextTree
 from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats import profiledb, tracedb
 
@@ -297,7 +297,7 @@ def expand_contexts(state: Analysis) -> None:
         )
         clock.lap("frames")
         state.expanded = tree = expansion.tree
-        expansion.tree = ContextTree()  # the placement travels without the tree
+        expansion.tree = ContextBuilder()  # the placement travels without the tree
         title = options.title or screened.usable[0].program or "database"
         output = options.output or default_output(options, title)
         plan = Plan(
@@ -456,7 +456,7 @@ def _share_sizes(state: Analysis) -> None:
     spans = [span for _, span in shards if span is not None]
     low = min(s[0] for s in spans) if spans else None
     high = max(s[1] for s in spans) if spans else None
-    state.layout = ProfileLayout(infos, n_values, n_ctxs, trace_counts, (low, high))
+    state.output.layout = ProfileOffsets(infos, n_values, n_ctxs, trace_counts, (low, high))
 
 
 def _real_infos(raw: list[list[tuple[int, int, int]]]) -> list[profiledb.ProfileInfo]:
@@ -532,16 +532,16 @@ def _run(state: Analysis) -> RunReport:
             advance(1)
         finished = True
     finally:
-        if state.profile_thread is not None and state.profile_thread.is_alive():
-            state.profile_thread.join()  # it reads the scratch file
-        if state.cct_thread is not None and state.cct_thread.is_alive():
-            state.cct_thread.join()
+        if state.output.profile_thread is not None and state.output.profile_thread.is_alive():
+            state.output.profile_thread.join()  # it reads the scratch file
+        if state.output.cct_thread is not None and state.output.cct_thread.is_alive():
+            state.output.cct_thread.join()
         if state.spill is not None:
             state.spill.close()
-        if state.meta_thread is not None and state.meta_thread.is_alive():
-            state.meta_thread.join()
-        if state.root and not finished and state.staging is not None:
-            shutil.rmtree(state.staging, ignore_errors=True)
+        if state.output.meta_thread is not None and state.output.meta_thread.is_alive():
+            state.output.meta_thread.join()
+        if state.root and not finished and state.output.staging is not None:
+            shutil.rmtree(state.output.staging, ignore_errors=True)
     if not state.root:
         plan = state.plan
         assert plan is not None

@@ -31,7 +31,7 @@ from pyhpctk.analysis.stats import (
     stored_values,
 )
 from pyhpctk.analysis.unify import ProfileData
-from pyhpctk.core.context import ROOT
+from pyhpctk.core.ids import ROOT
 from pyhpctk.formats import profiledb, tracedb
 from pyhpctk.formats.output import OutputError
 

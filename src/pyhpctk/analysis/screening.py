@@ -20,8 +20,8 @@ import numpy.typing as npt
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.database import IdElement
 from pyhpctk.analysis.extract import extract
+from pyhpctk.analysis.metrics import MeasuredMetric
 from pyhpctk.analysis.unify import ProfileData
-from pyhpctk.core.metrics import MetricInfo
 from pyhpctk.errors import FormatError, FormatWarning, PyhpctkError
 from pyhpctk.formats.hpcrun_constants import (
     INTERP_BOTH_VALID,
@@ -88,7 +88,7 @@ class ProfileBrief:
     warnings: list[str]
     notes: list[str]
     name: str = ""
-    metrics: list[MetricInfo] = field(default_factory=list)
+    metrics: list[MeasuredMetric] = field(default_factory=list)
     id_tuple: list[tuple[int, int, int]] = field(default_factory=list)
     program: str = ""
     module_paths: dict[str, str] = field(default_factory=dict)
@@ -109,7 +109,7 @@ def briefs_of(items: list[Loaded]) -> list[ProfileBrief]:
     """The briefs of a rank's profiles, to be all-gathered: equal metric tables and module
     lists are one object each, which the pickle then holds once (the profiles of one
     measurement mostly share them: 64 briefs pickle to a fifth, and unpickle 4x faster)."""
-    tables: dict[tuple[MetricInfo, ...], list[MetricInfo]] = {}
+    tables: dict[tuple[MeasuredMetric, ...], list[MeasuredMetric]] = {}
     modules: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
     briefs = []
     for item in items:
@@ -126,12 +126,12 @@ def briefs_of(items: list[Loaded]) -> list[ProfileBrief]:
 class MetricTable:
     """The union of the profiles' metric tables, by name, in first-seen order."""
 
-    metrics: list[MetricInfo] = field(default_factory=list)
+    metrics: list[MeasuredMetric] = field(default_factory=list)
     by_name: dict[str, int] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
 
-    def add_table(self, name: str, table: list[MetricInfo]) -> npt.NDArray[np.int64]:
+    def add_table(self, name: str, table: list[MeasuredMetric]) -> npt.NDArray[np.int64]:
         """Map profile ``name``'s metric indices to global ones; ProfileError on a disagreement."""
         mapping = np.empty(len(table), dtype=np.int64)
         for local, metric in enumerate(table):
@@ -157,7 +157,7 @@ class MetricTable:
         return mapping
 
 
-def _named_formula(formula: str, metrics: list[MetricInfo]) -> str:
+def _named_formula(formula: str, metrics: list[MeasuredMetric]) -> str:
     """Replace ``#N`` references (0-based table indices) by ``#{name}`` placeholders."""
 
     def name(match: re.Match[str]) -> str:

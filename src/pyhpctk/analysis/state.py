@@ -23,8 +23,10 @@ import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.comm import Comm
+from pyhpctk.analysis.context import ContextBuilder
 from pyhpctk.analysis.expand import Expansion
 from pyhpctk.analysis.expand_plan import EarlyExpansion
+from pyhpctk.analysis.metrics import PARTIALS_STATS, PARTIALS_SUM, Partial
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import ProfilePlane, Spill
 from pyhpctk.analysis.screening import Screened
@@ -32,8 +34,6 @@ from pyhpctk.analysis.sources import SourcesReport, Warrants
 from pyhpctk.analysis.stats import SparseValues, TreeShape
 from pyhpctk.analysis.unify import ProfileData, RawTree
 from pyhpctk.analysis.write import database_error
-from pyhpctk.core.context import ContextTree
-from pyhpctk.core.metrics import PARTIALS_STATS, PARTIALS_SUM, Partial
 from pyhpctk.formats import profiledb, tracedb
 from pyhpctk.formats.threads import ThreadEntry
 
@@ -111,7 +111,7 @@ class Plan:
 
 
 @dataclass(slots=True)
-class ProfileLayout:
+class ProfileOffsets:
     """Every profile's block and trace sizes, all-gathered: the offsets of every write."""
 
     # rank 0: every profile's info; other ranks: stand-ins with id tuples of the same lengths
@@ -139,6 +139,22 @@ class ProfileLayout:
 
 
 @dataclass(slots=True)
+class WriteState:
+    """The database being written: its staging directory, the threads writing its files and
+    what they raised, and where every profile's values go (write_stages)."""
+
+    staging: Path | None = None
+    meta_thread: threading.Thread | None = None
+    profile_thread: threading.Thread | None = None  # writes profile.db during cct.db
+    cct_thread: threading.Thread | None = None  # writes a round's cct.db window (write_stages)
+    profile_errors: list[BaseException] = field(default_factory=list)  # and cct_thread's
+    meta_errors: list[BaseException] = field(default_factory=list)
+    layout: ProfileOffsets | None = None
+    cct_end: int = 0
+    sources: SourcesReport | None = None  # what was copied into src/, and what not (.sources)
+
+
+@dataclass(slots=True)
 class Analysis:
     """What the stages share on one rank; each stage fills its part (module docstring)."""
 
@@ -151,9 +167,8 @@ class Analysis:
     sources: inputs.Listing = field(default_factory=lambda: inputs.Listing([], [], [], [], []))
     # rank 0: the name pyrun recorded for each input profile that has one (inputs.thread_names)
     thread_names: dict[int, ThreadEntry] = field(default_factory=dict)
-    # rank 0: what vouches for copying each source file (.sources), and what was copied
+    # rank 0: what vouches for copying each source file (.sources)
     warrants: Warrants = field(default_factory=Warrants)
-    sources_report: SourcesReport | None = None
     light: bool = False  # read twice: call paths first, values again for the statistics
     tree: RawTree | None = None  # this rank's call paths; after unify, every profile's
     merged: RawTree | None = None  # rank 0: the unified tree
@@ -162,21 +177,14 @@ class Analysis:
     weights: npt.NDArray[np.float64] | None = None
     early: EarlyExpansion | None = None  # rank 0: its own call paths, expanded while others read
     plan: Plan | None = None
-    expanded: ContextTree | None = None  # rank 0
-    staging: Path | None = None
-    meta_thread: threading.Thread | None = None
-    profile_thread: threading.Thread | None = None  # writes profile.db during cct.db
-    cct_thread: threading.Thread | None = None  # writes a round's cct.db window (write_stages)
-    profile_errors: list[BaseException] = field(default_factory=list)  # and cct_thread's
-    meta_errors: list[BaseException] = field(default_factory=list)
+    expanded: ContextBuilder | None = None  # rank 0
     spill: Spill | None = None
     planes: list[ProfilePlane] = field(default_factory=list)
     failure: BaseException | None = None  # this rank's statistics failed (raised on all later)
     local_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    layout: ProfileLayout | None = None
-    cct_end: int = 0
     n_metrics: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     summary_parts: list[SparseValues] = field(default_factory=list)
+    output: WriteState = field(default_factory=WriteState)
 
     @property
     def root(self) -> bool:
@@ -239,9 +247,10 @@ __all__ = [
     "RAW_BYTES_PER_INPUT_BYTE",
     "Analysis",
     "Plan",
-    "ProfileLayout",
+    "ProfileOffsets",
     "Progress",
     "RunReport",
+    "WriteState",
     "no_progress",
     "parallel_map",
 ]

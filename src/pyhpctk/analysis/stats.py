@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.core.context import ContextTree, LexicalType, Relation
+from pyhpctk.analysis.context import ContextBuilder, LexicalType, Relation
+from pyhpctk.analysis.metrics import MeasuredMetric, Partial
 from pyhpctk.core.metrics import (
     N_SCOPES,
     SCOPE_EXECUTION,
@@ -31,8 +32,10 @@ from pyhpctk.core.metrics import (
     SCOPE_LEX_AWARE,
     SCOPE_POINT,
     Combine,
-    MetricInfo,
-    Partial,
+    metric_base,
+    prop_id,
+    scope_of,
+    stat_id,
 )
 
 
@@ -83,7 +86,7 @@ class TreeShape:
     loop: npt.NDArray[np.bool_]
 
     @classmethod
-    def of(cls, tree: ContextTree) -> TreeShape:
+    def of(cls, tree: ContextBuilder) -> TreeShape:
         parent = tree.parent_array()
         return cls(
             parent=parent,
@@ -217,7 +220,7 @@ def stored_values(
 
     Ids come as 16-bit integers, profile.db's, when they fit (a fifth of the bytes)."""
     n = len(planes)
-    ids = (bases[metrics][:, None] + np.arange(N_SCOPES)[None, :]).reshape(-1)
+    ids = prop_id(bases[metrics][:, None], np.arange(N_SCOPES)[None, :]).reshape(-1)
     flat = planes.reshape(n, len(ids))
     if len(ids) > 1 and bool(np.any(ids[1:] <= ids[:-1])):
         order = np.argsort(ids, kind="stable")
@@ -285,16 +288,16 @@ def profile_values(prop: Propagated, bases: npt.NDArray[np.int64]) -> SparseValu
     planes[:, :, SCOPE_FUNCTION] = prop.function
     planes[:, :, SCOPE_LEX_AWARE] = prop.function
     planes[:, :, SCOPE_EXECUTION] = prop.execution
-    ids = (bases[prop.metrics][:, None] + np.arange(N_SCOPES)[None, :]).reshape(-1)
+    ids = prop_id(bases[prop.metrics][:, None], np.arange(N_SCOPES)[None, :]).reshape(-1)
     return _sparse(prop.nodes, ids, planes.reshape(n, m * N_SCOPES))
 
 
 def metric_bases(
-    metrics: list[MetricInfo], partials: tuple[Partial, ...]
+    metrics: list[MeasuredMetric], partials: tuple[Partial, ...]
 ) -> tuple[dict[str, int], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """(base id by stored metric name, base per global metric index or -1, move-to-proc flags)."""
     stored = [m for m in metrics if not m.is_derived]
-    bases_by_name = {m.name: N_SCOPES * len(partials) * i for i, m in enumerate(stored)}
+    bases_by_name = {m.name: metric_base(i, len(partials)) for i, m in enumerate(stored)}
     global_base = np.asarray(
         [bases_by_name.get(m.name, -1) for m in metrics] or [0], dtype=np.int64
     )
@@ -355,7 +358,7 @@ def summarize_groups(
     if children is not None and len(children):
         stride = max(stride, int(children.metric.max()) + 1)
     unique_keys = u_ctx * stride + u_metric
-    scope = u_metric % N_SCOPES
+    scope = scope_of(u_metric)
     base = u_metric - scope
     sums = np.add.reduceat(value, starts)
 
@@ -389,7 +392,7 @@ def summarize_groups(
             lex = scope == SCOPE_LEX_AWARE
             column[lex] = lex_sum[lex]
         out_ctx.append(u_ctx)
-        out_id.append(base + N_SCOPES * index + scope)
+        out_id.append(stat_id(base, index, scope))
         out_val.append(column)
     # Loops whose summary lex_aware is non-zero although no profile stored one cannot occur:
     # per-profile lex_aware = function, which is non-zero wherever lex_aware could be.
@@ -413,7 +416,7 @@ def _summary_lex_aware(
     ``unique_keys`` are the sorted ``ctx * stride + prop id`` keys the rows of ``sums`` belong to.
     """
     u_ctx, u_metric = unique_keys // stride, unique_keys % stride
-    scope = u_metric % N_SCOPES
+    scope = scope_of(u_metric)
     result = sums.copy()
     loops = np.nonzero((scope == SCOPE_LEX_AWARE) & shape.loop[u_ctx])[0]
     if not len(loops):

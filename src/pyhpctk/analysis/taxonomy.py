@@ -22,14 +22,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyhpctk.core.metrics import PARTIALS_STATS, Combine, MetricInfo, Partial
+from pyhpctk.analysis.metrics import PARTIALS_STATS, MeasuredMetric, Partial
+from pyhpctk.core.metrics import Combine
 from pyhpctk.errors import PyhpctkError
 
 _SHOWN_SCOPES = ("execution", "lex_aware", "function")
 SHOW_HIDE, SHOW_INCLUSIVE, SHOW_EXCLUSIVE, SHOW_INVISIBLE = 0, 2, 3, 4
 
 
-class FormulaError(PyhpctkError, ValueError):
+class TaxonomyFormulaError(PyhpctkError, ValueError):
     """A derived metric's formula (from a measurement's metric table) cannot be parsed."""
 
 
@@ -90,7 +91,7 @@ class _Parser:
     def nest(self, step: int) -> None:
         self.nesting += step
         if self.nesting > MAX_NESTING:
-            raise FormulaError(f"nested more than {MAX_NESTING} levels deep")
+            raise TaxonomyFormulaError(f"nested more than {MAX_NESTING} levels deep")
 
     def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -98,7 +99,7 @@ class _Parser:
     def take(self, expected: str | None = None) -> str:
         token = self.peek()
         if token is None or (expected is not None and token != expected):
-            raise FormulaError(f"expected {expected or 'more'}, got {token!r}")
+            raise TaxonomyFormulaError(f"expected {expected or 'more'}, got {token!r}")
         self.pos += 1
         return token
 
@@ -156,7 +157,7 @@ class _Parser:
         try:
             number = float(token)
         except ValueError:
-            raise FormulaError(f"unexpected {token!r}") from None
+            raise TaxonomyFormulaError(f"unexpected {token!r}") from None
         return int(number) if number.is_integer() and "." not in token else number
 
 
@@ -172,7 +173,7 @@ def parse_formula(formula: str) -> Expr:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None:
-            raise FormulaError(f"formula {shown!r}: cannot parse it at column {pos + 1}")
+            raise TaxonomyFormulaError(f"formula {shown!r}: cannot parse it at column {pos + 1}")
         tokens.append(match.group(1))
         pos = match.end()
         while pos < len(text) and text[pos].isspace():
@@ -181,11 +182,11 @@ def parse_formula(formula: str) -> Expr:
     try:
         expr = parser.expression()
         if parser.peek() is not None:
-            raise FormulaError(f"trailing {parser.peek()!r}")
-    except FormulaError as error:
-        raise FormulaError(f"formula {shown!r}: {error}") from None
+            raise TaxonomyFormulaError(f"trailing {parser.peek()!r}")
+    except TaxonomyFormulaError as error:
+        raise TaxonomyFormulaError(f"formula {shown!r}: {error}") from None
     if _depth(expr) > MAX_DEPTH:
-        raise FormulaError(f"formula {shown!r}: more than {MAX_DEPTH} operations deep")
+        raise TaxonomyFormulaError(f"formula {shown!r}: more than {MAX_DEPTH} operations deep")
     return expr
 
 
@@ -245,7 +246,7 @@ EXTRA_ROOTS: tuple[DerivedRoot, ...] = (WARP_ISSUE_RATE,)
 
 
 def default_yaml(
-    metrics: Sequence[MetricInfo],
+    metrics: Sequence[MeasuredMetric],
     formulas: dict[str, str],
     partials: Sequence[Partial],
     extra: Sequence[DerivedRoot] = (),
@@ -282,8 +283,8 @@ def default_yaml(
         if metric.is_derived:
             try:
                 expr = parse_formula(formulas.get(metric.name, metric.formula))
-            except FormulaError as error:
-                raise FormulaError(f"derived metric {metric.name!r}: {error}") from None
+            except TaxonomyFormulaError as error:
+                raise TaxonomyFormulaError(f"derived metric {metric.name!r}: {error}") from None
             lines += _variant(
                 '""', render_list, metric.show, {s: render(expr, s) for s in _SHOWN_SCOPES}
             )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.core.metrics import MetricInfo
+from pyhpctk.analysis.metrics import MeasuredMetric
 from pyhpctk.formats.hpcrun_model import (
     GPU_CONTEXT_LM_ID,
     GPU_RANGE_LM_ID,
@@ -596,7 +596,7 @@ class ProfileData:
     tree: RawTree
     header: dict[str, str]
     id_tuple: list[tuple[int, int, int]]
-    metrics: list[MetricInfo]
+    metrics: list[MeasuredMetric]
     value_node: npt.NDArray[np.int64]
     value_metric: npt.NDArray[np.int64]
     value: npt.NDArray[np.float64]

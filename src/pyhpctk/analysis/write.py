@@ -21,11 +21,11 @@ import os
 import shutil
 from pathlib import Path
 
+from pyhpctk.analysis.context import ENTRY_POINT_NAMES, ContextKey, FunctionKey, Relation
 from pyhpctk.analysis.database import AggregateDatabase
 from pyhpctk.analysis.sources import Warrants, copy_sources
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
-from pyhpctk.core.context import ENTRY_POINT_NAMES, ContextKey, Function, Relation
-from pyhpctk.core.metrics import N_SCOPES
+from pyhpctk.core.metrics import N_SCOPES, prop_id, stat_id
 from pyhpctk.formats import cctdb, metadb, profiledb, tracedb
 from pyhpctk.formats import output as output_files
 from pyhpctk.formats.output import OutputError, already_exists
@@ -49,14 +49,15 @@ def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
             metadb.Metric(
                 name=metric.name,
                 scope_insts=tuple(
-                    metadb.ScopeInstance(scope=s, prop_metric_id=base + s) for s in range(N_SCOPES)
+                    metadb.ScopeInstance(scope=s, prop_metric_id=prop_id(base, s))
+                    for s in range(N_SCOPES)
                 ),
                 summaries=tuple(
                     metadb.SummaryStatistic(
                         scope=s,
                         formula=partial.formula,
                         combine=int(partial.combine),
-                        stat_metric_id=base + N_SCOPES * p + s,
+                        stat_metric_id=stat_id(base, p, s),
                     )
                     for p, partial in enumerate(db.partials)
                     for s in range(N_SCOPES)
@@ -65,8 +66,8 @@ def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
         )
 
     tree = db.tree
-    nodes: dict[int, metadb.Context | metadb.EntryPoint] = {}
-    entry_points: list[metadb.EntryPoint] = []
+    nodes: dict[int, metadb.Context | metadb.Entry] = {}
+    entry_points: list[metadb.Entry] = []
     visible = tree.visible_ancestor()
     for ident in range(1, len(tree)):
         key = tree.keys[ident]
@@ -76,7 +77,7 @@ def build_metadb(db: AggregateDatabase) -> metadb.MetaDB:
                 holder.elided_children = True
             continue
         if key.entry_point is not None:
-            entry = metadb.EntryPoint(
+            entry = metadb.Entry(
                 ctx_id=ident,
                 kind=int(key.entry_point),
                 pretty_name=ENTRY_POINT_NAMES[key.entry_point],
@@ -118,7 +119,7 @@ def _context(
     key: ContextKey,
     module_index: dict[str, int],
     file_index: dict[str, int],
-    function_index: dict[Function, int],
+    function_index: dict[FunctionKey, int],
 ) -> metadb.Context:
     return metadb.Context(
         ctx_id=ident,

@@ -36,6 +36,7 @@ from pyhpctk.analysis.exchange import (
     plan_rounds,
     split_even,
 )
+from pyhpctk.analysis.metrics import Partial
 from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.slices import FileSlice
@@ -50,7 +51,6 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
-from pyhpctk.core.metrics import Partial
 from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
@@ -72,7 +72,7 @@ def stage_files(state: Analysis) -> None:
             os.close(os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
         return staging
 
-    state.staging = on_root(state.comm, state.writing(make))
+    state.output.staging = on_root(state.comm, state.writing(make))
 
 
 def write_meta_db(state: Analysis) -> None:
@@ -80,7 +80,12 @@ def write_meta_db(state: Analysis) -> None:
     (joined by :func:`finish`), while every rank goes on with its profiles."""
     if not state.root:
         return
-    options, plan, screened, staging = state.options, state.plan, state.screened, state.staging
+    options, plan, screened, staging = (
+        state.options,
+        state.plan,
+        state.screened,
+        state.output.staging,
+    )
     assert plan is not None and screened is not None and staging is not None
     assert state.expanded is not None
     table = screened.table
@@ -100,20 +105,20 @@ def write_meta_db(state: Analysis) -> None:
         began = time.perf_counter()
         try:
             if options.copy_sources:
-                copied, state.sources_report = copy_sources(db.files(), staging, state.warrants)
+                copied, state.output.sources = copy_sources(db.files(), staging, state.warrants)
                 db.copied_files |= copied
             else:
-                state.sources_report = SourcesReport(skipped=True)
+                state.output.sources = SourcesReport(skipped=True)
             metadb.write(build_metadb(db), staging / "meta.db")
             extra = EXTRA_ROOTS if options.derived else ()
             write_taxonomy(staging, default_yaml(table.metrics, table.formulas, db.partials, extra))
             write_thread_names(state, staging)
         except BaseException as error:  # re-raised by finish()
-            state.meta_errors.append(error)
+            state.output.meta_errors.append(error)
         state.timings["meta.db (thread)"] = round(time.perf_counter() - began, 3)
 
-    state.meta_thread = threading.Thread(target=write, name="pyprof-meta.db", daemon=True)
-    state.meta_thread.start()
+    state.output.meta_thread = threading.Thread(target=write, name="pyprof-meta.db", daemon=True)
+    state.output.meta_thread.start()
 
 
 def write_thread_names(state: Analysis, staging: Path) -> None:
@@ -121,7 +126,7 @@ def write_thread_names(state: Analysis, staging: Path) -> None:
     names"); no file when no profile has one (hpcrun's measurements)."""
     screened = state.screened
     assert screened is not None
-    names = threads.ThreadNames(threads.BY_PROFILE)
+    names = threads.ThreadNamesFile(threads.BY_PROFILE)
     for position, brief in enumerate(screened.usable):
         entry = state.thread_names.get(brief.index)
         if entry is not None:
@@ -138,7 +143,7 @@ def write_profile_db(state: Analysis) -> None:
     a time (:mod:`.slices`): on a thread, during the cct.db rounds, that wait is off the critical
     path. Blocks go out back to back in few ``pwritev`` calls, each of which releases the GIL.
     """
-    layout, staging = state.layout, state.staging
+    layout, staging = state.output.layout, state.output.staging
     assert layout is not None and staging is not None
     profile_plan = profiledb.layout(layout.infos, layout.n_values, layout.n_ctxs)
     trace_plan = layout.trace_plan()
@@ -164,7 +169,7 @@ def write_profile_db(state: Analysis) -> None:
             for m in state.planes:
                 m.trace = None
 
-    state.profile_thread = _in_background(state, write, "pyprof-profile.db")
+    state.output.profile_thread = _in_background(state, write, "pyprof-profile.db")
 
 
 PROFILE_BATCH = 64 << 20
@@ -181,7 +186,7 @@ def _in_background(state: Analysis, write: Callable[[], object], name: str) -> t
         try:
             guarded()
         except BaseException as error:  # re-raised by join_profile_db
-            state.profile_errors.append(error)
+            state.output.profile_errors.append(error)
 
     thread = threading.Thread(target=background, name=name)
     thread.start()
@@ -223,18 +228,18 @@ def join_profile_db(state: Analysis) -> None:
     (:func:`write_cct_db`); an error of either, on any rank, stops every rank."""
 
     def join() -> None:
-        if state.profile_thread is not None:
-            state.profile_thread.join()
+        if state.output.profile_thread is not None:
+            state.output.profile_thread.join()
         _join_window(state)
-        if state.profile_errors:
-            raise state.profile_errors[0]
+        if state.output.profile_errors:
+            raise state.output.profile_errors[0]
 
     on_all(state.comm, join)
 
 
 def write_cct_db(state: Analysis) -> None:
     """cct.db in rounds of contexts and the summary values (every rank, :mod:`.exchange`)."""
-    comm, plan, staging = state.comm, state.plan, state.staging
+    comm, plan, staging = state.comm, state.plan, state.output.staging
     assert plan is not None and staging is not None
     shape = plan.shape
     n_contexts = len(shape)
@@ -264,7 +269,7 @@ def write_cct_db(state: Analysis) -> None:
             comm.size, state.planes, state.spill, owners, loop_children, loop_parents
         )
         clock.lap("cut")
-        if state.root and state.meta_thread is None:
+        if state.root and state.output.meta_thread is None:
             # Not before: the thread's Python holds the GIL most of the time, and the cut is
             # many small numpy calls that every rank waits for in the exchange; MPI's calls
             # release the GIL, and rank 0 owns less of the placing that follows.
@@ -289,10 +294,10 @@ def write_cct_db(state: Analysis) -> None:
                 state.n_metrics[where : where + len(metrics_here)] = metrics_here
                 state.summary_parts.append(summary)
         clock.lap("gather")
-    if state.root and state.meta_thread is None:
+    if state.root and state.output.meta_thread is None:
         write_meta_db(state)  # no rounds: no contexts
     state.local_counts = nnz
-    state.cct_end = cursor
+    state.output.cct_end = cursor
 
 
 def _placed(
@@ -314,8 +319,8 @@ def _start_window(state: Analysis, at: int, window: Window) -> None:
     ``pwritev`` of the whole file (0.13 s a rank, 2026-12-02); on a thread the turns are waited
     for off the critical path, during the gather and the next round's cut and exchange.
     """
-    assert state.staging is not None
-    path = state.staging / "cct.db"
+    assert state.output.staging is not None
+    path = state.output.staging / "cct.db"
 
     def write() -> None:
         with FileSlice(path, at, at + window.size, mapped=False) as mine:
@@ -327,19 +332,24 @@ def _start_window(state: Analysis, at: int, window: Window) -> None:
         finally:
             del window.pieces[:]
 
-    state.cct_thread = _in_background(state, write_and_drop, "pyprof-cct.db")
+    state.output.cct_thread = _in_background(state, write_and_drop, "pyprof-cct.db")
 
 
 def _join_window(state: Analysis) -> None:
     """Wait for :func:`_start_window`'s thread, if one runs (its error stays recorded)."""
-    if state.cct_thread is not None:
-        state.cct_thread.join()
-        state.cct_thread = None
+    if state.output.cct_thread is not None:
+        state.output.cct_thread.join()
+        state.output.cct_thread = None
 
 
 def finish(state: Analysis) -> RunReport:
     """Rank 0: the summary block, the files' heads and footers, meta.db joined, the rename."""
-    plan, layout, staging, screened = state.plan, state.layout, state.staging, state.screened
+    plan, layout, staging, screened = (
+        state.plan,
+        state.output.layout,
+        state.output.staging,
+        state.screened,
+    )
     assert plan is not None and layout is not None and staging is not None
     assert screened is not None
 
@@ -347,7 +357,7 @@ def finish(state: Analysis) -> RunReport:
 
     def write() -> RunReport:
         cct_plan = cctdb.layout(state.local_counts, state.n_metrics)
-        if cct_plan.footer_at != state.cct_end:
+        if cct_plan.footer_at != state.output.cct_end:
             raise ProfileError("internal error: cct.db blocks do not add up to the layout")
         fd = os.open(staging / "cct.db", os.O_WRONLY)
         try:
@@ -381,10 +391,10 @@ def finish(state: Analysis) -> RunReport:
             finally:
                 os.close(fd)
         clock.lap("heads")
-        if state.meta_thread is not None:
-            state.meta_thread.join()
-        if state.meta_errors:
-            raise state.meta_errors[0]
+        if state.output.meta_thread is not None:
+            state.output.meta_thread.join()
+        if state.output.meta_errors:
+            raise state.output.meta_errors[0]
         clock.lap("meta.db join")
         commit_directory(staging, plan.output)
         clock.lap("commit")
@@ -396,7 +406,7 @@ def finish(state: Analysis) -> RunReport:
             traces=int(np.count_nonzero(layout.trace_counts > 0)),
             problems=tuple(screened.problems),
             timings=state.timings,
-            sources=state.sources_report,
+            sources=state.output.sources,
         )
 
     return on_root(state.comm, state.writing(write))

@@ -50,7 +50,7 @@ def _bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
         yield advance
 
 
-def _progress_for(
+def progress_for(
     enabled: bool,
 ) -> Callable[[str, int], AbstractContextManager[Callable[[int], None]]] | None:
     return _bar if enabled else None
@@ -182,7 +182,7 @@ def command(**arguments: Any) -> int:
     nothing under the -o name (a database being replaced stays as it was).
     """
     options = prof_options(arguments)
-    report = run(options, _progress_for(options.progress))
+    report = run(options, progress_for(options.progress))
     click.echo(report.summary(), err=True)
     return 0
 

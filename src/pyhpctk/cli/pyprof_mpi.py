@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from pyhpctk.cli._common import run_command, version_option
-from pyhpctk.cli.pyprof import _progress_for, analysis_options, prof_options
+from pyhpctk.cli.pyprof import analysis_options, prof_options, progress_for
 from pyhpctk.errors import PyhpctkError, UsageError
 
 
@@ -53,7 +53,7 @@ def command(**arguments: Any) -> int:
         raise UsageError(f"pyprof-mpi needs mpi4py and an MPI library: {error}") from error
     try:
         options = prof_options(arguments)
-        report = run(options, _progress_for(options.progress), comm)
+        report = run(options, progress_for(options.progress), comm)
     except PyhpctkError as error:
         if comm.rank != 0:  # every rank raises the same error; rank 0 reports it
             raise click.exceptions.Exit(error.exit_code) from error

@@ -1,255 +1,87 @@
 """``pyview``: show a database in the terminal, export views, traces and an HTML report.
 
-A thin click command over :mod:`pyhpctk.present`; see ``docs/pyview.md``. Text goes to stdout
+A thin click command over :mod:`pyhpctk.present.pyview`; see ``docs/pyview.md``. The view
+options come from the view table (:data:`pyhpctk.present.views.VIEWS`), the report and export
+options from theirs (:data:`pyhpctk.present.reports.REPORTS`,
+:data:`pyhpctk.present.exports.EXPORTS`). Text goes to stdout
 with colours and tree glyphs when stdout is a terminal, plain text when it is piped.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
 from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
-from pyhpctk.formats import output
-from pyhpctk.present import imbalance, overlap, traces, waits
-from pyhpctk.present.api import Database, open_database
-from pyhpctk.present.fit import fit_view
-from pyhpctk.present.render import TextStyle, format_value, render_csv, render_json, render_text
-from pyhpctk.present.views import View
+from pyhpctk.present.exports import EXPORTS
+from pyhpctk.present.pyview import PyviewOptions, run_pyview
+from pyhpctk.present.reports import REPORTS
+from pyhpctk.present.views import VIEWS
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class PyviewOptions:
-    """Everything the command line asked for."""
-
-    database: str
-    view: str
-    metrics: tuple[str, ...]
-    sort: str | None
-    derive: tuple[str, ...]
-    depth: int | None
-    threshold: float
-    show_zero: bool
-    color: bool | None
-    tree: str | None  # unicode, ascii, indent; None: unicode on a terminal, indent when piped
-    csv: str | None
-    json: str | None
-    list_metrics: bool
-    context: int | None
-    imbalance: int | None
-    profiles: str
-    trace_summary: bool
-    trace_export: str | None
-    blame: bool
-    html: str | None
-    force: bool = False
-    hot_path: float = 50.0  # percent of its parent a row holds to be expanded
-    lines: int | None = None  # text rows at most (None: the terminal's height, or 100; 0: all)
-    width: int | None = None  # columns (None: the terminal's width, or no limit; 0: no limit)
-    exclusive: bool = False
-    show_internal: bool = False
-    full: bool = False
-    overlap: bool = False  # issue #22: compute against communication per rank and stream
-
-    def exports(self) -> list[tuple[str, str]]:
-        """(option, file) of every export asked for, in the order they are written."""
-        given = (
-            ("--trace-export", self.trace_export),
-            ("--html", self.html),
-            ("--csv", self.csv),
-            ("--json", self.json),
-        )
-        return [(option, dest) for option, dest in given if dest]
+def _dest(kind: str, name: str) -> str:
+    """The keyword a table's option reaches :func:`pyview` under (``export_trace_export``)."""
+    return f"{kind}_{name.replace('-', '_')}"
 
 
-def _write(dest: str, option: str, force: bool, writer: Callable[[TextIO], None]) -> None:
-    """Write one export: ``-`` is stdout; a file appears whole or not at all
-    (:mod:`pyhpctk.formats.output`: a temporary name, renamed when complete)."""
-    if dest == "-":
-        writer(sys.stdout)
-        return
-    with output.open_text(dest, force, option) as stream:
-        writer(stream)
+def _table_options(*groups: list[Decorator]) -> Decorator:
+    """One decorator adding the options of several tables, in the order given."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed([o for group in groups for o in group]):
+            command = option(command)
+        return command
+
+    return add
 
 
-def _print_spread(db: Database, spread: imbalance.ContextSpread, out: TextIO) -> None:
-    s = spread.stats
-    out.write(f"{spread.metric} at context {spread.ctx_id}: {imbalance.short_path(spread.path)}\n")
-    out.write(
-        f"  {s.count} profiles: min {s.minimum:.4g}  mean {s.mean:.4g}  max {s.maximum:.4g}  "
-        f"stddev {s.stddev:.4g}  cv {s.cv:.3f}  imbalance {100 * s.imbalance:.1f}%\n"
-    )
-    for prof, value in zip(spread.profiles, spread.values.tolist(), strict=True):
-        out.write(f"  {format_value(value, s.total):>18}  {db.experiment.profile_title(prof)}\n")
+def _view_options() -> list[Decorator]:
+    return [
+        click.option(f"--{view.name}", _dest("view", view.name), is_flag=True, help=view.help)
+        for view in VIEWS
+    ]
 
 
-def _print_imbalance(spreads: list[imbalance.ContextSpread], metric: str, out: TextIO) -> None:
-    out.write(f"Most imbalanced contexts for {metric} (max/mean - 1, over profiles)\n")
-    out.write("  imbalance      cv        mean         max  context\n")
-    for sp in spreads:
-        s = sp.stats
-        out.write(
-            f"  {100 * s.imbalance:8.1f}%  {s.cv:6.3f}  {s.mean:10.4g}  {s.maximum:10.4g}  "
-            f"{sp.label} [ctx {sp.ctx_id}]\n"
-        )
-    if not spreads:
-        out.write("  (needs at least two profiles with values)\n")
-
-
-def run_pyview(opts: PyviewOptions, out: TextIO) -> int:
-    """Do what the options ask; the library behind the click command."""
-    seen: dict[str, str] = {}
-    for option, dest in opts.exports():
-        if dest != "-" and dest in seen:
-            raise UsageError(f"{seen[dest]} and {option} both write {dest}: choose two files")
-        seen[dest] = option
-        if dest != "-":  # refuse before any work rather than after the first export
-            output.check_new(dest, opts.force, option)
-    db = open_database(opts.database)
-    for definition in opts.derive:
-        db.derive(definition)
-    if opts.list_metrics:
-        for metric in db.catalog.metrics:
-            tag = " (derived)" if metric.derived else ""
-            desc = f"  - {metric.description}" if metric.description else ""
-            out.write(f"{metric.name}{tag}{desc}\n")
-        return 0
-    derived = [db.catalog.resolve(d.partition("=")[0].strip()) for d in opts.derive]
-    metrics = list(opts.metrics) or None
-    if metrics is None and derived:
-        metrics = [*db.catalog.default_selection(), *derived]
-    chosen = imbalance.select_profiles(db.experiment, opts.profiles)
-    if not chosen and (opts.context is not None or opts.imbalance is not None):
-        raise UsageError(f"--profiles {opts.profiles}: {opts.database} has no such profiles")
-    did_something = False
-    if opts.context is not None:
-        ctx = opts.context
-        if db.experiment.tree.node_of(ctx) < 0 and not 0 <= ctx < db.experiment.values.n_contexts:
-            raise UsageError(f"--context {ctx}: no such context in {opts.database}")
-        names = db.catalog.select(metrics) if metrics else db.catalog.default_selection(1)
-        for name in names:
-            spread = imbalance.spread(db.catalog, opts.context, name, True, chosen)
-            _print_spread(db, spread, out)
-        did_something = True
-    if opts.imbalance is not None:
-        name = (
-            db.catalog.resolve(opts.sort)
-            if opts.sort
-            else (db.catalog.select(metrics)[0] if metrics else db.catalog.default_selection(1)[0])
-        )
-        found = imbalance.most_imbalanced(db.catalog, name, opts.imbalance, profiles=chosen)
-        _print_imbalance(found, name, out)
-        did_something = True
-    if opts.trace_summary:
-        traces.render_summary(traces.summarize(db.experiment), out)
-        did_something = True
-    if opts.blame:
-        traces.render_blame(traces.gpu_idle_blame(db.experiment), out)
-        across = waits.collective_waits(db.experiment)
-        if across.instances:  # several ranks ran collectives: who made whom wait
-            waits.render_waits(across, out)
-        did_something = True
-    if opts.overlap:
-        overlap.render_overlap(overlap.overlap_report(db.experiment), out)
-        did_something = True
-    if opts.trace_export:
-        _write(
-            opts.trace_export,
-            "--trace-export",
-            opts.force,
-            lambda f: traces.write_perfetto(db.experiment, f),
-        )
-        did_something = True
-    view: View | None = None
-
-    def get_view() -> View:
-        nonlocal view
-        if view is None:
-            view = db.view(
-                opts.view,
-                metrics,
-                opts.sort,
-                opts.depth,
-                opts.threshold,
-                opts.show_zero,
-                exclusive=opts.exclusive,
-                show_internal=opts.show_internal or opts.full,
-                hot_share=opts.hot_path / 100.0,
+def _report_options() -> list[Decorator]:
+    options: list[Decorator] = []
+    for report in REPORTS:
+        dest = _dest("report", report.name)
+        if report.metavar is None:
+            options.append(click.option(f"--{report.name}", dest, is_flag=True, help=report.help))
+        else:
+            kind = int if report.minimum is None else click.IntRange(min=report.minimum)
+            options.append(
+                click.option(
+                    f"--{report.name}", dest, type=kind, metavar=report.metavar, help=report.help
+                )
             )
-        return view
-
-    if opts.html:
-        from pyhpctk.present.html import report_views, write_html
-
-        report = report_views(
-            db,
-            metrics,
-            opts.sort,
-            opts.depth,
-            opts.threshold,
-            opts.show_zero,
-            show_internal=opts.show_internal or opts.full,
-        )
-        _write(opts.html, "--html", opts.force, lambda f: write_html(db, report, f))
-        did_something = True
-    if opts.csv:
-        _write(opts.csv, "--csv", opts.force, lambda f: render_csv(get_view(), f))
-        did_something = True
-    if opts.json:
-        _write(opts.json, "--json", opts.force, lambda f: render_json(get_view(), f))
-        did_something = True
-    if not did_something:
-        color = opts.color if opts.color is not None else out.isatty()
-        terminal = out.isatty()
-        tree = opts.tree if opts.tree is not None else ("unicode" if terminal else "indent")
-        size = shutil.get_terminal_size((0, 0)) if terminal else None
-        width, budget = screen(opts, size)
-        # -d N asks for every row to that depth (the hot path beyond), --full for every row.
-        expand_all = opts.full or opts.depth is not None
-        fitted = fit_view(get_view(), None if expand_all else opts.hot_path / 100.0, budget)
-        render_text(fitted.view, out, TextStyle(color=color, tree=tree, width=width), fitted.cut)
-    return 0
+    return options
 
 
-#: Text rows (below the title and header) when stdout is not a terminal.
-PIPED_LINES = 100
+def _export_options() -> list[Decorator]:
+    return [
+        click.option(f"--{e.name}", _dest("export", e.name), metavar="FILE", help=e.help)
+        for e in EXPORTS
+    ]
 
 
-def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | None, int | None]:
-    """(width, row budget) of the text output: what the options ask, else the terminal's size
-    (``size``; None when stdout is not a terminal: no width limit and :data:`PIPED_LINES`
-    rows). ``--full`` and 0 mean no limit."""
-    if opts.full:
-        return None, None
-    width = opts.width
-    if width is None and size is not None and size.columns > 0:
-        width = size.columns
-    budget = opts.lines
-    if budget is None:
-        terminal = size is not None and size.lines > 0
-        # Title, header, a note and the "more rows" line, and the shell's prompt after them.
-        budget = max(size.lines - 5, 20) if size is not None and terminal else PIPED_LINES
-    return (width or None), (budget or None)
+_FORCE_HELP = (
+    f"Replace existing {', '.join(f'--{e.name}' for e in EXPORTS[:-1])} or --{EXPORTS[-1].name} "
+    "files (refused without it)."
+)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option("pyview")
 @click.argument("database", type=click.Path())
-@click.option("--top-down", is_flag=True, help="Calling context tree (default).")
-@click.option(
-    "--bottom-up", is_flag=True, help="Callers view: each function's cost split over its callers."
-)
-@click.option(
-    "--flat", is_flag=True, help="Flat view: load module > file > function > loop > line."
-)
+@_table_options(_view_options())
 @click.option(
     "-m",
     "--metric",
@@ -331,22 +163,7 @@ def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | No
     type=click.Choice(["unicode", "ascii", "indent"]),
     help="Tree drawing (default: unicode on a terminal, indentation when piped).",
 )
-@click.option("--csv", metavar="FILE", help="Write the view as CSV ('-': stdout).")
-@click.option("--json", "json_out", metavar="FILE", help="Write the view as JSON ('-': stdout).")
 @click.option("--list-metrics", is_flag=True, help="List the metrics and exit.")
-@click.option(
-    "--context",
-    "context",
-    type=int,
-    metavar="CTXID",
-    help="Per-thread values of the shown metrics at context CTXID.",
-)
-@click.option(
-    "--imbalance",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="List the N most imbalanced contexts across threads/ranks.",
-)
 @click.option(
     "--profiles",
     type=click.Choice(["all", "cpu", "gpu"]),
@@ -354,34 +171,10 @@ def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | No
     show_default=True,
     help="Which profiles --context/--imbalance compare.",
 )
-@click.option("--trace-summary", is_flag=True, help="Summarize each trace line.")
-@click.option(
-    "--trace-export", metavar="FILE", help="Write the traces as Perfetto / Chrome trace JSON."
-)
-@click.option(
-    "--blame",
-    is_flag=True,
-    help="GPU idleness blame over the traces; with several ranks, also which rank's work made "
-    "the others wait in collectives.",
-)
-@click.option(
-    "--overlap",
-    "overlap_report",
-    is_flag=True,
-    help="Per rank and GPU stream: time in compute, communication (NCCL), both at once, "
-    "copies and idle, from the traces.",
-)
-@click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Replace existing --csv/--json/--html/--trace-export files (refused without it).",
-)
+@_table_options(_report_options(), _export_options())
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
 def pyview(
     database: str,
-    top_down: bool,
-    bottom_up: bool,
-    flat: bool,
     metrics: tuple[str, ...],
     sort: str | None,
     derive: tuple[str, ...],
@@ -396,18 +189,10 @@ def pyview(
     full: bool,
     color: bool | None,
     tree: str | None,
-    csv: str | None,
-    json_out: str | None,
     list_metrics: bool,
-    context: int | None,
-    imbalance: int | None,
     profiles: str,
-    trace_summary: bool,
-    trace_export: str | None,
-    blame: bool,
-    overlap_report: bool,
-    html: str | None,
     force: bool,
+    **tables: Any,
 ) -> int:
     """Show the performance database DATABASE (a pyprof / hpcprof output directory).
 
@@ -419,22 +204,29 @@ def pyview(
     row of the view.
 
     \b
-    Exports (--csv, --json, --html, --trace-export FILE; '-' is stdout) never replace an
+    Exports (the options taking a FILE below; '-' is stdout) never replace an
     existing file unless --force is given. Each file is written under a temporary name and
     renamed when complete: on a full disk pyview says so, exits with status 2 and leaves no
     partial file (an existing one stays as it was).
     """
-    views = [
-        name
-        for name, given in (("top-down", top_down), ("bottom-up", bottom_up), ("flat", flat))
-        if given
-    ]
+    views = [view.name for view in VIEWS if tables[_dest("view", view.name)]]
     if len(views) > 1:
         raise UsageError(f"--{' and --'.join(views)} contradict each other: choose one view")
-    view = views[0] if views else "top-down"
+    reports: list[tuple[str, int | None]] = []
+    for report in REPORTS:
+        value = tables[_dest("report", report.name)]
+        if report.metavar is None and value:
+            reports.append((report.name, None))
+        elif report.metavar is not None and value is not None:
+            reports.append((report.name, int(value)))
+    exports = [
+        (e.name, str(tables[_dest("export", e.name)]))
+        for e in EXPORTS
+        if tables[_dest("export", e.name)]
+    ]
     opts = PyviewOptions(
         database,
-        view,
+        views[0] if views else VIEWS[0].name,
         metrics,
         sort,
         derive,
@@ -443,16 +235,10 @@ def pyview(
         show_zero,
         color,
         tree,
-        csv,
-        json_out,
         list_metrics,
-        context,
-        imbalance,
         profiles,
-        trace_summary,
-        trace_export,
-        blame,
-        html,
+        tuple(reports),
+        tuple(exports),
         force,
         hot_path,
         lines,
@@ -460,7 +246,6 @@ def pyview(
         exclusive,
         show_internal,
         full,
-        overlap=overlap_report,
     )
     return run_pyview(opts, _names_as_bytes(sys.stdout))
 

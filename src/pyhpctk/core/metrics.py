@@ -1,18 +1,20 @@
-"""Metrics as the database presents them: propagation scopes, summary partials and metric ids.
+"""Metric ids as the database numbers them, computed here and nowhere else.
 
 formats.md §3.2: hpcprof always emits four propagation scopes (point, function, lex_aware,
 execution); a metric with base id ``B`` has ``propMetricId = B + scope`` in the per-profile
-values and ``statMetricId = B + 4 * partial + scope`` in the summary profile. A *partial* is a
-per-profile transform (``$$`` identity, ``$$^2``, ``1``) with a combine operator (sum, min, max)
-across profiles; ``-M sum`` keeps the single partial ``sum($$)``, ``-M stats`` adds those needed
-for min / mean / max / standard deviation / coefficient of variation.
+values and ``statMetricId = B + 4 * partial + scope`` in the summary profile, where a *partial*
+is a per-profile transform with a combine operator across profiles (pyprof's are in
+:mod:`pyhpctk.analysis.metrics`). Every function here takes ints or numpy arrays of them alike.
 
 Data only, no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 # formats.md §3.2: the four scopes and the combine operators are the database's vocabulary.
 from pyhpctk.formats.vocabulary import (
@@ -27,65 +29,43 @@ from pyhpctk.formats.vocabulary import (
     StandardScope,
 )
 
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    """One summary partial: a per-profile formula and a combine operator."""
-
-    formula: str
-    combine: Combine
+Ids = TypeVar("Ids", int, npt.NDArray[np.int64])
 
 
-SUM = Partial("$$", Combine.SUM)
-MIN = Partial("$$", Combine.MIN)
-MAX = Partial("$$", Combine.MAX)
-SUM_OF_SQUARES = Partial("$$^2", Combine.SUM)
-COUNT = Partial("1", Combine.SUM)
-
-PARTIALS_SUM: tuple[Partial, ...] = (SUM,)
-PARTIALS_STATS: tuple[Partial, ...] = (SUM, MIN, MAX, SUM_OF_SQUARES, COUNT)
+def metric_base(index: int, n_partials: int) -> int:
+    """The base id of the ``index``-th stored metric, leaving room for its ``4 * n_partials``
+    stat ids below the next metric's."""
+    return N_SCOPES * n_partials * index
 
 
-@dataclass(frozen=True, slots=True)
-class MetricInfo:
-    """A metric as pyprof aggregates it, built from an ``.hpcrun`` metric descriptor.
+def prop_id(base: Ids, scope: Ids) -> Ids:
+    """``propMetricId = base + scope``: a metric's values in one scope, per profile."""
+    return base + scope
 
-    ``formula`` non-empty marks a derived presentation metric: it has no stored values and lives
-    only in ``metrics/default.yaml`` (formats.md §1.6).
-    """
 
-    name: str
-    description: str = ""
-    is_real: bool = True
-    move_to_proc: bool = False
-    show: int = 1
-    show_percent: bool = True
-    period: int = 1
-    formula: str = ""
-    format: str = ""
+def stat_id(base: Ids, partial: int, scope: Ids) -> Ids:
+    """``statMetricId = base + 4 * partial + scope``: a partial of a metric in one scope, in
+    the summary profile."""
+    return base + N_SCOPES * partial + scope
 
-    @property
-    def is_derived(self) -> bool:
-        return bool(self.formula)
+
+def scope_of(metric_id: Ids) -> Ids:
+    """The scope a prop or stat id is of."""
+    return metric_id % N_SCOPES
 
 
 __all__ = [
-    "COUNT",
-    "MAX",
-    "MIN",
     "NO_PROPAGATION_INDEX",
     "N_SCOPES",
-    "PARTIALS_STATS",
-    "PARTIALS_SUM",
     "SCOPE_EXECUTION",
     "SCOPE_FUNCTION",
     "SCOPE_LEX_AWARE",
     "SCOPE_NAMES",
     "SCOPE_POINT",
-    "SUM",
-    "SUM_OF_SQUARES",
     "Combine",
-    "MetricInfo",
-    "Partial",
     "StandardScope",
+    "metric_base",
+    "prop_id",
+    "scope_of",
+    "stat_id",
 ]

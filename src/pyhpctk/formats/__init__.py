@@ -65,7 +65,7 @@ def detect(head: bytes) -> str | None:
 
 def detect_file(path: str | os.PathLike[str]) -> str:
     """The format of the file at ``path``; a FormatError when it is none we know."""
-    from pyhpctk.formats._whole import open_regular  # imports typing: not at the top
+    from pyhpctk.formats.whole import open_regular  # imports typing: not at the top
 
     with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
         try:

@@ -94,7 +94,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats._whole import open_regular
+from pyhpctk.formats.whole import open_regular
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 """Anything the readers accept as the bytes of a whole file."""

@@ -71,12 +71,12 @@ def measurement_problems(read: Read) -> list[str]:
             continue
         problems.extend(f"{file}: {p}" for p in hpctrace.verify_trace(trace, sibling[1]))
     for file, (_, names) in read.items():
-        if isinstance(names, threads.ThreadNames):
+        if isinstance(names, threads.ThreadNamesFile):
             problems.extend(f"{file}: {p}" for p in _names_problems(file, names, read))
     return problems
 
 
-def _names_problems(file: Path, names: threads.ThreadNames, read: Read) -> list[str]:
+def _names_problems(file: Path, names: threads.ThreadNamesFile, read: Read) -> list[str]:
     """A ``threads/`` file's keys are the stems of profiles beside it (``MEAS/threads/`` ->
     ``MEAS/STEM.hpcrun``), each of the process the entry says."""
     if names.keyed_by != threads.BY_FILE:
@@ -159,13 +159,13 @@ def database_problems(root: Path, read: Read) -> list[str]:
         add("cct.db", cctdb.verify_against_profiles(contexts, profiles))
     if traces is not None:
         add("trace.db", _trace_problems(traces, meta, profiles, n_contexts))
-    if isinstance(names, threads.ThreadNames) and profiles is not None:
+    if isinstance(names, threads.ThreadNamesFile) and profiles is not None:
         add(threads.DATABASE_FILE, _profile_names_problems(names, profiles, meta))
     return problems
 
 
 def _profile_names_problems(
-    names: threads.ThreadNames, profiles: profiledb.ProfileDB, meta: metadb.MetaDB | None
+    names: threads.ThreadNamesFile, profiles: profiledb.ProfileDB, meta: metadb.MetaDB | None
 ) -> list[str]:
     """``threads.txt`` is keyed by the profile.db index of a thread profile."""
     if names.keyed_by != threads.BY_PROFILE:

@@ -41,7 +41,6 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats._whole import Buffer, Source, read_whole
 from pyhpctk.formats.hpcrun_check import decoded_values, fatal_problems, verify
 from pyhpctk.formats.hpcrun_constants import (
     ENDIAN_BIG,
@@ -65,6 +64,7 @@ from pyhpctk.formats.hpcrun_model import (
     placeholder_ip,
     profiles_equal,
 )
+from pyhpctk.formats.whole import Buffer, Source, read_whole
 
 __all__ = [
     "FOOTER_DTYPE",

@@ -34,7 +34,6 @@ from collections.abc import Iterator, Mapping
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcstruct_addresses import ADDRESS, ADDRESS_SET, AddressMap
 from pyhpctk.formats.hpcstruct_model import (
     ALIEN,
@@ -49,6 +48,7 @@ from pyhpctk.formats.hpcstruct_model import (
     StructureFile,
     parse_ranges,
 )
+from pyhpctk.formats.whole import open_regular
 
 __all__ = [
     "ALLOWED_CHILDREN",

@@ -27,7 +27,6 @@ from typing import BinaryIO, TextIO
 import numpy as np
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun import parse_version
 from pyhpctk.formats.hpcrun_check import trace_span
 from pyhpctk.formats.hpcrun_constants import ENDIAN_BIG, TRACE_MAGIC, TRACE_VERSION
@@ -41,6 +40,7 @@ from pyhpctk.formats.hpcrun_model import (
     HpctraceFile,
     traces_equal,
 )
+from pyhpctk.formats.whole import Source, read_whole
 
 __all__ = [
     "HEADER_SIZE",

@@ -18,8 +18,8 @@ from typing import TextIO
 from pyhpctk import formats
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import crosscheck, kallsyms, sources, threads
-from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.crosscheck import DATABASE_FILES
+from pyhpctk.formats.whole import open_regular
 
 
 @dataclass(slots=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import Source, read_whole
+from pyhpctk.formats.whole import Source, read_whole
 
 __all__ = [
     "KERNEL_SYMBOLS_DIRECTORY",

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun_constants import LOGICAL_MAGIC, UNKNOWN_FID
+from pyhpctk.formats.whole import Source, read_whole
 
 __all__ = [
     "MAGIC",

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun_constants import SOURCES_MAGIC
 from pyhpctk.formats.threads import escape, unescape
+from pyhpctk.formats.whole import Source, read_whole
 
 __all__ = [
     "MAGIC",

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats._whole import Source, read_whole
 from pyhpctk.formats.hpcrun_constants import THREADS_BY_FILE, THREADS_BY_PROFILE, THREADS_MAGIC
+from pyhpctk.formats.whole import Source, read_whole
 
 __all__ = [
     "BY_FILE",
@@ -39,7 +39,7 @@ __all__ = [
     "MAGIC",
     "MEASUREMENT_DIRECTORY",
     "ThreadEntry",
-    "ThreadNames",
+    "ThreadNamesFile",
     "dump",
     "dumps",
     "escape",
@@ -73,7 +73,7 @@ class ThreadEntry:
 
 
 @dataclass(slots=True)
-class ThreadNames:
+class ThreadNamesFile:
     """A whole thread-names file: what its keys are, and its entries in file order."""
 
     keyed_by: str
@@ -109,7 +109,7 @@ def sniff(head: bytes) -> bool:
     return head.startswith(MAGIC)
 
 
-def read(source: Source) -> ThreadNames:
+def read(source: Source) -> ThreadNamesFile:
     """Read a thread-names file from a path, a buffer or a binary stream."""
     whole, path = read_whole(source)
     text = bytes(whole).decode("utf-8", "surrogateescape")
@@ -136,17 +136,17 @@ def read(source: Source) -> ThreadNames:
             entries.append(ThreadEntry(unescape(key), int(pid), unescape(program), unescape(name)))
         except ValueError as error:
             raise FormatError(path, f"line {number}", str(error)) from None
-    return ThreadNames(keyed_by, entries)
+    return ThreadNamesFile(keyed_by, entries)
 
 
-def to_bytes(names: ThreadNames) -> bytes:
+def to_bytes(names: ThreadNamesFile) -> bytes:
     lines = [MAGIC.decode("ascii") + names.keyed_by]
     for e in names.entries:
         lines.append(f"{escape(e.key)}\t{e.pid}\t{escape(e.program)}\t{escape(e.name)}")
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 
 
-def write(names: ThreadNames, dest: str | os.PathLike[str] | BinaryIO) -> None:
+def write(names: ThreadNamesFile, dest: str | os.PathLike[str] | BinaryIO) -> None:
     """Write ``names`` to a path or a binary stream."""
     data = to_bytes(names)
     if isinstance(dest, str | os.PathLike):
@@ -155,7 +155,7 @@ def write(names: ThreadNames, dest: str | os.PathLike[str] | BinaryIO) -> None:
         dest.write(data)
 
 
-def verify(names: ThreadNames) -> list[str]:
+def verify(names: ThreadNamesFile) -> list[str]:
     """Problems of the file alone (pyrun and pyprof never write them); empty when clean."""
     problems = []
     seen: set[str] = set()
@@ -181,7 +181,7 @@ def _show(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def dump(names: ThreadNames, out: TextIO) -> None:
+def dump(names: ThreadNamesFile, out: TextIO) -> None:
     """Write the entries as readable text, one per line, in file order."""
     what = "profile" if names.keyed_by == BY_PROFILE else "file"
     out.write(f"thread names by {what}, {len(names.entries)} threads\n")
@@ -189,7 +189,7 @@ def dump(names: ThreadNames, out: TextIO) -> None:
         out.write(f"  {_show(e.key)}: {_show(e.name)} (pid {e.pid}, {_show(e.program)})\n")
 
 
-def dumps(names: ThreadNames) -> str:
+def dumps(names: ThreadNamesFile) -> str:
     """:func:`dump` into a string."""
     text = io.StringIO()
     dump(names, text)

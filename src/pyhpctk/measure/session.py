@@ -56,7 +56,7 @@ from pyhpctk.measure.encode import (
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
 from pyhpctk.measure.profile_files import atomic_write, reserve_stem, unlink_quietly
 from pyhpctk.measure.sampler import SamplerThread
-from pyhpctk.measure.source_files import LoadedSources
+from pyhpctk.measure.source_files import SourceRecorder
 from pyhpctk.measure.thread_names import ThreadNames, thread_name
 from pyhpctk.measure.thread_state import Clocks, ThreadState, thread_cpu_clock
 
@@ -147,7 +147,7 @@ class Session(SamplerThread):
         tag = f"{int.from_bytes(os.urandom(4), 'big'):08x}"
         self.logical_path = os.path.join("logical", f"python.{tag}")
         self.thread_names = ThreadNames(tag, self.pid)
-        self.loaded_sources = LoadedSources(tag, self.pid)
+        self.loaded_sources = SourceRecorder(tag, self.pid)
         self.load_modules: list[tuple[int, str, int]] = [(1, self.logical_path, LM_FLAG_ANALYZE)]
         self.python_lm = 1
         self.states: dict[int, ThreadState] = {}
@@ -498,7 +498,7 @@ class Session(SamplerThread):
         self._write_side_file(self.loaded_sources, table, "sources")
 
     def _write_side_file(
-        self, side: ThreadNames | LoadedSources, data: bytes | None, what: str
+        self, side: ThreadNames | SourceRecorder, data: bytes | None, what: str
     ) -> None:
         """Rewrite ``threads/`` or ``sources/`` with ``data`` (None: unchanged)."""
         if data is None:

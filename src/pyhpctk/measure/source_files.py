@@ -72,7 +72,7 @@ def file_digest(path: str) -> str | None:
         os.close(fd)
 
 
-class LoadedSources:
+class SourceRecorder:
     """The loaded files named so far, with their hashes, and the file they make."""
 
     __slots__ = ("_digests", "_looked", "_pending", "_written", "path")

@@ -64,7 +64,7 @@ class ContextModel:
 
 
 @dataclass(slots=True)
-class Analysis:
+class ScalingAnalysis:
     series: Series
     target: tuple[float, ...]
     contexts: list[ContextModel] = field(default_factory=list)  # ranked
@@ -87,7 +87,7 @@ def fit_series(series: Series, options: FitOptions) -> FitResult:
     return fit_multi_parameter(series.points, series.mean, series.params, options, runs)
 
 
-def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> ScalingAnalysis:
     """Fit, predict, compare with the expectation and rank every context of ``series``."""
     n_params = len(series.params)
     target = options.target or tuple(float(v) * 8 for v in series.points.max(axis=0))
@@ -103,7 +103,7 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
     measured = series.mean[largest]
     scale = float(np.abs(measured).max()) if measured.size else 0.0
     keep = np.flatnonzero(np.abs(measured) >= options.threshold * scale) if scale else np.arange(0)
-    analysis = Analysis(series, target, dropped=series.mean.shape[1] - len(keep))
+    analysis = ScalingAnalysis(series, target, dropped=series.mean.shape[1] - len(keep))
     if not len(keep):
         return analysis
     sub = Series(

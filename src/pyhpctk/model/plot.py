@@ -11,11 +11,11 @@ import numpy as np
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
 from pyhpctk.formats.output import OutputError
-from pyhpctk.model.analyze import Analysis
+from pyhpctk.model.analyze import ScalingAnalysis
 
 
 def plot_contexts(
-    analysis: Analysis, directory: Path, count: int = 6, force: bool = False
+    analysis: ScalingAnalysis, directory: Path, count: int = 6, force: bool = False
 ) -> list[Path]:
     """One PNG per top-ranked context: measured means with spread, and the model curve.
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TextIO
 
-from pyhpctk.model.analyze import Analysis, ContextModel
+from pyhpctk.model.analyze import ContextModel, ScalingAnalysis
 from pyhpctk.model.series import Series
 
 CALLPATH_SEPARATOR = "->"
@@ -28,7 +28,7 @@ def _short(path: tuple[str, ...], width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
-def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60) -> None:
+def write_table(analysis: ScalingAnalysis, out: TextIO, top: int = 20, width: int = 60) -> None:
     """The ranked table: worst asymptotic behaviour first."""
     series = analysis.series
     target = ", ".join(f"{n}={v:g}" for n, v in zip(series.params, analysis.target, strict=True))
@@ -96,7 +96,7 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
     return out
 
 
-def write_json(analysis: Analysis, out: TextIO) -> None:
+def write_json(analysis: ScalingAnalysis, out: TextIO) -> None:
     series = analysis.series
     document = {
         "title": series.title,

@@ -137,7 +137,7 @@ def _context_paths(
     keys: list[tuple[str, ...]] = []
     labels: list[tuple[str, ...]] = []
     for row, node in enumerate(index.nodes):
-        if isinstance(node, metadb.EntryPoint):
+        if isinstance(node, metadb.Entry):
             key = label = node.pretty_name
         else:
             key, label = metadb.describe(meta, node), _label(meta, node)

@@ -25,11 +25,13 @@ import numpy as np
 from pyhpctk.errors import UsageError
 from pyhpctk.present import frames, imbalance, overlap, traces, waits
 from pyhpctk.present.elide import internal_frames
+from pyhpctk.present.labels import context_label
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import Experiment
 from pyhpctk.present.render import view_to_dict
 from pyhpctk.present.source import open_experiment
-from pyhpctk.present.views import HOT_PATH_SHARE, View, ViewOptions, build_view, context_label
+from pyhpctk.present.viewmodel import HOT_PATH_SHARE, View, ViewOptions
+from pyhpctk.present.views import build_view
 
 
 class Database:

@@ -27,22 +27,11 @@ import re
 import numpy as np
 
 from pyhpctk.formats.vocabulary import LexicalType, Relation
+from pyhpctk.present.aggregate import Aggregator, finish_view
+from pyhpctk.present.labels import context_label, where
 from pyhpctk.present.metrics import MetricCatalog
-from pyhpctk.present.model import (
-    LEX_ENTRY,
-    ContextTree,
-)
-from pyhpctk.present.views import (
-    BoolArray,
-    Row,
-    View,
-    ViewOptions,
-    _Aggregator,
-    _finish,
-    _where,
-    columns_for,
-    context_label,
-)
+from pyhpctk.present.model import LEX_ENTRY, ContextTree
+from pyhpctk.present.viewmodel import BoolArray, Row, View, ViewOptions, columns_for
 
 #: Files whose frames are the interpreter's: the import system and runpy, frozen or not.
 INTERNAL_FILES = (
@@ -135,7 +124,7 @@ def folded_top_down(catalog: MetricCatalog, options: ViewOptions, elided: BoolAr
     exp = catalog.experiment
     tree = exp.tree
     n = tree.size
-    agg = _Aggregator(catalog, options, columns_for(catalog, options))
+    agg = Aggregator(catalog, options, columns_for(catalog, options))
     parent: list[int] = tree.parent.tolist()
     hidden: list[bool] = elided.tolist()
     # at[i]: the shown context i stands for (itself, or the nearest shown one above it).
@@ -192,11 +181,13 @@ def folded_top_down(catalog: MetricCatalog, options: ViewOptions, elided: BoolAr
     for g in range(groups):
         node = members[g][0]
         label, kind = context_label(tree, node)
-        file, line, module = _where(tree, node)
+        file, line, module = where(tree, node)
         labels.append((label, kind, file, line, module))
     labels[0] = (exp.title or "<root>", "root", None, 0, None)
     ctx_ids = [int(tree.ctx_id[m[0]]) for m in members]
-    view = _finish(agg, labels, rows_parent, inc, exc, exp.title, "top-down", None, ctx_ids, True)
+    view = finish_view(
+        agg, labels, rows_parent, inc, exc, exp.title, "top-down", None, ctx_ids, True
+    )
     count = int(np.count_nonzero(elided))
     note = (
         f"{count:,} contexts of interpreter frames (import system, runpy, site) are left out, "

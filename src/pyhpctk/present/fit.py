@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pyhpctk.present.views import View, ViewNode
+from pyhpctk.present.viewmodel import View, ViewNode
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """The flat view: load module → file → function → inlined function / loop → line.
 
 Each context's own cost is gathered in its static scope, as hpcviewer's flat view does (see
-:mod:`pyhpctk.present.views` for the other two views and the aggregation they share). Python
-module-level code is the ``<module>`` scope of its file (formats.md §3.8).
+:mod:`pyhpctk.present.views` for the other two views, :mod:`pyhpctk.present.aggregate` for the
+aggregation they share). Python module-level code is the ``<module>`` scope of its file
+(formats.md §3.8).
 """
 
 from __future__ import annotations
@@ -12,27 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pyhpctk.formats.vocabulary import LexicalType, Relation
+from pyhpctk.present.aggregate import Aggregator, finish_view, outermost_members, preorder_bounds
+from pyhpctk.present.labels import base_name, context_label, function_label, where
 from pyhpctk.present.metrics import MetricCatalog
-from pyhpctk.present.model import (
-    LEX_ENTRY,
-    ContextTree,
-)
-from pyhpctk.present.views import (
-    BoolArray,
-    Key,
-    Row,
-    View,
-    ViewOptions,
-    _Aggregator,
-    _base,
-    _finish,
-    _outermost_members,
-    _preorder_bounds,
-    _where,
-    columns_for,
-    context_label,
-    function_label,
-)
+from pyhpctk.present.model import LEX_ENTRY, ContextTree
+from pyhpctk.present.viewmodel import BoolArray, Key, Row, View, ViewOptions, columns_for
 
 
 @dataclass
@@ -105,14 +90,14 @@ def flat(catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None 
     stays in the scope of their call site.
     """
     exp = catalog.experiment
-    agg = _Aggregator(catalog, options, columns_for(catalog, options))
+    agg = Aggregator(catalog, options, columns_for(catalog, options))
     placed = _place(exp.tree, exp.title, elided)
     inc = _inclusive(agg, exp.tree, placed)
     exc = _exclusive(agg, placed)
     inc[:, 0] = agg.inc[:, 0]
     exc[:, 0] = agg.self_cost.sum(axis=1)
     scopes = placed.scopes
-    return _finish(agg, scopes.labels, scopes.parents, inc, exc, exp.title, "flat")
+    return finish_view(agg, scopes.labels, scopes.parents, inc, exc, exp.title, "flat")
 
 
 @dataclass
@@ -151,7 +136,7 @@ def _place(tree: ContextTree, title: str | None, elided: BoolArray | None) -> _P
         if up and scopes.kinds[up] == "line":
             up = scopes.parents[up]  # a call site line: what it calls belongs to the callee
         label, kind = context_label(tree, i)
-        file, line, module = _where(tree, i)
+        file, line, module = where(tree, i)
         row = (label, kind, file, line, module)
         code = lex == LexicalType.LINE and rel == Relation.CALL
         if (
@@ -171,7 +156,7 @@ def _place(tree: ContextTree, title: str | None, elided: BoolArray | None) -> _P
             file_name = tree.files[file_index] if file_index >= 0 else None
             shown = tree.shown_file(file_index) or "<unknown file>"
             g_mod = scopes.group(
-                0, ("module", mod_name), (_base(mod_name), "module", None, 0, mod_name)
+                0, ("module", mod_name), (base_name(mod_name), "module", None, 0, mod_name)
             )
             g_file = scopes.group(
                 g_mod, ("file", file_name), (shown, "file", file_name, 0, mod_name)
@@ -205,13 +190,13 @@ def _place(tree: ContextTree, title: str | None, elided: BoolArray | None) -> _P
     return placed
 
 
-def _inclusive(agg: _Aggregator, tree: ContextTree, placed: _Placement) -> np.ndarray:
+def _inclusive(agg: Aggregator, tree: ContextTree, placed: _Placement) -> np.ndarray:
     """Inclusive: every scope and its module/file ancestors, from their outermost instances
     (a scope inside another instance of itself, i.e. recursion, adds nothing)."""
     scopes = placed.scopes
     n_groups = len(scopes.labels)
     inc = np.zeros((agg.inc.shape[0], n_groups))
-    start, end = _preorder_bounds(tree)
+    start, end = preorder_bounds(tree)
     node_scope = np.array(placed.scope, dtype=np.int64)
     scope_nodes = np.flatnonzero(placed.is_scope)
     kinds = np.array(scopes.kinds)
@@ -229,13 +214,13 @@ def _inclusive(agg: _Aggregator, tree: ContextTree, placed: _Placement) -> np.nd
             nodes, groups = nodes[outer], groups[outer]
             ancestor = scopes.file_of if level == "file" else scopes.module_of
             groups = np.array(ancestor, dtype=np.int64)[groups]
-        counted = _outermost_members(groups, nodes, start, end) > 0
+        counted = outermost_members(groups, nodes, start, end) > 0
         for row_in, row_out in zip(agg.inc, inc, strict=True):
             row_out += np.bincount(groups[counted], row_in[nodes[counted]], n_groups)
     return inc
 
 
-def _exclusive(agg: _Aggregator, placed: _Placement) -> np.ndarray:
+def _exclusive(agg: Aggregator, placed: _Placement) -> np.ndarray:
     """Exclusive: each context's self cost goes to its scope and up through the scopes that
     contain it, where function scope stops at the innermost function-like scope and
     lex_aware also at the innermost loop (formats.md §3.2): every line, file and module
@@ -263,3 +248,13 @@ def _exclusive(agg: _Aggregator, placed: _Placement) -> np.ndarray:
         for row_in, row_out in zip(direct, exc, strict=True):
             row_out += np.bincount(target[has], row_in[has], n_groups)
     return exc
+
+
+class Flat:
+    """The flat view of static structure."""
+
+    name = "flat"
+    help = "Flat view: load module > file > function > loop > line."
+
+    def build(self, catalog: MetricCatalog, options: ViewOptions, elided: BoolArray | None) -> View:
+        return flat(catalog, options, elided)

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from pyhpctk.present.labels import context_label
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import SCOPE_EXECUTION, SCOPE_FUNCTION
-from pyhpctk.present.views import context_label
 
 Columns = dict[str, Any]
 

@@ -23,7 +23,7 @@ import numpy as np
 from pyhpctk.present.api import Database
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
 from pyhpctk.present.traces import NoTraceError, function_of
-from pyhpctk.present.views import View, ViewNode
+from pyhpctk.present.viewmodel import View, ViewNode
 
 MAX_SEGMENTS_PER_LINE = 20000
 LARGE_TREE_ROWS = 20000  # above this many rows, pyview --html hides scopes below ...

@@ -17,17 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyhpctk.present.labels import context_label
 from pyhpctk.present.metrics import MetricCatalog, MetricError
 from pyhpctk.present.model import (
     EXCLUSIVE_SCOPE,
     INCLUSIVE_SCOPE,
     Experiment,
     FloatArray,
-    ProfileInfo,
+    Profile,
     ProfileList,
     profile_indices,
 )
-from pyhpctk.present.views import context_label
 
 PATH_ENDS = 10  # a printed path longer than twice this shows its two ends only
 
@@ -76,12 +76,12 @@ class ContextSpread:
     path: tuple[str, ...]  # labels from the entry point down to this context
     metric: str
     inclusive: bool
-    profiles: Sequence[ProfileInfo]
+    profiles: Sequence[Profile]
     values: FloatArray  # one per profile in ``profiles`` (zeros included)
     stats: ProfileStats
 
 
-def select_profiles(exp: Experiment, kind: str = "all") -> Sequence[ProfileInfo]:
+def select_profiles(exp: Experiment, kind: str = "all") -> Sequence[Profile]:
     """Non-summary profiles of a kind: ``all``, ``cpu`` (threads) or ``gpu`` (streams)."""
     if kind == "all":
         return exp.profiles
@@ -115,7 +115,7 @@ def context_path(exp: Experiment, node: int) -> tuple[str, ...]:
 
 
 def _per_profile(
-    exp: Experiment, ctx_id: int, prop: int, profiles: Sequence[ProfileInfo]
+    exp: Experiment, ctx_id: int, prop: int, profiles: Sequence[Profile]
 ) -> FloatArray:
     """One context's values, one per profile of ``profiles`` (0 where cct.db has none).
 
@@ -141,7 +141,7 @@ def spread(
     ctx_id: int,
     metric: str,
     inclusive: bool = True,
-    profiles: Sequence[ProfileInfo] | None = None,
+    profiles: Sequence[Profile] | None = None,
 ) -> ContextSpread:
     """Per-profile values of ``metric`` at one context, and their statistics."""
     exp = catalog.experiment
@@ -169,7 +169,7 @@ def most_imbalanced(
     metric: str,
     count: int = 10,
     min_share: float = 1.0,
-    profiles: Sequence[ProfileInfo] | None = None,
+    profiles: Sequence[Profile] | None = None,
     inclusive: bool = True,
 ) -> list[ContextSpread]:
     """Contexts holding at least ``min_share`` percent of the total, by imbalance (max/mean-1).

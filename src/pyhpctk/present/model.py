@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NewType, Protocol, overload
+from typing import Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -25,10 +25,6 @@ import numpy.typing as npt
 from pyhpctk.errors import FormatError
 from pyhpctk.formats.vocabulary import GPU_ID_NAMES, SCOPE_NAMES, Combine
 from pyhpctk.present.names import short_paths
-
-ContextId = NewType("ContextId", int)
-MetricId = NewType("MetricId", int)
-ProfileIndex = NewType("ProfileIndex", int)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -181,7 +177,7 @@ class MetricInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileInfo:
+class Profile:
     """A non-summary profile (thread or GPU stream) and its hierarchical identifier tuple."""
 
     index: int  # the profile.db index (>= 1)
@@ -208,8 +204,8 @@ class ProfileInfo:
         return self.element("RANK")
 
 
-class ProfileList(Sequence[ProfileInfo]):
-    """Profiles of a database, each :class:`ProfileInfo` made only when asked for.
+class ProfileList(Sequence[Profile]):
+    """Profiles of a database, each :class:`Profile` made only when asked for.
 
     ``indices`` are the profiles' profile.db indices (ascending); ``identify(index)`` gives one
     profile's identifier; ``gpu()`` says for every index of the database whether it is a GPU
@@ -233,16 +229,16 @@ class ProfileList(Sequence[ProfileInfo]):
         return len(self.indices)
 
     @overload
-    def __getitem__(self, position: int) -> ProfileInfo: ...
+    def __getitem__(self, position: int) -> Profile: ...
 
     @overload
     def __getitem__(self, position: slice) -> ProfileList: ...
 
-    def __getitem__(self, position: int | slice) -> ProfileInfo | ProfileList:
+    def __getitem__(self, position: int | slice) -> Profile | ProfileList:
         if isinstance(position, slice):
             return ProfileList(self.indices[position], self._identify, self._gpu)
         index = int(self.indices[position])
-        return ProfileInfo(index, self._identify(index))
+        return Profile(index, self._identify(index))
 
     def where(self, kind: str) -> ProfileList:
         """The GPU streams (``gpu``) or the other profiles (``cpu``) among these."""
@@ -251,7 +247,7 @@ class ProfileList(Sequence[ProfileInfo]):
         return ProfileList(self.indices[chosen], self._identify, self._gpu)
 
 
-def profile_indices(profiles: Sequence[ProfileInfo]) -> IntArray:
+def profile_indices(profiles: Sequence[Profile]) -> IntArray:
     """The profile.db indices of ``profiles``, in their order (no object made for a list)."""
     if isinstance(profiles, ProfileList):
         return profiles.indices
@@ -259,7 +255,7 @@ def profile_indices(profiles: Sequence[ProfileInfo]) -> IntArray:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceLine:
+class Timeline:
     """One trace.db line: a profile's (timestamp ns, ctxId) samples, sorted by time."""
 
     profile: int
@@ -293,7 +289,7 @@ class ValueSource(Protocol):
 class TraceSource(Protocol):
     """Where trace lines come from (trace.db)."""
 
-    def lines(self) -> Sequence[TraceLine]: ...
+    def lines(self) -> Sequence[Timeline]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,9 +333,9 @@ class InMemoryValues:
 class InMemoryTraces:
     """A :class:`TraceSource` over a list of lines."""
 
-    trace_lines: tuple[TraceLine, ...]
+    trace_lines: tuple[Timeline, ...]
 
-    def lines(self) -> Sequence[TraceLine]:
+    def lines(self) -> Sequence[Timeline]:
         return self.trace_lines
 
 
@@ -366,13 +362,13 @@ class Experiment:
     title: str
     tree: ContextTree
     metrics: tuple[MetricInfo, ...]
-    profiles: Sequence[ProfileInfo]
+    profiles: Sequence[Profile]
     values: ValueSource
     traces: TraceSource | None = None
     taxonomy_text: str | None = None  # metrics/default.yaml, when the database has one
     thread_names: Mapping[int, ThreadName] = field(default_factory=dict)
 
-    def profile_title(self, prof: ProfileInfo) -> str:
+    def profile_title(self, prof: Profile) -> str:
         """How views name a profile: ``ThreadPoolExecutor-0_1 (NODE 0 / THREAD 2)`` where pyrun
         recorded the thread's name, else its identifier (``NODE 0 / THREAD 2``)."""
         named = self.thread_names.get(prof.index)

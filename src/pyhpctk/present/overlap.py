@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from pyhpctk.core.communication import is_communication
 from pyhpctk.errors import UsageError
-from pyhpctk.present.model import Experiment, ProfileInfo, TraceLine
+from pyhpctk.present.model import Experiment, Profile, Timeline
 
 IDLE_CONTEXT = 0
 COMPUTE, COMMUNICATION, COPY, SYNC, OTHER, NOTHING = range(6)
@@ -86,9 +86,7 @@ def context_category(exp: Experiment, ctx_id: int, cache: dict[int, int] | None 
     return category
 
 
-def line_categories(
-    exp: Experiment, line: TraceLine, cache: dict[int, int]
-) -> npt.NDArray[np.int8]:
+def line_categories(exp: Experiment, line: Timeline, cache: dict[int, int]) -> npt.NDArray[np.int8]:
     """The category of every element of ``line`` (its last element, which only closes the
     line, is ``NOTHING``)."""
     ids, inverse = np.unique(line.ctx_ids.astype(np.int64), return_inverse=True)
@@ -160,13 +158,13 @@ class RankShare:
         return self.overlap_ns / total if total else 0.0
 
 
-def _gpu_lines(exp: Experiment) -> list[tuple[ProfileInfo, TraceLine]]:
+def _gpu_lines(exp: Experiment) -> list[tuple[Profile, Timeline]]:
     if exp.traces is None:
         raise NoOverlapError(f"{exp.path}: no trace.db: measure with tracing on (pyrun -t)")
     by_index = {p.index: p for p in exp.profiles}
     out = []
     for line in exp.traces.lines():
-        info = by_index.get(line.profile, ProfileInfo(line.profile, ()))
+        info = by_index.get(line.profile, Profile(line.profile, ()))
         if info.is_gpu and len(line.timestamps) > 1:
             out.append((info, line))
     return out
@@ -182,14 +180,14 @@ def overlap_report(exp: Experiment) -> list[RankShare]:
     if not lines:
         raise NoOverlapError(f"{exp.path}: no GPU stream in the traces: nothing to compare")
     cache: dict[int, int] = {}
-    ranks: dict[int | None, list[tuple[ProfileInfo, TraceLine, npt.NDArray[np.int8]]]] = {}
+    ranks: dict[int | None, list[tuple[Profile, Timeline, npt.NDArray[np.int8]]]] = {}
     for info, line in lines:
         ranks.setdefault(info.rank, []).append((info, line, line_categories(exp, line, cache)))
     return [_rank_share(rank, ranks[rank]) for rank in sorted(ranks, key=rank_key)]
 
 
 def _rank_share(
-    rank: int | None, lines: list[tuple[ProfileInfo, TraceLine, npt.NDArray[np.int8]]]
+    rank: int | None, lines: list[tuple[Profile, Timeline, npt.NDArray[np.int8]]]
 ) -> RankShare:
     start = min(int(line.timestamps[0]) for _, line, _ in lines)
     end = max(int(line.timestamps[-1]) for _, line, _ in lines)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import click
 
-from pyhpctk.present.views import View, ViewNode
+from pyhpctk.present.viewmodel import View, ViewNode
 
 #: Levels the text tree indents; deeper rows keep that indentation and show ``[depth N]``.
 TEXT_DEPTH_LIMIT = 40

@@ -39,7 +39,7 @@ from pyhpctk.present.model import (
     ProfileList,
     SummaryStat,
     ThreadName,
-    TraceLine,
+    Timeline,
 )
 from pyhpctk.present.names import shown_name
 
@@ -80,7 +80,7 @@ def tree_from_metadb(meta: metadb.MetaDB) -> ContextTree:
     parent[0] = -1
     parent[1:] = index.parent_row + 1  # -1 (under the global context) becomes node 0
     names = [""] + [
-        node.pretty_name if isinstance(node, metadb.EntryPoint) else "" for node in index.nodes
+        node.pretty_name if isinstance(node, metadb.Entry) else "" for node in index.nodes
     ]
     functions = tuple(
         FunctionInfo(
@@ -220,9 +220,9 @@ class DatabaseTraces:
     db: tracedb.TraceDB
     n_profiles: int
     path: Path
-    _lines: list[TraceLine] | None = None
+    _lines: list[Timeline] | None = None
 
-    def lines(self) -> Sequence[TraceLine]:
+    def lines(self) -> Sequence[Timeline]:
         if self._lines is None:
             lines = []
             try:
@@ -235,7 +235,7 @@ class DatabaseTraces:
                             f"profile.db ({self.n_profiles} profiles)",
                         )
                     lines.append(
-                        TraceLine(
+                        Timeline(
                             line.prof_index,
                             np.asarray(line.elements["timestamp"], dtype=np.uint64),
                             np.asarray(line.elements["ctx_id"], dtype=np.uint32),
@@ -253,7 +253,7 @@ class DamagedTraces:
 
     error: FormatError
 
-    def lines(self) -> Sequence[TraceLine]:
+    def lines(self) -> Sequence[Timeline]:
         raise damaged_trace_error(self.error)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyhpctk.core.metrics import metric_base, prop_id, stat_id
 from pyhpctk.formats import cctdb, metadb, profiledb
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 from pyhpctk.formats.vocabulary import SCOPE_NAMES, Combine, LexicalType, Relation
@@ -39,9 +40,9 @@ from pyhpctk.present.model import (
     InMemoryTraces,
     InMemoryValues,
     MetricInfo,
-    ProfileInfo,
+    Profile,
     SummaryStat,
-    TraceLine,
+    Timeline,
 )
 
 SCOPES = SCOPE_NAMES
@@ -72,12 +73,14 @@ class Spec:
 
 
 def metric_info(name: str, base: int) -> MetricInfo:
-    """A plain metric as hpcprof writes it: scope k has prop id and sum stat id ``base + k``."""
+    """A plain metric as hpcprof writes it: scope k has prop id ``base + k`` and a single
+    partial, ``sum($$)``, whose stat id is the same."""
     return MetricInfo(
         name,
-        tuple((scope, base + k) for k, scope in enumerate(SCOPES)),
+        tuple((scope, prop_id(base, k)) for k, scope in enumerate(SCOPES)),
         tuple(
-            SummaryStat(scope, "$$", Combine.SUM.label, base + k) for k, scope in enumerate(SCOPES)
+            SummaryStat(scope, "$$", Combine.SUM.label, stat_id(base, 0, k))
+            for k, scope in enumerate(SCOPES)
         ),
     )
 
@@ -87,7 +90,7 @@ def build(
     metrics: Sequence[str],
     profiles: Sequence[tuple[tuple[str, int], ...]],
     title: str = "synthetic",
-    traces: Sequence[TraceLine] | None = None,
+    traces: Sequence[Timeline] | None = None,
     taxonomy_text: str | None = None,
 ) -> Experiment:
     """An :class:`Experiment` from specs; ctxIds are assigned in pre-order unless given."""
@@ -98,14 +101,15 @@ def build(
     per_profile: dict[int, np.ndarray] = {}
     infos = []
     for m, metric in enumerate(metrics):
+        base = metric_base(m, 1)  # one partial: sum($$)
         scope = _propagate(nodes, tree, metric, len(profiles))
         for k, s in enumerate(SCOPES):
             dense = np.zeros((len(profiles), n_ctx))
             dense[:, tree.ctx_id] = scope[s]
-            per_profile[4 * m + k] = dense
-            summary[4 * m + k] = dense.sum(axis=0)
-        infos.append(metric_info(metric, 4 * m))
-    profile_infos = tuple(ProfileInfo(i + 1, ident) for i, ident in enumerate(profiles))
+            per_profile[prop_id(base, k)] = dense
+            summary[stat_id(base, 0, k)] = dense.sum(axis=0)
+        infos.append(metric_info(metric, base))
+    profile_infos = tuple(Profile(i + 1, ident) for i, ident in enumerate(profiles))
     return Experiment(
         path=f"<{title}>",
         title=title,
@@ -252,7 +256,9 @@ def write_database(exp: Experiment, directory: str | os.PathLike[str]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tree = exp.tree
     meta = metadb.MetaDB(title=exp.title)
-    meta.metrics = [metadb.Metric.standard(m.name, 4 * k) for k, m in enumerate(exp.metrics)]
+    meta.metrics = [
+        metadb.Metric.standard(m.name, metric_base(k, 1)) for k, m in enumerate(exp.metrics)
+    ]
     meta.modules = [metadb.Module(m) for m in tree.modules]
     meta.files = [metadb.SourceFile(f) for f in tree.files]
     meta.functions = [
@@ -265,13 +271,13 @@ def write_database(exp: Experiment, directory: str | os.PathLike[str]) -> Path:
         )
         for f in tree.functions
     ]
-    nodes: list[metadb.EntryPoint | metadb.Context | None] = [None]
+    nodes: list[metadb.Entry | metadb.Context | None] = [None]
     for i in range(1, tree.size):
         up = nodes[int(tree.parent[i])]
         lex = int(tree.lexical_type[i])
-        node: metadb.EntryPoint | metadb.Context
+        node: metadb.Entry | metadb.Context
         if lex == LEX_ENTRY:
-            entry = metadb.EntryPoint(
+            entry = metadb.Entry(
                 int(tree.ctx_id[i]), metadb.EntryPointKind.MAIN_THREAD, tree.names[i]
             )
             meta.entry_points.append(entry)

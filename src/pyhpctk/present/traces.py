@@ -32,14 +32,14 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats.vocabulary import LexicalType, Relation
+from pyhpctk.present.labels import context_label
 from pyhpctk.present.model import (
     LEX_ENTRY,
     Experiment,
-    ProfileInfo,
+    Profile,
     ThreadName,
-    TraceLine,
+    Timeline,
 )
-from pyhpctk.present.views import context_label
 
 IDLE = 0
 
@@ -48,20 +48,20 @@ class NoTraceError(UsageError):
     """The database has no trace.db (or no lines the analysis needs)."""
 
 
-def _lines(exp: Experiment) -> Sequence[TraceLine]:
+def _lines(exp: Experiment) -> Sequence[Timeline]:
     if exp.traces is None:
         raise NoTraceError(f"{exp.path}: no trace.db: measure with tracing on (pyrun -t)")
     return exp.traces.lines()
 
 
-def _profile(exp: Experiment, index: int) -> ProfileInfo:
+def _profile(exp: Experiment, index: int) -> Profile:
     for p in exp.profiles:
         if p.index == index:
             return p
-    return ProfileInfo(index, ())
+    return Profile(index, ())
 
 
-def durations(line: TraceLine) -> npt.NDArray[np.int64]:
+def durations(line: Timeline) -> npt.NDArray[np.int64]:
     """How long each element lasts (the last element: 0)."""
     t = line.timestamps.astype(np.int64)
     out = np.zeros(len(t), dtype=np.int64)
@@ -298,7 +298,7 @@ class _Processes:
         self.events = events
         self.ids: dict[tuple[tuple[tuple[str, int], ...], bool, int | None], int] = {}
 
-    def pid_of(self, prof: ProfileInfo, named: ThreadName | None) -> int:
+    def pid_of(self, prof: Profile, named: ThreadName | None) -> int:
         where = tuple(e for e in prof.identifier if e[0] not in _LINE_KINDS)
         key = (where, prof.is_gpu, None if named is None else named.pid)
         pid = self.ids.get(key)
@@ -317,7 +317,7 @@ class _Processes:
         return pid
 
 
-def _line_name(exp: Experiment, prof: ProfileInfo, line: TraceLine) -> str:
+def _line_name(exp: Experiment, prof: Profile, line: Timeline) -> str:
     """A track's name: its thread or stream number, and for a CPU thread the entry point its
     samples are under (``main thread``, ``application thread``)."""
     own = [f"{kind} {ident}" for kind, ident in prof.identifier if kind in _LINE_KINDS]
@@ -350,7 +350,7 @@ class Blame:
     by_context: tuple[tuple[int, float], ...]  # (ctxId, blamed ns), largest first
 
 
-def _states(line: TraceLine, cuts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def _states(line: Timeline, cuts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The context of ``line`` during each segment ``[cuts[k], cuts[k+1])`` (0 = idle/absent)."""
     times = line.timestamps.astype(np.int64)
     where = np.searchsorted(times, cuts[:-1], side="right") - 1
@@ -369,7 +369,7 @@ def gpu_idle_blame(exp: Experiment) -> Blame:
     lines = [line for line in _lines(exp) if len(line.timestamps)]
     if not any(_profile(exp, line.profile).is_gpu for line in _lines(exp)):
         raise NoTraceError(f"{exp.path}: no GPU stream in the traces: nothing to blame")
-    ranks: dict[int | None, list[TraceLine]] = {}
+    ranks: dict[int | None, list[Timeline]] = {}
     for line in lines:
         ranks.setdefault(_profile(exp, line.profile).rank, []).append(line)
     idle_ns = blamed_ns = 0
@@ -392,7 +392,7 @@ def gpu_idle_blame(exp: Experiment) -> Blame:
 
 
 def _rank_idle_blame(
-    gpu: list[TraceLine], cpu: list[TraceLine], per_ctx: dict[int, float]
+    gpu: list[Timeline], cpu: list[Timeline], per_ctx: dict[int, float]
 ) -> tuple[int, int]:
     """One rank's (GPU idle ns, blamed ns); its blame by context is added to ``per_ctx``."""
     lines = gpu + cpu

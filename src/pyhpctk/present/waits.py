@@ -33,7 +33,7 @@ from typing import TextIO
 import numpy as np
 import numpy.typing as npt
 
-from pyhpctk.present.model import Experiment, ProfileInfo, TraceLine
+from pyhpctk.present.model import Experiment, Profile, Timeline
 from pyhpctk.present.overlap import (
     COMMUNICATION,
     COMPUTE,
@@ -58,7 +58,7 @@ class Waits:
 
 
 def _communication_intervals(
-    exp: Experiment, lines: list[TraceLine], cache: dict[int, int]
+    exp: Experiment, lines: list[Timeline], cache: dict[int, int]
 ) -> npt.NDArray[np.int64]:
     """(start, end) of every communication element of ``lines``, in start order."""
     parts = []
@@ -76,10 +76,10 @@ def collective_waits(exp: Experiment) -> Waits:
     """Match collectives across ranks, measure the waits, blame the late rank's work."""
     by_index = {p.index: p for p in exp.profiles}
     lines = exp.traces.lines() if exp.traces is not None else []
-    gpu: dict[int | None, list[TraceLine]] = {}
-    cpu: dict[int | None, list[TraceLine]] = {}
+    gpu: dict[int | None, list[Timeline]] = {}
+    cpu: dict[int | None, list[Timeline]] = {}
     for line in lines:
-        info = by_index.get(line.profile, ProfileInfo(line.profile, ()))
+        info = by_index.get(line.profile, Profile(line.profile, ()))
         if len(line.timestamps) > 1:
             (gpu if info.is_gpu else cpu).setdefault(info.rank, []).append(line)
     cache: dict[int, int] = {}
@@ -135,7 +135,7 @@ class _Culprit:
     """What the late rank's GPU streams and CPU threads were doing, segment by segment."""
 
     def __init__(
-        self, exp: Experiment, gpu: list[TraceLine], cpu: list[TraceLine], cache: dict[int, int]
+        self, exp: Experiment, gpu: list[Timeline], cpu: list[Timeline], cache: dict[int, int]
     ) -> None:
         self.exp = exp
         self.gpu = [(line, line_categories(exp, line, cache)) for line in gpu]

@@ -34,7 +34,7 @@ from pyhpctk.formats.hpcstruct_model import PROCEDURE, Scope, StructureFile, for
 from pyhpctk.structure import dwarf as dw
 from pyhpctk.structure.cfg import Instruction, build_cfg
 from pyhpctk.structure.elfimage import ElfImage
-from pyhpctk.structure.host import FunctionAnalyzer, HostOptions, Procedure, assemble
+from pyhpctk.structure.host import FunctionAnalyzer, HostStructOptions, Procedure, assemble
 from pyhpctk.structure.inline_tree import Stmt, TreeNode, tree_scopes
 from pyhpctk.structure.sass import (
     NvdisasmMissing,
@@ -284,7 +284,7 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
     elf = image.elf
     line_section = elf.get_section_by_name(".debug_line")
     if line_section is None:
-        return dw.DebugInfo(dw._empty_line_map(), dw._empty_inlines(), False)
+        return dw.DebugInfo(dw.empty_line_map(), dw.empty_inlines(), False)
     strings = elf.get_section_by_name(".debug_str")
     strdata = strings.data() if strings is not None else b""
     programs = _parse_line_section(
@@ -292,7 +292,7 @@ def _read_cubin_debug(image: ElfImage, resolve_paths: bool) -> dw.DebugInfo:
     )
     rows = _line_rows(programs, strdata)
     line_map = _line_map(rows)
-    return dw.DebugInfo(line_map, _inline_table(image, programs, rows), bool(rows.starts))
+    return dw.DebugInfo(line_map, inline_table(image, programs, rows), bool(rows.starts))
 
 
 @dataclass(slots=True)
@@ -394,7 +394,7 @@ def _line_map(rows: _LineRows) -> dw.LineMap:
     )
 
 
-def _inline_table(image: ElfImage, programs: list[_Program], rows: _LineRows) -> dw.InlineTable:
+def inline_table(image: ElfImage, programs: list[_Program], rows: _LineRows) -> dw.InlineTable:
     """Inline table: from line-table contexts, else from DW_TAG_inlined_subroutine (-G builds)."""
     node_of: dict[tuple[dw.InlineNode, ...], int] = {}
     parents: list[int] = []
@@ -424,7 +424,7 @@ def _inline_table(image: ElfImage, programs: list[_Program], rows: _LineRows) ->
         _inlines_from_info(
             image, programs, rows.files, rows.file_id, lo, hi, nodes, depths, parents, calls
         )
-    return dw._inline_table(lo, hi, nodes, depths, parents, calls)
+    return dw.inline_table(lo, hi, nodes, depths, parents, calls)
 
 
 def _inlines_from_info(
@@ -463,7 +463,7 @@ def _inlines_from_info(
                         int(attrs["DW_AT_call_line"].value) if "DW_AT_call_line" in attrs else 0
                     )
                     node = len(calls)
-                    calls.append(dw.InlineNode(call_file, call_line, dw._callee_name(child)))
+                    calls.append(dw.InlineNode(call_file, call_line, dw.callee_name(child)))
                     parents.append(parent)
                     if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
                         low = value(attrs["DW_AT_low_pc"])
@@ -651,6 +651,6 @@ class _CubinAnalyzer(FunctionAnalyzer):
         self.image = image
         self.info = info
         self.procs = procs
-        self.options = HostOptions(call_tags=True)
+        self.options = HostStructOptions(call_tags=True)
         self.entries = {p.start for p in procs}
         self.noreturn = set()

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
-from pyhpctk.formats._whole import open_regular
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
+from pyhpctk.formats.whole import open_regular
 from pyhpctk.structure import cache as struct_cache
 from pyhpctk.structure.elfimage import SHF_EXECINSTR, open_image
 from pyhpctk.structure.elfimage import sniff as sniff_elf

@@ -125,7 +125,7 @@ class DebugInfo:
     has_lines: bool
 
 
-def _empty_line_map() -> LineMap:
+def empty_line_map() -> LineMap:
     return LineMap(
         np.zeros(0, np.uint64),
         np.zeros(0, np.uint64),
@@ -135,7 +135,7 @@ def _empty_line_map() -> LineMap:
     )
 
 
-def _empty_inlines() -> InlineTable:
+def empty_inlines() -> InlineTable:
     return InlineTable(
         np.zeros(0, np.uint64),
         np.zeros(0, np.uint64),
@@ -146,7 +146,7 @@ def _empty_inlines() -> InlineTable:
     )
 
 
-def _inline_table(
+def inline_table(
     lo: list[int],
     hi: list[int],
     nodes: list[int],
@@ -156,7 +156,7 @@ def _inline_table(
 ) -> InlineTable:
     """The inlined ranges found, outermost first (stable among equal depths); empty if none."""
     if not lo:
-        return _empty_inlines()
+        return empty_inlines()
     order = np.argsort(np.array(depths, dtype=np.int32), kind="stable")
     return InlineTable(
         np.array(lo, dtype=np.uint64)[order],
@@ -228,7 +228,7 @@ def read_debug_info(image: ElfImage, resolve_paths: bool = True) -> DebugInfo:
     """
     elf = image.elf
     if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_line") is None:
-        return DebugInfo(_empty_line_map(), _empty_inlines(), False)
+        return DebugInfo(empty_line_map(), empty_inlines(), False)
     try:
         return _read(image, resolve_paths)
     except FormatError:
@@ -306,8 +306,8 @@ def _read(image: ElfImage, resolve_paths: bool) -> DebugInfo:
         keep = f >= 0
         line_map = LineMap(s[keep], e[keep], f[keep], ln[keep], files)
     else:
-        line_map = _empty_line_map()
-    inlines = _inline_table(inl_lo, inl_hi, inl_node, inl_depth, parents, calls)
+        line_map = empty_line_map()
+    inlines = inline_table(inl_lo, inl_hi, inl_node, inl_depth, parents, calls)
     return DebugInfo(line_map, inlines, bool(len(line_map.starts)))
 
 
@@ -367,7 +367,7 @@ def _origin(die: Any) -> Any:
     return None
 
 
-def _callee_name(die: Any) -> str:
+def callee_name(die: Any) -> str:
     """The name hpcstruct gives an inlined function (Dyninst 13's ``findFuncName``).
 
     Dyninst names the function once per DIE of the chain inlined call -> abstract origin ->
@@ -434,7 +434,7 @@ def _collect_inlines(
                 )
                 call_line = int(attrs["DW_AT_call_line"].value) if "DW_AT_call_line" in attrs else 0
                 node = len(calls)
-                calls.append(InlineNode(call_file, call_line, _callee_name(child)))
+                calls.append(InlineNode(call_file, call_line, callee_name(child)))
                 parents.append(parent)
                 for lo, hi in _die_ranges(dwarf, cu, child):
                     inl_lo.append(lo)

@@ -70,7 +70,7 @@ class Procedure:
 
 
 @dataclass(frozen=True, slots=True)
-class HostOptions:
+class HostStructOptions:
     """Knobs for host analysis."""
 
     call_tags: bool = False
@@ -223,14 +223,14 @@ class FunctionAnalyzer:
         image: ElfImage,
         info: DebugInfo,
         procs: Sequence[Procedure],
-        options: HostOptions | None = None,
+        options: HostStructOptions | None = None,
         decoded: dict[int, list[Instruction]] | None = None,
     ) -> None:
         self.decoded = decoded if decoded is not None else {}
         self.image = image
         self.info = info
         self.procs = list(procs)
-        self.options = options or HostOptions()
+        self.options = options or HostStructOptions()
         self.decoder = Decoder(image.machine)
         self.jump_tables = JumpTableResolver(image) if image.machine == EM_X86_64 else None
         self.entries = {p.start for p in self.procs}
@@ -430,7 +430,7 @@ def number_scopes(lm: Scope, first: int = 3) -> None:
 def analyze_host(
     image: ElfImage,
     lm_name: str | None = None,
-    options: HostOptions | None = None,
+    options: HostStructOptions | None = None,
     jobs: int = 1,
     progress: Callable[[int], None] | None = None,
     resolve_paths: bool = True,

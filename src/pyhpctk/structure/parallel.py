@@ -12,20 +12,41 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Protocol, TypeVar
 
 from pyhpctk.formats.hpcstruct_model import Scope
-from pyhpctk.structure.host import FunctionAnalyzer, Procedure
-
-_ANALYZER: FunctionAnalyzer | None = None
-_PROCS: Sequence[Procedure] = ()
-
 
 Result = tuple[Scope, set[int]]
 
 
+class AddressRange(Protocol):
+    """What slicing needs of a procedure: its address range (the host's ``Procedure``)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+Proc = TypeVar("Proc", bound=AddressRange)
+ProcIn = TypeVar("ProcIn", bound=AddressRange, contravariant=True)
+
+
+class Analyzer(Protocol[ProcIn]):
+    """What a worker runs on each procedure (the host's ``FunctionAnalyzer``): its ``P`` scope
+    and the call targets it found."""
+
+    def analyze_with_calls(self, proc: ProcIn, /) -> Result: ...
+
+
+_ANALYZER: Analyzer[Any] | None = None
+_PROCS: Sequence[Any] = ()
+
+
 def _serial(
-    analyzer: FunctionAnalyzer,
-    procs: Sequence[Procedure],
+    analyzer: Analyzer[Proc],
+    procs: Sequence[Proc],
     progress: Callable[[int], None] | None = None,
 ) -> list[Result]:
     out = []
@@ -42,7 +63,7 @@ def _work(bounds: tuple[int, int]) -> tuple[int, list[Result]]:
     return lo, _serial(_ANALYZER, _PROCS[lo:hi])
 
 
-def slices(procs: Sequence[Procedure], parts: int) -> list[tuple[int, int]]:
+def slices(procs: Sequence[AddressRange], parts: int) -> list[tuple[int, int]]:
     """Split the procedure list into about ``parts`` slices of similar code size."""
     if not procs:
         return []
@@ -63,8 +84,8 @@ def slices(procs: Sequence[Procedure], parts: int) -> list[tuple[int, int]]:
 
 
 def map_functions(
-    analyzer: FunctionAnalyzer,
-    procs: Sequence[Procedure],
+    analyzer: Analyzer[Proc],
+    procs: Sequence[Proc],
     jobs: int,
     progress: Callable[[int], None] | None = None,
 ) -> list[Result]:

@@ -69,7 +69,7 @@ from pyhpctk.formats.metadb.model import (
     STANDARD_SCOPES,
     Context,
     ContextIndex,
-    EntryPoint,
+    Entry,
     Function,
     MetaDB,
     Metric,
@@ -87,7 +87,7 @@ from pyhpctk.formats.metadb.write import to_bytes, write
 
 # formats.md §3.2: the enumerations and flag bits are the database's vocabulary, re-exported
 # under the names this format's users know (EntryPointKind is the vocabulary's EntryPoint:
-# here EntryPoint is the record).
+# here Entry is the record).
 from pyhpctk.formats.vocabulary import (
     DEFAULT_ID_NAMES,
     ENTRY_POINT_NAMES,
@@ -145,7 +145,7 @@ __all__ = [
     "Combine",
     "Context",
     "ContextIndex",
-    "EntryPoint",
+    "Entry",
     "EntryPointKind",
     "Function",
     "LexicalType",

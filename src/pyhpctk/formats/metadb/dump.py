@@ -7,7 +7,7 @@ from typing import TextIO
 
 from pyhpctk.formats import _db
 from pyhpctk.formats.metadb.layout import enum_name
-from pyhpctk.formats.metadb.model import Context, EntryPoint, MetaDB, Module, SourceFile
+from pyhpctk.formats.metadb.model import Context, Entry, MetaDB, Module, SourceFile
 from pyhpctk.formats.vocabulary import Combine, LexicalType, Relation, ScopeType
 from pyhpctk.formats.vocabulary import EntryPoint as EntryPointKind
 
@@ -94,7 +94,7 @@ def dump(db: MetaDB, out: TextIO) -> None:
     w("context tree:\n")
     for node, _, depth in db.contexts():
         indent = "  " * (depth + 1)
-        if isinstance(node, EntryPoint):
+        if isinstance(node, Entry):
             w(
                 f"{indent}#{node.ctx_id} entry {enum_name(EntryPointKind, node.kind)} "
                 f"({node.pretty_name})\n"

@@ -190,7 +190,7 @@ class Context:
 
 
 @dataclass(slots=True, eq=False)
-class EntryPoint:
+class Entry:
     """{Entry}: a top-level context ("main thread", ...) under the implicit global context 0."""
 
     ctx_id: int
@@ -202,14 +202,14 @@ class EntryPoint:
         return (self.ctx_id, self.kind, self.pretty_name)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, EntryPoint):
+        if not isinstance(other, Entry):
             return NotImplemented
         return _trees_equal([self], [other])
 
     __hash__ = None  # type: ignore[assignment]
 
 
-Node = Context | EntryPoint
+Node = Context | Entry
 
 
 def _trees_equal(left: Sequence[Node], right: Sequence[Node]) -> bool:
@@ -308,7 +308,7 @@ class ContextIndex:
         self._rows_sorted: npt.NDArray[np.int64] = order.astype(np.int64)
 
     @classmethod
-    def build(cls, roots: Sequence[EntryPoint]) -> ContextIndex:
+    def build(cls, roots: Sequence[Entry]) -> ContextIndex:
         """Index the trees under ``roots`` (one pass over the objects, then numpy)."""
         nodes: list[Node] = []
         rows: list[tuple[int, ...]] = []
@@ -421,7 +421,7 @@ class MetaDB:
     modules: list[Module] = field(default_factory=list)
     files: list[SourceFile] = field(default_factory=list)
     functions: list[Function] = field(default_factory=list)
-    entry_points: list[EntryPoint] = field(default_factory=list)
+    entry_points: list[Entry] = field(default_factory=list)
     string_order: tuple[str, ...] | None = None
     read_problems: tuple[str, ...] = field(default=(), repr=False)
     _index: ContextIndex | None = field(default=None, repr=False)

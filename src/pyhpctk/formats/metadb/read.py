@@ -62,7 +62,7 @@ from pyhpctk.formats.metadb.model import (
     NO_ENUM,
     Context,
     ContextIndex,
-    EntryPoint,
+    Entry,
     Function,
     MetaDB,
     Metric,
@@ -424,7 +424,7 @@ class _Records:
 
 def read_contexts(
     r: _Reader, strings: Strings, tables: tuple[Table, Table, Table]
-) -> tuple[list[EntryPoint], ContextIndex]:
+) -> tuple[list[Entry], ContextIndex]:
     """formats.md §3.2 Context section: entry points, then the tree, in two passes."""
     header = r.need(SEC_CONTEXT, CONTEXTS_HEADER_DTYPE)
     eps = r.array(
@@ -577,11 +577,11 @@ def _context_objects(
     strings: Strings,
     records: _Records,
     columns: dict[str, npt.NDArray[Any]],
-) -> tuple[list[EntryPoint], ContextIndex]:
+) -> tuple[list[Entry], ContextIndex]:
     """The entry points and contexts as objects, and the flat index, from the columns."""
     # Build the objects from plain lists (the fastest way to make many small Python objects).
     entry_points = [
-        EntryPoint(ctx_id, kind, strings.get(p, "Context"), [])
+        Entry(ctx_id, kind, strings.get(p, "Context"), [])
         for ctx_id, kind, p in zip(
             eps["ctxId"].tolist(),
             eps["entryPoint"].tolist(),

@@ -67,7 +67,7 @@ from pyhpctk.formats.metadb.layout import (
     SUMMARY_DTYPE,
     TABLE_HEADER_DTYPE,
 )
-from pyhpctk.formats.metadb.model import Context, EntryPoint, MetaDB, Node, no_gc
+from pyhpctk.formats.metadb.model import Context, Entry, MetaDB, Node, no_gc
 
 
 def to_bytes(db: MetaDB) -> bytes:
@@ -290,7 +290,7 @@ def write_tables(out: _Out, db: MetaDB, pooled: Pooled) -> tuple[int, int, int]:
 
 
 def post_order(
-    entry_points: Sequence[EntryPoint],
+    entry_points: Sequence[Entry],
 ) -> tuple[list[Context], dict[int, tuple[int, int]], list[tuple[int, int]]]:
     """hpcprof's Context-section order (``sinks/metadb.cpp``): every non-empty child array after
     the arrays of all its descendants, entry point by entry point.

@@ -1,4 +1,4 @@
-"""The calling context tree pyprof builds and every database tool reads: contexts and functions.
+"""The calling context tree pyprof builds: contexts and functions, as meta.db will hold them.
 
 A context is what meta.db calls a ``{Ctx}`` (formats.md §3.2, §3.7): a relation to its parent
 (lexical nesting, call, inlined call), a lexical type (function, loop, line, instruction) and a
@@ -15,20 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import NewType
 
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.core.ids import ContextId
+
 # formats.md §3.2: relations, lexical types and entry points are the database's vocabulary.
 from pyhpctk.formats.vocabulary import ENTRY_POINT_NAMES, EntryPoint, LexicalType, Relation
 
-ContextId = NewType("ContextId", int)
-ROOT = ContextId(0)
-
 
 @dataclass(frozen=True, slots=True)
-class Function:
+class FunctionKey:
     """A meta.db function (formats.md §3.2, Functions section).
 
     ``token`` tells apart functions that print the same (HPCToolkit keeps one entry per structure
@@ -59,7 +57,7 @@ class ContextKey:
 
     relation: Relation = Relation.CALL
     lexical_type: LexicalType = LexicalType.FUNCTION
-    function: Function | None = None
+    function: FunctionKey | None = None
     file: str | None = None
     line: int = 0
     module: str | None = None
@@ -88,7 +86,7 @@ class ContextKey:
 ROOT_KEY = ContextKey(relation=Relation.CALL, lexical_type=LexicalType.FUNCTION)
 
 
-class ContextTree:
+class ContextBuilder:
     """A growing tree of contexts; ids are dense, assigned in creation order, root = 0.
 
     Distinct keys are interned to small integers (:meth:`intern`), so the hot path of
@@ -232,13 +230,11 @@ class ContextTree:
 
 __all__ = [
     "ENTRY_POINT_NAMES",
-    "ROOT",
     "ROOT_KEY",
-    "ContextId",
+    "ContextBuilder",
     "ContextKey",
-    "ContextTree",
     "EntryPoint",
-    "Function",
+    "FunctionKey",
     "LexicalType",
     "Relation",
 ]

@@ -1,0 +1,111 @@
+"""One run of pyview: what it was asked (:class:`PyviewOptions`), the database it opened, and the
+two roles its outputs play: an :class:`Export` writes a file, a :class:`TextReport` prints to the
+terminal.
+
+The tables of exports (:mod:`.exports`) and reports (:mod:`.reports`) hold objects satisfying
+these protocols; ``pyview``'s options and ``--help`` are derived from them
+(:mod:`pyhpctk.cli.pyview`), and :func:`pyhpctk.present.pyview.run_pyview` runs them in table
+order. Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, TextIO
+
+from pyhpctk.present.api import Database
+from pyhpctk.present.viewmodel import View
+
+
+@dataclass(frozen=True, slots=True)
+class PyviewOptions:
+    """Everything the command line asked for."""
+
+    database: str
+    view: str = "top-down"
+    metrics: tuple[str, ...] = ()
+    sort: str | None = None
+    derive: tuple[str, ...] = ()
+    depth: int | None = None
+    threshold: float = 0.0
+    show_zero: bool = False
+    color: bool | None = None
+    tree: str | None = (
+        None  # unicode, ascii, indent; None: unicode on a terminal, indent when piped
+    )
+    list_metrics: bool = False
+    profiles: str = "all"  # which profiles --context and --imbalance compare
+    # (report name, its value: None for a flag), in the order of the report table
+    reports: tuple[tuple[str, int | None], ...] = ()
+    exports: tuple[tuple[str, str], ...] = ()  # (export name, file; '-' is stdout)
+    force: bool = False
+    hot_path: float = 50.0  # percent of its parent a row holds to be expanded
+    lines: int | None = None  # text rows at most (None: the terminal's height, or 100; 0: all)
+    width: int | None = None  # columns (None: the terminal's width, or no limit; 0: no limit)
+    exclusive: bool = False
+    show_internal: bool = False
+    full: bool = False
+
+
+@dataclass(slots=True)
+class Job:
+    """A database opened for one run, with the metrics asked for and the view built once."""
+
+    db: Database
+    options: PyviewOptions
+    metrics: list[str] | None  # None: the database's default selection
+    built: View | None = field(default=None, repr=False)
+
+    def view(self) -> View:
+        """The view the options ask for, built on first use and shared by every output."""
+        if self.built is None:
+            opts = self.options
+            self.built = self.db.view(
+                opts.view,
+                self.metrics,
+                opts.sort,
+                opts.depth,
+                opts.threshold,
+                opts.show_zero,
+                exclusive=opts.exclusive,
+                show_internal=opts.show_internal or opts.full,
+                hot_share=opts.hot_path / 100.0,
+            )
+        return self.built
+
+
+class Export(Protocol):
+    """A file pyview writes: ``pyview --NAME FILE`` (``-`` is stdout)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def help(self) -> str: ...
+
+    def write(self, job: Job, stream: TextIO) -> None:
+        """Write the export to ``stream`` (the caller makes the file appear whole or not)."""
+        ...
+
+
+class TextReport(Protocol):
+    """A report pyview prints to the terminal: ``pyview --NAME``, or ``--NAME VALUE`` with an
+    integer when :attr:`metavar` is set."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def help(self) -> str: ...
+
+    @property
+    def metavar(self) -> str | None:
+        """The value's name in ``--help``; None: a flag, no value."""
+        ...
+
+    @property
+    def minimum(self) -> int | None:
+        """The smallest value allowed, if any."""
+        ...
+
+    def write(self, job: Job, value: int | None, out: TextIO) -> None: ...
