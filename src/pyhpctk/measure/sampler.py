@@ -275,16 +275,16 @@ class SamplerThread:
                     with self.lock:
                         if not self.finished:
                             self.engine.drain()
+                    now = time.monotonic()
+                    if checkpoint and now - self._last_checkpoint >= checkpoint:
+                        self._last_checkpoint = now
+                        self.checkpoint()
                 except Exception as error:  # one bad drain must not end the measurement
                     failures += 1
                     if failures == 1:
                         sys.stderr.write(f"pyrun: a drain failed: {error!r}\n")
                     if failures >= 100:
                         raise
-                now = time.monotonic()
-                if checkpoint and now - self._last_checkpoint >= checkpoint:
-                    self._last_checkpoint = now
-                    self.checkpoint()
         except Exception as error:  # never kill the program; say once why measurement stopped
             sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
         finally:
@@ -310,6 +310,9 @@ class SamplerThread:
             while not stop.acquire(True, max(0.0, next_wake - wall())):
                 try:
                     self.sample()
+                    if checkpoint and wall() - self._last_checkpoint >= checkpoint:
+                        self._last_checkpoint = wall()
+                        self.checkpoint()
                 except Exception as error:  # one bad sample must not end the measurement
                     failures += 1
                     if failures == 1:
@@ -324,9 +327,6 @@ class SamplerThread:
                 state ^= state >> 17
                 state ^= (state << 5) & 0xFFFFFFFF
                 next_wake = window + period * (state / 4294967296.0)
-                if checkpoint and now - self._last_checkpoint >= checkpoint:
-                    self._last_checkpoint = now
-                    self.checkpoint()
         except Exception as error:  # never kill the program; say once why measurement stopped
             sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
         finally:
