@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pyhpctk.formats.inspect import verify_path
 from test_pyrun import LAUNCHER_VARIABLES, PROGRAMS, PYTHON, read_measurements
 
 PYRUN = str(Path(sys.executable).parent / "pyrun")
@@ -31,6 +34,10 @@ def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _file_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT))  # ulimit -n 1024
+
+
+def _no_core() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGSEGV and SIGABRT dump core
 
 
 def _near_the_limit(*command: str) -> subprocess.CompletedProcess[str]:
@@ -125,3 +132,68 @@ def test_a_reserve_the_program_closed_and_reused_is_left_alone(tmp_path: Path) -
         os.fstat(reused)  # still open: not pyrun's to close
     finally:
         os.close(reused)
+
+
+# -- pyrun killed, the program crashed (issue #32, item 7) ---------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            stat = stream.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def test_sigkill_of_pyrun_takes_the_program_with_it(tmp_path: Path) -> None:
+    # Before: the program ran on as an orphan (a batch system that kills the top process left
+    # the work running).
+    out = tmp_path / "m"
+    command = [PYRUN, "-o", str(out), PYTHON, str(PROGRAMS / "signals.py"), "wait"]
+    pyrun = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert pyrun.stdout is not None
+    ready = pyrun.stdout.readline().split()
+    assert ready[:1] == ["ready"], ready
+    program = int(ready[1])
+    pyrun.kill()
+    assert pyrun.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.monotonic() + 5.0
+    while _alive(program) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    still = _alive(program)
+    if still:
+        os.kill(program, signal.SIGKILL)
+    assert not still, "the program outlived pyrun"
+
+
+CRASHES = [("crash_kill", signal.SIGKILL), ("crash_segv", signal.SIGSEGV)]
+CRASHES += [("crash_abort", signal.SIGABRT)]
+
+
+@pytest.mark.parametrize(("how", "signum"), CRASHES, ids=[how for how, _ in CRASHES])
+def test_a_crash_after_a_second_and_a_half_keeps_most_of_it(
+    tmp_path: Path, how: str, signum: signal.Signals
+) -> None:
+    # Before: nothing was kept (the first checkpoint came after 10 s) and pyrun said "nothing
+    # was measured".
+    out = tmp_path / "m"
+    done = subprocess.run(
+        [PYRUN, "-o", str(out), PYTHON, str(PROGRAMS / "ending.py"), how, "1.5"],
+        capture_output=True,
+        text=True,
+        preexec_fn=_no_core,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -signum, done.stderr  # the crash's status, as without pyrun
+    burned = float(done.stdout.split()[1])  # the truth: the burn's CPU time, its own clock
+    (measured,) = read_measurements(out)
+    kept = measured.inclusive("func_lo", "CPUTIME (sec)")
+    assert 0.6 * burned < kept <= 1.05 * burned, (kept, burned)
+    assert verify_path(out).exit_code == 0
+    said = [line for line in done.stderr.splitlines() if line.startswith("pyrun:")]
+    assert len(said) == 1, done.stderr
+    assert f"died of {signum.name} (signal {int(signum)})" in said[0]
+    assert "kept 1 profile" in said[0], said[0]

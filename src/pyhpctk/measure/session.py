@@ -173,7 +173,10 @@ class Session(SamplerThread):
         self.samples = 0
         self._mpi_rank: int | None = None
         self._host_id: int | None = None
-        self._last_checkpoint = self.clocks.wall()
+        # Checkpoints back off from early ones (SamplerThread._checkpoint_if_due).
+        self._measuring_since = self._last_checkpoint = time.monotonic()
+        self._measuring_since_cpu = self._last_checkpoint_cpu = time.process_time()
+        self._checkpoint_cost = 0.0
         self.write_errors: list[str] = []
         self._lost: set[str] = set()  # profiles whose last write failed (told to pyrun)
 
