@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run as run_pyprof
 from pyhpctk.formats.inspect import verify_path
 from test_pyrun import LAUNCHER_VARIABLES, PROGRAMS, PYTHON, read_measurements
 
@@ -193,6 +195,8 @@ def test_a_crash_after_a_second_and_a_half_keeps_most_of_it(
     kept = measured.inclusive("func_lo", "CPUTIME (sec)")
     assert 0.6 * burned < kept <= 1.05 * burned, (kept, burned)
     assert verify_path(out).exit_code == 0
+    run_pyprof(ProfOptions.build([out], output=tmp_path / "db"))  # pyprof reads what was kept
+    assert (tmp_path / "db" / "profile.db").is_file()
     said = [line for line in done.stderr.splitlines() if line.startswith("pyrun:")]
     assert len(said) == 1, done.stderr
     assert f"died of {signum.name} (signal {int(signum)})" in said[0]
