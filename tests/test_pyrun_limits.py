@@ -201,3 +201,29 @@ def test_a_crash_after_a_second_and_a_half_keeps_most_of_it(
     assert len(said) == 1, done.stderr
     assert f"died of {signum.name} (signal {int(signum)})" in said[0]
     assert "kept 1 profile" in said[0], said[0]
+
+
+_REPORT_WITH_NO_DESCRIPTOR_LEFT = """
+import os, resource, sys
+os.environ["PYHPCTK_PYRUN_REPORT"] = "pyhpctk-pyrun-test-nobody-listens"
+from pyhpctk.measure import losses
+assert "socket" not in sys.modules
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+losses.tell_pyrun(losses.LOST, "python-000000-001-0-1-0.hpcrun", "Too many open files")
+print("told")
+"""
+
+
+def test_a_loss_report_with_no_descriptor_left_is_quiet(tmp_path: Path) -> None:
+    # Before: tell_pyrun imported socket then, which needs files: the import failed (EMFILE)
+    # and the traceback landed in the program's stderr, from the thread that was ending.
+    done = subprocess.run(
+        [PYTHON, "-c", _REPORT_WITH_NO_DESCRIPTOR_LEFT], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "told\n", "")
