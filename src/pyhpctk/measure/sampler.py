@@ -4,7 +4,8 @@ Under the sampling engine (:mod:`pyhpctk.measure.engine`) the thread *drains*: i
 engine's samples into the threads' CCTs. Without it the thread samples itself
 (:meth:`SamplerThread.sample`): it wakes once per period, at a random point inside it, reads
 ``sys._current_frames()`` and each thread's CPU clock, and attributes each thread's CPU-time or
-wall-time delta to its current Python stack. Either way it writes the periodic checkpoints, and
+wall-time delta to its current Python stack. Either way it writes the checkpoints (early ones
+first, backing off to ``--checkpoint`` seconds: :meth:`SamplerThread._checkpoint_if_due`), and
 while the program has one Python thread it shortens the GIL's switch interval so that the
 sampler gets the GIL within a fraction of a period.
 
