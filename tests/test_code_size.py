@@ -90,6 +90,7 @@ DOOR_EXCEPTIONS: dict[str, str] = {
     "attributes pyhpctk.measure.gpu.cupti_callbacks.ApiCallbacks": MEASURE_ROOMS,
     "attributes pyhpctk.measure.gpu.simulated.SimulatedBackend": MEASURE_ROOMS,
     "attributes pyhpctk.measure.session.Session": MEASURE_ROOMS,
+    "attributes pyhpctk.measure.sampler.SamplerThread": MEASURE_ROOMS,
     "circle pyhpctk.measure.engine": MEASURE_ROOMS,
     "circle pyhpctk.measure.gpu.monitor": MEASURE_ROOMS,
     "circle pyhpctk.measure.gpu.report": MEASURE_ROOMS,
