@@ -70,7 +70,9 @@ profile.db, cct.db and trace.db (what their readers and writers share)
     run past ``limit`` (u64-safe; a count of 0 never looks at its pointer).
     ``FileBlocks(buf, path, label, make, index, values)``: a lazy sequence of sparse value blocks
     (profile.db's PSVBs, cct.db's context blocks) checked on access; ``counts()``,
-    ``pointers()``, ``raw(i)``.
+    ``pointers()``, ``raw(i)``. ``MappedPages(buf).touch(nbytes)``: drop a map's pages from the
+    process once ``MAPPED_BUDGET`` bytes have been read (FileBlocks and trace.db's lines do), so
+    a pass over a whole file holds a bounded part of it.
     ``block_bounds``/``block_entry``/``block_keys``/``block_problems``/``block_from_triples``:
     one sparse value block; ``same_bits(a, b)``: arrays equal bit for bit.
     ``exclusive_scan(first, sizes, order=None) -> (offsets, end)``: place blocks end to end.
@@ -83,6 +85,7 @@ profile.db, cct.db and trace.db (what their readers and writers share)
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import warnings
@@ -614,6 +617,39 @@ def arrays_past(
     return bad
 
 
+MAPPED_BUDGET = 32 << 20
+"""Bytes of blocks a reader hands out from a memory-mapped file before it drops the file's
+pages from the process (:class:`MappedPages`)."""
+
+
+class MappedPages:
+    """Keeps the pages a reader has touched in a memory-mapped file from piling up.
+
+    A file-backed page stays in the process (its resident memory) for as long as the map
+    lives, so reading every block of a 7 GB file once would hold 7 GB. Once
+    :data:`MAPPED_BUDGET` bytes of blocks have been handed out, the map's pages are dropped
+    (``madvise(MADV_DONTNEED)``): they stay in the page cache, and a view still in use maps
+    its pages again when next read, so nothing changes but the memory held. A buffer that is
+    not a map is left alone.
+    """
+
+    __slots__ = ("_buf", "_held")
+
+    def __init__(self, buf: Buffer) -> None:
+        self._buf = buf if isinstance(buf, mmap.mmap) else None
+        self._held = 0
+
+    def touch(self, nbytes: int) -> None:
+        """``nbytes`` of the file are about to be read."""
+        if self._buf is None:
+            return
+        self._held += nbytes
+        if self._held > MAPPED_BUDGET:
+            self._held = nbytes
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # closed, or no madvise
+                self._buf.madvise(mmap.MADV_DONTNEED)
+
+
 class Checked(Protocol):
     """A block that can list its own consistency problems."""
 
@@ -633,7 +669,19 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
     pointer whose count is not 0; a pointer whose count is 0 is never dereferenced.
     """
 
-    __slots__ = ("_buf", "_idt", "_label", "_make", "_ni", "_nv", "_path", "_pi", "_pv", "_vdt")
+    __slots__ = (
+        "_buf",
+        "_idt",
+        "_label",
+        "_make",
+        "_ni",
+        "_nv",
+        "_pages",
+        "_path",
+        "_pi",
+        "_pv",
+        "_vdt",
+    )
 
     def __init__(
         self,
@@ -654,6 +702,7 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
         self._ni, self._pi = index[0], index[1]
         self._nv, self._pv = values[0], values[1]
         self._idt, self._vdt = index[2], values[2]
+        self._pages = MappedPages(buf)
 
     def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(values, index entries)`` per block, without reading any block."""
@@ -669,6 +718,7 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
     def raw(self, i: int) -> BlockT:
         """Block ``i`` as views of the buffer, unchecked (a count of 0 reads no pointer)."""
         ni, nv = int(self._ni[i]), int(self._nv[i])
+        self._pages.touch(ni * self._idt.itemsize + nv * self._vdt.itemsize)
         index = np.frombuffer(self._buf, self._idt, ni, int(self._pi[i])) if ni else None
         values = np.frombuffer(self._buf, self._vdt, nv, int(self._pv[i])) if nv else None
         return self._make(

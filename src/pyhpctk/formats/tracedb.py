@@ -248,7 +248,7 @@ def sniff(head: bytes) -> bool:
 class _FileLines(Sequence[TraceLine]):
     """The trace lines of a trace.db in a buffer, made into views (and checked) on demand."""
 
-    __slots__ = ("_buf", "_count", "_path", "_prof", "_room", "_start")
+    __slots__ = ("_buf", "_count", "_pages", "_path", "_prof", "_room", "_start")
 
     def __init__(
         self,
@@ -265,6 +265,7 @@ class _FileLines(Sequence[TraceLine]):
             (headers["p_end"] - headers["p_start"]) // TRACE_ELEMENT_DTYPE.itemsize
         ).astype(np.int64)
         self._room: npt.NDArray[np.int64] = np.maximum(room, self._count)
+        self._pages = _db.MappedPages(buf)  # a pass over every line holds a bounded part of it
 
     def rooms(self) -> npt.NDArray[np.int64]:
         return self._room
@@ -295,6 +296,7 @@ class _FileLines(Sequence[TraceLine]):
     def raw(self, i: int) -> TraceLine:
         """Line ``i`` as a view of the buffer, unchecked (its pointers were checked by read)."""
         count = int(self._count[i])
+        self._pages.touch(count * TRACE_ELEMENT_DTYPE.itemsize)
         if count:
             elements = np.frombuffer(self._buf, TRACE_ELEMENT_DTYPE, count, int(self._start[i]))
         else:
