@@ -70,9 +70,8 @@ profile.db, cct.db and trace.db (what their readers and writers share)
     run past ``limit`` (u64-safe; a count of 0 never looks at its pointer).
     ``FileBlocks(buf, path, label, make, index, values)``: a lazy sequence of sparse value blocks
     (profile.db's PSVBs, cct.db's context blocks) checked on access; ``counts()``,
-    ``pointers()``, ``raw(i)``. ``MappedPages(buf).touch(nbytes)``: drop a map's pages from the
-    process once ``MAPPED_BUDGET`` bytes have been read (FileBlocks and trace.db's lines do), so
-    a pass over a whole file holds a bounded part of it.
+    ``pointers()``, ``raw(i)``; it keeps a bounded part of a mapped file resident
+    (:class:`~pyhpctk.formats._pages.MappedPages`).
     ``block_bounds``/``block_entry``/``block_keys``/``block_problems``/``block_from_triples``:
     one sparse value block; ``same_bits(a, b)``: arrays equal bit for bit.
     ``exclusive_scan(first, sizes, order=None) -> (offsets, end)``: place blocks end to end.
@@ -85,7 +84,6 @@ profile.db, cct.db and trace.db (what their readers and writers share)
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import warnings
@@ -97,6 +95,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats._pages import MappedPages
 from pyhpctk.formats._whole import open_regular
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
@@ -615,39 +614,6 @@ def arrays_past(
         end = p + n * np.uint64(itemsize)
         bad |= (n > 0) & ((n > top // np.uint64(itemsize)) | (end > top) | (end < p))
     return bad
-
-
-MAPPED_BUDGET = 32 << 20
-"""Bytes of blocks a reader hands out from a memory-mapped file before it drops the file's
-pages from the process (:class:`MappedPages`)."""
-
-
-class MappedPages:
-    """Keeps the pages a reader has touched in a memory-mapped file from piling up.
-
-    A file-backed page stays in the process (its resident memory) for as long as the map
-    lives, so reading every block of a 7 GB file once would hold 7 GB. Once
-    :data:`MAPPED_BUDGET` bytes of blocks have been handed out, the map's pages are dropped
-    (``madvise(MADV_DONTNEED)``): they stay in the page cache, and a view still in use maps
-    its pages again when next read, so nothing changes but the memory held. A buffer that is
-    not a map is left alone.
-    """
-
-    __slots__ = ("_buf", "_held")
-
-    def __init__(self, buf: Buffer) -> None:
-        self._buf = buf if isinstance(buf, mmap.mmap) else None
-        self._held = 0
-
-    def touch(self, nbytes: int) -> None:
-        """``nbytes`` of the file are about to be read."""
-        if self._buf is None:
-            return
-        self._held += nbytes
-        if self._held > MAPPED_BUDGET:
-            self._held = nbytes
-            with contextlib.suppress(OSError, ValueError, AttributeError):  # closed, or no madvise
-                self._buf.madvise(mmap.MADV_DONTNEED)
 
 
 class Checked(Protocol):

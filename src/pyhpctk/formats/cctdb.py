@@ -635,6 +635,22 @@ def pack(
     return PackedContexts(index, values, metric_bounds, value_bounds)
 
 
+def windows(counts: npt.NDArray[np.int64], budget: int) -> list[tuple[int, int]]:
+    """Consecutive ranges ``(start, stop)`` of contexts covering all of them, each holding at
+    most ``budget`` values (``counts``: per context) unless one context alone holds more."""
+    n = len(counts)
+    cumulative = np.cumsum(counts, dtype=np.int64)
+    out = []
+    start = 0
+    while start < n:
+        before = int(cumulative[start - 1]) if start else 0
+        end = int(np.searchsorted(cumulative, before + budget, side="right"))
+        end = min(max(end, start + 1), n)
+        out.append((start, end))
+        start = end
+    return out
+
+
 def transpose_back(contexts: CctDB, n_profiles: int) -> list[ProfileValues]:
     """The profile-major blocks of profiles ``0..n_profiles-1`` from a cct.db (the inverse).
 

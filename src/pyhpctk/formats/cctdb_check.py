@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats.cctdb import CctDB, pack
+from pyhpctk.formats.cctdb import CctDB, pack, windows
 from pyhpctk.formats.profiledb import ProfileDB
 
 WINDOW_VALUES = 1 << 20
@@ -44,7 +44,7 @@ def against_profiles(contexts: CctDB, profiles: ProfileDB) -> list[str]:
     nv, nm = contexts.value_counts()
     counts: list[str] = []
     differ: list[str] = []
-    for c0, c1 in _windows(expected, WINDOW_VALUES):
+    for c0, c1 in windows(expected, WINDOW_VALUES):
         window = _window(profiles, spans, c0, c1)
         wnv, wnm = window.value_counts()
         for c in (np.flatnonzero((nv[c0:c1] != wnv) | (nm[c0:c1] != wnm)) + c0).tolist():
@@ -96,22 +96,6 @@ def _expected_counts(
     return expected, np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
-def _windows(counts: npt.NDArray[np.int64], budget: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of contexts covering them all, each holding at most ``budget``
-    values unless one context alone holds more."""
-    n = len(counts)
-    cumulative = np.cumsum(counts, dtype=np.int64)
-    out = []
-    start = 0
-    while start < n:
-        before = int(cumulative[start - 1]) if start else 0
-        end = int(np.searchsorted(cumulative, before + budget, side="right"))
-        end = min(max(end, start + 1), n)
-        out.append((start, end))
-        start = end
-    return out
-
-
 def _window(profiles: ProfileDB, spans: npt.NDArray[np.int64], c0: int, c1: int) -> CctDB:
     """Contexts ``c0..c1-1`` of the transpose of ``profiles`` (``spans``: from
     :func:`_expected_counts`), numbered from 0."""
@@ -133,5 +117,5 @@ def _window(profiles: ProfileDB, spans: npt.NDArray[np.int64], c0: int, c1: int)
         part = block.values[first:last]
         keys.append((ctx << np.uint64(16)) | part["metric_id"])
         profs.append(np.full(len(part), i, dtype=np.uint32))
-        vals.append(np.asarray(part["value"], dtype=np.float64))
+        vals.append(np.array(part["value"], dtype=np.float64))  # copied now, while mapped
     return CctDB(pack(keys, profs, vals, c1 - c0))

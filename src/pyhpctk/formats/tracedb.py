@@ -28,6 +28,7 @@ import numpy.typing as npt
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _blocks, _db
 from pyhpctk.formats._db import pwrite_all, struct_dtype
+from pyhpctk.formats._pages import MappedPages
 
 FORMAT_ID = _db.FORMAT_IDS["trace"]
 FOOTER = _db.FOOTERS[FORMAT_ID]
@@ -265,7 +266,7 @@ class _FileLines(Sequence[TraceLine]):
             (headers["p_end"] - headers["p_start"]) // TRACE_ELEMENT_DTYPE.itemsize
         ).astype(np.int64)
         self._room: npt.NDArray[np.int64] = np.maximum(room, self._count)
-        self._pages = _db.MappedPages(buf)  # a pass over every line holds a bounded part of it
+        self._pages = MappedPages(buf)  # a pass over every line holds a bounded part of it
 
     def rooms(self) -> npt.NDArray[np.int64]:
         return self._room
