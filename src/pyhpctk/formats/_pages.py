@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 
-MAPPED_BUDGET = 32 << 20
+MAPPED_BUDGET = 16 << 20
 """Bytes of blocks a reader hands out from a memory-mapped file before it drops the file's
 pages from the process (:class:`MappedPages`)."""
 
