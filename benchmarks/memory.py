@@ -20,8 +20,9 @@ Example (the table of benchmarks/RESULTS.md)::
 
     .venv/bin/python benchmarks/memory.py --sizes 1G --limits default,512M
 
-Disk: the measurement, about twice as much for the database, and under a limit pyprof's scratch
-file in ``$TMPDIR`` (about the size of profile.db): ~4x the largest size, one size at a time.
+Disk: the measurement, about twice as much for each database (a second ``--limits`` run writes
+another while the first is kept) and under a limit pyprof's scratch file in ``$TMPDIR`` (about
+the size of profile.db): ~6x the largest size, one size at a time.
 """
 
 from __future__ import annotations
