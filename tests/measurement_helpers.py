@@ -7,6 +7,10 @@ and its values as ``{node id: {metric index: value}}``; :func:`cpu_profile` make
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 
 from pyhpctk.formats.hpcrun_model import (
@@ -73,3 +77,15 @@ def cpu_profile(
 def profile_name(host: int = 0x1234ABCD, thread: int = 0, pid: int = 4321) -> str:
     """hpcrun's file name of that thread's profile (``app-RANK-THREAD-HOSTID-PID-GEN``)."""
     return f"app-000000-{thread:03d}-{host:08x}-{pid}-0.hpcrun"
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module (its generators write test inputs at scale)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -9,7 +9,6 @@ an object per profile costs about a kilobyte; the answers must be the generator'
 
 from __future__ import annotations
 
-import importlib.util
 import tracemalloc
 from pathlib import Path
 from types import ModuleType
@@ -17,18 +16,14 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from measurement_helpers import benchmark_module
 from pyhpctk.present import open_database
 
-GENERATOR = Path(__file__).resolve().parent.parent / "benchmarks" / "pyview_profiles.py"
 CONTEXTS, HOT = 400, 8
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pyview_profiles", GENERATOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("pyview_profiles")
 
 
 def _open_view_and_spread(database: Path) -> tuple[int, float, float, int]:

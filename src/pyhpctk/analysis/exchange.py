@@ -69,23 +69,10 @@ def plan_rounds(
     messages count their bytes in a C ``int``). A context is never split, so one whose values
     alone exceed the budget gets a round of its own.
     """
-    n = len(counts)
-    if n == 0:
-        return []
     per_rank = MAX_ROUND_VALUES
     if memory_limit is not None:
         per_rank = min(max(1, memory_limit // BYTES_PER_VALUE), MAX_ROUND_VALUES)
-    budget = per_rank * ranks
-    cumulative = np.cumsum(counts, dtype=np.int64)
-    rounds = []
-    start = 0
-    while start < n:
-        before = int(cumulative[start - 1]) if start else 0
-        end = int(np.searchsorted(cumulative, before + budget, side="right"))
-        end = max(end, start + 1)
-        rounds.append((start, min(end, n)))
-        start = end
-    return rounds
+    return cctdb.windows(counts, per_rank * ranks)
 
 
 @dataclass(slots=True)
@@ -162,7 +149,13 @@ def outgoing(
         if cut[-1] > cut[0]:
             at = bounds[cut].tolist()
             cuts = cut.tolist()
-            lengths = np.diff(bounds)
+            # The round's runs only: views of the whole index would keep it alive, for every
+            # profile, until the round is sent.
+            run_ids, run_lengths = ids, np.diff(bounds)
+            if cuts[-1] - cuts[0] < len(ids):
+                run_ids = ids[cuts[0] : cuts[-1]].copy()
+                run_lengths = run_lengths[cuts[0] : cuts[-1]].copy()
+                cuts = [c - cut[0] for c in cuts]
             if block is not None:
                 first, values = 0, block.values
                 if spill is not None:  # keep only the round's values
@@ -178,8 +171,8 @@ def outgoing(
                     mine = parts[r]
                     mine[METRIC].append(values["metric_id"][v0:v1])
                     mine[VALUE].append(values["value"][v0:v1])
-                    mine[RUN_CTX].append(ids[c0:c1])
-                    mine[RUN_LEN].append(lengths[c0:c1])
+                    mine[RUN_CTX].append(run_ids[c0:c1])
+                    mine[RUN_LEN].append(run_lengths[c0:c1])
                     mine[PROFILE].append(np.array([m.position + 1]))
                     mine[PROFILE_LEN].append(np.array([v1 - v0]))
         if block is not None and len(children) and len(ids):

@@ -58,6 +58,7 @@ from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
 from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
 from pyhpctk.analysis.gpu import WEIGHT_METRIC, node_weights, reconstruct_gpu_contexts
+from pyhpctk.analysis.memory import check_profiles
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import (
     ProfilePlane,
@@ -127,6 +128,8 @@ def read(state: Analysis) -> None:
     clock.lap("speeds")
     state.sources = on_root(comm, discover)
     sizes = np.asarray(state.sources.sizes, dtype=np.int64)
+    listing = state.sources
+    check_profiles(sizes, lambda i: str(listing[i].profile), options.memory_limit)  # every rank
     clock.lap("list")
     # Rank 0 reads less: it expands its call paths while the others read (.expand_plan).
     bounds = split_even(sizes, comm.size, read_share(sizes, comm.size), state.speeds)
@@ -518,7 +521,8 @@ def _run(state: Analysis) -> RunReport:
     _timed(state, "staging", stage_files)
     finished = False
     try:
-        if options.memory_limit is not None:
+        # Blocks wait in a scratch file where some rank's share of the input did not fit.
+        if options.memory_limit is not None and any(state.comm.allgather(state.light)):
             state.spill = open_spill(state.comm)
         _timed(state, "statistics", statistics)
         _timed(state, "traces", rewrite_traces)

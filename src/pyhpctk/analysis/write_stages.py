@@ -36,6 +36,7 @@ from pyhpctk.analysis.exchange import (
     plan_rounds,
     split_even,
 )
+from pyhpctk.analysis.memory import check_contexts
 from pyhpctk.analysis.metrics import Partial
 from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
@@ -245,6 +246,7 @@ def write_cct_db(state: Analysis) -> None:
     n_contexts = len(shape)
     clock = Laps(state.timings, "cct.db: ", comm)  # where the stage's time goes, for the benchmark
     nnz = comm.allreduce_sum(state.local_counts)
+    check_contexts(nnz, state.options.memory_limit)  # every rank: one context fits a round
     rounds = plan_rounds(nnz, comm.size, state.options.memory_limit)
     eligible = np.zeros(n_contexts, dtype=bool)
     if n_contexts:

@@ -178,8 +178,20 @@ def _warning_printer() -> Callable[..., None]:
     return show
 
 
-def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: str) -> int:
-    """Run ``command`` on ``argv`` (``sys.argv[1:]`` when None) and return the exit status."""
+#: Exit status when memory ran out (a MemoryError no limit foresaw), as for other failures.
+EXIT_OUT_OF_MEMORY = 2
+
+
+def run_command(
+    command: click.Command,
+    argv: Sequence[str] | None,
+    prog_name: str,
+    out_of_memory: str = "free memory (or give it more) and run again",
+) -> int:
+    """Run ``command`` on ``argv`` (``sys.argv[1:]`` when None) and return the exit status.
+
+    ``out_of_memory`` is the advice of the one line that replaces a MemoryError's traceback.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     with warnings.catch_warnings(), _closed_stdout(), _forgiving_encoding(sys.stdout):
         warnings.simplefilter("always", FormatWarning)
@@ -216,4 +228,7 @@ def run_command(command: click.Command, argv: Sequence[str] | None, prog_name: s
         except (KeyboardInterrupt, EOFError):
             click.echo(f"{prog_name}: interrupted", err=True)
             return 130
+        except MemoryError:
+            click.echo(f"{prog_name}: error: out of memory: {out_of_memory}", err=True)
+            return EXIT_OUT_OF_MEMORY
     return int(result) if isinstance(result, int) else 0

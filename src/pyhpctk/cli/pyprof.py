@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
+from pyhpctk.analysis.memory import default_limit
 from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli._common import run_command, version_option
@@ -136,9 +137,17 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
 
 def prof_options(arguments: Mapping[str, Any]) -> ProfOptions:
     """The options object both commands build from click's values (the parameter names of
-    :func:`analysis_options`, plus pyprof-mpi's ``memory_limit``)."""
+    :func:`analysis_options`, plus ``memory_limit``: a size, ``none``, or None for the
+    command's default, :func:`~pyhpctk.analysis.memory.default_limit` where ``default_limit``
+    is set (pyprof) and no limit otherwise (pyprof-mpi))."""
     progress = arguments["progress"]
-    memory_limit = arguments.get("memory_limit")
+    text = arguments.get("memory_limit")
+    if text is None:
+        memory_limit = default_limit() if arguments.get("default_limit") else None
+    elif text.strip().lower() == "none":
+        memory_limit = None
+    else:
+        memory_limit = parse_size(text)
     return ProfOptions.build(
         arguments["measurements"],
         output=arguments["output"],
@@ -151,7 +160,7 @@ def prof_options(arguments: Mapping[str, Any]) -> ProfOptions:
         progress=sys.stderr.isatty() if progress is None else progress,
         copy_sources=not arguments["no_sources"],
         derived=arguments["derived"],
-        memory_limit=None if memory_limit is None else parse_size(memory_limit),
+        memory_limit=memory_limit,
     )
 
 
@@ -172,6 +181,14 @@ def parse_size(text: str) -> int:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option("pyprof")
 @analysis_options()
+@click.option(
+    "--memory-limit",
+    default=None,
+    metavar="SIZE",
+    help="Memory pyprof may hold for profile values (e.g. 512M, 4G; 'none': no limit); "
+    "beyond it pyprof reads profiles twice and builds cct.db in rounds. "
+    "Default: half the memory available (MemAvailable, the cgroup's limit, ulimit -v).",
+)
 def command(**arguments: Any) -> int:
     """Aggregate MEASUREMENTS (hpcrun/pyrun directories) into a database.
 
@@ -180,16 +197,28 @@ def command(**arguments: Any) -> int:
     when complete. An existing database is replaced only with --force. On a full disk
     (or quota, or an I/O error) pyprof says so in one line, exits with status 2 and leaves
     nothing under the -o name (a database being replaced stays as it was).
+
+    \b
+    Memory: pyprof keeps the values it holds within --memory-limit (its own footprint,
+    the interpreter and the call-path tree, comes on top). When one profile or one
+    context needs more than the limit, it says which and what limit it needs, and exits
+    with status 2 before the work; out of memory all the same, it says so in one line.
     """
-    options = prof_options(arguments)
+    options = prof_options({**arguments, "default_limit": True})
     report = run(options, progress_for(options.progress))
     click.echo(report.summary(), err=True)
     return 0
 
 
+OUT_OF_MEMORY = (
+    "pyprof keeps to --memory-limit (by default half the memory available) all but its "
+    "call-path tree: give a smaller --memory-limit, or run where more memory is free"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run pyprof and return its exit status."""
-    return run_command(command, argv, "pyprof")
+    return run_command(command, argv, "pyprof", out_of_memory=OUT_OF_MEMORY)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from pyhpctk.cli._common import run_command, version_option
-from pyhpctk.cli.pyprof import analysis_options, prof_options, progress_for
+from pyhpctk.cli._common import EXIT_OUT_OF_MEMORY, run_command, version_option
+from pyhpctk.cli.pyprof import OUT_OF_MEMORY, analysis_options, prof_options, progress_for
 from pyhpctk.errors import PyhpctkError, UsageError
 
 
@@ -27,8 +27,8 @@ from pyhpctk.errors import PyhpctkError, UsageError
     "--memory-limit",
     default=None,
     metavar="SIZE",
-    help="Bytes of values a rank may hold while building cct.db (e.g. 512M, 4G); "
-    "beyond it cct.db is built in rounds. Default: one round.",
+    help="Bytes of values a rank may hold (e.g. 512M, 4G; 'none': no limit); beyond it "
+    "a rank reads its profiles twice and cct.db is built in rounds. Default: no limit.",
 )
 def command(**arguments: Any) -> int:
     """Aggregate MEASUREMENTS on every MPI rank into one database (same as pyprof's).
@@ -58,6 +58,13 @@ def command(**arguments: Any) -> int:
         if comm.rank != 0:  # every rank raises the same error; rank 0 reports it
             raise click.exceptions.Exit(error.exit_code) from error
         raise
+    except MemoryError:
+        if comm.size > 1:  # one line from the rank that ran out, then every rank stops
+            click.echo(
+                f"pyprof-mpi: rank {comm.rank}: error: out of memory: {OUT_OF_MEMORY}", err=True
+            )
+            comm.abort(EXIT_OUT_OF_MEMORY)
+        raise
     except Exception:
         if comm.size > 1:
             click.echo(
@@ -74,7 +81,7 @@ def command(**arguments: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run pyprof-mpi on this rank and return its exit status."""
-    return run_command(command, argv, "pyprof-mpi")
+    return run_command(command, argv, "pyprof-mpi", out_of_memory=OUT_OF_MEMORY)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,8 @@ profile.db, cct.db and trace.db (what their readers and writers share)
     run past ``limit`` (u64-safe; a count of 0 never looks at its pointer).
     ``FileBlocks(buf, path, label, make, index, values)``: a lazy sequence of sparse value blocks
     (profile.db's PSVBs, cct.db's context blocks) checked on access; ``counts()``,
-    ``pointers()``, ``raw(i)``.
+    ``pointers()``, ``raw(i)``; it keeps a bounded part of a mapped file resident
+    (:class:`~pyhpctk.formats._pages.MappedPages`).
     ``block_bounds``/``block_entry``/``block_keys``/``block_problems``/``block_from_triples``:
     one sparse value block; ``same_bits(a, b)``: arrays equal bit for bit.
     ``exclusive_scan(first, sizes, order=None) -> (offsets, end)``: place blocks end to end.
@@ -94,6 +95,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats._pages import MappedPages
 from pyhpctk.formats.whole import open_regular
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
@@ -633,7 +635,19 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
     pointer whose count is not 0; a pointer whose count is 0 is never dereferenced.
     """
 
-    __slots__ = ("_buf", "_idt", "_label", "_make", "_ni", "_nv", "_path", "_pi", "_pv", "_vdt")
+    __slots__ = (
+        "_buf",
+        "_idt",
+        "_label",
+        "_make",
+        "_ni",
+        "_nv",
+        "_pages",
+        "_path",
+        "_pi",
+        "_pv",
+        "_vdt",
+    )
 
     def __init__(
         self,
@@ -654,6 +668,7 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
         self._ni, self._pi = index[0], index[1]
         self._nv, self._pv = values[0], values[1]
         self._idt, self._vdt = index[2], values[2]
+        self._pages = MappedPages(buf)
 
     def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(values, index entries)`` per block, without reading any block."""
@@ -669,6 +684,7 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
     def raw(self, i: int) -> BlockT:
         """Block ``i`` as views of the buffer, unchecked (a count of 0 reads no pointer)."""
         ni, nv = int(self._ni[i]), int(self._nv[i])
+        self._pages.touch(ni * self._idt.itemsize + nv * self._vdt.itemsize)
         index = np.frombuffer(self._buf, self._idt, ni, int(self._pi[i])) if ni else None
         values = np.frombuffer(self._buf, self._vdt, nv, int(self._pv[i])) if nv else None
         return self._make(

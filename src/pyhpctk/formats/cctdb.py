@@ -580,7 +580,6 @@ def transpose(profiles: ProfileDB, n_contexts: int | None = None) -> CctDB:
     context id with values, plus one. One stable sort on a (ctx, metric) key does it: the profiles
     are concatenated in index order, so profile indices stay ascending within each metric.
     """
-    ctx_parts: list[npt.NDArray[np.uint32]] = []
     key_parts: list[npt.NDArray[np.uint64]] = []
     prof_parts: list[npt.NDArray[np.uint32]] = []
     val_parts: list[npt.NDArray[np.float64]] = []
@@ -592,34 +591,64 @@ def transpose(profiles: ProfileDB, n_contexts: int | None = None) -> CctDB:
             continue
         ctx = block.value_ctx_ids()
         key_parts.append((ctx.astype(np.uint64) << np.uint64(16)) | block.values["metric_id"])
-        ctx_parts.append(ctx)
         prof_parts.append(np.full(block.n_values, i, dtype=np.uint32))
         val_parts.append(np.asarray(block.values["value"]))
+    top = max((int(k.max()) >> 16 for k in key_parts), default=-1) + 1
+    n = top if n_contexts is None else n_contexts
+    if n < top:
+        raise ValueError(f"n_contexts {n} is smaller than the largest context id + 1 ({top})")
+    return CctDB(pack(key_parts, prof_parts, val_parts, n))
+
+
+def pack(
+    key_parts: Sequence[npt.NDArray[np.uint64]],
+    prof_parts: Sequence[npt.NDArray[np.uint32]],
+    val_parts: Sequence[npt.NDArray[np.float64]],
+    n_contexts: int,
+) -> PackedContexts:
+    """Contexts ``0..n_contexts-1`` from values given profile by profile, in profile order:
+    per value its key ``ctx << 16 | metric id``, profile index and value (:func:`transpose`).
+
+    One stable sort on the key, so profile indices stay ascending within each metric. Every
+    context id must be below ``n_contexts``.
+    """
     if key_parts:
         key = np.concatenate(key_parts)
         order = np.argsort(key, kind="stable")
         key = key[order]
-        del key_parts
         values = np.empty(len(key), CCT_VALUE_DTYPE)
         values["prof_index"] = np.concatenate(prof_parts)[order]
         values["value"] = np.concatenate(val_parts)[order]
+        del order
     else:
         key = np.zeros(0, np.uint64)
         values = np.zeros(0, CCT_VALUE_DTYPE)
     ctx = (key >> np.uint64(16)).astype(np.int64)
-    top = int(ctx[-1]) + 1 if len(ctx) else 0
-    n = top if n_contexts is None else n_contexts
-    if n < top:
-        raise ValueError(f"n_contexts {n} is smaller than the largest context id + 1 ({top})")
     new_metric = np.ones(len(key), dtype=bool)
     new_metric[1:] = key[1:] != key[:-1]
     first = np.flatnonzero(new_metric)
-    value_bounds = np.searchsorted(ctx, np.arange(n + 1), side="left")
-    metric_bounds = np.searchsorted(ctx[first], np.arange(n + 1), side="left")
+    value_bounds = np.searchsorted(ctx, np.arange(n_contexts + 1), side="left")
+    metric_bounds = np.searchsorted(ctx[first], np.arange(n_contexts + 1), side="left")
     index = np.empty(len(first), CCT_METRIC_INDEX_DTYPE)
     index["metric_id"] = (key[first] & np.uint64(0xFFFF)).astype(np.uint16)
     index["start"] = first - value_bounds[ctx[first]]
-    return CctDB(PackedContexts(index, values, metric_bounds, value_bounds))
+    return PackedContexts(index, values, metric_bounds, value_bounds)
+
+
+def windows(counts: npt.NDArray[np.int64], budget: int) -> list[tuple[int, int]]:
+    """Consecutive ranges ``(start, stop)`` of contexts covering all of them, each holding at
+    most ``budget`` values (``counts``: per context) unless one context alone holds more."""
+    n = len(counts)
+    cumulative = np.cumsum(counts, dtype=np.int64)
+    out = []
+    start = 0
+    while start < n:
+        before = int(cumulative[start - 1]) if start else 0
+        end = int(np.searchsorted(cumulative, before + budget, side="right"))
+        end = min(max(end, start + 1), n)
+        out.append((start, end))
+        start = end
+    return out
 
 
 def transpose_back(contexts: CctDB, n_profiles: int) -> list[ProfileValues]:
@@ -703,24 +732,9 @@ def verify(obj: CctDB) -> list[str]:
 
 
 def verify_against_profiles(contexts: CctDB, profiles: ProfileDB) -> list[str]:
-    """Problems where a cct.db is not the transpose of its profile.db (formats.md §3.4)."""
-    try:
-        expected = transpose(profiles, contexts.n_contexts)
-    except (ValueError, FormatError) as error:
-        return [f"cct.db cannot be compared with profile.db: {error}"]
-    found: list[str] = []
-    nv, nm = contexts.value_counts()
-    env, enm = expected.value_counts()
-    for c in np.flatnonzero((nv != env) | (nm != enm)).tolist()[:10]:
-        found.append(
-            f"context {c}: cct.db has {nv[c]} values in {nm[c]} metrics, profile.db "
-            f"{env[c]} values in {enm[c]} metrics"
-        )
-    if found:
-        return found
-    for c in np.flatnonzero(nv).tolist():
-        if contexts.values[c] != expected.values[c]:
-            found.append(f"context {c}: values differ from profile.db's")
-            if len(found) >= 10:
-                break
-    return found
+    """Problems where a cct.db is not the transpose of its profile.db (formats.md §3.4), found
+    a window of contexts at a time (:mod:`.cctdb_check`: memory bounded by the window, not by
+    the files)."""
+    from pyhpctk.formats.cctdb_check import against_profiles
+
+    return against_profiles(contexts, profiles)
