@@ -27,7 +27,7 @@ from formats_helpers import (
     yaml_blocks,
 )
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats import cctdb, profiledb
+from pyhpctk.formats import cctdb, cctdb_check, profiledb
 from pyhpctk.formats.cctdb import CctDB, ContextValues
 from pyhpctk.formats.profiledb import ProfileDB, ProfileInfo, ProfileValues
 
@@ -68,7 +68,7 @@ def test_cct_db_is_the_transpose_of_profile_db(reference: Path, name: str) -> No
     contexts = cctdb.read(db_file(reference, name))
     profiles = profiledb.read(db_file(reference, name, "profile.db"))
     assert cctdb.transpose(profiles, contexts.n_contexts) == contexts
-    assert cctdb.verify_against_profiles(contexts, profiles) == []
+    assert cctdb_check.verify_against_profiles(contexts, profiles) == []
     back = cctdb.transpose_back(contexts, len(profiles))
     assert back[0] == ProfileValues.empty()  # the summary is not in cct.db
     assert back[1:] == list(profiles.values)[1:]
@@ -81,7 +81,7 @@ def test_a_changed_value_breaks_the_transpose(reference: Path) -> None:
     at = int(cctdb.layout_of(contexts).values_at[3]) + 4  # context 3's first value
     image[at : at + 8] = np.float64(42.0).tobytes()
     profiles = profiledb.read(db_file(reference, "small.d", "profile.db"))
-    problems = cctdb.verify_against_profiles(cctdb.read(bytes(image)), profiles)
+    problems = cctdb_check.verify_against_profiles(cctdb.read(bytes(image)), profiles)
     assert problems == ["context 3: values differ from profile.db's"]
 
 

@@ -729,12 +729,3 @@ def verify(obj: CctDB) -> list[str]:
         found.extend(f"context {c}: {p}" for p in block.problems())
         found.extend(f"context {c}: {p}" for p in _blocks.non_finite_problem(block.values))
     return found
-
-
-def verify_against_profiles(contexts: CctDB, profiles: ProfileDB) -> list[str]:
-    """Problems where a cct.db is not the transpose of its profile.db (formats.md §3.4), found
-    a window of contexts at a time (:mod:`.cctdb_check`: memory bounded by the window, not by
-    the files)."""
-    from pyhpctk.formats.cctdb_check import against_profiles
-
-    return against_profiles(contexts, profiles)

@@ -34,8 +34,9 @@ WINDOW_VALUES = 1 << 20
 _SHOWN = 10  # contexts named before the comparison stops
 
 
-def against_profiles(contexts: CctDB, profiles: ProfileDB) -> list[str]:
-    """Problems where ``contexts`` is not the transpose of ``profiles``' thread profiles."""
+def verify_against_profiles(contexts: CctDB, profiles: ProfileDB) -> list[str]:
+    """Problems where a cct.db is not the transpose of its profile.db's thread profiles
+    (formats.md §3.4), found a window of contexts at a time (memory bounded by the window)."""
     n = contexts.n_contexts
     try:
         expected, spans = _expected_counts(profiles, n)

@@ -29,7 +29,16 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import cctdb, hpctrace, metadb, profiledb, summarycheck, threads, tracedb
+from pyhpctk.formats import (
+    cctdb,
+    cctdb_check,
+    hpctrace,
+    metadb,
+    profiledb,
+    summarycheck,
+    threads,
+    tracedb,
+)
 from pyhpctk.formats.hpcrun_constants import UNKNOWN_FID
 from pyhpctk.formats.hpcrun_model import HpcrunProfile, HpctraceFile, is_time_metric
 from pyhpctk.formats.logical import LogicalMetadata
@@ -156,7 +165,7 @@ def database_problems(root: Path, read: Read) -> list[str]:
     if profiles is not None and meta is not None:
         add("profile.db", summarycheck.summary_problems(profiles, meta))
     if profiles is not None and contexts is not None:
-        add("cct.db", cctdb.verify_against_profiles(contexts, profiles))
+        add("cct.db", cctdb_check.verify_against_profiles(contexts, profiles))
     if traces is not None:
         add("trace.db", _trace_problems(traces, meta, profiles, n_contexts))
     if isinstance(names, threads.ThreadNamesFile) and profiles is not None:
