@@ -135,3 +135,15 @@ def compile_ptx(name: str, capability: int = 90) -> str:
     fn, signature, constants = KERNELS[name]
     source = ASTSource(fn=fn, signature=signature, constexprs=constants)
     return str(triton.compile(source, target=GPUTarget("cuda", capability, 32)).asm["ptx"])
+
+
+def compile_kernel(name: str, capability: int) -> tuple[str, str, int, int]:
+    """(PTX, kernel name, warps, dynamic shared bytes) of kernel ``name`` for the device."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn, signature, constants = KERNELS[name]
+    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32))
+    meta = compiled.metadata
+    return str(compiled.asm["ptx"]), str(meta.name), int(meta.num_warps), int(meta.shared)
