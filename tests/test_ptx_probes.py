@@ -182,3 +182,92 @@ def test_ptxas_refusal_is_one_line_naming_the_error() -> None:
         f"ptxas -arch=sm_80 failed (255): line {line}; error   : "
         "Arguments mismatch for instruction 'add'"
     )
+
+
+SCOPED_LOOP = """
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry scoped(.param .u64 out, .param .u32 n)
+{
+	.reg .pred %p<3>;
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<3>;
+	ld.param.u32 %r1, [n];
+	mov.u32 %r2, 0;
+	{
+	.reg .b32 %s;
+	mov.u32 %s, 0;
+again:
+	add.u32 %s, %s, %r2;
+	add.u32 %r2, %r2, 1;
+	setp.gt.u32 %p2, %s, 50;
+	@%p2 bra over;
+	setp.lt.u32 %p1, %r2, %r1;
+	@%p1 bra again;
+over:
+	mov.u32 %r3, %s;
+	}
+	ld.param.u64 %rd1, [out];
+	st.global.u32 [%rd1], %r3;
+	ret;
+}
+.visible .entry selfloop(.param .u32 n)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<3>;
+	ld.param.u32 %r1, [n];
+	{
+	mov.u32 %r2, 0;
+spin:
+	add.u32 %r2, %r2, 1;
+	setp.lt.u32 %p1, %r2, %r1;
+	@!%p1 bra spin;
+	}
+	ret;
+}
+"""
+
+
+def test_edges_into_a_nested_scope_stay_in_the_tree() -> None:
+    """Labels in a nested scope are local to it: no counting block outside can branch to them,
+    so the critical edges into `over` and `again` are left to the spanning tree."""
+    cfg = build(parse(SCOPED_LOOP).kernels[0])
+    assert [b.depth for b in cfg.blocks] == [0, 1, 1, 1]
+    result = instrument(SCOPED_LOOP, kernels={"scoped"})
+    assert "_split" not in result.ptx and "vote.sync" not in result.ptx
+    assemble(result.ptx, "sm_80")
+
+
+def test_a_self_loop_in_a_nested_scope_is_counted_at_its_branch() -> None:
+    """A one-block loop's back edge is never in the tree and, in a nested scope, can have no
+    block of its own: the threads for which the branch's guard holds count themselves, just
+    before it (a ballot of the guard; the lowest of them adds)."""
+    result = instrument(SCOPED_LOOP, kernels={"selfloop"})
+    body = [s.text for s in parse(result.ptx).function("selfloop").body]
+    branch = body.index("@!%p1 bra spin")
+    ballot = next(i for i, t in enumerate(body) if t.startswith("vote.sync.ballot.b32"))
+    assert body[ballot].split(", ")[1] == "!%p1" and ballot < branch
+    assert body[branch - 1] == "}" and "_split" not in result.ptx
+    for arch in ("sm_80", "sm_90"):
+        assemble(result.ptx, arch)
+
+
+def test_a_cycle_of_edges_into_a_nested_scope_is_refused_in_one_line() -> None:
+    """twoswitch with its whole body in a scope: its four switch edges form a cycle of edges
+    that each need a counting block, and none can have one."""
+    text = SHAPES_PTX.read_text()
+    head, rest = text.split("\tld.param.u64 %rd1, [twoswitch_out];\n", 1)
+    body, tail = rest.split("\tret;\n}", 1)
+    scoped = f"{head}\t{{\n\tld.param.u64 %rd1, [twoswitch_out];\n{body}\tret;\n\t}}\n}}{tail}"
+    assemble(scoped, "sm_80")  # valid PTX as written
+    brx = [i for i, t in enumerate(scoped.splitlines(), 1) if "brx.idx %r2, t" in t]
+    even = [i for i, t in enumerate(scoped.splitlines(), 1) if t.startswith("even:")]
+    with pytest.raises(PtxError) as caught:
+        instrument(scoped, kernels={"twoswitch"})
+    assert str(caught.value) in {
+        f"PTX line {line}: twoswitch: this branch's edge into the nested scope at line "
+        f"{even[0] + k} must be counted, but a counting block cannot branch into that scope"
+        for line in brx
+        for k in (0, 3)
+    }

@@ -48,6 +48,7 @@ class Block:
     instructions: tuple[int, ...]
     terminator: int | None  # body index of the bra/brx/ret/exit/trap ending it, if any
     calls: tuple[int, ...] = ()
+    depth: int = 0  # how many nested { } scopes hold its head (its labels are local to them)
 
 
 @dataclass(frozen=True)
@@ -107,30 +108,28 @@ def _segment(body: tuple[Statement, ...]) -> list[Block]:
     calls: list[int] = []
     is_open = False
 
+    depth = head_depth = 0
+
     def close(last: int, terminator: int | None) -> None:
-        blocks.append(
-            Block(
-                len(blocks),
-                tuple(labels),
-                start,
-                last,
-                tuple(instructions),
-                terminator,
-                tuple(calls),
-            )
-        )
+        block = (tuple(labels), start, last, tuple(instructions), terminator, tuple(calls))
+        blocks.append(Block(len(blocks), *block, head_depth))
         labels.clear()
         instructions.clear()
         calls.clear()
 
     for i, s in enumerate(body):
+        depth += (s.kind is Kind.OPEN) - (s.kind is Kind.CLOSE)
         if s.kind is Kind.LABEL and s.label in leaders:
             if is_open and instructions:
                 close(i - 1, None)
                 start, is_open = i, False
+            if not is_open:
+                head_depth = depth
             is_open = True
             labels.append(s.label)
         elif s.kind is Kind.INSTRUCTION:
+            if not is_open:
+                head_depth = depth
             is_open = True
             instructions.append(i)
             if s.base_opcode == "call":

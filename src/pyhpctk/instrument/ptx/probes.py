@@ -64,6 +64,15 @@ def needs_split(cfg: Cfg, edge: Edge) -> bool:
     return edge.kind is EdgeKind.EXIT or len(cfg.predecessors[edge.dst]) > 1
 
 
+def splittable(cfg: Cfg, edge: Edge) -> bool:
+    """Whether a block of its own can stand on ``edge``: the new block sits in the body's
+    outermost scope and branches on to the target, which PTX allows only if the target's label
+    is not local to a nested ``{ }`` scope (ptxas: "Unknown symbol")."""
+    if edge.kind not in (EdgeKind.TAKEN, EdgeKind.INDIRECT) or edge.dst >= len(cfg.blocks):
+        return True
+    return cfg.blocks[edge.dst].depth == 0
+
+
 def spanning_tree(nodes: int, edges: tuple[Edge, ...], weights: list[int]) -> frozenset[int]:
     """Kruskal's maximum spanning forest of the undirected graph, heaviest first, ties by edge
     index (so the same CFG always gives the same tree); self-loops never join it."""
@@ -85,11 +94,15 @@ def spanning_tree(nodes: int, edges: tuple[Edge, ...], weights: list[int]) -> fr
 
 
 def edge_weights(cfg: Cfg, loops: Loops) -> list[int]:
-    """A guess at how costly counting each edge is: loop depth first, a needed split second."""
+    """A guess at how costly counting each edge is: loop depth first, a needed split second;
+    an edge no block can stand on (into a nested scope) before everything."""
     weights = []
     for e in cfg.edges:
         depth = sum(1 for lp in loops.loops if e.src in lp.blocks and e.dst in lp.blocks)
-        weights.append(4 * depth + (2 if needs_split(cfg, e) else 0))
+        split = needs_split(cfg, e)
+        weights.append(
+            4 * depth + (2 if split else 0) + (10**6 if split and not splittable(cfg, e) else 0)
+        )
     return weights
 
 

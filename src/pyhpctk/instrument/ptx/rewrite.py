@@ -24,7 +24,7 @@ from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind
 from pyhpctk.instrument.ptx.errors import PtxError
 from pyhpctk.instrument.ptx.loops import find_loops
 from pyhpctk.instrument.ptx.parse import Function, Kind, Module, Statement, parse
-from pyhpctk.instrument.ptx.probes import Mode, Plan, make_plan
+from pyhpctk.instrument.ptx.probes import Mode, Plan, make_plan, splittable
 
 PREFIX = "__pyhpctk"
 _MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
@@ -51,19 +51,32 @@ class _Edits:
         where.setdefault(index, []).append(code)
 
 
-def probe_code(param: str, counter: int, tag: str) -> str:
-    """The PTX of one probe adding to counter ``counter`` of the buffer in ``param``."""
+def probe_code(param: str, counter: int, tag: str, guard: str = "") -> str:
+    """The PTX of one probe adding to counter ``counter`` of the buffer in ``param``; with a
+    branch's ``guard`` (``@%p``, ``@!%p``), only the threads for which it holds count."""
     r = f"%{tag}"
     off = 16 * counter
+    taking = []
+    if guard:  # the takers: a ballot of the guard; the lowest taker must itself take
+        taking = [
+            f"\tvote.sync.ballot.b32 {r}_m, {guard[1:]}, {r}_m;",
+            f"\tmov.u32 {r}_l, %lanemask_eq;",
+            f"\tand.b32 {r}_l, {r}_l, {r}_m;",
+            f"\tsetp.ne.u32 {r}_q, {r}_l, 0;",
+        ]  # fmt: skip
+    last = (
+        f"\tsetp.eq.and.u32 {r}_p, {r}_l, 0, {r}_q;" if guard else f"\tsetp.eq.u32 {r}_p, {r}_l, 0;"
+    )
     return "\n".join([
         "\t{",
-        f"\t.reg .pred {r}_p;",
+        f"\t.reg .pred {r}_p, {r}_q;",
         f"\t.reg .b32 {r}_m, {r}_l;",
         f"\t.reg .b64 {r}_a, {r}_n;",
         f"\tactivemask.b32 {r}_m;",
+        *taking,
         f"\tmov.u32 {r}_l, %lanemask_lt;",
         f"\tand.b32 {r}_l, {r}_l, {r}_m;",
-        f"\tsetp.eq.u32 {r}_p, {r}_l, 0;",
+        last,
         f"\t@{r}_p popc.b32 {r}_l, {r}_m;",
         f"\t@{r}_p cvt.u64.u32 {r}_n, {r}_l;",
         f"\t@{r}_p ld.param.u64 {r}_a, [{param}];",
@@ -105,6 +118,11 @@ def _split(edits: _Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> N
     term = cfg.blocks[e.src].terminator
     assert term is not None
     s = cfg.statement(term)
+    if not splittable(cfg, e):
+        head = cfg.statement(cfg.blocks[e.dst].first)
+        raise PtxError(s.line, f"{cfg.function.name}: this branch's edge into the nested scope "
+                               f"at line {head.line} must be counted, but a counting block "
+                               "cannot branch into that scope")  # fmt: skip
     if e.kind is EdgeKind.EXIT:  # `@p exit` -> `@p bra L` ... `L: probe; exit`
         edits.replace[term] = f"{s.guard} bra {label}"
         edits.tail.append(f"{label}:\n{code}\n\t{_unguarded(s)};")
@@ -146,6 +164,11 @@ def _place(edits: _Edits, cfg: Cfg, plan: Plan, param: str, tag: str) -> None:
             edits.add(edits.after, src_block.terminator, code)
         elif e.kind is not EdgeKind.EXIT and len(cfg.predecessors[e.dst]) == 1:
             _at_head(edits, cfg, e.dst, code)
+        elif e.kind is EdgeKind.TAKEN and not splittable(cfg, e):
+            # no block can stand on an edge into a nested scope: count the takers at the branch
+            assert src_block is not None and src_block.terminator is not None
+            guard = cfg.statement(src_block.terminator).guard
+            edits.add(edits.before, src_block.terminator, probe_code(param, k, f"{tag}{k}", guard))
         else:
             _split(edits, cfg, probed, code, f"$L{tag}_split{k}")
 
