@@ -19,7 +19,7 @@ from pyhpctk.instrument.ptx import (
 from pyhpctk.instrument.ptx.parse import Kind
 
 HANDWRITTEN = [("nvcc", NVCC_PTX, ("sm_80", "sm_90")), ("shapes", SHAPES_PTX, ("sm_80", "sm_90"))]
-TRITON = [(f"triton-{k}", triton_ptx(k), ("sm_90a",)) for k in TRITON_KERNELS]
+TRITON = [(f"triton-{k}", triton_ptx(k), ("sm_90a",)) for k in (*TRITON_KERNELS, "checked")]
 ALL = [pytest.param(path, archs, id=name) for name, path, archs in HANDWRITTEN + TRITON]
 
 

@@ -94,6 +94,30 @@ def test_cfg_of_the_handwritten_kernel_is_the_one_its_text_draws() -> None:
     assert (loop.header, sorted(loop.blocks), loop.back_edges) == (7, [7, 8, 9], ((9, 7),))
 
 
+SCALED = "triton_kernels_$__scaled__i32"  # Triton's name for the kept-apart .func
+
+
+def test_calls_printf_and_assertions_stay_inside_their_blocks() -> None:
+    """Triton's debug build: a call to a .func kept apart, vprintf and __assertfail (declared
+    .extern, no body), each call inside a `{ }` call sequence; an assertion ends in trap."""
+    module = parse(triton_ptx("checked").read_text())
+    assert sorted((f.name, f.is_entry) for f in module.functions) == [
+        ("checked", True),
+        (SCALED, False),
+    ]
+    cfg = build(module.function("checked"))
+    called = [cfg.statement(c).operands for b in cfg.blocks for c in b.calls]
+    names = {ops[1] if ops[0].startswith("(") else ops[0] for ops in called}
+    assert names == {SCALED, "vprintf", "__assertfail"}
+    traps = [b for b in cfg.blocks if b.terminator and cfg.statement(b.terminator).opcode == "trap"]
+    text = triton_ptx("checked").read_text()
+    kernel = module.function("checked")
+    written = text[kernel.start : kernel.end].count("\ttrap;")
+    assert len(traps) == written >= 1
+    assert all(cfg.successors[b.index] == (cfg.exit,) for b in traps)
+    assert all(b.calls for b in traps)  # __assertfail is called in the block trap ends
+
+
 def test_debug_labels_start_no_block() -> None:
     """Triton's softmax is straight-line code full of $L__tmp labels: one block."""
     cfg = build(parse(triton_ptx("softmax").read_text()).kernels[0])

@@ -5,7 +5,8 @@
 - kernels_sm80.ptx: kernels.cu through nvcc -ptx -lineinfo -arch=sm_80 (the nvidia-cuda-nvcc
   wheel's nvcc; it needs a host C++ compiler for its preprocessor, no GPU);
 - triton_<name>_sm90.ptx: each kernel of triton_kernels.py compiled by Triton for
-  GPUTarget("cuda", 90, 32), no GPU.
+  GPUTarget("cuda", 90, 32), no GPU; triton_checked_sm90.ptx with debug=True (an assertion, a
+  printf and a .func kept apart).
 Absolute paths in .file directives are cut to paths relative to the repository (or to
 site-packages), so the fixtures do not depend on where they were made. shapes.ptx is written
 by hand.
@@ -44,11 +45,19 @@ def record_nvcc() -> None:
 def record_triton() -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     sys.path.insert(0, str(HERE))
+    import triton
     import triton_kernels
 
     for name in triton_kernels.KERNELS:
         ptx = triton_kernels.compile_ptx(name, 90)
         (HERE / f"triton_{name}_sm90.ptx").write_text(_portable(ptx))
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn, signature, constants = triton_kernels.CHECKED
+    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"debug": True})
+    (HERE / "triton_checked_sm90.ptx").write_text(_portable(compiled.asm["ptx"]))
 
 
 if __name__ == "__main__":

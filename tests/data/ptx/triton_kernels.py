@@ -147,3 +147,23 @@ def compile_kernel(name: str, capability: int) -> tuple[str, str, int, int]:
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32))
     meta = compiled.metadata
     return str(compiled.asm["ptx"]), str(meta.name), int(meta.num_warps), int(meta.shared)
+
+
+@triton.jit(noinline=True)
+def _scaled(x):
+    return x * 3 + 1
+
+
+@triton.jit
+def checked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    tl.device_assert(x >= 0, "negative")  # a call to __assertfail, then trap
+    y = x * 3 + _scaled(tl.program_id(0))  # a call to a .func kept apart
+    if tl.program_id(0) == 0:
+        tl.device_print("y", y)  # a call to vprintf
+    tl.store(y_ptr + offs, y, mask=offs < n)
+
+
+# Compiled with debug=True (make_fixtures.py), so the assertion stays.
+CHECKED = (checked, {"x_ptr": "*i32", "y_ptr": "*i32", "n": "i32"}, {"BLOCK": 128})
