@@ -112,7 +112,7 @@ class _Scanner:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
-        self._newlines = [i for i, c in enumerate(text) if c == "\n"]
+        self._newlines = [m.start() for m in re.finditer("\n", text)]
 
     def line(self, offset: int | None = None) -> int:
         return bisect.bisect_right(self._newlines, self.pos if offset is None else offset - 1) + 1
@@ -126,8 +126,13 @@ class _Scanner:
     def until(self, stops: str, *, nest: bool) -> tuple[str, str]:
         """Text up to the first character of ``stops`` outside strings (and outside brackets,
         parentheses and braces when ``nest``), and that character ('' at the end of text)."""
-        depth = 0
         i, text = self.pos, self.text
+        if stops in (";", ";}") and nest:  # a statement with no string, scope or vector in it
+            end = text.find(";", i)
+            if end >= 0 and not any(c in text[i:end] for c in '"{}'):
+                self.pos = end + 1
+                return text[i:end], ";"
+        depth = 0
         while i < len(text):
             c = text[i]
             if c == '"':
@@ -172,6 +177,8 @@ def _instruction(text: str, line: int) -> Statement:
 
 
 def _split_operands(text: str) -> list[str]:
+    if "{" not in text and "(" not in text:  # addresses in [ ] hold no comma
+        return [o for o in text.split(",") if o.strip()]
     out, depth, start = [], 0, 0
     for i, c in enumerate(text):
         if c in "([{":
