@@ -5,7 +5,6 @@ the same control flow, instrumented and assembled by ptxas."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -17,14 +16,14 @@ pytest.importorskip("triton", reason="Triton (the dev extra) compiles the kernel
 
 @pytest.fixture(scope="module")
 def compile_ptx(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton-cache"))
-    sys.path.insert(0, str(PTX_DIR))
-    try:
+    """triton_kernels.compile_ptx, with Triton's cache in a temporary folder for this module."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRITON_DEFAULT_FP_FUSION", os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"))
+        env.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        env.syspath_prepend(str(PTX_DIR))
         import triton_kernels
-    finally:
-        sys.path.remove(str(PTX_DIR))
-    return triton_kernels.compile_ptx
+
+        yield triton_kernels.compile_ptx
 
 
 def _shape(ptx: str) -> tuple[list[tuple[int, int, str]], list[tuple[int, int]]]:
