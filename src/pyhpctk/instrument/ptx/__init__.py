@@ -15,12 +15,13 @@ from pyhpctk.instrument.ptx.lines import Location, block_lines
 from pyhpctk.instrument.ptx.loops import Loop, Loops, find_loops
 from pyhpctk.instrument.ptx.parse import Function, Module, parse
 from pyhpctk.instrument.ptx.probes import Mode, Plan, make_plan
-from pyhpctk.instrument.ptx.rewrite import Instrumented, instrument
+from pyhpctk.instrument.ptx.rewrite import Buffer, Instrumented, instrument
 
 __all__ = [
     "Assembled",
     "AssemblerError",
     "Block",
+    "Buffer",
     "Cfg",
     "Counts",
     "Edge",

@@ -4,9 +4,12 @@ A probe is a scope of its own (``{ .reg ...; ... }``), so its registers are fres
 nothing the kernel uses, and it writes no register or predicate of the kernel. In it, the warp's
 lowest active lane (no active lane below it: ``%lanemask_lt & activemask == 0``) adds 1 to the
 counter's warp slot and ``popc(activemask)`` to its thread slot with ``red.global.add.u64``:
-one atomic pair per warp that passes, whatever its divergence. The counter buffer is a
-``.param .u64`` appended to the kernel's parameters; the caller passes a zeroed device buffer
-of 16 bytes per counter.
+one atomic pair per warp that passes, whatever its divergence. The counter buffer (16 bytes
+per counter) is either a ``.param .u64`` appended to the kernel's parameters, pointing at a
+zeroed device buffer the caller passes (``Buffer.PARAM``), or a module-level ``.global .u64``
+array of the kernel's own, zeroed when the module is loaded and read (or zeroed again) through
+``cuModuleGetGlobal`` (``Buffer.GLOBAL``): a framework's launcher passes only the arguments of
+the signature it compiled, so its kernels need the second.
 
 Where an edge's probe goes (edges mode): at the top of the body for the virtual edge; before
 the terminator of a block with one successor; at the head of a target with one predecessor;
@@ -17,6 +20,7 @@ Device functions (``.func``) are parsed but not instrumented: they have no count
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from pyhpctk.instrument.ptx import cfg as cfgmod
@@ -30,6 +34,13 @@ PREFIX = "__pyhpctk"
 _MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
 
 
+class Buffer(enum.Enum):
+    """Where a kernel's probes find its counters."""
+
+    PARAM = "param"  # a pointer appended to the kernel's parameters
+    GLOBAL = "global"  # a .global array of the module, one per kernel
+
+
 @dataclass(frozen=True)
 class Instrumented:
     """The instrumented PTX and, per instrumented kernel, where its counters are."""
@@ -37,6 +48,7 @@ class Instrumented:
     ptx: str
     plans: dict[str, Plan]
     counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
+    counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
 
 
 @dataclass
@@ -51,10 +63,18 @@ class _Edits:
         where.setdefault(index, []).append(code)
 
 
-def probe_code(param: str, counter: int, tag: str, guard: str = "") -> str:
-    """The PTX of one probe adding to counter ``counter`` of the buffer in ``param``; with a
-    branch's ``guard`` (``@%p``, ``@!%p``), only the threads for which it holds count."""
+def probe_code(
+    where: str, counter: int, tag: str, guard: str = "", buffer: Buffer = Buffer.PARAM
+) -> str:
+    """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
+    parameter) or is (a ``.global`` array); with a branch's ``guard`` (``@%p``, ``@!%p``), only
+    the threads for which it holds count."""
     r = f"%{tag}"
+    if buffer is Buffer.PARAM:
+        address = [f"\t@{r}_p ld.param.u64 {r}_a, [{where}];",
+                   f"\t@{r}_p cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
+    else:  # mov of a .global variable gives its address in the global window
+        address = [f"\t@{r}_p mov.u64 {r}_a, {where};"]
     off = 16 * counter
     taking = []
     if guard:  # the takers: a ballot of the guard; the lowest taker must itself take
@@ -79,8 +99,7 @@ def probe_code(param: str, counter: int, tag: str, guard: str = "") -> str:
         last,
         f"\t@{r}_p popc.b32 {r}_l, {r}_m;",
         f"\t@{r}_p cvt.u64.u32 {r}_n, {r}_l;",
-        f"\t@{r}_p ld.param.u64 {r}_a, [{param}];",
-        f"\t@{r}_p cvta.to.global.u64 {r}_a, {r}_a;",
+        *address,
         f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
         f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;",
         "\t}",
@@ -141,9 +160,9 @@ def _split(edits: _Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> N
         edits.tail.append(f"{label}:\n{code}\n\tbra {target};")
 
 
-def _place(edits: _Edits, cfg: Cfg, plan: Plan, param: str, tag: str) -> None:
+def _place(edits: _Edits, cfg: Cfg, plan: Plan, where: str, tag: str, buffer: Buffer) -> None:
     for k, probed in enumerate(plan.probed):
-        code = probe_code(param, k, f"{tag}{k}")
+        code = probe_code(where, k, f"{tag}{k}", buffer=buffer)
         if plan.mode is Mode.BLOCKS:
             _at_head(edits, cfg, probed, code)
             continue
@@ -168,7 +187,9 @@ def _place(edits: _Edits, cfg: Cfg, plan: Plan, param: str, tag: str) -> None:
             # no block can stand on an edge into a nested scope: count the takers at the branch
             assert src_block is not None and src_block.terminator is not None
             guard = cfg.statement(src_block.terminator).guard
-            edits.add(edits.before, src_block.terminator, probe_code(param, k, f"{tag}{k}", guard))
+            edits.add(
+                edits.before, src_block.terminator, probe_code(where, k, f"{tag}{k}", guard, buffer)
+            )
         else:
             _split(edits, cfg, probed, code, f"$L{tag}_split{k}")
 
@@ -238,8 +259,14 @@ def _version(module: Module) -> tuple[int, int]:
         raise PtxError(0, f"unreadable .version {module.version!r}") from None
 
 
-def instrument(ptx: str, mode: Mode = Mode.EDGES, kernels: set[str] | None = None) -> Instrumented:
-    """``ptx`` with counting probes in every kernel (or those named in ``kernels``)."""
+def instrument(
+    ptx: str,
+    mode: Mode = Mode.EDGES,
+    kernels: set[str] | None = None,
+    buffer: Buffer = Buffer.PARAM,
+) -> Instrumented:
+    """``ptx`` with counting probes in every kernel (or those named in ``kernels``), their
+    counters in ``buffer``."""
     module = parse(ptx)
     if _version(module) < _MIN_VERSION:
         raise PtxError(0, f"PTX ISA {module.version} is older than 6.2, which activemask needs")
@@ -247,19 +274,26 @@ def instrument(ptx: str, mode: Mode = Mode.EDGES, kernels: set[str] | None = Non
     pieces: list[str] = []
     plans: dict[str, Plan] = {}
     params: dict[str, str] = {}
+    arrays: dict[str, str] = {}
     done = 0
     for function in module.kernels:
         if kernels is not None and function.name not in kernels:
             continue
         cfg = cfgmod.build(function)
         plan = make_plan(cfg, find_loops(cfg), mode)
-        param = f"{function.name}_{tag}_counters"
+        name = f"{function.name}_{tag}_counters"
         edits = _Edits()
-        _place(edits, cfg, plan, param, f"{tag}_")
+        _place(edits, cfg, plan, name, f"{tag}_", buffer)
         pieces.append(ptx[done : function.start])
-        pieces.append(_emit(cfg, edits, _with_param(function, param)))
+        if buffer is Buffer.PARAM:
+            pieces.append(_emit(cfg, edits, _with_param(function, name)))
+            params[function.name] = name
+        else:
+            size = 2 * max(plan.counters, 1)
+            pieces.append(f".visible .global .align 8 .u64 {name}[{size}];\n")
+            pieces.append(_emit(cfg, edits, function.header.rstrip()))
+            arrays[function.name] = name
         done = function.end
         plans[function.name] = plan
-        params[function.name] = param
     pieces.append(ptx[done:])
-    return Instrumented("".join(pieces), plans, params)
+    return Instrumented("".join(pieces), plans, params, arrays)
