@@ -21,9 +21,10 @@ from pyhpctk.instrument.frameworks.base import (
     check_version,
     installed_version,
 )
+from pyhpctk.instrument.frameworks.cupy import CuPy
 from pyhpctk.instrument.frameworks.triton import Triton
 
-FRAMEWORKS: dict[str, type[Framework]] = {"triton": Triton}
+FRAMEWORKS: dict[str, type[Framework]] = {"triton": Triton, "cupy": CuPy}
 
 __all__ = [
     "FRAMEWORKS",

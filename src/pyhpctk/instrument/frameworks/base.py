@@ -127,7 +127,7 @@ class Framework(Protocol):
     """A framework whose kernels' PTX pyhpctk reaches at load time."""
 
     name: str  # as users write it: triton, cupy, numba
-    distribution: str  # the package whose version is pinned
+    distributions: tuple[str, ...]  # the packages (any one) whose version is pinned
     supported: tuple[tuple[int, int], ...]  # (major, minor) versions whose hook points were tested
 
     def install(self, collector: Collector) -> None:
@@ -147,14 +147,16 @@ def installed_version(distribution: str) -> str | None:
 def check_version(framework: Framework) -> str:
     """The installed version of ``framework``'s distribution; a FrameworkError if it is
     missing or not one whose hook points were tested."""
-    version = installed_version(framework.distribution)
+    found = [(d, v) for d in framework.distributions if (v := installed_version(d)) is not None]
     pinned = ", ".join(f"{a}.{b}" for a, b in framework.supported)
-    if version is None:
-        raise FrameworkError(f"{framework.name}: {framework.distribution} is not installed")
-    found = re.match(r"(\d+)\.(\d+)", version)
-    if found is None or (int(found[1]), int(found[2])) not in framework.supported:
+    if not found:
+        names = " or ".join(framework.distributions)
+        raise FrameworkError(f"{framework.name}: {names} is not installed")
+    distribution, version = found[0]
+    number = re.match(r"(\d+)\.(\d+)", version)
+    if number is None or (int(number[1]), int(number[2])) not in framework.supported:
         raise FrameworkError(
-            f"{framework.name}: {framework.distribution} {version} is not supported by pyhpctk's "
+            f"{framework.name}: {distribution} {version} is not supported by pyhpctk's "
             f"PTX hooks (tested: {pinned}.x); its kernels would run uninstrumented"
         )
     return version

@@ -27,8 +27,8 @@ STAGE = "ptx_pyhpctk"
 
 
 class Triton:
-    name = "triton"
-    distribution = "triton"
+    name: str = "triton"
+    distributions: tuple[str, ...] = ("triton",)
     supported: tuple[tuple[int, int], ...] = ((3, 6), (3, 7), (3, 8), (3, 9))
 
     def __init__(self) -> None:
