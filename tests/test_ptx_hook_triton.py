@@ -9,7 +9,7 @@ import io
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from pyhpctk.instrument.frameworks import Collector, FrameworkError
+from pyhpctk.instrument.frameworks import Collector
 from pyhpctk.instrument.frameworks.triton import STAGE, Triton
 from pyhpctk.instrument.ptx import Mode, assemble, instrument, parse
 from pyhpctk.instrument.ptx.rewrite import Buffer
@@ -95,16 +95,3 @@ def test_triton_kernels_the_filter_leaves_out_are_not_instrumented(kernels) -> N
     finally:
         hook.uninstall()
     assert left.asm[STAGE] == plain.asm["ptx"] and left.asm["cubin"] == plain.asm["cubin"]
-
-
-def test_an_untested_triton_version_is_refused_in_one_line(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from triton import knobs
-
-    monkeypatch.setattr(Triton, "supported", ((3, 5),))
-    with pytest.raises(FrameworkError) as caught:
-        Triton().install(Collector())
-    assert str(caught.value) == (
-        f"triton: triton {triton.__version__} is not supported by pyhpctk's PTX hooks "
-        "(tested: 3.5.x); its kernels would run uninstrumented"
-    )
-    assert knobs.runtime.add_stages_inspection_hook is None

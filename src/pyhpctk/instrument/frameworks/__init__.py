@@ -22,9 +22,10 @@ from pyhpctk.instrument.frameworks.base import (
     installed_version,
 )
 from pyhpctk.instrument.frameworks.cupy import CuPy
+from pyhpctk.instrument.frameworks.numba import Numba
 from pyhpctk.instrument.frameworks.triton import Triton
 
-FRAMEWORKS: dict[str, type[Framework]] = {"triton": Triton, "cupy": CuPy}
+FRAMEWORKS: dict[str, type[Framework]] = {"triton": Triton, "cupy": CuPy, "numba": Numba}
 
 __all__ = [
     "FRAMEWORKS",

@@ -148,7 +148,7 @@ def check_version(framework: Framework) -> str:
     """The installed version of ``framework``'s distribution; a FrameworkError if it is
     missing or not one whose hook points were tested."""
     found = [(d, v) for d in framework.distributions if (v := installed_version(d)) is not None]
-    pinned = ", ".join(f"{a}.{b}" for a, b in framework.supported)
+    pinned = ", ".join(f"{a}.{b}.x" for a, b in framework.supported)
     if not found:
         names = " or ".join(framework.distributions)
         raise FrameworkError(f"{framework.name}: {names} is not installed")
@@ -157,7 +157,7 @@ def check_version(framework: Framework) -> str:
     if number is None or (int(number[1]), int(number[2])) not in framework.supported:
         raise FrameworkError(
             f"{framework.name}: {distribution} {version} is not supported by pyhpctk's "
-            f"PTX hooks (tested: {pinned}.x); its kernels would run uninstrumented"
+            f"PTX hooks (tested: {pinned}); its kernels would run uninstrumented"
         )
     return version
 
