@@ -41,7 +41,7 @@ def test_global_counters_keep_the_signature_and_assemble(path, arch, mode: Mode)
     before, after = parse(text), parse(result.ptx)
     for kernel in before.kernels:
         assert after.function(kernel.name).params == kernel.params
-    assert result.counter_params == {}
+    assert result.counter_params == {} and result.source == text
     symbols = _symbols(assemble(result.ptx, arch).cubin)
     for kernel, plan in result.plans.items():
         name = result.counter_globals[kernel]

@@ -10,7 +10,10 @@ Hook points (private; the tests ran on Triton 3.6, 3.7, 3.8 and 3.9):
   versions, and the original stays where it was. The cache entry keeps the original ``.ptx``
   beside the instrumented ``.ptx_pyhpctk``: a cache hit re-derives the plans from it.
 - ``knobs.runtime.jit_post_compile_hook``: which JIT function compiled what while installed;
-  uninstall drops those entries from the functions' in-memory caches (3.6 has no key for them).
+  uninstall drops those entries from the functions' in-memory caches. Triton 3.6 has no key
+  for the hook in those caches: there, install also sets aside what the JIT functions alive
+  (``gc``) hold, so their next launch compiles the instrumented kernel, and uninstall puts it
+  back.
 - ``knobs.runtime.kernel_load_end_hook``: the loaded ``CUmodule``, whose counter arrays are
   read through ``cuModuleGetGlobal``.
 """
@@ -35,10 +38,11 @@ class Triton:
         self._patches = Patches()
         self._collector: Collector | None = None
         self._compiled: list[tuple[Any, int, Any]] = []  # (JITFunction, device, key)
+        self._set_aside: list[tuple[dict[Any, Any], dict[Any, Any]]] = []  # (cache, entries)
         self._chained: Any = None
 
     def install(self, collector: Collector) -> None:
-        check_version(self)
+        version = check_version(self)
         from triton import knobs
         from triton.backends.nvidia.compiler import CUDABackend
 
@@ -59,6 +63,8 @@ class Triton:
             knobs.runtime, "jit_post_compile_hook", self._compiled_one
         )
         knobs.runtime.kernel_load_end_hook.add(self._loaded)
+        if version.startswith("3.6."):
+            self._set_aside = _set_aside_jit_caches()
 
     def uninstall(self) -> None:
         if not self._patches:
@@ -69,7 +75,10 @@ class Triton:
         self._patches.undo()
         for function, device, key in self._compiled:
             function.device_caches[device][0].pop(key, None)
+        for cache, entries in self._set_aside:
+            cache.update(entries)
         self._compiled.clear()
+        self._set_aside.clear()
         self._collector = None
 
     def _stages(self, *args: Any) -> Any:
@@ -117,3 +126,20 @@ class Triton:
             lambda symbol, n: driver.read_global(handle, symbol, n),
             lambda symbol, n: driver.zero_global(handle, symbol, n),
         )
+
+
+def _set_aside_jit_caches() -> list[tuple[dict[Any, Any], dict[Any, Any]]]:
+    """Empty the in-memory kernel caches of every live JIT function; return what they held."""
+    import gc
+
+    from triton.runtime.jit import JITFunction
+
+    aside = []
+    for obj in gc.get_objects():
+        if isinstance(obj, JITFunction):
+            for entry in list(obj.device_caches.values()):
+                cache = entry[0]
+                if cache:
+                    aside.append((cache, dict(cache)))
+                    cache.clear()
+    return aside

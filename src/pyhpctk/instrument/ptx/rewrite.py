@@ -49,6 +49,7 @@ class Instrumented:
     plans: dict[str, Plan]
     counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
     counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
+    source: str = ""  # the PTX as it was before instrumenting (its blocks are the plans')
 
 
 @dataclass
@@ -296,4 +297,4 @@ def instrument(
         done = function.end
         plans[function.name] = plan
     pieces.append(ptx[done:])
-    return Instrumented("".join(pieces), plans, params, arrays)
+    return Instrumented("".join(pieces), plans, params, arrays, ptx)
