@@ -50,3 +50,19 @@ def test_a_missing_framework_is_named_in_one_line(monkeypatch) -> None:  # type:
         FrameworkError, match=r"^numba: numba-cuda-not-here or nor-this is not installed$"
     ):
         framework().install(Collector())
+
+
+def test_launched_kernels_no_hook_instrumented_are_listed_with_the_reason() -> None:
+    from ptx_helpers import SHAPES_PTX
+    from pyhpctk.instrument.frameworks.base import NO_PTX
+    from pyhpctk.instrument.ptx import Buffer, instrument
+
+    collector = Collector()
+    result = instrument(SHAPES_PTX.read_text(), kernels={"empty"}, buffer=Buffer.GLOBAL)
+    collector.loaded("cupy", result, lambda s, n: None, lambda s, n: None)  # type: ignore[arg-type,return-value]
+    collector.skipped("numba", "lto_kernel", "linked with LTO: no PTX")
+    launched = ["empty", "lto_kernel", "sm90_xmma_gemm", "lto_kernel", "sm90_xmma_gemm"]
+    assert [(s.framework, s.what, s.reason) for s in collector.unreached(launched)] == [
+        ("numba", "lto_kernel", "linked with LTO: no PTX"),
+        ("", "sm90_xmma_gemm", NO_PTX),
+    ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +30,10 @@ class FrameworkError(PyhpctkError):
     exit_code = 2
 
 
+NO_PTX = (
+    "no PTX reached pyhpctk: a precompiled library's kernel or a cubin (cuBLAS, cuDNN, "
+    "a loaded cubin or fatbin), or a module loaded before the hooks were installed"
+)
 ReadGlobal = Callable[[str, int], np.ndarray]  # (symbol, bytes) -> its bytes as uint8
 ZeroGlobal = Callable[[str, int], None]
 
@@ -121,6 +125,18 @@ class Collector:
     def find(self, kernel: str) -> list[Loaded]:
         """The loaded modules holding an instrumented ``kernel``, oldest first."""
         return [m for m in self.loaded_modules if kernel in m.instrumented.plans]
+
+    def unreached(self, launched: Iterable[str]) -> list[Skipped]:
+        """Each kernel of ``launched`` (names as the driver saw them launched) that no hook
+        instrumented, once, with why: a reason a hook recorded, else that no PTX reached one."""
+        counted = {k for m in self.loaded_modules for k in m.instrumented.plans}
+        out: dict[str, Skipped] = {}
+        for kernel in launched:
+            if kernel in counted or kernel in out:
+                continue
+            known = [s for s in self.skips if kernel in s.what.split(", ")]
+            out[kernel] = known[0] if known else Skipped("", kernel, NO_PTX)
+        return list(out.values())
 
 
 class Framework(Protocol):
