@@ -21,31 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ptx_checks import FAILURES, RESULTS, check, executed
 
 from pyhpctk.instrument.frameworks import FRAMEWORKS, Collector, FrameworkError, Loaded
-from pyhpctk.instrument.ptx import Counts, Mode, build
-from pyhpctk.instrument.ptx import parse as parse_ptx
-
-RESULTS: list[dict[str, Any]] = []
-FAILURES: list[str] = []
-
-
-def check(what: str, got: object, expected: object) -> None:
-    ok = got == expected
-    print(f"{'ok ' if ok else 'ERR'} {what}: {got}{'' if ok else f' expected {expected}'}")
-    RESULTS.append({"check": what, "got": str(got), "expected": str(expected), "ok": ok})
-    if not ok:
-        FAILURES.append(what)
-
-
-def executed(counts: Counts, ptx: str, kernel: str, prefix: str) -> int:
-    """Thread executions of the instructions whose opcode starts with ``prefix``."""
-    cfg = build(parse_ptx(ptx).function(kernel))
-    total = 0
-    for block, threads in zip(cfg.blocks, counts.block_threads, strict=True):
-        n = sum(1 for i in block.instructions if cfg.statement(i).opcode.startswith(prefix))
-        total += n * threads
-    return total
+from pyhpctk.instrument.ptx import Mode
 
 
 def measured(
@@ -120,6 +99,22 @@ def triton_case(mode: Mode) -> None:
     measured("triton", mode, run, truths)
 
 
+def loop_truths(threads: int, n: int, period: int) -> Callable[[Loaded, str], dict[str, Any]]:
+    """A kernel whose thread i loads once per trip of a loop of i % period trips, and stores
+    once if i < n."""
+
+    def truths(loaded: Loaded, kernel: str) -> dict[str, tuple[int, int]]:
+        c, src = loaded.counts(kernel), loaded.instrumented.source
+        trips = int((np.arange(threads) % period).sum())
+        return {
+            "threads entering": (c.block_threads[0], threads),
+            "loads (one per trip)": (executed(c, src, kernel, "ld.global"), trips),
+            "stores": (executed(c, src, kernel, "st.global"), n),
+        }
+
+    return truths
+
+
 CUPY_SOURCE = r"""
 extern "C" __global__ void clamp_sum(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -146,18 +141,7 @@ def cupy_case(mode: Mode) -> None:
         cp.cuda.Device().synchronize()
         return cp.asnumpy(y)
 
-    threads = np.arange(grid * block)
-
-    def truths(loaded: Loaded, kernel: str) -> dict[str, tuple[int, int]]:
-        c, src = loaded.counts(kernel), loaded.instrumented.source
-        return {
-            "threads entering": (c.block_threads[0], grid * block),
-            "loads (one per trip)": (executed(c, src, kernel, "ld.global"),
-                                     int((threads % 7).sum())),
-            "stores": (executed(c, src, kernel, "st.global"), n),
-        }  # fmt: skip
-
-    measured("cupy", mode, run, truths)
+    measured("cupy", mode, run, loop_truths(grid * block, n, 7))
 
 
 def numba_case(mode: Mode) -> None:
@@ -182,18 +166,7 @@ def numba_case(mode: Mode) -> None:
         cuda.synchronize()
         return np.asarray(y.copy_to_host())
 
-    threads = np.arange(grid * block)
-
-    def truths(loaded: Loaded, kernel: str) -> dict[str, tuple[int, int]]:
-        c, src = loaded.counts(kernel), loaded.instrumented.source
-        return {
-            "threads entering": (c.block_threads[0], grid * block),
-            "loads (one per trip)": (executed(c, src, kernel, "ld.global"),
-                                     int((threads % 5).sum())),
-            "stores": (executed(c, src, kernel, "st.global"), n),
-        }  # fmt: skip
-
-    measured("numba", mode, run, truths)
+    measured("numba", mode, run, loop_truths(grid * block, n, 5))
 
 
 def main(out: Path) -> int:
