@@ -1,0 +1,300 @@
+"""Counting probes written into PTX: the instrumented module's text and each kernel's plan.
+
+A probe is a scope of its own (``{ .reg ...; ... }``), so its registers are fresh and shadow
+nothing the kernel uses, and it writes no register or predicate of the kernel. In it, the warp's
+lowest active lane (no active lane below it: ``%lanemask_lt & activemask == 0``) adds 1 to the
+counter's warp slot and ``popc(activemask)`` to its thread slot with ``red.global.add.u64``:
+one atomic pair per warp that passes, whatever its divergence. The counter buffer (16 bytes
+per counter) is either a ``.param .u64`` appended to the kernel's parameters, pointing at a
+zeroed device buffer the caller passes (``Buffer.PARAM``), or a module-level ``.global .u64``
+array of the kernel's own, zeroed when the module is loaded and read (or zeroed again) through
+``cuModuleGetGlobal`` (``Buffer.GLOBAL``): a framework's launcher passes only the arguments of
+the signature it compiled, so its kernels need the second.
+
+Where an edge's probe goes (edges mode): at the top of the body for the virtual edge; before
+the terminator of a block with one successor; at the head of a target with one predecessor;
+right after a guarded branch for its fall-through edge; otherwise (a critical edge) the branch
+is pointed at a new block, placed after the body's last statement, that counts and branches on.
+Device functions (``.func``) are parsed but not instrumented: they have no counter parameter.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from pyhpctk.instrument.ptx import cfg as cfgmod
+from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind
+from pyhpctk.instrument.ptx.errors import PtxError
+from pyhpctk.instrument.ptx.loops import find_loops
+from pyhpctk.instrument.ptx.parse import Function, Kind, Module, Statement, parse
+from pyhpctk.instrument.ptx.probes import Mode, Plan, make_plan, splittable
+
+PREFIX = "__pyhpctk"
+_MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
+
+
+class Buffer(enum.Enum):
+    """Where a kernel's probes find its counters."""
+
+    PARAM = "param"  # a pointer appended to the kernel's parameters
+    GLOBAL = "global"  # a .global array of the module, one per kernel
+
+
+@dataclass(frozen=True)
+class Instrumented:
+    """The instrumented PTX and, per instrumented kernel, where its counters are."""
+
+    ptx: str
+    plans: dict[str, Plan]
+    counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
+    counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
+    source: str = ""  # the PTX as it was before instrumenting (its blocks are the plans')
+
+
+@dataclass
+class _Edits:
+    before: dict[int, list[str]] = field(default_factory=dict)
+    after: dict[int, list[str]] = field(default_factory=dict)
+    replace: dict[int, str] = field(default_factory=dict)
+    tail: list[str] = field(default_factory=list)
+    tables: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # brx -> new targets
+
+    def add(self, where: dict[int, list[str]], index: int, code: str) -> None:
+        where.setdefault(index, []).append(code)
+
+
+def probe_code(
+    where: str, counter: int, tag: str, guard: str = "", buffer: Buffer = Buffer.PARAM
+) -> str:
+    """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
+    parameter) or is (a ``.global`` array); with a branch's ``guard`` (``@%p``, ``@!%p``), only
+    the threads for which it holds count."""
+    r = f"%{tag}"
+    if buffer is Buffer.PARAM:
+        address = [f"\t@{r}_p ld.param.u64 {r}_a, [{where}];",
+                   f"\t@{r}_p cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
+    else:  # mov of a .global variable gives its address in the global window
+        address = [f"\t@{r}_p mov.u64 {r}_a, {where};"]
+    off = 16 * counter
+    taking = []
+    if guard:  # the takers: a ballot of the guard; the lowest taker must itself take
+        taking = [
+            f"\tvote.sync.ballot.b32 {r}_m, {guard[1:]}, {r}_m;",
+            f"\tmov.u32 {r}_l, %lanemask_eq;",
+            f"\tand.b32 {r}_l, {r}_l, {r}_m;",
+            f"\tsetp.ne.u32 {r}_q, {r}_l, 0;",
+        ]  # fmt: skip
+    last = (
+        f"\tsetp.eq.and.u32 {r}_p, {r}_l, 0, {r}_q;" if guard else f"\tsetp.eq.u32 {r}_p, {r}_l, 0;"
+    )
+    return "\n".join([
+        "\t{",
+        f"\t.reg .pred {r}_p, {r}_q;",
+        f"\t.reg .b32 {r}_m, {r}_l;",
+        f"\t.reg .b64 {r}_a, {r}_n;",
+        f"\tactivemask.b32 {r}_m;",
+        *taking,
+        f"\tmov.u32 {r}_l, %lanemask_lt;",
+        f"\tand.b32 {r}_l, {r}_l, {r}_m;",
+        last,
+        f"\t@{r}_p popc.b32 {r}_l, {r}_m;",
+        f"\t@{r}_p cvt.u64.u32 {r}_n, {r}_l;",
+        *address,
+        f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
+        f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;",
+        "\t}",
+    ])  # fmt: skip
+
+
+def _head(cfg: Cfg, block: int) -> int:
+    """Index of the statement a probe at the head of ``block`` goes before (its first
+    instruction), or -1 - last for an empty block (the probe then goes after its last one)."""
+    b = cfg.blocks[block]
+    return b.instructions[0] if b.instructions else -1 - b.last
+
+
+def _at_head(edits: _Edits, cfg: Cfg, block: int, code: str) -> None:
+    i = _head(cfg, block)
+    edits.add(edits.before, i, code) if i >= 0 else edits.add(edits.after, -1 - i, code)
+
+
+def _at_tail(edits: _Edits, cfg: Cfg, block: int, code: str) -> None:
+    b = cfg.blocks[block]
+    last = b.instructions[-1] if b.instructions else b.last
+    edits.add(edits.after, last, code)
+
+
+def _unguarded(s: Statement, target: str | None = None) -> str:
+    operands = list(s.operands)
+    if target is not None:
+        operands[-1] = target
+    return f"{s.opcode} {', '.join(operands)}".strip()
+
+
+def _split(edits: _Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> None:
+    """Point the edge's branch at a new block ``label`` that counts, then goes on."""
+    e = cfg.edges[edge_index]
+    term = cfg.blocks[e.src].terminator
+    assert term is not None
+    s = cfg.statement(term)
+    if not splittable(cfg, e):
+        head = cfg.statement(cfg.blocks[e.dst].first)
+        raise PtxError(s.line, f"{cfg.function.name}: this branch's edge into the nested scope "
+                               f"at line {head.line} must be counted, but a counting block "
+                               "cannot branch into that scope")  # fmt: skip
+    if e.kind is EdgeKind.EXIT:  # `@p exit` -> `@p bra L` ... `L: probe; exit`
+        edits.replace[term] = f"{s.guard} bra {label}"
+        edits.tail.append(f"{label}:\n{code}\n\t{_unguarded(s)};")
+    elif e.kind is EdgeKind.TAKEN:
+        edits.replace[term] = f"{s.guard} {_unguarded(s, label)}".strip()
+        edits.tail.append(f"{label}:\n{code}\n\tbra {s.operands[-1]};")
+    else:  # INDIRECT: a copy of the target list with this target pointing at the new block
+        target = cfg.blocks[e.dst].labels[0]
+        name, targets = edits.tables.get(
+            term, (f"{label}_targets", cfgmod.targets(cfg.function, s))
+        )
+        where = {name: b.index for b in cfg.blocks for name in b.labels}
+        targets = [label if where.get(t) == e.dst else t for t in targets]
+        edits.tables[term] = (name, targets)
+        edits.replace[term] = f"{s.guard} {_unguarded(s, name)}".strip()
+        edits.tail.append(f"{label}:\n{code}\n\tbra {target};")
+
+
+def _place(edits: _Edits, cfg: Cfg, plan: Plan, where: str, tag: str, buffer: Buffer) -> None:
+    for k, probed in enumerate(plan.probed):
+        code = probe_code(where, k, f"{tag}{k}", buffer=buffer)
+        if plan.mode is Mode.BLOCKS:
+            _at_head(edits, cfg, probed, code)
+            continue
+        e = cfg.edges[probed]
+        src_block = cfg.blocks[e.src] if e.src < len(cfg.blocks) else None
+        if e.kind is EdgeKind.VIRTUAL:
+            first = next(i for i, s in enumerate(cfg.function.body)
+                         if s.kind in (Kind.LABEL, Kind.INSTRUCTION))  # fmt: skip
+            edits.add(edits.before, first, code)
+        elif len(cfg.successors[e.src]) == 1:
+            assert src_block is not None
+            if src_block.terminator is not None:
+                edits.add(edits.before, src_block.terminator, code)
+            else:
+                _at_tail(edits, cfg, e.src, code)
+        elif e.kind is EdgeKind.FALL:
+            assert src_block is not None and src_block.terminator is not None
+            edits.add(edits.after, src_block.terminator, code)
+        elif e.kind is not EdgeKind.EXIT and len(cfg.predecessors[e.dst]) == 1:
+            _at_head(edits, cfg, e.dst, code)
+        elif e.kind is EdgeKind.TAKEN and not splittable(cfg, e):
+            # no block can stand on an edge into a nested scope: count the takers at the branch
+            assert src_block is not None and src_block.terminator is not None
+            guard = cfg.statement(src_block.terminator).guard
+            edits.add(
+                edits.before, src_block.terminator, probe_code(where, k, f"{tag}{k}", guard, buffer)
+            )
+        else:
+            _split(edits, cfg, probed, code, f"$L{tag}_split{k}")
+
+
+def _statement_text(s: Statement) -> str:
+    if s.kind is Kind.LABEL:
+        return s.text
+    if s.kind in (Kind.OPEN, Kind.CLOSE):
+        return s.text
+    if s.kind is Kind.LOC or s.opcode in (".loc", ".file"):
+        return "\t" + s.text
+    prefix = f"{s.label}: " if s.label else ""
+    return f"\t{prefix}{s.text};"
+
+
+def _with_param(function: Function, param: str) -> str:
+    head = function.header.rstrip()
+    name_end = head.find(function.name) + len(function.name)
+    rest = head[name_end:]
+    decl = f".param .u64 .ptr .global .align 8 {param}"
+    if not rest.lstrip().startswith("("):
+        return f"{head[:name_end]}(\n\t{decl}\n){rest}"
+    depth, close = 0, -1
+    for i, c in enumerate(rest):
+        depth += c == "("
+        depth -= c == ")"
+        if c == ")" and depth == 0:
+            close = i
+            break
+    inside = rest[rest.index("(") + 1 : close]
+    sep = ",\n\t" if inside.strip() else "\n\t"
+    return f"{head[:name_end]}{rest[:close].rstrip()}{sep}{decl}\n{rest[close:]}"
+
+
+def _emit(cfg: Cfg, edits: _Edits, header: str) -> str:
+    out = [header, "{"]
+    for i, s in enumerate(cfg.function.body):
+        out.extend(edits.before.get(i, []))
+        if i in edits.tables:
+            name, targets = edits.tables[i]
+            out.append(f"\t{name}: .branchtargets {', '.join(targets)};")
+        out.append(edits.replace[i] + ";" if i in edits.replace else _statement_text(s))
+        out.extend(edits.after.get(i, []))
+    if edits.tail:
+        last = cfg.blocks[-1] if cfg.blocks else None
+        if last is not None and last.terminator is None:
+            out.append("\tret;")  # the last block fell off the end: it must not run into a probe
+        out.extend(edits.tail)
+    out.append("}")
+    return "\n".join(out)
+
+
+def _fresh(text: str) -> str:
+    tag = PREFIX
+    n = 0
+    while tag in text:
+        n += 1
+        tag = f"{PREFIX}{n}"
+    return tag
+
+
+def _version(module: Module) -> tuple[int, int]:
+    try:
+        major, minor = module.version.split(".")
+        return int(major), int(minor)
+    except ValueError:
+        raise PtxError(0, f"unreadable .version {module.version!r}") from None
+
+
+def instrument(
+    ptx: str,
+    mode: Mode = Mode.EDGES,
+    kernels: set[str] | None = None,
+    buffer: Buffer = Buffer.PARAM,
+) -> Instrumented:
+    """``ptx`` with counting probes in every kernel (or those named in ``kernels``), their
+    counters in ``buffer``."""
+    module = parse(ptx)
+    if _version(module) < _MIN_VERSION:
+        raise PtxError(0, f"PTX ISA {module.version} is older than 6.2, which activemask needs")
+    tag = _fresh(ptx)
+    pieces: list[str] = []
+    plans: dict[str, Plan] = {}
+    params: dict[str, str] = {}
+    arrays: dict[str, str] = {}
+    done = 0
+    for function in module.kernels:
+        if kernels is not None and function.name not in kernels:
+            continue
+        cfg = cfgmod.build(function)
+        plan = make_plan(cfg, find_loops(cfg), mode)
+        name = f"{function.name}_{tag}_counters"
+        edits = _Edits()
+        _place(edits, cfg, plan, name, f"{tag}_", buffer)
+        pieces.append(ptx[done : function.start])
+        if buffer is Buffer.PARAM:
+            pieces.append(_emit(cfg, edits, _with_param(function, name)))
+            params[function.name] = name
+        else:
+            size = 2 * max(plan.counters, 1)
+            pieces.append(f".visible .global .align 8 .u64 {name}[{size}];\n")
+            pieces.append(_emit(cfg, edits, function.header.rstrip()))
+            arrays[function.name] = name
+        done = function.end
+        plans[function.name] = plan
+    pieces.append(ptx[done:])
+    return Instrumented("".join(pieces), plans, params, arrays, ptx)

@@ -1,0 +1,105 @@
+"""CuPy's NVRTC output reached as PTX (issue #34 item 2), without a GPU: NVRTC compiles a
+RawKernel's source here (the nvidia-cuda-nvrtc wheel), the hook instruments its PTX and hands
+that to CuPy in place of the cubin; nothing instrumented reaches CuPy's disk cache, and after
+uninstall the same compile gives the original cubin. Loading the module needs the driver: a
+stand-in Module records what CuPy would load."""
+
+from __future__ import annotations
+
+import types
+from typing import ClassVar
+
+import pytest
+
+from pyhpctk.instrument.frameworks import Collector
+from pyhpctk.instrument.frameworks.cupy import CuPy
+from pyhpctk.instrument.ptx import Buffer, Mode, assemble, instrument
+
+compiler = pytest.importorskip(
+    "cupy.cuda.compiler", reason="CuPy and the nvidia-cuda-nvrtc wheel compile the kernels"
+)
+
+SOURCE = r"""
+extern "C" __global__ void clamp_sum(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+    for (int k = 0; k < (i % 7); ++k) {  // a data-dependent loop
+        s += x[(i + k) % n];
+    }
+    if (i < n) y[i] = s > 1.0f ? 1.0f : s;
+}
+"""
+OPTIONS = ("-arch=sm_90", "--device-as-default-execution-space")
+
+
+def _nvrtc(method: str = "cubin") -> bytes:
+    out, _ = compiler._NVRTCProgram(SOURCE, "k.cu", method=method).compile(OPTIONS)
+    return bytes(out)
+
+
+def _plain_ptx() -> str:
+    from cupy.cuda import nvrtc
+
+    program = compiler._NVRTCProgram(SOURCE, "k.cu", method="cubin")
+    program.compile(OPTIONS)
+    return bytes(nvrtc.getPTX(program.ptr)).decode().rstrip("\0")
+
+
+@pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.value)
+def test_cupy_hook_hands_cupy_instrumented_ptx_for_its_cubin(mode: Mode) -> None:
+    plain = _nvrtc()
+    assert plain.startswith(b"\x7fELF")
+    hook, collector = CuPy(), Collector(mode)
+    hook.install(collector)
+    try:
+        counted = _nvrtc()
+    finally:
+        hook.uninstall()
+    expected = instrument(_plain_ptx(), mode, buffer=Buffer.GLOBAL)
+    assert counted.decode() == expected.ptx and set(expected.plans) == {"clamp_sum"}
+    assemble(counted.decode(), "sm_90")
+    assert _nvrtc() == plain
+
+
+class _Module:
+    """Stands in for cupy.cuda.function.Module: records what CuPy loads."""
+
+    loads: ClassVar[list[bytes]] = []
+
+    def load(self, image: bytes) -> None:
+        self.loads.append(bytes(image))
+
+    def _set_mapping(self, mapping: object) -> None:
+        pass
+
+
+def test_cupy_instrumented_modules_stay_out_of_the_disk_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from cupy.cuda._compiler_cache import DiskKernelCacheBackend
+
+    cache = DiskKernelCacheBackend(str(tmp_path))
+    monkeypatch.setattr(compiler, "_kernel_cache_backend", cache)
+    monkeypatch.setattr(compiler, "function", types.SimpleNamespace(Module=_Module))
+    monkeypatch.setattr(
+        compiler, "_get_arch_for_options_for_nvrtc", lambda a: (f"-arch=sm_{a}", "cubin")
+    )
+    _Module.loads.clear()
+
+    def compile_once() -> bytes:
+        compiler._compile_with_cache_cuda(SOURCE, (), "90")
+        return _Module.loads[-1]
+
+    plain = compile_once()
+    cached = sorted(p.name for p in tmp_path.iterdir())
+    assert plain.startswith(b"\x7fELF") and cached
+    hook, collector = CuPy(), Collector()
+    hook.install(collector)
+    try:
+        counted = compile_once()
+    finally:
+        hook.uninstall()
+    assert b"clamp_sum___pyhpctk_counters" in counted and not counted.startswith(b"\x7fELF")
+    assert sorted(p.name for p in tmp_path.iterdir()) == cached  # nothing written, nothing read
+    (loaded,) = collector.loaded_modules
+    assert loaded.framework == "cupy" and loaded.kernels == ["clamp_sum"]
+    assert compiler._kernel_cache_backend is cache
+    assert compile_once() == plain
