@@ -64,7 +64,7 @@ def random_ptx(draw: st.DrawFn) -> str:
 
 
 def _walks(cfg: Cfg, rng: random.Random, count: int) -> tuple[Counter[int], int]:
-    """Edge counts of ``count`` random walks from the entry to EXIT (each a thread's run) and
+    """PtxEdge counts of ``count`` random walks from the entry to EXIT (each a thread's run) and
     how many walks there were; walks stay on blocks that can still reach EXIT."""
     exit_ = cfg.exit
     reaches = {exit_}

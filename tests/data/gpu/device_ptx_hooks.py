@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from ptx_checks import FAILURES, RESULTS, check, executed
 
-from pyhpctk.instrument.frameworks import FRAMEWORKS, Collector, FrameworkError, Loaded
+from pyhpctk.instrument.frameworks import FRAMEWORKS, Collector, FrameworkError, LoadedModule
 from pyhpctk.instrument.ptx import Mode
 
 
@@ -31,7 +31,7 @@ def measured(
     name: str,
     mode: Mode,
     run: Callable[[], np.ndarray],
-    truths: Callable[[Loaded, str], dict[str, tuple[int, int]]],
+    truths: Callable[[LoadedModule, str], dict[str, tuple[int, int]]],
 ) -> None:
     """Plain, instrumented and plain-again runs of ``run`` for framework ``name``."""
     plain = run()
@@ -87,7 +87,7 @@ def triton_case(mode: Mode) -> None:
         torch.cuda.synchronize()
         return y.cpu().numpy()
 
-    def truths(loaded: Loaded, kernel: str) -> dict[str, tuple[int, int]]:
+    def truths(loaded: LoadedModule, kernel: str) -> dict[str, tuple[int, int]]:
         c, src = loaded.counts(kernel), loaded.instrumented.source
         return {
             "threads entering": (c.block_threads[0], grid * block),
@@ -99,11 +99,11 @@ def triton_case(mode: Mode) -> None:
     measured("triton", mode, run, truths)
 
 
-def loop_truths(threads: int, n: int, period: int) -> Callable[[Loaded, str], dict[str, Any]]:
+def loop_truths(threads: int, n: int, period: int) -> Callable[[LoadedModule, str], dict[str, Any]]:
     """A kernel whose thread i loads once per trip of a loop of i % period trips, and stores
     once if i < n."""
 
-    def truths(loaded: Loaded, kernel: str) -> dict[str, tuple[int, int]]:
+    def truths(loaded: LoadedModule, kernel: str) -> dict[str, tuple[int, int]]:
         c, src = loaded.counts(kernel), loaded.instrumented.source
         trips = int((np.arange(threads) % period).sum())
         return {

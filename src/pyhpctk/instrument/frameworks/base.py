@@ -39,7 +39,7 @@ ZeroGlobal = Callable[[str, int], None]
 
 
 @dataclass
-class Loaded:
+class LoadedModule:
     """One instrumented module as the framework loaded it: its kernels' plans and counter
     arrays, and how to read them back (after the launch has finished)."""
 
@@ -83,7 +83,7 @@ class Collector:
 
     mode: Mode = Mode.EDGES
     kernels: re.Pattern[str] | None = None  # instrument only kernels whose name matches
-    loaded_modules: list[Loaded] = field(default_factory=list)
+    loaded_modules: list[LoadedModule] = field(default_factory=list)
     skips: list[Skipped] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -112,8 +112,8 @@ class Collector:
 
     def loaded(
         self, framework: str, result: Instrumented, read: ReadGlobal, zero: ZeroGlobal
-    ) -> Loaded:
-        record = Loaded(framework, result, read, zero)
+    ) -> LoadedModule:
+        record = LoadedModule(framework, result, read, zero)
         with self._lock:
             self.loaded_modules.append(record)
         return record
@@ -122,7 +122,7 @@ class Collector:
         with self._lock:
             self.skips.append(Skipped(framework, what, reason))
 
-    def find(self, kernel: str) -> list[Loaded]:
+    def find(self, kernel: str) -> list[LoadedModule]:
         """The loaded modules holding an instrumented ``kernel``, oldest first."""
         return [m for m in self.loaded_modules if kernel in m.instrumented.plans]
 

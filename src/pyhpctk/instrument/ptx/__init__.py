@@ -8,33 +8,33 @@ edge's count), ``assemble`` (ptxas). docs/gpu.md describes the pass and its limi
 """
 
 from pyhpctk.instrument.ptx.assemble import Assembled, AssemblerError, assemble, find_ptxas
-from pyhpctk.instrument.ptx.cfg import Block, Cfg, Edge, EdgeKind, build
+from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind, PtxBlock, PtxEdge, build
 from pyhpctk.instrument.ptx.counts import Counts, derive
 from pyhpctk.instrument.ptx.errors import PtxError
 from pyhpctk.instrument.ptx.lines import Location, block_lines
-from pyhpctk.instrument.ptx.loops import Loop, Loops, find_loops
-from pyhpctk.instrument.ptx.parse import Function, Module, parse
-from pyhpctk.instrument.ptx.probes import Mode, Plan, make_plan
+from pyhpctk.instrument.ptx.loops import Loops, PtxLoop, find_loops
+from pyhpctk.instrument.ptx.parse import PtxFunction, PtxModule, parse
+from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan
 from pyhpctk.instrument.ptx.rewrite import Buffer, Instrumented, instrument
 
 __all__ = [
     "Assembled",
     "AssemblerError",
-    "Block",
     "Buffer",
     "Cfg",
     "Counts",
-    "Edge",
     "EdgeKind",
-    "Function",
     "Instrumented",
     "Location",
-    "Loop",
     "Loops",
     "Mode",
-    "Module",
-    "Plan",
+    "ProbePlan",
+    "PtxBlock",
+    "PtxEdge",
     "PtxError",
+    "PtxFunction",
+    "PtxLoop",
+    "PtxModule",
     "assemble",
     "block_lines",
     "build",

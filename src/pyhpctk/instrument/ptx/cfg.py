@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from pyhpctk.instrument.ptx.errors import PtxError
-from pyhpctk.instrument.ptx.parse import Function, Kind, Statement
+from pyhpctk.instrument.ptx.parse import Kind, PtxFunction, Statement
 
 TERMINATORS = frozenset({"bra", "brx", "ret", "exit", "trap"})
 _LEAVES = frozenset({"ret", "exit", "trap"})
@@ -31,14 +31,14 @@ class EdgeKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Edge:
+class PtxEdge:
     src: int
     dst: int
     kind: EdgeKind
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
+class PtxBlock:
     """Statements ``first..last`` (indices into the function's body, both included)."""
 
     index: int
@@ -53,9 +53,9 @@ class Block:
 
 @dataclass(frozen=True)
 class Cfg:
-    function: Function
-    blocks: tuple[Block, ...]
-    edges: tuple[Edge, ...]  # block edges, EXIT edges, and the virtual edge last
+    function: PtxFunction
+    blocks: tuple[PtxBlock, ...]
+    edges: tuple[PtxEdge, ...]  # block edges, EXIT edges, and the virtual edge last
 
     @property
     def exit(self) -> int:
@@ -99,8 +99,8 @@ def branch_labels(body: tuple[Statement, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _segment(body: tuple[Statement, ...]) -> list[Block]:
-    blocks: list[Block] = []
+def _segment(body: tuple[Statement, ...]) -> list[PtxBlock]:
+    blocks: list[PtxBlock] = []
     leaders = branch_labels(body)
     start = 0
     labels: list[str] = []
@@ -112,7 +112,7 @@ def _segment(body: tuple[Statement, ...]) -> list[Block]:
 
     def close(last: int, terminator: int | None) -> None:
         block = (tuple(labels), start, last, tuple(instructions), terminator, tuple(calls))
-        blocks.append(Block(len(blocks), *block, head_depth))
+        blocks.append(PtxBlock(len(blocks), *block, head_depth))
         labels.clear()
         instructions.clear()
         calls.clear()
@@ -142,7 +142,7 @@ def _segment(body: tuple[Statement, ...]) -> list[Block]:
     return blocks
 
 
-def targets(function: Function, statement: Statement) -> list[str]:
+def targets(function: PtxFunction, statement: Statement) -> list[str]:
     """The labels a ``brx.idx`` may jump to, from the ``.branchtargets`` it names."""
     name = statement.operands[-1] if statement.operands else ""
     for s in function.body:
@@ -152,10 +152,10 @@ def targets(function: Function, statement: Statement) -> list[str]:
 
 
 def _out_edges(
-    exit_node: int, function: Function, b: Block, label_block: dict[str, int]
-) -> list[Edge]:
+    exit_node: int, function: PtxFunction, b: PtxBlock, label_block: dict[str, int]
+) -> list[PtxEdge]:
     after = b.index + 1 if b.index + 1 < exit_node else exit_node
-    fall = Edge(b.index, after, EdgeKind.FALL if after != exit_node else EdgeKind.EXIT)
+    fall = PtxEdge(b.index, after, EdgeKind.FALL if after != exit_node else EdgeKind.EXIT)
     if b.terminator is None:
         return [fall]
     s = function.body[b.terminator]
@@ -168,15 +168,15 @@ def _out_edges(
     if s.base_opcode == "bra":
         if not s.operands:
             raise PtxError(s.line, "bra without a target")
-        out = [Edge(b.index, block(s.operands[-1]), EdgeKind.TAKEN)]
+        out = [PtxEdge(b.index, block(s.operands[-1]), EdgeKind.TAKEN)]
     elif s.base_opcode == "brx":
-        out = [Edge(b.index, block(t), EdgeKind.INDIRECT) for t in targets(function, s)]
+        out = [PtxEdge(b.index, block(t), EdgeKind.INDIRECT) for t in targets(function, s)]
     else:
-        out = [Edge(b.index, exit_node, EdgeKind.EXIT)]
+        out = [PtxEdge(b.index, exit_node, EdgeKind.EXIT)]
     if s.guard:
         out.append(fall)
     seen: set[int] = set()
-    unique: list[Edge] = []
+    unique: list[PtxEdge] = []
     for e in out:  # a target equal to the fall-through (or listed twice) is one edge
         if e.dst not in seen:
             seen.add(e.dst)
@@ -184,14 +184,14 @@ def _out_edges(
     return unique
 
 
-def build(function: Function) -> Cfg:
+def build(function: PtxFunction) -> Cfg:
     """The control-flow graph of ``function``'s body."""
     blocks = _segment(function.body)
     if not blocks:
-        blocks = [Block(0, (), 0, len(function.body) - 1, (), None)]
+        blocks = [PtxBlock(0, (), 0, len(function.body) - 1, (), None)]
     label_block = {label: b.index for b in blocks for label in b.labels}
-    edges: list[Edge] = []
+    edges: list[PtxEdge] = []
     for b in blocks:
         edges.extend(_out_edges(len(blocks), function, b, label_block))
-    edges.append(Edge(len(blocks), 0, EdgeKind.VIRTUAL))
+    edges.append(PtxEdge(len(blocks), 0, EdgeKind.VIRTUAL))
     return Cfg(function, tuple(blocks), tuple(edges))

@@ -16,14 +16,14 @@ import numpy as np
 
 from pyhpctk.instrument.ptx.errors import PtxError
 from pyhpctk.instrument.ptx.lines import Location
-from pyhpctk.instrument.ptx.probes import Mode, Plan
+from pyhpctk.instrument.ptx.probes import Mode, ProbePlan
 
 
 @dataclass(frozen=True)
 class Counts:
     """One kernel's counts (summed over the launches its counters saw)."""
 
-    plan: Plan
+    plan: ProbePlan
     block_threads: tuple[int, ...]
     block_warps: tuple[int, ...] | None  # blocks mode only
     edge_threads: tuple[int, ...] | None  # edges mode only, every edge of plan.edges
@@ -51,7 +51,7 @@ class Counts:
         return out
 
 
-def _values(counters: np.ndarray | Sequence[Sequence[int]], plan: Plan) -> list[list[int]]:
+def _values(counters: np.ndarray | Sequence[Sequence[int]], plan: ProbePlan) -> list[list[int]]:
     array = np.asarray(counters, dtype=np.uint64).reshape(-1, 2)
     if array.shape[0] != plan.counters:
         raise PtxError(0, f"{plan.kernel}: {array.shape[0]} counters read, the plan has "
@@ -59,7 +59,7 @@ def _values(counters: np.ndarray | Sequence[Sequence[int]], plan: Plan) -> list[
     return [[int(w), int(t)] for w, t in array.tolist()]
 
 
-def solve_tree(plan: Plan, known: dict[int, int]) -> list[int]:
+def solve_tree(plan: ProbePlan, known: dict[int, int]) -> list[int]:
     """Every edge's count from the counts of the non-tree edges (``known``: edge index → count)."""
     edges, count = plan.edges, dict(known)
     incident: list[list[int]] = [[] for _ in range(plan.nodes)]
@@ -94,7 +94,7 @@ def solve_tree(plan: Plan, known: dict[int, int]) -> list[int]:
     return [count[i] for i in range(len(edges))]
 
 
-def derive(plan: Plan, counters: np.ndarray | Sequence[Sequence[int]]) -> Counts:
+def derive(plan: ProbePlan, counters: np.ndarray | Sequence[Sequence[int]]) -> Counts:
     """The counts of ``plan``'s kernel from its counter buffer (``plan.counters`` pairs of
     uint64: warps, threads), as the instrumented kernel left it."""
     values = _values(counters, plan)

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pyhpctk.instrument.ptx.cfg import Cfg
-from pyhpctk.instrument.ptx.parse import Kind, Module
+from pyhpctk.instrument.ptx.parse import Kind, PtxModule
 
 _LOC = re.compile(
     r"\.loc\s+(\d+)\s+(\d+)\s+(\d+)"
@@ -45,11 +45,11 @@ class Location:
         return (self.file, self.line)
 
 
-def _file(module: Module, index: int) -> str:
+def _file(module: PtxModule, index: int) -> str:
     return module.files.get(index, f"<file {index}>")
 
 
-def instruction_locations(module: Module, cfg: Cfg) -> dict[int, Location]:
+def instruction_locations(module: PtxModule, cfg: Cfg) -> dict[int, Location]:
     """The source location of every instruction of ``cfg``'s function that has one, by the
     instruction's index in the body."""
     out: dict[int, Location] = {}
@@ -75,7 +75,7 @@ def instruction_locations(module: Module, cfg: Cfg) -> dict[int, Location]:
     return out
 
 
-def block_lines(module: Module, cfg: Cfg) -> list[Counter[Location]]:
+def block_lines(module: PtxModule, cfg: Cfg) -> list[Counter[Location]]:
     """For each block, how many of its instructions each source location holds."""
     where = instruction_locations(module, cfg)
     out: list[Counter[Location]] = []

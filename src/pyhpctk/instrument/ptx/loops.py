@@ -15,7 +15,7 @@ from pyhpctk.instrument.ptx.cfg import Cfg
 
 
 @dataclass(frozen=True, slots=True)
-class Loop:
+class PtxLoop:
     header: int
     blocks: frozenset[int]
     back_edges: tuple[tuple[int, int], ...]
@@ -27,7 +27,7 @@ class Loop:
 class Loops:
     idom: tuple[int | None, ...]  # immediate dominator of each block (None: entry, unreachable)
     reachable: frozenset[int]
-    loops: tuple[Loop, ...]  # outer loops before the loops they hold
+    loops: tuple[PtxLoop, ...]  # outer loops before the loops they hold
     irreducible: tuple[tuple[int, int], ...]  # retreating edges that are not back edges
 
     def dominates(self, a: int, b: int) -> bool:
@@ -121,10 +121,10 @@ def find_loops(cfg: Cfg) -> Loops:
                 work.extend(p for p in cfg.predecessors[b] if p < n and p in number)
         bodies[header] = frozenset(body)
     headers = sorted(bodies, key=lambda h: (-len(bodies[h]), number[h]))
-    loops: list[Loop] = []
+    loops: list[PtxLoop] = []
     for h in headers:
         holders = [i for i, lp in enumerate(loops) if h in lp.blocks and bodies[h] <= lp.blocks]
         parent = max(holders, key=lambda i: loops[i].depth) if holders else None
         depth = 1 if parent is None else loops[parent].depth + 1
-        loops.append(Loop(h, bodies[h], tuple(back[h]), parent, depth))
+        loops.append(PtxLoop(h, bodies[h], tuple(back[h]), parent, depth))
     return Loops(tuple(idom), frozenset(rpo), tuple(loops), tuple(irreducible))

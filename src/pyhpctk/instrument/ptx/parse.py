@@ -61,7 +61,7 @@ class Statement:
 
 
 @dataclass(frozen=True, slots=True)
-class Function:
+class PtxFunction:
     """A kernel (``.entry``) or device function (``.func``) with a body."""
 
     name: str
@@ -75,24 +75,24 @@ class Function:
 
 
 @dataclass(frozen=True)
-class Module:
+class PtxModule:
     """A PTX module: its header directives, functions with bodies, files and debug strings."""
 
     text: str
     version: str
     target: str
-    functions: tuple[Function, ...]
+    functions: tuple[PtxFunction, ...]
     files: dict[int, str] = field(default_factory=dict)
     strings: dict[str, str] = field(default_factory=dict)  # .debug_str labels -> their text
 
-    def function(self, name: str) -> Function:
+    def function(self, name: str) -> PtxFunction:
         for function in self.functions:
             if function.name == name:
                 return function
         raise PtxError(0, f"no function named {name!r}")
 
     @property
-    def kernels(self) -> tuple[Function, ...]:
+    def kernels(self) -> tuple[PtxFunction, ...]:
         return tuple(f for f in self.functions if f.is_entry)
 
 
@@ -242,7 +242,7 @@ def _body(scanner: _Scanner, name: str, opened: int) -> list[Statement]:
     raise PtxError(opened, f"the body of {name!r} is not closed by '}}'")
 
 
-def _function(scanner: _Scanner, start: int, head: str, line: int) -> Function:
+def _function(scanner: _Scanner, start: int, head: str, line: int) -> PtxFunction:
     m = _FUNCTION_NAME.search(head)
     if not m:
         raise PtxError(line, f"cannot find the function's name in {head.strip()[:60]!r}")
@@ -250,7 +250,7 @@ def _function(scanner: _Scanner, start: int, head: str, line: int) -> Function:
     params_text = head[m.end() :]
     params = tuple(p.group(1) for p in _PARAM_NAME.finditer(params_text))
     body = _body(scanner, m.group(1), line)
-    return Function(m.group(1), is_entry, head, params, tuple(body), start, scanner.pos, line)
+    return PtxFunction(m.group(1), is_entry, head, params, tuple(body), start, scanner.pos, line)
 
 
 def _debug_strings(block: str) -> dict[str, str]:
@@ -263,11 +263,11 @@ def _debug_strings(block: str) -> dict[str, str]:
     return out
 
 
-def parse(text: str) -> Module:
+def parse(text: str) -> PtxModule:
     """Parse PTX ``text``: every function with a body, the file table and the debug strings."""
     scanner = _Scanner(clean(text))
     version = target = ""
-    functions: list[Function] = []
+    functions: list[PtxFunction] = []
     files: dict[int, str] = {}
     strings: dict[str, str] = {}
     while scanner.skip_space():
@@ -305,4 +305,4 @@ def parse(text: str) -> Module:
             raise PtxError(line, f"statement not ended by ';': {chunk.strip()[:60]!r}")
     if not version:
         raise PtxError(0, "no .version directive: this is not PTX")
-    return Module(text, version, target, tuple(functions), files, strings)
+    return PtxModule(text, version, target, tuple(functions), files, strings)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from pyhpctk.instrument.ptx.cfg import Cfg, Edge, EdgeKind
+from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind, PtxEdge
 from pyhpctk.instrument.ptx.loops import Loops
 
 
@@ -33,14 +33,14 @@ class Mode(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Plan:
+class ProbePlan:
     """Where one kernel's counters are: counter ``k`` counts ``edges[probed[k]]`` (edges mode)
     or block ``k`` (blocks mode). Two 64-bit slots per counter: warps, then threads."""
 
     kernel: str
     mode: Mode
     blocks: int
-    edges: tuple[Edge, ...]
+    edges: tuple[PtxEdge, ...]
     tree: frozenset[int]  # indices into edges
     probed: tuple[int, ...]  # edges mode: edge index of each counter; blocks mode: block index
     instructions: tuple[int, ...]  # PTX instructions per block, as written before instrumenting
@@ -54,7 +54,7 @@ class Plan:
         return self.blocks + 1  # with the virtual EXIT
 
 
-def needs_split(cfg: Cfg, edge: Edge) -> bool:
+def needs_split(cfg: Cfg, edge: PtxEdge) -> bool:
     """Whether a probe on ``edge`` needs a block of its own: taken, indirect or guarded-exit
     edges out of a block with several successors into a node with several predecessors."""
     if edge.kind in (EdgeKind.FALL, EdgeKind.VIRTUAL):
@@ -64,7 +64,7 @@ def needs_split(cfg: Cfg, edge: Edge) -> bool:
     return edge.kind is EdgeKind.EXIT or len(cfg.predecessors[edge.dst]) > 1
 
 
-def splittable(cfg: Cfg, edge: Edge) -> bool:
+def splittable(cfg: Cfg, edge: PtxEdge) -> bool:
     """Whether a block of its own can stand on ``edge``: the new block sits in the body's
     outermost scope and branches on to the target, which PTX allows only if the target's label
     is not local to a nested ``{ }`` scope (ptxas: "Unknown symbol")."""
@@ -73,7 +73,7 @@ def splittable(cfg: Cfg, edge: Edge) -> bool:
     return cfg.blocks[edge.dst].depth == 0
 
 
-def spanning_tree(nodes: int, edges: tuple[Edge, ...], weights: list[int]) -> frozenset[int]:
+def spanning_tree(nodes: int, edges: tuple[PtxEdge, ...], weights: list[int]) -> frozenset[int]:
     """Kruskal's maximum spanning forest of the undirected graph, heaviest first, ties by edge
     index (so the same CFG always gives the same tree); self-loops never join it."""
     parent = list(range(nodes))
@@ -106,13 +106,13 @@ def edge_weights(cfg: Cfg, loops: Loops) -> list[int]:
     return weights
 
 
-def make_plan(cfg: Cfg, loops: Loops, mode: Mode = Mode.EDGES) -> Plan:
+def make_plan(cfg: Cfg, loops: Loops, mode: Mode = Mode.EDGES) -> ProbePlan:
     """Where ``cfg``'s counters go in ``mode``."""
     instructions = tuple(len(b.instructions) for b in cfg.blocks)
     name = cfg.function.name
     if mode is Mode.BLOCKS:
         probed = tuple(range(len(cfg.blocks)))
-        return Plan(name, mode, len(cfg.blocks), cfg.edges, frozenset(), probed, instructions)
+        return ProbePlan(name, mode, len(cfg.blocks), cfg.edges, frozenset(), probed, instructions)
     tree = spanning_tree(len(cfg.blocks) + 1, cfg.edges, edge_weights(cfg, loops))
     probed = tuple(i for i in range(len(cfg.edges)) if i not in tree)
-    return Plan(name, mode, len(cfg.blocks), cfg.edges, tree, probed, instructions)
+    return ProbePlan(name, mode, len(cfg.blocks), cfg.edges, tree, probed, instructions)

@@ -27,8 +27,8 @@ from pyhpctk.instrument.ptx import cfg as cfgmod
 from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind
 from pyhpctk.instrument.ptx.errors import PtxError
 from pyhpctk.instrument.ptx.loops import find_loops
-from pyhpctk.instrument.ptx.parse import Function, Kind, Module, Statement, parse
-from pyhpctk.instrument.ptx.probes import Mode, Plan, make_plan, splittable
+from pyhpctk.instrument.ptx.parse import Kind, PtxFunction, PtxModule, Statement, parse
+from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan, splittable
 
 PREFIX = "__pyhpctk"
 _MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
@@ -46,7 +46,7 @@ class Instrumented:
     """The instrumented PTX and, per instrumented kernel, where its counters are."""
 
     ptx: str
-    plans: dict[str, Plan]
+    plans: dict[str, ProbePlan]
     counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
     counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
     source: str = ""  # the PTX as it was before instrumenting (its blocks are the plans')
@@ -161,7 +161,7 @@ def _split(edits: _Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> N
         edits.tail.append(f"{label}:\n{code}\n\tbra {target};")
 
 
-def _place(edits: _Edits, cfg: Cfg, plan: Plan, where: str, tag: str, buffer: Buffer) -> None:
+def _place(edits: _Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer) -> None:
     for k, probed in enumerate(plan.probed):
         code = probe_code(where, k, f"{tag}{k}", buffer=buffer)
         if plan.mode is Mode.BLOCKS:
@@ -206,7 +206,7 @@ def _statement_text(s: Statement) -> str:
     return f"\t{prefix}{s.text};"
 
 
-def _with_param(function: Function, param: str) -> str:
+def _with_param(function: PtxFunction, param: str) -> str:
     head = function.header.rstrip()
     name_end = head.find(function.name) + len(function.name)
     rest = head[name_end:]
@@ -252,7 +252,7 @@ def _fresh(text: str) -> str:
     return tag
 
 
-def _version(module: Module) -> tuple[int, int]:
+def _version(module: PtxModule) -> tuple[int, int]:
     try:
         major, minor = module.version.split(".")
         return int(major), int(minor)
@@ -273,7 +273,7 @@ def instrument(
         raise PtxError(0, f"PTX ISA {module.version} is older than 6.2, which activemask needs")
     tag = _fresh(ptx)
     pieces: list[str] = []
-    plans: dict[str, Plan] = {}
+    plans: dict[str, ProbePlan] = {}
     params: dict[str, str] = {}
     arrays: dict[str, str] = {}
     done = 0
