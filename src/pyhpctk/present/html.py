@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from pyhpctk.present.api import Database
+from pyhpctk.present.condense import condense
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
 from pyhpctk.present.traces import NoTraceError, function_of
 from pyhpctk.present.viewmodel import View, ViewNode
@@ -147,12 +148,16 @@ def report_views(
     threshold: float,
     show_zero: bool,
     show_internal: bool = False,
+    condensed: bool = False,
 ) -> dict[str, View]:
-    """The top-down, bottom-up and flat views of a report (:func:`report_view` each)."""
-    return {
+    """The top-down, bottom-up and flat views of a report (:func:`report_view` each);
+    ``condensed``: as the screen shows them (:func:`pyhpctk.present.condense.condense`: calls,
+    pass-through chains folded), the tree and the flame graph alike."""
+    views = {
         kind: report_view(db, metrics, sort, depth, threshold, show_zero, kind, show_internal)
         for kind in ("top-down", "bottom-up", "flat")
     }
+    return {kind: condense(v) for kind, v in views.items()} if condensed else views
 
 
 def _rows(view: View) -> int:
