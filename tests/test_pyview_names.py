@@ -55,6 +55,18 @@ def test_files_are_named_inside_their_package_or_the_program() -> None:
     assert short_paths(["/a/x.py", "/b/y.py"]) == ("/a/x.py", "/b/y.py")
 
 
+def test_native_sources_do_not_move_the_program_root() -> None:
+    # Before: one native source named at its build path (a library's DWARF) made the program's
+    # root "/", and the program's own files read absolute in that database only (issue #36).
+    own = ["/home/me/proj/app.py", "/home/me/proj/pkg/m.py"]
+    native = ["/build/glibc-2.31/malloc/malloc.c", "/home/me/other/ext.c"]
+    alone = short_paths(own)
+    assert alone == ("app.py", "pkg/m.py")
+    assert short_paths([own[0], *native, own[1]]) == (alone[0], *native, alone[1])
+    # A program of native sources alone is named relative to where they all are.
+    assert short_paths(["/src/a/x.c", "/src/b/y.c"]) == ("a/x.c", "b/y.c")
+
+
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("names")
