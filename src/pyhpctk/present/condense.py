@@ -40,6 +40,8 @@ FRAME_KINDS = frozenset({"function", "inlined", "line", "loop", "instruction"})
 #: Rows that are called (a function, an inlined function, a native call site).
 CALL_KINDS = frozenset({"function", "inlined", "instruction"})
 CALLED_FROM = " ← "
+#: What is left of a line's value once its calls are taken away, below which it is rounding.
+ROUNDING = 1e-9
 
 
 class _Condenser:
@@ -55,7 +57,9 @@ class _Condenser:
         self.inclusive = np.array([c.inclusive for c in view.columns], dtype=bool)
         self.additive = np.array([c.percent for c in view.columns], dtype=bool)
         self.arrow = " → " if view.kind == "top-down" else " ← "
-        self.names: dict[int, str] = {}  # a call row's name without the line it came from
+        # A call row's name without the line it came from, by the row's id; the row is kept
+        # with it, so that an id is never reused by another row while it is looked up.
+        self.names: dict[int, tuple[ViewNode, str]] = {}
 
     def value(self, node: ViewNode) -> float:
         v = float(node.values[self.key])
@@ -63,7 +67,8 @@ class _Condenser:
 
     def name(self, node: ViewNode) -> str:
         """A row's name without the line it is called from."""
-        return self.names.get(id(node), node.label)
+        found = self.names.get(id(node))
+        return found[1] if found is not None and found[0] is node else node.label
 
     def kids(self, node: ViewNode) -> list[ViewNode]:
         """``node``'s children; top-down, each calling line replaced by the calls it makes."""
@@ -78,7 +83,7 @@ class _Condenser:
             for k in called:
                 renamed = k.copy(k.children)
                 renamed.label = f"{k.label}{CALLED_FROM}{child.label}"
-                self.names[id(renamed)] = k.label
+                self.names[id(renamed)] = (renamed, k.label)
                 out.append(renamed)
             rest = [k for k in child.children if k.kind not in CALL_KINDS]
             own = child.copy(rest)
@@ -86,7 +91,7 @@ class _Condenser:
             # The line alone: its inclusive value less its calls' (a ratio cannot be split).
             alone = np.where(self.additive, own.values - spent, np.nan)
             own.values[self.inclusive] = alone[self.inclusive]
-            if rest or self.value(own) > 0:
+            if rest or self.value(own) > ROUNDING * self.value(child):
                 out.append(own)
         return out
 
@@ -114,7 +119,7 @@ class _Condenser:
         first, last = run[0][0], run[-1][0]
         if len(run) < FOLDED_CHAIN:
             out = first.copy(run[0][1])
-            self.names[id(out)] = self.name(first)
+            self.names[id(out)] = (out, self.name(first))
             return out
         out = last.copy(list(run[-1][1]))
         out.values = first.values.copy()
