@@ -359,7 +359,8 @@ _JS = """
     b.style.left = x + "%";
     b.style.width = w + "%";
     b.style.top = (d * 18) + "px";
-    b.style.background = color(nodes[i].l);
+    // One function, one colour, whichever line called it ("name \u2190 file: line").
+    b.style.background = color(nodes[i].l.split(" \u2190 ")[0]);
     b.title = nodes[i].l + " \\u2014 " + nodes[i].t[col];
     flame.appendChild(b);
     var cx = x;
