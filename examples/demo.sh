@@ -19,10 +19,10 @@ pyprof -o "$out/database" "$out/measurements"
 echo "== 4. pyhpctk verify: check the database"
 pyhpctk verify "$out/database"
 
-echo "== 5. pyview: top-down view (the hot path, within a screen; pyview --full shows every row)"
+echo "== 5. pyview: top-down view (the costliest calls within a screen; pyview --full shows every row)"
 pyview "$out/database"
 echo "== 5b. pyview: the functions that cost most themselves (bottom-up, by exclusive time)"
-pyview --bottom-up --exclusive --hot-path 100 --lines 8 "$out/database"
+pyview --bottom-up --lines 8 "$out/database"
 
 echo "== 5c. native frames: a numpy product on two OpenBLAS threads, OpenBLAS's functions and loops under its line"
 OPENBLAS_NUM_THREADS=2 pyrun -o "$out/native-measurements" python "$here/native_demo.py"

@@ -1,7 +1,7 @@
 """Names holding NUL, control characters and terminal escape sequences, from pyrun to pyview
 (issue #32 item 6).
 
-Python lets a function's name hold any character (``code.replace(co_name=...)``) and a thread's
+Python lets a function's name hold any character (``code.replace(co_qualname=...)``) and a thread's
 name too. The formats hold C strings, so pyrun writes a NUL of a name as the four characters
 ``\\x00`` (every reader takes the file); the text views write every character a terminal would
 act on as Python escapes it, so ``\\x1b[2J`` (clear the screen) or an OSC title sequence in a
@@ -31,7 +31,7 @@ def burn(seconds):
     while time.thread_time() < end:
         pass
 
-burn.__code__ = burn.__code__.replace(co_name={FUNCTION!r})
+burn.__code__ = burn.__code__.replace(co_name={FUNCTION!r}, co_qualname={FUNCTION!r})
 threading.current_thread().name = {THREAD!r}
 burn(0.3)
 """

@@ -159,4 +159,5 @@ def test_a_benchmark_runners_workers_are_one_tree_that_fits_a_screen(
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) <= 100
     rows = [line.split("  ")[-1].strip().lstrip("* ") for line in lines]
-    assert rows.count("bench_time_func") == 1 and "inner" in rows
+    calls = [row.split(" ← ")[0] for row in rows]  # a call: the function ← the line calling it
+    assert calls.count("bench_time_func") == 1 and "inner" in calls

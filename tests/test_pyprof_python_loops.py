@@ -63,6 +63,29 @@ def test_loop_lookup_follows_the_source(tmp_path: Path) -> None:
     assert loops.loops("nosuch", 1, body) == ()
 
 
+METHOD = """\
+class Grid:
+    def kernel(self, n):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+"""
+
+
+def test_a_method_is_found_by_its_qualified_name(tmp_path: Path) -> None:
+    # pyrun names frames by co_qualname (issue #36 item 5): before, "Grid.kernel" matched no
+    # procedure (pystruct's n is co_name) and a method's samples lost their loops.
+    source = tmp_path / "grid.py"
+    source.write_text(METHOD)
+    loops = PythonLoops(recover_structure(str(source)).modules[0])
+    first, loop = _line_of("def kernel", METHOD), _line_of("for i in", METHOD)
+    body = _line_of("total += i", METHOD)
+    assert loops.loops("Grid.kernel", first, body) == (loop,)
+    assert loops.loops("kernel", first, body) == (loop,)  # a measurement named by co_name
+    assert loops.loops("Other.kernel", first, body) == ()
+
+
 def test_samples_land_inside_the_python_loops_that_contain_them(tmp_path: Path) -> None:
     source = tmp_path / "app.py"
     source.write_text(PROGRAM)

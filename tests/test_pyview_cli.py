@@ -38,7 +38,8 @@ def test_top_down_text_is_plain_when_piped(capsys: pytest.CaptureFixture[str], s
     lines = out.splitlines()
     assert lines[0] == f"testmeas-small - top-down view, sorted by {CPU} (I)"
     assert "1.21e+00 100.0%" in lines[2] and lines[2].endswith("testmeas-small")
-    assert any(line.endswith("      * caller") for line in lines)  # indented, hot path marked
+    # Indented, hot path marked, one row per call: the function and the line it came from.
+    assert any(line.endswith("      * caller ← small.c: 11") for line in lines)
     assert not any(c in out for c in "├└│")  # no tree glyphs when piped
 
 
@@ -48,7 +49,7 @@ def test_colour_and_tree_options(capsys: pytest.CaptureFixture[str], small: Path
     _, ascii_tree, _ = run(capsys, str(small), "--tree", "ascii")
     assert "`- " in ascii_tree and "└" not in ascii_tree
     _, drawn, _ = run(capsys, str(small), "--tree", "unicode")
-    assert any(line.endswith("├─ * caller") for line in drawn.splitlines())
+    assert any(line.endswith("├─ * caller ← small.c: 11") for line in drawn.splitlines())
 
 
 @pytest.mark.parametrize(

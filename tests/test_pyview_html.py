@@ -14,17 +14,23 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli.pyrun import main as pyrun
 from pyhpctk.cli.pyview import main
 from pyhpctk.present import open_database
 from pyhpctk.present.api import Database
-from pyhpctk.present.html import render_html
+from pyhpctk.present.condense import condense
+from pyhpctk.present.html import render_html, report_data
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT
 from pyhpctk.present.synthetic import Spec, build
+from pyhpctk.present.traces import summarize
 
 CPU = "CPUTIME (sec)"
 
@@ -64,6 +70,9 @@ AFTER = r"""<script>
     out.last = rows.length ? scope(rows[rows.length - 1]) : null;
     out.flame = document.querySelectorAll("#flame .fl").length;
     out.lanes = document.querySelectorAll("#timeline canvas").length;
+    out.axis = document.querySelectorAll("#timeaxis canvas").length;
+    out.legend = Array.prototype.map.call(document.querySelectorAll("#legend span"),
+                                          function (s) { return s.textContent; });
     out.ready = document.body.dataset.ready || null;
     // The views' tabs (top-down, bottom-up, flat): each shows its own table, whose rows fold.
     out.tabs = {};
@@ -292,8 +301,79 @@ def test_report_offers_bottom_up_and_flat_views_in_chromium(
     tabs = result["tabs"]
     assert sorted(tabs) == ["bottom-up", "flat", "top-down"]
     for kind in ("bottom-up", "flat"):
-        tab, view = tabs[kind], db.view(kind)
+        tab, view = tabs[kind], condense(db.view(kind))  # as the screen shows it
         assert tab["shown"] and tab["others"] == 3
         assert tab["rows"] == sum(1 for _ in view.root.walk())
         assert tab["first"].lstrip("\u25be\u25b8") == view.root.children[0].label
         assert tab["after"] > tab["before"]  # a folded row opens
+
+
+QUIET = """\
+import threading, time
+
+def burn(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+def hot():
+    burn(0.8)
+
+helpers = [threading.Thread(target=burn, args=(0.002,)) for _ in range(6)]
+for thread in helpers:
+    thread.start()
+hot()
+for thread in helpers:
+    thread.join()
+"""
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A traced program: the main thread busy 0.8 s, six helper threads 2 ms each."""
+    where = tmp_path_factory.mktemp("quiet")
+    (where / "quiet.py").write_text(QUIET)
+    assert pyrun(["-t", "-o", str(where / "m"), sys.executable, str(where / "quiet.py")]) == 0
+    run(ProfOptions.build([where / "m"], output=where / "db"))
+    return where / "db"
+
+
+def test_timeline_folds_quiet_threads_and_names_the_top_functions(quiet: Path) -> None:
+    # Before (issue #36 item 7): a lane per thread (seven here, six of them empty strips), a
+    # legend of every function, one entry per native address, and no time axis.
+    db = open_database(quiet)
+    timeline = report_data(db, db.view("top-down"))["timeline"]
+    lines = db.experiment.traces.lines()
+    assert len(lines) == 7
+    assert [row["name"] for row in timeline["rows"][1:]] == [
+        "6 quiet threads (each < 1% of the busiest's CPU time)"
+    ]
+    assert len(timeline["rows"]) == 2
+    sampled = [x.timestamps for x in lines if len(x.timestamps)]
+    span = max(int(t[-1]) for t in sampled) - min(int(t[0]) for t in sampled)
+    assert timeline["seconds"] == pytest.approx(span / 1e9)
+    assert 0.8 <= timeline["seconds"] < 60
+    # The legend: the functions holding most sampled time, a native library once.
+    held: dict[str, int] = {}
+    for summary in summarize(db.experiment, top=1000):
+        for name, ns in summary.top:
+            name = re.sub(r"\+0x[0-9a-f]+$", " (native)", name)
+            held[name] = held.get(name, 0) + ns
+    legend = timeline["legend"]
+    assert 0 < len(legend) <= 10
+    assert legend[0] == max(held, key=lambda name: held[name])
+    assert not any("+0x" in name for name in legend)
+    slots = {name: timeline["slot"][i] for i, name in enumerate(timeline["names"])}
+    assert [slots[name] for name in legend] == list(range(len(legend)))
+    assert all(slots[name] == -1 for name in slots if name not in legend)
+
+
+@pytest.mark.browser
+def test_timeline_has_a_time_axis_and_a_legend_in_chromium(quiet: Path, tmp_path: Path) -> None:
+    db = open_database(quiet)
+    timeline = report_data(db, db.view("top-down"))["timeline"]
+    result = run_in_browser(render_html(db, db.view("top-down")), tmp_path)
+    assert result["errors"] == [] and result["ready"] == "yes"
+    assert result["axis"] == 1 and result["lanes"] == 2
+    others = len(timeline["names"]) > len(timeline["legend"])
+    assert result["legend"] == timeline["legend"] + (["other"] if others else [])

@@ -55,6 +55,18 @@ def test_files_are_named_inside_their_package_or_the_program() -> None:
     assert short_paths(["/a/x.py", "/b/y.py"]) == ("/a/x.py", "/b/y.py")
 
 
+def test_native_sources_do_not_move_the_program_root() -> None:
+    # Before: one native source named at its build path (a library's DWARF) made the program's
+    # root "/", and the program's own files read absolute in that database only (issue #36).
+    own = ["/home/me/proj/app.py", "/home/me/proj/pkg/m.py"]
+    native = ["/build/glibc-2.31/malloc/malloc.c", "/home/me/other/ext.c"]
+    alone = short_paths(own)
+    assert alone == ("app.py", "pkg/m.py")
+    assert short_paths([own[0], *native, own[1]]) == (alone[0], *native, alone[1])
+    # A program of native sources alone is named relative to where they all are.
+    assert short_paths(["/src/a/x.c", "/src/b/y.c"]) == ("a/x.c", "b/y.c")
+
+
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("names")
@@ -75,10 +87,12 @@ def _rows(node: ViewNode) -> dict[str, float]:
 def test_bottom_up_has_one_row_per_function_named_with_its_file(database: Path) -> None:
     db = open_database(database)
     rows = _rows(db.view("bottom-up", metrics=[CPU]).root)
-    inits = {label: value for label, value in rows.items() if label.startswith("__init__ (")}
-    assert sorted(inits) == ["__init__ (alpha/__init__.py: 7)", "__init__ (beta/__init__.py: 10)"]
-    assert inits["__init__ (alpha/__init__.py: 7)"] == pytest.approx(2 * S, rel=0.3)
-    assert inits["__init__ (beta/__init__.py: 10)"] == pytest.approx(S, rel=0.3)
+    # Named with their class (the code object's qualified name, issue #36 item 5) and file.
+    inits = {label: value for label, value in rows.items() if "__init__ (" in label}
+    alpha, beta = "Model.__init__ (alpha/__init__.py: 7)", "Model.__init__ (beta/__init__.py: 10)"
+    assert sorted(inits) == [alpha, beta]
+    assert inits[alpha] == pytest.approx(2 * S, rel=0.3)
+    assert inits[beta] == pytest.approx(S, rel=0.3)
     # Module-level code is the module's: <module> calls burn and has its own time.
     module = next(
         c
@@ -109,12 +123,14 @@ def test_csv_and_json_rows_keep_functions_apart_by_file(database: Path) -> None:
     text = io.StringIO()
     render_csv(view, text)
     rows = [r for r in csv.DictReader(io.StringIO(text.getvalue())) if r["depth"] == "1"]
-    inits = sorted(Path(r["file"]).parent.name for r in rows if r["scope"].startswith("__init__"))
+    inits = sorted(
+        Path(r["file"]).parent.name for r in rows if r["scope"].startswith("Model.__init__")
+    )
     assert inits == ["alpha", "beta"]
     text = io.StringIO()
     render_json(view, text)
     top = json.loads(text.getvalue())["root"]["children"]
-    files = sorted(c["file"] for c in top if c["scope"].startswith("__init__ ("))
+    files = sorted(c["file"] for c in top if c["scope"].startswith("Model.__init__ ("))
     assert [Path(f).parent.name for f in files] == ["alpha", "beta"]
 
 

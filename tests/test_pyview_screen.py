@@ -23,6 +23,7 @@ from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main
 from pyhpctk.present import open_database
+from pyhpctk.present.condense import condense
 from pyhpctk.present.fit import fit_view
 from pyhpctk.present.pyview import PIPED_LINES, PyviewOptions, screen
 from pyhpctk.present.viewmodel import ViewNode
@@ -60,23 +61,34 @@ def scope(lines: list[str], hidden: bool = False) -> list[str]:
     return rows if hidden else [re.sub(r" \(\+\d+ hidden\)$", "", row) for row in rows]
 
 
-def test_default_view_is_the_hot_path_and_fits_the_budget(
+def test_default_view_is_one_row_per_call_and_fits_the_budget(
     capsys: pytest.CaptureFixture[str], database: Path
 ) -> None:
     full = pyview(capsys, str(database), "--full")
     lines = pyview(capsys, str(database))
     assert len(full) > 200
-    assert len(lines) <= HEADER_LINES + PIPED_LINES
-    rows = scope(lines)
-    # main -> its call of hot() (over half of main) -> hot is expanded; the line calling the
-    # 150 functions is listed beside it, folded, with its children counted.
-    assert "hot" in rows and "screen.py: 52" in rows
+    # The root, the budget's rows and the line saying how many more there are.
+    assert len(lines) == HEADER_LINES + 1 + PIPED_LINES + 1
+    assert lines[-1].startswith("... ") and "more rows below the line budget" in lines[-1]
+    rows = scope(lines)[:-1]
+    # --full: the function, then the line that calls the next one, each a row.
+    assert "hot" in scope(full) and "screen.py: 52" in scope(full)
+    # By default one row per call: hot with the line it was called from (issue #36 item 1).
+    assert "hot ← screen.py: 52" in rows
+    assert "hot" not in rows and "screen.py: 52" not in rows
+    # Best-first: hot and its hot line come before the 150 small calls, which fill the rest.
+    assert rows.index("hot ← screen.py: 52") < min(
+        i for i, r in enumerate(rows) if re.fullmatch(r"f\d+ ← screen\.py: 54", r)
+    )
     called = {r for r in scope(full) if r[:1] == "f" and r[1:].isdigit()}  # sampled ones
     assert len(called) > 20
-    (calls,) = [r for r in scope(lines, hidden=True) if r.startswith("screen.py: 54")]
-    assert calls.endswith(f"(+{len(called)} hidden)")
-    assert not any(r.startswith("f1") for r in rows)
-    assert "hot" not in scope(pyview(capsys, str(database), "--hot-path", "100"))
+    # With --hot-path the screen is hpcviewer's hot path: the small calls stay folded.
+    hot_path = scope(pyview(capsys, str(database), "--hot-path", "50"), hidden=True)
+    assert "hot ← screen.py: 52" in [re.sub(r" \(\+\d+ hidden\)$", "", r) for r in hot_path]
+    assert not any(re.match(r"burn ← work/many\.py", r) for r in hot_path)
+    # --hot-path 100 expands no row holding less than all of its parent: hot's lines stay out.
+    assert "screen.py: 42" in rows
+    assert "screen.py: 42" not in scope(pyview(capsys, str(database), "--hot-path", "100"))
 
 
 def test_line_budget_keeps_the_largest_rows_and_says_how_many_more(
@@ -88,7 +100,7 @@ def test_line_budget_keeps_the_largest_rows_and_says_how_many_more(
     assert len(rows) == 21  # the root and 20 rows
     assert lines[-1].startswith(f"... {len(everything) - 21} more rows below the line budget")
     # The rows kept are the largest: none left out is larger than the smallest kept.
-    view = open_database(database).view("top-down", metrics=[CPU])
+    view = condense(open_database(database).view("top-down", metrics=[CPU]))
     fitted = fit_view(view, 0.0, 20)
     kept = {id(n) for _, n in fitted.view.root.walk()}
     values = {(n.label, round(float(n.values[0]), 12)) for _, n in fitted.view.root.walk()}
@@ -97,7 +109,7 @@ def test_line_budget_keeps_the_largest_rows_and_says_how_many_more(
         if (node.label, round(float(node.values[0]), 12)) not in values:
             assert float(node.values[0]) <= smallest + 1e-12
     assert fitted.cut == len(everything) - 21 and len(kept) == 21
-    assert "hot" in rows
+    assert "hot ← screen.py: 52" in rows
 
 
 def test_interpreter_frames_are_left_out_and_their_cost_stays_with_the_caller(

@@ -47,11 +47,16 @@ class PythonLoops:
         self._procedures: dict[tuple[str, int], list[Scope]] = {}
         for scope in module.walk():
             if scope.tag == PROCEDURE:
-                self._procedures.setdefault((scope.name, scope.line), []).append(scope)
+                # pyrun names a frame by its qualified name (co_qualname, the P's ``ln`` where it
+                # differs from ``n``); a measurement from before that, by co_name.
+                names = {scope.name, scope.attrs.get("ln", scope.name)}
+                for name in names:
+                    self._procedures.setdefault((name, scope.line), []).append(scope)
         self._cache: dict[tuple[str, int], dict[int, LoopPath]] = {}
 
     def loops(self, name: str, first_line: int, line: int) -> LoopPath:
-        """Header lines of the loops around ``line`` in function ``name`` (``co_firstlineno``).
+        """Header lines of the loops around ``line`` in function ``name`` (``co_qualname`` or
+        ``co_name``; ``first_line``: ``co_firstlineno``).
 
         Empty when the function or line is unknown (an edited source, a name two lambdas share
         with different loops): the frame then stays function → line, as HPCToolkit shows it.

@@ -118,11 +118,10 @@ _FORCE_HELP = (
 @click.option(
     "--hot-path",
     type=click.FloatRange(0, 100),
-    default=50.0,
-    show_default=True,
     metavar="PCT",
-    help="Expand a scope while it holds at least PCT percent of its parent (hpcviewer's hot "
-    "path); 0 expands every scope.",
+    help="Show hpcviewer's hot path instead: expand a scope while it holds at least PCT percent "
+    "of its parent (0 expands every scope). By default the screen is filled with the costliest "
+    "calls first, pass-through chains folded into one row.",
 )
 @click.option(
     "--lines",
@@ -153,8 +152,9 @@ _FORCE_HELP = (
 @click.option(
     "--full",
     is_flag=True,
-    help="The whole view: every scope expanded, no row or width limit, interpreter frames "
-    "shown (pyview's output before these defaults).",
+    help="The whole view: every scope expanded, functions and their lines as rows of their "
+    "own, no chain folded, no row or width limit, interpreter frames shown (pyview's output "
+    "before these defaults).",
 )
 @click.option("--color/--no-color", default=None, help="Colours (default: when a terminal).")
 @click.option(
@@ -181,7 +181,7 @@ def pyview(
     depth: int | None,
     threshold: float,
     show_zero: bool,
-    hot_path: float,
+    hot_path: float | None,
     lines: int | None,
     width: int | None,
     exclusive: bool,
@@ -197,11 +197,12 @@ def pyview(
     """Show the performance database DATABASE (a pyprof / hpcprof output directory).
 
     \b
-    The text views show the hot path (rows holding at least --hot-path percent of their
-    parent are expanded, the others folded beside them), at most --lines rows (the largest;
-    '... N more rows' says what was cut), cut to the terminal's width, without the
-    interpreter's import-system, runpy and site frames (--show-internal). --full prints every
-    row of the view.
+    The text views show one row per call (the function and the line it was called from),
+    chains of frames that pass all their time on folded into one row ('a → … → b (5 frames
+    folded)'), the costliest first within --lines rows ('... N more rows' says what was cut;
+    the bottom-up view: the functions that cost most themselves first), cut to the terminal's
+    width, without the interpreter's import-system, runpy and site frames (--show-internal).
+    --hot-path PCT shows hpcviewer's hot path instead; --full prints every row of the view.
 
     \b
     Exports (the options taking a FILE below; '-' is stdout) never replace an

@@ -217,9 +217,10 @@ class FunctionTable:
             self.fid_of[id(code)] = 0
             return 0
         # formats.md §1.10: module-level code is a stanza with a NULL name (and, as hpcrun
-        # writes it, line 0); a function is (co_name, co_filename, co_firstlineno).
+        # writes it, line 0); a function is (co_qualname, co_filename, co_firstlineno): its
+        # qualified name tells Vector.__sub__ from Point.__sub__ (issue #36 item 5).
         module_level = code.co_name == "<module>"
-        funcname = "" if module_level else code.co_name
+        funcname = "" if module_level else code.co_qualname
         lineno = 0 if module_level else code.co_firstlineno
         key = (funcname, filename, lineno)
         with self._lock:

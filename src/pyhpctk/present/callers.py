@@ -146,7 +146,9 @@ def bottom_up(
     build.labels.append((exp.title or "<root>", "root", None, 0, None))
     build.parents.append(-1)
     build.inc_parts.append(agg.inc[:, :1].copy())
-    build.exc_parts.append(agg.self_cost.sum(axis=1).reshape(-1, 1))
+    # The root is the program, no function: its exclusive value is its own context's (none),
+    # not every function's self cost over again (issue #36 item 6: it read 100 % with -E).
+    build.exc_parts.append(agg.self_cost[:, :1].copy())
     # Level 1: one group per function; members are the instances themselves.
     _, rep, group = np.unique(kid[instance], return_index=True, return_inverse=True)
     group = group.reshape(-1)

@@ -39,6 +39,7 @@ class HtmlExport:
             opts.threshold,
             opts.show_zero,
             show_internal=opts.show_internal or opts.full,
+            condensed=not opts.full,
         )
         write_html(job.db, report, stream)
 

@@ -11,8 +11,9 @@ by default what hpcviewer opens with its hot-path button:
 * **line budget**: when more rows would be listed than ``budget``, the rows kept are those with
   the largest inclusive values (in the bottom-up and flat views, the values rows are ordered by:
   ``-E`` keeps the largest exclusive ones), a row's parents always before it, so what is cut is
-  the smallest; each cut row is counted in its parent's ``(+N hidden)``, and the view says how many
-  rows were cut (:attr:`Fitted.cut`), which the text output prints as ``… N more rows``.
+  the smallest (bottom-up: every function that costs anything before any caller); each cut row
+  is counted in its parent's ``(+N hidden)``, and the view says how many rows were cut
+  (:attr:`Fitted.cut`), which the text output prints as ``… N more rows``.
 
 Nothing is recomputed: rows keep the values the view was built with.
 """
@@ -41,21 +42,6 @@ def _inclusive_column(view: View) -> int:
     return view.sort_column
 
 
-def _copy(node: ViewNode) -> ViewNode:
-    return ViewNode(
-        node.label,
-        node.kind,
-        node.values,
-        [],
-        node.ctx_id,
-        node.file,
-        node.line,
-        node.module,
-        node.hot,
-        node.hidden,
-    )
-
-
 def _value(node: ViewNode, column: int) -> float:
     value = float(node.values[column])
     return -math.inf if math.isnan(value) else value
@@ -68,14 +54,18 @@ def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
     # What the budget keeps first: the largest inclusive values; in the aggregating views the
     # values the rows are ordered by (-E: the functions that cost most themselves).
     ranked = column if view.kind == "top-down" else view.sort_column
-    # Rows listed by the expansion rule, in pre-order: (copy, parent's index, priority).
-    listed: list[tuple[ViewNode, int, float]] = []
+    # Bottom-up, the functions that cost anything come before any caller, the callers before
+    # what costs nothing: the budget goes to the functions first (issue #36 item 6).
+    functions_first = view.kind == "bottom-up"
+    # Rows listed by the expansion rule, in pre-order: (copy, parent's index, (rank, priority)).
+    listed: list[tuple[ViewNode, int, tuple[int, float]]] = []
     stack: list[tuple[ViewNode, int, float, bool]] = [(view.root, -1, math.inf, True)]
     while stack:
         node, parent, priority, expanded = stack.pop()
         me = len(listed)
-        copy = _copy(node)
-        listed.append((copy, parent, priority))
+        copy = node.copy()
+        rank = (parent > 0) + 2 * (priority <= 0) if functions_first else 0
+        listed.append((copy, parent, (rank, priority)))
         if not node.children:
             continue
         if not expanded:
@@ -91,7 +81,7 @@ def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
         keep = budget + 1
     # The rows kept: largest priority first (a parent's priority is never below its child's),
     # ties in pre-order, so every kept row's parent is kept.
-    order = sorted(range(len(listed)), key=lambda i: (-listed[i][2], i))
+    order = sorted(range(len(listed)), key=lambda i: (listed[i][2][0], -listed[i][2][1], i))
     kept = set(order[:keep])
     for i, (copy, parent, _) in enumerate(listed):
         if parent < 0:

@@ -21,11 +21,15 @@ from typing import Any, TextIO
 import numpy as np
 
 from pyhpctk.present.api import Database
+from pyhpctk.present.condense import condense
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
-from pyhpctk.present.traces import NoTraceError, function_of
+from pyhpctk.present.traces import LineSummary, NoTraceError, function_of, summarize
 from pyhpctk.present.viewmodel import View, ViewNode
 
 MAX_SEGMENTS_PER_LINE = 20000
+LEGEND_SIZE = 10  # the timeline's functions with a colour of their own; the rest are "other"
+QUIET_SHARE = 0.01  # threads of less CPU time than this share of the busiest's share one lane
+_RAW_FRAME = re.compile(r"(.+)\+0x[0-9a-f]+")
 LARGE_TREE_ROWS = 20000  # above this many rows, pyview --html hides scopes below ...
 LARGE_TREE_THRESHOLD = 0.1  # ... this percentage of the total, unless told otherwise
 
@@ -59,7 +63,46 @@ def _tree_data(view: View) -> dict[str, Any]:
     }
 
 
+def _timeline_name(exp: Any, ctx: int) -> str:
+    """What a sample is painted as: its function; a raw native frame (``libc.so.6+0xcf438``)
+    as its library, so that one library is one colour, not one per address."""
+    name = function_of(exp, ctx)
+    raw = _RAW_FRAME.fullmatch(name)
+    return f"{raw.group(1)} (native)" if raw else name
+
+
+def _lane(line: Any, origin: int, fn_of_ctx: dict[int, int], index: Any) -> np.ndarray[Any, Any]:
+    """One trace line's segments: (start, length, function) rows, consecutive samples of one
+    function merged, idle samples left out."""
+    t = line.timestamps.astype(np.int64) - origin
+    ctx = line.ctx_ids.astype(np.int64)
+    fn = np.empty(len(ctx), dtype=np.int64)
+    for i, c in enumerate(ctx.tolist()):
+        if c not in fn_of_ctx:
+            fn_of_ctx[c] = -1 if c == 0 else index(c)
+        fn[i] = fn_of_ctx[c]
+    keep = np.ones(len(fn), dtype=bool)
+    keep[1:] = fn[1:] != fn[:-1]
+    idx = np.flatnonzero(keep)
+    seg_start = t[idx]
+    seg_end = np.append(t[idx[1:]], t[-1] if len(t) else 0)
+    seg_fn = fn[idx]
+    busy = seg_fn >= 0
+    return np.stack([seg_start[busy], seg_end[busy] - seg_start[busy], seg_fn[busy]], axis=1)
+
+
+def _quiet(summaries: list[LineSummary]) -> list[bool]:
+    """Which lines are CPU threads whose CPU time is under :data:`QUIET_SHARE` of the busiest
+    thread's (their sampled time where the database has no CPU time); GPU streams never are."""
+    cpu = [s.busy_ns if s.cpu_ns is None else s.cpu_ns for s in summaries]
+    most = max((c for c, s in zip(cpu, summaries, strict=True) if not s.is_gpu), default=0)
+    return [not s.is_gpu and c < QUIET_SHARE * most for c, s in zip(cpu, summaries, strict=True)]
+
+
 def _timeline_data(db: Database) -> dict[str, Any] | None:
+    """The trace lines as lanes of segments, with what the page needs to read them: the span
+    in seconds (its time axis), the legend (the functions holding most time, the rest
+    "other") and the quiet threads folded into one lane (issue #36 item 7)."""
     exp = db.experiment
     try:
         lines = exp.traces.lines() if exp.traces is not None else None
@@ -67,43 +110,54 @@ def _timeline_data(db: Database) -> dict[str, Any] | None:
         lines = None
     if not lines:
         return None
-    starts = [int(line.timestamps[0]) for line in lines if len(line.timestamps)]
-    ends = [int(line.timestamps[-1]) for line in lines if len(line.timestamps)]
-    if not starts:
+    sampled = [line for line in lines if len(line.timestamps)]
+    if not sampled:
         return None
-    origin, end = min(starts), max(ends)
+    origin = min(int(line.timestamps[0]) for line in sampled)
+    end = max(int(line.timestamps[-1]) for line in sampled)
+    # What each line's thread did (its CPU time, whether it is a GPU stream), line by line.
+    done = {id(line): summary for line, summary in zip(lines, summarize(exp), strict=True)}
     names: list[str] = []
     name_index: dict[str, int] = {}
+
+    def index(ctx: int) -> int:
+        return name_index.setdefault(_timeline_name(exp, ctx), len(name_index))
+
     fn_of_ctx: dict[int, int] = {}
-    rows = []
     labels = {p.index: exp.profile_title(p) for p in exp.profiles}
+    lanes: list[tuple[str, np.ndarray[Any, Any], LineSummary | None]] = []
     for line in lines:
-        t = line.timestamps.astype(np.int64) - origin
-        ctx = line.ctx_ids.astype(np.int64)
-        fn = np.empty(len(ctx), dtype=np.int64)
-        for i, c in enumerate(ctx.tolist()):
-            if c == 0:
-                fn[i] = -1
-                continue
-            if c not in fn_of_ctx:
-                name = function_of(exp, c)
-                if name not in name_index:
-                    name_index[name] = len(names)
-                    names.append(name)
-                fn_of_ctx[c] = name_index[name]
-            fn[i] = fn_of_ctx[c]
-        keep = np.ones(len(fn), dtype=bool)
-        keep[1:] = fn[1:] != fn[:-1]
-        idx = np.flatnonzero(keep)
-        seg_start = t[idx]
-        seg_end = np.append(t[idx[1:]], t[-1] if len(t) else 0)
-        seg_fn = fn[idx]
-        busy = seg_fn >= 0
-        seg = np.stack([seg_start[busy], seg_end[busy] - seg_start[busy], seg_fn[busy]], axis=1)
+        seg = _lane(line, origin, fn_of_ctx, index)
+        lanes.append((labels.get(line.profile, f"#{line.profile}"), seg, done[id(line)]))
+    names = list(name_index)
+    span = end - origin
+    held = np.zeros(len(names))
+    for _, seg, _ in lanes:
+        np.add.at(held, seg[:, 2], seg[:, 1])
+    legend = [int(i) for i in np.argsort(-held, kind="stable")[:LEGEND_SIZE] if held[i] > 0]
+    slot = np.full(len(names), -1, dtype=np.int64)
+    slot[legend] = np.arange(len(legend))
+    quiet = _quiet([summary for _, _, summary in lanes if summary is not None])
+    rows = []
+    if sum(quiet) > 1:
+        # The quiet threads (a pool's short-lived helpers, threads that only waited) are one
+        # lane: a row each would bury the threads that work.
+        merged = np.concatenate([seg for (_, seg, _), q in zip(lanes, quiet, strict=True) if q])
+        title = f"{sum(quiet)} quiet threads (each < {QUIET_SHARE:.0%} of the busiest's CPU time)"
+        lanes = [lane for lane, q in zip(lanes, quiet, strict=True) if not q]
+        lanes.append((title, merged[np.argsort(merged[:, 0], kind="stable")], None))
+    for name, seg, _ in lanes:
         if len(seg) > MAX_SEGMENTS_PER_LINE:
             seg = seg[np.argsort(-seg[:, 1], kind="stable")[:MAX_SEGMENTS_PER_LINE]]
-        rows.append({"name": labels.get(line.profile, f"#{line.profile}"), "s": seg.tolist()})
-    return {"span": end - origin, "names": names, "rows": rows}
+        rows.append({"name": name, "s": seg.tolist()})
+    return {
+        "span": span,
+        "seconds": span / 1e9,
+        "names": names,
+        "legend": [names[i] for i in legend],
+        "slot": slot.tolist(),
+        "rows": rows,
+    }
 
 
 def report_view(
@@ -147,12 +201,16 @@ def report_views(
     threshold: float,
     show_zero: bool,
     show_internal: bool = False,
+    condensed: bool = False,
 ) -> dict[str, View]:
-    """The top-down, bottom-up and flat views of a report (:func:`report_view` each)."""
-    return {
+    """The top-down, bottom-up and flat views of a report (:func:`report_view` each);
+    ``condensed``: as the screen shows them (:func:`pyhpctk.present.condense.condense`: calls,
+    pass-through chains folded), the tree and the flame graph alike."""
+    views = {
         kind: report_view(db, metrics, sort, depth, threshold, show_zero, kind, show_internal)
         for kind in ("top-down", "bottom-up", "flat")
     }
+    return {kind: condense(v) for kind, v in views.items()} if condensed else views
 
 
 def _rows(view: View) -> int:
@@ -192,7 +250,7 @@ tr.hot td.scope{color:#b00;font-weight:600}
 #flame{position:relative;overflow:hidden}
 .fl{position:absolute;height:17px;overflow:hidden;white-space:nowrap;font-size:11px;
  border:1px solid #fff;box-sizing:border-box;padding-left:2px;cursor:default}
-#timeline canvas{width:100%;display:block}
+#timeline canvas,#timeaxis canvas{width:100%;display:block}
 .lane{font-size:11px;color:#333;margin-top:4px}
 #legend span{display:inline-block;margin-right:10px;font-size:11px}
 #legend i{display:inline-block;width:10px;height:10px;margin-right:3px;vertical-align:middle}
@@ -301,7 +359,8 @@ _JS = """
     b.style.left = x + "%";
     b.style.width = w + "%";
     b.style.top = (d * 18) + "px";
-    b.style.background = color(nodes[i].l);
+    // One function, one colour, whichever line called it ("name \u2190 file: line").
+    b.style.background = color(nodes[i].l.split(" \u2190 ")[0]);
     b.title = nodes[i].l + " \\u2014 " + nodes[i].t[col];
     flame.appendChild(b);
     var cx = x;
@@ -316,17 +375,49 @@ _JS = """
   }
   flame.style.height = ((maxDepth + 1) * 18 + 2) + "px";
   var tl = data.timeline, box = document.getElementById("timeline");
+  // The legend's functions have a colour each, from one palette told apart at a glance;
+  // everything else is "other", in grey.
+  var PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+                 "#ff9da7", "#9c755f", "#2f4b7c"], OTHER = "#c8c8c8";
+  function laneColor(fn) { var k = tl.slot[fn]; return k >= 0 ? PALETTE[k] : OTHER; }
+  // A time axis: ticks at 1, 2 or 5 times a power of ten seconds, about eight of them.
+  function axis(width) {
+    var c = el("canvas"), g;
+    c.width = width;
+    c.height = 18;
+    g = c.getContext("2d");
+    if (!g || !(tl.seconds > 0)) { return c; }
+    var raw = tl.seconds / 8, step = Math.pow(10, Math.floor(Math.log10(raw)));
+    if (raw / step >= 5) { step *= 5; } else if (raw / step >= 2) { step *= 2; }
+    var digits = Math.max(0, -Math.floor(Math.log10(step)));
+    g.fillStyle = "#333";
+    g.strokeStyle = "#888";
+    g.font = "11px sans-serif";
+    for (var t = 0; t <= tl.seconds + step / 1e6; t += step) {
+      var x = Math.round(t / tl.seconds * (width - 1));
+      g.beginPath();
+      g.moveTo(x + 0.5, 0);
+      g.lineTo(x + 0.5, 5);
+      g.stroke();
+      var text = t.toFixed(digits) + " s", w = g.measureText(text).width;
+      g.fillText(text, Math.min(Math.max(x - w / 2, 0), width - w), 16);
+    }
+    return c;
+  }
   if (!tl) {
     box.textContent = "This database has no traces.";
   } else {
     var legend = document.getElementById("legend");
-    tl.names.slice(0, 40).forEach(function (n) {
+    var keys = tl.legend.map(function (n, k) { return [n, PALETTE[k]]; });
+    if (tl.slot.some(function (k) { return k < 0; })) { keys.push(["other", OTHER]); }
+    keys.forEach(function (key) {
       var s = el("span"), sw = el("i");
-      sw.style.background = color(n);
+      sw.style.background = key[1];
       s.appendChild(sw);
-      s.appendChild(document.createTextNode(n));
+      s.appendChild(document.createTextNode(key[0]));
       legend.appendChild(s);
     });
+    document.getElementById("timeaxis").appendChild(axis(1200));
     tl.rows.forEach(function (row) {
       box.appendChild(el("div", "lane", row.name));
       var c = el("canvas");
@@ -340,7 +431,7 @@ _JS = """
       row.s.forEach(function (s) {
         var x = tl.span ? s[0] / tl.span * c.width : 0;
         var w = Math.max(tl.span ? s[1] / tl.span * c.width : c.width, 0.5);
-        g.fillStyle = color(tl.names[s[2]]);
+        g.fillStyle = laneColor(s[2]);
         g.fillRect(x, 0, w, c.height);
       });
     });
@@ -387,7 +478,8 @@ def render_html(db: Database, view: View, others: Sequence[View] = ()) -> str:
 <table id="tree"><thead id="tree-head"></thead><tbody id="tree-body"></tbody></table></div>
 </section>
 <section><h2>Flame graph</h2><div id="flame"></div></section>
-<section><h2>Trace timeline</h2><div id="legend"></div><div id="timeline"></div></section>
+<section><h2>Trace timeline</h2><div id="legend"></div><div id="timeaxis"></div>
+<div id="timeline"></div></section>
 <script type="application/json" id="report-data">{data}</script>
 <script>{_JS}</script>
 </body></html>

@@ -39,7 +39,8 @@ class PyviewOptions:
     reports: tuple[tuple[str, int | None], ...] = ()
     exports: tuple[tuple[str, str], ...] = ()  # (export name, file; '-' is stdout)
     force: bool = False
-    hot_path: float = 50.0  # percent of its parent a row holds to be expanded
+    # percent of its parent a row holds to be expanded (None: the screen is filled best-first)
+    hot_path: float | None = None
     lines: int | None = None  # text rows at most (None: the terminal's height, or 100; 0: all)
     width: int | None = None  # columns (None: the terminal's width, or no limit; 0: no limit)
     exclusive: bool = False
@@ -69,7 +70,7 @@ class Job:
                 opts.show_zero,
                 exclusive=opts.exclusive,
                 show_internal=opts.show_internal or opts.full,
-                hot_share=opts.hot_path / 100.0,
+                hot_share=(50.0 if opts.hot_path is None else opts.hot_path) / 100.0,
             )
         return self.built
 

@@ -6,9 +6,12 @@ full path is mostly the same long prefix. So a file is shown (issue #21 item 2):
 * below ``site-packages`` / ``dist-packages``, as its path there (``torch/nn/modules/conv.py``);
 * in Python's standard library (``.../lib/pythonX.Y/``), as its path there
   (``multiprocessing/pool.py``);
-* otherwise relative to the *program's root*: the deepest directory holding every such file of
-  the database (one script: its directory, so ``app.py``); when those files share no directory
-  but ``/``, by their full paths.
+* otherwise relative to the *program's root*: the deepest directory holding every Python source
+  of the database outside those (one script: its directory, so ``app.py``); when they share no
+  directory but ``/``, by their full paths. Native sources (``malloc.c``, named by a library's
+  debug information at the path it was built from) do not move the root: the program's own
+  files read the same in a database with and without them (issue #36 item 5; before, one
+  ``/build/glibc/malloc.c`` turned every name absolute).
 
 Names that are not absolute paths (``<frozen importlib._bootstrap>``, ``[libc-2.31.so]``,
 ``<string>``, a relative path) are shown as they are. Nothing here reads the file system.
@@ -51,12 +54,20 @@ def _library_name(path: str) -> str | None:
     return path[ends[-1] :] if ends else None
 
 
+#: What a Python source of the program is named (a script without one counts when no file
+#: of the program has one).
+PYTHON_SOURCES = (".py", ".pyw")
+
+
 def program_root(paths: Sequence[str]) -> str | None:
-    """The deepest directory holding every absolute path of ``paths`` outside the libraries.
+    """The deepest directory holding every absolute Python source of ``paths`` outside the
+    libraries (every absolute path outside them, when none is a Python source).
 
     None when there is no such file or they share nothing but ``/``.
     """
     own = [p for p in paths if p.startswith("/") and _library_name(p) is None]
+    python = [p for p in own if p.endswith(PYTHON_SOURCES)]
+    own = python or own
     if not own:
         return None
     root = posixpath.commonpath([posixpath.dirname(p) for p in own])

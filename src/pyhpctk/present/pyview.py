@@ -16,6 +16,7 @@ from typing import TextIO
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
 from pyhpctk.present.api import Database, open_database
+from pyhpctk.present.condense import condense
 from pyhpctk.present.exports import EXPORTS
 from pyhpctk.present.fit import fit_view
 from pyhpctk.present.job import Export, Job, PyviewOptions
@@ -95,9 +96,11 @@ def print_view(job: Job, out: TextIO) -> None:
     tree = opts.tree if opts.tree is not None else ("unicode" if terminal else "indent")
     size = shutil.get_terminal_size((0, 0)) if terminal else None
     width, budget = screen(opts, size)
-    # -d N asks for every row to that depth (the hot path beyond), --full for every row.
-    expand_all = opts.full or opts.depth is not None
-    fitted = fit_view(job.view(), None if expand_all else opts.hot_path / 100.0, budget)
+    # --full: every row as built; --hot-path PCT: hpcviewer's hot path alone; otherwise the
+    # condensed view (calls, pass-through chains folded), filled best-first to the budget.
+    view = job.view() if opts.full else condense(job.view())
+    hot = None if opts.full or opts.hot_path is None else opts.hot_path / 100.0
+    fitted = fit_view(view, hot, budget)
     render_text(fitted.view, out, TextStyle(color=color, tree=tree, width=width), fitted.cut)
 
 

@@ -60,6 +60,21 @@ class ViewNode:
     def __repr__(self) -> str:
         return f"ViewNode({self.label!r}, {self.kind!r}, {len(self.children)} children)"
 
+    def copy(self, children: list[ViewNode] | None = None) -> ViewNode:
+        """This row alone (its values copied), with ``children`` (none when not given)."""
+        return ViewNode(
+            self.label,
+            self.kind,
+            self.values.copy(),
+            [] if children is None else children,
+            self.ctx_id,
+            self.file,
+            self.line,
+            self.module,
+            self.hot,
+            self.hidden,
+        )
+
     def walk(self, depth: int = 0) -> list[tuple[int, ViewNode]]:
         """Every node with its depth, pre-order."""
         out: list[tuple[int, ViewNode]] = []

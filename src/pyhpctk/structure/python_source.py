@@ -34,7 +34,7 @@ Tree shape (one ``LM`` per source file)::
 has ``v="{[0xN-0xN+1)}"``; a ``P``'s entry marker is its first line and an ``L``'s header marker
 its header line, both 1-byte ranges as in binaries. pyrun writes a Python frame as
 ``lm_ip = (fid << 32) | line`` (formats.md §1.10), so pyprof maps a frame by taking the low 32
-bits (:func:`frame_line`), finding the frame's procedure by ``(co_name, co_firstlineno)``
+bits (:func:`frame_line`), finding the frame's procedure by ``(co_qualname, co_firstlineno)``
 (:func:`find_procedures`), and looking the line up with
 ``AddressMap(procedure, nested_procedures=False)``: the same line can belong to an enclosing
 function and to a lambda written on it, so lookups are per procedure.
@@ -118,7 +118,8 @@ def frame_line(lm_ip: int) -> int:
 
 
 def find_procedures(module: Scope, name: str, first_line: int) -> list[Scope]:
-    """Every ``P`` whose code object has this ``co_name`` and ``co_firstlineno``.
+    """Every ``P`` whose code object has this ``co_qualname`` (or ``co_name``) and
+    ``co_firstlineno``.
 
     Usually one; two generator expressions (or lambdas) starting on the same line share both
     values, and a measurement cannot tell them apart, so look a line up in each.
@@ -126,7 +127,9 @@ def find_procedures(module: Scope, name: str, first_line: int) -> list[Scope]:
     return [
         scope
         for scope in module.walk()
-        if scope.tag == PROCEDURE and scope.name == name and scope.line == first_line
+        if scope.tag == PROCEDURE
+        and name in (scope.name, scope.attrs.get("ln"))
+        and scope.line == first_line
     ]
 
 

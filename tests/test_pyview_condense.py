@@ -1,0 +1,89 @@
+"""The condensed views (issue #36 item 1) on a constructed program with answers worked out by hand:
+
+    main thread > h0 > a.py: 1 > h1 > a.py: 2 > h2 > a.py: 4 > h3 > a.py: 5 > work
+                                              >                              work > a.py: 10  60
+                                                                                  > a.py: 11  39
+                                    > a.py: 3 > side > a.py: 12                               1
+                 > a.py: 7 (5 of its own) > g > a.py: 8                                    15
+
+so h0 passes 100 on to h1, and h1, h2, h3 pass 99 each to work; the total is 120.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pyhpctk.present.condense import condense
+from pyhpctk.present.metrics import MetricCatalog
+from pyhpctk.present.synthetic import Spec, build
+from pyhpctk.present.viewmodel import View, ViewNode, ViewOptions
+from pyhpctk.present.views import build_view
+
+CPU = "CPUTIME (sec)"
+
+
+def line(n: int, value: float = 0.0, *calls: Spec) -> Spec:
+    values = {CPU: (value,)} if value else {}
+    return Spec("line", file="a.py", line=n, values=values, children=calls)
+
+
+def fn(name: str, *children: Spec) -> Spec:
+    return Spec("function", name=name, file="a.py", line=1, children=children)
+
+
+def views(kind: str) -> tuple[View, View]:
+    """The view as built and condensed."""
+    work = fn("work", line(10, 60), line(11, 39))
+    h2 = fn("h2", line(4, 0, fn("h3", line(5, 0, work))))
+    h1 = fn("h1", line(2, 0, h2), line(3, 0, fn("side", line(12, 1))))
+    main = fn("main", line(1, 0, h1), line(7, 5, fn("g", line(8, 15))))
+    exp = build(
+        [Spec("entry", name="main thread", children=(main,))], [CPU], [(("THREAD", 0),)], "prog"
+    )
+    built = build_view(kind, MetricCatalog(exp), ViewOptions((CPU,)))
+    return built, condense(built)
+
+
+def rows(node: ViewNode) -> dict[str, tuple[float, float]]:
+    return {c.label: (float(c.values[0]), float(c.values[1])) for c in node.children}
+
+
+def test_a_calling_line_is_no_row_of_its_own() -> None:
+    built, shown = views("top-down")
+    (entry,) = shown.root.children
+    (main,) = entry.children
+    assert main.label == "main"
+    # g is named with the line that calls it; the line keeps a row for its own 5 alone.
+    calls = rows(main)
+    assert calls["g ← a.py: 7"] == (15.0, 15.0)
+    assert calls["a.py: 7"] == (5.0, 5.0)
+    assert "a.py: 1" not in calls and "a.py: 7" in rows(built.root.children[0].children[0])
+
+
+def test_a_pass_through_chain_is_one_row_that_says_what_it_hides() -> None:
+    _, shown = views("top-down")
+    main = shown.root.children[0].children[0]
+    # main's calls: h1 (100) passes 99 to h2 (99 % of it), h2 all to h3, h3 all to work.
+    chain = next(c for c in main.children if "frames folded" in c.label)
+    assert chain.label == "h1 → … → work (2 frames folded)"
+    # h1's inclusive value; the own time of every call in the chain (work's 99).
+    assert (float(chain.values[0]), float(chain.values[1])) == (100.0, 99.0)
+    # What leaves the chain on the way (side, from h1) and where the time is spent (work's
+    # lines) are its rows.
+    assert rows(chain) == {
+        "a.py: 10": (60.0, 60.0),
+        "a.py: 11": (39.0, 39.0),
+        "side ← a.py: 3": (1.0, 1.0),
+    }
+
+
+def test_bottom_up_folds_a_chain_of_single_callers_and_orders_by_own_time() -> None:
+    built, shown = views("bottom-up")
+    assert shown.columns[shown.sort_column].label == f"{CPU} (E)"
+    first = shown.root.children[0]
+    assert first.label == "work (a.py: 1)"  # 99 of its own, the most
+    (callers,) = first.children
+    assert callers.label == "h3 (a.py: 1) ← … ← main (a.py: 1) (2 frames folded)"
+    assert float(callers.values[1]) == pytest.approx(99.0)
+    assert [c.label for c in callers.children] == ["main thread"]
+    assert sum(1 for _ in built.root.walk()) > sum(1 for _ in shown.root.walk())
