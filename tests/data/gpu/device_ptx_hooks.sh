@@ -19,6 +19,6 @@ if [[ "$v" != 0.30.* && -n "$wheels" ]]; then
   pre="import sys, site; sys.path.insert(0, '/tmp/site'); site.addsitedir('/tmp/site');"  # its .pth
 fi
 cd tests/data/gpu || exit 2
-timeout 420 python3 -c "$pre import runpy, sys; sys.argv = ['device_ptx_hooks.py', '$out']
+timeout 420 python3 -c "${pre}import runpy, sys; sys.argv = ['device_ptx_hooks.py', '$out']
 runpy.run_path('device_ptx_hooks.py', run_name='__main__')" 2>&1 | tee "$out/ptx_hooks.log"
 exit "${PIPESTATUS[0]}"
