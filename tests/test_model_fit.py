@@ -18,10 +18,9 @@ from pyhpctk.model.fit import (
     FitOptions,
     Repetitions,
     auto_weightings,
-    detect_segments,
-    fit_multi_parameter,
     fit_single_parameter,
 )
+from pyhpctk.model.multi import fit_multi_parameter
 from pyhpctk.model.pmnf import (
     Factor,
     Hypothesis,
@@ -31,6 +30,7 @@ from pyhpctk.model.pmnf import (
     parse_expectation,
     single,
 )
+from pyhpctk.model.segments import detect_segments
 from pyhpctk.model.synthetic import DEFAULT_VALUES, Case, make_case, random_model
 
 # The generator before this one (docs/pymodel.md): points 4 .. 64, each term 1 to 100 times the

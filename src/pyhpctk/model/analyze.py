@@ -16,16 +16,10 @@ from fractions import Fraction
 import numpy as np
 
 from pyhpctk.errors import UsageError
-from pyhpctk.model.fit import (
-    FitOptions,
-    FitResult,
-    Repetitions,
-    Segmentation,
-    detect_segments,
-    fit_multi_parameter,
-    fit_single_parameter,
-)
+from pyhpctk.model.fit import FitOptions, FitResult, Repetitions, fit_single_parameter
+from pyhpctk.model.multi import fit_multi_parameter
 from pyhpctk.model.pmnf import Model, Term, compare_growth, parse_expectation
+from pyhpctk.model.segments import Segmentation, detect_segments
 from pyhpctk.model.series import Series
 
 # Percent: a model whose symmetric mean absolute percentage error on its own measurements is
@@ -120,7 +114,13 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
     )
     result = fit_series(sub, options.fit)
     segments = (
-        detect_segments(sub.points[:, 0], sub.mean, options.fit, sub.params[0])
+        detect_segments(
+            sub.points[:, 0],
+            sub.mean,
+            options.fit,
+            sub.params[0],
+            repetitions=Repetitions(sub.repetitions, sub.spread),
+        )
         if options.segments and n_params == 1
         else [None] * len(keep)
     )
