@@ -93,7 +93,7 @@ def test_a_context_its_model_does_not_fit_ranks_after_the_ones_that_fit(
         databases.append(db)
     out = tmp_path / "models.json"
     assert main([*map(str, databases), "--param", "p=2,4,8,16,32", "--json", str(out)]) == 0
-    contexts = json.loads(out.read_text())["contexts"]
+    contexts = json.loads(out.read_text())["analyses"][0]["contexts"]
     labels = [" ".join(c["labels"]) for c in contexts]
     glitch = next(i for i, text in enumerate(labels) if "glitch" in text)
     solve = next(i for i, text in enumerate(labels) if "solve" in text)
@@ -119,7 +119,7 @@ def test_json_holds_exact_models_and_expectation_verdicts(
         )
         == 0
     )
-    document = json.loads(out.read_text())
+    document = json.loads(out.read_text())["analyses"][0]
     by_name = {c["path"][-1].split("] ")[-1]: c for c in document["contexts"]}
     solve = by_name["solve"]
     assert solve["terms"][0]["factors"] == [{"param": "p", "poly": "2", "log": 0}]
@@ -155,7 +155,7 @@ def test_repetitions_are_averaged_and_counted(
             ps.append(str(p))
     out = tmp_path / "m.json"
     assert main([*dbs, "--param", "p=" + ",".join(ps), "--json", str(out)]) == 0
-    document = json.loads(out.read_text())
+    document = json.loads(out.read_text())["analyses"][0]
     assert document["repetitions"] == [2, 2, 2, 2, 2]
     solve = next(c for c in document["contexts"] if c["path"][-1].endswith("solve"))
     assert solve["constant"] == pytest.approx(50.0, rel=1e-6)

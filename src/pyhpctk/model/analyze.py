@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.errors import UsageError
 from pyhpctk.model.fit import FitOptions, FitResult, Repetitions, fit_single_parameter
@@ -72,13 +73,55 @@ def _growth(model: Model) -> tuple[Fraction, int]:
 
 def fit_series(series: Series, options: FitOptions) -> FitResult:
     """Fit every context of ``series``: its means, weighted by their run counts, with the runs'
-    spread as the pure error model choice measures gains against."""
-    runs = Repetitions(series.repetitions, series.spread)
-    if len(series.params) == 1:
-        return fit_single_parameter(
-            series.points[:, 0], series.mean, options, series.params[0], runs
+    spread as the pure error model choice measures gains against. Contexts measured a different
+    number of times (an Extra-P experiment may) are fitted in groups of equal counts."""
+    n_contexts = series.mean.shape[1]
+    models: list[Model | None] = [None] * n_contexts
+    figures = np.zeros((4, n_contexts))
+    notes: list[str] = []
+    for counts, columns in count_groups(series):
+        runs = Repetitions(counts, series.spread[:, columns])
+        y = series.mean[:, columns]
+        if len(series.params) == 1:
+            part = fit_single_parameter(series.points[:, 0], y, options, series.params[0], runs)
+        else:
+            part = fit_multi_parameter(series.points, y, series.params, options, runs)
+        for position, c in enumerate(columns.tolist()):
+            models[c] = part.models[position]
+        figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
+        notes.extend(n for n in part.notes if n not in notes)
+    smape, cv_smape, adjusted_r2, rss = figures
+    fitted = [m for m in models if m is not None]
+    return FitResult(fitted, smape, cv_smape, adjusted_r2, rss, notes)
+
+
+def count_groups(series: Series) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]]:
+    """The run counts per point and the contexts (columns) measured that many times."""
+    n_contexts = series.mean.shape[1]
+    if series.run_counts is None:
+        return [(series.repetitions, np.arange(n_contexts))]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for c in range(n_contexts):
+        groups.setdefault(tuple(series.run_counts[:, c].tolist()), []).append(c)
+    return [
+        (np.array(key, dtype=np.int64), np.array(columns, dtype=np.intp))
+        for key, columns in groups.items()
+    ]
+
+
+def _segments(series: Series, options: FitOptions) -> list[Segmentation | None]:
+    out: list[Segmentation | None] = [None] * series.mean.shape[1]
+    for counts, columns in count_groups(series):
+        found = detect_segments(
+            series.points[:, 0],
+            series.mean[:, columns],
+            options,
+            series.params[0],
+            repetitions=Repetitions(counts, series.spread[:, columns]),
         )
-    return fit_multi_parameter(series.points, series.mean, series.params, options, runs)
+        for c, segmentation in zip(columns.tolist(), found, strict=True):
+            out[c] = segmentation
+    return out
 
 
 def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
@@ -96,7 +139,12 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
     largest = int(np.argmax(series.points.prod(axis=1)))
     measured = series.mean[largest]
     scale = float(np.abs(measured).max()) if measured.size else 0.0
-    keep = np.flatnonzero(np.abs(measured) >= options.threshold * scale) if scale else np.arange(0)
+    if options.threshold == 0:
+        keep = np.arange(series.mean.shape[1])
+    elif scale:
+        keep = np.flatnonzero(np.abs(measured) >= options.threshold * scale)
+    else:
+        keep = np.arange(0)
     analysis = Analysis(series, target, dropped=series.mean.shape[1] - len(keep))
     if not len(keep):
         return analysis
@@ -111,18 +159,11 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
         series.scope,
         series.title,
         labels=[series.labels[i] for i in keep] if series.labels else [],
+        run_counts=None if series.run_counts is None else series.run_counts[:, keep],
     )
     result = fit_series(sub, options.fit)
     segments = (
-        detect_segments(
-            sub.points[:, 0],
-            sub.mean,
-            options.fit,
-            sub.params[0],
-            repetitions=Repetitions(sub.repetitions, sub.spread),
-        )
-        if options.segments and n_params == 1
-        else [None] * len(keep)
+        _segments(sub, options.fit) if options.segments and n_params == 1 else [None] * len(keep)
     )
     point = np.array([target], dtype=np.float64)
     for position, model in enumerate(result.models):

@@ -15,7 +15,11 @@ from pyhpctk.model.analyze import Analysis
 
 
 def plot_contexts(
-    analysis: Analysis, directory: Path, count: int = 6, force: bool = False
+    analysis: Analysis,
+    directory: Path,
+    count: int = 6,
+    force: bool = False,
+    prefix: str = "",
 ) -> list[Path]:
     """One PNG per top-ranked context: measured means with spread, and the model curve.
 
@@ -50,7 +54,7 @@ def plot_contexts(
         axes.set_title(" > ".join(context.label[-3:])[-90:], fontsize=8)
         axes.legend(fontsize=7)
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", context.label[-1])[:40]
-        path = directory / f"{rank:02d}-{name}.png"
+        path = directory / f"{prefix}{rank:02d}-{name}.png"
         figure.tight_layout()
         try:
             with output.open_binary(path, force, "--plot") as stream:

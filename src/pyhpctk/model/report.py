@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyhpctk.model.analyze import Analysis, ContextModel
+from pyhpctk.model.pmnf import Model
 from pyhpctk.model.series import Series
 
 CALLPATH_SEPARATOR = "->"
@@ -32,8 +33,11 @@ def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60)
     """The ranked table: worst asymptotic behaviour first."""
     series = analysis.series
     target = ", ".join(f"{n}={v:g}" for n, v in zip(series.params, analysis.target, strict=True))
+    what = series.metric + (f" ({series.scope})" if series.scope else "")
+    if series.measure != "mean":
+        what += f", {series.measure} of the repetitions"
     out.write(
-        f"{series.title}: {series.metric} ({series.scope}), {len(series.points)} configurations, "
+        f"{series.title}: {what}, {len(series.points)} configurations, "
         f"{series.mean.shape[1]} contexts\n"
     )
     for note in series.notes:
@@ -59,8 +63,9 @@ def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60)
         out.write(f"... {len(analysis.contexts) - top} more (use --top)\n")
 
 
-def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, object]:
-    model = context.model
+def model_json(model: Model, params: Sequence[str]) -> dict[str, object]:
+    """A model as data: its text, constant and terms (coefficient, factors with parameter,
+    polynomial exponent as a fraction string such as ``"3/2"``, logarithm exponent)."""
     terms = []
     for term, coefficient in zip(model.hypothesis.terms, model.coefficients[1:], strict=True):
         terms.append(
@@ -72,12 +77,14 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
                 ],
             }
         )
+    return {"model": model.render(), "constant": model.coefficients[0], "terms": terms}
+
+
+def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, object]:
     out: dict[str, object] = {
         "path": list(context.path),
         "labels": list(context.label),
-        "model": model.render(),
-        "constant": model.coefficients[0],
-        "terms": terms,
+        **model_json(context.model, params),
         "smape": context.smape,
         "cv_smape": context.cv_smape,
         "adjusted_r2": context.adjusted_r2,
@@ -96,18 +103,33 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
     return out
 
 
-def write_json(analysis: Analysis, out: TextIO) -> None:
+def analysis_json(analysis: Analysis) -> dict[str, object]:
     series = analysis.series
-    document = {
+    return {
         "title": series.title,
         "metric": series.metric,
         "scope": series.scope,
+        "measure": series.measure,
         "parameters": list(series.params),
         "points": series.points.tolist(),
         "repetitions": series.repetitions.tolist(),
         "target": list(analysis.target),
         "notes": series.notes,
         "contexts": [context_json(c, series.params) for c in analysis.contexts],
+    }
+
+
+JSON_FORMAT = "pymodel-models"
+JSON_VERSION = 2
+
+
+def write_json(analyses: Sequence[Analysis], out: TextIO) -> None:
+    """Every analysis (one per metric of an Extra-P experiment, one for a database series) in
+    one document: ``{"format": "pymodel-models", "version": 2, "analyses": [...]}``."""
+    document = {
+        "format": JSON_FORMAT,
+        "version": JSON_VERSION,
+        "analyses": [analysis_json(a) for a in analyses],
     }
     json.dump(document, out, indent=1)
     out.write("\n")
