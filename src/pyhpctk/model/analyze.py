@@ -64,6 +64,7 @@ class Analysis:
     target: tuple[float, ...]
     contexts: list[ContextModel] = field(default_factory=list)  # ranked
     dropped: int = 0
+    notes: list[str] = field(default_factory=list)  # what the fits found (design, ...)
 
 
 def _growth(model: Model) -> tuple[Fraction, int]:
@@ -162,6 +163,7 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
         run_counts=None if series.run_counts is None else series.run_counts[:, keep],
     )
     result = fit_series(sub, options.fit)
+    analysis.notes.extend(result.notes)
     segments = (
         _segments(sub, options.fit) if options.segments and n_params == 1 else [None] * len(keep)
     )

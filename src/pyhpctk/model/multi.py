@@ -12,6 +12,7 @@ import itertools
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.model.fit import (
     FitOptions,
@@ -60,12 +61,14 @@ def fit_multi_parameter(
     if len(names) == 1:
         return fit_single_parameter(points[:, 0], y, options, names[0], repetitions)
     counts = _counts(repetitions, points.shape[0])
-    per_param = [_parameter_terms(points, y, p, options, counts) for p in range(len(names))]
+    found = [_parameter_terms(points, y, p, options, counts) for p in range(len(names))]
+    # A parameter the design cannot identify contributes no factor (design_notes says so).
+    per_param = [f for f in found if f is not None]
     n_contexts = y.shape[1]
     # Contexts with the same candidate factors share one hypothesis set: fit them together.
     groups: dict[tuple[tuple[Factor, ...], ...], list[int]] = {}
     for c in range(n_contexts):
-        key = tuple(tuple(per_param[p][c]) for p in range(len(names)))
+        key = tuple(tuple(factors[c]) for factors in per_param)
         groups.setdefault(key, []).append(c)
     models: list[Model | None] = [None] * n_contexts
     figures = np.zeros((4, n_contexts))
@@ -81,7 +84,54 @@ def fit_multi_parameter(
         for position, c in enumerate(members):
             models[c] = part.models[position]
         figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
-    return FitResult([m for m in models if m is not None], *figures)
+    smape, cv_smape, adjusted_r2, rss = figures
+    fitted = [m for m in models if m is not None]
+    return FitResult(fitted, smape, cv_smape, adjusted_r2, rss, design_notes(points, names))
+
+
+# The fewest values of a parameter along a line (the others fixed) that tell its factors apart:
+# a constant and one term leave one degree of freedom at three values.
+MIN_LINE_VALUES = 3
+
+
+def design_lines(
+    points: FloatArray, param: int, least: int = MIN_LINE_VALUES
+) -> list[npt.NDArray[np.intp]]:
+    """The rows of every line along which only ``param`` varies, with ``least`` or more distinct
+    values of it (a full grid has one per combination of the others; a cross, one)."""
+    others = np.delete(points, param, axis=1)
+    keys, line_of = np.unique(others, axis=0, return_inverse=True)
+    line_of = line_of.reshape(-1)
+    out = []
+    for line in range(len(keys)):
+        rows = np.flatnonzero(line_of == line)
+        if len(np.unique(points[rows, param])) >= least:
+            out.append(rows)
+    return out
+
+
+def design_notes(points: FloatArray, names: tuple[str, ...]) -> list[str]:
+    """What the measurement design cannot tell: per parameter without a line of
+    ``MIN_LINE_VALUES`` values, that its term is left out; with lines of exactly that many, that
+    its term rests on them."""
+    notes = []
+    for param, name in enumerate(names):
+        lines = design_lines(points, param)
+        if not lines:
+            notes.append(
+                f"parameter {name!r}: no {MIN_LINE_VALUES} measurements differ in {name} alone "
+                f"(the others fixed), so its term cannot be identified: models leave {name} out; "
+                f"measure a line of {name} to model it"
+            )
+        elif (
+            max(len(np.unique(points[rows, param])) for rows in lines) < 5
+            and len(np.unique(points[:, param])) >= 5  # else check_design has said so
+        ):
+            notes.append(
+                f"parameter {name!r}: its term rests on lines of fewer than 5 values of {name} "
+                "with the others fixed: less reliable"
+            )
+    return notes
 
 
 def _parameter_terms(
@@ -91,8 +141,9 @@ def _parameter_terms(
     options: FitOptions,
     counts: FloatArray,
     keep: int = 2,
-) -> list[list[Factor]]:
-    """Per context, the ``keep`` best factors of parameter ``param`` over the grid's lines.
+) -> list[list[Factor]] | None:
+    """Per context, the ``keep`` best factors of parameter ``param`` over the grid's lines
+    (None where no line has enough values of the parameter to tell one factor from another).
 
     Every single-term hypothesis of the parameter is scored on every line (the points where only
     this parameter varies), each line with its own coefficients: a product ``c0 + c·g(p)·h(n)``
@@ -101,25 +152,23 @@ def _parameter_terms(
     the least-squares fit of all lines at once; with ``cv-smape`` its CV-SMAPE summed over lines,
     each line weighted by its share of the context's total value. The constant is a candidate too
     (an empty list entry is never returned: a context whose best is the constant gets its best
-    non-constant factors after it).
+    non-constant factors after it). Least squares uses lines of ``MIN_LINE_VALUES`` (3) values
+    or more, as Extra-P does on small designs; CV-SMAPE needs 4 to leave one out.
     """
-    others = np.delete(points, param, axis=1)
-    keys, line_of = np.unique(others, axis=0, return_inverse=True)
-    line_of = line_of.reshape(-1)
+    least_squares = options.selection == "f-test"
+    lines = design_lines(points, param, MIN_LINE_VALUES if least_squares else 4)
+    if not lines:
+        return None
     single_options = replace(options, max_terms=1, refine=False)
     hypotheses = single_parameter_hypotheses(param, single_options)
     n_contexts = y.shape[1]
     total = np.zeros((len(hypotheses), n_contexts))
     magnitude = np.abs(y).sum(axis=0) + 1e-300
-    least_squares = options.selection == "f-test"
     if least_squares:
         # Lines only shortlist factors: a line where this parameter's term is buried under the
         # others may fit it with a negative slope, and that must not veto the factor everywhere.
         single_options = replace(single_options, allow_negative=True)
-    for line in range(len(keys)):
-        rows = np.flatnonzero(line_of == line)
-        if len(np.unique(points[rows, param])) < 4:
-            continue
+    for rows in lines:
         if least_squares:
             scores = _score(points[rows], y[rows], hypotheses, single_options, False, counts[rows])
             total += np.where(np.isfinite(scores.wrss), scores.wrss, 1e300)

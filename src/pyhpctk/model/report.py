@@ -40,7 +40,7 @@ def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60)
         f"{series.title}: {what}, {len(series.points)} configurations, "
         f"{series.mean.shape[1]} contexts\n"
     )
-    for note in series.notes:
+    for note in [*series.notes, *analysis.notes]:
         out.write(f"note: {note}\n")
     if analysis.dropped:
         out.write(f"note: {analysis.dropped} contexts below the threshold are not modeled\n")
@@ -114,7 +114,7 @@ def analysis_json(analysis: Analysis) -> dict[str, object]:
         "points": series.points.tolist(),
         "repetitions": series.repetitions.tolist(),
         "target": list(analysis.target),
-        "notes": series.notes,
+        "notes": [*series.notes, *analysis.notes],
         "contexts": [context_json(c, series.params) for c in analysis.contexts],
     }
 
