@@ -74,6 +74,12 @@ from pyhpctk.model.series import MEASURES, SCOPE_ALIASES, SCOPES
 )
 @click.option("--refine", is_flag=True, help="Refine exponents by mediant search.")
 @click.option(
+    "--negative-exponents",
+    is_flag=True,
+    help="Let every context's model have negative exponents (strong scaling: c0 + c1 * p^-1); "
+    "without it, only contexts whose values fall as a parameter grows.",
+)
+@click.option(
     "--expect",
     metavar="FORMULA",
     help="Expected behaviour, e.g. 'p*log2(p)': each model is compared with it.",

@@ -10,7 +10,7 @@ matter (below
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import UsageError
 from pyhpctk.model.fit import FitOptions, FitResult, Repetitions, fit_single_parameter
-from pyhpctk.model.multi import fit_multi_parameter
+from pyhpctk.model.multi import design_lines, fit_multi_parameter
 from pyhpctk.model.pmnf import Model, Term, compare_growth, parse_expectation
 from pyhpctk.model.segments import Segmentation, detect_segments
 from pyhpctk.model.series import Series
@@ -38,6 +38,7 @@ class AnalysisOptions:
     target: tuple[float, ...] | None = None  # one value per parameter; None: 8x the largest
     expect: str | None = None  # e.g. "p*log2(p)"
     threshold: float = 0.001  # fraction of the whole program at the largest configuration
+    negative_exponents: str = "auto"  # auto (contexts that fall as a parameter grows), always
     segments: bool = True
 
 
@@ -72,28 +73,67 @@ def _growth(model: Model) -> tuple[Fraction, int]:
     return term.growth() if term else (Fraction(0), 0)
 
 
-def fit_series(series: Series, options: FitOptions) -> FitResult:
+def fit_series(series: Series, options: FitOptions, negative: str = "never") -> FitResult:
     """Fit every context of ``series``: its means, weighted by their run counts, with the runs'
     spread as the pure error model choice measures gains against. Contexts measured a different
-    number of times (an Extra-P experiment may) are fitted in groups of equal counts."""
+    number of times (an Extra-P experiment may) are fitted in groups of equal counts.
+
+    ``negative`` says which contexts may have negative exponents (``p^-1``): ``always``,
+    ``never``, or ``auto``: those whose values fall as a parameter grows (:func:`falling`), for
+    which a model of non-negative exponents and coefficients cannot but be flat.
+    """
     n_contexts = series.mean.shape[1]
     models: list[Model | None] = [None] * n_contexts
     figures = np.zeros((4, n_contexts))
     notes: list[str] = []
-    for counts, columns in count_groups(series):
-        runs = Repetitions(counts, series.spread[:, columns])
-        y = series.mean[:, columns]
-        if len(series.params) == 1:
-            part = fit_single_parameter(series.points[:, 0], y, options, series.params[0], runs)
-        else:
-            part = fit_multi_parameter(series.points, y, series.params, options, runs)
-        for position, c in enumerate(columns.tolist()):
-            models[c] = part.models[position]
-        figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
-        notes.extend(n for n in part.notes if n not in notes)
+    falls = falling(series) if negative == "auto" else np.full(n_contexts, negative == "always")
+    for counts, group in count_groups(series):
+        for fall in (False, True):
+            columns = group[falls[group] == fall]
+            if not len(columns):
+                continue
+            runs = Repetitions(counts, series.spread[:, columns])
+            y = series.mean[:, columns]
+            these = replace(options, negative_exponents=fall)
+            if len(series.params) == 1:
+                part = fit_single_parameter(series.points[:, 0], y, these, series.params[0], runs)
+            else:
+                part = fit_multi_parameter(series.points, y, series.params, these, runs)
+            for position, c in enumerate(columns.tolist()):
+                models[c] = part.models[position]
+            figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
+            notes.extend(n for n in part.notes if n not in notes)
+    if negative == "auto" and falls.any():
+        notes.append(
+            f"{int(falls.sum())} of {n_contexts} contexts fall as a parameter grows (strong "
+            "scaling): their models may have negative exponents (c0 + c1 * p^-1)"
+        )
     smape, cv_smape, adjusted_r2, rss = figures
     fitted = [m for m in models if m is not None]
     return FitResult(fitted, smape, cv_smape, adjusted_r2, rss, notes)
+
+
+def falling(series: Series) -> npt.NDArray[np.bool_]:
+    """Per context: do its values fall as some parameter grows (strong scaling)?
+
+    Along every line where only that parameter varies (all of a one-parameter series), at least
+    three quarters of the steps from one value of the parameter to the next go down, and the
+    last value is below nine tenths of the first.
+    """
+    n_contexts = series.mean.shape[1]
+    out = np.zeros(n_contexts, dtype=bool)
+    for param in range(len(series.params)):
+        lines = design_lines(series.points, param)
+        if not lines:
+            continue
+        votes = np.zeros(n_contexts)
+        for rows in lines:
+            ordered = rows[np.argsort(series.points[rows, param], kind="stable")]
+            y = series.mean[ordered]
+            down = (np.diff(y, axis=0) < 0).mean(axis=0)
+            votes += (down >= 0.75) & (y[-1] < 0.9 * y[0])
+        out |= votes > len(lines) / 2
+    return out
 
 
 def count_groups(series: Series) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]]:
@@ -162,7 +202,7 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
         labels=[series.labels[i] for i in keep] if series.labels else [],
         run_counts=None if series.run_counts is None else series.run_counts[:, keep],
     )
-    result = fit_series(sub, options.fit)
+    result = fit_series(sub, options.fit, options.negative_exponents)
     analysis.notes.extend(result.notes)
     segments = (
         _segments(sub, options.fit) if options.segments and n_params == 1 else [None] * len(keep)

@@ -61,6 +61,7 @@ class ModelOptions:
     target: tuple[str, ...] = ()
     threshold: float | None = None  # None: 0.001 for databases, 0 for an Extra-P experiment
     measure: str = "mean"
+    negative_exponents: bool = False
     top: int = 20
     json_out: Path | None = None
     extrap_out: Path | None = None
@@ -161,6 +162,7 @@ def run(options: ModelOptions, out: TextIO | None = None) -> int:
                 target=_parse_target(options.target, series.params),
                 expect=options.expect,
                 threshold=threshold,
+                negative_exponents="always" if options.negative_exponents else "auto",
             ),
         )
         for series in all_series

@@ -65,6 +65,7 @@ class FitOptions:
     weighting: str = "relative"  # relative (1/y²), poisson (1/y), absolute (1), or auto:
     # per context, the one its repetitions' scatter calls for (auto_weightings)
     allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
+    negative_exponents: bool = False  # also p^-i: strong scaling, c0 + c1 * p^-1
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
@@ -121,8 +122,12 @@ def smape(actual: FloatArray, predicted: FloatArray, axis: int = 0) -> FloatArra
 
 
 def single_parameter_hypotheses(param: int, options: FitOptions) -> list[Hypothesis]:
-    """The constant, then every combination of up to ``max_terms`` distinct terms."""
+    """The constant, then every combination of up to ``max_terms`` distinct terms (with
+    ``negative_exponents``, also the term ``p^-i`` of every positive ``i`` of the search space,
+    as Extra-P's option of the same name adds)."""
     terms = search_space(param, options.poly_exponents, options.log_exponents)
+    if options.negative_exponents:
+        terms += [single(param, -poly, 0) for poly in options.poly_exponents if poly > 0]
     hypotheses = [Hypothesis(())]
     for count in range(1, options.max_terms + 1):
         hypotheses.extend(Hypothesis(combo) for combo in itertools.combinations(terms, count))
@@ -199,7 +204,7 @@ def _by_weighting(
     )
 
 
-def _weights(y: FloatArray, weighting: str) -> FloatArray:
+def weights_of(y: FloatArray, weighting: str) -> FloatArray:
     """Least-squares weights per point and context.
 
     ``relative`` (1/y²) fits relative errors, right for multiplicative noise; ``poisson`` (1/y)
@@ -275,7 +280,7 @@ def _score(
     whose term coefficients come out negative are not eligible unless ``options.allow_negative``.
     """
     n_points, n_contexts = y.shape
-    weights = _weights(y, options.weighting)
+    weights = weights_of(y, options.weighting)
     if counts is not None:
         weights = weights * counts[:, None]
     by_size: dict[int, list[int]] = {}
@@ -366,7 +371,7 @@ def _choose_f_test(
     """
     n_points, n_contexts = y.shape
     counts = _counts(repetitions, n_points)
-    weights = _weights(y, options.weighting) * counts[:, None]
+    weights = weights_of(y, options.weighting) * counts[:, None]
     runs = float(counts.sum())
     pure = np.zeros(n_contexts)
     if repetitions is not None:

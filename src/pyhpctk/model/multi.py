@@ -140,7 +140,7 @@ def _parameter_terms(
     param: int,
     options: FitOptions,
     counts: FloatArray,
-    keep: int = 2,
+    keep: int = 3,
 ) -> list[list[Factor]] | None:
     """Per context, the ``keep`` best factors of parameter ``param`` over the grid's lines
     (None where no line has enough values of the parameter to tell one factor from another).
