@@ -48,15 +48,20 @@ class ContextModel:
 
     path: tuple[str, ...]
     label: tuple[str, ...]  # the same path, in short display labels
-    model: Model
-    smape: float
-    cv_smape: float
+    model: Model  # of all points (a piecewise model's segments: ``segmentation``)
+    smape: float  # in-sample, percent: of the piecewise model where there is one
+    cv_smape: float  # leave-one-out, of ``model``
     adjusted_r2: float
     measured: float  # mean value at the largest configuration
     predicted: float  # model value at the target configuration
     growth: tuple[Fraction, int]
     expectation: str | None = None  # match / approximate / no match
-    segmentation: Segmentation | None = None
+    segmentation: Segmentation | None = None  # a piecewise model, where behaviour changes
+
+    @property
+    def final(self) -> Model:
+        """The model of the largest scales: the last segment's where behaviour changes."""
+        return self.segmentation.after if self.segmentation is not None else self.model
 
 
 @dataclass(slots=True)
@@ -209,20 +214,22 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Ana
     )
     point = np.array([target], dtype=np.float64)
     for position, model in enumerate(result.models):
-        growth = _growth(model)
+        segmentation = segments[position]
+        # Beyond the measurements, a piecewise model continues as its last segment.
+        final = segmentation.after if segmentation is not None else model
         analysis.contexts.append(
             ContextModel(
                 path=sub.paths[position],
                 label=sub.labels[position] if sub.labels else sub.paths[position],
                 model=model,
-                smape=float(result.smape[position]),
+                smape=float(result.smape[position] if segmentation is None else segmentation.smape),
                 cv_smape=float(result.cv_smape[position]),
                 adjusted_r2=float(result.adjusted_r2[position]),
                 measured=float(sub.mean[largest, position]),
-                predicted=float(model.evaluate(point)[0]),
-                growth=growth,
-                expectation=compare_growth(model.lead_term(), expected) if options.expect else None,
-                segmentation=segments[position],
+                predicted=float(final.evaluate(point)[0]),
+                growth=_growth(final),
+                expectation=compare_growth(final.lead_term(), expected) if options.expect else None,
+                segmentation=segmentation,
             )
         )
     # Worst growth first; among contexts that grow alike, the deepest first: an inclusive cost

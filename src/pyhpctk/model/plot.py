@@ -11,7 +11,24 @@ import numpy as np
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
 from pyhpctk.formats.output import OutputError
-from pyhpctk.model.analyze import Analysis
+from pyhpctk.model.analyze import Analysis, ContextModel
+from pyhpctk.model.pmnf import FloatArray
+
+
+def model_curves(
+    context: ContextModel, x: FloatArray, grid: FloatArray
+) -> list[tuple[FloatArray, FloatArray, str]]:
+    """The curves to draw over ``grid``: the model's, or where it is piecewise each segment's
+    over its own range (the first up to its last measured value ``x``, the last onwards)."""
+    segmentation = context.segmentation
+    if segmentation is None:
+        return [(grid, context.model.evaluate(grid), context.model.render(3))]
+    early = grid[grid <= x[segmentation.split - 1]]
+    late = grid[grid >= segmentation.start]
+    return [
+        (early, segmentation.before.evaluate(early), segmentation.before.render(3)),
+        (late, segmentation.after.evaluate(late), segmentation.after.render(3)),
+    ]
 
 
 def plot_contexts(
@@ -21,7 +38,8 @@ def plot_contexts(
     force: bool = False,
     prefix: str = "",
 ) -> list[Path]:
-    """One PNG per top-ranked context: measured means with spread, and the model curve.
+    """One PNG per top-ranked context: measured means with spread, and the model curve (each
+    segment's over its range where the model is piecewise).
 
     An existing image is replaced only with ``force``; each is written whole or not at all
     (:mod:`pyhpctk.formats.output`).
@@ -47,7 +65,17 @@ def plot_contexts(
         c = index[context.path]
         figure, axes = pyplot.subplots(figsize=(6, 4))
         axes.errorbar(x, series.mean[:, c], yerr=series.spread[:, c], fmt="o", label="measured")
-        axes.plot(grid, context.model.evaluate(grid), label=context.model.render(3))
+        segmentation = context.segmentation
+        if segmentation is None:
+            axes.plot(grid, context.model.evaluate(grid), label=context.model.render(3))
+        else:  # a piecewise model: each segment over its own range, the last one onwards
+            last = x[segmentation.split - 1]
+            early, late = grid[grid <= last], grid[grid >= segmentation.start]
+            axes.plot(
+                early, segmentation.before.evaluate(early), label=segmentation.before.render(3)
+            )
+            axes.plot(late, segmentation.after.evaluate(late), label=segmentation.after.render(3))
+            axes.axvline(segmentation.start, color="grey", linestyle=":", linewidth=1)
         axes.set_xscale("log", base=2)
         axes.set_xlabel(series.params[0])
         axes.set_ylabel(series.metric)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyhpctk.model.analyze import Analysis, ContextModel
-from pyhpctk.model.pmnf import Model
+from pyhpctk.model.pmnf import FloatArray, Model
 from pyhpctk.model.series import Series
 
 CALLPATH_SEPARATOR = "->"
@@ -49,15 +49,17 @@ def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60)
     header += f" {'at ' + target:>16}" + ("  expectation" if has_expect else "")
     out.write(header + "\n")
     for rank, context in enumerate(analysis.contexts[:top], 1):
+        text, error = context.model.render(4), context.cv_smape
+        r2 = f"{context.adjusted_r2:>6.3f}"
+        if context.segmentation is not None:  # piecewise: in-sample error (segments are short)
+            text, error = context.segmentation.render(series.params[0]), context.smape
+            r2 = f"{'-':>6}"
         line = (
-            f"{rank:>3}  {_short(context.label, width):<{width}}  {context.model.render(4):<40}"
-            f" {context.cv_smape:>7.2f} {context.adjusted_r2:>6.3f} {context.predicted:>16.4g}"
+            f"{rank:>3}  {_short(context.label, width):<{width}}  {text:<40}"
+            f" {error:>7.2f} {r2} {context.predicted:>16.4g}"
         )
         if has_expect:
             line += f"  {context.expectation}"
-        if context.segmentation is not None:
-            split = series.points[context.segmentation.split, 0]
-            line += f"  [behaviour changes at {series.params[0]}={split:g}]"
         out.write(line + "\n")
     if len(analysis.contexts) > top:
         out.write(f"... {len(analysis.contexts) - top} more (use --top)\n")
@@ -80,7 +82,12 @@ def model_json(model: Model, params: Sequence[str]) -> dict[str, object]:
     return {"model": model.render(), "constant": model.coefficients[0], "terms": terms}
 
 
-def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, object]:
+def context_json(
+    context: ContextModel, params: Sequence[str], analysis_points: FloatArray
+) -> dict[str, object]:
+    """One context: its model of all points as data (:func:`model_json`), fit figures,
+    prediction, lead order (of the last segment where the model is piecewise), and the
+    ``piecewise`` model where behaviour changes."""
     out: dict[str, object] = {
         "path": list(context.path),
         "labels": list(context.label),
@@ -94,12 +101,25 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
     }
     if context.expectation is not None:
         out["expectation"] = context.expectation
-    if context.segmentation is not None:
-        out["segment_split_index"] = context.segmentation.split
-        out["segments"] = [
-            context.segmentation.before.render(),
-            context.segmentation.after.render(),
-        ]
+    segmentation = context.segmentation
+    if segmentation is not None:
+        points = analysis_points[:, 0]
+        out["piecewise"] = {
+            "start": segmentation.start,
+            "smape": segmentation.smape,
+            "segments": [
+                {
+                    "from": float(points[0]),
+                    "to": float(points[segmentation.split - 1]),
+                    **model_json(segmentation.before, params),
+                },
+                {
+                    "from": segmentation.start,
+                    "to": float(points[-1]),
+                    **model_json(segmentation.after, params),
+                },
+            ],
+        }
     return out
 
 
@@ -115,7 +135,7 @@ def analysis_json(analysis: Analysis) -> dict[str, object]:
         "repetitions": series.repetitions.tolist(),
         "target": list(analysis.target),
         "notes": [*series.notes, *analysis.notes],
-        "contexts": [context_json(c, series.params) for c in analysis.contexts],
+        "contexts": [context_json(c, series.params, series.points) for c in analysis.contexts],
     }
 
 

@@ -29,12 +29,23 @@ from pyhpctk.model.pmnf import FloatArray, Model
 
 @dataclass(frozen=True, slots=True)
 class Segmentation:
-    """A change of behaviour between ``values[split - 1]`` and ``values[split]``."""
+    """A change of behaviour between ``values[split - 1]`` and ``values[split]``: a piecewise
+    model, ``before`` up to ``values[split - 1]`` and ``after`` from ``start = values[split]``
+    (Extra-P's segmented modeler calls ``start`` the changing point)."""
 
     split: int
     before: Model
     after: Model
-    improvement: float  # global CV-SMAPE divided by the segments' weighted CV-SMAPE
+    improvement: float  # the single model's SMAPE divided by the segments' weighted SMAPE
+    start: float = 0.0
+    smape: float = 0.0  # the segments' in-sample SMAPE, weighted by their number of points
+
+    def render(self, name: str, digits: int = 4) -> str:
+        """``<model> for p < 16; <model> from p = 16``."""
+        return (
+            f"{self.before.render(digits)} for {name}<{self.start:g}; "
+            f"{self.after.render(digits)} from {name}={self.start:g}"
+        )
 
 
 def detect_segments(
@@ -91,10 +102,19 @@ def _segments(
         before = _fit_in_sample(x[:split], y[:split], one, name)
         after = _fit_in_sample(x[split:], y[split:], one, name)
         error = (before.smape * split + after.smape * (n_points - split)) / n_points
-        for c in np.flatnonzero(error < best_error):
+        # A point both segments fit exactly (noise-free data, where the pieces meet) stays in
+        # the first segment, as Extra-P's segmented modeler keeps it: ties go to later splits.
+        for c in np.flatnonzero(error <= best_error * (1 + 1e-9) + 1e-9):
             best_error[c] = error[c]
             ratio = whole.smape[c] / max(error[c], 1e-12)
-            best[c] = Segmentation(split, before.models[c], after.models[c], float(ratio))
+            best[c] = Segmentation(
+                split,
+                before.models[c],
+                after.models[c],
+                float(ratio),
+                float(x[split]),
+                float(error[c]),
+            )
     return [
         s if s is not None and s.improvement >= threshold and whole.smape[c] >= 2.0 else None
         for c, s in enumerate(best)
