@@ -58,10 +58,11 @@ from pyhpctk.model.series import MEASURES, SCOPE_ALIASES, SCOPES
 )
 @click.option(
     "--terms",
-    default=1,
+    default=2,
     show_default=True,
     type=click.IntRange(0, 3),
-    help="Most non-constant terms per single-parameter model.",
+    help="Most non-constant terms per single-parameter model (a second one is kept only when "
+    "an F-test against the repetitions' scatter calls it significant).",
 )
 @click.option(
     "--weighting",
@@ -95,6 +96,12 @@ from pyhpctk.model.series import MEASURES, SCOPE_ALIASES, SCOPES
     type=click.FloatRange(0, 1),
     help="Skip contexts below this fraction of the largest one at the largest scale "
     "(default: 0.001 for databases, 0 for an Extra-P file).",
+)
+@click.option(
+    "--advise",
+    is_flag=True,
+    help="Also say which parameter values to measure next: where the models the runs cannot "
+    "yet reject differ most.",
 )
 @click.option(
     "--top", default=20, show_default=True, type=click.IntRange(1), help="Rows of the table."

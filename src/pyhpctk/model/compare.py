@@ -127,19 +127,38 @@ def compare_with_extrap(
             key = f"{callpath}@@{series.metric}"
             column = series.paths.index(context.path)
             y = series.mean[:, column]
-            row: dict[str, object] = {
-                "file": name,
-                "key": key,
-                "pymodel": context.model.render(4),
-            }
+            segmentation = context.segmentation
+            shown = context.model.render(4)
+            if segmentation is not None:
+                shown = segmentation.render(series.params[0])
+            row: dict[str, object] = {"file": name, "key": key, "pymodel": shown}
             if key in extrap_models:
                 theirs = parse_python_model(extrap_models[key], series.params)
                 row["extrap"] = theirs.render(4)
-                row["same_lead"] = lead_factors(theirs) == lead_factors(context.model)
+                row["same_lead"] = lead_factors(theirs) == lead_factors(context.final)
                 # Both hypotheses refitted alike: weighted as pymodel weighs this context (its
                 # runs' scatter: auto_weightings), the run counts included.
                 weights = context_weights(series, column)
-                row["loo_pymodel"] = loo_smape(context.model.hypothesis, series.points, y, weights)
+                ours = loo_smape(context.model.hypothesis, series.points, y, weights)
+                if segmentation is not None:  # each segment refitted without the point
+                    split = segmentation.split
+                    ours = (
+                        loo_smape(
+                            segmentation.before.hypothesis,
+                            series.points[:split],
+                            y[:split],
+                            weights[:split],
+                        )
+                        * split
+                        + loo_smape(
+                            segmentation.after.hypothesis,
+                            series.points[split:],
+                            y[split:],
+                            weights[split:],
+                        )
+                        * (len(y) - split)
+                    ) / len(y)
+                row["loo_pymodel"] = ours
                 row["loo_extrap"] = loo_smape(theirs.hypothesis, series.points, y, weights)
             rows.append(row)
     return rows

@@ -20,10 +20,11 @@ from typing import Any, TextIO
 
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import output
+from pyhpctk.model.advise import advise
 from pyhpctk.model.analyze import AnalysisOptions, analyze
 from pyhpctk.model.extrap_input import experiment_series, read_experiment
 from pyhpctk.model.fit import FitOptions
-from pyhpctk.model.report import write_extrap_jsonl, write_json, write_table
+from pyhpctk.model.report import write_advice, write_extrap_jsonl, write_json, write_table
 from pyhpctk.model.series import (
     Series,
     check_design,
@@ -44,7 +45,8 @@ class ModelOptions:
     ``param_names`` (read from the titles); ``metric`` and ``scope`` choose the values,
     ``measure`` how repetitions become one value (mean, median, minimum, maximum); ``terms``,
     ``weighting`` and ``refine`` the model search; ``expect``, ``target`` and ``threshold`` the
-    ranking; ``top``, ``json_out``, ``extrap_out`` and ``plot`` the outputs (replaced only with
+    ranking; ``advise`` asks for the next measurements to take (:mod:`.advise`); ``top``,
+    ``json_out``, ``extrap_out`` and ``plot`` the outputs (replaced only with
     ``force``); ``allow_mixed`` models databases of different programs together.
     """
 
@@ -54,7 +56,7 @@ class ModelOptions:
     param_names: tuple[str, ...] = ()
     metric: str | None = None
     scope: str = "inclusive"
-    terms: int = 1
+    terms: int = 2
     weighting: str = "auto"
     refine: bool = False
     expect: str | None = None
@@ -62,6 +64,7 @@ class ModelOptions:
     threshold: float | None = None  # None: 0.001 for databases, 0 for an Extra-P experiment
     measure: str = "mean"
     negative_exponents: bool = False
+    advise: bool = False
     top: int = 20
     json_out: Path | None = None
     extrap_out: Path | None = None
@@ -172,6 +175,8 @@ def run(options: ModelOptions, out: TextIO | None = None) -> int:
         if number:
             stream_out.write("\n")
         write_table(analysis, stream_out, top=options.top)
+        if options.advise:
+            write_advice(analysis.series, advise(analysis.series, fit), stream_out)
     if options.json_out is not None:
         with output.open_text(options.json_out, options.force, "--json") as stream:
             write_json(analyses, stream)

@@ -54,7 +54,7 @@ _ROUNDING = 1e-9
 class FitOptions:
     """How to search. ``max_terms`` counts non-constant terms of single-parameter hypotheses."""
 
-    max_terms: int = 1
+    max_terms: int = 2
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS
     selection: str = "f-test"  # f-test or cv-smape: see the module docstring

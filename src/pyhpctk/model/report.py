@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TextIO
 
+from pyhpctk.model.advise import Advice
 from pyhpctk.model.analyze import Analysis, ContextModel
 from pyhpctk.model.pmnf import FloatArray, Model
 from pyhpctk.model.series import Series
@@ -63,6 +64,24 @@ def write_table(analysis: Analysis, out: TextIO, top: int = 20, width: int = 60)
         out.write(line + "\n")
     if len(analysis.contexts) > top:
         out.write(f"... {len(analysis.contexts) - top} more (use --top)\n")
+
+
+def write_advice(series: Series, advice: Sequence[Advice], out: TextIO) -> None:
+    """The next measurements to take, best first (``pymodel --advise``)."""
+    if not advice:
+        out.write("advice: no parameter has a line of 3 values to extend\n")
+        return
+    if advice[0].spread < 1e-6:
+        out.write("advice: the runs leave one model per context: no measurement would change it\n")
+        return
+    out.write("advice: measure next where the models the runs cannot yet reject differ most\n")
+    for rank, item in enumerate(advice, 1):
+        where = ", ".join(f"{n}={v:g}" for n, v in zip(series.params, item.point, strict=True))
+        contexts = "; ".join(_short(c, 40) for c in item.contexts)
+        out.write(
+            f"{rank:>3}  {where:<24} {item.kind:<24} models differ by {item.spread:.1%} "
+            f"(most: {contexts})\n"
+        )
 
 
 def model_json(model: Model, params: Sequence[str]) -> dict[str, object]:
