@@ -1,14 +1,15 @@
 """Lead-term recovery on synthetic series of one to three parameters: pymodel and Extra-P.
 
-Our own seeded generator (``pyhpctk.model.synthetic``) draws PMNF functions from Extra-P's default
-search space — one parameter with one or two terms, two or three parameters as a product or a
-sum of one factor each — and measures them on full grids of doublings from 2 (5 to 10 values of
-one parameter, 5 of each of two or three), five repetitions each, with uniform multiplicative
-noise of 0 to 10 % (each run f·(1 + u), u ~ U(−noise, noise)). Each group of cases is modelled
-by pymodel as ``pymodel FILE`` would (means, the runs' scatter, ``--weighting auto``) and, where
-Extra-P is installed (``--extrap PATH/bin/extrap``), by Extra-P's default modeler on the very
-same runs (one JSON Lines file per group). A case counts as recovered when the model's
-highest-order factor of every parameter is the generating function's
+Our own seeded generator (``pyhpctk.model.synthetic``) draws PMNF functions from the terms both
+Extra-P's default modeler and pymodel can express (``EXTRAP_TERMS``; ``--space pymodel``: from
+pymodel's whole space, which holds 13 terms Extra-P's does not) — one parameter with one or two
+terms, two or three parameters as a product or a sum of one factor each — and measures them on full
+grids of doublings from 2 (5 to 10 values of one parameter, 5 of each of two or three), five
+repetitions each, with uniform multiplicative noise of 0 to 10 % (each run f·(1 + u), u ~ U(−noise,
+noise)). Each group of cases is modelled by pymodel as ``pymodel FILE`` would (means, the runs'
+scatter, ``--weighting auto``) and, where Extra-P is installed (``--extrap PATH/bin/extrap``), by
+Extra-P's default modeler on the very same runs (one JSON Lines file per group). A case counts as
+recovered when the model's highest-order factor of every parameter is the generating function's
 (:func:`pyhpctk.model.compare.lead_factors`).
 
     python benchmarks/pymodel_recovery.py --cases 100 --extrap /work/extrap-venv/bin/extrap
@@ -22,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +33,7 @@ from pyhpctk.model.compare import lead_factors, parse_python_model
 from pyhpctk.model.fit import FitOptions
 from pyhpctk.model.report import write_extrap_jsonl
 from pyhpctk.model.series import Series
-from pyhpctk.model.synthetic import Case, make_case, random_model
+from pyhpctk.model.synthetic import EXTRAP_TERMS, Case, make_case, random_model
 
 NOISES = (0.0, 0.02, 0.05, 0.10)
 PARAMS = {1: ("p",), 2: ("p", "n"), 3: ("p", "n", "m")}
@@ -65,12 +67,17 @@ def groups() -> list[Group]:
     return out
 
 
-def draw(group: Group, count: int, rng: np.random.Generator) -> list[Case]:
+def draw(
+    group: Group,
+    count: int,
+    rng: np.random.Generator,
+    terms: tuple[tuple[Fraction, int], ...] | None = EXTRAP_TERMS,
+) -> list[Case]:
     params = PARAMS[group.n_params]
     return [
         make_case(
             rng,
-            random_model(rng, params, group.n_terms, group.values),
+            random_model(rng, params, group.n_terms, group.values, terms=terms),
             group.noise,
             values=group.values,
         )
@@ -131,18 +138,32 @@ def main() -> None:
     parser.add_argument("--extrap", help="Extra-P's extrap executable (else pymodel only)")
     parser.add_argument("--terms", type=int, default=FitOptions().max_terms, help="pymodel's")
     parser.add_argument("--selection", default=FitOptions().selection, help="pymodel's rule")
+    parser.add_argument(
+        "--no-lead-average", action="store_true", help="pymodel: the best fit's lead alone"
+    )
+    parser.add_argument(
+        "--space",
+        choices=("both", "pymodel"),
+        default="both",
+        help="draw terms both tools can express (default) or from pymodel's whole space",
+    )
     arguments = parser.parse_args()
     rng = np.random.default_rng(arguments.seed)
     totals = np.zeros(3)  # cases, pymodel right, Extra-P right
     times = np.zeros(2)
     print(f"{'group':<42} {'pymodel':>8} {'Extra-P':>8}")
     for group in groups():
-        cases = draw(group, arguments.cases, rng)
+        cases = draw(
+            group, arguments.cases, rng, EXTRAP_TERMS if arguments.space == "both" else None
+        )
         series = as_series(cases)
         truth = [lead_factors(c.truth) for c in cases]
         start = time.perf_counter()
         options = FitOptions(
-            weighting="auto", max_terms=arguments.terms, selection=arguments.selection
+            weighting="auto",
+            max_terms=arguments.terms,
+            selection=arguments.selection,
+            lead_average=not arguments.no_lead_average,
         )
         result = fit_series(series, options, negative="auto")
         times[0] += time.perf_counter() - start

@@ -66,6 +66,7 @@ class FitOptions:
     # per context, the one its repetitions' scatter calls for (auto_weightings)
     allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
     negative_exponents: bool = False  # also p^-i: strong scaling, c0 + c1 * p^-1
+    lead_average: bool = True  # f-test: the likeliest lead over its hypotheses (_likeliest_lead)
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
@@ -401,10 +402,43 @@ def _choose_f_test(
     chosen = np.where(chosen < 0, present[-1], chosen)
     in_size = sizes[:, None] == chosen[None, :]
     wrss = np.where(in_size, scores.wrss, np.inf)
+    if options.lead_average:  # the best fit among the hypotheses of the likeliest lead
+        variance = np.zeros(n_contexts)
+        for size in present:
+            var, _ = _run_variance(best[size], pure, n_points, pure_dof, size + 1, options)
+            variance = np.where(chosen == size, var, variance)
+        likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor))
+        wrss = np.where(likeliest, wrss, np.inf)
     size_min = wrss.min(axis=0)
     eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
     rank = _complexity_rank(scores.hypotheses)
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
+
+
+def _likeliest_lead(
+    hypotheses: Sequence[Hypothesis], wrss: FloatArray, variance: FloatArray
+) -> npt.NDArray[np.bool_]:
+    """Per context, the hypotheses whose lead factors (the highest-order factor of every
+    parameter) are the likeliest: each hypothesis weighs its likelihood relative to the best,
+    ``exp(-(wrss - min) / (2 variance))``, and each lead gets the sum over the hypotheses that
+    have it (averaging over the terms below it, which the data may not pin down)."""
+    keys: dict[tuple[tuple[int, Fraction, int], ...], int] = {}
+    lead = np.empty(len(hypotheses), dtype=np.intp)
+    for index, hypothesis in enumerate(hypotheses):
+        best: dict[int, tuple[Fraction, int]] = {}
+        for term in hypothesis.terms:
+            for factor in term.factors:
+                best[factor.param] = max(
+                    best.get(factor.param, (Fraction(-99), 0)), factor.growth()
+                )
+        key = tuple((param, *growth) for param, growth in sorted(best.items()))
+        lead[index] = keys.setdefault(key, len(keys))
+    finite = np.isfinite(wrss)
+    excess = np.where(finite, wrss - np.where(finite, wrss, np.inf).min(axis=0), np.inf)
+    weight = np.exp(-excess / (2.0 * variance[None, :]))
+    totals = np.zeros((len(keys), wrss.shape[1]))
+    np.add.at(totals, lead, weight)
+    return np.asarray(lead[:, None] == np.argmax(totals, axis=0)[None, :])
 
 
 def _run_variance(
