@@ -83,3 +83,19 @@ def test_known_generating_functions(name: str, key: str, model: str) -> None:
     contexts = analyze(series, AnalysisOptions(threshold=0.0)).contexts
     found = {"->".join(c.path): c.model.render(4) for c in contexts}
     assert found[key].endswith(model)  # extended2's constant is 1e-13: rounding
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(DATA)))
+def test_pymodel_file_runs_from_the_command_line(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pymodel FILE`` on each input: exit status 0, a table per metric, every model in the
+    JSON, no call path left out (Extra-P models them all)."""
+    from pyhpctk.cli.pymodel import main
+
+    out = tmp_path / "m.json"
+    assert main([str(path), "--json", str(out), "--top", "1000"]) == 0
+    document = json.loads(out.read_text())
+    modelled = sum(len(a["contexts"]) for a in document["analyses"])
+    assert modelled == len(RECORD[str(path.relative_to(DATA))])
+    assert capsys.readouterr().out.count("configurations,") == len(document["analyses"])

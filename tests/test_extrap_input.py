@@ -174,3 +174,11 @@ def test_measures_model_the_median_minimum_or_maximum_of_the_repetitions(
     assert context["terms"][0]["factors"] == [{"param": "p", "poly": "1", "log": 0}]
     assert context["terms"][0]["coefficient"] == pytest.approx(coefficient, rel=1e-9)
     assert context["constant"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_missing_experiment_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert main([str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == f"pymodel: error: {missing}: no such file"

@@ -88,6 +88,10 @@ def _parse_target(texts: tuple[str, ...], names: tuple[str, ...]) -> tuple[float
     return tuple(given[n][0] for n in names)
 
 
+# Names that say "an Extra-P experiment" (a missing one is reported as a missing file).
+EXTRAP_SUFFIXES = (".txt", ".json", ".jsonl")
+
+
 def _is_extrap_input(databases: list[Path]) -> bool:
     """One argument that is a file, not a database directory: an Extra-P experiment."""
     return len(databases) == 1 and databases[0].is_file()
@@ -105,6 +109,9 @@ def _load(options: ModelOptions) -> tuple[list[Series], float]:
         )
         if given
     ]
+    single = databases[0] if len(databases) == 1 else None
+    if single is not None and single.suffix.lower() in EXTRAP_SUFFIXES and not single.exists():
+        raise UsageError(f"{single}: no such file")
     if _is_extrap_input(databases):
         if sources:
             raise UsageError(f"{databases[0]} names its parameters: {sources[0]} is not needed")
