@@ -64,7 +64,7 @@ class FitOptions:
     refine: bool = False  # iterative refinement of single-term exponents (mediant search)
     weighting: str = "relative"  # relative (1/y²), poisson (1/y), absolute (1), or auto:
     # per context, the one its repetitions' scatter calls for (auto_weightings)
-    allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
+    allow_negative: bool = False  # accept negative term coefficients (Extra-P 4.2.5 does)
     negative_exponents: bool = False  # also p^-i: strong scaling, c0 + c1 * p^-1
     lead_average: bool = True  # f-test: the likeliest lead over its hypotheses (_likeliest_lead)
 
