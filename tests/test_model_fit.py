@@ -18,10 +18,9 @@ from pyhpctk.model.fit import (
     FitOptions,
     Repetitions,
     auto_weightings,
-    detect_segments,
-    fit_multi_parameter,
     fit_single_parameter,
 )
+from pyhpctk.model.multi import fit_multi_parameter
 from pyhpctk.model.pmnf import (
     Factor,
     Hypothesis,
@@ -31,6 +30,7 @@ from pyhpctk.model.pmnf import (
     parse_expectation,
     single,
 )
+from pyhpctk.model.segments import detect_segments
 from pyhpctk.model.synthetic import DEFAULT_VALUES, Case, make_case, random_model
 
 # The generator before this one (docs/pymodel.md): points 4 .. 64, each term 1 to 100 times the
@@ -246,8 +246,13 @@ def test_pure_noise_around_a_constant_falls_back_to_the_constant_model(repetitio
 def test_refinement_finds_an_exponent_outside_the_search_space() -> None:
     p = np.array([4.0, 8, 16, 32, 64, 128])
     truth = 3.0 + 2.0 * p**0.6  # 3/5 is not in the default search space
-    plain = fit_single_parameter(p, truth[:, None]).models[0]
-    refined = fit_single_parameter(p, truth[:, None], FitOptions(refine=True)).models[0]
+    # Refinement refines one-term models (with two terms, noise-free data this close to the
+    # space are fitted by two neighbouring exponents instead).
+    one = FitOptions(max_terms=1)
+    plain = fit_single_parameter(p, truth[:, None], one).models[0]
+    refined = fit_single_parameter(p, truth[:, None], FitOptions(max_terms=1, refine=True)).models[
+        0
+    ]
     assert plain.hypothesis.terms[0].factors[0].poly != Fraction(3, 5)
     assert refined.hypothesis == Hypothesis((single(0, Fraction(3, 5), 0),))
     assert refined.coefficients == pytest.approx((3.0, 2.0), rel=1e-6)
@@ -365,3 +370,32 @@ def test_auto_fits_each_context_as_its_own_weighting_would() -> None:
         DEFAULT_VALUES, mult, FitOptions(weighting="absolute"), repetitions=mult_runs
     )
     assert right(auto.models[:n]) >= right(relative.models) - 0.02 > right(absolute.models)
+
+
+def test_the_likeliest_lead_beats_the_best_fits_lead_on_two_term_functions() -> None:
+    """One parameter, two terms, six values, 2 % noise, five runs: among two-term hypotheses
+    that fit about as well, the best fit's lead is a coin toss; the lead whose hypotheses
+    together are likeliest (FitOptions.lead_average, the default) is right more often. Measured
+    on this seed: 65.0 % against 57.5 % (docs/pymodel.md, "How models are chosen")."""
+    from pyhpctk.model.compare import lead_factors
+    from pyhpctk.model.synthetic import EXTRAP_TERMS
+
+    rng = np.random.default_rng(11)
+    values = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+    cases = [
+        make_case(
+            rng, random_model(rng, ("p",), 2, values, terms=EXTRAP_TERMS), 0.02, values=values
+        )
+        for _ in range(200)
+    ]
+    y = np.stack([c.mean for c in cases], axis=1)
+    runs = Repetitions(np.full(len(values), 5), np.stack([c.spread for c in cases], axis=1))
+    truth = [lead_factors(c.truth) for c in cases]
+    rates = []
+    for average in (False, True):
+        options = FitOptions(weighting="relative", lead_average=average)
+        found = fit_single_parameter(values, y, options, repetitions=runs).models
+        rates.append(np.mean([lead_factors(m) == t for m, t in zip(found, truth, strict=True)]))
+    best_fit, likeliest = rates
+    assert likeliest >= best_fit + 0.05, rates
+    assert likeliest >= 0.62, rates

@@ -93,7 +93,7 @@ def test_a_context_its_model_does_not_fit_ranks_after_the_ones_that_fit(
         databases.append(db)
     out = tmp_path / "models.json"
     assert main([*map(str, databases), "--param", "p=2,4,8,16,32", "--json", str(out)]) == 0
-    contexts = json.loads(out.read_text())["contexts"]
+    contexts = json.loads(out.read_text())["analyses"][0]["contexts"]
     labels = [" ".join(c["labels"]) for c in contexts]
     glitch = next(i for i, text in enumerate(labels) if "glitch" in text)
     solve = next(i for i, text in enumerate(labels) if "solve" in text)
@@ -119,7 +119,7 @@ def test_json_holds_exact_models_and_expectation_verdicts(
         )
         == 0
     )
-    document = json.loads(out.read_text())
+    document = json.loads(out.read_text())["analyses"][0]
     by_name = {c["path"][-1].split("] ")[-1]: c for c in document["contexts"]}
     solve = by_name["solve"]
     assert solve["terms"][0]["factors"] == [{"param": "p", "poly": "2", "log": 0}]
@@ -155,7 +155,7 @@ def test_repetitions_are_averaged_and_counted(
             ps.append(str(p))
     out = tmp_path / "m.json"
     assert main([*dbs, "--param", "p=" + ",".join(ps), "--json", str(out)]) == 0
-    document = json.loads(out.read_text())
+    document = json.loads(out.read_text())["analyses"][0]
     assert document["repetitions"] == [2, 2, 2, 2, 2]
     solve = next(c for c in document["contexts"] if c["path"][-1].endswith("solve"))
     assert solve["constant"] == pytest.approx(50.0, rel=1e-6)
@@ -226,3 +226,26 @@ def test_the_library_runs_what_the_command_runs(
     assert run(options, out) == 0
     assert out.getvalue() == table
     assert json.loads((tmp_path / "b.json").read_text()) == json.loads((tmp_path / "a").read_text())
+
+
+def test_six_scales_under_the_default_weighting_model_and_report_segments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six or more scales turn on segment detection; under ``--weighting auto`` (the default)
+    it crashed (``weighting auto is resolved per context before fitting``). A context that is
+    quadratic up to p=16 and flat after it must come out as a piecewise model."""
+    scales = (2, 4, 8, 16, 32, 64, 128)
+    databases = []
+    for p in scales:
+        db = tmp_path / f"app-p{p}.d"
+        values = {name: f(float(p)) for name, f in BEHAVIOUR.items()}
+        values["saturate"] = 100.0 * min(p, 16) ** 2
+        make_database(db, "app", values)
+        databases.append(db)
+    arguments = [*map(str, databases), "--param", "p=" + ",".join(map(str, scales))]
+    assert main(arguments) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line[:3].strip().isdigit()]
+    solve = next(r for r in rows if "solve" in r)
+    assert "p^2" in solve and "from p=" not in solve
+    saturate = next(r for r in rows if "saturate" in r)
+    assert "100 * p^2 for p<32; 2.56e+04 from p=32" in saturate, saturate

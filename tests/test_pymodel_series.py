@@ -62,7 +62,7 @@ def _verdict(context: dict[str, Any], poly: str, log: int) -> str:
 def test_the_worst_scaling_context_comes_first(series: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "models.json"
     assert pymodel([*map(str, series), "--param", PARAMS, "--json", str(out)]) == 0
-    document = json.loads(out.read_text())
+    document = json.loads(out.read_text())["analyses"][0]
     assert document["repetitions"] == [REPETITIONS] * len(SCALES)
     contexts = document["contexts"]
     first = contexts[0]
@@ -77,7 +77,7 @@ def test_each_phase_gets_its_known_lead_order_term(series: list[Path], tmp_path:
     carry a sample's worth of error at each phase boundary, more on a loaded machine."""
     out = tmp_path / "models.json"
     assert pymodel([*map(str, series), "--param", PARAMS, "--json", str(out)]) == 0
-    contexts = json.loads(out.read_text())["contexts"]
+    contexts = json.loads(out.read_text())["analyses"][0]["contexts"]
     for function, (poly, log) in EXPECTED.items():
         own = [c for c in contexts if c["labels"][-1] == function]
         assert own, f"no context for {function}"

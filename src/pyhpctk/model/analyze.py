@@ -10,22 +10,17 @@ matter (below
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from pyhpctk.errors import UsageError
-from pyhpctk.model.fit import (
-    FitOptions,
-    FitResult,
-    Repetitions,
-    Segmentation,
-    detect_segments,
-    fit_multi_parameter,
-    fit_single_parameter,
-)
+from pyhpctk.model.fit import FitOptions, FitResult, Repetitions, fit_single_parameter
+from pyhpctk.model.multi import design_lines, fit_multi_parameter
 from pyhpctk.model.pmnf import Model, Term, compare_growth, parse_expectation
+from pyhpctk.model.segments import Segmentation, detect_segments
 from pyhpctk.model.series import Series
 
 # Percent: a model whose symmetric mean absolute percentage error on its own measurements is
@@ -43,6 +38,7 @@ class AnalysisOptions:
     target: tuple[float, ...] | None = None  # one value per parameter; None: 8x the largest
     expect: str | None = None  # e.g. "p*log2(p)"
     threshold: float = 0.001  # fraction of the whole program at the largest configuration
+    negative_exponents: str = "auto"  # auto (contexts that fall as a parameter grows), always
     segments: bool = True
 
 
@@ -52,15 +48,20 @@ class ContextModel:
 
     path: tuple[str, ...]
     label: tuple[str, ...]  # the same path, in short display labels
-    model: Model
-    smape: float
-    cv_smape: float
+    model: Model  # of all points (a piecewise model's segments: ``segmentation``)
+    smape: float  # in-sample, percent: of the piecewise model where there is one
+    cv_smape: float  # leave-one-out, of ``model``
     adjusted_r2: float
     measured: float  # mean value at the largest configuration
     predicted: float  # model value at the target configuration
     growth: tuple[Fraction, int]
     expectation: str | None = None  # match / approximate / no match
-    segmentation: Segmentation | None = None
+    segmentation: Segmentation | None = None  # a piecewise model, where behaviour changes
+
+    @property
+    def final(self) -> Model:
+        """The model of the largest scales: the last segment's where behaviour changes."""
+        return self.segmentation.after if self.segmentation is not None else self.model
 
 
 @dataclass(slots=True)
@@ -69,6 +70,7 @@ class ScalingAnalysis:
     target: tuple[float, ...]
     contexts: list[ContextModel] = field(default_factory=list)  # ranked
     dropped: int = 0
+    notes: list[str] = field(default_factory=list)  # what the fits found (design, ...)
 
 
 def _growth(model: Model) -> tuple[Fraction, int]:
@@ -76,15 +78,96 @@ def _growth(model: Model) -> tuple[Fraction, int]:
     return term.growth() if term else (Fraction(0), 0)
 
 
-def fit_series(series: Series, options: FitOptions) -> FitResult:
+def fit_series(series: Series, options: FitOptions, negative: str = "never") -> FitResult:
     """Fit every context of ``series``: its means, weighted by their run counts, with the runs'
-    spread as the pure error model choice measures gains against."""
-    runs = Repetitions(series.repetitions, series.spread)
-    if len(series.params) == 1:
-        return fit_single_parameter(
-            series.points[:, 0], series.mean, options, series.params[0], runs
+    spread as the pure error model choice measures gains against. Contexts measured a different
+    number of times (an Extra-P experiment may) are fitted in groups of equal counts.
+
+    ``negative`` says which contexts may have negative exponents (``p^-1``): ``always``,
+    ``never``, or ``auto``: those whose values fall as a parameter grows (:func:`falling`), for
+    which a model of non-negative exponents and coefficients cannot but be flat.
+    """
+    n_contexts = series.mean.shape[1]
+    models: list[Model | None] = [None] * n_contexts
+    figures = np.zeros((4, n_contexts))
+    notes: list[str] = []
+    falls = falling(series) if negative == "auto" else np.full(n_contexts, negative == "always")
+    for counts, group in count_groups(series):
+        for fall in (False, True):
+            columns = group[falls[group] == fall]
+            if not len(columns):
+                continue
+            runs = Repetitions(counts, series.spread[:, columns])
+            y = series.mean[:, columns]
+            these = replace(options, negative_exponents=fall)
+            if len(series.params) == 1:
+                part = fit_single_parameter(series.points[:, 0], y, these, series.params[0], runs)
+            else:
+                part = fit_multi_parameter(series.points, y, series.params, these, runs)
+            for position, c in enumerate(columns.tolist()):
+                models[c] = part.models[position]
+            figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
+            notes.extend(n for n in part.notes if n not in notes)
+    if negative == "auto" and falls.any():
+        notes.append(
+            f"{int(falls.sum())} of {n_contexts} contexts fall as a parameter grows (strong "
+            "scaling): their models may have negative exponents (c0 + c1 * p^-1)"
         )
-    return fit_multi_parameter(series.points, series.mean, series.params, options, runs)
+    smape, cv_smape, adjusted_r2, rss = figures
+    fitted = [m for m in models if m is not None]
+    return FitResult(fitted, smape, cv_smape, adjusted_r2, rss, notes)
+
+
+def falling(series: Series) -> npt.NDArray[np.bool_]:
+    """Per context: do its values fall as some parameter grows (strong scaling)?
+
+    Along every line where only that parameter varies (all of a one-parameter series), at least
+    three quarters of the steps from one value of the parameter to the next go down, and the
+    last value is below nine tenths of the first.
+    """
+    n_contexts = series.mean.shape[1]
+    out = np.zeros(n_contexts, dtype=bool)
+    for param in range(len(series.params)):
+        lines = design_lines(series.points, param)
+        if not lines:
+            continue
+        votes = np.zeros(n_contexts)
+        for rows in lines:
+            ordered = rows[np.argsort(series.points[rows, param], kind="stable")]
+            y = series.mean[ordered]
+            down = (np.diff(y, axis=0) < 0).mean(axis=0)
+            votes += (down >= 0.75) & (y[-1] < 0.9 * y[0])
+        out |= votes > len(lines) / 2
+    return out
+
+
+def count_groups(series: Series) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]]:
+    """The run counts per point and the contexts (columns) measured that many times."""
+    n_contexts = series.mean.shape[1]
+    if series.run_counts is None:
+        return [(series.repetitions, np.arange(n_contexts))]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for c in range(n_contexts):
+        groups.setdefault(tuple(series.run_counts[:, c].tolist()), []).append(c)
+    return [
+        (np.array(key, dtype=np.int64), np.array(columns, dtype=np.intp))
+        for key, columns in groups.items()
+    ]
+
+
+def _segments(series: Series, options: FitOptions) -> list[Segmentation | None]:
+    out: list[Segmentation | None] = [None] * series.mean.shape[1]
+    for counts, columns in count_groups(series):
+        found = detect_segments(
+            series.points[:, 0],
+            series.mean[:, columns],
+            options,
+            series.params[0],
+            repetitions=Repetitions(counts, series.spread[:, columns]),
+        )
+        for c, segmentation in zip(columns.tolist(), found, strict=True):
+            out[c] = segmentation
+    return out
 
 
 def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> ScalingAnalysis:
@@ -102,7 +185,12 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Sca
     largest = int(np.argmax(series.points.prod(axis=1)))
     measured = series.mean[largest]
     scale = float(np.abs(measured).max()) if measured.size else 0.0
-    keep = np.flatnonzero(np.abs(measured) >= options.threshold * scale) if scale else np.arange(0)
+    if options.threshold == 0:
+        keep = np.arange(series.mean.shape[1])
+    elif scale:
+        keep = np.flatnonzero(np.abs(measured) >= options.threshold * scale)
+    else:
+        keep = np.arange(0)
     analysis = ScalingAnalysis(series, target, dropped=series.mean.shape[1] - len(keep))
     if not len(keep):
         return analysis
@@ -117,29 +205,31 @@ def analyze(series: Series, options: AnalysisOptions = AnalysisOptions()) -> Sca
         series.scope,
         series.title,
         labels=[series.labels[i] for i in keep] if series.labels else [],
+        run_counts=None if series.run_counts is None else series.run_counts[:, keep],
     )
-    result = fit_series(sub, options.fit)
+    result = fit_series(sub, options.fit, options.negative_exponents)
+    analysis.notes.extend(result.notes)
     segments = (
-        detect_segments(sub.points[:, 0], sub.mean, options.fit, sub.params[0])
-        if options.segments and n_params == 1
-        else [None] * len(keep)
+        _segments(sub, options.fit) if options.segments and n_params == 1 else [None] * len(keep)
     )
     point = np.array([target], dtype=np.float64)
     for position, model in enumerate(result.models):
-        growth = _growth(model)
+        segmentation = segments[position]
+        # Beyond the measurements, a piecewise model continues as its last segment.
+        final = segmentation.after if segmentation is not None else model
         analysis.contexts.append(
             ContextModel(
                 path=sub.paths[position],
                 label=sub.labels[position] if sub.labels else sub.paths[position],
                 model=model,
-                smape=float(result.smape[position]),
+                smape=float(result.smape[position] if segmentation is None else segmentation.smape),
                 cv_smape=float(result.cv_smape[position]),
                 adjusted_r2=float(result.adjusted_r2[position]),
                 measured=float(sub.mean[largest, position]),
-                predicted=float(model.evaluate(point)[0]),
-                growth=growth,
-                expectation=compare_growth(model.lead_term(), expected) if options.expect else None,
-                segmentation=segments[position],
+                predicted=float(final.evaluate(point)[0]),
+                growth=_growth(final),
+                expectation=compare_growth(final.lead_term(), expected) if options.expect else None,
+                segmentation=segmentation,
             )
         )
     # Worst growth first; among contexts that grow alike, the deepest first: an inclusive cost

@@ -31,11 +31,9 @@ from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
     DEFAULT_POLY_EXPONENTS,
-    Factor,
     FloatArray,
     Hypothesis,
     Model,
-    Term,
     search_space,
     single,
 )
@@ -56,7 +54,7 @@ _ROUNDING = 1e-9
 class FitOptions:
     """How to search. ``max_terms`` counts non-constant terms of single-parameter hypotheses."""
 
-    max_terms: int = 1
+    max_terms: int = 2
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS
     selection: str = "f-test"  # f-test or cv-smape: see the module docstring
@@ -66,7 +64,9 @@ class FitOptions:
     refine: bool = False  # iterative refinement of single-term exponents (mediant search)
     weighting: str = "relative"  # relative (1/y²), poisson (1/y), absolute (1), or auto:
     # per context, the one its repetitions' scatter calls for (auto_weightings)
-    allow_negative: bool = False  # accept negative term coefficients (Extra-P rejects them)
+    allow_negative: bool = False  # accept negative term coefficients (Extra-P 4.2.5 does)
+    negative_exponents: bool = False  # also p^-i: strong scaling, c0 + c1 * p^-1
+    lead_average: bool = True  # f-test: the likeliest lead over its hypotheses (_likeliest_lead)
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
@@ -123,8 +123,12 @@ def smape(actual: FloatArray, predicted: FloatArray, axis: int = 0) -> FloatArra
 
 
 def single_parameter_hypotheses(param: int, options: FitOptions) -> list[Hypothesis]:
-    """The constant, then every combination of up to ``max_terms`` distinct terms."""
+    """The constant, then every combination of up to ``max_terms`` distinct terms (with
+    ``negative_exponents``, also the term ``p^-i`` of every positive ``i`` of the search space,
+    as Extra-P's option of the same name adds)."""
     terms = search_space(param, options.poly_exponents, options.log_exponents)
+    if options.negative_exponents:
+        terms += [single(param, -poly, 0) for poly in options.poly_exponents if poly > 0]
     hypotheses = [Hypothesis(())]
     for count in range(1, options.max_terms + 1):
         hypotheses.extend(Hypothesis(combo) for combo in itertools.combinations(terms, count))
@@ -201,7 +205,7 @@ def _by_weighting(
     )
 
 
-def _weights(y: FloatArray, weighting: str) -> FloatArray:
+def weights_of(y: FloatArray, weighting: str) -> FloatArray:
     """Least-squares weights per point and context.
 
     ``relative`` (1/y²) fits relative errors, right for multiplicative noise; ``poisson`` (1/y)
@@ -253,6 +257,12 @@ def _counts(repetitions: Repetitions | None, n_points: int) -> FloatArray:
     return repetitions.counts.astype(np.float64)
 
 
+def _columns(repetitions: Repetitions | None, columns: npt.NDArray[np.intp]) -> Repetitions | None:
+    if repetitions is None:
+        return None
+    return Repetitions(repetitions.counts, repetitions.spread[:, columns])
+
+
 def _score(
     x: FloatArray,
     y: FloatArray,
@@ -271,7 +281,7 @@ def _score(
     whose term coefficients come out negative are not eligible unless ``options.allow_negative``.
     """
     n_points, n_contexts = y.shape
-    weights = _weights(y, options.weighting)
+    weights = weights_of(y, options.weighting)
     if counts is not None:
         weights = weights * counts[:, None]
     by_size: dict[int, list[int]] = {}
@@ -362,7 +372,7 @@ def _choose_f_test(
     """
     n_points, n_contexts = y.shape
     counts = _counts(repetitions, n_points)
-    weights = _weights(y, options.weighting) * counts[:, None]
+    weights = weights_of(y, options.weighting) * counts[:, None]
     runs = float(counts.sum())
     pure = np.zeros(n_contexts)
     if repetitions is not None:
@@ -392,10 +402,43 @@ def _choose_f_test(
     chosen = np.where(chosen < 0, present[-1], chosen)
     in_size = sizes[:, None] == chosen[None, :]
     wrss = np.where(in_size, scores.wrss, np.inf)
+    if options.lead_average:  # the best fit among the hypotheses of the likeliest lead
+        variance = np.zeros(n_contexts)
+        for size in present:
+            var, _ = _run_variance(best[size], pure, n_points, pure_dof, size + 1, options)
+            variance = np.where(chosen == size, var, variance)
+        likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor))
+        wrss = np.where(likeliest, wrss, np.inf)
     size_min = wrss.min(axis=0)
     eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
     rank = _complexity_rank(scores.hypotheses)
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
+
+
+def _likeliest_lead(
+    hypotheses: Sequence[Hypothesis], wrss: FloatArray, variance: FloatArray
+) -> npt.NDArray[np.bool_]:
+    """Per context, the hypotheses whose lead factors (the highest-order factor of every
+    parameter) are the likeliest: each hypothesis weighs its likelihood relative to the best,
+    ``exp(-(wrss - min) / (2 variance))``, and each lead gets the sum over the hypotheses that
+    have it (averaging over the terms below it, which the data may not pin down)."""
+    keys: dict[tuple[tuple[int, Fraction, int], ...], int] = {}
+    lead = np.empty(len(hypotheses), dtype=np.intp)
+    for index, hypothesis in enumerate(hypotheses):
+        best: dict[int, tuple[Fraction, int]] = {}
+        for term in hypothesis.terms:
+            for factor in term.factors:
+                best[factor.param] = max(
+                    best.get(factor.param, (Fraction(-99), 0)), factor.growth()
+                )
+        key = tuple((param, *growth) for param, growth in sorted(best.items()))
+        lead[index] = keys.setdefault(key, len(keys))
+    finite = np.isfinite(wrss)
+    excess = np.where(finite, wrss - np.where(finite, wrss, np.inf).min(axis=0), np.inf)
+    weight = np.exp(-excess / (2.0 * variance[None, :]))
+    totals = np.zeros((len(keys), wrss.shape[1]))
+    np.add.at(totals, lead, weight)
+    return np.asarray(lead[:, None] == np.argmax(totals, axis=0)[None, :])
 
 
 def _run_variance(
@@ -575,205 +618,3 @@ def refine(
 
 def _mediant(a: Fraction, b: Fraction) -> Fraction:
     return Fraction(a.numerator + b.numerator, a.denominator + b.denominator)
-
-
-# --- several parameters ---------------------------------------------------------------------------
-
-
-def fit_multi_parameter(
-    points: FloatArray,
-    y: FloatArray,
-    names: tuple[str, ...],
-    options: FitOptions = FitOptions(),
-    repetitions: Repetitions | None = None,
-) -> FitResult:
-    """Model each column of ``y`` as a function of several parameters (Extra-P's heuristic).
-
-    ``points`` is (n_points, n_params). For each parameter, the measurements are grouped into
-    lines along which only that parameter varies; the best single-term model of each line is found
-    and the lead term most lines agree on is that parameter's term. The terms of all parameters
-    are then combined additively and multiplicatively (every way of grouping them into products),
-    each combination is fitted to all points, and the best is chosen as for one parameter.
-    """
-    points = np.asarray(points, dtype=np.float64)
-    if points.ndim != 2 or points.shape[1] != len(names):
-        raise ValueError("points must be (n_points, n_params) with one name per parameter")
-    y = _as_matrix(y, points.shape[0])
-    if options.weighting == "auto":
-        return _by_weighting(
-            y,
-            options,
-            repetitions,
-            lambda yy, oo, rr: fit_multi_parameter(points, yy, names, oo, rr),
-        )
-    if len(names) == 1:
-        return fit_single_parameter(points[:, 0], y, options, names[0], repetitions)
-    counts = _counts(repetitions, points.shape[0])
-    per_param = [_parameter_terms(points, y, p, options, counts) for p in range(len(names))]
-    n_contexts = y.shape[1]
-    # Contexts with the same candidate factors share one hypothesis set: fit them together.
-    groups: dict[tuple[tuple[Factor, ...], ...], list[int]] = {}
-    for c in range(n_contexts):
-        key = tuple(tuple(per_param[p][c]) for p in range(len(names)))
-        groups.setdefault(key, []).append(c)
-    models: list[Model | None] = [None] * n_contexts
-    figures = np.zeros((4, n_contexts))
-    for key, members in groups.items():
-        shapes: set[Hypothesis] = set()
-        for choice in itertools.product(*key):
-            shapes.update(_combinations(list(choice)))
-        hypotheses = sorted(shapes, key=lambda h: h.complexity)
-        columns = np.asarray(members)
-        scores = _score(points, y[:, columns], hypotheses, options, counts=counts)
-        chosen = _choose(scores, options, y[:, columns], _columns(repetitions, columns))
-        part = _results(points, y[:, columns], scores, chosen, names)
-        for position, c in enumerate(members):
-            models[c] = part.models[position]
-        figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
-    return FitResult([m for m in models if m is not None], *figures)
-
-
-def _columns(repetitions: Repetitions | None, columns: npt.NDArray[np.intp]) -> Repetitions | None:
-    if repetitions is None:
-        return None
-    return Repetitions(repetitions.counts, repetitions.spread[:, columns])
-
-
-def _parameter_terms(
-    points: FloatArray,
-    y: FloatArray,
-    param: int,
-    options: FitOptions,
-    counts: FloatArray,
-    keep: int = 2,
-) -> list[list[Factor]]:
-    """Per context, the ``keep`` best factors of parameter ``param`` over the grid's lines.
-
-    Every single-term hypothesis of the parameter is scored on every line (the points where only
-    this parameter varies), each line with its own coefficients: a product ``c0 + c·g(p)·h(n)``
-    and a sum ``c0 + a·g(p) + b·h(n)`` both reduce to ``c0' + c'·g(p)`` along a line of fixed n.
-    With ``f-test`` selection a hypothesis's score is its weighted residual summed over lines,
-    the least-squares fit of all lines at once; with ``cv-smape`` its CV-SMAPE summed over lines,
-    each line weighted by its share of the context's total value. The constant is a candidate too
-    (an empty list entry is never returned: a context whose best is the constant gets its best
-    non-constant factors after it).
-    """
-    others = np.delete(points, param, axis=1)
-    keys, line_of = np.unique(others, axis=0, return_inverse=True)
-    line_of = line_of.reshape(-1)
-    single_options = replace(options, max_terms=1, refine=False)
-    hypotheses = single_parameter_hypotheses(param, single_options)
-    n_contexts = y.shape[1]
-    total = np.zeros((len(hypotheses), n_contexts))
-    magnitude = np.abs(y).sum(axis=0) + 1e-300
-    least_squares = options.selection == "f-test"
-    if least_squares:
-        # Lines only shortlist factors: a line where this parameter's term is buried under the
-        # others may fit it with a negative slope, and that must not veto the factor everywhere.
-        single_options = replace(single_options, allow_negative=True)
-    for line in range(len(keys)):
-        rows = np.flatnonzero(line_of == line)
-        if len(np.unique(points[rows, param])) < 4:
-            continue
-        if least_squares:
-            scores = _score(points[rows], y[rows], hypotheses, single_options, False, counts[rows])
-            total += np.where(np.isfinite(scores.wrss), scores.wrss, 1e300)
-            continue
-        scores = _score(points[rows], y[rows], hypotheses, single_options)
-        weight = np.abs(y[rows]).sum(axis=0) / magnitude
-        total += np.where(np.isfinite(scores.cv_smape), scores.cv_smape, 1e6) * weight[None, :]
-    order = np.argsort(total, axis=0, kind="stable")
-    out: list[list[Factor]] = []
-    for c in range(n_contexts):
-        factors = [
-            hypotheses[h].terms[0].factors[0] for h in order[: keep + 1, c] if hypotheses[h].terms
-        ]
-        out.append(factors[:keep])
-    return out
-
-
-def _combinations(factors: list[Factor]) -> list[Hypothesis]:
-    """Every additive / multiplicative arrangement of one factor per parameter."""
-    shapes = {Hypothesis(())}
-    for count in range(1, len(factors) + 1):
-        for subset in itertools.combinations(factors, count):
-            for partition in _partitions(list(subset)):
-                terms = tuple(sorted(Term(tuple(sorted(group))) for group in partition))
-                shapes.add(Hypothesis(terms))
-    # Also a product term next to its own factors, e.g. c0 + c1*p*n + c2*p (Extra-P's mixed form).
-    if len(factors) >= 2:
-        product = Term(tuple(sorted(factors)))
-        for factor in factors:
-            shapes.add(Hypothesis(tuple(sorted((product, Term((factor,)))))))
-    return sorted(shapes, key=lambda h: h.complexity)
-
-
-def _partitions(items: list[Factor]) -> list[list[list[Factor]]]:
-    if not items:
-        return [[]]
-    first, rest = items[0], items[1:]
-    out: list[list[list[Factor]]] = []
-    for partition in _partitions(rest):
-        out.append([[first], *partition])
-        for i in range(len(partition)):
-            out.append([*partition[:i], [first, *partition[i]], *partition[i + 1 :]])
-    return out
-
-
-# --- segmented behaviour --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Segmentation:
-    """A change of behaviour between ``values[split - 1]`` and ``values[split]``."""
-
-    split: int
-    before: Model
-    after: Model
-    improvement: float  # global CV-SMAPE divided by the segments' weighted CV-SMAPE
-
-
-def detect_segments(
-    values: Sequence[float] | FloatArray,
-    y: FloatArray,
-    options: FitOptions = FitOptions(max_terms=1),
-    name: str = "p",
-    min_points: int = 3,
-    threshold: float = 3.0,
-) -> list[Segmentation | None]:
-    """Per context, a segmentation when two models fit far better than one (else None).
-
-    Each split leaving ``min_points`` on both sides is tried; a context is segmented when the
-    best split's weighted in-sample SMAPE beats the single model's by ``threshold`` times and the
-    single model's error is at least 2 %. Needs at least ``2 * min_points`` points.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    y = _as_matrix(y, len(x))
-    n_points, n_contexts = y.shape
-    if n_points < 2 * min_points:
-        return [None] * n_contexts
-    one = replace(options, max_terms=1, refine=False)
-    whole = fit_single_parameter(x, y, one, name)
-    best: list[Segmentation | None] = [None] * n_contexts
-    best_error = np.full(n_contexts, np.inf)
-    for split in range(min_points, n_points - min_points + 1):
-        before = _fit_in_sample(x[:split], y[:split], one, name)
-        after = _fit_in_sample(x[split:], y[split:], one, name)
-        error = (before.smape * split + after.smape * (n_points - split)) / n_points
-        for c in np.flatnonzero(error < best_error):
-            best_error[c] = error[c]
-            ratio = whole.smape[c] / max(error[c], 1e-12)
-            best[c] = Segmentation(split, before.models[c], after.models[c], float(ratio))
-    return [
-        s if s is not None and s.improvement >= threshold and whole.smape[c] >= 2.0 else None
-        for c, s in enumerate(best)
-    ]
-
-
-def _fit_in_sample(x: FloatArray, y: FloatArray, options: FitOptions, name: str) -> FitResult:
-    """Fit by in-sample SMAPE (segments are too short for cross-validation)."""
-    xs = x.reshape(-1, 1)
-    hypotheses = [h for h in single_parameter_hypotheses(0, options) if len(h.terms) + 1 < len(x)]
-    in_sample = replace(options, selection="cv-smape")
-    scores = _score(xs, y, hypotheses, in_sample, cross_validate=False)
-    return _results(xs, y, scores, _choose(scores, in_sample, y), (name,))

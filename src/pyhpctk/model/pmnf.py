@@ -28,15 +28,16 @@ DEFAULT_LOG_EXPONENTS: tuple[int, ...] = (0, 1, 2)
 
 @dataclass(frozen=True, slots=True, order=True)
 class Factor:
-    """``x_param^poly · log2(x_param)^log`` for one parameter (index into the parameter list)."""
+    """``x_param^poly · log2(x_param)^log`` for one parameter (index into the parameter list);
+    ``poly`` may be negative (strong scaling: ``p^-1``), ``log`` may not."""
 
     param: int
     poly: Fraction
     log: int
 
     def __post_init__(self) -> None:
-        if self.poly < 0 or self.log < 0:
-            raise ValueError("PMNF exponents are non-negative")
+        if self.log < 0:
+            raise ValueError("logarithm exponents are non-negative")
         if self.poly == 0 and self.log == 0:
             raise ValueError("a factor x^0 log^0 is the constant: leave it out")
 

@@ -11,7 +11,9 @@ import json
 from collections.abc import Sequence
 from typing import TextIO
 
+from pyhpctk.model.advise import Advice
 from pyhpctk.model.analyze import ContextModel, ScalingAnalysis
+from pyhpctk.model.pmnf import FloatArray, Model
 from pyhpctk.model.series import Series
 
 CALLPATH_SEPARATOR = "->"
@@ -32,11 +34,14 @@ def write_table(analysis: ScalingAnalysis, out: TextIO, top: int = 20, width: in
     """The ranked table: worst asymptotic behaviour first."""
     series = analysis.series
     target = ", ".join(f"{n}={v:g}" for n, v in zip(series.params, analysis.target, strict=True))
+    what = series.metric + (f" ({series.scope})" if series.scope else "")
+    if series.measure != "mean":
+        what += f", {series.measure} of the repetitions"
     out.write(
-        f"{series.title}: {series.metric} ({series.scope}), {len(series.points)} configurations, "
+        f"{series.title}: {what}, {len(series.points)} configurations, "
         f"{series.mean.shape[1]} contexts\n"
     )
-    for note in series.notes:
+    for note in [*series.notes, *analysis.notes]:
         out.write(f"note: {note}\n")
     if analysis.dropped:
         out.write(f"note: {analysis.dropped} contexts below the threshold are not modeled\n")
@@ -45,22 +50,43 @@ def write_table(analysis: ScalingAnalysis, out: TextIO, top: int = 20, width: in
     header += f" {'at ' + target:>16}" + ("  expectation" if has_expect else "")
     out.write(header + "\n")
     for rank, context in enumerate(analysis.contexts[:top], 1):
+        text, error = context.model.render(4), context.cv_smape
+        r2 = f"{context.adjusted_r2:>6.3f}"
+        if context.segmentation is not None:  # piecewise: in-sample error (segments are short)
+            text, error = context.segmentation.render(series.params[0]), context.smape
+            r2 = f"{'-':>6}"
         line = (
-            f"{rank:>3}  {_short(context.label, width):<{width}}  {context.model.render(4):<40}"
-            f" {context.cv_smape:>7.2f} {context.adjusted_r2:>6.3f} {context.predicted:>16.4g}"
+            f"{rank:>3}  {_short(context.label, width):<{width}}  {text:<40}"
+            f" {error:>7.2f} {r2} {context.predicted:>16.4g}"
         )
         if has_expect:
             line += f"  {context.expectation}"
-        if context.segmentation is not None:
-            split = series.points[context.segmentation.split, 0]
-            line += f"  [behaviour changes at {series.params[0]}={split:g}]"
         out.write(line + "\n")
     if len(analysis.contexts) > top:
         out.write(f"... {len(analysis.contexts) - top} more (use --top)\n")
 
 
-def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, object]:
-    model = context.model
+def write_advice(series: Series, advice: Sequence[Advice], out: TextIO) -> None:
+    """The next measurements to take, best first (``pymodel --advise``)."""
+    if not advice:
+        out.write("advice: no parameter has a line of 3 values to extend\n")
+        return
+    if advice[0].spread < 1e-6:
+        out.write("advice: the runs leave one model per context: no measurement would change it\n")
+        return
+    out.write("advice: measure next where the models the runs cannot yet reject differ most\n")
+    for rank, item in enumerate(advice, 1):
+        where = ", ".join(f"{n}={v:g}" for n, v in zip(series.params, item.point, strict=True))
+        contexts = "; ".join(_short(c, 40) for c in item.contexts)
+        out.write(
+            f"{rank:>3}  {where:<24} {item.kind:<24} models differ by {item.spread:.1%} "
+            f"(most: {contexts})\n"
+        )
+
+
+def model_json(model: Model, params: Sequence[str]) -> dict[str, object]:
+    """A model as data: its text, constant and terms (coefficient, factors with parameter,
+    polynomial exponent as a fraction string such as ``"3/2"``, logarithm exponent)."""
     terms = []
     for term, coefficient in zip(model.hypothesis.terms, model.coefficients[1:], strict=True):
         terms.append(
@@ -72,12 +98,19 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
                 ],
             }
         )
+    return {"model": model.render(), "constant": model.coefficients[0], "terms": terms}
+
+
+def context_json(
+    context: ContextModel, params: Sequence[str], analysis_points: FloatArray
+) -> dict[str, object]:
+    """One context: its model of all points as data (:func:`model_json`), fit figures,
+    prediction, lead order (of the last segment where the model is piecewise), and the
+    ``piecewise`` model where behaviour changes."""
     out: dict[str, object] = {
         "path": list(context.path),
         "labels": list(context.label),
-        "model": model.render(),
-        "constant": model.coefficients[0],
-        "terms": terms,
+        **model_json(context.model, params),
         "smape": context.smape,
         "cv_smape": context.cv_smape,
         "adjusted_r2": context.adjusted_r2,
@@ -87,27 +120,55 @@ def context_json(context: ContextModel, params: Sequence[str]) -> dict[str, obje
     }
     if context.expectation is not None:
         out["expectation"] = context.expectation
-    if context.segmentation is not None:
-        out["segment_split_index"] = context.segmentation.split
-        out["segments"] = [
-            context.segmentation.before.render(),
-            context.segmentation.after.render(),
-        ]
+    segmentation = context.segmentation
+    if segmentation is not None:
+        points = analysis_points[:, 0]
+        out["piecewise"] = {
+            "start": segmentation.start,
+            "smape": segmentation.smape,
+            "segments": [
+                {
+                    "from": float(points[0]),
+                    "to": float(points[segmentation.split - 1]),
+                    **model_json(segmentation.before, params),
+                },
+                {
+                    "from": segmentation.start,
+                    "to": float(points[-1]),
+                    **model_json(segmentation.after, params),
+                },
+            ],
+        }
     return out
 
 
-def write_json(analysis: ScalingAnalysis, out: TextIO) -> None:
+def analysis_json(analysis: ScalingAnalysis) -> dict[str, object]:
     series = analysis.series
-    document = {
+    return {
         "title": series.title,
         "metric": series.metric,
         "scope": series.scope,
+        "measure": series.measure,
         "parameters": list(series.params),
         "points": series.points.tolist(),
         "repetitions": series.repetitions.tolist(),
         "target": list(analysis.target),
-        "notes": series.notes,
-        "contexts": [context_json(c, series.params) for c in analysis.contexts],
+        "notes": [*series.notes, *analysis.notes],
+        "contexts": [context_json(c, series.params, series.points) for c in analysis.contexts],
+    }
+
+
+JSON_FORMAT = "pymodel-models"
+JSON_VERSION = 2
+
+
+def write_json(analyses: Sequence[ScalingAnalysis], out: TextIO) -> None:
+    """Every analysis (one per metric of an Extra-P experiment, one for a database series) in
+    one document: ``{"format": "pymodel-models", "version": 2, "analyses": [...]}``."""
+    document = {
+        "format": JSON_FORMAT,
+        "version": JSON_VERSION,
+        "analyses": [analysis_json(a) for a in analyses],
     }
     json.dump(document, out, indent=1)
     out.write("\n")

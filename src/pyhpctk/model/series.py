@@ -29,6 +29,21 @@ from pyhpctk.model.pmnf import FloatArray
 WHOLE_PROGRAM = "<whole program>"
 SCOPES = SCOPE_NAMES
 SCOPE_ALIASES = {"inclusive": SCOPE_EXECUTION.label, "exclusive": SCOPE_LEX_AWARE.label}
+# How a configuration's repetitions become the one value modelled (Extra-P's measures).
+MEASURES = ("mean", "median", "minimum", "maximum")
+
+
+def aggregate(rows: FloatArray, measure: str) -> FloatArray:
+    """One configuration's runs (runs x contexts) summarised by ``measure``, per context."""
+    if measure == "median":
+        return np.asarray(np.median(rows, axis=0), dtype=np.float64)
+    if measure == "minimum":
+        return np.asarray(rows.min(axis=0), dtype=np.float64)
+    if measure == "maximum":
+        return np.asarray(rows.max(axis=0), dtype=np.float64)
+    if measure != "mean":
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}")
+    return np.asarray(rows.mean(axis=0), dtype=np.float64)
 
 
 class SeriesError(PyhpctkError):
@@ -42,7 +57,8 @@ class Series:
     """Values of every context at every configuration.
 
     ``points`` (n_points, n_params) are the distinct configurations, ``mean`` / ``spread``
-    (n_points, n_contexts) the mean and standard deviation over repetitions, ``repetitions``
+    (n_points, n_contexts) the ``measure`` (mean unless asked: median, minimum, maximum) and
+    standard deviation over repetitions, ``repetitions``
     the per-configuration run counts; ``paths[c]`` labels context c from its entry point down.
     """
 
@@ -58,6 +74,26 @@ class Series:
     raw: list[FloatArray] = field(default_factory=list)  # per point: (reps, n_contexts)
     labels: list[tuple[str, ...]] = field(default_factory=list)  # short display paths
     notes: list[str] = field(default_factory=list)
+    measure: str = "mean"
+    # Per point and context, where contexts were measured a different number of times (an
+    # Extra-P experiment's call paths may be); None: every context ``repetitions`` times.
+    run_counts: npt.NDArray[np.int64] | None = None
+
+
+def check_design(series: Series) -> None:
+    """Refuse a parameter with fewer than 3 distinct values; note one with fewer than 5."""
+    for j, name in enumerate(series.params):
+        distinct = len(np.unique(series.points[:, j]))
+        if distinct < 3:
+            raise SeriesError(
+                f"parameter {name!r} has {distinct} distinct values: at least 3 are needed "
+                "(5 recommended)"
+            )
+        if distinct < 5:
+            series.notes.append(
+                f"parameter {name!r} has only {distinct} distinct values: models are less "
+                "reliable below 5"
+            )
 
 
 def parse_param(text: str, option: str = "--param") -> tuple[str, list[float]]:
@@ -184,6 +220,7 @@ def load_series(
     metric: str | None = None,
     scope: str = "execution",
     allow_mixed: bool = False,
+    measure: str = "mean",
 ) -> Series:
     """Read a series of databases and the parameter values of each (one value per database)."""
     scope = SCOPE_ALIASES.get(scope, scope)
@@ -255,21 +292,9 @@ def load_series(
     for k in range(len(points)):
         rows = matrix[inverse == k]
         raw.append(rows)
-        mean[k] = rows.mean(axis=0)
+        mean[k] = aggregate(rows, measure)
         spread[k] = rows.std(axis=0)
-    for j, name in enumerate(names):
-        distinct = len(np.unique(points[:, j]))
-        if distinct < 3:
-            raise SeriesError(
-                f"parameter {name!r} has {distinct} distinct values: at least 3 are needed "
-                "(5 recommended)"
-            )
-        if distinct < 5:
-            notes.append(
-                f"parameter {name!r} has only {distinct} distinct values: models are less "
-                "reliable below 5"
-            )
-    return Series(
+    series = Series(
         names,
         points,
         mean,
@@ -282,4 +307,7 @@ def load_series(
         raw,
         [display[p] for p in all_paths],
         notes,
+        measure,
     )
+    check_design(series)
+    return series

@@ -58,7 +58,35 @@ def _round(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def random_factor(rng: np.random.Generator, param: int) -> Factor:
+# The single-parameter terms of Extra-P 4.2.5's default modeler (its building blocks with
+# logarithms allowed, extrap/modelers/single_parameter/basic.py), less p^(4/5), which pymodel's
+# space of denominators up to 4 does not hold: (polynomial, logarithm) exponents both tools can
+# express. pymodel's own space has every combination of its 18 polynomial and 3 logarithm
+# exponents; Extra-P's leaves out 13 of them (p^(8/3)*log2(p)^2, p^3*log2(p)^2, ...).
+EXTRAP_TERMS: tuple[tuple[Fraction, int], ...] = tuple(
+    (Fraction(n, d), log)
+    for n, d, log in (
+        (0, 1, 1), (0, 1, 2), (1, 4, 0), (1, 3, 0), (1, 4, 1), (1, 3, 1), (1, 4, 2), (1, 3, 2),
+        (1, 2, 0), (1, 2, 1), (1, 2, 2), (2, 3, 0), (3, 4, 0), (2, 3, 1), (3, 4, 1), (2, 3, 2),
+        (3, 4, 2), (1, 1, 0), (1, 1, 1), (1, 1, 2), (5, 4, 0), (5, 4, 1), (4, 3, 0), (4, 3, 1),
+        (3, 2, 0), (3, 2, 1), (3, 2, 2), (5, 3, 0), (7, 4, 0), (2, 1, 0), (2, 1, 1), (2, 1, 2),
+        (9, 4, 0), (7, 3, 0), (5, 2, 0), (5, 2, 1), (5, 2, 2), (8, 3, 0), (11, 4, 0), (3, 1, 0),
+        (3, 1, 1),
+    )
+)  # fmt: skip
+
+
+def random_factor(
+    rng: np.random.Generator,
+    param: int,
+    terms: tuple[tuple[Fraction, int], ...] | None = None,
+) -> Factor:
+    """A random factor: from ``terms`` ((polynomial, logarithm) exponent pairs, uniformly) when
+    given, else a polynomial exponent of the default space (none one time in ten) and a
+    logarithm exponent, uniformly."""
+    if terms is not None:
+        poly, log = terms[rng.integers(len(terms))]
+        return Factor(param, poly, log)
     polys = [p for p in DEFAULT_POLY_EXPONENTS if p > 0]
     while True:
         poly = polys[rng.integers(len(polys))] if rng.random() < 0.9 else Fraction(0)
@@ -73,6 +101,7 @@ def random_model(
     n_terms: int = 1,
     values: tuple[float, ...] = DEFAULT_VALUES,
     anchor: str = "smallest",
+    terms: tuple[tuple[Fraction, int], ...] | None = None,
 ) -> Model:
     """A random PMNF function: for one parameter ``n_terms`` distinct terms; for two, a product
     or a sum of one factor per parameter.
@@ -80,17 +109,18 @@ def random_model(
     Exponents are drawn uniformly from Extra-P's default search space (a pure logarithm one time
     in ten), the constant uniformly from [1, 100], and each term's coefficient so that the term
     is 1 to 100 times the constant (log-uniformly) at the ``anchor`` configuration: the smallest
-    (every parameter at its smallest value) or the largest.
+    (every parameter at its smallest value) or the largest. ``terms`` restricts the exponents to
+    those pairs (:data:`EXTRAP_TERMS`: the terms Extra-P's default modeler can express).
     """
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}")
     if len(params) == 1:
-        terms: set[Term] = set()
-        while len(terms) < n_terms:
-            terms.add(Term((random_factor(rng, 0),)))
-        hypothesis = Hypothesis(tuple(sorted(terms)))
+        chosen: set[Term] = set()
+        while len(chosen) < n_terms:
+            chosen.add(Term((random_factor(rng, 0, terms),)))
+        hypothesis = Hypothesis(tuple(sorted(chosen)))
     else:
-        factors = [random_factor(rng, p) for p in range(len(params))]
+        factors = [random_factor(rng, p, terms) for p in range(len(params))]
         if rng.random() < 0.5:
             hypothesis = Hypothesis((Term(tuple(factors)),))
         else:
