@@ -36,7 +36,10 @@ def _site(issue: Callable[[], None]) -> None:
 
 
 # One function per recorded site (a recorded site s is replayed through SITES[s % 16]).
-SITES = [type(_site)(_site.__code__.replace(co_name=f"site_{i}"), globals()) for i in range(16)]
+SITES = [
+    type(_site)(_site.__code__.replace(co_name=f"site_{i}", co_qualname=f"site_{i}"), globals())
+    for i in range(16)
+]
 
 
 def _expected(recording: rec.Recording) -> Counter[tuple[int, int]]:

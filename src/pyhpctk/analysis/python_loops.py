@@ -13,6 +13,7 @@ statement on that line: a loop's header line belongs to the loop itself, as in h
 
 from __future__ import annotations
 
+from pyhpctk.formats.hpcrun_constants import frame_name
 from pyhpctk.formats.hpcstruct_model import LOOP, PROCEDURE, STATEMENT, Scope
 
 LoopPath = tuple[int, ...]
@@ -49,7 +50,8 @@ class PythonLoops:
             if scope.tag == PROCEDURE:
                 # pyrun names a frame by its qualified name (co_qualname, the P's ``ln`` where it
                 # differs from ``n``); a measurement from before that, by co_name.
-                names = {scope.name, scope.attrs.get("ln", scope.name)}
+                qualname = scope.attrs.get("ln", scope.name)
+                names = {scope.name, qualname, frame_name(qualname)}
                 for name in names:
                     self._procedures.setdefault((name, scope.line), []).append(scope)
         self._cache: dict[tuple[str, int], dict[int, LoopPath]] = {}

@@ -197,3 +197,13 @@ def placeholder_ip(text: str) -> int:
 def placeholder_text(ip: int) -> str:
     """The 8-character name packed in a placeholder node's ``lm_ip``."""
     return ip.to_bytes(8, "big").decode("ascii", errors="replace")
+
+
+def frame_name(qualname: str) -> str:
+    """The name a Python function's logical stanza carries (formats.md §1.10), from its code
+    object's ``co_qualname``: the class path and the function (``Vector.__sub__``), without the
+    functions it is defined in (``main.<locals>.worker`` is ``worker``, ``f.<locals>.Inner.g``
+    is ``Inner.g``): ``<locals>`` tells a reader nothing, and a nested function is known by
+    its own name, as in a traceback (issue #36 item 5)."""
+    _, nested, own = qualname.rpartition("<locals>.")
+    return own if nested else qualname

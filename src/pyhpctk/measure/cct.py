@@ -38,6 +38,7 @@ from pyhpctk.formats.hpcrun_constants import NO_ACTIVITY as NO_ACTIVITY
 from pyhpctk.formats.hpcrun_constants import PLACEHOLDER_LM_ID as PLACEHOLDER_LM
 from pyhpctk.formats.hpcrun_constants import PRIMARY_ROOT as PRIMARY_ROOT
 from pyhpctk.formats.hpcrun_constants import THREAD_FENCE as THREAD_FENCE
+from pyhpctk.formats.hpcrun_constants import frame_name
 from pyhpctk.formats.hpcrun_constants import placeholder_ip as placeholder_ip
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -217,10 +218,10 @@ class FunctionTable:
             self.fid_of[id(code)] = 0
             return 0
         # formats.md §1.10: module-level code is a stanza with a NULL name (and, as hpcrun
-        # writes it, line 0); a function is (co_qualname, co_filename, co_firstlineno): its
-        # qualified name tells Vector.__sub__ from Point.__sub__ (issue #36 item 5).
+        # writes it, line 0); a function is (its qualified name, co_filename, co_firstlineno):
+        # Vector.__sub__ is told from Point.__sub__ (issue #36 item 5; frame_name).
         module_level = code.co_name == "<module>"
-        funcname = "" if module_level else code.co_qualname
+        funcname = "" if module_level else frame_name(code.co_qualname)
         lineno = 0 if module_level else code.co_firstlineno
         key = (funcname, filename, lineno)
         with self._lock:

@@ -24,8 +24,8 @@ import numpy.typing as npt
 from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.fit import (
     FitOptions,
-    _score,
     auto_weightings,
+    score_hypotheses,
     single_parameter_hypotheses,
 )
 from pyhpctk.model.fit import Repetitions as Runs
@@ -110,7 +110,9 @@ def _committee_spread(
         columns = np.array([c for c, w in enumerate(weighting) if w == chosen])
         y = series.mean[np.ix_(rows, columns)]
         counts = series.repetitions[rows].astype(np.float64)
-        scores = _score(x, y, hypotheses, replace(options, weighting=chosen), False, counts)
+        scores = score_hypotheses(
+            x, y, hypotheses, replace(options, weighting=chosen), False, counts
+        )
         wrss = np.where(np.isfinite(scores.wrss), scores.wrss, np.inf)
         best = wrss.min(axis=0)
         dof = max(n - 2, 1)

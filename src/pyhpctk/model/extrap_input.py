@@ -13,7 +13,8 @@ An Extra-P experiment holds, per call path and metric, the repetitions measured 
 - **JSON Lines**: one ``{"params": {name: value}, "callpath": ..., "metric": ..., "value": v or
   [v, ...]}`` per line (callpath and metric optional).
 
-:func:`read_experiment` reads any of them (by content, not by name) into an :class:`Experiment`;
+:func:`read_experiment` reads any of them (by content, not by name) into an
+:class:`ExtrapExperiment`;
 :func:`experiment_series` makes the :class:`~pyhpctk.model.series.Series` that pymodel models,
 one per metric (and per set of points, where call paths were measured at different points).
 This module reads files; it never writes.
@@ -41,7 +42,7 @@ Point = tuple[float, ...]
 
 
 @dataclass(slots=True)
-class Experiment:
+class ExtrapExperiment:
     """Measurements of an Extra-P experiment: ``data[(callpath, metric)][point]`` holds every
     repetition at that point, in the order read; callpaths and metrics keep their file order."""
 
@@ -62,7 +63,7 @@ class ExtrapInputError(SeriesError):
     """A file that is not a readable Extra-P experiment (the message says where and why)."""
 
 
-def read_experiment(path: str | os.PathLike[str]) -> Experiment:
+def read_experiment(path: str | os.PathLike[str]) -> ExtrapExperiment:
     """Read an Extra-P text, JSON or JSON Lines experiment, whichever ``path`` holds."""
     where = Path(path)
     try:
@@ -106,10 +107,10 @@ def _number(text: Any) -> float:
     return value
 
 
-def _read_text(text: str, where: Path) -> Experiment:
+def _read_text(text: str, where: Path) -> ExtrapExperiment:
     params: list[str] = []
     points: list[Point] = []
-    experiment = Experiment(())
+    experiment = ExtrapExperiment(())
     callpath, metric = DEFAULT_CALLPATH, DEFAULT_METRIC
     next_point = 0
     for number, line in enumerate(text.splitlines(), 1):
@@ -160,13 +161,13 @@ def _text_points(text: str, n_params: int, number: int) -> list[Point]:
     return out
 
 
-def _read_json(document: Any, where: Path) -> Experiment:
+def _read_json(document: Any, where: Path) -> ExtrapExperiment:
     if not isinstance(document, dict):
         raise ValueError("a JSON object was expected")
     if "callpaths" in document:
         return _read_json_numbered(document)
     params = tuple(str(p) for p in document["parameters"])
-    experiment = Experiment(params)
+    experiment = ExtrapExperiment(params)
     for callpath, by_metric in document["measurements"].items():
         for metric, entries in by_metric.items():
             for entry in entries:
@@ -193,10 +194,10 @@ def _by_id(entries: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {int(e["id"]): e for e in entries}
 
 
-def _read_json_numbered(document: dict[str, Any]) -> Experiment:
+def _read_json_numbered(document: dict[str, Any]) -> ExtrapExperiment:
     """The older JSON form: numbered parameters, callpaths, metrics and coordinates."""
     parameters = sorted(_by_id(document["parameters"]).items())
-    experiment = Experiment(tuple(str(p["name"]) for _, p in parameters))
+    experiment = ExtrapExperiment(tuple(str(p["name"]) for _, p in parameters))
     position = {pid: i for i, (pid, _) in enumerate(parameters)}
     callpaths = {k: str(v["name"]) for k, v in _by_id(document["callpaths"]).items()}
     metrics = {k: str(v["name"]) for k, v in _by_id(document["metrics"]).items()}
@@ -219,8 +220,8 @@ def _read_json_numbered(document: dict[str, Any]) -> Experiment:
     return experiment
 
 
-def _read_jsonlines(text: str, where: Path) -> Experiment:
-    experiment: Experiment | None = None
+def _read_jsonlines(text: str, where: Path) -> ExtrapExperiment:
+    experiment: ExtrapExperiment | None = None
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -232,7 +233,7 @@ def _read_jsonlines(text: str, where: Path) -> Experiment:
             raise ValueError(f"line {number}: a JSON object was expected")
         params = record["params"]
         if experiment is None:
-            experiment = Experiment(tuple(str(p) for p in params))
+            experiment = ExtrapExperiment(tuple(str(p) for p in params))
         if set(params) != set(experiment.params):
             raise ValueError(f"line {number}: parameters {sorted(params)} differ from line 1's")
         value = record["value"]
@@ -248,7 +249,7 @@ def _read_jsonlines(text: str, where: Path) -> Experiment:
     return experiment
 
 
-def _validate(experiment: Experiment, where: Path) -> None:
+def _validate(experiment: ExtrapExperiment, where: Path) -> None:
     if not experiment.params:
         raise ExtrapInputError(f"{where}: the experiment names no parameters")
     if not experiment.data:
@@ -266,12 +267,12 @@ def _validate(experiment: Experiment, where: Path) -> None:
                 )
 
 
-def _show(experiment: Experiment, point: Point) -> str:
+def _show(experiment: ExtrapExperiment, point: Point) -> str:
     return ", ".join(f"{n}={v:g}" for n, v in zip(experiment.params, point, strict=True))
 
 
 def experiment_series(
-    experiment: Experiment,
+    experiment: ExtrapExperiment,
     title: str,
     metric: str | None = None,
     measure: str = "mean",
@@ -302,7 +303,7 @@ def experiment_series(
 
 
 def _series(
-    experiment: Experiment,
+    experiment: ExtrapExperiment,
     title: str,
     metric: str,
     key: tuple[Point, ...],

@@ -178,7 +178,7 @@ def auto_weightings(y: FloatArray, repetitions: Repetitions | None) -> list[str]
     ]
 
 
-def _by_weighting(
+def groups_by_weighting(
     y: FloatArray,
     options: FitOptions,
     repetitions: Repetitions | None,
@@ -193,7 +193,9 @@ def _by_weighting(
     for weighting in sorted(set(chosen.tolist())):
         columns = np.flatnonzero(chosen == weighting)
         part = fit(
-            y[:, columns], replace(options, weighting=weighting), _columns(repetitions, columns)
+            y[:, columns],
+            replace(options, weighting=weighting),
+            repetitions_of_columns(repetitions, columns),
         )
         for position, c in enumerate(columns.tolist()):
             models[c] = part.models[position]
@@ -249,7 +251,7 @@ def _solve(normal: FloatArray, rhs: FloatArray) -> FloatArray:
     return np.asarray(solved / diagonal, dtype=np.float64)
 
 
-def _counts(repetitions: Repetitions | None, n_points: int) -> FloatArray:
+def count_weights(repetitions: Repetitions | None, n_points: int) -> FloatArray:
     if repetitions is None:
         return np.ones(n_points)
     if repetitions.counts.shape[0] != n_points:
@@ -257,13 +259,15 @@ def _counts(repetitions: Repetitions | None, n_points: int) -> FloatArray:
     return repetitions.counts.astype(np.float64)
 
 
-def _columns(repetitions: Repetitions | None, columns: npt.NDArray[np.intp]) -> Repetitions | None:
+def repetitions_of_columns(
+    repetitions: Repetitions | None, columns: npt.NDArray[np.intp]
+) -> Repetitions | None:
     if repetitions is None:
         return None
     return Repetitions(repetitions.counts, repetitions.spread[:, columns])
 
 
-def _score(
+def score_hypotheses(
     x: FloatArray,
     y: FloatArray,
     hypotheses: Sequence[Hypothesis],
@@ -335,7 +339,7 @@ def _score(
     return _Scores(list(hypotheses), coefficients, fit, cv, rss, wrss)
 
 
-def _choose(
+def choose_models(
     scores: _Scores,
     options: FitOptions,
     y: FloatArray,
@@ -371,7 +375,7 @@ def _choose_f_test(
     at rounding level keeps noise-free data deciding for the exact model.
     """
     n_points, n_contexts = y.shape
-    counts = _counts(repetitions, n_points)
+    counts = count_weights(repetitions, n_points)
     weights = weights_of(y, options.weighting) * counts[:, None]
     runs = float(counts.sum())
     pure = np.zeros(n_contexts)
@@ -490,7 +494,7 @@ def _choose_cv_smape(scores: _Scores, options: FitOptions) -> npt.NDArray[np.int
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
 
 
-def _results(
+def fit_results(
     x: FloatArray,
     y: FloatArray,
     scores: _Scores,
@@ -532,23 +536,25 @@ def fit_single_parameter(
     counts weight the fit, their spread is the pure error the F-test measures gains against).
     """
     x = np.asarray(values, dtype=np.float64).reshape(-1, 1)
-    y = _as_matrix(y, x.shape[0])
+    y = values_matrix(y, x.shape[0])
     if options.weighting == "auto":
-        return _by_weighting(
+        return groups_by_weighting(
             y,
             options,
             repetitions,
             lambda yy, oo, rr: fit_single_parameter(values, yy, oo, name, rr),
         )
     hypotheses = single_parameter_hypotheses(0, options)
-    scores = _score(x, y, hypotheses, options, counts=_counts(repetitions, x.shape[0]))
-    result = _results(x, y, scores, _choose(scores, options, y, repetitions), (name,))
+    scores = score_hypotheses(
+        x, y, hypotheses, options, counts=count_weights(repetitions, x.shape[0])
+    )
+    result = fit_results(x, y, scores, choose_models(scores, options, y, repetitions), (name,))
     if options.refine:
         result = refine(x, y, result, options, repetitions)
     return result
 
 
-def _as_matrix(y: FloatArray, n_points: int) -> FloatArray:
+def values_matrix(y: FloatArray, n_points: int) -> FloatArray:
     y = np.asarray(y, dtype=np.float64)
     if y.ndim == 1:
         y = y.reshape(-1, 1)
@@ -578,7 +584,7 @@ def refine(
     """
     grid = sorted(set(options.poly_exponents))
     n_contexts = y.shape[1]
-    counts = _counts(repetitions, y.shape[0])
+    counts = count_weights(repetitions, y.shape[0])
     models = list(result.models)
     cv = result.cv_smape.copy()
     for c in range(n_contexts):
@@ -598,7 +604,7 @@ def refine(
             if not candidates:
                 break
             hyps = [Hypothesis((single(0, f, factor.log),)) for f in candidates]
-            scores = _score(x, y[:, c : c + 1], hyps, options, counts=counts)
+            scores = score_hypotheses(x, y[:, c : c + 1], hyps, options, counts=counts)
             which = int(np.argmin(scores.cv_smape[:, 0]))
             if scores.cv_smape[which, 0] >= cv[c] * 0.99:
                 break

@@ -18,15 +18,15 @@ from pyhpctk.model.fit import (
     FitOptions,
     FitResult,
     Repetitions,
-    _as_matrix,
-    _by_weighting,
-    _choose,
-    _columns,
-    _counts,
-    _results,
-    _score,
+    choose_models,
+    count_weights,
+    fit_results,
     fit_single_parameter,
+    groups_by_weighting,
+    repetitions_of_columns,
+    score_hypotheses,
     single_parameter_hypotheses,
+    values_matrix,
 )
 from pyhpctk.model.pmnf import Factor, FloatArray, Hypothesis, Model, Term
 
@@ -50,9 +50,9 @@ def fit_multi_parameter(
     points = np.asarray(points, dtype=np.float64)
     if points.ndim != 2 or points.shape[1] != len(names):
         raise ValueError("points must be (n_points, n_params) with one name per parameter")
-    y = _as_matrix(y, points.shape[0])
+    y = values_matrix(y, points.shape[0])
     if options.weighting == "auto":
-        return _by_weighting(
+        return groups_by_weighting(
             y,
             options,
             repetitions,
@@ -60,7 +60,7 @@ def fit_multi_parameter(
         )
     if len(names) == 1:
         return fit_single_parameter(points[:, 0], y, options, names[0], repetitions)
-    counts = _counts(repetitions, points.shape[0])
+    counts = count_weights(repetitions, points.shape[0])
     found = [_parameter_terms(points, y, p, options, counts) for p in range(len(names))]
     # A parameter the design cannot identify contributes no factor (design_notes says so).
     per_param = [f for f in found if f is not None]
@@ -78,9 +78,11 @@ def fit_multi_parameter(
             shapes.update(_combinations(list(choice)))
         hypotheses = sorted(shapes, key=lambda h: h.complexity)
         columns = np.asarray(members)
-        scores = _score(points, y[:, columns], hypotheses, options, counts=counts)
-        chosen = _choose(scores, options, y[:, columns], _columns(repetitions, columns))
-        part = _results(points, y[:, columns], scores, chosen, names)
+        scores = score_hypotheses(points, y[:, columns], hypotheses, options, counts=counts)
+        chosen = choose_models(
+            scores, options, y[:, columns], repetitions_of_columns(repetitions, columns)
+        )
+        part = fit_results(points, y[:, columns], scores, chosen, names)
         for position, c in enumerate(members):
             models[c] = part.models[position]
         figures[:, columns] = np.stack([part.smape, part.cv_smape, part.adjusted_r2, part.rss])
@@ -170,10 +172,12 @@ def _parameter_terms(
         single_options = replace(single_options, allow_negative=True)
     for rows in lines:
         if least_squares:
-            scores = _score(points[rows], y[rows], hypotheses, single_options, False, counts[rows])
+            scores = score_hypotheses(
+                points[rows], y[rows], hypotheses, single_options, False, counts[rows]
+            )
             total += np.where(np.isfinite(scores.wrss), scores.wrss, 1e300)
             continue
-        scores = _score(points[rows], y[rows], hypotheses, single_options)
+        scores = score_hypotheses(points[rows], y[rows], hypotheses, single_options)
         weight = np.abs(y[rows]).sum(axis=0) / magnitude
         total += np.where(np.isfinite(scores.cv_smape), scores.cv_smape, 1e6) * weight[None, :]
     order = np.argsort(total, axis=0, kind="stable")

@@ -16,13 +16,13 @@ from pyhpctk.model.fit import (
     FitOptions,
     FitResult,
     Repetitions,
-    _as_matrix,
-    _choose,
-    _results,
-    _score,
     auto_weightings,
+    choose_models,
+    fit_results,
     fit_single_parameter,
+    score_hypotheses,
     single_parameter_hypotheses,
+    values_matrix,
 )
 from pyhpctk.model.pmnf import FloatArray, Model
 
@@ -67,7 +67,7 @@ def detect_segments(
     """
     options = options or FitOptions()
     x = np.asarray(values, dtype=np.float64)
-    y = _as_matrix(y, len(x))
+    y = values_matrix(y, len(x))
     n_points, n_contexts = y.shape
     if n_points < 2 * min_points:
         return [None] * n_contexts
@@ -126,5 +126,5 @@ def _fit_in_sample(x: FloatArray, y: FloatArray, options: FitOptions, name: str)
     xs = x.reshape(-1, 1)
     hypotheses = [h for h in single_parameter_hypotheses(0, options) if len(h.terms) + 1 < len(x)]
     in_sample = replace(options, selection="cv-smape")
-    scores = _score(xs, y, hypotheses, in_sample, cross_validate=False)
-    return _results(xs, y, scores, _choose(scores, in_sample, y), (name,))
+    scores = score_hypotheses(xs, y, hypotheses, in_sample, cross_validate=False)
+    return fit_results(xs, y, scores, choose_models(scores, in_sample, y), (name,))

@@ -49,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pyhpctk.errors import PyhpctkError
+from pyhpctk.formats.hpcrun_constants import frame_name
 from pyhpctk.formats.hpcstruct import DTD_4_9, renumber
 from pyhpctk.formats.hpcstruct_model import (
     FILE,
@@ -118,7 +119,8 @@ def frame_line(lm_ip: int) -> int:
 
 
 def find_procedures(module: Scope, name: str, first_line: int) -> list[Scope]:
-    """Every ``P`` whose code object has this ``co_qualname`` (or ``co_name``) and
+    """Every ``P`` whose code object has this ``co_qualname`` (as pyrun names it,
+    :func:`~pyhpctk.formats.hpcrun_constants.frame_name`, or ``co_name``) and
     ``co_firstlineno``.
 
     Usually one; two generator expressions (or lambdas) starting on the same line share both
@@ -128,7 +130,7 @@ def find_procedures(module: Scope, name: str, first_line: int) -> list[Scope]:
         scope
         for scope in module.walk()
         if scope.tag == PROCEDURE
-        and name in (scope.name, scope.attrs.get("ln"))
+        and name in (scope.name, scope.attrs.get("ln"), frame_name(scope.attrs.get("ln", "")))
         and scope.line == first_line
     ]
 
