@@ -154,7 +154,7 @@ def _run(options: PystructOptions) -> int:
     default=None,
     help="Worker processes: binaries of a measurement directory, or the functions "
     "of one large binary, in parallel. Default: 1 for one target; for a measurement "
-    "directory the CPUs pystruct may use (at most 8, one per 8 targets).",
+    "directory the CPUs pystruct may use (at most 8, one per 100 targets).",
 )
 @click.option(
     "--gpucfg",

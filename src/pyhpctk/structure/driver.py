@@ -584,13 +584,13 @@ class _Job:
 
 
 AUTO_JOBS_MAX = 8  # -j by default: at most this many workers
-AUTO_JOBS_TARGETS = 8  # ... and one per this many targets (a pool costs a fork per worker)
+AUTO_JOBS_TARGETS = 100  # ... and one per this many targets (a pool costs forks and pickles)
 
 
 def auto_jobs(targets: int) -> int:
     """Workers for ``targets`` targets when ``-j`` is not given: the CPUs this process may
     use, at most :data:`AUTO_JOBS_MAX` and one per :data:`AUTO_JOBS_TARGETS` targets (a
-    scientific stack's measurement names 300 sources and libraries, a small one a handful)."""
+    scientific stack's measurement names 300 sources and libraries, a test's 40)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
