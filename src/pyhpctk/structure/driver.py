@@ -277,8 +277,10 @@ def struct_target(
     target = Path(path)
     out = Path(output) if output is not None else default_output(target, options)
     _refuse_clobber(target, out, options.force)
-    if options.cache is not None and classify(target) != "measurements":
-        key = content_key(target, options)
+    kind = classify(target)
+    if options.cache is not None and kind != "measurements":
+        named = os.path.abspath(target) if kind == "python" else None
+        key = content_key(target, options, named)
         cached = _cache_lookup(options.cache, key, os.path.abspath(target))
         if cached is not None:
             return write_structure(cached, out, options.force)
