@@ -44,9 +44,8 @@ def _sizes() -> dict[str, int]:
         sizes[path.relative_to(SRC).as_posix()] = path.read_text(encoding="utf-8").count("\n")
     for path in sorted(SRC.rglob("*.py")):
         name = path.relative_to(SRC).as_posix()
-        text = path.read_text(encoding="utf-8")
-        sizes[name] = text.count("\n")
-        for node in ast.walk(ast.parse(text)):
+        sizes[name] = path.read_text(encoding="utf-8").count("\n")
+        for node in _nodes(path):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 assert node.end_lineno is not None
                 length = node.end_lineno - node.lineno + 1
@@ -105,6 +104,13 @@ def _parse(path: Path) -> ast.Module:
 
 
 @functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module, walked once: the checks below look at each module's nodes
+    five times, and ``ast.walk`` was most of this file's minute (issue #36, item 9)."""
+    return tuple(ast.walk(_parse(path)))
+
+
+@functools.cache
 def _modules() -> dict[str, Path]:
     """Every Python module of ``src/`` by its dotted name (a package by its own name)."""
     found: dict[str, Path] = {}
@@ -122,12 +128,17 @@ def _is_submodule(package: Path, name: str) -> bool:
     return (package / name).is_dir() or any(package.glob(f"{name}.*"))
 
 
-def _imports(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
+@functools.cache
+def _imports(module: str, path: Path) -> tuple[tuple[str, str | None], ...]:
     """(module imported, name imported from it or None) for every import of ``module``, those in
     functions and under ``TYPE_CHECKING`` included; ``from p import m`` of a module ``m`` is
     (``p.m``, None)."""
+    return tuple(_each_import(module, path))
+
+
+def _each_import(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(_parse(path)):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None
@@ -222,17 +233,16 @@ def _private_imports() -> set[str]:
 def _module_attributes(module: str, path: Path) -> Iterator[tuple[str, str]]:
     """(module, attribute) of every ``module.attribute`` read through a module imported whole
     (``from pyhpctk.structure import dwarf as dw`` ... ``dw._helper``)."""
-    tree = _parse(path)
     bound: dict[str, str] = {}
     for target, name in _imports(module, path):
         if name is None:
             bound[target.rpartition(".")[2]] = target
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         if isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
                 if alias.asname and alias.name.rpartition(".")[2] in bound:
                     bound[alias.asname] = bound[alias.name.rpartition(".")[2]]
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         if (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
@@ -277,9 +287,8 @@ def _large_classes() -> dict[str, int]:
     classes: dict[str, tuple[set[str], list[str]]] = {}
     imported: dict[str, dict[str, str]] = {}
     for module, path in _modules().items():
-        tree = _parse(path)
         imported[module] = {name: f"{t}.{name}" for t, name in _imports(module, path) if name}
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             if isinstance(node, ast.ClassDef):
                 bases = [ast.unparse(b) for b in node.bases]
                 classes[f"{module}.{node.name}"] = (_own_attributes(node), bases)
@@ -316,6 +325,7 @@ def _declared_twice() -> dict[str, list[str]]:
     return {name: modules for name, modules in where.items() if len(modules) > 1}
 
 
+@functools.cache
 def _door_violations() -> dict[str, str]:
     found = {key: "an import circle" for key in _circles()}
     found.update({key: "a private name imported" for key in _private_imports()})

@@ -210,7 +210,8 @@ def test_the_second_measurement_is_served_by_the_cache(
     written = (second / "structs" / f"{library.name}.hpcstruct").read_bytes()
     assert b'n="cached_nest [' in written
     assert str(library).encode() in written  # named after this measurement's load module
-    assert sorted(p.name for p in cache.iterdir()) == sorted([index.name, entry.name])
+    # Nothing new for the library (app.py, a Python source of each measurement, is cached too).
+    assert sorted(p.name for p in cache.glob("*.sampled*")) == sorted([index.name, entry.name])
 
 
 def test_a_new_sampled_address_extends_the_cache_entry(
@@ -238,7 +239,8 @@ def test_full_analysis_is_cached_too_and_no_cache_keeps_nothing(
     capsys.readouterr()
     assert pystruct([str(meas)]) == 0  # auto: a small library is analyzed whole
     assert "procedures analyzed" not in capsys.readouterr().err
-    (entry,) = private_struct_cache.glob("*.hpcstruct")
+    cached = private_struct_cache.glob("*.hpcstruct")  # the library's, and app.py's
+    (entry,) = [e for e in cached if str(library).encode() in e.read_bytes()]
     assert ".sampled" not in entry.name
     shutil.rmtree(meas / "structs")
     assert pystruct([str(meas)]) == 0
@@ -320,3 +322,29 @@ def test_a_library_without_debug_information_reads_cleanly(
     assert f"run_all [{name}]" in text and f"loop at [{name}]" in text, text
     assert f"[{name}] ([{name}])" not in text, text
     assert f"[{name}]: 0" not in text, text
+
+
+def test_python_sources_are_cached_by_content_and_path(
+    library: Path, tmp_path: Path, private_struct_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #36, item 8: a library's sources are parsed once across the programs using them."""
+    meas = _measure(tmp_path / "one", library)
+    program = tmp_path / "one" / "app.py"
+    structure = meas / "structs" / "app.py.hpcstruct"
+    assert pystruct([str(meas)]) == 0
+    assert f"written   {structure}" in capsys.readouterr().err
+    shutil.rmtree(meas / "structs")
+    assert pystruct([str(meas)]) == 0
+    assert f"cached    {structure}" in capsys.readouterr().err
+    first = structure.read_bytes()
+    # An edited source is analyzed again, never served its old structure.
+    program.write_text(native.PROGRAM + "\nfor edited in range(3):\n    pass\n")
+    shutil.rmtree(meas / "structs")
+    assert pystruct([str(meas)]) == 0
+    assert f"written   {structure}" in capsys.readouterr().err
+    assert structure.read_bytes() != first
+    # The same content under another path is another structure: its files name that path.
+    other = _measure(tmp_path / "two", library)
+    (tmp_path / "two" / "app.py").write_bytes(program.read_bytes())
+    assert pystruct([str(other)]) == 0
+    assert f"written   {other / 'structs' / 'app.py.hpcstruct'}" in capsys.readouterr().err

@@ -649,3 +649,96 @@ def test_drain_period_is_the_default_unless_a_benchmark_sets_a_sane_one(
 ) -> None:
     monkeypatch.setenv(engine.ENV_DRAIN_PERIOD, value)
     assert engine.drain_period() == period
+
+
+def _other_interpreter() -> str | None:
+    """A CPython 3.12 or 3.13 beside this 3.11 (on PATH, or pyenv's as make test-engine
+    finds them)."""
+    import shutil
+    import subprocess
+
+    pyenv = Path.home() / ".pyenv" / "versions"
+    for version in ("3.12", "3.13", "3.11"):
+        if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
+            continue
+        found = [shutil.which(f"python{version}")]
+        found += [str(p) for p in sorted(pyenv.glob(f"{version}*/bin/python{version}"))]
+        for candidate in filter(None, found):
+            if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+                return candidate
+    return None
+
+
+def test_the_fallback_under_another_interpreter_names_the_interpreter_not_a_compiler() -> None:
+    """Issue #36, item 9: the engine built for this CPython is loaded by another version (pyrun
+    measuring ``python3.12 app.py`` from a 3.11 installation): the reason is the version."""
+    import subprocess
+
+    other = _other_interpreter()
+    if other is None:
+        pytest.skip("no other CPython version on PATH")
+    source = Path(engine.__file__).resolve().parents[2]
+    probe = "from pyhpctk.measure import engine; print(engine.load_engine()[1])"
+    said = subprocess.run(
+        [other, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(source), "PATH": "/usr/bin:/bin"},
+    ).stdout.strip()
+    built = next(Path(engine.__file__).parent.glob("_engine.*.so")).name
+    mine = f"CPython {sys.version_info[0]}.{sys.version_info[1]}"
+    assert "C compiler" not in said
+    assert f"built for {mine} only ({built})" in said, said
+    assert "-m pip install" in said and other.split("python")[-1] in said, said
+
+
+def test_an_engine_built_for_no_interpreter_names_the_build(tmp_path: Path) -> None:
+    reason = engine.not_loaded_reason(ImportError("No module named '_engine'"), str(tmp_path))
+    assert reason.startswith("the sampling engine is not built") and "C compiler" in reason
+    (tmp_path / "_engine.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (tmp_path / "_engine.cpython-313-x86_64-linux-gnu.so").write_bytes(b"")
+    reason = engine.not_loaded_reason(ImportError("No module named '_engine'"), str(tmp_path))
+    if sys.version_info[:2] not in ((3, 11), (3, 13)):
+        assert "built for CPython 3.11 and 3.13 only" in reason, reason
+
+
+def test_an_installed_copy_whose_sources_are_newer_is_not_a_failed_rebuild(tmp_path: Path) -> None:
+    """Issue #36, item 9: ``pip install .`` (not editable) writes the engine's C sources into
+    site-packages after the built extension; their times say nothing about a rebuild there."""
+    import os
+    import shutil
+    import subprocess
+
+    package = Path(engine.__file__).resolve().parents[1]
+    if not any((package / "measure").glob("_engine.*.so")):
+        pytest.skip("the sampling engine is not built here")
+    site = tmp_path / "lib" / "python3" / "site-packages"
+    shutil.copytree(package, site / "pyhpctk", ignore=shutil.ignore_patterns("__pycache__"))
+    built = next((site / "pyhpctk" / "measure").glob("_engine.*.so"))
+    later = built.stat().st_mtime + 60
+    for source in (site / "pyhpctk" / "measure" / "engine_c").iterdir():
+        os.utime(source, (later, later))  # as pip writes them: after the extension
+    probe = "from pyhpctk.measure import engine; print(repr(engine.build_problem()))"
+    said = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    ).stdout.strip()
+    assert said == "''", said
+    # In a checkout (setup.py beside src/) the same times do mean a failed rebuild.
+    checkout = tmp_path / "checkout"
+    shutil.copytree(site, checkout / "src")
+    (checkout / "setup.py").write_text("")
+    for source in (checkout / "src" / "pyhpctk" / "measure" / "engine_c").iterdir():
+        os.utime(source, (later, later))
+    said = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(checkout / "src"), "PATH": "/usr/bin:/bin"},
+    ).stdout.strip()
+    assert "its rebuild failed" in said, said

@@ -259,3 +259,19 @@ def test_a_source_name_near_name_max_gets_a_short_unique_structure_file_name(
     assert len(out.name.encode()) <= 255 and out.name.startswith("é" * 50)
     assert capsys.readouterr().err == f"wrote {out.name}\n"
     assert hpcstruct.read(out).modules[0].attrs["n"] == str(sources[0])
+
+
+def test_a_cached_python_source_under_another_path_names_that_path(tmp_path: Path) -> None:
+    """One Python source at two paths: the second's structure names its own file in ``F`` and
+    ``L``, not the first's (the cache key holds the path; issue #36, item 8)."""
+    source = "def f(n):\n    for i in range(n):\n        pass\n"
+    cache = tmp_path / "cache"
+    for where in ("one", "two"):
+        program = tmp_path / where / "app.py"
+        program.parent.mkdir()
+        program.write_text(source)
+        out = tmp_path / f"{where}.hpcstruct"
+        assert main(["-q", "--cache", str(cache), str(program), "-o", str(out)]) == 0
+        (module,) = hpcstruct.read(out).modules
+        named = {s.attrs.get("n") or s.attrs.get("f") for s in module.walk()} - {None}
+        assert {n for n in named if n.endswith("app.py")} == {str(program)}, named

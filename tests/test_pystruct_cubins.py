@@ -5,7 +5,8 @@ Fixtures (tests/data/cubin/README.md, rebuilt by build.sh from units/*.cu with C
 * ``units_lineinfo_sm_75.cubin``: four units (``-rdc=true -lineinfo``) linked by nvlink. Every
   unit inlines device functions, kernels call across units, units c and d each bring a copy of
   the double-division helper ``__cuda_sm20_div_rn_f64_full`` (same section and symbol name);
-* ``names_G_sm_75.cubin``: template functions and a template kernel, ``-G``.
+* ``names_G_sm_75.cubin``: template functions and a template kernel, ``-G``;
+* ``copies_sm_75.cubin``: four units each with its own copy of two math helpers.
 
 Lines and inline call sites are checked against ``nvdisasm -gi``, calls against nvdisasm's
 listing; names against the sources (which function is defined on which line). Older
@@ -33,10 +34,12 @@ from pyhpctk.structure import dwarf
 from pyhpctk.structure.cubin import find_nvdisasm, read_cubin_debug
 from pyhpctk.structure.driver import StructOptions, analyze_target
 from pyhpctk.structure.elfimage import open_image
+from pyhpctk.structure.sass import nvdisasm_instructions
 
 DATA = Path(__file__).resolve().parent / "data" / "cubin"
 UNITS = DATA / "units_lineinfo_sm_75.cubin"
 NAMES = DATA / "names_G_sm_75.cubin"
+COPIES = DATA / "copies_sm_75.cubin"
 
 # The inlined functions of units/*.cu, by (file, line of their body), as hpcstruct names them:
 # demangled linkage names without a template's return type (DMGL_RET_DROP).
@@ -291,3 +294,51 @@ def test_template_return_types_are_dropped_as_hpcstruct_prints_names(
     mangled: str, printed: str
 ) -> None:
     assert dwarf.demangle_many([mangled]) == [printed]
+
+
+def test_every_copy_of_a_helper_gets_its_own_instructions(tmp_path: Path) -> None:
+    """Issue #36, item 10: four units each bring a copy of the sqrt and division helpers.
+
+    nvdisasm numbers the duplicates' section and symbol names with one counter (the third
+    sqrt copy is ``.section …dsqrt…__2`` but ``.map_symbolname …dsqrt…__7``). The truth here
+    is the listing read by position: it lists the code sections in the ELF file's order.
+    """
+    listing = _nvdisasm("-c", "-novliw", str(COPIES))
+    listed: list[tuple[str, list[int]]] = []
+    for line in listing.splitlines():
+        section = re.match(r"^\s*\.section\s+(\.text\.[^,\s]+)", line)
+        insn = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
+        if section:
+            listed.append((section.group(1), []))
+        elif insn and listed:
+            listed[-1][1].append(int(insn.group(1), 16))
+    image = open_image(str(COPIES))
+    regions = sorted(image.regions, key=lambda r: r.index)
+    assert [re.sub(r"__\d+$", "", name) for name, _ in listed] == [r.name for r in regions]
+    helpers = [r for r in regions if "__cuda_sm20" in r.name]
+    assert len(helpers) == 8 and len({r.name for r in helpers}) == 2
+
+    tool = find_nvdisasm()
+    assert tool is not None
+    found = nvdisasm_instructions(image, tool)
+    for region, (_, offsets) in zip(regions, listed, strict=True):
+        assert [i.address for i in found[region.start]] == [region.start + o for o in offsets]
+        assert len(offsets) == (region.end - region.start) // 16  # the whole section
+
+    # What users read: pystruct writes the structure, every copy a procedure of its own whose
+    # statements cover its section, and each unit's kernel calls its own unit's copies (the
+    # sections of unit k come before its kernel k in ELF order).
+    out = tmp_path / "copies.hpcstruct"
+    assert main([str(COPIES), "--gpucfg", "yes", "-o", str(out)]) == 0
+    procs = [s for s in hpcstruct.read(out).modules[0].walk() if s.tag == PROCEDURE]
+    copies = [p for p in procs if p.name.startswith("__cuda_sm20")]
+    assert sorted(p.ranges[0][0] for p in copies) == [r.start for r in helpers]
+    for proc in copies:
+        region = next(r for r in helpers if r.start == proc.ranges[0][0])
+        covered = sum(e - b for s in proc.walk() if s is not proc for b, e in s.ranges)
+        assert covered == region.end - region.start, proc.name
+    for unit in range(4):
+        kernel = next(p for p in procs if p.name.startswith(f"k{unit}("))
+        mine = [r.start for r in helpers][2 * unit : 2 * unit + 2]
+        targets = sorted(s.call_target for s in kernel.walk() if s.tag == CALL)
+        assert targets == mine, kernel.name

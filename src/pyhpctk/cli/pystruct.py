@@ -41,7 +41,7 @@ class PystructOptions:
 
     target: Path
     output: Path | None
-    jobs: int
+    jobs: int | None
     gpucfg: bool
     cache: Path | None
     nvdisasm: str | None
@@ -151,10 +151,10 @@ def _run(options: PystructOptions) -> int:
     "-j",
     "--jobs",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
+    default=None,
     help="Worker processes: binaries of a measurement directory, or the functions "
-    "of one large binary, in parallel.",
+    "of one large binary, in parallel. Default: 1 for one target; for a measurement "
+    "directory the CPUs pystruct may use (at most 8, one per 100 targets).",
 )
 @click.option(
     "--gpucfg",
@@ -184,7 +184,7 @@ def _run(options: PystructOptions) -> int:
     show_default=True,
     help="Measurement directories: analyze every procedure of each binary (all), only those "
     "holding sampled addresses with symbols for the rest (sampled), or 'sampled' for binaries "
-    "with more than 4 MiB of machine code (auto).",
+    "with more than 64 KiB of machine code (auto).",
 )
 @click.option(
     "--nvdisasm",
@@ -207,7 +207,7 @@ def _run(options: PystructOptions) -> int:
 def command(
     target: Path,
     output: Path | None,
-    jobs: int,
+    jobs: int | None,
     gpucfg: str,
     cache: Path | None,
     nvdisasm: str | None,

@@ -109,12 +109,42 @@ def load_engine() -> tuple[ModuleType | None, str]:
         return None, f"the sampling engine supports CPython 3.11 to 3.13 on Linux, not {version}"
     try:
         from pyhpctk.measure import _engine  # type: ignore[attr-defined]
-    except ImportError:
-        return None, (
-            "the sampling engine is not built for this interpreter (no C compiler when pyhpctk"
-            " was installed?)"
-        )
+    except ImportError as error:
+        return None, not_loaded_reason(error, os.path.dirname(os.path.abspath(__file__)))
     return _engine, ""
+
+
+def not_loaded_reason(error: ImportError, directory: str) -> str:
+    """Why the engine's extension in ``directory`` did not import: built for other CPython
+    versions only (pyrun of a 3.11 installation measuring ``python3.12 app.py``), not built at
+    all (no compiler or headers at install), or refused by the loader (its message)."""
+    import importlib.machinery
+    import re
+
+    try:
+        built = sorted(n for n in os.listdir(directory) if re.match(r"_engine\..*\.so$", n))
+    except OSError:
+        built = []
+    if any(name[len("_engine") :] in importlib.machinery.EXTENSION_SUFFIXES for name in built):
+        return f"the sampling engine did not load: {error}"
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not built:
+        return (
+            "the sampling engine is not built (no C compiler or Python headers when pyhpctk was"
+            " installed: pip install -v shows why)"
+        )
+    tags = [re.match(r"_engine\.cpython-(\d)(\d+)", name) for name in built]
+    versions = sorted({f"{m.group(1)}.{m.group(2)}" for m in tags if m}, key=_version_order)
+    told = " and ".join(versions) if versions else "another interpreter"
+    return (
+        f"the sampling engine is built for CPython {told} only ({', '.join(built)}), not for this"
+        f" CPython {version} ({sys.executable}): install pyhpctk for it"
+        f" ({os.path.basename(sys.executable)} -m pip install pyhpctk, or -e . in a checkout)"
+    )
+
+
+def _version_order(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def fell_back_line(stats: dict[str, int]) -> str:
@@ -137,15 +167,19 @@ def native_frames_wanted() -> bool:
 
 def build_problem() -> str:
     """Why the engine is not usable here although it should be ('' when it is, or when this
-    interpreter is one the engine does not support). A source newer than the built extension
-    means a rebuild failed: ``pip install`` builds it as optional and keeps going."""
+    interpreter is one the engine does not support). In a checkout (``setup.py`` beside
+    ``src/``: ``make env``, ``pip install -e .``), a source newer than the built extension means
+    a rebuild failed: ``pip install`` builds it as optional and keeps going. An installed copy
+    is not compared: pip writes the sources after the extension, and nothing rebuilds there."""
     module, reason = load_engine()
     if module is None:
         supported = "free-threaded" not in reason and "supports" not in reason
         return reason if supported and reason else ""
     built = os.path.getmtime(module.__file__ or "")
-    sources = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_c")
-    if os.path.isdir(sources):
+    here = os.path.dirname(os.path.abspath(__file__))
+    sources = os.path.join(here, "engine_c")
+    checkout = os.path.isfile(os.path.join(here, os.pardir, os.pardir, os.pardir, "setup.py"))
+    if checkout and os.path.isdir(sources):
         for name in os.listdir(sources):
             if os.path.getmtime(os.path.join(sources, name)) > built:
                 return f"the sampling engine is older than {name}: its rebuild failed"

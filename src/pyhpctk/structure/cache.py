@@ -1,7 +1,7 @@
 """pystruct's cache of structure files, keyed by the content of the binary analyzed.
 
-A binary is analyzed once across measurements: ``pystruct MEAS`` keeps its results in a shared
-directory (by default ``$PYHPCTK_CACHE_DIR/structs``, else
+A binary or a Python source is analyzed once across measurements: ``pystruct MEAS`` keeps its
+results in a shared directory (by default ``$PYHPCTK_CACHE_DIR/structs``, else
 ``$XDG_CACHE_HOME/pyhpctk/structs``, else ``~/.cache/pyhpctk/structs``; ``--cache DIR``
 elsewhere, ``--no-cache`` none) under the sha256 of the binary's bytes plus
 everything that changes the analysis (:func:`content_key`):
@@ -43,14 +43,15 @@ def default_cache_dir() -> Path:
     return Path(base) / "pyhpctk" / "structs"
 
 
-def content_key(path: Path, gpucfg: bool, resolve_paths: bool) -> str:
-    """sha256 of the file's bytes plus everything that changes the analysis."""
+def content_key(path: Path, gpucfg: bool, resolve_paths: bool, extra: str = "") -> str:
+    """sha256 of the file's bytes plus everything that changes the analysis (``extra``: what
+    else does, such as a Python source's path and the interpreter that parses it)."""
     digest = hashlib.sha256()
     with path.open("rb") as stream:
         for chunk in iter(lambda: stream.read(1 << 20), b""):
             digest.update(chunk)
     variant = f"{CACHE_FORMAT};{__version__};gpucfg={int(gpucfg)};realpath={int(resolve_paths)}"
-    digest.update(variant.encode())
+    digest.update((variant + extra).encode())
     return digest.hexdigest()
 
 

@@ -14,8 +14,9 @@ One failing target never stops the others; failures are reported together at the
 
 Native libraries (issue #17): a load module is analyzed when the profiles mark it for analysis
 or name addresses in it (their ``(lm, offset)`` nodes). A binary with more than
-:data:`FULL_ANALYSIS_MAX_CODE` bytes of machine code is analyzed only in the procedures holding
-those addresses, with symbols for the rest (:mod:`pyhpctk.structure.sampled`; ``--functions``).
+:data:`FULL_ANALYSIS_MAX_CODE` (64 KiB) of machine code is analyzed only in the procedures
+holding those addresses, with symbols for the rest (:mod:`pyhpctk.structure.sampled`;
+``--functions``).
 Load modules that are no file here, no ELF, or pseudo-modules are skipped with a note.
 """
 
@@ -26,6 +27,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -44,8 +46,10 @@ from pyhpctk.structure.elfimage import sniff as sniff_elf
 
 MANIFEST = ".pystruct-manifest.json"
 # A binary with more machine code than this is analyzed in its sampled procedures only, in a
-# measurement directory (--functions auto): about 6 s of full analysis here (docs/pystruct.md).
-FULL_ANALYSIS_MAX_CODE = 4 << 20
+# measurement directory (--functions auto): about 0.1 s of full analysis here. A scientific
+# stack loads dozens of libraries of 0.1 to 2 MB whose profiles name two or three addresses
+# (docs/pystruct.md: 5 s of libstdc++ for 2 of them).
+FULL_ANALYSIS_MAX_CODE = 64 << 10
 FUNCTIONS_CHOICES = ("auto", "all", "sampled")
 
 
@@ -59,7 +63,7 @@ class TargetsFailed(PyhpctkError):
 class StructOptions:
     """What the command line asks for."""
 
-    jobs: int = 1
+    jobs: int | None = 1  # None: the CPUs this process may use, for enough targets (auto_jobs)
     gpucfg: bool = False
     cache: Path | None = None
     nvdisasm: str | None = None
@@ -68,7 +72,7 @@ class StructOptions:
     functions: str = "auto"  # measurement directories: "all", "sampled", or by code size
 
     def __post_init__(self) -> None:
-        if self.jobs < 1:
+        if self.jobs is not None and self.jobs < 1:
             raise UsageError(f"-j must be at least 1, not {self.jobs}")
         if self.functions not in FUNCTIONS_CHOICES:
             raise UsageError(f"--functions must be one of {', '.join(FUNCTIONS_CHOICES)}")
@@ -170,7 +174,7 @@ def analyze_target(
     return analyze_host(
         image,
         name,
-        jobs=options.jobs,
+        jobs=options.jobs or 1,
         progress=progress,
         resolve_paths=options.resolve_paths,
         total=total,
@@ -273,8 +277,10 @@ def struct_target(
     target = Path(path)
     out = Path(output) if output is not None else default_output(target, options)
     _refuse_clobber(target, out, options.force)
-    if options.cache is not None and classify(target) != "measurements":
-        key = content_key(target, options)
+    kind = classify(target)
+    if options.cache is not None and kind != "measurements":
+        named = os.path.abspath(target) if kind == "python" else None
+        key = content_key(target, options, named)
         cached = _cache_lookup(options.cache, key, os.path.abspath(target))
         if cached is not None:
             return write_structure(cached, out, options.force)
@@ -288,9 +294,14 @@ def struct_target(
 # --------------------------------------------------------------------------- caching
 
 
-def content_key(path: Path, options: StructOptions) -> str:
-    """sha256 of the file's bytes plus everything that changes the analysis."""
-    return struct_cache.content_key(path, options.gpucfg, options.resolve_paths)
+def content_key(path: Path, options: StructOptions, python_name: str | None = None) -> str:
+    """sha256 of the file's bytes plus everything that changes the analysis. A Python
+    source's structure names it (``python_name``, as the profiles do, in ``F`` and ``L`` as
+    well as ``LM``) and follows the parsing interpreter's grammar and code objects."""
+    extra = ""
+    if python_name is not None:
+        extra = f";python={sys.version_info[0]}.{sys.version_info[1]};name={python_name}"
+    return struct_cache.content_key(path, options.gpucfg, options.resolve_paths, extra)
 
 
 def _cache_lookup(cache: Path, key: str, lm_name: str) -> StructureFile | None:
@@ -542,16 +553,16 @@ def _run_target(
             status, sampled_structure, note = _sampled_structure(target, options, key, jobs)
             write_structure(sampled_structure, out, in_input=True)
             return TargetResult(target, status, out, note)
-        # Binaries are cached; Python sources take milliseconds and change with every edit.
-        cacheable = options.cache is not None and target.kind != "python"
-        if options.cache is not None and cacheable:
+        # Python sources too: a library's are read again by every program that imports it
+        # (scikit-learn's 285 take 3 s to parse; reading them back, a tenth of that).
+        if options.cache is not None:
             cached = _cache_lookup(options.cache, key, target.lm_name)
             if cached is not None:
                 write_structure(cached, out, in_input=True)
                 return TargetResult(target, "cached", out)
         inner = StructOptions(jobs, options.gpucfg, None, options.nvdisasm, options.resolve_paths)
         structure = analyze_target(target.source, inner, lm_name=target.lm_name)
-        if options.cache is not None and cacheable:
+        if options.cache is not None:
             _cache_store(options.cache, key, structure)
         write_structure(structure, out, in_input=True)
         return TargetResult(target, "written", out)
@@ -574,6 +585,32 @@ class _Job:
     sampled: bool
 
 
+AUTO_JOBS_MAX = 8  # -j by default: at most this many workers
+AUTO_JOBS_TARGETS = 100  # ... and one per this many targets (a pool costs forks and pickles)
+
+
+def auto_jobs(targets: int) -> int:
+    """Workers for ``targets`` targets when ``-j`` is not given: the CPUs this process may
+    use, at most :data:`AUTO_JOBS_MAX` and one per :data:`AUTO_JOBS_TARGETS` targets (a
+    scientific stack's measurement names 300 sources and libraries, a test's 40)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, AUTO_JOBS_MAX, targets // AUTO_JOBS_TARGETS))
+
+
+def _cost(job: _Job) -> int:
+    """A job's expected cost, for handing the long ones out first: its file size, a Python
+    source's counted ten times (about ten times the work per byte of a library's sampled
+    analysis, on a scikit-learn measurement)."""
+    try:
+        size = job.target.source.stat().st_size
+    except OSError:
+        return 0
+    return size * 10 if job.target.kind == "python" else size
+
+
 def _run_jobs(
     jobs: Sequence[_Job],
     options: StructOptions,
@@ -582,13 +619,15 @@ def _run_jobs(
 ) -> list[TargetResult]:
     """Run the jobs, over forked workers with ``-j`` and several jobs; stop on a full disk."""
     results: list[TargetResult] = []
-    if options.jobs > 1 and len(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
+    wanted = options.jobs if options.jobs is not None else auto_jobs(len(jobs))
+    if wanted > 1 and len(jobs) > 1 and "fork" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("fork")
         # Never more workers than targets: with fork every worker is started up front.
-        workers = min(options.jobs, len(jobs))
+        workers = min(wanted, len(jobs))
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [
-                pool.submit(_run_target, j.target, j.out, options, j.key, j.sampled) for j in jobs
+                pool.submit(_run_target, j.target, j.out, options, j.key, j.sampled)
+                for j in sorted(jobs, key=_cost, reverse=True)
             ]
             for future in as_completed(futures):
                 results.append(future.result())
@@ -602,9 +641,7 @@ def _run_jobs(
         if starting is not None:
             starting(job.target)
         # One target at a time: -j goes to the functions of a large binary instead.
-        results.append(
-            _run_target(job.target, job.out, options, job.key, job.sampled, options.jobs)
-        )
+        results.append(_run_target(job.target, job.out, options, job.key, job.sampled, wanted))
         if progress is not None:
             progress(1)
         if results[-1].fatal:
@@ -682,7 +719,8 @@ def struct_measurements(
     for target in work:
         out = out_dir / names[target]
         try:
-            key = content_key(target.source, options)
+            named = target.lm_name if target.kind == "python" else None
+            key = content_key(target.source, options, named)
         except OSError as error:
             report.results.append(TargetResult(target, "failed", None, f"{target.source}: {error}"))
             continue

@@ -45,8 +45,9 @@ from __future__ import annotations
 import ast
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats.hpcrun_constants import frame_name
@@ -151,6 +152,35 @@ class _Region:
 
 
 _Work = tuple[ast.AST, _Region, _Region]  # node, innermost region, innermost procedure
+# Fields that never hold a node that matters: names, numbers, flags, and ``ctx`` (Load, Store:
+# no line, no children).
+_NO_NODES = frozenset(
+    {"ctx", "id", "arg", "attr", "name", "asname", "module", "level", "kind", "type_comment"}
+    | {"conversion", "simple", "is_async", "n", "s"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the walk needs of one AST class: whether its nodes carry a line of code, whether
+    it is an attribute access, and the fields that may hold child nodes."""
+
+    has_line: bool
+    attribute: bool
+    fields: tuple[str, ...]
+
+
+_SHAPES: dict[type[ast.AST], _Shape] = {}
+
+
+def _shape(kind: type[ast.AST]) -> _Shape:
+    shape = _Shape(
+        issubclass(kind, _LINE_NODES),
+        kind is ast.Attribute,
+        tuple(name for name in kind._fields if name not in _NO_NODES),
+    )
+    _SHAPES[kind] = shape
+    return shape
 
 
 class _Builder:
@@ -161,10 +191,48 @@ class _Builder:
     def build(self, tree: ast.Module) -> _Region:
         module = _Region("module", MODULE_NAME, 1, MODULE_NAME)
         self.schedule((statement, module, module) for statement in tree.body)
-        # Iterative: deeply nested expressions must not hit the recursion limit.
-        while self.work:
-            self.visit(*self.work.pop())
+        # Iterative: deeply nested expressions must not hit the recursion limit. A depth-first
+        # walk in source order; the nodes that open no scope or loop (nine in ten) are
+        # handled here without a call each (issue #36, item 8: the 285 sources of a
+        # scikit-learn program hold a million nodes).
+        work = self.work
+        special = self.special
+        while work:
+            node, region, proc = work.pop()
+            kind = type(node)
+            handler = special.get(kind)
+            if handler is not None:
+                handler(node, region, proc)
+                continue
+            shape = _SHAPES.get(kind) or _shape(kind)
+            if shape.has_line:
+                region.lines.add(node.lineno)  # type: ignore[attr-defined]
+                if shape.attribute and node.end_lineno is not None:  # type: ignore[attr-defined]
+                    region.lines.add(node.end_lineno)  # type: ignore[attr-defined]
+            children: list[ast.AST] = []
+            for name in shape.fields:
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    children.extend(item for item in value if isinstance(item, ast.AST))
+                elif isinstance(value, ast.AST):
+                    children.append(value)
+            work.extend([(child, region, proc) for child in reversed(children)])
         return module
+
+    @property
+    def special(self) -> dict[type[ast.AST], Callable[[ast.AST, _Region, _Region], None]]:
+        """The nodes that open a scope or a loop, and their handlers (the rest: in build)."""
+        handlers: dict[type[ast.AST], Callable[[Any, _Region, _Region], None]] = {
+            ast.FunctionDef: self.visit_definition,
+            ast.AsyncFunctionDef: self.visit_definition,
+            ast.ClassDef: self.visit_definition,
+            ast.Lambda: self.visit_lambda,
+            ast.For: self.visit_for,
+            ast.AsyncFor: self.visit_for,
+            ast.While: self.visit_while,
+        }
+        handlers.update(dict.fromkeys(_COMPREHENSION_NAMES, self.visit_comprehension))
+        return handlers
 
     def schedule(self, items: Iterable[_Work]) -> None:
         """Queue items to be visited in the given (source) order."""
@@ -191,40 +259,30 @@ class _Builder:
         parent.children.append(region)
         return region
 
-    def visit(self, node: ast.AST, region: _Region, proc: _Region) -> None:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            self.visit_definition(node, region, proc)
-        elif isinstance(node, ast.Lambda):
-            region.lines.add(node.lineno)
-            function = self.procedure(proc, "function", "<lambda>", node.lineno)
-            self.schedule(
-                [(default, region, proc) for default in _defaults(node.args)]
-                + [(node.body, function, function)]
-            )
-        elif isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
-            self.visit_comprehension(node, region, proc)
-        elif isinstance(node, ast.For | ast.AsyncFor):
-            region.lines.add(node.lineno)
-            body = self.loop(region, node.lineno)
-            self.schedule(
-                [(node.iter, region, proc), (node.target, body, proc)]
-                + [(statement, body, proc) for statement in node.body]
-                + [(statement, region, proc) for statement in node.orelse]
-            )
-        elif isinstance(node, ast.While):
-            body = self.loop(region, node.lineno)
-            self.schedule(
-                [(node.test, body, proc)]
-                + [(statement, body, proc) for statement in node.body]
-                + [(statement, region, proc) for statement in node.orelse]
-            )
-        else:
-            if isinstance(node, _LINE_NODES):
-                region.lines.add(node.lineno)
-            if isinstance(node, ast.Attribute) and node.end_lineno is not None:
-                # CPython 3.11 puts a multi-line attribute load on the attribute name's line.
-                region.lines.add(node.end_lineno)
-            self.schedule((child, region, proc) for child in ast.iter_child_nodes(node))
+    def visit_lambda(self, node: ast.Lambda, region: _Region, proc: _Region) -> None:
+        region.lines.add(node.lineno)
+        function = self.procedure(proc, "function", "<lambda>", node.lineno)
+        self.schedule(
+            [(default, region, proc) for default in _defaults(node.args)]
+            + [(node.body, function, function)]
+        )
+
+    def visit_for(self, node: ast.For | ast.AsyncFor, region: _Region, proc: _Region) -> None:
+        region.lines.add(node.lineno)
+        body = self.loop(region, node.lineno)
+        self.schedule(
+            [(node.iter, region, proc), (node.target, body, proc)]
+            + [(statement, body, proc) for statement in node.body]
+            + [(statement, region, proc) for statement in node.orelse]
+        )
+
+    def visit_while(self, node: ast.While, region: _Region, proc: _Region) -> None:
+        body = self.loop(region, node.lineno)
+        self.schedule(
+            [(node.test, body, proc)]
+            + [(statement, body, proc) for statement in node.body]
+            + [(statement, region, proc) for statement in node.orelse]
+        )
 
     def visit_definition(
         self,

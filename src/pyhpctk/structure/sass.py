@@ -7,7 +7,8 @@ where branches go, and which instructions call which device function. Two source
   Sections and symbols are matched to the ELF file by position, not only by name: a cubin linked
   from several units (``nvcc -rdc``, ``nvlink``) holds one local copy of each CUDA math helper
   (``__cuda_sm20_div_rn_f64_full``, ...) per unit, all with the same section and symbol name,
-  which nvdisasm prints as ``NAME__1`` / ``NAME__0`` with a ``.map_symbolname`` line;
+  which nvdisasm prints as ``NAME__1`` / ``NAME__0`` with ``.map_symbolname`` lines (whose
+  numbers need not be the section line's: :func:`_listed_sections`);
 * sm_5x/sm_6x (Maxwell, Pascal), which nvdisasm 13 no longer reads: pystruct decodes the few
   opcodes that change control flow itself.
 
@@ -154,20 +155,40 @@ def _refusal(image: ElfImage, nvdisasm: str, said: str) -> str:
     )
 
 
+def _listed_sections(listing: str) -> list[tuple[str, str]]:
+    """(nvdisasm's name, the ELF name) of each section of the listing, in its order.
+
+    A duplicate's ``.section NAME__k`` line is followed by ``.map_symbolname`` lines that give
+    its ELF name; their first field does not always repeat the section line's name, because
+    nvdisasm numbers section and symbol names with one counter (the third copy of a helper is
+    ``.section .text.H__2`` but ``.map_symbolname .text.H__7 .text.H``). So the map line that
+    follows a section line names that section, whatever its first field says.
+    """
+    out: list[tuple[str, str]] = []
+    mapped = True
+    for line in listing.splitlines():
+        m = _SECTION.match(line)
+        if m:
+            out.append((m.group(1), m.group(1)))
+            mapped = False
+            continue
+        m = _MAP_NAME.match(line)
+        if m and out and not mapped and m.group(2).startswith(".text"):
+            out[-1] = (out[-1][0], m.group(2))
+            mapped = True
+    return out
+
+
 def _section_regions(image: ElfImage, listing: str) -> dict[str, CodeRegion]:
     """nvdisasm's name of each code section -> its region, duplicates taken in ELF order."""
-    original = {m.group(1): m.group(2) for m in map(_MAP_NAME.match, listing.splitlines()) if m}
     queues: dict[str, list[CodeRegion]] = {}
     for region in sorted(image.regions, key=lambda r: r.index):
         queues.setdefault(region.name, []).append(region)
     out: dict[str, CodeRegion] = {}
-    for line in listing.splitlines():
-        m = _SECTION.match(line)
-        if m is None or m.group(1) in out:
-            continue
-        queue = queues.get(original.get(m.group(1), m.group(1)))
-        if queue:
-            out[m.group(1)] = queue.pop(0)
+    for listed, name in _listed_sections(listing):
+        queue = queues.get(name)
+        if listed not in out and queue:
+            out[listed] = queue.pop(0)
     return out
 
 
