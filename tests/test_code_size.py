@@ -85,14 +85,8 @@ MEASURE_ROOMS = "measure/ rooms, #33 items 1-4"
 # imports from another module), "attributes MODULE.CLASS" (more than 25) or "twice NAME" (a
 # class or id declared in two modules) -> why it may stay, until the rebuilding named removes it.
 DOOR_EXCEPTIONS: dict[str, str] = {
-    "attributes pyhpctk.measure.gpu.cupti_backend.CuptiBackend": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.gpu.cupti_buffers.ActivityBuffers": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.gpu.cupti_callbacks.ApiCallbacks": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.gpu.simulated.SimulatedBackend": MEASURE_ROOMS,
     "attributes pyhpctk.measure.session.Session": MEASURE_ROOMS,
     "circle pyhpctk.measure.engine": MEASURE_ROOMS,
-    "circle pyhpctk.measure.gpu.monitor": MEASURE_ROOMS,
-    "circle pyhpctk.measure.gpu.report": MEASURE_ROOMS,
     "circle pyhpctk.measure.sampler": MEASURE_ROOMS,
     "circle pyhpctk.measure.session": MEASURE_ROOMS,
 }

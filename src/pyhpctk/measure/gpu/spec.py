@@ -15,15 +15,73 @@ Because the options use commas, a spec travels to child processes in its own env
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pyhpctk.errors import UsageError
 
-BACKENDS = ("nvidia", "amd", "simulated")
-#: The options each backend reads (pyhpctk.measure.gpu._backend); any other is a typo.
-OPTIONS = {
-    "nvidia": ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
-    "amd": (),
-    "simulated": ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+
+class BackendInfo(NamedTuple):
+    """One row of the backend table: what ``gpu=NAME`` is and where it lives."""
+
+    #: The module that makes it: ``check(spec)`` and ``make(spec)``
+    #: (:class:`~pyhpctk.measure.gpu.backend.BackendModule`); imported only when used.
+    module: str
+    #: The options it reads; any other is a typo.
+    options: tuple[str, ...]
+    #: Its lines in ``pyrun -L``: (what follows ``gpu=NAME``, text), then (option, text) or
+    #: ("", text going on).
+    listing: tuple[tuple[str, str], ...]
+
+
+#: The GPU backends, name → :class:`BackendInfo`: option checking, making the backend and
+#: ``pyrun -L`` all read it (adding a backend is a row here and its module).
+BACKENDS: dict[str, BackendInfo] = {
+    "nvidia": BackendInfo(
+        "pyhpctk.measure.gpu.cupti",
+        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
+        (
+            ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
+            ("", "CUPTI, under the Python line that issued them"),
+            ("pc[,period=N]", "also PC samples with stall reasons (2^N cycles, default 12)"),
+            ("inst", "also exact instruction counts (CUPTI SASS metrics) of the"),
+            ("", "kernel launched first after cudaProfilerStart()"),
+            ("hook=c|python|auto", "how API calls are seen: the C hook (built by pip"),
+            ("", "install where a C compiler is present) or cupti-python's"),
+            ("", "Python callbacks; auto (default) picks the C hook if built"),
+            ("sync=api|activity", "who times synchronizations: the C hook, at the API"),
+            ("", "(default), or CUPTI's SYNCHRONIZATION records, which"),
+            ("", "cost PyTorch models about 30 % (docs/gpu.md)"),
+            ("buffer=BYTES, records=raw|objects, pcmode=serialized|continuous", ""),
+        ),
+    ),
+    "simulated": BackendInfo(
+        "pyhpctk.measure.gpu.simulated",
+        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+        (
+            ("[,OPTION...]", "replays activity recorded on an H200 (no GPU needed):"),
+            ("recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...", ""),
+        ),
+    ),
+    "amd": BackendInfo(
+        "pyhpctk.measure.gpu.hip_backend",
+        (),
+        (("", "HIP (refused with a reason where ROCm tracing is absent)"),),
+    ),
 }
+#: The options each backend reads, from :data:`BACKENDS`.
+OPTIONS = {name: info.options for name, info in BACKENDS.items()}
+
+
+def backend_listing() -> list[str]:
+    """The GPU backends' lines of ``pyrun -L``, from :data:`BACKENDS`."""
+    lines = []
+    for name, info in BACKENDS.items():
+        (suffix, text), *rest = info.listing
+        lines.append(f"  {'gpu=' + name + suffix:<27}{text}")
+        lines += [f"      {option:<23}{text}".rstrip() for option, text in rest]
+    return lines
+
+
 #: ``sync=``: synchronizations timed by the C hook at the API (``api``), CUPTI's
 #: SYNCHRONIZATION records (``activity``), or both, the hook's kept aside (``both``: diagnosis).
 SYNC_MODES = ("api", "activity", "both")
