@@ -132,11 +132,11 @@ def seeds(reference: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copyfile(reference / "dbase" / "small.d" / name, db / name)
     (meas / "threads").mkdir()
     entry = threads.ThreadEntry(SMALL_STEM, 5560, "small", "MainThread")
-    threads.write(threads.ThreadNames(threads.BY_FILE, [entry]), meas / NAMES)
+    threads.write(threads.ThreadNamesFile(threads.BY_FILE, [entry]), meas / NAMES)
     (meas / "kernel_symbols").mkdir()
     (meas / KALLSYMS).write_bytes(lzma.compress(KALLSYMS_TEXT, format=lzma.FORMAT_XZ))
     entry = threads.ThreadEntry("1", 5560, "small", "MainThread")
-    threads.write(threads.ThreadNames(threads.BY_PROFILE, [entry]), db / "threads.txt")
+    threads.write(threads.ThreadNamesFile(threads.BY_PROFILE, [entry]), db / "threads.txt")
     (db / "metrics").mkdir()
     shutil.copyfile(
         reference / "dbase" / "small.d" / "metrics" / "default.yaml",

@@ -296,7 +296,9 @@ def test_pyprof_says_which_native_libraries_wait_for_pystruct(
     assert pystruct(["-q", "--functions", "sampled", str(meas)]) == 0
     capsys.readouterr()
     view = _view(meas, tmp_path)
-    assert "no structure file" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "native library has no structure file" not in err, err
+    assert "run `pystruct" not in err, err
     assert "nest" in json.dumps(view)
 
 

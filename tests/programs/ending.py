@@ -1,6 +1,10 @@
 """Burn CPU in func_hi -> func_mid -> func_lo, then end in the way argv[1] says.
 
-Usage: ending.py exception|exit|sigint|sigterm|os_exit|own_sigterm|kill9 [SECONDS]
+Usage: ending.py exception|exit|sigint|sigterm|os_exit|own_sigterm|kill9|crash_kill|crash_segv|
+crash_abort [SECONDS]
+
+The ``crash_*`` ways die at once after the burn, of SIGKILL, a SIGSEGV (a read of address 0)
+or ``abort()``, and print the burn's CPU time (the thread's own clock) first.
 """
 
 import os
@@ -38,7 +42,18 @@ def main() -> None:
         previous = signal.signal(signal.SIGTERM, handler)
         assert previous == signal.SIG_DFL, previous
         assert signal.getsignal(signal.SIGTERM) is handler
+    began = time.thread_time()
     func_hi(seconds)
+    if how.startswith("crash_"):
+        print(f"burned {time.thread_time() - began:.6f} s", flush=True)
+    if how == "crash_kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "crash_segv":
+        import ctypes
+
+        ctypes.string_at(0)
+    if how == "crash_abort":
+        os.abort()
     if how == "exception":
         raise RuntimeError("the program failed")
     if how == "exit":

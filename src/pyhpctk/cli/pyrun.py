@@ -55,7 +55,9 @@ from pyhpctk.measure.rendezvous import PTH_NAME, install_pth, uninstall_pth
     default=DEFAULT_CHECKPOINT_S,
     show_default=True,
     metavar="SECONDS",
-    help="Rewrite the files this often while running (0: only at the end).",
+    help="Rewrite the files at least this often while running, so that a crash or SIGKILL"
+    " keeps the last ones (the first 0.25 s after start, then ever less often up to SECONDS;"
+    " 0: only at the end).",
 )
 @click.option(
     "--append",

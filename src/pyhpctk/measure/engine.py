@@ -117,6 +117,19 @@ def load_engine() -> tuple[ModuleType | None, str]:
     return _engine, ""
 
 
+def fell_back_line(stats: dict[str, int]) -> str:
+    """What pyrun gave up near the open-file limit (issue #32, item 4): the threads whose CPU
+    time a POSIX timer sampled instead of a perf counter, which would have held a descriptor."""
+    threads = stats["perf_refused"]
+    limit = stats["file_limit"]
+    return (
+        f"pyrun: perf counters for {threads} thread{'s' if threads != 1 else ''} fell back to"
+        f" timers: near the open-file limit ({limit}); pyrun holds at most"
+        f" {stats['perf_max']} counters (1/16 of it) and takes none in its last eighth, so the"
+        " program keeps its descriptors (a timer samples CPU time at the kernel's tick)"
+    )
+
+
 def native_frames_wanted() -> bool:
     """Whether samples record native frames (on unless ``pyrun --no-native``)."""
     return os.environ.get(ENV_NATIVE, "1").strip() != "0"
@@ -275,6 +288,8 @@ class EngineSampler:
         unsampled = unsampled_cpu_line(stats)
         if unsampled:
             sys.stderr.write(unsampled + "\n")
+        if stats.get("perf_refused"):
+            sys.stderr.write(fell_back_line(stats) + "\n")
         if os.environ.get(ENV_DEBUG) == "1":
             stats["drain_entries"] = self.entries
             stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)

@@ -76,13 +76,17 @@ def _bootstrap_inner(self: threading.Thread) -> None:
     if session is not None and not session.finished:
         try:
             session.register_thread(self, main=False, program_ns=program_ns)
-        except Exception:  # measurement must never stop a thread from running
+        except Exception as error:  # measurement must never stop a thread from running
+            session.tell_once(f"pyrun: a thread could not be measured: {error!r}")
             session = None
     try:
         _real_bootstrap_inner(self)
     finally:
         if session is not None:
-            session.thread_finished()
+            try:
+                session.thread_finished()
+            except Exception as error:  # never a traceback of pyrun's in the program's stderr
+                session.tell_once(f"pyrun: writing a thread's profile failed: {error!r}")
 
 
 def _write(session: Session, checkpoint: bool = False) -> None:
@@ -119,22 +123,23 @@ def _on_fatal_signal(signum: int, frame: FrameType | None) -> None:
         # changing a CCT: a helper writes once this thread has let go, then signals again.
         _thread.start_new_thread(_write_then_signal_again, (session, signum))
         return
-    _write_reporting(session, signum)
+    _write_reporting(session, f"on {signals.name_of(signum)}")
     signals.die_of(signum, _real_signal, _real_exit)
 
 
-def _write_reporting(session: Session, signum: int) -> None:
+def _write_reporting(session: Session, when: str, checkpoint: bool = False) -> None:
+    """:func:`_write`, whose failure is one line on stderr, never a traceback: the process goes
+    on (or dies of its signal, or exits) whatever happened."""
     try:
-        _write(session)
-    except Exception as error:  # the process must die of the signal whatever happened
-        name = signals.name_of(signum)
-        sys.stderr.write(f"pyrun: writing the profiles on {name} failed: {error!r}\n")
+        _write(session, checkpoint)
+    except Exception as error:
+        sys.stderr.write(f"pyrun: writing the profiles {when} failed: {error!r}\n")
 
 
 def _write_then_signal_again(session: Session, signum: int) -> None:
     global _written_for_signal
     session.exclude_thread(threading.get_ident())  # pyrun's own: not measured
-    _write_reporting(session, signum)
+    _write_reporting(session, f"on {signals.name_of(signum)}")
     _written_for_signal = True
     os.kill(os.getpid(), signum)  # the main thread's handler now dies of it
 
@@ -215,7 +220,7 @@ def _getswitchinterval() -> float:
 
 def _exit(status: int) -> NoReturn:
     if _session is not None:
-        _write(_session)
+        _write_reporting(_session, "at os._exit")
     _real_exit(status)
 
 
@@ -223,7 +228,7 @@ def _execv(path: Any, argv: Any) -> NoReturn:
     session = _session
     if session is not None:
         session.before_exec()
-        _write(session, checkpoint=True)
+        _write_reporting(session, "before exec", checkpoint=True)
     try:
         _real_execv(path, argv)
     finally:  # only reached when the exec failed
@@ -235,7 +240,7 @@ def _execve(path: Any, argv: Any, env: Any) -> NoReturn:
     session = _session
     if session is not None:
         session.before_exec()
-        _write(session, checkpoint=True)
+        _write_reporting(session, "before exec", checkpoint=True)
     try:
         _real_execve(path, argv, env)
     finally:  # only reached when the exec failed
@@ -260,7 +265,7 @@ def _after_fork_in_child() -> None:
 
 def _at_exit() -> None:
     if _session is not None:
-        _write(_session)
+        _write_reporting(_session, "at exit")
 
 
 def install(session: Session) -> None:

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
@@ -273,6 +274,7 @@ def run(
         settings = rendezvous.publish(base_env)
         watch = census.watch if census is not None else None
         returncode = _run_forwarding_signals(list(options.command), base_env, watch)
+        ended = time.time()
     finally:
         rendezvous.withdraw(settings)
         lost = report.close()
@@ -289,12 +291,15 @@ def run(
     result = RunResult(returncode, output_dir, written, lost, started, len(measured), unmeasured)
     if lost:
         _tell_lost(out, options.command[0], output_dir, lost, returncode)
+    elif written and returncode < 0:
+        _tell_kept(out, options.command[0], output_dir, written, -returncode, ended)
     elif not written and returncode < 0:
         out.write(
             f"pyrun: {options.command[0]} was killed by {signals.name_of(-returncode)} before "
             "any measured process wrote its profile, so nothing was measured (profiles are "
-            "written when a process exits or dies of a signal it could catch, and every "
-            "--checkpoint seconds; SIGKILL leaves only the last checkpoint).\n"
+            "written when a process exits or dies of a signal it could catch, and at "
+            "checkpoints, 0.25 s after start and then ever less often; SIGKILL leaves only the "
+            "last checkpoint).\n"
         )
         _remove_if_empty(output_dir, created_fresh)
     elif not written and unmeasured:  # the list above says why
@@ -368,6 +373,27 @@ def _tell_lost(
     )
 
 
+def _tell_kept(
+    out: TextIO, program: str, directory: str, written: list[str], signum: int, ended: float
+) -> None:
+    """The command died of ``signum`` at ``ended``: say so, and what its profiles hold."""
+    newest = 0.0
+    for name in written:
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.stat(os.path.join(directory, name)).st_mtime)
+    age = max(0.0, ended - newest)
+    count = f"{len(written)} profile{'s' if len(written) != 1 else ''}"
+    if signum in signals.WRITE_BEFORE_DYING:
+        what = f"kept {count}, written as it died"
+    else:  # no handler can write: the last checkpoint is what remains
+        what = (
+            f"kept {count} from its last checkpoint, {age:.1f} s before it died (what it did"
+            " after is lost; checkpoints come 0.25 s after start, then ever less often, every"
+            " --checkpoint seconds at most)"
+        )
+    out.write(f"pyrun: {program} died of {signals.name_of(signum)} (signal {signum}); {what}\n")
+
+
 def _remove_if_empty(directory: str, created: bool) -> None:
     """Undo what pyrun made in a directory nothing was written to (it stays if it existed)."""
     if _foreign_entries(directory):
@@ -391,7 +417,7 @@ def _run_forwarding_signals(
     try:
         # close_fds=False: the command inherits every descriptor pyrun got, as it would if
         # started directly (MPICH's hydra hands each rank its PMI connection as PMI_FD).
-        child = subprocess.Popen(command, env=env, close_fds=False)
+        child = subprocess.Popen(command, env=env, close_fds=False, preexec_fn=_die_with_pyrun())
     except OSError as error:
         raise CommandNotFoundError(f"{command[0]}: {error.strerror or error}") from None
     if watch is not None:
@@ -421,6 +447,38 @@ def _run_forwarding_signals(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         signal.signal(signal.SIGINT, previous_int)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_pyrun() -> Callable[[], None] | None:
+    """What the command's process runs between ``fork`` and ``exec``: it dies of SIGKILL when
+    pyrun dies (Linux's ``PR_SET_PDEATHSIG``, kept across ``exec``), so a batch system or a
+    user that kills pyrun, even with SIGKILL, does not leave the program running as an orphan:
+    it ends as it would have were it the process killed. Its own children are left as the
+    program's death would leave them without pyrun. None where there is no ``prctl``.
+
+    The signal comes when the *thread* that forked ends: pyrun forks from the thread that
+    then waits for the command, which lives as long as the command. A pyrun that died
+    between the fork and the ``prctl`` is seen by the parent pid having changed.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # here, not at import: pyrun's start-up is part of every measured run
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pyrun = os.getpid()
+
+    def die_with_pyrun() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != pyrun:  # pyrun is already gone: nothing would come
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return die_with_pyrun
 
 
 def reraise_exit_status(returncode: int) -> int:

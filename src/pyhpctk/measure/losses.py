@@ -10,14 +10,20 @@ went through). When the command has ended, pyrun reads what is left: the profile
 word was a failure are lost. A process that is not pyrun's child (another node of the launch,
 a program that cleared its environment) reports nothing; its own stderr line remains.
 
-The measured side imports ``socket`` only when a write failed (:func:`tell_pyrun`), and the
-start report goes through ``_socket`` alone: this module is imported into every measured
-process. Standard library only.
+The measured side sends through ``_socket`` alone (``socket`` costs every measured process
+milliseconds to import), imported with this module: a report is sent when a write failed, and
+that may be because the process is out of file descriptors, when an import, which opens
+files, would fail too (issue #32, item 4). Standard library only.
 """
 
 from __future__ import annotations
 
 import os
+
+try:
+    import _socket
+except ImportError:  # pragma: no cover - an interpreter built without sockets: nothing is told
+    _socket = None  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -34,20 +40,29 @@ _STARTED_TIMEOUT_S = 0.1  # a start-up report must never hold the program back f
 
 def tell_pyrun(word: str, name: str, error: str = "") -> None:
     """Tell pyrun that profile ``name`` was ``LOST`` (with ``error``) or ``WRITTEN`` after all."""
-    address = os.environ.get(ENV_REPORT, "")
-    if not address:
-        return
-    import socket
-
     line = f"{word}\t{name}\t{error}".encode("utf-8", "surrogateescape")[:_MAX_DATAGRAM]
+    # pyrun drains its queue as reports come (the kernel queues only a few datagrams); a
+    # bounded wait covers a burst, and a pyrun that is gone refuses at once.
+    _send(line, _SEND_TIMEOUT_S)
+
+
+def _send(line: bytes, timeout: float) -> None:
+    """Send ``line`` to pyrun's report socket; nothing if there is none or it cannot be sent
+    (pyrun gone or stuck, no descriptor left: the process's stderr line is what remains)."""
+    address = os.environ.get(ENV_REPORT, "")
+    if not address or _socket is None:
+        return
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as channel:
-            # pyrun drains its queue as reports come (the kernel queues only a few datagrams);
-            # a bounded wait covers a burst, and a pyrun that is gone refuses at once.
-            channel.settimeout(_SEND_TIMEOUT_S)
-            channel.sendto(line, "\0" + address)
-    except OSError:  # pyrun gone or stuck: the process's stderr line is what remains
+        channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+    except OSError:
+        return
+    try:
+        channel.settimeout(timeout)
+        channel.sendto(line, "\0" + address)
+    except OSError:
         pass
+    finally:
+        channel.close()
 
 
 def tell_started() -> None:
@@ -57,11 +72,8 @@ def tell_started() -> None:
     Sent at start-up by pyrun's bootstrap: it waits a moment at most (a full queue of start-up
     reports), then gives up; pyrun still finds the process's profiles by their names.
     """
-    address = os.environ.get(ENV_REPORT, "")
-    if not address:
+    if not os.environ.get(ENV_REPORT, ""):
         return
-    import _socket
-
     start = ""
     try:
         with open("/proc/self/stat", "rb") as stream:
@@ -69,18 +81,8 @@ def tell_started() -> None:
         start = stat[stat.rindex(b")") + 2 :].split()[19].decode()
     except (OSError, ValueError, IndexError):  # no /proc: the pid alone
         pass
-    line = f"{STARTED}\t{os.getpid()}\t{start}".encode()
-    try:
-        channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
-    except OSError:
-        return
-    try:
-        channel.settimeout(_STARTED_TIMEOUT_S)
-        channel.sendto(line, "\0" + address)
-    except OSError:  # pyrun gone or its queue full: the profile names still tell
-        pass
-    finally:
-        channel.close()
+    # pyrun gone or its queue full: the profile names still tell
+    _send(f"{STARTED}\t{os.getpid()}\t{start}".encode(), _STARTED_TIMEOUT_S)
 
 
 class LossReport:

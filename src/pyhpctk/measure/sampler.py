@@ -4,7 +4,8 @@ Under the sampling engine (:mod:`pyhpctk.measure.engine`) the thread *drains*: i
 engine's samples into the threads' CCTs. Without it the thread samples itself
 (:meth:`SamplerThread.sample`): it wakes once per period, at a random point inside it, reads
 ``sys._current_frames()`` and each thread's CPU clock, and attributes each thread's CPU-time or
-wall-time delta to its current Python stack. Either way it writes the periodic checkpoints, and
+wall-time delta to its current Python stack. Either way it writes the checkpoints (early ones
+first, backing off to ``--checkpoint`` seconds: :meth:`SamplerThread._checkpoint_if_due`), and
 while the program has one Python thread it shortens the GIL's switch interval so that the
 sampler gets the GIL within a fraction of a period.
 
@@ -43,6 +44,13 @@ _FINISHED_OPCODES = frozenset(
 )
 
 
+# Checkpoints (SamplerThread._checkpoint_if_due): the first this soon after measuring began,
+# the next ones after a share of the time measured so far and a multiple of their own cost.
+FIRST_CHECKPOINT_S = 0.25
+CHECKPOINT_SHARE = 4
+CHECKPOINT_COST_SHARE = 100
+
+
 class SamplerThread:
     """The sampler thread and the Python sampler (a part of the session's class)."""
 
@@ -69,6 +77,10 @@ class SamplerThread:
     _stop_lock: _thread.LockType | None
     _stopped_lock: _thread.LockType | None
     _last_checkpoint: float
+    _measuring_since: float
+    _measuring_since_cpu: float
+    _last_checkpoint_cpu: float
+    _checkpoint_cost: float
 
     if TYPE_CHECKING:  # the session's own, which the sampler calls
 
@@ -266,7 +278,6 @@ class SamplerThread:
         assert self.engine is not None
         self.engine.exclude_current_thread()
         started.release()
-        checkpoint = self.options.checkpoint_s
         failures = 0
         try:
             period = engine.drain_period()
@@ -275,16 +286,13 @@ class SamplerThread:
                     with self.lock:
                         if not self.finished:
                             self.engine.drain()
+                    self._checkpoint_if_due()
                 except Exception as error:  # one bad drain must not end the measurement
                     failures += 1
                     if failures == 1:
                         sys.stderr.write(f"pyrun: a drain failed: {error!r}\n")
                     if failures >= 100:
                         raise
-                now = time.monotonic()
-                if checkpoint and now - self._last_checkpoint >= checkpoint:
-                    self._last_checkpoint = now
-                    self.checkpoint()
         except Exception as error:  # never kill the program; say once why measurement stopped
             sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
         finally:
@@ -297,7 +305,6 @@ class SamplerThread:
         self._sampler_ident = _thread.get_ident()
         started.release()
         period = self.options.period_s
-        checkpoint = self.options.checkpoint_s
         wall = time.monotonic
         # Each period gets one wake-up at a random point inside it (stratified sampling): a
         # strictly periodic sampler aliases with periodic programs and over-samples some phases
@@ -310,6 +317,7 @@ class SamplerThread:
             while not stop.acquire(True, max(0.0, next_wake - wall())):
                 try:
                     self.sample()
+                    self._checkpoint_if_due()
                 except Exception as error:  # one bad sample must not end the measurement
                     failures += 1
                     if failures == 1:
@@ -324,13 +332,42 @@ class SamplerThread:
                 state ^= state >> 17
                 state ^= (state << 5) & 0xFFFFFFFF
                 next_wake = window + period * (state / 4294967296.0)
-                if checkpoint and now - self._last_checkpoint >= checkpoint:
-                    self._last_checkpoint = now
-                    self.checkpoint()
         except Exception as error:  # never kill the program; say once why measurement stopped
             sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
         finally:
             stopped.release()
+
+    def _checkpoint_if_due(self) -> None:
+        """Write a checkpoint if one is due (the sampler thread asks after each wake-up).
+
+        The first comes :data:`FIRST_CHECKPOINT_S` after measuring began, each next one once
+        1/:data:`CHECKPOINT_SHARE` of the time measured so far has passed since the last, on
+        the wall clock or on the process's CPU clock, whichever comes first, backing off to
+        ``--checkpoint`` seconds: a crash or SIGKILL at any moment keeps about four fifths of
+        what came before it, in wall-clock and in CPU time, on a loaded machine too (a crash
+        after 1.5 s keeps 1.2 s), where a first checkpoint after 10 s kept nothing of a shorter
+        run. Each waits at least :data:`CHECKPOINT_COST_SHARE` times the CPU time the last one
+        took, so that checkpoints of many threads cost at most 1 % of a CPU.
+        """
+        interval = self.options.checkpoint_s
+        if not interval:
+            return
+        now, cpu = time.monotonic(), time.process_time()
+        floor = max(FIRST_CHECKPOINT_S, self._checkpoint_cost * CHECKPOINT_COST_SHARE)
+        wall_since, cpu_since = now - self._last_checkpoint, cpu - self._last_checkpoint_cpu
+        due = wall_since >= interval or (
+            wall_since >= floor
+            and (
+                wall_since >= (now - self._measuring_since) / CHECKPOINT_SHARE
+                or cpu_since >= (cpu - self._measuring_since_cpu) / CHECKPOINT_SHARE
+            )
+        )
+        if not due:
+            return
+        began = time.thread_time()
+        self.checkpoint()
+        self._last_checkpoint, self._last_checkpoint_cpu = time.monotonic(), time.process_time()
+        self._checkpoint_cost = time.thread_time() - began
 
     def stop_sampler(self, timeout: float = 2.0) -> None:
         """Stop the sampler thread and wait (bounded) for it to finish its current sample."""

@@ -54,7 +54,13 @@ from pyhpctk.measure.encode import (
     encode_trace,
 )
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
-from pyhpctk.measure.profile_files import atomic_write, reserve_stem, unlink_quietly
+from pyhpctk.measure.profile_files import (
+    atomic_write,
+    give_up_reserve,
+    hold_reserve,
+    reserve_stem,
+    unlink_quietly,
+)
 from pyhpctk.measure.sampler import SamplerThread
 from pyhpctk.measure.source_files import SourceRecorder
 from pyhpctk.measure.thread_names import ThreadNames, thread_name
@@ -128,6 +134,7 @@ class Session(SamplerThread):
                         f"pyrun: {spec.name} needs the sampling engine; it is not measured\n"
                     )
         self._reset_process_state()
+        hold_reserve(options.output_dir)  # a descriptor for writing near the open-file limit
 
     # -- process state (everything a forked child starts afresh) ----------------------------
 
@@ -168,7 +175,10 @@ class Session(SamplerThread):
         self.samples = 0
         self._mpi_rank: int | None = None
         self._host_id: int | None = None
-        self._last_checkpoint = self.clocks.wall()
+        # Checkpoints back off from early ones (SamplerThread._checkpoint_if_due).
+        self._measuring_since = self._last_checkpoint = time.monotonic()
+        self._measuring_since_cpu = self._last_checkpoint_cpu = time.process_time()
+        self._checkpoint_cost = 0.0
         self.write_errors: list[str] = []
         self._lost: set[str] = set()  # profiles whose last write failed (told to pyrun)
 
@@ -480,10 +490,7 @@ class Session(SamplerThread):
             name = (state.stem or base) + ".hpcrun"
             self._lost.add(name)
             losses.tell_pyrun(losses.LOST, name, error.strerror or str(error))
-            message = f"pyrun: cannot write measurement files to {directory}: {error}"
-            if message not in self.write_errors:
-                self.write_errors.append(message)
-                sys.stderr.write(message + "\n")
+            self.tell_once(f"pyrun: cannot write measurement files to {directory}: {error}")
             return
         if self._lost:
             name = state.stem + ".hpcrun"
@@ -507,12 +514,19 @@ class Session(SamplerThread):
         try:
             atomic_write(os.path.join(directory, side.path), data)
         except OSError as error:  # the profiles are written: only this side file is missing
-            message = f"pyrun: cannot write the {what} to {directory}: {error}"
-            if message not in self.write_errors:
-                self.write_errors.append(message)
-                sys.stderr.write(message + "\n")
+            self.tell_once(f"pyrun: cannot write the {what} to {directory}: {error}")
             return
         side.written(data)
+
+    def tell_once(self, message: str) -> None:
+        """Say ``message`` (a line of pyrun's) on stderr, once per process: what went wrong in
+        pyrun's own work is a line, never a traceback in the program's stderr."""
+        if message not in self.write_errors:
+            self.write_errors.append(message)
+            try:  # noqa: SIM105  # contextlib is one more import in every measured process
+                sys.stderr.write(message + "\n")
+            except Exception:  # a closed or broken stderr: the program's business
+                pass
 
     def checkpoint(self) -> None:
         """Write every live thread's files now (atomic replace), keeping measurement going."""
@@ -589,3 +603,4 @@ class Session(SamplerThread):
             self.finished = True
         for state, data in encoded:
             self._write_thread(state, data)
+        give_up_reserve()

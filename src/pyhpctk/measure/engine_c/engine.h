@@ -106,6 +106,7 @@ typedef struct Slot {
     int armed[NTIMERS];
     int perf_fd;            /* the CPU "timer" as a perf_events task-clock counter, or -1 */
     int perf_trap;          /* ... that raises SIGTRAP (sigtrap=1) */
+    int perf_refused;       /* a timer instead, near the open-file limit (counted once) */
     /* producer side (the handler on the thread) */
     int64_t last_cpu_ns;
     int64_t last_wall_ns;
@@ -164,10 +165,15 @@ typedef struct {
     int use_perf;              /* CPU sampling through perf_events task-clock (else timers) */
     int use_sigtrap;           /* those counters signal with SIGTRAP (sigtrap=1, Linux 5.13+) */
     _Atomic int perf_threads;  /* threads sampled through perf_events now */
+    int perf_max;              /* counters held at most: a share of the open-file limit */
+    long file_limit;           /* RLIMIT_NOFILE's soft limit when sampling began (-1: none) */
+    _Atomic uint64_t perf_refused; /* threads sampled by a timer as a counter's descriptor
+                                      would have come near the open-file limit */
     pid_t monitor_tid;
     pid_t excluded_tid[ENGINE_MAX_EXCLUDED]; /* pyrun's own threads (the drain thread) */
     int nexcluded;
-    pid_t ended_tid[64];       /* threads past thread_end(), still running: never re-adopted */
+    pid_t ended_tid[ENGINE_MAX_SLOTS]; /* threads past thread_end(), still running: never
+                                          re-adopted (as many as can be measured at once) */
     int nended;
     _Atomic uint64_t unknown_frames; /* frames whose code object was gone before drain() */
     _Atomic uint64_t bad_stacks;     /* samples whose frame chain failed a check (3.12: a sample
@@ -191,6 +197,11 @@ extern Slot engine_slots[ENGINE_MAX_SLOTS];
 #define ENGINE_FD_TABLE 65536
 #define ENGINE_FD_VALID (1ull << 63)
 #define ENGINE_PERF_MAX_THREADS 256 /* beyond: timers (each counter holds a file descriptor) */
+/* Counters hold at most 1/ENGINE_PERF_LIMIT_SHARE of the open-file limit, and none is opened
+ * while the process's descriptors reach into the last 1/ENGINE_PERF_HEADROOM of it: the program
+ * keeps (almost) the headroom it has without pyrun. */
+#define ENGINE_PERF_LIMIT_SHARE 16
+#define ENGINE_PERF_HEADROOM 8
 #define ENGINE_PERF_BUDGET 2 /* overflows a counter may signal before the handler has run */
 extern _Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
 
@@ -323,6 +334,7 @@ int engine_account_stats(PyObject *stats);
 
 /* threads.c */
 int engine_threads_start(void);
+void engine_perf_budget(void);
 void engine_threads_stop(void);
 Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline);
 int engine_arm(Slot *slot, int index);

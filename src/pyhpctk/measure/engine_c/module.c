@@ -392,6 +392,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
     }
     engine.period_ns[TIMER_CPU] = cpu_period;
     engine.use_perf = use_perf > 0;
+    engine_perf_budget();
     engine.use_sigtrap = use_perf > 1 && engine_trap_take() == 0;
     engine.period_ns[TIMER_WALL] = wall_period;
     engine.trace = trace;
@@ -684,14 +685,16 @@ static PyObject *engine_stats(PyObject *module, PyObject *unused) {
         live += atomic_load(&slot->state) == SLOT_LIVE;
     }
     PyObject *stats = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:K,s:K,s:K,s:K}", "faults",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:i,s:K,s:L,s:K,s:K,s:K}", "faults",
         (unsigned long long)atomic_load(&engine.faults), "misdelivered",
         (unsigned long long)atomic_load(&engine.misdelivered), "samples", samples, "dropped",
         dropped, "unknown_frames", (unsigned long long)atomic_load(&engine.unknown_frames),
         "bad_stacks", (unsigned long long)atomic_load(&engine.bad_stacks), "torn_records",
         (unsigned long long)atomic_load(&engine.torn_records), "live_threads", live,
         "signal", engine.signo, "sigtrap", engine.use_sigtrap, "perf_threads",
-        atomic_load(&engine.perf_threads), "native_ns",
+        atomic_load(&engine.perf_threads), "perf_max", engine.perf_max, "perf_refused",
+        (unsigned long long)atomic_load(&engine.perf_refused), "file_limit",
+        (long long)engine.file_limit, "native_ns",
         (unsigned long long)atomic_load(&engine.native_ns), "native_frames",
         (unsigned long long)atomic_load(&engine.native_frames), "native_timed",
         (unsigned long long)atomic_load(&engine.native_timed));

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -115,6 +116,7 @@ Slot *engine_slot_for_tid(pid_t tid, int create, int64_t cpu_baseline) {
     atomic_store(&slot->ident, 0);
     slot->armed[0] = slot->armed[1] = 0;
     slot->perf_fd = -1;
+    slot->perf_refused = 0;
     slot->last_cpu_ns = slot->cpu_baseline = cpu_baseline;
     slot->last_wall_ns = engine_clock_ns(CLOCK_MONOTONIC);
     slot->prev_depth = 0;
@@ -145,13 +147,48 @@ static int is_perf_fd(int fd) {
     return strcmp(target, "anon_inode:[perf_event]") == 0;
 }
 
+/* How many counters sampling may hold: ENGINE_PERF_MAX_THREADS, or 1/ENGINE_PERF_LIMIT_SHARE
+ * of the open-file limit (RLIMIT_NOFILE's soft one, read when sampling starts) if less. */
+void engine_perf_budget(void) {
+    struct rlimit limit;
+    engine.file_limit = -1;
+    engine.perf_max = ENGINE_PERF_MAX_THREADS;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+    engine.file_limit = (long)limit.rlim_cur;
+    long share = engine.file_limit / ENGINE_PERF_LIMIT_SHARE;
+    if (share < engine.perf_max) engine.perf_max = (int)share;
+}
+
+/* Whether a counter's descriptor `fd` (or its failure, -1) says the process is near its
+ * open-file limit: out of descriptors, or `fd` in the last 1/ENGINE_PERF_HEADROOM of the
+ * limit (the kernel hands out the lowest free number, so the program holds about that many).
+ * The descriptor is closed and the thread gets a timer, which holds none; counted. */
+static void refuse_perf(Slot *slot) {
+    if (slot->perf_refused) return;
+    slot->perf_refused = 1;
+    atomic_fetch_add(&engine.perf_refused, 1);
+}
+
+static int near_file_limit(Slot *slot, int fd) {
+    int near = fd < 0 ? errno == EMFILE || errno == ENFILE
+                      : engine.file_limit > 0 &&
+                            fd >= engine.file_limit - engine.file_limit / ENGINE_PERF_HEADROOM;
+    if (!near) return 0;
+    if (fd >= 0) close(fd);
+    refuse_perf(slot);
+    return 1;
+}
+
 /* CPU sampling through a perf_events task-clock counter of the thread: its overflow, every
  * period of the thread's CPU time measured by an hrtimer, sends the engine's signal to that
  * thread (O_ASYNC, F_SETSIG, F_SETOWN_EX). POSIX CPU-clock timers are only checked at the
  * scheduler tick (CONFIG_HZ, 250/s here), which caps their rate and aliases with loops. */
 static int arm_perf(Slot *slot, uint64_t value) {
-    if (!engine.use_perf || atomic_load(&engine.perf_threads) >= ENGINE_PERF_MAX_THREADS)
+    if (!engine.use_perf) return -1;
+    if (atomic_load(&engine.perf_threads) >= engine.perf_max) {
+        if (engine.perf_max < ENGINE_PERF_MAX_THREADS) refuse_perf(slot);
         return -1;
+    }
     struct perf_event_attr attr;
     memset(&attr, 0, sizeof(attr));
     attr.size = sizeof(attr);
@@ -166,6 +203,7 @@ static int arm_perf(Slot *slot, uint64_t value) {
         attr.remove_on_exec = 1;
         attr.sig_data = value | ENGINE_FD_VALID;
         int fd = (int)syscall(SYS_perf_event_open, &attr, slot->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+        if (near_file_limit(slot, fd)) return -1;
         if (fd >= 0 && (fd >= ENGINE_FD_TABLE || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0)) {
             close(fd);
             return -1;
@@ -188,6 +226,7 @@ static int arm_perf(Slot *slot, uint64_t value) {
     }
 #endif
     int fd = (int)syscall(SYS_perf_event_open, &attr, slot->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (near_file_limit(slot, fd)) return -1;
     if (fd < 0) {
         if (errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOENT)
             engine.use_perf = 0; /* not allowed here: timers from now on */
@@ -505,6 +544,7 @@ void engine_after_fork_child(void) {
     engine.nended = 0;
     engine_account_forget(); /* the child's CPU clock starts afresh */
     atomic_store(&engine.perf_threads, 0);
+    atomic_store(&engine.perf_refused, 0); /* the child's own threads are counted afresh */
     for (int i = 0; i < ndeferred; i++) /* copies of the parent's: closing them waits for nothing */
         if (is_perf_fd(deferred[i].fd)) close(deferred[i].fd);
     ndeferred = 0;
