@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/pyhpctk/measure/gpu/cupti/_cupt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	@$(PY) -m pyhpctk.measure.engine
+	@$(PY) -m pyhpctk.measure.sampling.engine
 	@touch $(STAMP)
 
 env: $(STAMP)
@@ -72,7 +72,7 @@ test-engine: $(STAMP)
 	  if [ ! -f $$venv/.installed-stamp ] || [ -n "$$(find $(ENGINE_SOURCES) -newer $$venv/.installed-stamp 2>/dev/null)" ]; then \
 	    test -x $$venv/bin/python || $$python -m venv $$venv || exit 1; \
 	    $$venv/bin/python -m pip install --quiet -e . pytest pytest-xdist || exit 1; \
-	    $$venv/bin/python -m pyhpctk.measure.engine || exit 1; \
+	    $$venv/bin/python -m pyhpctk.measure.sampling.engine || exit 1; \
 	    touch $$venv/.installed-stamp; fi; \
 	  echo "engine tests on $$($$venv/bin/python -c 'import sys; print(sys.version.split()[0])')"; \
 	  $$venv/bin/python -m pytest -p no:cacheprovider -n 2 $(ENGINE_TESTS) || exit 1; \

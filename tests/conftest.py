@@ -128,7 +128,7 @@ GPU_HOOKS = ("python", "c")
 @pytest.fixture(params=SAMPLERS)
 def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The test runs once per sampler; pyrun and sessions started in it use that one."""
-    from pyhpctk.measure.engine import ENV_SAMPLER
+    from pyhpctk.measure.sampling.engine import ENV_SAMPLER
 
     monkeypatch.setenv(ENV_SAMPLER, request.param)
     return str(request.param)

@@ -15,7 +15,7 @@ private module imported from outside its package, no class with more than 25 att
 annotated fields, ``__slots__`` and ``self.x`` it assigns, with those of its bases in ``src/``),
 and no two top-level classes or ``NewType`` ids of ``src/`` sharing a name (declared once, imported
 everywhere). :data:`DOOR_EXCEPTIONS` lists the violations another room's rebuilding removes;
-like :data:`EXCEPTIONS` it only shrinks.
+like :data:`EXCEPTIONS` it only shrinks, and it is empty now.
 """
 
 from __future__ import annotations
@@ -79,17 +79,10 @@ def test_every_exception_is_still_needed() -> None:
 
 
 # -- doors (issue #33) ---------------------------------------------------------------------------
-MEASURE_ROOMS = "measure/ rooms, #33 items 1-4"
-
 # "circle MODULE" (a module in an import circle), "private MODULE NAME" (a private name MODULE
 # imports from another module), "attributes MODULE.CLASS" (more than 25) or "twice NAME" (a
 # class or id declared in two modules) -> why it may stay, until the rebuilding named removes it.
-DOOR_EXCEPTIONS: dict[str, str] = {
-    "attributes pyhpctk.measure.session.Session": MEASURE_ROOMS,
-    "circle pyhpctk.measure.engine": MEASURE_ROOMS,
-    "circle pyhpctk.measure.sampler": MEASURE_ROOMS,
-    "circle pyhpctk.measure.session": MEASURE_ROOMS,
-}
+DOOR_EXCEPTIONS: dict[str, str] = {}
 
 
 @functools.cache

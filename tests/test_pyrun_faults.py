@@ -116,7 +116,7 @@ import os, signal, threading, time
 from pyhpctk.measure import hooks
 
 session = hooks.current_session()
-write_thread = session._write_thread
+write_thread = session.writer.write
 def write_and_be_signalled(state, data):  # the first write at exit gets SIGUSR2 halfway
     if threading.current_thread() is threading.main_thread() and not session.written:
         session.written = True
@@ -124,7 +124,7 @@ def write_and_be_signalled(state, data):  # the first write at exit gets SIGUSR2
         sum(range(1000))  # bytecodes: the handler runs here, inside pyrun's own writing
     write_thread(state, data)
 session.written = False
-session._write_thread = write_and_be_signalled
+session.writer.write = write_and_be_signalled
 stop = threading.Event()
 def spin():
     while not stop.is_set():

@@ -28,8 +28,8 @@ from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import threads
 from pyhpctk.formats.inspect import dump_path, verify_path
-from pyhpctk.measure import engine
 from pyhpctk.measure.encode import encode_threads
+from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.thread_names import ThreadNames, comm_name, program_name, thread_name
 from pyhpctk.present import open_database
 from pyhpctk.present.traces import render_summary, summarize, to_perfetto

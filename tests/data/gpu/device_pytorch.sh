@@ -32,7 +32,7 @@ if want build; then stage build
   rm -f src/pyhpctk/measure/gpu/cupti/_cuptihook*.so src/pyhpctk/measure/_engine*.so  # from these sources
   { setup; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c 'import torch, cupy, cupti; from pyhpctk.measure.gpu.cupti.backend import load_hook; h = load_hook(); print("torch", torch.__version__, "cupy", cupy.__version__, "hook", h, "frames:", getattr(h, "FRAME_WALK", None))'
-    python3 -m pyhpctk.measure.engine && echo "sampling engine: built for $(python3 -V)"
+    python3 -m pyhpctk.measure.sampling.engine && echo "sampling engine: built for $(python3 -V)"
     python3 tests/data/gpu/record_plans.py  # which record layouts take the C pass
     which py-spy; } > "$out/tests.txt" 2>&1
 fi

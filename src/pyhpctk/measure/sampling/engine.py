@@ -7,10 +7,12 @@ Python frames read as they are at the tick, its GIL state, into a per-thread rin
 Python never started (BLAS and OpenMP pools) are found by the engine's monitor thread and
 sampled the same way. See docs/pyrun.md, "Sampling".
 
-:class:`EngineSampler` is the session's side of it: the session's sampler thread becomes the
-*drain*, which every :data:`DRAIN_PERIOD_S` (and at a thread's end, at checkpoints and at exit)
-takes the records out of the rings and walks each thread's CCT by them, adding to each metric
-what the event registry (:mod:`pyhpctk.measure.events`) says a sample of its clock adds.
+:class:`EngineSampler` is the session's side of it, a :class:`~.sampler.Sampler` holding the
+session's :class:`~pyhpctk.measure.session.table.ThreadTable`: the sampling thread
+(:mod:`.thread`) becomes the *drain*, which every :data:`DRAIN_PERIOD_S` (and at a thread's
+end, at checkpoints and at exit) takes the records out of the rings and has each thread's CCT
+insert them (:meth:`~pyhpctk.measure.cct.ThreadCCT.insert_samples`), adding to each metric what
+the event registry (:mod:`pyhpctk.measure.events`) says a sample of its clock adds.
 
 Where the extension is missing (no C compiler at install), the interpreter is not supported
 (free-threaded builds; versions other than 3.11 to 3.13) or ``PYHPCTK_PYRUN_SAMPLER=thread``
@@ -28,6 +30,7 @@ import sysconfig
 import threading
 import time
 
+from pyhpctk.measure.cct import NATIVE_BIT as NATIVE_BIT
 from pyhpctk.measure.config import ENV_DEBUG, ENV_NATIVE
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
 from pyhpctk.measure.thread_names import comm_name
@@ -36,7 +39,7 @@ TYPE_CHECKING = False  # typing costs every measured process milliseconds to imp
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from pyhpctk.measure.session import Session
+    from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
 
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
@@ -44,8 +47,6 @@ ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained 
 # "posix": CPU samples from timers, not perf_events; "signal": perf counters that signal through
 # O_ASYNC and a realtime signal, not SIGTRAP (the default where the kernel has it: cheaper)
 ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"
-NATIVE_BIT = 1 << 63  # drain(): a native frame's ip is NATIVE_BIT | lm << 48 | offset
-NATIVE_OFFSET_MASK = (1 << 48) - 1
 DRAIN_PERIOD_S = 0.1
 # benchmarks: another drain period (s, 0.01 to 2), to weigh what each wake-up of the drain costs
 ENV_DRAIN_PERIOD = "PYHPCTK_PYRUN_DRAIN_S"
@@ -144,7 +145,8 @@ def build_problem() -> str:
         supported = "free-threaded" not in reason and "supports" not in reason
         return reason if supported and reason else ""
     built = os.path.getmtime(module.__file__ or "")
-    sources = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_c")
+    measure = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sources = os.path.join(measure, "engine_c")
     if os.path.isdir(sources):
         for name in os.listdir(sources):
             if os.path.getmtime(os.path.join(sources, name)) > built:
@@ -188,14 +190,14 @@ def unsampled_cpu_line(stats: dict[str, int]) -> str:
 class EngineSampler:
     """The session's use of the engine (see the module docstring)."""
 
-    def __init__(self, session: Session, module: ModuleType) -> None:
-        self.session = session
+    def __init__(self, table: ThreadTable, module: ModuleType) -> None:
+        self.table = table
         self.module = module
         cpu: list[int] = []
         wall: list[int] = []
         # rules[timer][gil]: the (metric, field) pairs a sample of that timer and state adds to
         rules: list[list[list[tuple[int, int]]]] = [[[] for _ in range(4)] for _ in range(3)]
-        for metric, spec in enumerate(session.options.events):
+        for metric, spec in enumerate(table.options.events):
             event = spec.event
             if event.clock == CLOCK_THREAD_CPU:
                 cpu.append(spec.period_us)
@@ -225,7 +227,7 @@ class EngineSampler:
         self.module.start(
             self.cpu_period_ns,
             self.wall_period_ns,
-            self.session.options.trace,
+            self.table.options.trace,
             perf,
             native_frames_wanted(),
         )
@@ -242,7 +244,7 @@ class EngineSampler:
         self.module.take_sigtrap(default)
 
     def register_current_thread(self, program_ns: int = -1) -> None:
-        """Measure the calling thread; ``program_ns``: see Session.register_thread."""
+        """Measure the calling thread; ``program_ns``: see ThreadTable.register_thread."""
         if self.started:
             self.module.register_thread(program_ns)
 
@@ -274,6 +276,25 @@ class EngineSampler:
         self.started = False
         self.module.after_fork_child()
 
+    # -- the sampling thread's wake-ups (the Sampler interface) --------------------------------
+
+    def thread_began(self) -> None:
+        self.exclude_current_thread()
+
+    def first_wait(self) -> float:
+        return drain_period()
+
+    def wake(self) -> None:
+        with self.table.lock:
+            if not self.table.finished:
+                self.drain()
+
+    def next_wait(self) -> float:
+        return drain_period()
+
+    def thread_ended(self) -> None:
+        self.own_thread_end()  # pyrun's CPU time, not the program's lost time
+
     def stats(self) -> dict[str, int]:
         return dict(self.module.stats())
 
@@ -304,86 +325,46 @@ class EngineSampler:
         A thread that ended is written and forgotten, unless ``retire`` is false (the engine
         stopped for an ``exec``, and the threads go on if it fails).
         """
-        session = self.session
-        functions = session.functions
+        table = self.table
+        functions = table.functions
         started = time.thread_time()
         batches = self.module.drain(
             functions.register,
             functions.named(UNKNOWN_CODE),
             functions.named(TRUNCATED),
-            session.add_load_module,
+            table.add_load_module,
         )
-        tracing = session.options.trace
-        lm = session.python_lm
-        kind = session.sampling_kind
+        tracing = table.options.trace
+        lm = table.python_lm
+        kind = table.sampling_kind
         rules = self.rules
         seen: set[int] = set()
         for ident, tid, _python, ended, entries in batches:
             key = ident or -tid
             state = self._state_of(key, tid)
             seen.add(key)
-            cct = state.cct
-            find = cct.child_of.get
-            new_node = cct.new_child
-            nodes = state.path_nodes
-            append = nodes.append
-            values = cct.values_of(kind)  # KindValues.add, inlined: the loop runs per entry
-            slot_of = values.slot_of
-            slot_get = slot_of.get
-            sums = values.values
-            width = values.kind.width
-            zeros = [0.0] * width
-            node = nodes[-1] if nodes else cct.fence
             self.entries += len(entries)
-            times = state.trace_times
-            # A record whose handler was interrupted before it committed can reach a later drain
-            # than an idle mark made after its timestamp: a trace never goes back in time.
-            last = times[-1] if times else 0
-            for common, ips, timer, gil, cpu, wall, when in entries:
-                if common < len(nodes):
-                    del nodes[common:]
-                    node = nodes[-1] if nodes else cct.fence
-                for ip in ips:
-                    if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
-                        frame_lm, ip = (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK
-                    else:
-                        frame_lm = lm
-                    found = find((node, frame_lm, ip))
-                    node = new_node(node, frame_lm, ip) if found is None else found
-                    append(node)
-                for metric, field in rules[timer][gil]:
-                    value = wall if field else cpu
-                    if value > 0:
-                        slot = slot_get(node)
-                        if slot is None:
-                            slot = slot_of[node] = len(slot_of)
-                            sums.extend(zeros)
-                        sums[slot * width + metric] += value * 1e-9
-                if tracing and timer != TIMER_END:
-                    cct.retained[node] = 1
-                    last = when if when > last else last
-                    times.append(last)
-                    state.trace_nodes.append(node)
-                    state.idle = False
-                cct.last_leaf = node
+            trace = (state.trace_times, state.trace_nodes) if tracing else None
+            if state.cct.insert_samples(
+                entries, lm, kind, rules, state.path_nodes, trace, TIMER_END
+            ):
+                state.idle = False
             if ended and retire:
-                session.states.pop(key, None)
-                session._retire(state, final_delta=False)
+                table.retire(key)
         if tracing:
             self._mark_idle(seen)
         self.drain_cpu_s += time.thread_time() - started
 
     def _state_of(self, key: int, tid: int) -> ThreadState:
         """The session's state of a sampled thread, made on first sight (numbered then)."""
-        session = self.session
-        state = session.states.get(key)
+        table = self.table
+        state = table.states.get(key)
         if state is not None and state.native_id not in (None, tid):
-            session.states.pop(key)  # the ident was reused: the thread we knew has ended
-            session._retire(state, final_delta=False)
+            table.retire(key)  # the ident was reused: the thread we knew has ended
             state = None
         if state is None:
             thread = threading._active.get(key)  # type: ignore[attr-defined]
-            state = session.register_thread(
+            state = table.register_thread(
                 thread, main=thread is threading.main_thread(), ident=key, native_id=tid
             )
         state.native_id = tid
@@ -393,8 +374,8 @@ class EngineSampler:
 
     def _mark_idle(self, seen: set[int]) -> None:
         """A thread that took no sample since the previous drain is idle: one NoActvty record."""
-        now_ns = self.session.clocks.epoch_ns()
-        for key, state in self.session.states.items():
+        now_ns = self.table.clocks.epoch_ns()
+        for key, state in self.table.states.items():
             if key not in seen and not state.idle and state.cct.no_activity >= 0:
                 state.cct.retain(state.cct.no_activity)
                 state.trace_times.append(now_ns)
@@ -402,7 +383,7 @@ class EngineSampler:
                 state.idle = True
 
 
-if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.engine
+if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.sampling.engine
     problem = build_problem()
     if problem:
         sys.exit(f"{problem} (pip install -v -e . shows the compiler's messages)")
