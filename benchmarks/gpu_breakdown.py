@@ -164,10 +164,10 @@ def _torch_loop(steps: int) -> Callable[[], float]:
 
 
 def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, object]:
-    from pyhpctk.measure import runtime
     from pyhpctk.measure.gpu import install, shutdown
     from pyhpctk.measure.gpu.attribution import Attributor
     from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.launch import runtime
     from pyhpctk.measure.session import Session
 
     spent: dict[str, float] = {}

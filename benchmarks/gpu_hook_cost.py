@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu import simulated
@@ -40,6 +39,7 @@ from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 FIXTURE = DEFAULT_RECORDING

@@ -47,13 +47,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, Gather, load_hook
 from pyhpctk.measure.gpu.cupti.buffers import BufferReader
 from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.operations import SKIP
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 FAKE = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "gpu", "fake_cupti.c")

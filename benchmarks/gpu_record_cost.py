@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 import gpu_model_sim as sim
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu import simulated
@@ -31,6 +30,7 @@ from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 FIXTURE = DEFAULT_RECORDING

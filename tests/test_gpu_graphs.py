@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from pyhpctk.measure.cct import ThreadCCT, placeholder_ip
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu import shutdown
 from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 DATA = Path(__file__).parent / "data" / "gpu"

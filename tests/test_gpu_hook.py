@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from formats_helpers import STREAM_TRACES
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.cupti.backend import load_hook
 from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 DRIVER, RUNTIME, RESOURCE = 1, 2, 3  # CUpti_CallbackDomain (cupti_callbacks.h)

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from formats_helpers import STREAM_PROFILES
 from pyhpctk.formats import hpcrun, hpctrace
 from pyhpctk.measure.cct import ThreadCCT
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
@@ -28,6 +27,7 @@ from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 FIXTURE = Path(DEFAULT_RECORDING)

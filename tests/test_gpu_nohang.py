@@ -27,7 +27,7 @@ SCENARIO = textwrap.dedent(
     import ctypes, sys, tempfile, threading, types
     lib_path, hook_name = sys.argv[1], sys.argv[2]
     fake = ctypes.CDLL(lib_path)  # loaded: the backend finds it as "libcupti"
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.launch.config import MeasureOptions
     from pyhpctk.measure.gpu import metrics as gm
     from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, load_hook
     from pyhpctk.measure.gpu.monitor import GpuMonitor

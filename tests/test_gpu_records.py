@@ -17,13 +17,13 @@ import pytest
 
 from cupti_layouts import GRAPH_KERNEL, MEMCPY
 from pyhpctk.measure.cct import ThreadCCT
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.attribution import Attributor, KernelTable
 from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, Gather, load_hook
 from pyhpctk.measure.gpu.cupti.buffers import BufferReader
 from pyhpctk.measure.gpu.cupti.records import Converter, plan
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 KERNEL = GRAPH_KERNEL  # the layout with graph ids: every field the C pass converts

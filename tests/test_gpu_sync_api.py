@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown, syncapi
 from pyhpctk.measure.gpu import metrics as gm
@@ -31,6 +30,7 @@ from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
 from pyhpctk.measure.gpu.spec import DEFAULT_SYNC, GpuSpec, parse_gpu_event
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 DRIVER, RUNTIME = 1, 2  # CUpti_CallbackDomain

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 from test_gpu_sync_api import _under  # the metric by line of a function, in a thread's CCT
 

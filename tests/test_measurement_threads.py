@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import left_running, measurement_threads
-from pyhpctk.measure import runtime
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.monitor import GpuMonitor
+from pyhpctk.measure.launch import runtime
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 

@@ -15,8 +15,7 @@ from elftools.elf.elffile import ELFFile
 
 from pyhpctk.core.communication import collective_of, is_communication
 from pyhpctk.errors import UsageError
-from pyhpctk.measure import launcher, naming
-from pyhpctk.measure.config import MeasureOptions
+from pyhpctk.measure import naming
 from pyhpctk.measure.encode import ProfileIdentity
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown
@@ -25,6 +24,8 @@ from pyhpctk.measure.gpu.cubin import kernel_entries, synthetic_cubin
 from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.streams import StreamIdentity
+from pyhpctk.measure.launch import launcher
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 from pyhpctk.present.model import Timeline
 from pyhpctk.present.overlap import NoOverlapError, overlap_report, render_overlap

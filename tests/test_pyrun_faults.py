@@ -19,7 +19,7 @@ import pytest
 
 from pyhpctk.cli.pyrun import main
 from pyhpctk.formats.inspect import verify_path
-from pyhpctk.measure.launcher import MEASUREMENT_LOST, same_launch
+from pyhpctk.measure.launch.launcher import MEASUREMENT_LOST, same_launch
 from pyhpctk.measure.losses import ENV_REPORT, LOST, WRITTEN, LossReport, tell_pyrun
 from test_pyrun import LAUNCHER_VARIABLES, PROGRAMS, PYTHON, chain_under, read_measurements
 

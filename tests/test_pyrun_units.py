@@ -26,7 +26,6 @@ from pyhpctk.measure.cct import (
     ThreadCCT,
     python_frame_ips,
 )
-from pyhpctk.measure.config import ENV_OUTPUT, MeasureOptions
 from pyhpctk.measure.encode import (
     ProfileIdentity,
     encode_logical,
@@ -45,6 +44,7 @@ from pyhpctk.measure.events import (
     parse_event,
     parse_events,
 )
+from pyhpctk.measure.launch.config import ENV_OUTPUT, MeasureOptions
 from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
 
@@ -583,7 +583,7 @@ def test_an_engine_record_drained_after_an_idle_mark_does_not_send_the_trace_bac
     marked its thread idle (at a later time): the trace stays in order, as verify requires."""
     import threading as _threading
 
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.launch.config import MeasureOptions
     from pyhpctk.measure.sampling.engine import TIMER_CPU, EngineSampler
     from pyhpctk.measure.session import Session
 
@@ -620,7 +620,7 @@ def test_a_thread_the_engine_saw_end_is_written_and_forgotten_at_the_drain(tmp_p
     drain writes its profile and drops its state: nothing is left to write it again at exit."""
     import threading as _threading
 
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.launch.config import MeasureOptions
     from pyhpctk.measure.sampling.engine import NATIVE_BIT, TIMER_CPU, EngineSampler
     from pyhpctk.measure.session import Session
 

@@ -31,8 +31,8 @@ import threading
 import time
 
 from pyhpctk.measure.cct import NATIVE_BIT as NATIVE_BIT
-from pyhpctk.measure.config import ENV_DEBUG, ENV_NATIVE
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
+from pyhpctk.measure.launch.config import ENV_DEBUG, ENV_NATIVE
 from pyhpctk.measure.thread_names import comm_name
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import

@@ -61,9 +61,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from types import FrameType
 
-    from pyhpctk.measure.config import MeasureOptions
     from pyhpctk.measure.encode import ProfileIdentity
     from pyhpctk.measure.extension import Extension
+    from pyhpctk.measure.launch.config import MeasureOptions
 
 __all__ = ["SAMPLER_KIND", "Clocks", "Session", "ThreadState", "thread_cpu_clock"]
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from pyhpctk.measure.cct import FunctionTable, MetricKind
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.launch.config import MeasureOptions
     from pyhpctk.measure.thread_state import Clocks, ThreadState
 
 

@@ -29,7 +29,7 @@ from pyhpctk.measure.thread_names import ThreadNames, thread_name
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from pyhpctk.measure.cct import FunctionTable, MetricKind
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.launch.config import MeasureOptions
     from pyhpctk.measure.thread_state import ThreadState
 
     # A thread's encoded files: base stem, profile, trace, logical file, its name (None: a

@@ -13,8 +13,8 @@ import sys
 
 from pyhpctk.errors import UsageError
 from pyhpctk.measure import gpu, hooks
-from pyhpctk.measure.config import ENV_DEBUG, MeasureOptions
 from pyhpctk.measure.events import EventSpec
+from pyhpctk.measure.launch.config import ENV_DEBUG, MeasureOptions
 from pyhpctk.measure.session import Session
 
 

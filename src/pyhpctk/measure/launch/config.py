@@ -29,7 +29,9 @@ ENV_NATIVE = "PYHPCTK_PYRUN_NATIVE"  # "0": samples record no native frames (pyr
 
 DEFAULT_CHECKPOINT_S = 10.0
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 
 class MeasureOptions:
