@@ -137,7 +137,7 @@ def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.fixture(params=GPU_HOOKS)
 def gpu_hook(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The test runs once per GPU hook; ``gpu=`` events without ``hook=`` use that one."""
-    from pyhpctk.measure.gpu.options import ENV_HOOK
+    from pyhpctk.measure.settings import ENV_HOOK
 
     monkeypatch.setenv(ENV_HOOK, request.param)
     return str(request.param)

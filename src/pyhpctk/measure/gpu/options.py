@@ -7,17 +7,15 @@ through these functions, so a value is refused with the same words whichever bac
 
 from __future__ import annotations
 
-import os
-
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu.spec import DEFAULT_SIMULATED_SYNC, DEFAULT_SYNC, SYNC_MODES, GpuSpec
-
-ENV_HOOK = "PYHPCTK_GPU_HOOK"  # the default of hook= (c, python, auto)
+from pyhpctk.measure.settings import ENV_HOOK as ENV_HOOK
+from pyhpctk.measure.settings import run_settings
 
 
 def hook_option(spec: GpuSpec) -> str:
     """``hook=c|python|auto``: how GPU API calls are seen (the C CUPTI hook where built)."""
-    hook = spec.option("hook", os.environ.get(ENV_HOOK, "") or "auto")
+    hook = spec.option("hook", run_settings().gpu_hook or "auto")
     if hook not in ("auto", "c", "python"):
         raise UsageError(f"gpu={spec.backend}: hook={hook!r}: say hook=c, hook=python or hook=auto")
     return hook

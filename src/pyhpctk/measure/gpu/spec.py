@@ -15,22 +15,32 @@ Because the options use commas, a spec travels to child processes in its own env
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from pyhpctk.errors import UsageError
+from pyhpctk.measure.settings import ENV_GPU as ENV_GPU
+from pyhpctk.measure.settings import run_settings
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
-class BackendInfo(NamedTuple):
-    """One row of the backend table: what ``gpu=NAME`` is and where it lives."""
+class BackendInfo:
+    """One row of the backend table: what ``gpu=NAME`` is and where it lives (a value; not a
+    NamedTuple: typing costs every measured process milliseconds to import)."""
 
-    #: The module that makes it: ``check(spec)`` and ``make(spec)``
-    #: (:class:`~pyhpctk.measure.gpu.backend.BackendModule`); imported only when used.
-    module: str
-    #: The options it reads; any other is a typo.
-    options: tuple[str, ...]
-    #: Its lines in ``pyrun -L``: (what follows ``gpu=NAME``, text), then (option, text) or
-    #: ("", text going on).
-    listing: tuple[tuple[str, str], ...]
+    __slots__ = ("listing", "module", "options")
+
+    def __init__(
+        self, module: str, options: tuple[str, ...], listing: tuple[tuple[str, str], ...]
+    ) -> None:
+        #: The module that makes it: ``check(spec)`` and ``make(spec)``
+        #: (:class:`~pyhpctk.measure.gpu.backend.BackendModule`); imported only when used.
+        self.module = module
+        #: The options it reads; any other is a typo.
+        self.options = options
+        #: Its lines in ``pyrun -L``: (what follows ``gpu=NAME``, text), then (option, text)
+        #: or ("", text going on).
+        self.listing = listing
 
 
 #: The GPU backends, name → :class:`BackendInfo`: option checking, making the backend and
@@ -89,7 +99,6 @@ SYNC_MODES = ("api", "activity", "both")
 DEFAULT_SYNC = "api"
 #: gpu=simulated's: its recordings hold CUPTI's records, replayed as they came.
 DEFAULT_SIMULATED_SYNC = "activity"
-ENV_GPU = "PYHPCTK_PYRUN_GPU"  # str(GpuSpec) for every process pyrun measures
 
 
 def is_gpu_event(text: str) -> bool:
@@ -158,9 +167,8 @@ def parse_gpu_event(text: str) -> GpuSpec:
     return GpuSpec(parts[0].lower(), tuple(options))
 
 
-def spec_from_env(env: dict[str, str] | None = None) -> GpuSpec | None:
-    """The GPU spec pyrun left in the environment, or None."""
-    import os
-
-    text = (os.environ if env is None else env).get(ENV_GPU, "")
+def spec_from_env(env: Mapping[str, str] | None = None) -> GpuSpec | None:
+    """The GPU spec pyrun left in the environment (its settings, :mod:`~pyhpctk.measure.settings`),
+    or None."""
+    text = run_settings(env).gpu
     return parse_gpu_event(text) if text else None

@@ -32,16 +32,10 @@ from pyhpctk.errors import PyhpctkError, UsageError
 from pyhpctk.measure import naming, signals
 from pyhpctk.measure.census import Census, PythonProcess
 from pyhpctk.measure.events import EventSpec
-from pyhpctk.measure.gpu.spec import ENV_GPU
 from pyhpctk.measure.launch import rendezvous
-from pyhpctk.measure.launch.config import (
-    BOOTSTRAP_DIR,
-    DEFAULT_CHECKPOINT_S,
-    ENV_DEBUG,
-    ENV_NATIVE,
-    MeasureOptions,
-)
+from pyhpctk.measure.launch.config import BOOTSTRAP_DIR, DEFAULT_CHECKPOINT_S, MeasureOptions
 from pyhpctk.measure.losses import LossReport
+from pyhpctk.measure.settings import ENV_DEBUG, ENV_GPU, ENV_NATIVE
 
 #: Signals pyrun passes on to the command: every catchable one that would end pyrun, but SIGINT
 #: (a terminal's Ctrl-C reaches the command directly) and SIGPIPE/SIGXFSZ (pyrun's own writes).

@@ -32,7 +32,10 @@ import time
 
 from pyhpctk.measure.cct import NATIVE_BIT as NATIVE_BIT
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
-from pyhpctk.measure.launch.config import ENV_DEBUG, ENV_NATIVE
+from pyhpctk.measure.settings import ENV_CPU_TIMER as ENV_CPU_TIMER
+from pyhpctk.measure.settings import ENV_DRAIN_PERIOD as ENV_DRAIN_PERIOD
+from pyhpctk.measure.settings import ENV_FALLBACK_SAID, run_settings
+from pyhpctk.measure.settings import ENV_SAMPLER as ENV_SAMPLER
 from pyhpctk.measure.thread_names import comm_name
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -42,14 +45,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
 
-ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
-ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
-# "posix": CPU samples from timers, not perf_events; "signal": perf counters that signal through
-# O_ASYNC and a realtime signal, not SIGTRAP (the default where the kernel has it: cheaper)
-ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"
 DRAIN_PERIOD_S = 0.1
-# benchmarks: another drain period (s, 0.01 to 2), to weigh what each wake-up of the drain costs
-ENV_DRAIN_PERIOD = "PYHPCTK_PYRUN_DRAIN_S"
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
 
@@ -67,7 +63,7 @@ def cpu_timer_route() -> int:
     counters that signal through O_ASYNC, 2 counters that raise SIGTRAP (the default; the engine
     falls back to 1 on kernels before 5.13). Under a debugger (a tracer attached), 1: a
     debugger stops at every SIGTRAP."""
-    chosen = os.environ.get(ENV_CPU_TIMER, "").strip().lower()
+    chosen = run_settings().cpu_timer
     if chosen == "posix":
         return 0
     if chosen == "signal" or _traced():
@@ -90,7 +86,7 @@ def drain_period() -> float:
     """Seconds between two drains: :data:`DRAIN_PERIOD_S`, or what ``PYHPCTK_PYRUN_DRAIN_S``
     says (benchmarks; a value that is not a number from 0.01 to 2 is ignored)."""
     try:
-        period = float(os.environ.get(ENV_DRAIN_PERIOD, ""))
+        period = float(run_settings().drain_s)
     except ValueError:
         return DRAIN_PERIOD_S
     return period if 0.01 <= period <= 2.0 else DRAIN_PERIOD_S
@@ -98,7 +94,7 @@ def drain_period() -> float:
 
 def load_engine() -> tuple[ModuleType | None, str]:
     """The engine's module, or None and why it cannot be used here."""
-    if os.environ.get(ENV_SAMPLER, "").strip().lower() == "thread":
+    if run_settings().sampler == "thread":
         return None, ""  # asked for: nothing to explain
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return (
@@ -133,7 +129,7 @@ def fell_back_line(stats: dict[str, int]) -> str:
 
 def native_frames_wanted() -> bool:
     """Whether samples record native frames (on unless ``pyrun --no-native``)."""
-    return os.environ.get(ENV_NATIVE, "1").strip() != "0"
+    return run_settings().native
 
 
 def build_problem() -> str:
@@ -156,7 +152,7 @@ def build_problem() -> str:
 
 def say_fallback_once(reason: str) -> None:
     """Explain the fallback once per pyrun run (children inherit the mark)."""
-    if reason and not os.environ.get(ENV_FALLBACK_SAID):
+    if reason and not run_settings().fallback_said:
         os.environ[ENV_FALLBACK_SAID] = "1"
         sys.stderr.write(
             f"pyrun: {reason}; sampling with a Python thread instead: self time is then"
@@ -311,7 +307,7 @@ class EngineSampler:
             sys.stderr.write(unsampled + "\n")
         if stats.get("perf_refused"):
             sys.stderr.write(fell_back_line(stats) + "\n")
-        if os.environ.get(ENV_DEBUG) == "1":
+        if run_settings().debug:
             stats["drain_entries"] = self.entries
             stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)
             counts = ", ".join(f"{name} {value}" for name, value in sorted(stats.items()))

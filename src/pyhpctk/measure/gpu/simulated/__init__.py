@@ -12,13 +12,14 @@ import os
 
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu import options
+from pyhpctk.measure.settings import ENV_RECORDING as ENV_RECORDING
+from pyhpctk.measure.settings import run_settings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyhpctk.measure.gpu.backend import Backend
     from pyhpctk.measure.gpu.spec import GpuSpec
 
-ENV_RECORDING = "PYHPCTK_GPU_RECORDING"  # default recording for gpu=simulated
 #: The recording gpu=simulated replays by default (the H200 fixture, shipped with the package).
 DEFAULT_RECORDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cupy_streams.json")
 
@@ -37,7 +38,7 @@ def make(spec: GpuSpec) -> Backend:
     from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
 
     inst = options.inst_counting(spec)
-    path = spec.option("recording") or os.environ.get(ENV_RECORDING, "") or DEFAULT_RECORDING
+    path = spec.option("recording") or run_settings().gpu_recording or DEFAULT_RECORDING
     try:
         replayed = recording.load(path)
     except OSError as error:
