@@ -17,13 +17,13 @@ help:
 
 all: test
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/pyhpctk/measure/gpu/_cuptihook*.[ch]) \
-	  $(wildcard src/pyhpctk/measure/engine_c/*)
+$(STAMP): pyproject.toml setup.py $(wildcard src/pyhpctk/measure/gpu/cupti/_cuptihook*.[ch]) \
+	  $(wildcard src/pyhpctk/measure/engine_c/*) src/pyhpctk/measure/pyframes.h
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "pyhpctk needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	@$(PY) -m pyhpctk.measure.engine
+	@$(PY) -m pyhpctk.measure.sampling.engine
 	@touch $(STAMP)
 
 env: $(STAMP)
@@ -57,7 +57,8 @@ test: lint typecheck unit test-engine
 ENGINE_PYTHONS ?= 3.12 3.13
 ENGINE_TESTS ?= tests/test_pyrun_engine.py tests/test_pyrun_native.py tests/test_pyrun_unsampled.py \
 	tests/test_pyrun_drain.py tests/test_pyrun_sigtrap.py
-ENGINE_SOURCES := setup.py pyproject.toml $(wildcard src/pyhpctk/measure/engine_c/*)
+ENGINE_SOURCES := setup.py pyproject.toml $(wildcard src/pyhpctk/measure/engine_c/*) \
+	  src/pyhpctk/measure/pyframes.h $(wildcard src/pyhpctk/measure/gpu/cupti/_cuptihook*.[ch])
 
 test-engine: $(STAMP)
 	@for version in $(ENGINE_PYTHONS); do \
@@ -71,7 +72,7 @@ test-engine: $(STAMP)
 	  if [ ! -f $$venv/.installed-stamp ] || [ -n "$$(find $(ENGINE_SOURCES) -newer $$venv/.installed-stamp 2>/dev/null)" ]; then \
 	    test -x $$venv/bin/python || $$python -m venv $$venv || exit 1; \
 	    $$venv/bin/python -m pip install --quiet -e . pytest pytest-xdist || exit 1; \
-	    $$venv/bin/python -m pyhpctk.measure.engine || exit 1; \
+	    $$venv/bin/python -m pyhpctk.measure.sampling.engine || exit 1; \
 	    touch $$venv/.installed-stamp; fi; \
 	  echo "engine tests on $$($$venv/bin/python -c 'import sys; print(sys.version.split()[0])')"; \
 	  $$venv/bin/python -m pytest -p no:cacheprovider -n 2 $(ENGINE_TESTS) || exit 1; \

@@ -74,12 +74,10 @@ def _workload(name: str) -> Callable[[], float]:
 def child(workload: str, config: str, rounds: int) -> dict[str, object]:
     from cupti import cupti
 
-    from pyhpctk.measure.gpu.cupti_backend import (
-        _loaded_library,
-    )
+    from pyhpctk.measure.gpu.cupti.lib import loaded_library
 
     cupti.get_timestamp()  # loads libcupti before CUDA makes its context
-    lib = ctypes.CDLL(_loaded_library("libcupti") or "libcupti.so")
+    lib = ctypes.CDLL(loaded_library("libcupti") or "libcupti.so")
     settings = CONFIGS[config]
     refused = []
     for attr, ctype, value in settings.get("attrs", ()):  # type: ignore[attr-defined]

@@ -48,7 +48,7 @@ def _loop(cp: object, launches: int) -> float:
 def discarding_buffers(lib: ctypes.CDLL) -> tuple[object, object]:
     """Register CUPTI buffer callbacks that hand out zeroed 8 MB blocks and drop them unread
     once complete: what CUPTI costs by itself. Keep the returned callbacks alive."""
-    from pyhpctk.measure.gpu.cupti_backend import BUFFER_COMPLETED, BUFFER_REQUESTED
+    from pyhpctk.measure.gpu.cupti.lib import BUFFER_COMPLETED, BUFFER_REQUESTED
 
     blocks: dict[int, object] = {}
 
@@ -70,10 +70,7 @@ def discarding_buffers(lib: ctypes.CDLL) -> tuple[object, object]:
 def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, float]:
     from cupti import cupti
 
-    from pyhpctk.measure.gpu.cupti_backend import (
-        _loaded_library,
-        load_hook,
-    )
+    from pyhpctk.measure.gpu.cupti.lib import load_hook, loaded_library
 
     if workload == "launch":
         import cupy as cp
@@ -84,7 +81,7 @@ def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, fl
     body()
     out = {"plain": min(body() for _ in range(repeat))}
     cupti.get_timestamp()
-    lib = ctypes.CDLL(_loaded_library("libcupti") or "libcupti.so")
+    lib = ctypes.CDLL(loaded_library("libcupti") or "libcupti.so")
     keep = discarding_buffers(lib)  # noqa: F841 (CUPTI calls them until the process ends)
     kinds = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "MEMORY2")
     for kind in kinds:  # what gpu=nvidia enables
@@ -102,7 +99,7 @@ def layers(launches: int, repeat: int, workload: str = "launch") -> dict[str, fl
             if "Launch" in n and "SIZE" not in n and "INVALID" not in n and int(m) < 4096
         ]
         hook.configure(entries, lambda *a: 0, None, 6, 0xFFFFFFFF)
-        out["refused"] = hook.subscribe(_loaded_library("libcupti"))
+        out["refused"] = hook.subscribe(loaded_library("libcupti"))
         out["+hook"] = min(body() for _ in range(repeat))
         out["hook_stats"] = hook.stats()  # type: ignore[assignment]
         hook.unsubscribe()
@@ -167,10 +164,10 @@ def _torch_loop(steps: int) -> Callable[[], float]:
 
 
 def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, object]:
-    from pyhpctk.measure import runtime
     from pyhpctk.measure.gpu import install, shutdown
     from pyhpctk.measure.gpu.attribution import Attributor
     from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.launch import runtime
     from pyhpctk.measure.session import Session
 
     spent: dict[str, float] = {}
@@ -193,7 +190,8 @@ def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, o
     measured = runtime.start(out, install_hooks=False)
     monitor = install(measured, "gpu=nvidia")
     backend = monitor.backend
-    parse = backend.parse_raw  # type: ignore[attr-defined]
+    reader = backend.buffers  # type: ignore[union-attr]
+    parse = reader.parse_raw
 
     def timed_parse(*args: object) -> object:
         began, cpu = time.perf_counter(), time.thread_time()
@@ -202,7 +200,7 @@ def session(launches: int, repeat: int, workload: str = "launch") -> dict[str, o
         spent["parse cpu"] = spent.get("parse cpu", 0.0) + time.thread_time() - cpu
         return result
 
-    backend.parse_raw = timed_parse  # type: ignore[attr-defined]
+    reader.parse_raw = timed_parse  # type: ignore[method-assign,assignment]
     times = [body() for _ in range(repeat)]
     native = getattr(backend, "native", None)
     stats = native.stats() if native is not None else {}

@@ -32,16 +32,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu import simulated
 from pyhpctk.measure.gpu.monitor import GpuMonitor
-from pyhpctk.measure.gpu.simulated import SimulatedBackend
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.gpu.simulated import recording as rec
+from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
-FIXTURE = "tests/data/gpu/cupy_streams.json"
+FIXTURE = DEFAULT_RECORDING
 # The callback domain and ids the simulated backend configures the C hook with.
 DOMAIN, FIRST_CBID = simulated._DRIVER, simulated._FIRST_CBID
 
@@ -78,8 +79,9 @@ def measure(hook: str, shape: str, n: int, repeat: int) -> float:
         session.register_thread(threading.current_thread(), main=True)
         recording = rec.load(FIXTURE)
         backend = SimulatedBackend(recording, hook="c" if hook == "c" else "python")
-        monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()))
-        monitor.backend = backend
+        monitor = GpuMonitor(
+            session, session.add_metric_kind(gm.gpu_metric_kind()), backend=backend
+        )
         backend.start(monitor, paused=True)
         native = backend.native
         # functools.partial is C: no Python frame between the program's frame and the hook,
@@ -115,8 +117,9 @@ def attribution(hook: str, n: int, repeat: int) -> float:
         session.register_thread(threading.current_thread(), main=True)
         recording = rec.load(FIXTURE)
         backend = SimulatedBackend(recording, hook=hook)
-        monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()))
-        monitor.backend = backend
+        monitor = GpuMonitor(
+            session, session.add_metric_kind(gm.gpu_metric_kind()), backend=backend
+        )
         backend.start(monitor, paused=True)
         if hook == "c":
             issue: Callable[[int], object] = functools.partial(

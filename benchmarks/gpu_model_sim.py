@@ -47,12 +47,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, load_hook
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, Gather, load_hook
+from pyhpctk.measure.gpu.cupti.buffers import BufferReader
 from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.operations import SKIP
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 FAKE = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "gpu", "fake_cupti.c")
@@ -183,13 +184,13 @@ def raw_buffer(kinds: list[tuple[int, int]], start_ns: int) -> np.ndarray:
     return raw
 
 
-def parser() -> CuptiBackend:
+def parser() -> BufferReader:
     """The CUPTI backend's buffer parser, knowing the stand-in layouts (no libcupti here)."""
-    backend = CuptiBackend()
+    backend = CuptiBackend().buffers
     backend.record_sizes = {KERNEL_RECORD: KERNEL.itemsize, MEMSET_RECORD: MEMSET.itemsize}
     backend.checks_left = 0
     backend._kinds = {KERNEL_RECORD: act.KERNEL, MEMSET_RECORD: act.MEMSET}
-    backend._gathers = {act.KERNEL: _Gather([KERNEL]), act.MEMSET: _Gather([MEMSET])}
+    backend._gathers = {act.KERNEL: Gather([KERNEL]), act.MEMSET: Gather([MEMSET])}
     return backend
 
 
@@ -291,7 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _deliver(monitor: GpuMonitor, reader: CuptiBackend, raw: np.ndarray) -> None:
+def _deliver(monitor: GpuMonitor, reader: BufferReader, raw: np.ndarray) -> None:
     monitor.exclude_current_thread()
     records = reader.parse_raw(raw.ctypes.data, len(raw))
     monitor.buffer_completed(records, reader.functions)

@@ -23,16 +23,17 @@ from collections.abc import Callable
 
 import gpu_model_sim as sim
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu import simulated
 from pyhpctk.measure.gpu.monitor import GpuMonitor
-from pyhpctk.measure.gpu.simulated import SimulatedBackend
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.gpu.simulated import recording as rec
+from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
-FIXTURE = "tests/data/gpu/cupy_streams.json"
+FIXTURE = DEFAULT_RECORDING
 
 
 def _timed(owner: object, name: str, label: str, spent: dict[str, list[float]]) -> None:
@@ -58,8 +59,9 @@ def main() -> None:
         session = Session(MeasureOptions(directory, trace=False, checkpoint_s=0))
         session.register_thread(threading.current_thread(), main=True)
         backend = SimulatedBackend(rec.load(FIXTURE), hook="c")
-        monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()))
-        monitor.backend = backend
+        monitor = GpuMonitor(
+            session, session.add_metric_kind(gm.gpu_metric_kind()), backend=backend
+        )
         backend.start(monitor, paused=True)
         native = backend.native
         assert native is not None, "the C hook is not built (pip install -e .)"

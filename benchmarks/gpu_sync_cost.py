@@ -28,7 +28,7 @@ import time
 
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import syncapi
-from pyhpctk.measure.gpu.cupti_backend import load_hook
+from pyhpctk.measure.gpu.cupti.backend import load_hook
 
 FAKE = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "gpu", "fake_cupti.c")
 RUNTIME, DRIVER = 2, 1

@@ -62,8 +62,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from pyrun_cpu import pin_cpus  # noqa: E402  (beside this script)
 
-from pyhpctk.measure import runtime  # noqa: E402
 from pyhpctk.measure.events import EventSpec  # noqa: E402
+from pyhpctk.measure.launch import runtime  # noqa: E402
 
 
 def python_loop(n: int) -> int:

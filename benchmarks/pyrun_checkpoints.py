@@ -4,7 +4,7 @@ pyrun writes its first checkpoint 0.25 s after measuring began and backs off (ea
 after a quarter of the time measured so far, on the wall or the CPU clock, at least 100 times
 the CPU time the last one took, and every ``--checkpoint`` seconds at most), so that a crash
 keeps most of a short run. This
-measures, inside one process measured through :mod:`pyhpctk.measure.runtime` (the default
+measures, inside one process measured through :mod:`pyhpctk.measure.launch.runtime` (the default
 ``--checkpoint 10``), how many checkpoints a run of ``--seconds`` makes and the CPU time they
 take (each ``Session.checkpoint`` timed on its thread's CPU clock), against the process's CPU
 time over the run: the cost the early checkpoints add, since a run shorter than 10 s wrote
@@ -28,7 +28,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-from pyhpctk.measure import runtime  # noqa: E402
+from pyhpctk.measure.launch import runtime  # noqa: E402
 
 
 def python_loop(stop: threading.Event) -> None:

@@ -161,8 +161,8 @@ def run_one(
     result: dict[str, object] = {"workload": workload, "mode": mode, "settle": settle}
     times: list[float] = []
     if mode in PYRUN_MODES:
-        from pyhpctk.measure import runtime
         from pyhpctk.measure.gpu import install, shutdown
+        from pyhpctk.measure.launch import runtime
 
         out = tempfile.mkdtemp(prefix="pyrun-gpu-bench-")
         session = runtime.start(out, trace=mode == "pyrun-t", install_hooks=False)

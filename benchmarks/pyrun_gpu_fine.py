@@ -11,9 +11,9 @@ modes) do not apply. Modes, each in its own process (CUPTI allows one PC samplin
 context):
 
 - ``plain``: no measurement (``record_pc.py --no-sampling``);
-- ``pc``: CUPTI PC sampling through :class:`pyhpctk.measure.gpu.pcsampling.PcSampler`
+- ``pc``: CUPTI PC sampling through :class:`pyhpctk.measure.gpu.cupti.pcsampling.PcSampler`
   (kernel-serialized, period 2^N cycles) — what ``pyrun -e gpu=nvidia,pc`` collects;
-- ``inst``: CUPTI SASS metrics through :class:`pyhpctk.measure.gpu.sassmetrics.SassCounter`
+- ``inst``: CUPTI SASS metrics through :class:`pyhpctk.measure.gpu.cupti.sassmetrics.SassCounter`
   (exact per-instruction counts: CUPTI's one counting window over the launches, one flush;
   region = the counted launches, the first one patching the kernel) — what
   ``pyrun -e gpu=nvidia,inst`` collects;

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,3 +65,79 @@ def private_struct_cache(
     home = tmp_path_factory.mktemp("pyhpctk-cache")
     monkeypatch.setenv("PYHPCTK_CACHE_DIR", str(home))
     return home / "structs"
+
+
+#: pyrun's own threads begin their names so (pyhpctk.measure.thread_names.OWN_THREAD_PREFIX):
+#: the sampler and drain thread, the engine's monitor, the GPU monitor, tracer and buffer threads.
+OWN_THREAD_PREFIX = "pyrun-"
+
+
+def measurement_threads() -> set[str]:
+    """pyrun's threads alive in this process: raw ones (``_thread``, pthreads: invisible to
+    ``threading.enumerate``) by their kernel name, threading's by their name."""
+    found = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8", errors="replace") as comm:
+                name = comm.read().strip()
+        except OSError:  # ended meanwhile
+            continue
+        if name.startswith(OWN_THREAD_PREFIX):
+            found.add(f"{name} (tid {tid})")
+    found.update(
+        f"{thread.name} (threading)"
+        for thread in threading.enumerate()
+        if thread.name.startswith(OWN_THREAD_PREFIX)
+    )
+    return found
+
+
+def left_running(before: set[str], grace_s: float = 5.0) -> list[str]:
+    """The measurement threads not in ``before`` still alive after ``grace_s`` seconds."""
+    deadline = time.monotonic() + grace_s
+    while (left := measurement_threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return sorted(left)
+
+
+@pytest.fixture(autouse=True)
+def no_measurement_thread_left() -> Iterator[None]:
+    """Fail a test that leaves a sampler, monitor or drain thread running (pyinstrument's
+    ``check_sampler_state``): stop the session, the engine and the GPU monitor it started."""
+    before = measurement_threads()
+    yield
+    left = left_running(before)
+    if left:
+        pytest.fail(
+            "the test left pyrun's measurement threads running (stop what it started): "
+            + ", ".join(left)
+        )
+
+
+# -- the two roads of each pair (issue #33): every low-level test that names one runs on both ---
+#: Which sampler measures: the C engine, or the Python sampler thread (``PYHPCTK_PYRUN_SAMPLER``).
+SAMPLERS = ("engine", "thread")
+#: How GPU API calls are seen: the C CUPTI hook, or Python callbacks (``gpu=...,hook=``).
+GPU_HOOKS = ("python", "c")
+
+
+@pytest.fixture(params=SAMPLERS)
+def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs once per sampler; pyrun and sessions started in it use that one."""
+    from pyhpctk.measure.sampling.engine import ENV_SAMPLER
+
+    monkeypatch.setenv(ENV_SAMPLER, request.param)
+    return str(request.param)
+
+
+@pytest.fixture(params=GPU_HOOKS)
+def gpu_hook(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs once per GPU hook; ``gpu=`` events without ``hook=`` use that one."""
+    from pyhpctk.measure.settings import ENV_HOOK
+
+    monkeypatch.setenv(ENV_HOOK, request.param)
+    return str(request.param)

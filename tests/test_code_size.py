@@ -15,7 +15,7 @@ private module imported from outside its package, no class with more than 25 att
 annotated fields, ``__slots__`` and ``self.x`` it assigns, with those of its bases in ``src/``),
 and no two top-level classes or ``NewType`` ids of ``src/`` sharing a name (declared once, imported
 everywhere). :data:`DOOR_EXCEPTIONS` lists the violations another room's rebuilding removes;
-like :data:`EXCEPTIONS` it only shrinks.
+like :data:`EXCEPTIONS` it only shrinks, and it is empty now.
 """
 
 from __future__ import annotations
@@ -78,24 +78,10 @@ def test_every_exception_is_still_needed() -> None:
 
 
 # -- doors (issue #33) ---------------------------------------------------------------------------
-MEASURE_ROOMS = "measure/ rooms, #33 items 1-4"
-
 # "circle MODULE" (a module in an import circle), "private MODULE NAME" (a private name MODULE
 # imports from another module), "attributes MODULE.CLASS" (more than 25) or "twice NAME" (a
 # class or id declared in two modules) -> why it may stay, until the rebuilding named removes it.
-DOOR_EXCEPTIONS: dict[str, str] = {
-    "attributes pyhpctk.measure.gpu.cupti_backend.CuptiBackend": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.gpu.cupti_buffers.ActivityBuffers": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.gpu.cupti_callbacks.ApiCallbacks": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.gpu.simulated.SimulatedBackend": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.session.Session": MEASURE_ROOMS,
-    "attributes pyhpctk.measure.sampler.SamplerThread": MEASURE_ROOMS,
-    "circle pyhpctk.measure.engine": MEASURE_ROOMS,
-    "circle pyhpctk.measure.gpu.monitor": MEASURE_ROOMS,
-    "circle pyhpctk.measure.gpu.report": MEASURE_ROOMS,
-    "circle pyhpctk.measure.sampler": MEASURE_ROOMS,
-    "circle pyhpctk.measure.session": MEASURE_ROOMS,
-}
+DOOR_EXCEPTIONS: dict[str, str] = {}
 
 
 @functools.cache

@@ -15,9 +15,9 @@ import pytest
 
 from formats_helpers import STREAM_PROFILES
 from pyhpctk.formats import hpcrun, hpctrace
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 pytestmark = pytest.mark.gpu

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from pyhpctk.measure.cct import ThreadCCT, placeholder_ip
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu import shutdown
 from pyhpctk.measure.gpu.monitor import GpuMonitor
-from pyhpctk.measure.gpu.simulated import SimulatedBackend
+from pyhpctk.measure.gpu.simulated import recording as rec
+from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -91,19 +91,19 @@ def _observed(session: Session, ccts: list[ThreadCCT]) -> Counter[tuple[int, int
     return out
 
 
-@pytest.mark.parametrize("hook", ["python", "c"])
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
 def test_replayed_graph_kernels_land_under_their_capture_lines(
-    tmp_path: Path, fixture: Path, hook: str
+    tmp_path: Path, fixture: Path, gpu_hook: str
 ) -> None:
     recording = rec.load(fixture)
     expected = _expected(recording)
     assert any(capture >= 0 for _, capture in expected), "the recording has graph kernels"
     session = Session(MeasureOptions(str(tmp_path), trace=True, checkpoint_s=0))
     session.register_thread(threading.current_thread(), main=True)
-    backend = SimulatedBackend(recording, hook=hook)
-    monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()), recording.device)
-    monitor.backend = backend
+    backend = SimulatedBackend(recording, hook=gpu_hook)
+    monitor = GpuMonitor(
+        session, session.add_metric_kind(gm.gpu_metric_kind()), recording.device, backend=backend
+    )
     backend.start(monitor)
     ccts: list[ThreadCCT] = []
     errors: list[BaseException] = []

@@ -1,4 +1,4 @@
-"""The C CUPTI hook (``pyhpctk.measure.gpu._cuptihook``), called as CUPTI would call it.
+"""The C CUPTI hook (``pyhpctk.measure.gpu.cupti._cuptihook``), called as CUPTI would call it.
 
 No GPU: ``invoke()`` runs the C callback with a ``CUpti_CallbackData`` it fills in, on the
 calling thread. ``make test`` builds the extension (setup.py), so a missing build fails here.
@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from formats_helpers import STREAM_TRACES
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu.cupti_backend import load_hook
+from pyhpctk.measure.gpu.cupti.backend import load_hook
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 DRIVER, RUNTIME, RESOURCE = 1, 2, 3  # CUpti_CallbackDomain (cupti_callbacks.h)
@@ -28,7 +29,7 @@ LAUNCH, COPY = 307, 279  # any callback ids: the table says what they are
 MODULE_LOADED = 6
 KERNEL_KIND, COPY_KIND = 1, 2
 RECORD = np.dtype([("correlation", "<u8"), ("token", "<i8")])
-FIXTURE = Path(__file__).parent / "data" / "gpu" / "cupy_streams.json"
+FIXTURE = Path(DEFAULT_RECORDING)
 
 
 @pytest.fixture
@@ -291,15 +292,16 @@ def test_both_hooks_attribute_the_same_metrics(hook_name: str, tmp_path: Path) -
 
 def _hooked_monitor(tmp_path: Path, trace: bool = False) -> tuple[Session, object, object]:
     """A session and monitor whose operations come through the C hook, buffers by hand."""
-    from pyhpctk.measure.gpu import recording as rec
     from pyhpctk.measure.gpu.monitor import GpuMonitor
-    from pyhpctk.measure.gpu.simulated import SimulatedBackend
+    from pyhpctk.measure.gpu.simulated import recording as rec
+    from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
 
     session = Session(MeasureOptions(str(tmp_path), trace=trace, checkpoint_s=0))
     session.register_thread(threading.current_thread(), main=True)
     backend = SimulatedBackend(rec.load(str(FIXTURE)), hook="c")
-    monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()), trace=trace)
-    monitor.backend = backend
+    monitor = GpuMonitor(
+        session, session.add_metric_kind(gm.gpu_metric_kind()), trace=trace, backend=backend
+    )
     backend.start(monitor, paused=True)
     assert backend.native is not None
     native = backend.native

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats import hpcrun
 from pyhpctk.measure.gpu import inst_counting, parse_gpu_event
-from pyhpctk.measure.gpu import sassmetrics as sm
+from pyhpctk.measure.gpu.cupti import sassmetrics as sm
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "gpu"

@@ -15,10 +15,11 @@ from pyhpctk.formats import hpcrun
 from pyhpctk.measure.gpu import GpuSpec, parse_gpu_event
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu.cubin import gpubin_name, kernel_entries, save_gpubin
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.gpu.simulated import recording as rec
 
-FIXTURE = Path(__file__).parent / "data" / "gpu" / "cupy_streams.json"
+FIXTURE = Path(DEFAULT_RECORDING)
 MEAS = "meas/loops-cuda-nvidia-t.m"
 
 

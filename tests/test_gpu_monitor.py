@@ -1,7 +1,7 @@
 """The GPU monitor on the simulated backend: attribution, threads, overflow, streams, traces.
 
 Everything here runs the same channels, monitor thread, attribution and tracing code as a real
-GPU run; the simulated backend replays ``tests/data/gpu/cupy_streams.json`` (recorded on an
+GPU run; the simulated backend replays ``cupy_streams.json`` (``DEFAULT_RECORDING``) (recorded on an
 H200 by ``tests/data/gpu/record_cupy.py``) or recordings hypothesis makes up. Expected values
 come from the recordings with numpy, never from the monitor.
 """
@@ -20,20 +20,20 @@ from hypothesis import strategies as st
 from formats_helpers import STREAM_PROFILES
 from pyhpctk.formats import hpcrun, hpctrace
 from pyhpctk.measure.cct import ThreadCCT
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu.monitor import GpuMonitor
-from pyhpctk.measure.gpu.simulated import SimulatedBackend
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.gpu.simulated import recording as rec
+from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
-FIXTURE = Path(__file__).parent / "data" / "gpu" / "cupy_streams.json"
+FIXTURE = Path(DEFAULT_RECORDING)
+
+
 #: Both ways of seeing operations: monitor.enter() (cupti-python's path) and the C hook.
-HOOKS = ("python", "c")
-
-
 def _session(directory: Path, trace: bool = False) -> Session:
     session = Session(MeasureOptions(str(directory), trace=trace, checkpoint_s=0))
     session.register_thread(threading.current_thread(), main=True)
@@ -45,8 +45,7 @@ def _start(
 ) -> GpuMonitor:
     backend = SimulatedBackend(recording, hook=hook, **options)  # type: ignore[arg-type]
     kind = session.add_metric_kind(gm.gpu_metric_kind())
-    monitor = GpuMonitor(session, kind, recording.device)
-    monitor.backend = backend
+    monitor = GpuMonitor(session, kind, recording.device, backend=backend)
     backend.start(monitor)
     return monitor
 
@@ -133,13 +132,12 @@ def _assert_close(observed: dict[str, float], expected: dict[str, float]) -> Non
         assert abs(observed[key] - value) <= 1e-9 * max(1.0, abs(value)), (key, observed, expected)
 
 
-@pytest.mark.parametrize("hook", HOOKS)
 def test_replayed_h200_activity_lands_on_the_thread_that_issued_it(
-    tmp_path: Path, hook: str
+    tmp_path: Path, gpu_hook: str
 ) -> None:
     recording = rec.load(FIXTURE)
     session = _session(tmp_path)
-    monitor = _start(session, recording, hook)
+    monitor = _start(session, recording, gpu_hook)
     idents = _replay(session, monitor)
     stats = shutdown(monitor, report=False)
     ops = recording.operations
@@ -167,11 +165,10 @@ def test_replayed_h200_activity_lands_on_the_thread_that_issued_it(
     assert not _totals(session, main).any()  # the replaying threads did all the work
 
 
-@pytest.mark.parametrize("hook", HOOKS)
-def test_each_call_site_gets_its_own_placeholder(tmp_path: Path, hook: str) -> None:
+def test_each_call_site_gets_its_own_placeholder(tmp_path: Path, gpu_hook: str) -> None:
     recording = rec.load(FIXTURE)
     session = _session(tmp_path)
-    monitor = _start(session, recording, hook)
+    monitor = _start(session, recording, gpu_hook)
     idents = _replay(session, monitor)
     shutdown(monitor, report=False)
     ops = recording.operations
@@ -231,14 +228,13 @@ def _scenarios(draw: st.DrawFn) -> tuple[rec.Recording, list[tuple[int, int]]]:
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@pytest.mark.parametrize("hook", HOOKS)
 @given(scenario=_scenarios())
 def test_interleaved_producers_are_each_attributed_exactly(
-    tmp_path: Path, hook: str, scenario: tuple[rec.Recording, list[tuple[int, int]]]
+    tmp_path: Path, gpu_hook: str, scenario: tuple[rec.Recording, list[tuple[int, int]]]
 ) -> None:
     recording, pauses = scenario
     session = _session(tmp_path)
-    monitor = _start(session, recording, hook)
+    monitor = _start(session, recording, gpu_hook)
     waits = {(thread, index) for thread, index in pauses}
 
     def pause(thread: int, index: int) -> None:
@@ -261,8 +257,7 @@ def test_overflowing_buffers_drop_records_visibly(tmp_path: Path, capsys: object
     session = _session(tmp_path)
     backend = SimulatedBackend(recording, buffer_records=4, max_pending=10)
     kind = session.add_metric_kind(gm.gpu_metric_kind())
-    monitor = GpuMonitor(session, kind, recording.device)
-    monitor.backend = backend
+    monitor = GpuMonitor(session, kind, recording.device, backend=backend)
     backend.start(monitor, paused=True)  # the buffer thread is stuck: buffers pile up
     launches = 25
     for _ in range(launches):
@@ -291,7 +286,7 @@ def test_install_and_shutdown_run_the_simulated_runtime(tmp_path: Path) -> None:
     totals = _totals(session, main)
     assert totals[gm.GKER_COUNT] == 40 and totals[gm.GXCOPY_COUNT] == 40
     assert monitor._monitor_done.is_set() and monitor._tracer_done.is_set()  # no thread left
-    assert backend._worker is None
+    assert backend.completion._worker is None
 
 
 def test_stream_profiles_and_traces_are_valid_hpcrun_files(tmp_path: Path) -> None:
@@ -427,7 +422,6 @@ def test_a_thread_ending_gets_its_gpu_work_attributed_first(tmp_path: Path) -> N
 
 
 def test_gpu_amd_and_missing_recordings_are_usage_errors(tmp_path: Path) -> None:
-    import pytest
 
     from pyhpctk.errors import UsageError
 

@@ -26,7 +26,7 @@ from pyhpctk.cli.main import main as pyhpctk_main
 from pyhpctk.core.communication import is_communication
 from pyhpctk.formats import hpcrun
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu import recording as rec
+from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.present import open_database
 from pyhpctk.present.overlap import overlap_report
 from pyhpctk.present.waits import collective_waits

@@ -27,16 +27,16 @@ SCENARIO = textwrap.dedent(
     import ctypes, sys, tempfile, threading, types
     lib_path, hook_name = sys.argv[1], sys.argv[2]
     fake = ctypes.CDLL(lib_path)  # loaded: the backend finds it as "libcupti"
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.launch.config import MeasureOptions
     from pyhpctk.measure.gpu import metrics as gm
-    from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, load_hook
+    from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, load_hook
     from pyhpctk.measure.gpu.monitor import GpuMonitor
     from pyhpctk.measure.session import Session
 
     session = Session(MeasureOptions(tempfile.mkdtemp(), checkpoint_s=0))
     session.register_thread(threading.current_thread(), main=True)
     monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()))
-    backend = CuptiBackend(buffer_bytes=1 << 16)
+    backend = CuptiBackend(buffer_bytes=1 << 16).buffers
     backend.monitor = monitor
     if hook_name == "c":
         hook = load_hook()

@@ -22,7 +22,7 @@ from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats import hpcrun
 from pyhpctk.formats.hpcrun_model import placeholder_ip
 from pyhpctk.measure.gpu import parse_gpu_event, pc_period
-from pyhpctk.measure.gpu import pcsampling as pcs
+from pyhpctk.measure.gpu.cupti import pcsampling as pcs
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDER = REPO / "tests" / "data" / "gpu" / "record_pc.py"

@@ -14,7 +14,8 @@ import pytest
 
 from cupti_layouts import LONG_KERNEL, MEMCPY, SMALL_KERNEL
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, classify_api, load_hook
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, Gather, classify_api, load_hook
+from pyhpctk.measure.gpu.cupti.buffers import BufferReader
 
 KERNEL_KIND, MEMCPY_KIND = 10, 1  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, _MEMCPY
 
@@ -62,7 +63,7 @@ NAMES = {  # CUPTI callback-id names → ids, as in cupti-python's enums (ids ma
 def test_callbacks_are_learned_from_their_names(inst: bool) -> None:
     """Graph launches are multi-activity; with inst, copies and memsets are not traced and
     the profiler starts (where counting begins) are watched."""
-    backend = CuptiBackend(inst=inst)
+    backend = CuptiBackend(inst=inst).callbacks
     backend.learn_apis(2, NAMES)
     kinds = {name: backend.api_kinds.get((2, cbid)) for name, cbid in NAMES.items()}
     assert kinds["cuLaunchKernel"] == act.KERNEL and kinds["cuGraphLaunch"] == act.GRAPH
@@ -97,7 +98,7 @@ def test_record_offsets_follow_runs_of_learned_sizes() -> None:
     layout = [(SMALL_KERNEL, KERNEL_KIND)] * 3 + [(MEMCPY, MEMCPY_KIND)] * 2
     layout += [(SMALL_KERNEL, KERNEL_KIND)]
     raw, offsets = _buffer(layout)
-    backend = CuptiBackend()
+    backend = CuptiBackend().buffers
     sizes = {KERNEL_KIND: _padded(SMALL_KERNEL), MEMCPY_KIND: _padded(MEMCPY)}
     backend.record_sizes = dict(sizes)
     runs = backend._runs(raw.view("<u4"), len(raw))
@@ -118,14 +119,14 @@ def _padded(dtype: np.dtype) -> int:
 WALKERS = ("c", "numpy")
 
 
-def _parsing_backend(walker: str = "c") -> CuptiBackend:
-    backend = CuptiBackend()
+def _parsing_backend(walker: str = "c") -> BufferReader:
+    backend = CuptiBackend().buffers
     backend.walker = load_hook() if walker == "c" else None
     assert walker == "numpy" or backend.walker is not None, "the C hook is not built"
     backend.record_sizes = {KERNEL_KIND: _padded(SMALL_KERNEL), MEMCPY_KIND: _padded(MEMCPY)}
     backend.checks_left = 0  # no libcupti here to walk the buffer with
     backend._kinds = {KERNEL_KIND: act.KERNEL, MEMCPY_KIND: act.COPY}
-    backend._gathers = {act.KERNEL: _Gather([SMALL_KERNEL]), act.COPY: _Gather([MEMCPY])}
+    backend._gathers = {act.KERNEL: Gather([SMALL_KERNEL]), act.COPY: Gather([MEMCPY])}
     return backend
 
 
@@ -155,7 +156,7 @@ def test_a_raw_buffer_is_read_in_place(pattern: list[int], walker: str) -> None:
 
 def test_the_longest_record_version_that_fits_the_stride_is_read() -> None:
     raw, offsets = _buffer([(SMALL_KERNEL, KERNEL_KIND)] * 2)
-    gather = _Gather([LONG_KERNEL, SMALL_KERNEL])
+    gather = Gather([LONG_KERNEL, SMALL_KERNEL])
     at = np.asarray(offsets)
     rows = gather.rows(raw, at, np.diff(np.append(at, len(raw))))
     assert rows is not None and rows.dtype == SMALL_KERNEL
@@ -178,7 +179,7 @@ def test_kernel_records_become_activities() -> None:
         ctypes.addressof(names[1]),
         ctypes.addressof(names[0]),
     ]
-    backend = CuptiBackend()
+    backend = CuptiBackend().buffers
     out = backend._convert(act.KERNEL, rows)
     assert out["kind"].tolist() == [act.KERNEL] * 3
     assert out["correlation"].tolist() == [7, 8, 9]
@@ -197,7 +198,7 @@ def test_copy_records_keep_direction_and_bytes() -> None:
     rows["copy_kind"] = [1, 2]
     rows["bytes"] = [4096, 512]
     rows["stream_id"] = [7, 13]
-    out = CuptiBackend()._convert(act.COPY, rows)
+    out = CuptiBackend().buffers._convert(act.COPY, rows)
     assert out["copy_kind"].tolist() == [1, 2] and out["bytes"].tolist() == [4096, 512]
     assert out["stream"].tolist() == [7, 13] and out["function"].tolist() == [-1, -1]
 
@@ -211,7 +212,7 @@ class FakeCupti:
 
     def cuptiActivityGetNextRecord(self, buffer: int, valid: int, record: object) -> int:
         self.calls += 1
-        pointer: ctypes.c_void_p = record._obj  # type: ignore[attr-defined]
+        pointer: ctypes.c_void_p = record._obj
         current = pointer.value
         if not current:
             following = buffer
@@ -273,12 +274,12 @@ def test_the_python_hook_takes_a_driver_call_inside_a_runtime_call_as_part_of_it
     kernel's activity carries), under hook=python as under the C hook."""
     from types import SimpleNamespace
 
-    backend = CuptiBackend(hook="python")
+    backend = CuptiBackend(hook="python").callbacks
     driver, runtime = 1, 2  # CUpti_CallbackDomain (cupti_callbacks.h)
     backend.api_kinds = {(runtime, 211): act.KERNEL, (driver, 307): act.KERNEL}
     backend._domain_resource, backend._domain_driver, backend._enter = 3, driver, 0
     made: list[int] = []
-    backend._operation = lambda kind, correlation, multi: made.append(correlation)  # type: ignore[attr-defined]
+    backend._operation = lambda kind, correlation, multi: made.append(correlation)
 
     def call(domain: int, cbid: int, site: int, correlation: int) -> None:
         data = SimpleNamespace(callback_site=site, correlation_id=correlation)

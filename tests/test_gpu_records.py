@@ -17,12 +17,13 @@ import pytest
 
 from cupti_layouts import GRAPH_KERNEL, MEMCPY
 from pyhpctk.measure.cct import ThreadCCT
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.attribution import Attributor, KernelTable
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, _Gather, load_hook
-from pyhpctk.measure.gpu.records import Converter, plan
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, Gather, load_hook
+from pyhpctk.measure.gpu.cupti.buffers import BufferReader
+from pyhpctk.measure.gpu.cupti.records import Converter, plan
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 KERNEL = GRAPH_KERNEL  # the layout with graph ids: every field the C pass converts
@@ -73,8 +74,8 @@ def _random_records(dtype: np.dtype, cupti_kind: int, count: int, seed: int) -> 
     return records
 
 
-def _backend(converter: bool) -> CuptiBackend:
-    backend = CuptiBackend()
+def _backend(converter: bool) -> BufferReader:
+    backend = CuptiBackend().buffers
     hook = load_hook()
     assert hook is not None, "the C hook is not built"
     backend.walker = hook
@@ -82,7 +83,7 @@ def _backend(converter: bool) -> CuptiBackend:
     backend.record_sizes = {kind: -(-d.itemsize // 8) * 8 for kind, (d, _) in LAYOUTS.items()}
     backend.checks_left = 0
     backend._kinds = {cupti: kind for cupti, (_, kind) in LAYOUTS.items()}
-    backend._gathers = {kind: _Gather([dtype]) for dtype, kind in LAYOUTS.values()}
+    backend._gathers = {kind: Gather([dtype]) for dtype, kind in LAYOUTS.values()}
     return backend
 
 

@@ -20,15 +20,17 @@ import numpy as np
 import pytest
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown, syncapi
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend, classify_api, load_hook
+from pyhpctk.measure.gpu.backend import Backend
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend, classify_api, load_hook
 from pyhpctk.measure.gpu.monitor import GpuMonitor
-from pyhpctk.measure.gpu.simulated import SimulatedBackend
-from pyhpctk.measure.gpu.spec import DEFAULT_SYNC, parse_gpu_event
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.gpu.simulated import recording as rec
+from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.gpu.spec import DEFAULT_SYNC, GpuSpec, parse_gpu_event
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
 DRIVER, RUNTIME = 1, 2  # CUpti_CallbackDomain
@@ -304,7 +306,7 @@ def _synchronizations(gpu: SimulatedBackend) -> None:
 
 
 def test_the_rows_are_attributed_to_the_lines_that_synchronized(tmp_path: Path) -> None:
-    recording = GPU_DIR / "cupy_streams.json"
+    recording = Path(DEFAULT_RECORDING)
     session = _session(tmp_path)
     monitor = install(session, f"gpu=simulated,recording={recording},hook=c,sync=api")
     backend = monitor.backend
@@ -359,21 +361,20 @@ def _by_context(session: Session) -> dict[tuple[tuple[str, int], ...], np.ndarra
     return out
 
 
-@pytest.mark.parametrize("fixture", ["nccl_ws1_h200.json", "graphs_h200.json", "cupy_streams.json"])
+@pytest.mark.parametrize("fixture", ["nccl_ws1_h200.json", "graphs_h200.json", DEFAULT_RECORDING])
 def test_a_replay_timed_at_the_api_attributes_what_cuptis_records_did(
     tmp_path: Path, fixture: str
 ) -> None:
     """A recording replayed through the C hook, once with CUPTI's recorded records and once with
     the hook's rows: each calling context gets the same synchronizations of each type, and at
     least as much time (the hook's calls last their recorded time, and a little more)."""
-    recording = rec.load(str(GPU_DIR / fixture))
+    recording = rec.load(str(GPU_DIR / fixture))  # (an absolute path stays itself)
     seen = {}
     for sync in ("activity", "api"):
         session = _session(tmp_path / sync)
         backend = SimulatedBackend(recording, hook="c", sync=sync, buffer_records=64)
         kind = session.add_metric_kind(gm.gpu_metric_kind())
-        monitor = GpuMonitor(session, kind, recording.device)
-        monitor.backend = backend
+        monitor = GpuMonitor(session, kind, recording.device, backend=backend)
         backend.start(monitor)
         for thread in recording.threads():  # on this thread, one after the other
             backend.replay(thread, SITES)
@@ -406,7 +407,10 @@ def test_a_replay_timed_at_the_api_attributes_what_cuptis_records_did(
 
 
 def test_sync_is_an_option_of_nvidia_and_simulated_with_api_the_default() -> None:
-    from pyhpctk.measure.gpu import _backend, check
+    from pyhpctk.measure.gpu import backend_module, check
+
+    def _backend(spec: GpuSpec) -> Backend:
+        return backend_module(spec).make(spec)
 
     assert DEFAULT_SYNC == syncapi.SYNC_API
     assert _backend(parse_gpu_event("gpu=nvidia")).sync == DEFAULT_SYNC  # type: ignore[attr-defined]
@@ -436,7 +440,7 @@ def test_the_nvidia_backend_joins_the_rows_to_its_next_buffer(hook: object) -> N
 
     _configure(hook)
     for mode in ("api", "both"):
-        backend = CuptiBackend(sync=mode)
+        backend = CuptiBackend(sync=mode).buffers
         backend.api_syncs = syncapi.ApiSyncs(hook, mode)  # type: ignore[arg-type]
         recorder = Recorder()
         backend.monitor = recorder  # type: ignore[assignment]
@@ -449,8 +453,8 @@ def test_the_nvidia_backend_joins_the_rows_to_its_next_buffer(hook: object) -> N
         backend._deliver(kernels)
         hook.invoke(RUNTIME, RT_STREAM_SYNC, 0, 52)  # type: ignore[attr-defined]
         hook.invoke(RUNTIME, RT_STREAM_SYNC, 1, 52)  # type: ignore[attr-defined]
-        backend._deliver_syncs()
-        backend._deliver_syncs()  # nothing new: no empty buffer
+        backend.deliver_syncs()
+        backend.deliver_syncs()  # nothing new: no empty buffer
         delivered = [batch["correlation"].tolist() for batch in recorder.batches]
         if mode == "api":
             assert delivered == [[48, 49, 50, 51], [52]]

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyhpctk.measure.config import MeasureOptions
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 from test_gpu_sync_api import _under  # the metric by line of a function, in a thread's CCT
 
@@ -162,8 +162,10 @@ def test_synchronizations_timed_by_the_hook_land_on_their_lines(tmp_path: Path) 
     assert isinstance(backend, CuptiBackend) and backend.api_syncs is not None
     synchronized_lines(cp, ROUNDS)
     stats = shutdown(monitor, report=False)
-    assert act.SYNC not in backend._kinds.values()  # CUPTI's SYNCHRONIZATION kind stayed off
-    assert backend.record_counts.get("sync", 0) == 0
+    assert (
+        act.SYNC not in backend.buffers._kinds.values()
+    )  # CUPTI's SYNCHRONIZATION kind stayed off
+    assert backend.buffers.record_counts.get("sync", 0) == 0
     assert backend.api_syncs.rows >= 2 * ROUNDS and stats.unmatched == 0
     source = Path(__file__).read_text().splitlines()
     lines = {

@@ -15,15 +15,17 @@ from elftools.elf.elffile import ELFFile
 
 from pyhpctk.core.communication import collective_of, is_communication
 from pyhpctk.errors import UsageError
-from pyhpctk.measure import launcher, naming
-from pyhpctk.measure.config import MeasureOptions
+from pyhpctk.measure import naming
 from pyhpctk.measure.encode import ProfileIdentity
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import install, shutdown
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu import recording as rec
 from pyhpctk.measure.gpu.cubin import kernel_entries, synthetic_cubin
+from pyhpctk.measure.gpu.simulated import DEFAULT_RECORDING
+from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.streams import StreamIdentity
+from pyhpctk.measure.launch import launcher
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 from pyhpctk.present.model import Timeline
 from pyhpctk.present.overlap import NoOverlapError, overlap_report, render_overlap
@@ -195,7 +197,7 @@ def _measure(tmp_path: Path, fixture: Path) -> Session:
 
 
 def test_nccl_kernels_get_gcomm_and_other_programs_no_new_metric(tmp_path: Path) -> None:
-    plain = _measure(tmp_path / "plain", DATA / "cupy_streams.json")
+    plain = _measure(tmp_path / "plain", Path(DEFAULT_RECORDING))
     assert gm.COMM_KIND_NAME not in [kind.name for kind in plain.kinds]
     session = _measure(tmp_path / "nccl", DATA / "nccl_synthetic.json")
     assert gm.COMM_KIND_NAME in [kind.name for kind in session.kinds]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pyhpctk.cli.pyrun import main as pyrun_main
-from pyhpctk.measure import engine
+from pyhpctk.measure.sampling import engine
 from test_pyrun_engine import CPU, Profile, read_profiles
 
 ALTERNATING = """

@@ -24,7 +24,7 @@ import pytest
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpcrun, logical
 from pyhpctk.formats.hpcrun_model import placeholder_text
-from pyhpctk.measure import engine
+from pyhpctk.measure.sampling import engine
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "engine_cases.py"
 PYTHON = sys.executable

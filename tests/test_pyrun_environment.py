@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from pyhpctk.cli.pyrun import main
-from pyhpctk.measure import rendezvous
-from pyhpctk.measure.bootstrap import rescue
 from pyhpctk.measure.census import why_unreached
-from pyhpctk.measure.launcher import RunOptions, run
+from pyhpctk.measure.launch import rendezvous
+from pyhpctk.measure.launch.bootstrap import rescue
+from pyhpctk.measure.launch.launcher import RunOptions, run
 from test_pyrun import read_measurements
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "cleared.py"

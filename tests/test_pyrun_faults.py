@@ -19,7 +19,7 @@ import pytest
 
 from pyhpctk.cli.pyrun import main
 from pyhpctk.formats.inspect import verify_path
-from pyhpctk.measure.launcher import MEASUREMENT_LOST, same_launch
+from pyhpctk.measure.launch.launcher import MEASUREMENT_LOST, same_launch
 from pyhpctk.measure.losses import ENV_REPORT, LOST, WRITTEN, LossReport, tell_pyrun
 from test_pyrun import LAUNCHER_VARIABLES, PROGRAMS, PYTHON, chain_under, read_measurements
 
@@ -116,7 +116,7 @@ import os, signal, threading, time
 from pyhpctk.measure import hooks
 
 session = hooks.current_session()
-write_thread = session._write_thread
+write_thread = session.writer.write
 def write_and_be_signalled(state, data):  # the first write at exit gets SIGUSR2 halfway
     if threading.current_thread() is threading.main_thread() and not session.written:
         session.written = True
@@ -124,7 +124,7 @@ def write_and_be_signalled(state, data):  # the first write at exit gets SIGUSR2
         sum(range(1000))  # bytecodes: the handler runs here, inside pyrun's own writing
     write_thread(state, data)
 session.written = False
-session._write_thread = write_and_be_signalled
+session.writer.write = write_and_be_signalled
 stop = threading.Event()
 def spin():
     while not stop.is_set():

@@ -17,7 +17,7 @@ import pytest
 from pyhpctk.errors import UsageError
 from pyhpctk.formats import hpcrun, hpctrace, logical
 from pyhpctk.formats.hpcrun_model import placeholder_text
-from pyhpctk.measure import engine, naming
+from pyhpctk.measure import naming
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -26,7 +26,6 @@ from pyhpctk.measure.cct import (
     ThreadCCT,
     python_frame_ips,
 )
-from pyhpctk.measure.config import ENV_OUTPUT, MeasureOptions
 from pyhpctk.measure.encode import (
     ProfileIdentity,
     encode_logical,
@@ -45,6 +44,8 @@ from pyhpctk.measure.events import (
     parse_event,
     parse_events,
 )
+from pyhpctk.measure.launch.config import ENV_OUTPUT, MeasureOptions
+from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
 
 # -- events ------------------------------------------------------------------------------------
@@ -374,7 +375,7 @@ def test_sampler_attributes_cpu_deltas_to_each_threads_stack(
     )
     session = Session(MeasureOptions(str(tmp_path), trace=True, checkpoint_s=0), clocks)
     for _ in range(4):
-        session.sample()
+        session.python.sample()
     session.finish()
     states = {
         state: hpcrun.read(path)
@@ -447,7 +448,7 @@ def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
         frames_of.extend(t.ident or 0 for t in everyone.values())
         for old, born, hooked_at in ((2.0, 1.0, 0.9), (2.25, 1.25, 1.15)):
             cpu.update({clock["old"]: old, clock["found"]: born, clock["hooked"]: hooked_at})
-            session.sample()
+            session.python.sample()
         session.finish()
     finally:
         release.set()
@@ -474,8 +475,8 @@ def test_the_frames_of_a_sample_are_taken_with_the_session_lock_held(tmp_path: P
         MeasureOptions(str(tmp_path), checkpoint_s=0),
         Clocks(current_frames=frames),  # type: ignore[arg-type]
     )
-    session.sample()
-    session.sample()
+    session.python.sample()
+    session.python.sample()
     session.finish()
     assert held and all(held)
 
@@ -558,9 +559,9 @@ def test_a_thread_missing_from_the_frames_is_kept_while_its_clock_runs(
 
     clocks = Clocks(thread_cpu=thread_cpu, current_frames=dict)
     session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks)
-    session._sampler_ident = -1  # as if the sampler thread were running
+    session.python.sampler_ident = -1  # as if the sampler thread were running
     state = session.register_thread(parked_thread, ident=parked_thread.ident)
-    session.sample()
+    session.python.sample()
     assert (parked_thread.ident in session.states) is alive
     assert bool(list(tmp_path.glob(f"*-{state.number:03d}-*.hpcrun"))) is not alive
 
@@ -582,8 +583,8 @@ def test_an_engine_record_drained_after_an_idle_mark_does_not_send_the_trace_bac
     marked its thread idle (at a later time): the trace stays in order, as verify requires."""
     import threading as _threading
 
-    from pyhpctk.measure.config import MeasureOptions
-    from pyhpctk.measure.engine import TIMER_CPU, EngineSampler
+    from pyhpctk.measure.launch.config import MeasureOptions
+    from pyhpctk.measure.sampling.engine import TIMER_CPU, EngineSampler
     from pyhpctk.measure.session import Session
 
     session = Session(MeasureOptions(str(tmp_path), trace=True, checkpoint_s=0))
@@ -619,8 +620,8 @@ def test_a_thread_the_engine_saw_end_is_written_and_forgotten_at_the_drain(tmp_p
     drain writes its profile and drops its state: nothing is left to write it again at exit."""
     import threading as _threading
 
-    from pyhpctk.measure.config import MeasureOptions
-    from pyhpctk.measure.engine import NATIVE_BIT, TIMER_CPU, EngineSampler
+    from pyhpctk.measure.launch.config import MeasureOptions
+    from pyhpctk.measure.sampling.engine import NATIVE_BIT, TIMER_CPU, EngineSampler
     from pyhpctk.measure.session import Session
 
     session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))

@@ -25,7 +25,7 @@ import pytest
 
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpcrun
-from pyhpctk.measure.engine import ENV_SAMPLER
+from pyhpctk.measure.sampling.engine import ENV_SAMPLER
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="the library needs gcc")
 

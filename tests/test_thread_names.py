@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLERS
 from pyhpctk import formats
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
@@ -27,8 +28,8 @@ from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import threads
 from pyhpctk.formats.inspect import dump_path, verify_path
-from pyhpctk.measure import engine
 from pyhpctk.measure.encode import encode_threads
+from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.thread_names import ThreadNames, comm_name, program_name, thread_name
 from pyhpctk.present import open_database
 from pyhpctk.present.traces import render_summary, summarize, to_perfetto
@@ -56,7 +57,7 @@ def names_problems(measurement: Path) -> list[str]:
     return report.unreadable + [p for p in report.problems if "/threads/" in p]
 
 
-@pytest.fixture(scope="module", params=["engine", "thread"])
+@pytest.fixture(scope="module", params=SAMPLERS)
 def measured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp(f"names-{request.param}")
     measurement, status = measure(where, request.param)
@@ -188,7 +189,6 @@ def test_names_of_profiles_that_do_not_exist_are_problems(measured: Path, tmp_pa
     assert any("process id 1, the profile's is" in p for p in problems), problems
 
 
-@pytest.mark.parametrize("sampler", ["engine", "thread"])
 def test_sigterm_leaves_the_names_readable(tmp_path: Path, sampler: str) -> None:
     measurement, status = measure(tmp_path, sampler, "term")
     assert status != 0  # the program died of SIGTERM, as without pyrun

@@ -1,6 +1,6 @@
 """Measurement that begins after a thread already runs: that thread must be measured too.
 
-Usage: late_start.py OUTPUT_DIR (uses pyhpctk.measure.runtime directly, without pyrun).
+Usage: late_start.py OUTPUT_DIR (uses pyhpctk.measure.launch.runtime directly, without pyrun).
 """
 
 import os
@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from chain import func_hi
 
-from pyhpctk.measure import runtime
+from pyhpctk.measure.launch import runtime
 
 worker = threading.Thread(target=func_hi, args=(0.4,), name="early-worker")
 worker.start()

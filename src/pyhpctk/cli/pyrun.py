@@ -1,6 +1,6 @@
 """``pyrun``: measure every thread of every Python process a command starts (hpcrun's twin).
 
-A thin click command over :mod:`pyhpctk.measure.launcher`; see ``docs/pyrun.md``.
+A thin click command over :mod:`pyhpctk.measure.launch.launcher`; see ``docs/pyrun.md``.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import click
 
 from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.config import DEFAULT_CHECKPOINT_S
 from pyhpctk.measure.events import event_listing, parse_events
 from pyhpctk.measure.gpu import check as check_gpu_spec
 from pyhpctk.measure.gpu.spec import is_gpu_event, parse_gpu_event
-from pyhpctk.measure.launcher import RunOptions, reraise_exit_status, run
-from pyhpctk.measure.rendezvous import PTH_NAME, install_pth, uninstall_pth
+from pyhpctk.measure.launch.config import DEFAULT_CHECKPOINT_S
+from pyhpctk.measure.launch.launcher import RunOptions, reraise_exit_status, run
+from pyhpctk.measure.launch.rendezvous import PTH_NAME, install_pth, uninstall_pth
 
 
 @click.command(

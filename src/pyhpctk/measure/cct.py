@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 FIRST_NODE_ID = 12  # formats.md §1.5: hpcrun allocates ids 12, 14, 16...
 
 
+#: The engine's encoding of a native frame's ip: NATIVE_BIT | load module << 48 | offset.
+NATIVE_BIT = 1 << 63
+NATIVE_OFFSET_MASK = (1 << 48) - 1
+
+
 class NodeIdAllocator:
     """Process-wide node ids, as hpcrun's global counter: 12, 14, 16... (formats.md §1.5).
 
@@ -319,6 +324,69 @@ class ThreadCCT:
             found = child_of.get((node, lm, ip))
             node = self._new_node(node, lm, ip, True) if found is None else found
         return node
+
+    def insert_samples(
+        self,
+        entries: list[tuple[int, tuple[int, ...], int, int, int, int, int]],
+        lm: int,
+        kind: MetricKind,
+        rules: tuple[tuple[tuple[tuple[int, int], ...], ...], ...],
+        nodes: list[int],
+        trace: tuple[array[int], array[int]] | None,
+        unrecorded: int,
+    ) -> bool:
+        """Insert the engine's samples of this thread (one drain); True when one was traced.
+
+        Each entry is ``(common, ips, timer, gil, cpu_ns, wall_ns, when_ns)``: the sample's
+        path shares ``common`` frames with the previous one (``nodes``, outermost first, kept
+        up to date) and goes on with ``ips``, a native frame encoded as :data:`NATIVE_BIT` |
+        load module << 48 | offset; ``rules[timer][gil]`` are the (metric, field) pairs of
+        ``kind`` the sample adds to (field 0: CPU time, 1: wall time). With ``trace``
+        (times, nodes), each sample but a thread's end (timer ``unrecorded``) is a record, its
+        time never before the last one's: a record whose handler was interrupted before it
+        committed can reach a later drain than an idle mark made after its timestamp.
+        """
+        find = self.child_of.get
+        new_node = self.new_child
+        append = nodes.append
+        values = self.values_of(kind)  # KindValues.add, inlined: the loop runs per entry
+        slot_of = values.slot_of
+        slot_get = slot_of.get
+        sums = values.values
+        width = values.kind.width
+        zeros = [0.0] * width
+        node = nodes[-1] if nodes else self.fence
+        traced = False
+        times, trace_nodes = trace if trace is not None else (None, None)
+        last = times[-1] if times else 0
+        for common, ips, timer, gil, cpu, wall, when in entries:
+            if common < len(nodes):
+                del nodes[common:]
+                node = nodes[-1] if nodes else self.fence
+            for ip in ips:
+                if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
+                    frame_lm, ip = (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK
+                else:
+                    frame_lm = lm
+                found = find((node, frame_lm, ip))
+                node = new_node(node, frame_lm, ip) if found is None else found
+                append(node)
+            for metric, field in rules[timer][gil]:
+                value = wall if field else cpu
+                if value > 0:
+                    slot = slot_get(node)
+                    if slot is None:
+                        slot = slot_of[node] = len(slot_of)
+                        sums.extend(zeros)
+                    sums[slot * width + metric] += value * 1e-9
+            if times is not None and trace_nodes is not None and timer != unrecorded:
+                self.retained[node] = 1
+                last = when if when > last else last
+                times.append(last)
+                trace_nodes.append(node)
+                traced = True
+            self.last_leaf = node
+        return traced
 
     def values_of(self, kind: MetricKind) -> KindValues:
         store = self.kinds.get(kind.name)

@@ -13,6 +13,7 @@ anything slow to import.
 from __future__ import annotations
 
 from pyhpctk.errors import UsageError
+from pyhpctk.measure.gpu.spec import backend_listing
 
 DEFAULT_PERIOD_US = 5000  # hpcrun's default for CPUTIME/REALTIME: 200 samples per second
 
@@ -222,21 +223,7 @@ def event_listing() -> str:
         "",
         "GPU work (at most one; combines with the events above and -t; docs/gpu.md):",
         "",
-        "  gpu=nvidia[,OPTION...]     kernels, copies, memsets, syncs and allocations through",
-        "                             CUPTI, under the Python line that issued them",
-        "      pc[,period=N]          also PC samples with stall reasons (2^N cycles, default 12)",
-        "      inst                   also exact instruction counts (CUPTI SASS metrics) of the",
-        "                             kernel launched first after cudaProfilerStart()",
-        "      hook=c|python|auto     how API calls are seen: the C hook (built by pip",
-        "                             install where a C compiler is present) or cupti-python's",
-        "                             Python callbacks; auto (default) picks the C hook if built",
-        "      sync=api|activity      who times synchronizations: the C hook, at the API",
-        "                             (default), or CUPTI's SYNCHRONIZATION records, which",
-        "                             cost PyTorch models about 30 % (docs/gpu.md)",
-        "      buffer=BYTES, records=raw|objects, pcmode=serialized|continuous",
-        "  gpu=simulated[,OPTION...]  replays activity recorded on an H200 (no GPU needed):",
-        "      recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...",
-        "  gpu=amd                    HIP (refused with a reason where ROCm tracing is absent)",
+        *backend_listing(),
     ]
     return "\n".join(lines) + "\n"
 

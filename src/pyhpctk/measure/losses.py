@@ -25,13 +25,15 @@ try:
 except ImportError:  # pragma: no cover - an interpreter built without sockets: nothing is told
     _socket = None  # type: ignore[assignment]
 
+from pyhpctk.measure.settings import ENV_REPORT as ENV_REPORT
+from pyhpctk.measure.settings import run_settings
+
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     import socket
     import threading
     from collections.abc import MutableMapping
 
-ENV_REPORT = "PYHPCTK_PYRUN_REPORT"  # the abstract socket name pyrun listens on
 LOST, WRITTEN, STARTED = "lost", "written", "started"
 _MAX_DATAGRAM = 8192
 _SEND_TIMEOUT_S = 0.5
@@ -49,7 +51,7 @@ def tell_pyrun(word: str, name: str, error: str = "") -> None:
 def _send(line: bytes, timeout: float) -> None:
     """Send ``line`` to pyrun's report socket; nothing if there is none or it cannot be sent
     (pyrun gone or stuck, no descriptor left: the process's stderr line is what remains)."""
-    address = os.environ.get(ENV_REPORT, "")
+    address = run_settings().report
     if not address or _socket is None:
         return
     try:
@@ -72,7 +74,7 @@ def tell_started() -> None:
     Sent at start-up by pyrun's bootstrap: it waits a moment at most (a full queue of start-up
     reports), then gives up; pyrun still finds the process's profiles by their names.
     """
-    if not os.environ.get(ENV_REPORT, ""):
+    if not run_settings().report:
         return
     start = ""
     try:

@@ -2,7 +2,7 @@
 
 A measured process writes its profiles before it dies of a signal whose default action ends it
 (:mod:`pyhpctk.measure.hooks`), and ``pyrun`` passes such signals on to its command and dies of
-the signal its command died of (:mod:`pyhpctk.measure.launcher`). Both take their lists from
+the signal its command died of (:mod:`pyhpctk.measure.launch.launcher`). Both take their lists from
 here. Standard library only: this is imported into every measured process.
 """
 

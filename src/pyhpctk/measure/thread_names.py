@@ -27,6 +27,20 @@ if TYPE_CHECKING:
     from pyhpctk.measure.thread_state import ThreadState
 
 
+#: The kernel names of pyrun's own threads begin so (tests/conftest.py finds any left running).
+OWN_THREAD_PREFIX = "pyrun-"
+
+
+def name_own_thread(name: str) -> None:
+    """Give one of pyrun's own threads a kernel name (``pyrun-...``, at most 15 bytes): top,
+    ``ps -L`` and py-spy tell it from the program's threads; nothing if /proc is not there."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as stream:
+            stream.write(name[:15])
+    except OSError:
+        pass
+
+
 def comm_name(native_id: int) -> str:
     """The kernel's name of this process's thread ``native_id`` ("" once the thread is gone)."""
     try:

@@ -8,7 +8,7 @@
 budget=${1:-380}
 OUT=${OUT:?set OUT, the output folder}
 [ -d /tmp/site/cupti ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-python3 -c 'import pyhpctk.measure.gpu._cuptihook as h; h.convert_records' 2>/dev/null || bash tests/data/gpu/build_hook.sh python3
+python3 -c 'import pyhpctk.measure.gpu.cupti._cuptihook as h; h.convert_records' 2>/dev/null || bash tests/data/gpu/build_hook.sh python3
 export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1
 mkdir -p /tmp/hunt $OUT/fail; t0=$(date +%s); n=0
 one() {

@@ -25,14 +25,14 @@ stage() { echo "== stage $1: $(( $(date +%s) - began )) s since the start" | tee
 want() { case ",$stages," in *,$1,*) return 0 ;; esac; return 1; }
 setup() {  # every stage can run alone on a fresh machine; a hook built from older sources
   [ -d /tmp/site/cupti ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  python3 -c 'import pyhpctk.measure.gpu._cuptihook as h; h.take_syncs' 2>/dev/null ||
+  python3 -c 'import pyhpctk.measure.gpu.cupti._cuptihook as h; h.take_syncs' 2>/dev/null ||
     bash tests/data/gpu/build_hook.sh python3  # (a machine kept warm keeps its .so: rebuilt)
 }
 if want build; then stage build
-  rm -f src/pyhpctk/measure/gpu/_cuptihook*.so src/pyhpctk/measure/_engine*.so  # from these sources
+  rm -f src/pyhpctk/measure/gpu/cupti/_cuptihook*.so src/pyhpctk/measure/_engine*.so  # from these sources
   { setup; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-    python3 -c 'import torch, cupy, cupti; from pyhpctk.measure.gpu.cupti_backend import load_hook; h = load_hook(); print("torch", torch.__version__, "cupy", cupy.__version__, "hook", h, "frames:", getattr(h, "FRAME_WALK", None))'
-    python3 -m pyhpctk.measure.engine && echo "sampling engine: built for $(python3 -V)"
+    python3 -c 'import torch, cupy, cupti; from pyhpctk.measure.gpu.cupti.backend import load_hook; h = load_hook(); print("torch", torch.__version__, "cupy", cupy.__version__, "hook", h, "frames:", getattr(h, "FRAME_WALK", None))'
+    python3 -m pyhpctk.measure.sampling.engine && echo "sampling engine: built for $(python3 -V)"
     python3 tests/data/gpu/record_plans.py  # which record layouts take the C pass
     which py-spy; } > "$out/tests.txt" 2>&1
 fi

@@ -6,7 +6,7 @@
 out=${1:?}; rounds=${2:-2}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
 [ -d /tmp/site/cupti ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-python3 -m pyhpctk.measure.engine 2>/dev/null || bash tests/data/gpu/build_hook.sh python3
+python3 -m pyhpctk.measure.sampling.engine 2>/dev/null || bash tests/data/gpu/build_hook.sh python3
 for r in $(seq 1 $rounds); do
  for w in resnet18 launch; do
   for cfg in plain engine thread posix; do

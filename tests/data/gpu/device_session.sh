@@ -9,7 +9,7 @@ steps=${2:-build,explore,record,raw,tests,breakdown,bench}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 case ",$steps," in *,build,*)
 { bash tests/data/gpu/build_hook.sh python3 && python3 -c \
-  'from pyhpctk.measure.gpu.cupti_backend import load_hook; print("hook:", load_hook())'; } \
+  'from pyhpctk.measure.gpu.cupti.backend import load_hook; print("hook:", load_hook())'; } \
   2>&1 | tee "$out/build.txt" ;; esac
 case ",$steps," in *,explore,*)
 python3 - <<'PY' 2>&1 | tee "$out/explore.txt"

@@ -195,9 +195,9 @@ def _find_libcupti(cupti_python: bool = True, mode: str = "local") -> tuple[ctyp
             cupti.get_timestamp()  # makes cupti-python load its libcupti
         except Exception as error:
             print(f"cupti-python: {type(error).__name__}: {error}", file=sys.stderr)
-    from pyhpctk.measure.gpu.cupti_backend import _loaded_library
+    from pyhpctk.measure.gpu.cupti.lib import loaded_library
 
-    path = _loaded_library("libcupti")
+    path = loaded_library("libcupti")
     candidates = ([path] if path else []) + _cupti_on_disk() + ["libcupti.so.13", "libcupti.so"]
     flags = ctypes.RTLD_GLOBAL if mode == "global" else ctypes.RTLD_LOCAL
     for candidate in candidates:
@@ -229,7 +229,7 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     sys.path.insert(0, str(HERE.parents[2] / "src"))
-    from pyhpctk.measure.gpu import sassmetrics as sm
+    from pyhpctk.measure.gpu.cupti import sassmetrics as sm
 
     cubins: list[int] = []
     subscriber = None

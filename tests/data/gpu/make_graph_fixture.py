@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.recording import OPERATION_DTYPE, Recording, save
+from pyhpctk.measure.gpu.simulated.recording import OPERATION_DTYPE, Recording, save
 
 REPLAYS = 5
 

@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.recording import OPERATION_DTYPE, Recording, load, save
+from pyhpctk.measure.gpu.simulated.recording import OPERATION_DTYPE, Recording, load, save
 
 BASE_TIME = 1_764_800_000_000_000_000
 NCCL = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"

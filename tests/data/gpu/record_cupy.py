@@ -8,9 +8,10 @@ device-to-device copies, memsets, allocations and frees (CuPy's memory pool turn
 array is a cudaMalloc/cudaFree), stream and device synchronizations. CUPTI (through
 ``cupti-python``, one Python object per record: the plain, documented path) reports the
 operations (callbacks, with each one's thread and call site) and the activities (buffers, kept
-in the order and grouping they arrived in). The result is a :mod:`pyhpctk.measure.gpu.recording`
-JSON file; ``--check-raw`` also runs the program under the raw (ctypes + numpy) buffer path and
-prints whether both paths saw the same activities.
+in the order and grouping they arrived in). The result is a
+:mod:`pyhpctk.measure.gpu.simulated.recording` JSON file; ``--check-raw`` also runs the
+program under the raw (ctypes + numpy) buffer path and prints whether both paths saw the same
+activities.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import threading
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
-from pyhpctk.measure.gpu.recording import OPERATION_DTYPE, Recording, save
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
+from pyhpctk.measure.gpu.simulated.recording import OPERATION_DTYPE, Recording, save
 
 
 class Recorder:
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> int:
         "errors",
         recorder.errors[:3],
         "counts",
-        backend.record_counts,
+        backend.buffers.record_counts,
     )
     matched = len(set(ops["correlation"].tolist()) & set(records["correlation"].tolist()))
     print(mode, "activities with a recorded operation:", matched, "of", len(records))
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> int:
         "walk mismatches",
         backend.walk_mismatches,
         "unknown apis",
-        backend.unknown_apis,
+        backend.callbacks.unknown_apis,
     )
     kernels = records[records["kind"] == act.KERNEL]
     print(mode, "kernel sample", kernels[:2].tolist(), recorder.functions[:3])

@@ -8,7 +8,7 @@ A torch.cuda.CUDAGraph captures four kernels from four lines of ``torch_body`` a
 activity objects: the documented path) reports every API call with its call site, every graph
 node made (CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, at the capturing line) and cloned (at the
 instantiation), and every activity with its graph node id. The result is a recording (format
-1.1, :mod:`pyhpctk.measure.gpu.recording`); ``tests/test_gpu_graphs.py`` replays it. The
+1.1, :mod:`pyhpctk.measure.gpu.simulated.recording`); ``tests/test_gpu_graphs.py`` replays it. The
 summary line prints the kernels per (launch line, capture line) that the test will expect.
 """
 
@@ -23,8 +23,8 @@ from collections import Counter
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
-from pyhpctk.measure.gpu.recording import OPERATION_DTYPE, Recording, save
+from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
+from pyhpctk.measure.gpu.simulated.recording import OPERATION_DTYPE, Recording, save
 
 
 class Recorder:
@@ -193,7 +193,7 @@ def main() -> int:
                 "graph_kernels": int((kernels["graph_node"] != 0).sum()),
                 "kernels_by_launch_and_capture": dict(sorted(pairs.items())),
                 "errors": recorder.errors[:3],
-                "unknown_apis": backend.unknown_apis,
+                "unknown_apis": backend.callbacks.unknown_apis,
             }
         )
     )

@@ -40,7 +40,7 @@ from record_graphs import Recorder  # the same stand-in for the monitor
 
 from pyhpctk.core.communication import collective_of
 from pyhpctk.measure.gpu import activity as act
-from pyhpctk.measure.gpu.recording import OPERATION_DTYPE, Recording, save
+from pyhpctk.measure.gpu.simulated.recording import OPERATION_DTYPE, Recording, save
 
 
 def _free_port() -> int:
@@ -128,7 +128,7 @@ def main() -> int:
     if args.plain:  # pyrun subscribes to CUPTI itself: CUPTI takes one subscriber
         print(json.dumps(train(args.backend, args.steps)))
         return 0
-    from pyhpctk.measure.gpu.cupti_backend import CuptiBackend
+    from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
 
     recorder = Recorder()
     backend = CuptiBackend(records="objects", hook="python")
@@ -170,7 +170,7 @@ def main() -> int:
                 },
                 "communication_by_line": dict(comm_lines),
                 "other_kernels": len(counts) - sum(1 for n in counts if collective_of(n)),
-                "unknown_apis": backend.unknown_apis,
+                "unknown_apis": backend.callbacks.unknown_apis,
                 "errors": recorder.errors[:3],
                 **seen,
             }

@@ -13,10 +13,10 @@ once at site A, three times at site B, in a loop that is not unrolled, both repe
 the same path, so :func:`calls_per_thread` is exact for every thread and every warp.
 
 PC mode (default) records everything pyrun's PC sampling path sees: the stall reasons, the
-sample rows (:data:`pyhpctk.measure.gpu.pcsampling.SAMPLE_DTYPE`, as lists), CUPTI's totals,
+sample rows (:data:`pyhpctk.measure.gpu.cupti.pcsampling.SAMPLE_DTYPE`, as lists), CUPTI's totals,
 each loaded cubin (base64) with its md5 and CUPTI CRC, the kernel's duration and the device's
 SM count and clock, and the known call counts per thread. ``--inst`` records exact counts
-instead (:data:`pyhpctk.measure.gpu.sassmetrics.INST_DTYPE` rows: the totals of ``--launches``
+instead (:data:`pyhpctk.measure.gpu.cupti.sassmetrics.INST_DTYPE` rows: the totals of ``--launches``
 launches, CUPTI's one counting window, as one group with correlation id 1); with
 ``--launches 1`` that group is one launch's, as ``gpu=simulated,inst=PATH`` replays it. nvcc
 builds the same source for CI (``tests/data/gpu/gt_sm90.cubin``, see ``tests/test_gpu_inst.py``).
@@ -141,7 +141,7 @@ def _cubins_and_subscriber() -> tuple[list[bytes], object]:
 
 
 def _cubin_entries(lib: ctypes.CDLL, cubins: list[bytes]) -> list[dict[str, object]]:
-    from pyhpctk.measure.gpu import pcsampling as pcs
+    from pyhpctk.measure.gpu.cupti import pcsampling as pcs
 
     entries: list[dict[str, object]] = []
     for cubin in cubins:
@@ -221,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"sampled_wall_s": time.perf_counter() - t0}))
         return 0
 
-    from pyhpctk.measure.gpu.cupti_backend import _loaded_library
+    from pyhpctk.measure.gpu.cupti.lib import loaded_library
 
     context = int(cupy.cuda.driver.ctxGetCurrent())
     cubins, _subscriber = _cubins_and_subscriber()
-    lib = ctypes.CDLL(_loaded_library("libcupti") or "libcupti.so")
+    lib = ctypes.CDLL(loaded_library("libcupti") or "libcupti.so")
     common = {
         "kernel": KERNEL,
         "calls_per_thread": calls_per_thread(args.depth, args.turns, args.reps),
@@ -267,7 +267,7 @@ def _record_inst(
     """
     import cupy
 
-    from pyhpctk.measure.gpu import sassmetrics as sm
+    from pyhpctk.measure.gpu.cupti import sassmetrics as sm
 
     module = cupy.RawModule(code=SOURCE, options=("-lineinfo",))
     kernel = module.get_function(KERNEL)
@@ -329,7 +329,7 @@ def _record_pc(
     import cupy
     import numpy as np
 
-    from pyhpctk.measure.gpu import pcsampling as pcs
+    from pyhpctk.measure.gpu.cupti import pcsampling as pcs
 
     has_correlation = _header_has_correlation()
     size = pcs.PC_DATA_SIZE if has_correlation in (True, None) else pcs.PC_DATA_SIZE_LEGACY

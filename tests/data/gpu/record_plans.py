@@ -3,12 +3,11 @@ others are read by the numpy path (correct, slower). Printed by device_pytorch.s
 
 from cupti import cupti  # the bindings module: the record dtypes live there
 
-from pyhpctk.measure.gpu import records
-from pyhpctk.measure.gpu.cupti_backend import _Gather
-from pyhpctk.measure.gpu.cupti_buffers import record_dtype_names
+from pyhpctk.measure.gpu.cupti import records
+from pyhpctk.measure.gpu.cupti.buffers import Gather, record_dtype_names
 
 for kind, found in record_dtype_names(cupti).items():
-    gather = _Gather([getattr(cupti, n) for n in found])
+    gather = Gather([getattr(cupti, n) for n in found])
     for name in found:
         dtype = getattr(cupti, name)
         padded = gather.padded(dtype.itemsize)

@@ -31,6 +31,7 @@
 #include <ucontext.h>
 
 #include "engine.h"
+#include "pyframes.h" /* the one reader of CPython's frames (the CUPTI hook's too) */
 
 Engine engine;
 Slot engine_slots[ENGINE_MAX_SLOTS];
@@ -65,32 +66,6 @@ static inline struct _gil_runtime_state *gil_of(PyThreadState *tstate) {
 #endif
 }
 
-static inline _PyInterpreterFrame *top_frame(PyThreadState *tstate) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return tstate->current_frame;
-#else
-    _PyCFrame *cframe = tstate->cframe;
-    if (cframe == NULL || ((uintptr_t)cframe & 7)) return NULL;
-    return cframe->current_frame;
-#endif
-}
-
-static inline PyObject *frame_code(_PyInterpreterFrame *frame) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return frame->f_executable;
-#else
-    return (PyObject *)frame->f_code;
-#endif
-}
-
-static inline _Py_CODEUNIT *frame_instr(_PyInterpreterFrame *frame) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return frame->instr_ptr; /* the instruction executing (or about to) */
-#else
-    return frame->prev_instr; /* the last instruction started */
-#endif
-}
-
 uint32_t engine_code_check(void *object) {
     PyCodeObject *code = (PyCodeObject *)object;
     uint64_t h = (uint64_t)(uintptr_t)code->co_name * 0x9E3779B97F4A7C15ull;
@@ -98,32 +73,6 @@ uint32_t engine_code_check(void *object) {
     h ^= (uint64_t)(uint32_t)code->co_firstlineno * 0x165667B19E3779F9ull;
     h ^= h >> 29;
     return (uint32_t)h ^ (uint32_t)(h >> 32);
-}
-
-/* 1: a frame to record (code and instruction set); 0: a frame to skip; -1: not a frame. */
-static int read_frame(_PyInterpreterFrame *frame, void **code_out, uint32_t *instr_out) {
-    if ((uintptr_t)frame & 7) return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-    if (frame->owner == FRAME_OWNED_BY_CSTACK) return 0; /* the entry shim of a C call */
-#endif
-    PyObject *object = frame_code(frame);
-    if (object == NULL || ((uintptr_t)object & 7)) return -1;
-    if (Py_TYPE(object) != &PyCode_Type) {
-#if PY_VERSION_HEX >= 0x030D0000
-        return 0; /* 3.13: f_executable may be None (shim) */
-#else
-        return -1;
-#endif
-    }
-    PyCodeObject *code = (PyCodeObject *)object;
-    _Py_CODEUNIT *first = _PyCode_CODE(code);
-    _Py_CODEUNIT *instr = frame_instr(frame);
-    if (frame->owner != FRAME_OWNED_BY_GENERATOR && instr < first + code->_co_firsttraceable)
-        return 0; /* incomplete: the frame is being pushed */
-    if (instr < first || instr >= first + Py_SIZE(code)) return -1;
-    *code_out = code;
-    *instr_out = (uint32_t)(instr - first);
-    return 1;
 }
 
 /* -- the GIL state ------------------------------------------------------------------------------ */
@@ -171,21 +120,19 @@ static int gil_state(PyThreadState *tstate, void *context) {
  * shim), which is where native frames interleave. Returns the count, or -1 for a chain that is
  * not one. */
 static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *truncated) {
-    _PyInterpreterFrame *top = tstate == NULL ? NULL : top_frame(tstate);
+    _PyInterpreterFrame *top = tstate == NULL ? NULL : pyframe_top(tstate);
     int n = 0;
     int64_t walked = 0;
     *truncated = 0;
     for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
         if (++walked > ENGINE_WALK_LIMIT || ((uintptr_t)f & 7)) return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-        if (f->owner == FRAME_OWNED_BY_CSTACK) {
+        if (pyframe_is_shim(f)) {
             if (n > 0) slot->group_end[n - 1] = 1;
             continue;
         }
-#endif
-        void *code;
+        PyCodeObject *code;
         uint32_t instr;
-        int ok = read_frame(f, &code, &instr);
+        int ok = pyframe_read(f, &code, &instr);
         if (ok < 0) return -1;
         if (ok == 0) continue;
         if (n >= limit) {
@@ -195,11 +142,7 @@ static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *trunca
         slot->pyframes[n].code = code;
         slot->pyframes[n].instr = instr;
         slot->pyframes[n].check = engine_code_check(code);
-#if PY_VERSION_HEX >= 0x030C0000
-        slot->group_end[n] = 0;
-#else
-        slot->group_end[n] = f->is_entry ? 1 : 0;
-#endif
+        slot->group_end[n] = (uint8_t)pyframe_is_entry(f);
         n++;
     }
     if (n > 0) slot->group_end[n - 1] = 1;
@@ -355,7 +298,7 @@ void engine_append_tail(Slot *slot, int64_t cpu_now, int64_t wall_now, int64_t t
 
 /* The frame chain is read while the interpreter may be rewriting it, and a pointer read a
  * moment before can name memory unmapped since (a data-stack chunk freed as the frame at its
- * start returns: seen as SIGSEGV in read_frame under PyTorch at 1 kHz, on the H200 and on the
+ * start returns: seen as SIGSEGV in pyframe_read under PyTorch at 1 kHz, on the H200 and on the
  * CPU). So the handler reads under a guard: a SIGSEGV or SIGBUS raised on a thread whose guard is
  * set jumps back to take_sample, which counts a bad stack and goes on. Any other fault goes to
  * the handler that was there before ours (faulthandler's, or the default action). */

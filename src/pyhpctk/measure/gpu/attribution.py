@@ -82,11 +82,9 @@ SUM_LAYOUT = np.array(
 
 def native_sums() -> Callable[..., bytes] | None:
     """The C hook's ``activity_sums`` (None where the hook is not built)."""
-    try:
-        from pyhpctk.measure.gpu import _cuptihook
-    except ImportError:
-        return None
-    return getattr(_cuptihook, "activity_sums", None)
+    from pyhpctk.measure.gpu.cupti.lib import load_hook
+
+    return getattr(load_hook(), "activity_sums", None)
 
 
 #: (call, placeholder, kind, kernel or copy direction) → the node metric_node gave.

@@ -1,10 +1,11 @@
 """The backend interface: what a GPU backend gives the monitor and what the monitor offers back.
 
-Three roles meet here, each declared once as a typed protocol (docs/style.md, "Seams as
+Four roles meet here, each declared once as a typed protocol (docs/style.md, "Seams as
 declared interfaces"):
 
 - :class:`Backend` (``cupti``, ``simulated``, ``hip``): sees the runtime. :func:`install`
-  makes one from the ``gpu=`` spec, hands it the monitor with :meth:`Backend.start`, and
+  makes one from the ``gpu=`` spec through the module its row of the backend table names
+  (:class:`BackendModule`), hands it the monitor with :meth:`Backend.start`, and
   :meth:`Backend.stop` ends it.
 - :class:`MonitorPort`: what the monitor offers a backend. Operations come in on the
   application thread that issues them (:meth:`~MonitorPort.operation`,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pyhpctk.measure.gpu.activity import DeviceLimits
+    from pyhpctk.measure.gpu.spec import GpuSpec
 
 
 class NativeHook(Protocol):
@@ -208,4 +210,17 @@ class Backend(Protocol):
 
     def pc_settings(self, period_exponent: int) -> tuple[int, int, int]:
         """PC sampling's (period in cycles, SM clock in kHz, SM count; 0: learn it later)."""
+        ...
+
+
+class BackendModule(Protocol):
+    """The module a row of :data:`~pyhpctk.measure.gpu.spec.BACKENDS` names (cheap to import:
+    it imports what the backend needs only in :func:`make`)."""
+
+    def check(self, spec: GpuSpec) -> None:
+        """Refuse bad option values and missing files now (pyrun, before the command runs)."""
+        ...
+
+    def make(self, spec: GpuSpec) -> Backend:
+        """The backend ``spec`` asks for (the same checks run again here)."""
         ...

@@ -5,8 +5,9 @@ tracing (roctracer / rocprofiler-sdk: API callbacks with correlation ids and asy
 activity records, the AMD counterparts of CUPTI's) has no Python binding we could build on, and
 this project has no AMD GPU to develop or test one against. Rather than measure wrongly, the
 backend says so: :meth:`HipBackend.start` raises :class:`~pyhpctk.errors.UsageError` naming
-what is missing. The class implements :class:`~pyhpctk.measure.gpu.backend.Backend`, so the
-session wiring and ``pyrun -L`` treat every backend alike.
+what is missing. The class implements :class:`~pyhpctk.measure.gpu.backend.Backend` and this
+module is the row of :data:`~pyhpctk.measure.gpu.spec.BACKENDS` (:func:`check`, :func:`make`),
+so the session wiring and ``pyrun -L`` treat every backend alike.
 """
 
 from __future__ import annotations
@@ -15,11 +16,20 @@ import importlib
 import importlib.util
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.gpu import activity as act
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pyhpctk.measure.gpu.backend import MonitorPort
+    from pyhpctk.measure.gpu.activity import DeviceLimits
+    from pyhpctk.measure.gpu.backend import Backend, MonitorPort
+    from pyhpctk.measure.gpu.spec import GpuSpec
+
+
+def check(spec: GpuSpec) -> None:
+    """``gpu=amd`` has no options; whether ROCm is there is said at start."""
+
+
+def make(spec: GpuSpec) -> Backend:
+    return HipBackend()
 
 
 def hip_available() -> bool:
@@ -35,8 +45,10 @@ class HipBackend:
     def __init__(self) -> None:
         self.monitor: MonitorPort | None = None
 
-    def limits(self) -> act.DeviceLimits:
-        return act.DeviceLimits(name="AMD", max_threads_per_sm=2048, warp_size=64)
+    def limits(self) -> DeviceLimits:
+        from pyhpctk.measure.gpu.activity import DeviceLimits
+
+        return DeviceLimits(name="AMD", max_threads_per_sm=2048, warp_size=64)
 
     def start(self, monitor: MonitorPort) -> None:
         if not hip_available():

@@ -83,7 +83,7 @@ class FineAttribution:
         They wait until the kernel launch with their correlation id has been attributed, then
         go below that launch's ``GPUKernl`` placeholder (:meth:`_attribute_pc`).
         """
-        from pyhpctk.measure.gpu.pcsampling import sample_count
+        from pyhpctk.measure.gpu.cupti.pcsampling import sample_count
 
         with self._pc_lock:
             self._pc_rows.append((rows, list(functions), list(reasons), dropped))
@@ -112,8 +112,8 @@ class FineAttribution:
 
     def attribute_pc(self, final: bool = False) -> None:
         """Attribute waiting PC samples / counts whose kernel is known (with the session lock)."""
-        from pyhpctk.measure.gpu import pcsampling as pcs
-        from pyhpctk.measure.gpu import sassmetrics as sm
+        from pyhpctk.measure.gpu.cupti import pcsampling as pcs
+        from pyhpctk.measure.gpu.cupti import sassmetrics as sm
 
         kind = self.pc_kind
         if kind is None:
@@ -209,7 +209,7 @@ class FineAttribution:
         executions. A context with no measured time makes it a share by launch count.
         Identical launches then split exactly.
         """
-        from pyhpctk.measure.gpu import sassmetrics as sm
+        from pyhpctk.measure.gpu.cupti import sassmetrics as sm
 
         name = next((n for n, seen in self._inst_launches.items() if first in seen), None)
         groups: dict[tuple[int, int], list[int]] = {}  # (CCT, kernel node) → launch, ns, count

@@ -63,6 +63,7 @@ from pyhpctk.measure.gpu.operations import (
     GpuThread,
 )
 from pyhpctk.measure.gpu.tracing import TraceRouter
+from pyhpctk.measure.thread_names import name_own_thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class GpuMonitor:
         limits: act.DeviceLimits | None = None,
         trace: bool | None = None,
         trace_capacity: int = 0,
+        backend: Backend | None = None,
     ) -> None:
         self.session = session
         self.kind = kind
@@ -117,7 +119,7 @@ class GpuMonitor:
         self._tracer_done = threading.Event()
         self.closed = False
         self.errors: list[str] = []
-        self.backend: Backend | None = None  # set by install()
+        self.backend = backend  # what install() made; it is started after the monitor
         self.hook: NativeHook | None = None  # the C hook, when the backend attached one
         self._start_threads()
 
@@ -151,6 +153,7 @@ class GpuMonitor:
         self.session.exclude_thread(_thread.get_ident())
 
     def _monitor_main(self, started: threading.Semaphore) -> None:
+        name_own_thread("pyrun-gpumon")
         self._monitor_ident = _thread.get_ident()
         self.exclude_current_thread()
         started.release()
@@ -172,6 +175,7 @@ class GpuMonitor:
             self._monitor_done.set()
 
     def _tracer_main(self, started: threading.Semaphore) -> None:
+        name_own_thread("pyrun-gputrace")
         self._tracer_ident = _thread.get_ident()
         self.exclude_current_thread()
         started.release()
@@ -592,7 +596,7 @@ class GpuMonitor:
                 self.errors.append(f"pyrun: gpu: backend stop failed: {error!r}")
         self.close()
         if report:
-            report_problems(self)
+            report_problems(self.stats, self.errors, self.fine)
         return self.stats
 
     def write_streams(self) -> list[str]:

@@ -9,15 +9,15 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pyhpctk.measure.gpu.monitor import GpuMonitor
+    from pyhpctk.measure.gpu.instructions import FineAttribution
+    from pyhpctk.measure.gpu.operations import GpuStats
 
 
-def report_problems(monitor: GpuMonitor) -> None:
-    """Lines on stderr for unmatched or dropped activities, PC samples and counts' coverage."""
-    stats = monitor.stats
-    if stats.unmatched or stats.dropped or stats.trace_overflow or monitor.errors:
+def report_problems(stats: GpuStats, errors: list[str], fine: FineAttribution) -> None:
+    """Lines on stderr for unmatched or dropped activities, PC samples and counts' coverage
+    (the monitor's counters, its errors and its fine-grained part)."""
+    if stats.unmatched or stats.dropped or stats.trace_overflow or errors:
         sys.stderr.write(stats.report() + "\n")
-    fine = monitor.fine
     pc = fine.pc_stats
     if fine.pc_kind is None:
         return

@@ -16,14 +16,82 @@ Because the options use commas, a spec travels to child processes in its own env
 from __future__ import annotations
 
 from pyhpctk.errors import UsageError
+from pyhpctk.measure.settings import ENV_GPU as ENV_GPU
+from pyhpctk.measure.settings import run_settings
 
-BACKENDS = ("nvidia", "amd", "simulated")
-#: The options each backend reads (pyhpctk.measure.gpu._backend); any other is a typo.
-OPTIONS = {
-    "nvidia": ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
-    "amd": (),
-    "simulated": ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+class BackendInfo:
+    """One row of the backend table: what ``gpu=NAME`` is and where it lives (a value; not a
+    NamedTuple: typing costs every measured process milliseconds to import)."""
+
+    __slots__ = ("listing", "module", "options")
+
+    def __init__(
+        self, module: str, options: tuple[str, ...], listing: tuple[tuple[str, str], ...]
+    ) -> None:
+        #: The module that makes it: ``check(spec)`` and ``make(spec)``
+        #: (:class:`~pyhpctk.measure.gpu.backend.BackendModule`); imported only when used.
+        self.module = module
+        #: The options it reads; any other is a typo.
+        self.options = options
+        #: Its lines in ``pyrun -L``: (what follows ``gpu=NAME``, text), then (option, text)
+        #: or ("", text going on).
+        self.listing = listing
+
+
+#: The GPU backends, name → :class:`BackendInfo`: option checking, making the backend and
+#: ``pyrun -L`` all read it (adding a backend is a row here and its module).
+BACKENDS: dict[str, BackendInfo] = {
+    "nvidia": BackendInfo(
+        "pyhpctk.measure.gpu.cupti",
+        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
+        (
+            ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
+            ("", "CUPTI, under the Python line that issued them"),
+            ("pc[,period=N]", "also PC samples with stall reasons (2^N cycles, default 12)"),
+            ("inst", "also exact instruction counts (CUPTI SASS metrics) of the"),
+            ("", "kernel launched first after cudaProfilerStart()"),
+            ("hook=c|python|auto", "how API calls are seen: the C hook (built by pip"),
+            ("", "install where a C compiler is present) or cupti-python's"),
+            ("", "Python callbacks; auto (default) picks the C hook if built"),
+            ("sync=api|activity", "who times synchronizations: the C hook, at the API"),
+            ("", "(default), or CUPTI's SYNCHRONIZATION records, which"),
+            ("", "cost PyTorch models about 30 % (docs/gpu.md)"),
+            ("buffer=BYTES, records=raw|objects, pcmode=serialized|continuous", ""),
+        ),
+    ),
+    "simulated": BackendInfo(
+        "pyhpctk.measure.gpu.simulated",
+        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+        (
+            ("[,OPTION...]", "replays activity recorded on an H200 (no GPU needed):"),
+            ("recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...", ""),
+        ),
+    ),
+    "amd": BackendInfo(
+        "pyhpctk.measure.gpu.hip_backend",
+        (),
+        (("", "HIP (refused with a reason where ROCm tracing is absent)"),),
+    ),
 }
+#: The options each backend reads, from :data:`BACKENDS`.
+OPTIONS = {name: info.options for name, info in BACKENDS.items()}
+
+
+def backend_listing() -> list[str]:
+    """The GPU backends' lines of ``pyrun -L``, from :data:`BACKENDS`."""
+    lines = []
+    for name, info in BACKENDS.items():
+        (suffix, text), *rest = info.listing
+        lines.append(f"  {'gpu=' + name + suffix:<27}{text}")
+        lines += [f"      {option:<23}{text}".rstrip() for option, text in rest]
+    return lines
+
+
 #: ``sync=``: synchronizations timed by the C hook at the API (``api``), CUPTI's
 #: SYNCHRONIZATION records (``activity``), or both, the hook's kept aside (``both``: diagnosis).
 SYNC_MODES = ("api", "activity", "both")
@@ -31,7 +99,6 @@ SYNC_MODES = ("api", "activity", "both")
 DEFAULT_SYNC = "api"
 #: gpu=simulated's: its recordings hold CUPTI's records, replayed as they came.
 DEFAULT_SIMULATED_SYNC = "activity"
-ENV_GPU = "PYHPCTK_PYRUN_GPU"  # str(GpuSpec) for every process pyrun measures
 
 
 def is_gpu_event(text: str) -> bool:
@@ -100,9 +167,8 @@ def parse_gpu_event(text: str) -> GpuSpec:
     return GpuSpec(parts[0].lower(), tuple(options))
 
 
-def spec_from_env(env: dict[str, str] | None = None) -> GpuSpec | None:
-    """The GPU spec pyrun left in the environment, or None."""
-    import os
-
-    text = (os.environ if env is None else env).get(ENV_GPU, "")
+def spec_from_env(env: Mapping[str, str] | None = None) -> GpuSpec | None:
+    """The GPU spec pyrun left in the environment (its settings, :mod:`~pyhpctk.measure.settings`),
+    or None."""
+    text = run_settings(env).gpu
     return parse_gpu_event(text) if text else None

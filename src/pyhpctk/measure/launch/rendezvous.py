@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.bootstrap import rescue
 from pyhpctk.measure.census import start_time
-from pyhpctk.measure.config import BOOTSTRAP_DIR
+from pyhpctk.measure.launch.bootstrap import rescue
+from pyhpctk.measure.launch.config import BOOTSTRAP_DIR
 
 #: The file ``--install-pth`` writes into site-packages.
 PTH_NAME = "pyhpctk-pyrun.pth"

@@ -13,23 +13,24 @@ import os
 
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.events import EventSpec, events_from_env, format_events, parse_events
+from pyhpctk.measure.settings import (  # the names of the variables (settings.py: one place)
+    ENV_BOOTSTRAP,
+    ENV_CHECKPOINT,
+    ENV_EVENTS,
+    ENV_OUTPUT,
+    ENV_PACKAGE_ROOT,
+    ENV_TRACE,
+)
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
 
-ENV_OUTPUT = "PYHPCTK_PYRUN_OUT"  # absolute measurement directory; its presence turns pyrun on
-ENV_EVENTS = "PYHPCTK_PYRUN_EVENTS"  # CPUTIME@5000[,REALTIME@...]
-ENV_TRACE = "PYHPCTK_PYRUN_TRACE"  # "1" records traces
-ENV_CHECKPOINT = "PYHPCTK_PYRUN_CHECKPOINT"  # seconds between checkpoint writes, 0 = never
-ENV_BOOTSTRAP = "PYHPCTK_PYRUN_BOOTSTRAP"  # the bootstrap directory put on PYTHONPATH
-ENV_PACKAGE_ROOT = "PYHPCTK_PYRUN_PACKAGE_ROOT"  # where ``import pyhpctk`` finds the package
-ENV_DEBUG = "PYHPCTK_PYRUN_DEBUG"  # "1": say on stderr what the bootstrap does
-ENV_NATIVE = "PYHPCTK_PYRUN_NATIVE"  # "0": samples record no native frames (pyrun --no-native)
-
 DEFAULT_CHECKPOINT_S = 10.0
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 
 class MeasureOptions:

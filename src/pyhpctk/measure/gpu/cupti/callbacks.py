@@ -1,35 +1,36 @@
-"""The CUPTI backend's callbacks: operations as the program starts them, and fine-grained counts.
+"""The CUPTI backend's callback subscriber: operations as the program starts them.
 
 A CUPTI subscriber gets a callback on entry to every CUDA runtime and driver API that starts GPU
 work, classified once, by name (:func:`classify_api`); either the C hook ``_cuptihook`` or
-cupti-python's ``subscribe`` (:meth:`ApiCallbacks._start_python`) is subscribed. Resource
+cupti-python's ``subscribe`` (:meth:`CallbackSubscriber._start_python`) is subscribed. Resource
 callbacks copy loaded cubins and CUDA graph node ids. With PC sampling or instruction counting
-("fine" mode) every API call is seen in Python, which starts and reads the samplers and counters.
+("fine" mode) every API call is seen in Python and handed to the backend's
+:class:`~.fine.FineCounting`, which starts and reads the samplers and counters.
 
 These callbacks run on the program's threads, inside the CUDA driver: they never block and
-never raise into CUPTI. The state they use is :class:`~.cupti_backend.CuptiBackend`'s.
+never raise into CUPTI.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
 import re
 import threading
 
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import syncapi
-from pyhpctk.measure.gpu.cupti_lib import NO_CBID, loaded_library
+from pyhpctk.measure.gpu.cupti.lib import NO_CBID, loaded_library
 from pyhpctk.measure.gpu.operations import SKIP
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import collections
     from collections.abc import Callable
     from typing import Any
 
     from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
-    from pyhpctk.measure.gpu.pcsampling import PcSampler
-    from pyhpctk.measure.gpu.sassmetrics import SassCounter
+    from pyhpctk.measure.gpu.cupti.fine import FineCounting
 
 # Classification of API names (CUPTI's callback-id enum member names), first match wins.
 _API_RULES: tuple[tuple[str, int | None], ...] = (
@@ -59,44 +60,99 @@ def classify_api(name: str) -> int | None:
     return None
 
 
-class ApiCallbacks:
-    """Subscribing to CUPTI's callbacks and answering them (a part of the backend class)."""
+class CallbackSubscriber:
+    """Subscribes to CUPTI's callbacks and answers them (see the module docstring)."""
 
-    # The backend's state these methods use (set in CuptiBackend.__init__ and start()).
-    inst: bool
-    inst_counters: dict[int, SassCounter]
-    inst_launches: dict[int, int]
-    _inst_first: dict[int, int]
-    _profiler_starts: set[tuple[int, int]]
-    _fine_busy: threading.local
-    native: NativeHook | None
-    _modules: collections.deque[bytes]
-    pc_mode: str
-    pc_period: int
-    pc_samplers: dict[int, PcSampler]
-    pc_errors: list[str]
-    _context_created: int
-    monitor: MonitorPort | None
-    _operation: Callable[[int, int, bool], None]
-    api_kinds: dict[tuple[int, int], int]
-    sync: str
-    api_syncs: syncapi.ApiSyncs | None
-    _api_names: dict[tuple[int, int], str]
-    api_multi: set[tuple[int, int]]
-    _subscriber: object
-    _domain_resource: int
-    _domain_driver: int
-    _enter: int
-    _module_loaded: int
-    _nest: threading.local
-    _graph_created: int
-    _graph_cloned: int
-    _node_id: Any
-    unknown_apis: int
+    def __init__(self, fine: FineCounting, sync: str = syncapi.DEFAULT_SYNC) -> None:
+        self.fine = fine  # PC sampling and instruction counts, read where the callbacks say
+        self.sync = sync  # "api": the C hook times synchronizations (syncapi)
+        self.api_syncs: syncapi.ApiSyncs | None = None  # once the hook times them
+        self.api_kinds: dict[tuple[int, int], int] = {}  # GPU operations' callbacks → kind
+        self._api_names: dict[tuple[int, int], str] = {}  # GPU operations' callback-id names
+        self.api_multi: set[tuple[int, int]] = set()  # CUDA graph launches: many activities
+        self._profiler_starts: set[tuple[int, int]] = set()  # cu/cudaProfilerStart (inst)
+        self.native: NativeHook | None = None  # the _cuptihook module once subscribed through it
+        self.modules: collections.deque[bytes] = collections.deque()  # cubins (Python hook)
+        self.monitor: MonitorPort | None = None
+        self._operation: Callable[[int, int, bool], None] = lambda kind, correlation, multi: None
+        self._subscriber: object = None
+        self._domain_resource = self._enter = self._module_loaded = -1
+        self._domain_driver = -1
+        self._exit = -1
+        self._context_created = -1
+        self._nest = threading.local()  # hook=python: runtime calls each thread is inside
+        self._graph_created = self._graph_cloned = NO_CBID
+        self._node_id: Any = None  # cuptiGetGraphNodeId (ctypes), for hook=python
+        self.unknown_apis = 0  # callback ids CUPTI refused to enable
+
+    def learn_apis(self, domain: int, members: dict[str, int]) -> None:
+        """Which callbacks of ``domain`` (CUPTI's callback-id names → ids) start what.
+
+        Fills :attr:`api_kinds` (kind of each GPU operation's API), :attr:`api_multi` (graph
+        launches: several activities per call) and, with ``inst``, the profiler starts where
+        counting begins; with ``inst``, copies and memsets are left out (not traced: start()).
+        """
+        inst = self.fine.inst
+        for name, cbid in members.items():
+            kind = classify_api(name)
+            if inst and kind in (act.COPY, act.MEMSET):
+                continue
+            if kind is not None and "SIZE" not in name and "INVALID" not in name:
+                self.api_kinds[(domain, cbid)] = kind
+                self._api_names[(domain, cbid)] = name
+                if "GraphLaunch" in name:
+                    self.api_multi.add((domain, cbid))
+            elif inst and name.startswith(("cuProfilerStart", "cudaProfilerStart")):
+                self._profiler_starts.add((domain, cbid))
+
+    def start(self, cupti: Any, monitor: MonitorPort, native: NativeHook | None) -> None:
+        """Learn CUPTI's callback ids and subscribe: the C hook where given, else Python's."""
+        self.monitor = monitor
+        self._operation = monitor.operation
+        for domain, enum in (
+            (cupti.CallbackDomain.RUNTIME_API, cupti.RuntimeApiTraceCbid),
+            (cupti.CallbackDomain.DRIVER_API, cupti.DriverApiTraceCbid),
+        ):
+            self.learn_apis(int(domain), {n: int(m) for n, m in enum.__members__.items()})
+        self._domain_resource = int(cupti.CallbackDomain.RESOURCE)
+        self._domain_driver = int(cupti.CallbackDomain.DRIVER_API)
+        self._enter = int(cupti.ApiCallbackSite.API_ENTER)
+        self._module_loaded = int(cupti.CallbackIdResource.MODULE_LOADED)
+        # CUDA graphs: where each node was made, and which node each instantiated one copies
+        resources = cupti.CallbackIdResource
+        self._graph_created = int(getattr(resources, "GRAPHNODE_CREATED", NO_CBID))
+        self._graph_cloned = int(getattr(resources, "GRAPHNODE_CLONED", NO_CBID))
+        self._exit = int(cupti.ApiCallbackSite.API_EXIT)
+        if native is not None:
+            self._start_native(cupti, native, monitor)
+        else:
+            self._start_python(cupti)
+
+    def stop(self, cupti: Any) -> None:
+        """Unsubscribe (the C hook's own losses said in the monitor's errors)."""
+        native, monitor = self.native, self.monitor
+        if native is None:
+            with contextlib.suppress(Exception):
+                cupti.unsubscribe(self._subscriber)
+            return
+        try:
+            native.unsubscribe()
+        except OSError as error:
+            if monitor is not None:
+                monitor.errors.append(f"pyrun: gpu: {error}")
+
+    def take_modules(self) -> list[bytes]:
+        """The cubins loaded since the last call (the monitor saves them on its own thread)."""
+        native = self.native
+        taken: list[bytes] = native.take_modules() if native is not None else []
+        modules = self.modules
+        while modules:
+            taken.append(modules.popleft())
+        return taken
 
     def _start_native(self, cupti: Any, native: NativeHook, monitor: MonitorPort) -> None:
         """Subscribe the C callback: repeated operations never enter Python (_cuptihook.c)."""
-        fine = self.fine
+        fine = self.fine.on
         entries = [  # PC samples and instruction counts are read at kernel launches' exits
             (key[0], key[1], kind, int(key in self.api_multi), int(fine and kind == act.KERNEL))
             for key, kind in self.api_kinds.items()
@@ -131,7 +187,7 @@ class ApiCallbacks:
     def _start_python(self, cupti: Any) -> None:
         """Subscribe cupti-python's callback (one Python call per API entry and exit)."""
         self._subscriber = cupti.subscribe(self._callback, None)
-        if self.fine:
+        if self.fine.on:
             self._context_created = int(cupti.CallbackIdResource.CONTEXT_CREATED)
             cupti.enable_callback(
                 1,
@@ -168,7 +224,7 @@ class ApiCallbacks:
         self, domain: int, cbid: int, site: int, correlation: int, context: int
     ) -> None:
         """The C hook hands over every call while PC sampling is on (as :meth:`_callback`)."""
-        if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
+        if self.fine.busy:  # a CUDA call of the counters themselves
             if (
                 site == self._enter
                 and (domain, cbid) in self.api_kinds
@@ -178,107 +234,21 @@ class ApiCallbacks:
             return
         if domain == self._domain_resource:
             if cbid == self._context_created:
-                self._fine_enable(context)
+                self.fine.context_seen(context)
             return
         key = (domain, cbid)
         if key in self._profiler_starts:
             if site != self._enter:
-                self._inst_start(context)
+                self.fine.profiler_started(context)
             return
         kind = self.api_kinds.get(key)
         if site != self._enter:
             if kind == act.KERNEL:
-                self._fine_collect(context, correlation)
+                self.fine.kernel_ended(context, correlation)
             return
-        self._fine_enable(context)
+        self.fine.context_seen(context)
         if kind is not None:
             self._operation(kind, correlation, key in self.api_multi)
-
-    @property
-    def fine(self) -> bool:
-        """PC sampling or instruction counting: every API call is seen in Python."""
-        return bool(self.pc_period or self.inst)
-
-    def _fine_enable(self, context: int) -> None:
-        if self.pc_period and context not in self.pc_samplers:
-            self._pc_enable(context)
-
-    def _inst_start(self, context: int) -> None:
-        """At the exit of the program's first cu/cudaProfilerStart: counting starts (once)."""
-        if not context:
-            cuda = ctypes.CDLL("libcuda.so.1")
-            current = ctypes.c_void_p(0)
-            if cuda.cuCtxGetCurrent(ctypes.byref(current)) == 0:
-                context = int(current.value or 0)
-        if context and not self.inst_counters:
-            self._inst_enable(context)
-
-    def _fine_collect(self, context: int, correlation: int) -> None:
-        if self.pc_period:
-            self._pc_collect(context)
-        if self.inst and context in self.inst_counters:
-            self._inst_first.setdefault(context, correlation)
-            self.inst_launches[context] = self.inst_launches.get(context, 0) + 1
-
-    # -- instruction counts (issue #7) --
-
-    def _inst_enable(self, context: int) -> None:
-        """Start counting on ``context``: at the exit of the program's profiler start (once).
-
-        CUPTI counts only the first device work after SetConfig — which must be a kernel, in
-        an enabled window — and nothing when that is a memset or a kernel launched before
-        Enable; enabling inside the launch's own API callback gave records with zero counts
-        on the H200 (``sassmetrics``' docstring). So the program says where: the kernel it
-        launches next after ``cudaProfilerStart()`` is counted, with its later launches.
-        """
-        from pyhpctk.measure.gpu.sassmetrics import SassCounter
-
-        path = loaded_library("libcupti")
-        counter = SassCounter(ctypes.CDLL(path or "libcupti.so"), context, self._device_of(context))
-        self.inst_counters[context] = counter
-        self._fine_busy.on = True
-        try:
-            counter.synchronize()
-            counter.enable()
-        except Exception as error:
-            self._pc_error(f"pyrun: gpu: instruction counting unavailable: {error}")
-            counter.enabled = False
-        finally:
-            self._fine_busy.on = False
-
-    def _device_of(self, context: int) -> int:
-        """The device ordinal of ``context`` (cuCtxGetDevice on the current context; 0)."""
-        try:
-            cuda = ctypes.CDLL("libcuda.so.1")
-            device = ctypes.c_int(0)
-            if cuda.cuCtxGetDevice(ctypes.byref(device)) == 0:
-                return int(device.value)
-        except OSError:
-            pass
-        return 0
-
-    def _inst_collect(self, context: int) -> None:
-        """At the end: wait for the kernels, read the window's totals (one flush), disable.
-
-        The totals go to the monitor as the window's first launch's. The monitor splits them
-        between the counted launches' calling contexts (``GpuMonitor._inst_pieces``).
-        """
-        counter = self.inst_counters.get(context)
-        monitor = self.monitor
-        if counter is None or monitor is None or not counter.enabled:
-            return
-        correlation = self._inst_first.get(context, 0)
-        self._fine_busy.on = True
-        try:
-            counter.synchronize()
-            batch = counter.disable(correlation)
-        except Exception as error:
-            self._pc_error(f"pyrun: gpu: reading instruction counts failed: {error}")
-            return
-        finally:
-            self._fine_busy.on = False
-        if len(batch.rows):
-            monitor.inst_counts(batch.rows, batch.functions, self.inst_launches.get(context, 0))
 
     # -- callbacks on application threads --
 
@@ -290,12 +260,12 @@ class ApiCallbacks:
             elif cbid in (self._graph_created, self._graph_cloned):
                 self._graph(data, cbid == self._graph_cloned)
             elif cbid == self._context_created:
-                self._fine_enable(int(data.context))
+                self.fine.context_seen(int(data.context))
             return
         if self._inside_runtime(domain, data.callback_site):
             return
-        if self.fine:
-            if getattr(self._fine_busy, "on", False):  # a CUDA call of the counters themselves
+        if self.fine.on:
+            if self.fine.busy:  # a CUDA call of the counters themselves
                 site = data.callback_site
                 if (
                     site == self._enter
@@ -307,13 +277,13 @@ class ApiCallbacks:
             context = int(data.context)
             if (domain, cbid) in self._profiler_starts:
                 if data.callback_site != self._enter:
-                    self._inst_start(context)
+                    self.fine.profiler_started(context)
                 return
             if data.callback_site != self._enter:
                 if self.api_kinds.get((domain, cbid)) == act.KERNEL:
-                    self._fine_collect(context, int(data.correlation_id))
+                    self.fine.kernel_ended(context, int(data.correlation_id))
                 return
-            self._fine_enable(context)
+            self.fine.context_seen(context)
         elif data.callback_site != self._enter:
             return
         key = (domain, cbid)
@@ -351,7 +321,7 @@ class ApiCallbacks:
             monitor.errors.append(f"pyrun: gpu: cannot read a loaded module: {error!r}")
             return
         if cubin:  # saved on the monitor thread: no lock is taken inside the driver's callback
-            self._modules.append(cubin)
+            self.modules.append(cubin)
 
     def _graph(self, data: Any, cloned: bool) -> None:
         """A graph node was made here, or cloned: ``CUpti_GraphData`` read at its address.
@@ -371,66 +341,3 @@ class ApiCallbacks:
                 return
             ids.append(int(value.value))
         monitor.graph_node(ids[0], ids[1] if cloned else 0)
-
-    # -- PC sampling (issue #7) --
-
-    def _pc_enable(self, context: int) -> None:
-        """Start kernel-serialized PC sampling on ``context`` (once per context)."""
-        if not context or context in self.pc_samplers:
-            return
-        from pyhpctk.measure.gpu.pcsampling import PcSampler
-
-        path = loaded_library("libcupti")
-        sampler = PcSampler(
-            ctypes.CDLL(path or "libcupti.so"),
-            context,
-            self.pc_period,
-            start_stop=False,
-            mode=self.pc_mode,
-        )
-        self.pc_samplers[context] = sampler
-        try:
-            sampler.enable()
-        except Exception as error:
-            self._pc_error(f"pyrun: gpu: PC sampling unavailable: {error}")
-            sampler.enabled = False
-
-    def _pc_collect(self, context: int, final: bool = False) -> None:
-        """Read the samples CUPTI has for ``context`` and hand them to the monitor."""
-        sampler = self.pc_samplers.get(context)
-        monitor = self.monitor
-        if sampler is None or monitor is None or not sampler.enabled:
-            return
-        try:
-            batch = sampler.collect()
-            if final:
-                rest = sampler.disable()
-                if len(rest.rows):
-                    monitor.pc_samples(rest.rows, rest.functions, sampler.reasons, 0)
-        except Exception as error:
-            self._pc_error(f"pyrun: gpu: reading PC samples failed: {error}")
-            return
-        if len(batch.rows) or batch.dropped_samples:
-            monitor.pc_samples(
-                batch.rows,
-                batch.functions,
-                sampler.reasons,
-                batch.dropped_samples,
-            )
-
-    def _pc_error(self, text: str) -> None:
-        if text not in self.pc_errors:
-            self.pc_errors.append(text)
-            if self.monitor is not None:
-                self.monitor.errors.append(text)
-
-    def clock_khz(self) -> int:
-        """The SM clock of device 0 in kHz (CU_DEVICE_ATTRIBUTE_CLOCK_RATE), 0 if unknown."""
-        try:
-            cuda = ctypes.CDLL("libcuda.so.1")
-            value = ctypes.c_int(0)
-            if cuda.cuDeviceGetAttribute(ctypes.byref(value), 13, 0) != 0:
-                return 0
-            return int(value.value)
-        except OSError:
-            return 0

@@ -1,4 +1,4 @@
-/* The CUPTI callback of pyrun's GPU layer, in C (pyhpctk.measure.gpu._cuptihook).
+/* The CUPTI callback of pyrun's GPU layer, in C (pyhpctk.measure.gpu.cupti._cuptihook).
  *
  * Why C: a CUPTI callback that enters Python costs several microseconds per API call (the
  * bindings build an object for every call, entry and exit), more than a small kernel launch

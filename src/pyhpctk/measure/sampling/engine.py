@@ -7,10 +7,12 @@ Python frames read as they are at the tick, its GIL state, into a per-thread rin
 Python never started (BLAS and OpenMP pools) are found by the engine's monitor thread and
 sampled the same way. See docs/pyrun.md, "Sampling".
 
-:class:`EngineSampler` is the session's side of it: the session's sampler thread becomes the
-*drain*, which every :data:`DRAIN_PERIOD_S` (and at a thread's end, at checkpoints and at exit)
-takes the records out of the rings and walks each thread's CCT by them, adding to each metric
-what the event registry (:mod:`pyhpctk.measure.events`) says a sample of its clock adds.
+:class:`EngineSampler` is the session's side of it, a :class:`~.sampler.Sampler` holding the
+session's :class:`~pyhpctk.measure.session.table.ThreadTable`: the sampling thread
+(:mod:`.thread`) becomes the *drain*, which every :data:`DRAIN_PERIOD_S` (and at a thread's
+end, at checkpoints and at exit) takes the records out of the rings and has each thread's CCT
+insert them (:meth:`~pyhpctk.measure.cct.ThreadCCT.insert_samples`), adding to each metric what
+the event registry (:mod:`pyhpctk.measure.events`) says a sample of its clock adds.
 
 Where the extension is missing (no C compiler at install), the interpreter is not supported
 (free-threaded builds; versions other than 3.11 to 3.13) or ``PYHPCTK_PYRUN_SAMPLER=thread``
@@ -28,27 +30,22 @@ import sysconfig
 import threading
 import time
 
-from pyhpctk.measure.config import ENV_DEBUG, ENV_NATIVE
+from pyhpctk.measure.cct import NATIVE_BIT as NATIVE_BIT
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
+from pyhpctk.measure.settings import ENV_CPU_TIMER as ENV_CPU_TIMER
+from pyhpctk.measure.settings import ENV_DRAIN_PERIOD as ENV_DRAIN_PERIOD
+from pyhpctk.measure.settings import ENV_FALLBACK_SAID, run_settings
+from pyhpctk.measure.settings import ENV_SAMPLER as ENV_SAMPLER
 from pyhpctk.measure.thread_names import comm_name
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from pyhpctk.measure.session import Session
+    from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
 
-ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
-ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run
-# "posix": CPU samples from timers, not perf_events; "signal": perf counters that signal through
-# O_ASYNC and a realtime signal, not SIGTRAP (the default where the kernel has it: cheaper)
-ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"
-NATIVE_BIT = 1 << 63  # drain(): a native frame's ip is NATIVE_BIT | lm << 48 | offset
-NATIVE_OFFSET_MASK = (1 << 48) - 1
 DRAIN_PERIOD_S = 0.1
-# benchmarks: another drain period (s, 0.01 to 2), to weigh what each wake-up of the drain costs
-ENV_DRAIN_PERIOD = "PYHPCTK_PYRUN_DRAIN_S"
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
 TRUNCATED = "<truncated stack>"  # the outer frames of a stack deeper than the engine keeps
 
@@ -66,7 +63,7 @@ def cpu_timer_route() -> int:
     counters that signal through O_ASYNC, 2 counters that raise SIGTRAP (the default; the engine
     falls back to 1 on kernels before 5.13). Under a debugger (a tracer attached), 1: a
     debugger stops at every SIGTRAP."""
-    chosen = os.environ.get(ENV_CPU_TIMER, "").strip().lower()
+    chosen = run_settings().cpu_timer
     if chosen == "posix":
         return 0
     if chosen == "signal" or _traced():
@@ -89,7 +86,7 @@ def drain_period() -> float:
     """Seconds between two drains: :data:`DRAIN_PERIOD_S`, or what ``PYHPCTK_PYRUN_DRAIN_S``
     says (benchmarks; a value that is not a number from 0.01 to 2 is ignored)."""
     try:
-        period = float(os.environ.get(ENV_DRAIN_PERIOD, ""))
+        period = float(run_settings().drain_s)
     except ValueError:
         return DRAIN_PERIOD_S
     return period if 0.01 <= period <= 2.0 else DRAIN_PERIOD_S
@@ -97,7 +94,7 @@ def drain_period() -> float:
 
 def load_engine() -> tuple[ModuleType | None, str]:
     """The engine's module, or None and why it cannot be used here."""
-    if os.environ.get(ENV_SAMPLER, "").strip().lower() == "thread":
+    if run_settings().sampler == "thread":
         return None, ""  # asked for: nothing to explain
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return (
@@ -162,7 +159,7 @@ def fell_back_line(stats: dict[str, int]) -> str:
 
 def native_frames_wanted() -> bool:
     """Whether samples record native frames (on unless ``pyrun --no-native``)."""
-    return os.environ.get(ENV_NATIVE, "1").strip() != "0"
+    return run_settings().native
 
 
 def build_problem() -> str:
@@ -176,9 +173,9 @@ def build_problem() -> str:
         supported = "free-threaded" not in reason and "supports" not in reason
         return reason if supported and reason else ""
     built = os.path.getmtime(module.__file__ or "")
-    here = os.path.dirname(os.path.abspath(__file__))
-    sources = os.path.join(here, "engine_c")
-    checkout = os.path.isfile(os.path.join(here, os.pardir, os.pardir, os.pardir, "setup.py"))
+    measure = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sources = os.path.join(measure, "engine_c")
+    checkout = os.path.isfile(os.path.join(measure, os.pardir, os.pardir, os.pardir, "setup.py"))
     if checkout and os.path.isdir(sources):
         for name in os.listdir(sources):
             if os.path.getmtime(os.path.join(sources, name)) > built:
@@ -188,7 +185,7 @@ def build_problem() -> str:
 
 def say_fallback_once(reason: str) -> None:
     """Explain the fallback once per pyrun run (children inherit the mark)."""
-    if reason and not os.environ.get(ENV_FALLBACK_SAID):
+    if reason and not run_settings().fallback_said:
         os.environ[ENV_FALLBACK_SAID] = "1"
         sys.stderr.write(
             f"pyrun: {reason}; sampling with a Python thread instead: self time is then"
@@ -222,14 +219,14 @@ def unsampled_cpu_line(stats: dict[str, int]) -> str:
 class EngineSampler:
     """The session's use of the engine (see the module docstring)."""
 
-    def __init__(self, session: Session, module: ModuleType) -> None:
-        self.session = session
+    def __init__(self, table: ThreadTable, module: ModuleType) -> None:
+        self.table = table
         self.module = module
         cpu: list[int] = []
         wall: list[int] = []
         # rules[timer][gil]: the (metric, field) pairs a sample of that timer and state adds to
         rules: list[list[list[tuple[int, int]]]] = [[[] for _ in range(4)] for _ in range(3)]
-        for metric, spec in enumerate(session.options.events):
+        for metric, spec in enumerate(table.options.events):
             event = spec.event
             if event.clock == CLOCK_THREAD_CPU:
                 cpu.append(spec.period_us)
@@ -259,7 +256,7 @@ class EngineSampler:
         self.module.start(
             self.cpu_period_ns,
             self.wall_period_ns,
-            self.session.options.trace,
+            self.table.options.trace,
             perf,
             native_frames_wanted(),
         )
@@ -276,7 +273,7 @@ class EngineSampler:
         self.module.take_sigtrap(default)
 
     def register_current_thread(self, program_ns: int = -1) -> None:
-        """Measure the calling thread; ``program_ns``: see Session.register_thread."""
+        """Measure the calling thread; ``program_ns``: see ThreadTable.register_thread."""
         if self.started:
             self.module.register_thread(program_ns)
 
@@ -308,6 +305,25 @@ class EngineSampler:
         self.started = False
         self.module.after_fork_child()
 
+    # -- the sampling thread's wake-ups (the Sampler interface) --------------------------------
+
+    def thread_began(self) -> None:
+        self.exclude_current_thread()
+
+    def first_wait(self) -> float:
+        return drain_period()
+
+    def wake(self) -> None:
+        with self.table.lock:
+            if not self.table.finished:
+                self.drain()
+
+    def next_wait(self) -> float:
+        return drain_period()
+
+    def thread_ended(self) -> None:
+        self.own_thread_end()  # pyrun's CPU time, not the program's lost time
+
     def stats(self) -> dict[str, int]:
         return dict(self.module.stats())
 
@@ -324,7 +340,7 @@ class EngineSampler:
             sys.stderr.write(unsampled + "\n")
         if stats.get("perf_refused"):
             sys.stderr.write(fell_back_line(stats) + "\n")
-        if os.environ.get(ENV_DEBUG) == "1":
+        if run_settings().debug:
             stats["drain_entries"] = self.entries
             stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)
             counts = ", ".join(f"{name} {value}" for name, value in sorted(stats.items()))
@@ -338,86 +354,46 @@ class EngineSampler:
         A thread that ended is written and forgotten, unless ``retire`` is false (the engine
         stopped for an ``exec``, and the threads go on if it fails).
         """
-        session = self.session
-        functions = session.functions
+        table = self.table
+        functions = table.functions
         started = time.thread_time()
         batches = self.module.drain(
             functions.register,
             functions.named(UNKNOWN_CODE),
             functions.named(TRUNCATED),
-            session.add_load_module,
+            table.add_load_module,
         )
-        tracing = session.options.trace
-        lm = session.python_lm
-        kind = session.sampling_kind
+        tracing = table.options.trace
+        lm = table.python_lm
+        kind = table.sampling_kind
         rules = self.rules
         seen: set[int] = set()
         for ident, tid, _python, ended, entries in batches:
             key = ident or -tid
             state = self._state_of(key, tid)
             seen.add(key)
-            cct = state.cct
-            find = cct.child_of.get
-            new_node = cct.new_child
-            nodes = state.path_nodes
-            append = nodes.append
-            values = cct.values_of(kind)  # KindValues.add, inlined: the loop runs per entry
-            slot_of = values.slot_of
-            slot_get = slot_of.get
-            sums = values.values
-            width = values.kind.width
-            zeros = [0.0] * width
-            node = nodes[-1] if nodes else cct.fence
             self.entries += len(entries)
-            times = state.trace_times
-            # A record whose handler was interrupted before it committed can reach a later drain
-            # than an idle mark made after its timestamp: a trace never goes back in time.
-            last = times[-1] if times else 0
-            for common, ips, timer, gil, cpu, wall, when in entries:
-                if common < len(nodes):
-                    del nodes[common:]
-                    node = nodes[-1] if nodes else cct.fence
-                for ip in ips:
-                    if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
-                        frame_lm, ip = (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK
-                    else:
-                        frame_lm = lm
-                    found = find((node, frame_lm, ip))
-                    node = new_node(node, frame_lm, ip) if found is None else found
-                    append(node)
-                for metric, field in rules[timer][gil]:
-                    value = wall if field else cpu
-                    if value > 0:
-                        slot = slot_get(node)
-                        if slot is None:
-                            slot = slot_of[node] = len(slot_of)
-                            sums.extend(zeros)
-                        sums[slot * width + metric] += value * 1e-9
-                if tracing and timer != TIMER_END:
-                    cct.retained[node] = 1
-                    last = when if when > last else last
-                    times.append(last)
-                    state.trace_nodes.append(node)
-                    state.idle = False
-                cct.last_leaf = node
+            trace = (state.trace_times, state.trace_nodes) if tracing else None
+            if state.cct.insert_samples(
+                entries, lm, kind, rules, state.path_nodes, trace, TIMER_END
+            ):
+                state.idle = False
             if ended and retire:
-                session.states.pop(key, None)
-                session._retire(state, final_delta=False)
+                table.retire(key)
         if tracing:
             self._mark_idle(seen)
         self.drain_cpu_s += time.thread_time() - started
 
     def _state_of(self, key: int, tid: int) -> ThreadState:
         """The session's state of a sampled thread, made on first sight (numbered then)."""
-        session = self.session
-        state = session.states.get(key)
+        table = self.table
+        state = table.states.get(key)
         if state is not None and state.native_id not in (None, tid):
-            session.states.pop(key)  # the ident was reused: the thread we knew has ended
-            session._retire(state, final_delta=False)
+            table.retire(key)  # the ident was reused: the thread we knew has ended
             state = None
         if state is None:
             thread = threading._active.get(key)  # type: ignore[attr-defined]
-            state = session.register_thread(
+            state = table.register_thread(
                 thread, main=thread is threading.main_thread(), ident=key, native_id=tid
             )
         state.native_id = tid
@@ -427,8 +403,8 @@ class EngineSampler:
 
     def _mark_idle(self, seen: set[int]) -> None:
         """A thread that took no sample since the previous drain is idle: one NoActvty record."""
-        now_ns = self.session.clocks.epoch_ns()
-        for key, state in self.session.states.items():
+        now_ns = self.table.clocks.epoch_ns()
+        for key, state in self.table.states.items():
             if key not in seen and not state.idle and state.cct.no_activity >= 0:
                 state.cct.retain(state.cct.no_activity)
                 state.trace_times.append(now_ns)
@@ -436,7 +412,7 @@ class EngineSampler:
                 state.idle = True
 
 
-if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.engine
+if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.sampling.engine
     problem = build_problem()
     if problem:
         sys.exit(f"{problem} (pip install -v -e . shows the compiler's messages)")

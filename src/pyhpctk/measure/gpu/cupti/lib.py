@@ -29,7 +29,7 @@ BUFFER_COMPLETED = ctypes.CFUNCTYPE(
 def load_hook() -> NativeHook | None:
     """The C CUPTI hook (``_cuptihook``), None where it was not built (no compiler at install)."""
     try:
-        from pyhpctk.measure.gpu import _cuptihook
+        from pyhpctk.measure.gpu.cupti import _cuptihook
     except ImportError:
         return None
     return _cuptihook

@@ -5,7 +5,7 @@ with a counter (``cupti_sass_metrics.h``, CUDA >= 12.5), so each instruction's e
 is exact, and so is the weight of every device call edge (the count of its call instruction).
 This module never decides *when* to count; the CUPTI backend does (see :class:`SassCounter`).
 
-Two halves, as in :mod:`pyhpctk.measure.gpu.pcsampling`:
+Two halves, as in :mod:`pyhpctk.measure.gpu.cupti.pcsampling`:
 
 - :class:`SassCounter` drives the API on one CUDA context. Layouts are declared once below:
   numpy dtypes for what CUPTI fills in bulk (``CUpti_SassMetrics_Data`` records and their
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pyhpctk.measure.gpu.pcsampling import InstructionValues
+from pyhpctk.measure.gpu.cupti.pcsampling import InstructionValues
 
 # -- cupti_sass_metrics.h layouts (natural alignment, x86-64 / aarch64) ----------------------
 
@@ -471,7 +471,7 @@ class SassCounter:
         return batch
 
     def _function(self, pointer: int) -> int:
-        from pyhpctk.measure.gpu.pcsampling import function_index
+        from pyhpctk.measure.gpu.cupti.pcsampling import function_index
 
         return function_index(pointer, self._names, self._functions)
 

@@ -28,8 +28,6 @@ Two ways to drive it:
 
 from __future__ import annotations
 
-import _thread
-import collections
 import itertools
 import threading
 import time
@@ -37,15 +35,17 @@ import time
 import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu.simulated.completion import CompletionQueue
+from pyhpctk.measure.gpu.simulated.fine import FineReplay
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
-    from pyhpctk.measure.gpu.pcsampling import PcRecording
-    from pyhpctk.measure.gpu.recording import Recording
-    from pyhpctk.measure.gpu.sassmetrics import InstRecording
+    from pyhpctk.measure.gpu.cupti.pcsampling import PcRecording
+    from pyhpctk.measure.gpu.cupti.sassmetrics import InstRecording
+    from pyhpctk.measure.gpu.simulated.recording import Recording
     from pyhpctk.measure.gpu.syncapi import ApiSyncs
 
 
@@ -82,42 +82,31 @@ class SimulatedBackend:
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
         self.native: NativeHook | None = None
-        self.pc = pc  # issue #7: PC samples replayed with each launch
-        self._pc_launch = 0
-        self._pc_function = -1
-        self.inst = inst  # issue #7: instruction counts replayed with each launch
-        self._inst_launch = 0
-        self._inst_rows: list[np.ndarray] = []  # the counting window's launches (CUPTI's way)
-        self._inst_first = 0
-        fine = pc or inst
-        if fine is not None:  # launches are the recorded kernel's
-            if fine.kernel not in recording.functions:
-                recording.functions.append(fine.kernel)
-            self._pc_function = recording.functions.index(fine.kernel)
-        self.buffer_records = buffer_records  # 0: the recorded buffer boundaries
-        self.max_pending = max_pending  # 0: never drop
+        self.fine = FineReplay(recording.functions, pc, inst)  # issue #7
+        self.completion = CompletionQueue(recording.functions, buffer_records, max_pending)
         self.clock = clock
         self.monitor: MonitorPort | None = None
-        self.dropped = 0
         self._issued: set[int] = set()
         self._cloned = False  # the recording's graph clones issued (before the first launch)
         self._issued_changed = threading.Condition()
-        self._queue: collections.deque[tuple[np.ndarray, int]] = collections.deque()
-        self._lock = threading.Lock()  # the simulated driver's own lock (like CUDA's)
-        #: CUPTI's lock: held by the buffer thread while it delivers, taken by flush().
-        self._cupti_lock = threading.Lock()
-        self._live: list[np.ndarray] = []
-        self._live_count = 0
-        self._lost = 0
         self._correlation = itertools.count(1 << 31)  # far above recorded ids; CUPTI ids are u32
-        self._templates: dict[int, list[np.ndarray]] = {}
         self._next_template: dict[int, itertools.cycle[np.ndarray]] = {}
-        self._worker: threading.Event | None = None
-        self._stop = False
-        self._wake = threading.Semaphore(0)
         for kind in np.unique(recording.activities["kind"]).tolist():
             rows = recording.activities[recording.activities["kind"] == kind]
             self._next_template[int(kind)] = itertools.cycle(list(rows))
+
+    @property
+    def pc(self) -> PcRecording | None:
+        return self.fine.pc
+
+    @property
+    def inst(self) -> InstRecording | None:
+        return self.fine.inst
+
+    @property
+    def dropped(self) -> int:
+        """Records dropped because too many were pending (``pending=N``)."""
+        return self.completion.dropped
 
     def limits(self) -> act.DeviceLimits:
         return self.recording.device
@@ -141,10 +130,10 @@ class SimulatedBackend:
     def start(self, monitor: MonitorPort, paused: bool = False) -> None:
         """Connect to ``monitor``; ``paused`` holds completed buffers until :meth:`resume`."""
         self.monitor = monitor
-        self._stop = False
         if self.hook != "python":
             self._start_native(monitor)
-        fine = self.pc or self.inst
+        self.completion.start(monitor, self.api_syncs)
+        fine = self.fine.recorded
         if fine is not None:
             for cubin in fine.cubins:  # the simulated driver loads the recorded modules
                 monitor.module_loaded(cubin)
@@ -158,7 +147,7 @@ class SimulatedBackend:
             self.resume()
 
     def _start_native(self, monitor: MonitorPort) -> None:
-        from pyhpctk.measure.gpu.cupti_lib import load_hook
+        from pyhpctk.measure.gpu.cupti.lib import load_hook
         from pyhpctk.measure.gpu.operations import SKIP
 
         native = load_hook()
@@ -190,7 +179,7 @@ class SimulatedBackend:
         """``sync=api``: the synchronizations' types get callback ids of their own."""
         from pyhpctk.measure.gpu import syncapi
 
-        if not syncapi.timed_at_api(self.sync, True, bool(self.pc or self.inst)):
+        if not syncapi.timed_at_api(self.sync, True, self.fine.recorded is not None):
             return
         self.api_syncs = syncapi.ApiSyncs(native, self.sync)
         ops, rows = self.recording.operations, self.recording.activities
@@ -252,87 +241,18 @@ class SimulatedBackend:
 
     def resume(self) -> None:
         """Start the completion thread (buffers completed so far are delivered now)."""
-        if self._worker is not None:
-            return
-        # A raw thread, like CUPTI's own: the program's threading.enumerate() never lists it.
-        self._worker = threading.Event()  # set when the completion thread has ended
-        _thread.start_new_thread(self._completion_main, (self._worker,))
-
-    def _completion_main(self, ended: threading.Event) -> None:
-        """The simulated runtime's buffer thread: deliver queued buffers to the monitor."""
-        monitor = self.monitor
-        assert monitor is not None
-        try:
-            monitor.exclude_current_thread()
-            while True:
-                self._wake.acquire()
-                with self._cupti_lock:  # as CUPTI's thread: its lock held while it delivers
-                    self._deliver_queued(monitor)
-                if self._stop and not self._queue:
-                    return
-        finally:
-            ended.set()
+        self.completion.resume()
 
     def flush(self) -> None:
         """Complete the partly filled buffer and hand every completed buffer to the monitor."""
-        with self._lock:
-            if self.api_syncs is not None:  # synchronizations timed since the last buffer
-                self._deliver(act.empty_activities())
-            self._complete_live()
-        self.resume()
-        monitor = self.monitor
-        if monitor is None or self._worker is None:
-            return
-        # As cuptiActivityFlushAll: take the buffer thread's lock, deliver what is pending.
-        with self._cupti_lock:
-            self._deliver_queued(monitor)
-
-    def _deliver_queued(self, monitor: MonitorPort) -> None:
-        while self._queue:
-            try:
-                records, dropped = self._queue.popleft()
-            except IndexError:  # the other deliverer took the last one
-                return
-            monitor.buffer_completed(records, self.recording.functions, dropped)
+        self.completion.flush()
 
     def stop(self) -> None:
         """Flush, then end the completion thread (after it delivered everything)."""
-        self.flush()
-        self._flush_inst()
-        self._stop = True
-        self._wake.release()
-        if self._worker is not None:
-            self._worker.wait(5.0)
-            self._worker = None
+        self.completion.flush()
+        self.fine.flush(self.monitor)
+        self.completion.stop()
         self.native = None  # the monitor drains the hook's last records, then resets it
-
-    # -- buffers --
-
-    def _deliver(self, records: np.ndarray) -> None:
-        """Append records to the live buffer (call with ``_lock``); complete it when full."""
-        if self.api_syncs is not None:  # the hook's rows join the buffer, as CUPTI's came
-            records = self.api_syncs.joined(records)
-        if self.max_pending and self._pending_records() + len(records) > self.max_pending:
-            room = max(0, self.max_pending - self._pending_records())
-            self._lost += len(records) - room
-            self.dropped += len(records) - room
-            records = records[:room]
-        if len(records):
-            self._live.append(records)
-            self._live_count += len(records)
-        if self.buffer_records and self._live_count >= self.buffer_records:
-            self._complete_live()
-
-    def _pending_records(self) -> int:
-        return self._live_count + sum(len(records) for records, _ in self._queue)
-
-    def _complete_live(self) -> None:
-        if not self._live and not self._lost:
-            return
-        records = np.concatenate(self._live) if self._live else act.empty_activities()
-        self._queue.append((records, self._lost))
-        self._live, self._live_count, self._lost = [], 0, 0
-        self._wake.release()
 
     # -- replay of a recording (tests) --
 
@@ -401,11 +321,8 @@ class SimulatedBackend:
         known = set(ops["correlation"][ops["kind"] != act.GRAPH_NODE].tolist())  # not node ids
         activities = recording.activities
         slices = (
-            [
-                slice(i, i + self.buffer_records)
-                for i in range(0, len(activities), self.buffer_records)
-            ]
-            if self.buffer_records
+            [slice(i, i + size) for i in range(0, len(activities), size)]
+            if (size := self.completion.buffer_records)
             else recording.buffer_slices()
         )
         timed = np.fromiter(self._sync_answers, np.uint64, len(self._sync_answers))
@@ -423,9 +340,9 @@ class SimulatedBackend:
                 while not needed <= self._issued:
                     if not self._issued_changed.wait(max(0.0, deadline - time.monotonic())):
                         raise TimeoutError("replayed operations never issued")
-            with self._lock:
-                self._deliver(rows.copy())
-                self._complete_live()
+            with self.completion.lock:
+                self.completion.deliver(rows.copy())
+                self.completion.complete_live()
 
     # -- a simulated runtime for programs (pyrun -e gpu=simulated) --
 
@@ -454,18 +371,14 @@ class SimulatedBackend:
             row["end"] = now + max(duration, 0)
             if stream is not None:
                 row["stream"] = stream
-            pc = self.pc if kind == act.KERNEL else None
-            inst = self.inst if kind == act.KERNEL else None
-            fine = pc or inst
+            fine = self.fine.recorded if kind == act.KERNEL else None
             if fine is not None:
-                row["function"] = self._pc_function
+                row["function"] = self.fine.function
                 row["end"] = now + fine.kernels_ns // max(fine.launches, 1)
-            with self._lock:
-                self._deliver(row)
-            if pc is not None:
-                self._replay_pc(pc, correlation)
-            if inst is not None:
-                self._replay_inst(inst, correlation)
+            with self.completion.lock:
+                self.completion.deliver(row)
+            if fine is not None:
+                self.fine.launched(monitor, correlation)
         finally:
             if native is None:
                 monitor.exit()
@@ -480,46 +393,8 @@ class SimulatedBackend:
         template["sync_kind"] = act.SYNC_CONTEXT if stream is None else act.SYNC_STREAM
         template["stream"] = 0 if stream is None else stream
         self._timed_sync(correlation, template[0])
-        with self._lock:
-            self._deliver(act.empty_activities())  # the hook's row joins the live buffer
-
-    def _replay_pc(self, pc: PcRecording, correlation: int) -> None:
-        """The recorded samples of the next recorded launch, as this launch's (issue #7)."""
-        monitor = self.monitor
-        assert monitor is not None
-        groups = pc.launch_groups()
-        if not groups:
-            return
-        rows = groups[self._pc_launch % len(groups)].copy()
-        self._pc_launch += 1
-        rows["correlation"] = correlation
-        dropped = pc.dropped_samples // max(len(groups), 1)
-        monitor.pc_samples(rows, pc.functions, pc.reasons, dropped)
-
-    def _replay_inst(self, inst: InstRecording, correlation: int) -> None:
-        """The recorded counts of the next recorded launch join the counting window (#7).
-
-        As CUPTI does (``sassmetrics``' docstring), the counts add up over the launches and
-        reach the monitor once, at :meth:`stop`, as the first launch's.
-        """
-        groups = inst.launch_groups()
-        if not groups:
-            return
-        if not self._inst_rows:
-            self._inst_first = correlation
-        self._inst_rows.append(groups[self._inst_launch % len(groups)])
-        self._inst_launch += 1
-
-    def _flush_inst(self) -> None:
-        from pyhpctk.measure.gpu.sassmetrics import summed_rows
-
-        monitor, inst, parts = self.monitor, self.inst, self._inst_rows
-        if monitor is None or inst is None or not parts:
-            return
-        self._inst_rows = []
-        rows = summed_rows(np.concatenate(parts))
-        rows["correlation"] = self._inst_first
-        monitor.inst_counts(rows, inst.functions, len(parts))
+        with self.completion.lock:
+            self.completion.deliver(act.empty_activities())  # the hook's row joins the buffer
 
     def launch(self, stream: int | None = None) -> int:
         """A kernel launch answered by the next recorded kernel; its correlation id."""

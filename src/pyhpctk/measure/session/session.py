@@ -1,15 +1,19 @@
 """One process's measurement: the sampler thread, per-thread CCTs, and writing the files.
 
-Samples come from the sampling engine (:mod:`pyhpctk.measure.engine`: a signal handler on each
-thread, per-thread timers, every thread of the process) whenever it is available; the session's
+Samples come from the sampling engine (:mod:`pyhpctk.measure.sampling.engine`: a signal handler
+on each thread, per-thread timers, every thread of the process) whenever it is available; the
 sampler thread is then the engine's *drain*, which moves the samples into the threads' CCTs.
 Otherwise (the fallback) the sampler thread samples itself: it wakes every period, reads
 ``sys._current_frames()`` and each thread's own CPU clock, and attributes each thread's CPU-time
 delta (``CPUTIME``) or wall-time delta (``REALTIME``) since the previous sample to that thread's
 current Python stack; only threads that used CPU since the last sample are unwound under
 ``CPUTIME``, which keeps the per-sample work proportional to the busy threads. Both live in
-:mod:`pyhpctk.measure.sampler` (:class:`~pyhpctk.measure.sampler.SamplerThread`, a part of
-:class:`Session`); what the session keeps per thread is in :mod:`pyhpctk.measure.thread_state`.
+:mod:`pyhpctk.measure.sampling` (:class:`~pyhpctk.measure.sampling.engine.EngineSampler`,
+:class:`~pyhpctk.measure.sampling.python.PythonSampler`, driven by a
+:class:`~pyhpctk.measure.sampling.thread.SamplingThread`); each holds this session as a
+:class:`~pyhpctk.measure.session.table.ThreadTable`, which it implements, and reaches nothing
+else of it. What the session keeps per thread is in :mod:`pyhpctk.measure.thread_state`; the
+writing of the files in :mod:`.writing`.
 
 Files are written per thread when the thread ends, for every thread at exit, and periodically as
 checkpoints (atomically: write a temporary file, then rename; :mod:`pyhpctk.measure.profile_files`),
@@ -31,14 +35,12 @@ Standard library only: this runs inside the measured program.
 
 from __future__ import annotations
 
-import _thread
 import os
 import sys
 import threading
 import time
 
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE  # formats.md §1.4
-from pyhpctk.measure import engine, losses, naming
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -47,88 +49,52 @@ from pyhpctk.measure.cct import (
     ThreadCCT,
     python_frame_ips,
 )
-from pyhpctk.measure.encode import (
-    ProfileIdentity,
-    encode_logical,
-    encode_profile,
-    encode_trace,
-)
-from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
-from pyhpctk.measure.profile_files import (
-    atomic_write,
-    give_up_reserve,
-    hold_reserve,
-    reserve_stem,
-    unlink_quietly,
-)
-from pyhpctk.measure.sampler import SamplerThread
-from pyhpctk.measure.source_files import SourceRecorder
-from pyhpctk.measure.thread_names import ThreadNames, thread_name
+from pyhpctk.measure.profile_files import give_up_reserve, hold_reserve
+from pyhpctk.measure.sampling import engine
+from pyhpctk.measure.sampling.python import PythonSampler
+from pyhpctk.measure.sampling.thread import SamplingThread
+from pyhpctk.measure.session.writing import ProfileWriter
 from pyhpctk.measure.thread_state import Clocks, ThreadState, thread_cpu_clock
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from types import FrameType
 
-    from pyhpctk.measure.config import MeasureOptions
+    from pyhpctk.measure.encode import ProfileIdentity
     from pyhpctk.measure.extension import Extension
-
-    # A thread's encoded files: base stem, profile, trace, logical file, its name (None: a
-    # stream, not a thread).
-    _Encoded = tuple[str, bytes, bytes | None, bytes, str | None]
+    from pyhpctk.measure.launch.config import MeasureOptions
 
 __all__ = ["SAMPLER_KIND", "Clocks", "Session", "ThreadState", "thread_cpu_clock"]
 
 _FINISH_WAIT_S = 10.0  # how long a second finish() waits for the first to write the files
 SAMPLER_KIND = "sampling"
-# The interpreter's own functions: hooks.py wraps the sys attributes for the program.
-_get_switch_interval = sys.getswitchinterval
-_MEASURE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_MEASURE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-class Session(SamplerThread):
-    """Measurement of one process (see the module docstring)."""
+class Session:
+    """Measurement of one process (see the module docstring); a
+    :class:`~pyhpctk.measure.session.table.ThreadTable` to its samplers."""
 
     def __init__(self, options: MeasureOptions, clocks: Clocks | None = None) -> None:
         self.options = options
         self.clocks = clocks or Clocks()
         self.lock = threading.RLock()
-        self._events = options.events
-        # The Python sampler thread (the fallback) reads the registry's deltas of both clocks.
-        self._cpu_metric = next(
-            (
-                i
-                for i, spec in enumerate(self._events)
-                if spec.event.clock == CLOCK_THREAD_CPU and spec.event.reads == READ_DELTA
-            ),
-            -1,
-        )
-        self._real_metric = next(
-            (
-                i
-                for i, spec in enumerate(self._events)
-                if spec.event.clock == CLOCK_WALL and spec.event.reads == READ_DELTA
-            ),
-            -1,
-        )
         self.sampling_kind = MetricKind(
-            SAMPLER_KIND, tuple(MetricSpec(event.metric_name) for event in self._events)
+            SAMPLER_KIND, tuple(MetricSpec(event.metric_name) for event in options.events)
         )
-        # The GIL switch interval the program asked for (sys.getswitchinterval reports it), and
-        # the shorter one pyrun uses while the program has one Python thread (see
-        # _tune_switch_interval).
-        self.program_switch_interval = _get_switch_interval()
-        self._fast_interval = max(50e-6, options.period_s / 8)
-        self._fast_switch = False
         # The GPU layer (pyhpctk.measure.gpu), when -e gpu=... asked for one.
         self.gpu: Extension | None = None
-        # The native sampling engine, or None: the Python sampler thread (measure/engine.py),
+        # The native sampling engine, or None: the Python sampler thread (sampling/engine.py),
         # which is also what a test that injects clocks drives.
         module, reason = engine.load_engine() if clocks is None else (None, "")
         self.engine = engine.EngineSampler(self, module) if module is not None else None
+        # The Python sampler samples where the engine does not, and keeps the program's GIL
+        # switch interval either way.
+        self.python = PythonSampler(self, samples_itself=self.engine is None)
         if module is None:
             engine.say_fallback_once(reason)
-            for spec in self._events:
+            for spec in options.events:
                 if spec.event.needs_engine:
                     sys.stderr.write(
                         f"pyrun: {spec.name} needs the sampling engine; it is not measured\n"
@@ -140,9 +106,6 @@ class Session(SamplerThread):
 
     def _reset_process_state(self) -> None:
         self.pid = os.getpid()
-        # Serialises file writes (checkpoints, thread ends, exit) so a thread's name is claimed
-        # once; never held while sampling.
-        self._write_lock = threading.Lock()
         # Held while finish() writes: a second caller (a fatal signal in the main thread while
         # another thread ends the process with os._exit) waits for the files before it returns.
         self._finish_lock = threading.RLock()
@@ -151,36 +114,30 @@ class Session(SamplerThread):
         self.kinds: list[MetricKind] = []
         self.sampling_kind.base = -1
         self.add_metric_kind(self.sampling_kind)
-        tag = f"{int.from_bytes(os.urandom(4), 'big'):08x}"
-        self.logical_path = os.path.join("logical", f"python.{tag}")
-        self.thread_names = ThreadNames(tag, self.pid)
-        self.loaded_sources = SourceRecorder(tag, self.pid)
-        self.load_modules: list[tuple[int, str, int]] = [(1, self.logical_path, LM_FLAG_ANALYZE)]
+        self.load_modules: list[tuple[int, str, int]] = []
+        self.writer = ProfileWriter(self.options, self.functions, self.load_modules, self.kinds)
+        self.load_modules.append((1, self.writer.logical_path, LM_FLAG_ANALYZE))
         self.python_lm = 1
-        self.states: dict[int, ThreadState] = {}
+        self._states: dict[int, ThreadState] = {}
         # Threads that wrote their profile but are still winding down: ident -> Thread.
         self._finished: dict[int, threading.Thread | None] = {}
         self.streams: list[ThreadState] = []
         self._main_numbered = False
         self._last_thread = 0
-        self._sampler_ident: int | None = None
         # Threads that are the toolchain's own (GPU monitor, tracing, CUPTI buffer threads):
         # never measured as application threads (issue #6, item 2).
         self._excluded: set[int] = set()
-        # Threads alive when measuring began: any other the Python sampler finds was born since.
-        self._before_sampler: set[int] = set(sys._current_frames())
-        self._stop_lock: _thread.LockType | None = None
-        self._stopped_lock: _thread.LockType | None = None
+        self.python.reset()
+        sampler = self.engine or self.python
+        name = "pyrun-drain" if self.engine is not None else "pyrun-sampler"
+        step = "drain" if self.engine is not None else "sample"
+        self.sampling = SamplingThread(self, sampler, name, step)
         self.finished = False
-        self.samples = 0
-        self._mpi_rank: int | None = None
-        self._host_id: int | None = None
-        # Checkpoints back off from early ones (SamplerThread._checkpoint_if_due).
-        self._measuring_since = self._last_checkpoint = time.monotonic()
-        self._measuring_since_cpu = self._last_checkpoint_cpu = time.process_time()
-        self._checkpoint_cost = 0.0
-        self.write_errors: list[str] = []
-        self._lost: set[str] = set()  # profiles whose last write failed (told to pyrun)
+
+    @property
+    def states(self) -> Mapping[int, ThreadState]:
+        """The threads measured now, by ident (ThreadTable)."""
+        return self._states
 
     def after_fork_in_child(self) -> None:
         """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
@@ -189,8 +146,7 @@ class Session(SamplerThread):
             self.engine.after_fork_in_child()  # no timer and no other thread survived
         self.lock = threading.RLock()
         self._reset_process_state()
-        self._fast_switch = True
-        self._tune_switch_interval(2)
+        self.python.forked()
         self.register_thread(threading.current_thread(), main=True)
         self.start_sampler()
 
@@ -251,7 +207,7 @@ class Session(SamplerThread):
 
     def stream_identity(self, number: int) -> ProfileIdentity:
         """The identity of a profile written as thread ``number`` (a GPU stream)."""
-        return self._identity_of(number)
+        return self.writer.identity_of(number)
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -266,7 +222,7 @@ class Session(SamplerThread):
                     self.engine.exclude(thread.native_id)
         with self.lock:
             self._excluded.add(ident)
-            self.states.pop(ident, None)
+            self._states.pop(ident, None)
 
     def register_thread(
         self,
@@ -302,12 +258,12 @@ class Session(SamplerThread):
             except OSError:
                 clock_id = None
         if own and not main:
-            self._tune_switch_interval(2)  # a second Python thread: the program's interval
+            self.python.tune_switch_interval(2)  # a second Python thread: the program's interval
         with self.lock:
             if own:
                 self._finished.pop(ident, None)
                 self._excluded.discard(ident)  # a new thread that reuses an excluded ident
-            previous = self.states.pop(ident, None)
+            previous = self._states.pop(ident, None)
             if previous is not None:
                 if previous.thread is None or previous.thread is thread:
                     # The sampler saw this thread a moment before it registered itself.
@@ -315,9 +271,9 @@ class Session(SamplerThread):
                     if clock_id is not None and previous.clock_id is None:
                         previous.clock_id = clock_id
                         previous.last_cpu = self._read_cpu(clock_id)
-                    self.states[ident] = previous
+                    self._states[ident] = previous
                     return previous
-                self._retire(previous, final_delta=False)
+                self._write_thread(previous)
             # Thread 0 is the main thread (hpcrun's "| Main" fence); the others are numbered
             # 1, 2, ... in the order pyrun first sees them.
             if main and not self._main_numbered:
@@ -339,7 +295,7 @@ class Session(SamplerThread):
                 last_cpu=last_cpu,
                 last_wall=self.clocks.wall(),
             )
-            self.states[ident] = state
+            self._states[ident] = state
         if own and self.engine is not None:
             self.engine.register_current_thread(program_ns)
         return state
@@ -358,22 +314,22 @@ class Session(SamplerThread):
                     if self.finished:
                         return
                     self.engine.drain()
-                    state = self.states.pop(ident, None)
+                    state = self._states.pop(ident, None)
                     if state is None:
                         return
-                    data = self._encode(state)
-                self._write_thread(state, data)
+                    data = self.writer.encode(state)
+                self.writer.write(state, data)
             finally:
                 self.engine.own_cpu(time.thread_time_ns() - began)
             return
         with self.lock:
-            state = self.states.pop(ident, None)
+            state = self._states.pop(ident, None)
             if state is None or self.finished:
                 return
             self._finished[ident] = state.thread
-            self._final_delta(state)
-            data = self._encode(state)
-        self._write_thread(state, data)
+            self.python.final_delta(state)
+            data = self.writer.encode(state)
+        self.writer.write(state, data)
 
     def _read_cpu(self, clock_id: int | None) -> float:
         if clock_id is None:
@@ -383,150 +339,74 @@ class Session(SamplerThread):
         except OSError:
             return 0.0
 
-    def _final_delta(self, state: ThreadState) -> None:
-        """Attribute what a thread used since its last sample to the last place it was seen."""
-        cct = state.cct
-        values = cct.values_of(self.sampling_kind)
-        if self._cpu_metric >= 0 and state.clock_id is not None:
-            try:
-                cpu = self.clocks.thread_cpu(state.clock_id)
-            except OSError:
-                cpu = state.last_cpu
-            if cpu > state.last_cpu:
-                values.add(cct.last_leaf, self._cpu_metric, cpu - state.last_cpu)
-            state.last_cpu = cpu
-        if self._real_metric >= 0:
-            now = self.clocks.wall()
-            if now > state.last_wall:
-                values.add(cct.last_leaf, self._real_metric, now - state.last_wall)
-            state.last_wall = now
+    def _write_thread(self, state: ThreadState) -> None:
+        """Write a thread's files now (the lock held: encoded under it, written after)."""
+        self.writer.write(state, self.writer.encode(state))
 
-    def _retire(self, state: ThreadState, final_delta: bool) -> None:
-        """A thread gone without :meth:`thread_finished` (a C thread, a reused ident)."""
-        if final_delta:
-            self._final_delta(state)
-        data = self._encode(state)
-        self._write_thread(state, data)
+    def retire(self, ident: int) -> None:
+        """Thread ``ident`` ended without :meth:`thread_finished` (a C thread, a reused ident,
+        a thread the engine saw end): write its files and forget it (ThreadTable)."""
+        state = self._states.pop(ident, None)
+        if state is not None:
+            self._write_thread(state)
+
+    def skipped(self, ident: int, thread: threading.Thread | None) -> bool:
+        """Whether the Python sampler leaves thread ``ident`` alone: one of pyrun's own, or one
+        that wrote its profile and is winding down (ThreadTable)."""
+        if ident in self._excluded:
+            return True
+        finished = self._finished
+        if ident not in finished:
+            return False
+        if thread is None or thread is finished[ident]:
+            return True
+        del finished[ident]  # a new thread with the ident of one that ended
+        return False
+
+    def forget_wound_down(self, alive: Mapping[int, object]) -> None:
+        """Threads that wrote their profile and are gone from ``alive`` (ThreadTable)."""
+        finished = self._finished
+        if finished:
+            for ident in [i for i in finished if i not in alive]:
+                del finished[ident]
+
+    # -- the sampling thread and the program's switch interval ---------------------------------
+
+    def start_sampler(self) -> None:
+        """Start the sampling thread (and the engine once the thread left itself out)."""
+        self.python.started()
+        self.sampling.start()
+        if self.engine is not None:
+            try:
+                self.engine.start()  # after the drain thread left itself out
+            except OSError as error:
+                sys.stderr.write(f"pyrun: cannot start the sampling engine: {error}\n")
+                return
+            self.engine.register_current_thread()
+
+    def stop_sampler(self, timeout: float = 2.0) -> None:
+        """Stop the sampling thread and wait (bounded) for it to finish its wake-up."""
+        if self.sampling.running:
+            self.python.stopped()
+        self.sampling.stop(timeout)
+
+    @property
+    def program_switch_interval(self) -> float:
+        """The GIL switch interval the program asked for (``sys.getswitchinterval`` says it)."""
+        return self.python.program_switch_interval
+
+    def set_program_switch_interval(self, interval: float) -> None:
+        """The program called ``sys.setswitchinterval(interval)``."""
+        self.python.set_program_switch_interval(interval)
 
     # -- writing ---------------------------------------------------------------------------------
 
     def identity(self, state: ThreadState) -> ProfileIdentity:
-        return self._identity_of(state.number)
-
-    def _identity_of(self, number: int) -> ProfileIdentity:
-        env = os.environ
-        rank = naming.rank_from_mpi4py()
-        if rank is None:
-            rank = naming.rank_from_env(env)
-        if rank is not None:
-            self._mpi_rank = rank
-        if self._host_id is None:
-            self._host_id = naming.host_id()
-        return ProfileIdentity(
-            program_name=os.path.basename(sys.executable) or "python",
-            program_path=sys.executable,
-            env_path=env.get("PATH", ""),
-            job_id=naming.job_id_from_env(env),
-            mpi_rank=self._mpi_rank,
-            thread=number,
-            host_id=self._host_id,
-            pid=self.pid,
-        )
-
-    def _encode(self, state: ThreadState) -> _Encoded:
-        """Encode a thread's files (call with the lock held); returns (base stem, ...)."""
-        identity = self.identity(state)
-        times = state.trace_times
-        span = (min(times), max(times)) if times else (0, 0)
-        try:
-            profile = encode_profile(state.cct, identity, self.load_modules, self.kinds, span)
-        except ValueError as error:  # a count the file cannot hold: write the rest, say so
-            sys.stderr.write(
-                f"pyrun: thread {state.number}: {error}; it is written as the nearest value the"
-                " file holds (an accounting error in pyrun: please report it)\n"
-            )
-            profile = encode_profile(
-                state.cct, identity, self.load_modules, self.kinds, span, clamp_counts=True
-            )
-        trace = (
-            encode_trace(state.cct, state.trace_times, state.trace_nodes)
-            if self.options.trace
-            else None
-        )
-        logical = encode_logical(list(self.functions.stanzas))
-        base = naming.file_stem(
-            identity.program_name,
-            identity.mpi_rank or 0,
-            identity.thread,
-            identity.host_id,
-            identity.pid,
-            0,
-        )
-        name = None if state.is_stream else thread_name(state)
-        return base, profile, trace, logical, name
-
-    def _write_thread(self, state: ThreadState, data: _Encoded) -> None:
-        with self._write_lock:
-            self._write_files(state, data)
-
-    def _write_files(self, state: ThreadState, data: _Encoded) -> None:
-        base, profile, trace, logical, called = data
-        old = state.stem
-        directory = self.options.output_dir
-        # The logical file goes first: a profile is never written without the functions it
-        # names. A failure leaves the previous complete files (or none), never a partial one.
-        try:
-            atomic_write(os.path.join(directory, self.logical_path), logical)
-            if not state.stem or not state.stem.startswith(base[: base.rfind("-")]):
-                state.stem = reserve_stem(directory, base, profile)
-                if old:
-                    for suffix in (".hpcrun", ".hpctrace"):
-                        unlink_quietly(os.path.join(directory, old + suffix))
-            else:
-                atomic_write(os.path.join(directory, state.stem + ".hpcrun"), profile)
-            if trace is not None:
-                atomic_write(os.path.join(directory, state.stem + ".hpctrace"), trace)
-        except OSError as error:
-            name = (state.stem or base) + ".hpcrun"
-            self._lost.add(name)
-            losses.tell_pyrun(losses.LOST, name, error.strerror or str(error))
-            self.tell_once(f"pyrun: cannot write measurement files to {directory}: {error}")
-            return
-        if self._lost:
-            name = state.stem + ".hpcrun"
-            for lost in (name, base + ".hpcrun"):  # a checkpoint that failed, written now
-                if lost in self._lost:
-                    self._lost.discard(lost)
-                    losses.tell_pyrun(losses.WRITTEN, lost)
-        if called is not None:
-            names = self.thread_names
-            self._write_side_file(names, names.record(state.stem, called, old), "thread names")
-        table = self.loaded_sources.record(self.functions.stanzas)
-        self._write_side_file(self.loaded_sources, table, "sources")
-
-    def _write_side_file(
-        self, side: ThreadNames | SourceRecorder, data: bytes | None, what: str
-    ) -> None:
-        """Rewrite ``threads/`` or ``sources/`` with ``data`` (None: unchanged)."""
-        if data is None:
-            return
-        directory = self.options.output_dir
-        try:
-            atomic_write(os.path.join(directory, side.path), data)
-        except OSError as error:  # the profiles are written: only this side file is missing
-            self.tell_once(f"pyrun: cannot write the {what} to {directory}: {error}")
-            return
-        side.written(data)
+        return self.writer.identity_of(state.number)
 
     def tell_once(self, message: str) -> None:
-        """Say ``message`` (a line of pyrun's) on stderr, once per process: what went wrong in
-        pyrun's own work is a line, never a traceback in the program's stderr."""
-        if message not in self.write_errors:
-            self.write_errors.append(message)
-            try:  # noqa: SIM105  # contextlib is one more import in every measured process
-                sys.stderr.write(message + "\n")
-            except Exception:  # a closed or broken stderr: the program's business
-                pass
+        """Say ``message`` (a line of pyrun's) on stderr, once per process."""
+        self.writer.tell_once(message)
 
     def checkpoint(self) -> None:
         """Write every live thread's files now (atomic replace), keeping measurement going."""
@@ -535,9 +415,9 @@ class Session(SamplerThread):
                 return
             if self.engine is not None:
                 self.engine.drain()
-            encoded = [(state, self._encode(state)) for state in self._all_states()]
+            encoded = [(state, self.writer.encode(state)) for state in self._all_states()]
         for state, data in encoded:
-            self._write_thread(state, data)
+            self.writer.write(state, data)
 
     def before_exec(self) -> None:
         """The process is about to ``exec``: stop sampling (a signal pending at the exec would
@@ -558,7 +438,7 @@ class Session(SamplerThread):
                 sys.stderr.write(f"pyrun: cannot restart the sampling engine: {error}\n")
 
     def _all_states(self) -> list[ThreadState]:
-        return list(self.states.values()) + self.streams
+        return list(self._states.values()) + self.streams
 
     def finish(self) -> None:
         """Stop measuring and write every thread's files (exit, a fatal signal, ``os._exit``).
@@ -598,9 +478,9 @@ class Session(SamplerThread):
             states = self._all_states()
             for state in states:
                 if not state.is_stream and self.engine is None:
-                    self._final_delta(state)
-            encoded = [(state, self._encode(state)) for state in states]
+                    self.python.final_delta(state)
+            encoded = [(state, self.writer.encode(state)) for state in states]
             self.finished = True
         for state, data in encoded:
-            self._write_thread(state, data)
+            self.writer.write(state, data)
         give_up_reserve()

@@ -5,7 +5,7 @@ Two ways to read a completed buffer: ``raw`` (default) through libcupti's own
 buffer cut into runs of one record kind and each kind converted in one pass (:meth:`parse_raw`);
 ``objects``, cupti-python's documented callback with one Python object per record (the fallback,
 and the oracle the raw path is checked against on the device). Either way the rows go to the
-monitor (:meth:`ActivityBuffers._deliver`).
+monitor (:meth:`BufferReader._deliver`).
 
 Nothing here raises into CUPTI: a bad buffer is reported and the others are still read.
 """
@@ -23,8 +23,14 @@ import numpy as np
 
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import syncapi
-from pyhpctk.measure.gpu.cupti_lib import BUFFER_COMPLETED, BUFFER_REQUESTED, loaded_library
-from pyhpctk.measure.gpu.records import Converter, convert
+from pyhpctk.measure.gpu.cupti.lib import (
+    BUFFER_COMPLETED,
+    BUFFER_REQUESTED,
+    load_hook,
+    loaded_library,
+)
+from pyhpctk.measure.gpu.cupti.records import Converter, convert
+from pyhpctk.measure.thread_names import name_own_thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,37 +99,83 @@ def record_dtype_names(cupti: Any) -> dict[int, list[str]]:
     }
 
 
-class ActivityBuffers:
-    """Reading CUPTI's activity buffers (a part of the backend class)."""
+class BufferReader:
+    """Reads CUPTI's activity buffers and hands their rows to the monitor (module docstring)."""
 
-    # The backend's state these methods use (set in CuptiBackend.__init__ and start()).
-    buffer_bytes: int
-    monitor: MonitorPort | None
-    native: NativeHook | None
-    api_syncs: syncapi.ApiSyncs | None
-    functions: list[str]
-    record_counts: dict[str, int]
-    record_sizes: dict[int, int]
-    fast_walk: bool
-    walker: NativeHook | None
-    converter: Converter
-    checks_left: int
-    walk_mismatches: int
-    _cupti: Any
-    _kinds: dict[int, int]
-    _gathers: dict[int, Gather]
-    _lib: ctypes.CDLL | None
-    _buffers: dict[int, ctypes.Array[ctypes.c_uint8]]
-    _native_buffers: bool
-    _buffers_stopping: bool
-    _buffer_done: threading.Event
-    _delivering: _thread.LockType
-    _callbacks: tuple[object, ...]
-    _names: dict[int, int]
-    _limits: act.DeviceLimits
-    _limits_known: bool
-    _excluded: set[int]
-    _size_table: tuple[bytes, tuple[tuple[int, int], ...]]
+    def __init__(self, buffer_bytes: int = 8 << 20) -> None:
+        self.buffer_bytes = buffer_bytes
+        self.monitor: MonitorPort | None = None
+        self.native: NativeHook | None = None  # the C hook, when CUPTI's buffers go through it
+        self.api_syncs: syncapi.ApiSyncs | None = None  # sync=api: the hook's rows join buffers
+        self.functions: list[str] = []
+        self.record_counts: dict[str, int] = {}
+        self.record_sizes: dict[int, int] = {}  # CUPTI activity kind → record size in buffers
+        self.fast_walk = True
+        # The C walk of a buffer's records (record_offsets), where the hook is built; the numpy
+        # walk run by run otherwise.
+        built = load_hook()  # (a hook built from older sources has no record_offsets)
+        self.walker: NativeHook | None = built if hasattr(built, "record_offsets") else None
+        self.converter = Converter(built)  # records to rows in C, where built
+        self.checks_left = 1  # buffers walked both ways before the fast walk is trusted alone
+        self.walk_mismatches = 0
+        #: The device's occupancy limits, once the first kernel's device is known.
+        self.learned_limits: act.DeviceLimits | None = None
+        self._cupti: Any = None  # cupti-python's module (untyped), once started
+        self._kinds: dict[int, int] = {}  # CUPTI activity kind enabled → ours
+        self._gathers: dict[int, Gather] = {}
+        self._lib: ctypes.CDLL | None = None
+        self._buffers: dict[int, ctypes.Array[ctypes.c_uint8]] = {}
+        self._callbacks: tuple[object, ...] = ()
+        #: "off", "running" (the C hook's callbacks and buffer thread), "stopping"
+        self._thread_state = "off"
+        self._buffer_done = threading.Event()
+        self._delivering = threading.Lock()  # one reader of taken buffers at a time
+        self._names: dict[int, int] = {}  # kernel name pointer → index in self.functions
+        self._excluded: set[int] = set()
+        # record_sizes as record_offsets() reads them, and the sizes it was made from
+        self._size_table: tuple[bytes, tuple[tuple[int, int], ...]] = (b"", ())
+
+    def start(
+        self,
+        cupti: Any,
+        monitor: MonitorPort,
+        kinds: dict[int, int],
+        raw: bool = True,
+        native: NativeHook | None = None,
+        api_syncs: syncapi.ApiSyncs | None = None,
+    ) -> None:
+        """Register for CUPTI's buffers (``raw``: libcupti's own callbacks, through the C hook
+        where given) and enable the activity ``kinds`` (CUPTI's kind → ours)."""
+        self._cupti, self.monitor = cupti, monitor
+        self.native, self.api_syncs = native, api_syncs
+        if raw:
+            self._register_raw(cupti)
+        else:
+            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        self._kinds = kinds
+        for kind in kinds:
+            cupti.activity_enable(kind)
+
+    def stop(self) -> None:
+        """Flush, disable the kinds, end the buffer thread (CUDA may already be torn down)."""
+        cupti = self._cupti
+        if cupti is None:
+            return
+        try:
+            self.flush()
+        except Exception as error:  # CUDA may already be torn down
+            if self.monitor is not None:
+                self.monitor.errors.append(f"pyrun: gpu: final CUPTI flush failed: {error!r}")
+        for kind in self._kinds:
+            try:
+                cupti.activity_disable(kind)
+            except Exception:  # already disabled, or CUDA torn down
+                continue
+        self._stop_buffer_thread()
+
+    def finished(self) -> None:
+        """No more buffers: :meth:`flush` does nothing from now on."""
+        self._cupti = None
 
     def flush(self) -> None:
         """Every activity buffer CUPTI holds, to the monitor; the GIL released meanwhile.
@@ -137,12 +189,12 @@ class ActivityBuffers:
         """
         if self._cupti is None:
             return
-        native = self.native if self._native_buffers else None
+        native = self.native if self._thread_state != "off" else None
         if native is not None:
             native.flush_all(1)
             with self._delivering:
                 self._deliver_buffers(native, native.take_buffers(0.0))
-                self._deliver_syncs()
+                self.deliver_syncs()
             return
         lib = self._lib
         if lib is None:
@@ -150,7 +202,7 @@ class ActivityBuffers:
             lib = self._lib = ctypes.CDLL(path) if path is not None else None
         if lib is not None:
             lib.cuptiActivityFlushAll(1)  # a ctypes.CDLL call: the GIL is released
-        self._deliver_syncs()
+        self.deliver_syncs()
 
     # -- activity buffers: cupti-python objects --
 
@@ -215,7 +267,7 @@ class ActivityBuffers:
             self.functions.append(name)
         return index
 
-    def _deliver_syncs(self) -> None:
+    def deliver_syncs(self) -> None:
         """The synchronizations the hook timed since the last buffer, alone (a flush)."""
         if self.api_syncs is not None:
             rows = self.api_syncs.take()
@@ -228,7 +280,7 @@ class ActivityBuffers:
             return
         if self.api_syncs is not None:  # sync=api: as CUPTI's records came, with a buffer
             records = self.api_syncs.joined(records)
-        if not self._limits_known and (records["kind"] == act.KERNEL).any():
+        if self.learned_limits is None and (records["kind"] == act.KERNEL).any():
             self._learn_limits(int(records["device"][records["kind"] == act.KERNEL][0]))
         monitor.buffer_completed(records, self.functions, self._take_dropped())
 
@@ -244,7 +296,7 @@ class ActivityBuffers:
         return int(dropped.value)
 
     def _learn_limits(self, device: int) -> None:
-        self._limits_known = True
+        self.learned_limits = act.DeviceLimits(name="NVIDIA (defaults until a kernel runs)")
         try:
             runtime = importlib.import_module("cuda.bindings.runtime")
             error, props = runtime.cudaGetDeviceProperties(device)
@@ -263,7 +315,7 @@ class ActivityBuffers:
             )
         except Exception:  # keep the defaults
             return
-        self._limits = limits
+        self.learned_limits = limits
         if self.monitor is not None:
             self.monitor.set_limits(limits)
 
@@ -283,7 +335,7 @@ class ActivityBuffers:
         lib.cuptiActivityGetNextRecord.restype = ctypes.c_int
         if self.native is not None:  # the C hook's callbacks: CUPTI's thread needs no GIL
             self.native.register_buffers(path, self.buffer_bytes)
-            self._native_buffers = True
+            self._thread_state = "running"
             self._buffer_done.clear()
             _thread.start_new_thread(self._buffer_main, (self.native,))
         else:
@@ -300,6 +352,7 @@ class ActivityBuffers:
 
     def _buffer_main(self, native: NativeHook) -> None:
         """The buffer thread: completed buffers from the C hook's queue, read and delivered."""
+        name_own_thread("pyrun-gpubufs")
         try:
             if self.monitor is not None:
                 self.monitor.exclude_current_thread()
@@ -307,7 +360,7 @@ class ActivityBuffers:
                 taken = native.take_buffers(0.25)  # waits without the GIL
                 with self._delivering:
                     self._deliver_buffers(native, taken)
-                if self._buffers_stopping and not taken:
+                if self._thread_state == "stopping" and not taken:
                     return
         finally:
             self._buffer_done.set()
@@ -326,14 +379,14 @@ class ActivityBuffers:
 
     def _stop_buffer_thread(self) -> None:
         native = self.native
-        if native is None or not self._native_buffers:
+        if native is None or self._thread_state == "off":
             return
-        self._buffers_stopping = True
+        self._thread_state = "stopping"
         native.wake_buffers()
         self._buffer_done.wait(5.0)
         with self._delivering:  # what came after the thread's last look
             self._deliver_buffers(native, native.take_buffers(0.0))
-        self._native_buffers = False
+        self._thread_state = "off"
 
     def _raw_requested(self, buffer: Any, size: Any, max_records: Any) -> None:
         block = (ctypes.c_uint8 * (self.buffer_bytes + 8))()

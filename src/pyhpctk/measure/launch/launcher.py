@@ -2,8 +2,9 @@
 
 :func:`run` runs the user's command unchanged, with pyrun's bootstrap on ``PYTHONPATH`` and the
 options in ``PYHPCTK_PYRUN_*`` variables, so every Python process the command starts measures
-itself (:mod:`pyhpctk.measure.runtime`). pyrun itself measures nothing; it only launches, forwards
-termination signals, and reports when the command turned out not to be a Python program.
+itself (:mod:`pyhpctk.measure.launch.runtime`). pyrun itself measures nothing; it only
+launches, forwards termination signals, and reports when the command turned out not to be a
+Python program.
 This module must stay light to import: its start-up time is part of every measured run.
 
 Exit status (docs/pyrun.md): the command's own; a command killed by a signal makes pyrun die of
@@ -28,18 +29,13 @@ from types import FrameType
 from typing import TextIO
 
 from pyhpctk.errors import PyhpctkError, UsageError
-from pyhpctk.measure import naming, rendezvous, signals
+from pyhpctk.measure import naming, signals
 from pyhpctk.measure.census import Census, PythonProcess
-from pyhpctk.measure.config import (
-    BOOTSTRAP_DIR,
-    DEFAULT_CHECKPOINT_S,
-    ENV_DEBUG,
-    ENV_NATIVE,
-    MeasureOptions,
-)
 from pyhpctk.measure.events import EventSpec
-from pyhpctk.measure.gpu.spec import ENV_GPU
+from pyhpctk.measure.launch import rendezvous
+from pyhpctk.measure.launch.config import BOOTSTRAP_DIR, DEFAULT_CHECKPOINT_S, MeasureOptions
 from pyhpctk.measure.losses import LossReport
+from pyhpctk.measure.settings import ENV_DEBUG, ENV_GPU, ENV_NATIVE
 
 #: Signals pyrun passes on to the command: every catchable one that would end pyrun, but SIGINT
 #: (a terminal's Ctrl-C reaches the command directly) and SIGPIPE/SIGXFSZ (pyrun's own writes).

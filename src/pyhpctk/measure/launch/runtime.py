@@ -13,9 +13,10 @@ import sys
 
 from pyhpctk.errors import UsageError
 from pyhpctk.measure import gpu, hooks
-from pyhpctk.measure.config import ENV_DEBUG, MeasureOptions
 from pyhpctk.measure.events import EventSpec
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
+from pyhpctk.measure.settings import run_settings
 
 
 def start_from_env() -> Session | None:
@@ -27,7 +28,7 @@ def start_from_env() -> Session | None:
     spec = gpu.spec_from_env()
     if spec is not None:
         session.gpu = gpu.install(session, spec)
-    if os.environ.get(ENV_DEBUG) == "1":
+    if run_settings().debug:
         sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
     return session
 

@@ -22,14 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* PYHPCTK_PUBLIC_FRAMES: build the public-API walk anyway (tests of the fallback). */
-#if defined(__has_include) && !defined(Py_GIL_DISABLED) && !defined(PYHPCTK_PUBLIC_FRAMES)
-#if __has_include(<internal/pycore_frame.h>)
-#define Py_BUILD_CORE 1
-#include <internal/pycore_frame.h>
-#undef Py_BUILD_CORE
+/* PYHPCTK_INTERPRETER_FRAMES: setup.py's one version gate (FRAMES_SUPPORTED) says this
+ * CPython's frames can be read as the engine reads them (pyframes.h); PYHPCTK_PUBLIC_FRAMES
+ * builds the public-API walk anyway (tests of the fallback). */
+#if defined(PYHPCTK_INTERPRETER_FRAMES) && !defined(PYHPCTK_PUBLIC_FRAMES)
+#include "pyframes.h"
 #define INTERPRETER_FRAMES 1
-#endif
 #endif
 
 #define MAX_SITES 8192u           /* sites per thread before the table is emptied */
@@ -143,50 +141,17 @@ static inline int add_frame(PyObject *code, uintptr_t instr, int gil, int *progr
 
 #ifdef INTERPRETER_FRAMES
 
-static inline _PyInterpreterFrame *top_frame(PyThreadState *tstate) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return tstate->current_frame;
-#else
-    return tstate->cframe != NULL ? tstate->cframe->current_frame : NULL;
-#endif
-}
-
-static inline PyObject *frame_code(_PyInterpreterFrame *frame) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return frame->f_executable;
-#else
-    return (PyObject *)frame->f_code;
-#endif
-}
-
-static inline uintptr_t frame_instr(_PyInterpreterFrame *frame) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return (uintptr_t)frame->instr_ptr;
-#else
-    return (uintptr_t)frame->prev_instr;
-#endif
-}
-
-/* The frames CPython's own walkers (PyFrame_GetBack) do not show: the C stack's entry shims
- * (3.12+), non-code executables (3.13) and frames not started yet. */
-static inline int hidden(_PyInterpreterFrame *frame) {
-#if PY_VERSION_HEX >= 0x030C0000
-    if (frame->owner == FRAME_OWNED_BY_CSTACK)
-        return 1;
-#endif
-    PyObject *code = frame_code(frame);
-    return code == NULL || !PyCode_Check(code) || _PyFrame_IsIncomplete(frame);
-}
-
 int hook_stack(PyThreadState *tstate, int gil, FrameKey *out, uint64_t *hash) {
     uint64_t h = 0x84222325CBF29CE4ULL;
     int depth = 0, program = 0;
-    for (_PyInterpreterFrame *frame = top_frame(tstate); frame != NULL;
+    for (_PyInterpreterFrame *frame = pyframe_top(tstate); frame != NULL;
          frame = frame->previous) {
-        if (hidden(frame))
-            continue;
-        int stop = add_frame(frame_code(frame), frame_instr(frame), gil, &program, &depth, out,
-                             &h);
+        PyCodeObject *code;
+        uint32_t offset;
+        if (pyframe_read(frame, &code, &offset) <= 0)
+            continue; /* frames CPython's own walkers (PyFrame_GetBack) do not show */
+        uintptr_t instr = (uintptr_t)(_PyCode_CODE(code) + offset);
+        int stop = add_frame((PyObject *)code, instr, gil, &program, &depth, out, &h);
         if (stop)
             return stop;
     }

@@ -53,13 +53,13 @@ def _measure(here: str) -> None:
         return
     try:
         try:
-            from pyhpctk.measure import runtime
+            from pyhpctk.measure.launch import runtime
         except ImportError:
             root = os.environ.get("PYHPCTK_PYRUN_PACKAGE_ROOT", "")
             if not root or root in sys.path:
                 raise
             sys.path.append(root)
-            from pyhpctk.measure import runtime
+            from pyhpctk.measure.launch import runtime
         if runtime.start_from_env() is not None:
             from pyhpctk.measure import losses
 

@@ -1,0 +1,50 @@
+"""``gpu=nvidia``: the CUPTI backend's room (no numpy, no CUPTI until a backend is made).
+
+:mod:`.backend` (the backend: start and stop in order) owns a :mod:`.callbacks` subscriber, a
+:mod:`.buffers` reader and a :mod:`.fine` part (:mod:`.pcsampling`, :mod:`.sassmetrics`);
+:mod:`.records` converts activity records to rows; :mod:`.lib` finds libcupti and the C hook
+(``_cuptihook*.c``). This module is the row of :data:`~pyhpctk.measure.gpu.spec.BACKENDS`:
+:func:`check` and :func:`make`.
+"""
+
+from __future__ import annotations
+
+from pyhpctk.errors import UsageError
+from pyhpctk.measure.gpu import options
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyhpctk.measure.gpu.backend import Backend
+    from pyhpctk.measure.gpu.spec import GpuSpec
+
+
+def _modes(spec: GpuSpec) -> tuple[str, str]:
+    """``records=raw|objects`` and ``pcmode=serialized|continuous``."""
+    records = spec.option("records", "raw")
+    pc_mode = spec.option("pcmode", "serialized")
+    if pc_mode not in ("serialized", "continuous"):
+        raise UsageError(f"gpu=nvidia: pcmode={pc_mode!r}: say serialized or continuous")
+    if records not in ("raw", "objects"):
+        raise UsageError(f"gpu=nvidia: records={records!r}: say records=raw or records=objects")
+    return records, pc_mode
+
+
+def check(spec: GpuSpec) -> None:
+    """Refuse bad option values now (nothing loaded)."""
+    options.check_common(spec)
+    _modes(spec)
+
+
+def make(spec: GpuSpec) -> Backend:
+    from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
+
+    records, pc_mode = _modes(spec)
+    return CuptiBackend(
+        buffer_bytes=spec.int_option("buffer", 8 << 20),
+        records=records,
+        pc_period=options.pc_period(spec),
+        pc_mode=pc_mode,
+        hook=options.hook_option(spec),
+        inst=options.inst_counting(spec),
+        sync=options.sync_option(spec),
+    )

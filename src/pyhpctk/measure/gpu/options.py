@@ -1,0 +1,71 @@
+"""The ``gpu=`` options several backends read, checked once (no numpy here).
+
+``hook=``, ``sync=``, ``inst``, ``pc[,period=N]``: each backend's ``check(spec)`` and
+``make(spec)`` (the modules :data:`~pyhpctk.measure.gpu.spec.BACKENDS` names) read them
+through these functions, so a value is refused with the same words whichever backend reads it.
+"""
+
+from __future__ import annotations
+
+from pyhpctk.errors import UsageError
+from pyhpctk.measure.gpu.spec import DEFAULT_SIMULATED_SYNC, DEFAULT_SYNC, SYNC_MODES, GpuSpec
+from pyhpctk.measure.settings import ENV_HOOK as ENV_HOOK
+from pyhpctk.measure.settings import run_settings
+
+
+def hook_option(spec: GpuSpec) -> str:
+    """``hook=c|python|auto``: how GPU API calls are seen (the C CUPTI hook where built)."""
+    hook = spec.option("hook", run_settings().gpu_hook or "auto")
+    if hook not in ("auto", "c", "python"):
+        raise UsageError(f"gpu={spec.backend}: hook={hook!r}: say hook=c, hook=python or hook=auto")
+    return hook
+
+
+def sync_option(spec: GpuSpec) -> str:
+    """``sync=api|activity|both``: who times synchronizations (:mod:`.syncapi`)."""
+    default = DEFAULT_SIMULATED_SYNC if spec.backend == "simulated" else DEFAULT_SYNC
+    sync = spec.option("sync", default)
+    if sync not in SYNC_MODES:
+        raise UsageError(
+            f"gpu={spec.backend}: sync={sync!r}: say "
+            + " or ".join(f"sync={mode}" for mode in SYNC_MODES)
+        )
+    return sync
+
+
+def inst_counting(spec: GpuSpec) -> bool:
+    """``gpu=nvidia,inst`` / ``gpu=simulated,inst=RECORDING``: exact instruction counts.
+
+    Refused together with ``pc``: CUPTI's SASS metrics API needs ``cuptiProfilerInitialize``,
+    which blocks its PC sampling API, and ``GINS`` would mix counts with samples.
+    """
+    keys = {key for key, _ in spec.options}
+    if "inst" not in keys:
+        return False
+    if "pc" in keys:
+        raise UsageError(f"gpu={spec.backend}: pc and inst exclude each other (one per run)")
+    if spec.backend == "simulated" and not spec.option("inst"):
+        raise UsageError("gpu=simulated: say inst=RECORDING (from record_pc.py --inst)")
+    if spec.backend == "nvidia" and spec.option("inst"):
+        raise UsageError("gpu=nvidia: inst takes no value")
+    return True
+
+
+def pc_period(spec: GpuSpec) -> int:
+    """``gpu=nvidia,pc[,period=N]``: the PC sampling period exponent (2^N cycles), 0 when off."""
+    if not any(key == "pc" for key, _ in spec.options):
+        return 0
+    from pyhpctk.measure.gpu.cupti.pcsampling import period_exponent
+
+    try:
+        return period_exponent(spec.int_option("period", 12))
+    except ValueError as error:
+        raise UsageError(f"gpu={spec.backend}: {error}") from None
+
+
+def check_common(spec: GpuSpec) -> None:
+    """Refuse bad values of the options above now (nothing loaded or started)."""
+    hook_option(spec)
+    sync_option(spec)
+    inst_counting(spec)
+    pc_period(spec)

@@ -1,0 +1,84 @@
+"""Replayed PC samples and instruction counts of the simulated runtime (issue #7).
+
+Each simulated kernel launch takes the next recorded launch's PC samples (sent to the monitor at
+once) or instruction counts (summed over the counting window and sent once at the end, as the
+first launch's, the way CUPTI's SASS metrics come: ``sassmetrics``' docstring).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyhpctk.measure.gpu.backend import MonitorPort
+    from pyhpctk.measure.gpu.cupti.pcsampling import PcRecording
+    from pyhpctk.measure.gpu.cupti.sassmetrics import InstRecording
+
+
+class FineReplay:
+    """The PC samples or counts replayed with each simulated kernel launch."""
+
+    def __init__(
+        self, functions: list[str], pc: PcRecording | None, inst: InstRecording | None
+    ) -> None:
+        self.pc = pc
+        self.inst = inst
+        self.function = -1  # launches are the recorded kernel's (index in ``functions``)
+        recorded = pc or inst
+        if recorded is not None:
+            if recorded.kernel not in functions:
+                functions.append(recorded.kernel)
+            self.function = functions.index(recorded.kernel)
+        self._pc_launch = 0
+        self._inst_launch = 0
+        self._inst_rows: list[np.ndarray] = []  # the counting window's launches (CUPTI's way)
+        self._inst_first = 0
+
+    @property
+    def recorded(self) -> PcRecording | InstRecording | None:
+        return self.pc or self.inst
+
+    def launched(self, monitor: MonitorPort, correlation: int) -> None:
+        """A simulated kernel launch: its samples to the monitor, its counts to the window."""
+        if self.pc is not None:
+            self._replay_pc(monitor, self.pc, correlation)
+        if self.inst is not None:
+            self._replay_inst(self.inst, correlation)
+
+    def _replay_pc(self, monitor: MonitorPort, pc: PcRecording, correlation: int) -> None:
+        """The recorded samples of the next recorded launch, as this launch's (issue #7)."""
+        groups = pc.launch_groups()
+        if not groups:
+            return
+        rows = groups[self._pc_launch % len(groups)].copy()
+        self._pc_launch += 1
+        rows["correlation"] = correlation
+        dropped = pc.dropped_samples // max(len(groups), 1)
+        monitor.pc_samples(rows, pc.functions, pc.reasons, dropped)
+
+    def _replay_inst(self, inst: InstRecording, correlation: int) -> None:
+        """The recorded counts of the next recorded launch join the counting window (#7).
+
+        As CUPTI does (``sassmetrics``' docstring), the counts add up over the launches and
+        reach the monitor once, at :meth:`flush`, as the first launch's.
+        """
+        groups = inst.launch_groups()
+        if not groups:
+            return
+        if not self._inst_rows:
+            self._inst_first = correlation
+        self._inst_rows.append(groups[self._inst_launch % len(groups)])
+        self._inst_launch += 1
+
+    def flush(self, monitor: MonitorPort | None) -> None:
+        """The counting window's totals to the monitor (once, at the end)."""
+        from pyhpctk.measure.gpu.cupti.sassmetrics import summed_rows
+
+        inst, parts = self.inst, self._inst_rows
+        if monitor is None or inst is None or not parts:
+            return
+        self._inst_rows = []
+        rows = summed_rows(np.concatenate(parts))
+        rows["correlation"] = self._inst_first
+        monitor.inst_counts(rows, inst.functions, len(parts))
