@@ -678,8 +678,8 @@ def test_the_fallback_under_another_interpreter_names_the_interpreter_not_a_comp
     other = _other_interpreter()
     if other is None:
         pytest.skip("no other CPython version on PATH")
-    source = Path(engine.__file__).resolve().parents[2]
-    probe = "from pyhpctk.measure import engine; print(engine.load_engine()[1])"
+    source = Path(engine.__file__).resolve().parents[3]
+    probe = "from pyhpctk.measure.sampling import engine; print(engine.load_engine()[1])"
     said = subprocess.run(
         [other, "-c", probe],
         capture_output=True,
@@ -687,7 +687,7 @@ def test_the_fallback_under_another_interpreter_names_the_interpreter_not_a_comp
         check=True,
         env={"PYTHONPATH": str(source), "PATH": "/usr/bin:/bin"},
     ).stdout.strip()
-    built = next(Path(engine.__file__).parent.glob("_engine.*.so")).name
+    built = next(Path(engine.__file__).parents[1].glob("_engine.*.so")).name
     mine = f"CPython {sys.version_info[0]}.{sys.version_info[1]}"
     assert "C compiler" not in said
     assert f"built for {mine} only ({built})" in said, said
@@ -711,7 +711,7 @@ def test_an_installed_copy_whose_sources_are_newer_is_not_a_failed_rebuild(tmp_p
     import shutil
     import subprocess
 
-    package = Path(engine.__file__).resolve().parents[1]
+    package = Path(engine.__file__).resolve().parents[2]
     if not any((package / "measure").glob("_engine.*.so")):
         pytest.skip("the sampling engine is not built here")
     site = tmp_path / "lib" / "python3" / "site-packages"
@@ -720,7 +720,7 @@ def test_an_installed_copy_whose_sources_are_newer_is_not_a_failed_rebuild(tmp_p
     later = built.stat().st_mtime + 60
     for source in (site / "pyhpctk" / "measure" / "engine_c").iterdir():
         os.utime(source, (later, later))  # as pip writes them: after the extension
-    probe = "from pyhpctk.measure import engine; print(repr(engine.build_problem()))"
+    probe = "from pyhpctk.measure.sampling import engine; print(repr(engine.build_problem()))"
     said = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,

@@ -107,7 +107,9 @@ def load_engine() -> tuple[ModuleType | None, str]:
     try:
         from pyhpctk.measure import _engine  # type: ignore[attr-defined]
     except ImportError as error:
-        return None, not_loaded_reason(error, os.path.dirname(os.path.abspath(__file__)))
+        # the extension is built into measure/, the package above this one (setup.py)
+        measure = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return None, not_loaded_reason(error, measure)
     return _engine, ""
 
 

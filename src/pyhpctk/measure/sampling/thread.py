@@ -99,7 +99,8 @@ class SamplingThread:
         what came before it, in wall-clock and in CPU time, on a loaded machine too (a crash
         after 1.5 s keeps 1.2 s), where a first checkpoint after 10 s kept nothing of a shorter
         run. Each waits at least :data:`CHECKPOINT_COST_SHARE` times the CPU time the last one
-        took, so that checkpoints of many threads cost at most 1 % of a CPU.
+        took (the first's cost, which holds one-time work, excepted), so that checkpoints of
+        many threads cost at most 1 % of a CPU.
         """
         interval = self.table.options.checkpoint_s
         if not interval:
@@ -118,8 +119,11 @@ class SamplingThread:
             return
         began = time.thread_time()
         self.table.checkpoint()
+        first = self._last_checkpoint == self._measuring_since
         self._last_checkpoint, self._last_checkpoint_cpu = time.monotonic(), time.process_time()
-        self._checkpoint_cost = time.thread_time() - began
+        # The first checkpoint pays once for what later ones reuse (imports such as hashlib's
+        # OpenSSL, 8 ms; new files): its cost would hold the second back past a crash at 1.5 s.
+        self._checkpoint_cost = 0.0 if first else time.thread_time() - began
 
     def stop(self, timeout: float = 2.0) -> bool:
         """Stop the thread and wait (bounded) for it to finish its wake-up; False when it was
