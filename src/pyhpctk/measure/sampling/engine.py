@@ -107,10 +107,14 @@ def load_engine() -> tuple[ModuleType | None, str]:
     try:
         from pyhpctk.measure import _engine  # type: ignore[attr-defined]
     except ImportError as error:
-        # the extension is built into measure/, the package above this one (setup.py)
-        measure = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        return None, not_loaded_reason(error, measure)
+        return None, not_loaded_reason(error, _measure_directory())
     return _engine, ""
+
+
+def _measure_directory() -> str:
+    """Where the extension and its C sources are: measure/, the package above this one
+    (setup.py builds ``pyhpctk.measure._engine``)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def not_loaded_reason(error: ImportError, directory: str) -> str:
@@ -175,7 +179,7 @@ def build_problem() -> str:
         supported = "free-threaded" not in reason and "supports" not in reason
         return reason if supported and reason else ""
     built = os.path.getmtime(module.__file__ or "")
-    measure = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    measure = _measure_directory()
     sources = os.path.join(measure, "engine_c")
     checkout = os.path.isfile(os.path.join(measure, os.pardir, os.pardir, os.pardir, "setup.py"))
     if checkout and os.path.isdir(sources):
