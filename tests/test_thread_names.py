@@ -29,7 +29,9 @@ from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import threads
 from pyhpctk.formats.inspect import dump_path, verify_path
 from pyhpctk.measure.encode import encode_threads
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.sampling import engine
+from pyhpctk.measure.session import Session
 from pyhpctk.measure.thread_names import ThreadNames, comm_name, program_name, thread_name
 from pyhpctk.present import open_database
 from pyhpctk.present.traces import render_summary, summarize, to_perfetto
@@ -312,3 +314,23 @@ def test_the_program_is_named_as_the_user_ran_it(
 ) -> None:
     monkeypatch.setattr(sys, "argv", [argv0])
     assert program_name() == expected
+
+
+def test_a_checkpoint_written_late_does_not_undo_the_threads_last_write(tmp_path: Path) -> None:
+    """A checkpoint encodes every thread under the session's lock and writes after it; a thread
+    that ends in between encodes and writes its final files first. The checkpoint's older
+    encoding, written last, replaced them: the thread kept the name it had before it renamed
+    itself (seen on CI: ``loader`` instead of ``loader-done``) and lost its last samples."""
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    loader = threading.Thread(name="loader")  # registered, never started: its name is read
+    state = session.register_thread(loader, ident=1, native_id=None)
+    with session.lock:
+        checkpoint = session.writer.encode(state)
+    loader.name = "loader-done"
+    with session.lock:
+        final = session.writer.encode(state)
+    session.writer.write(state, final)
+    session.writer.write(state, checkpoint)
+    (path,) = (tmp_path / "threads").iterdir()
+    assert [e.name for e in threads.read(path).entries] == ["loader-done"]
+    assert (tmp_path / f"{state.stem}.hpcrun").read_bytes() == final[1]

@@ -67,6 +67,7 @@ class ThreadState:
         "thread",
         "trace_nodes",
         "trace_times",
+        "written",
     )
 
     def __init__(
@@ -97,3 +98,6 @@ class ThreadState:
         self.native_id: int | None = None  # the kernel thread id, once the engine sampled it
         self.path_nodes: list[int] = []  # the engine: the nodes of the last path, outermost first
         self.comm = ""  # the kernel's name of a thread without a threading.Thread (thread_names)
+        # The sequence number of the encoding last written (ProfileWriter): a checkpoint's
+        # older encoding, written late, must not replace the thread's final files.
+        self.written = 0

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     # A thread's encoded files: base stem, profile, trace, logical file, its name (None: a
     # stream, not a thread).
-    Encoded = tuple[str, bytes, bytes | None, bytes, str | None]
+    Encoded = tuple[str, bytes, bytes | None, bytes, str | None, int]
 
 
 class ProfileWriter:
@@ -63,6 +63,7 @@ class ProfileWriter:
         self._host_id: int | None = None
         self.write_errors: list[str] = []
         self._lost: set[str] = set()  # profiles whose last write failed (told to pyrun)
+        self._encodings = 0  # numbers the encodings: the newest of a thread's is written last
 
     def identity(self, state: ThreadState) -> ProfileIdentity:
         return self.identity_of(state.number)
@@ -88,7 +89,10 @@ class ProfileWriter:
         )
 
     def encode(self, state: ThreadState) -> Encoded:
-        """Encode a thread's files (call with the lock held); returns (base stem, ...)."""
+        """Encode a thread's files (call with the session's lock held); returns (base stem,
+        ..., the encoding's sequence number)."""
+        self._encodings += 1
+        sequence = self._encodings
         identity = self.identity(state)
         times = state.trace_times
         span = (min(times), max(times)) if times else (0, 0)
@@ -117,14 +121,21 @@ class ProfileWriter:
             0,
         )
         name = None if state.is_stream else thread_name(state)
-        return base, profile, trace, logical, name
+        return base, profile, trace, logical, name, sequence
 
     def write(self, state: ThreadState, data: Encoded) -> None:
+        """Write what :meth:`encode` made, unless a newer encoding of the thread was written
+        meanwhile (a checkpoint encodes under the session's lock and writes after it: the
+        thread's end may encode and write in between)."""
         with self._write_lock:
+            sequence = data[-1]
+            if sequence < state.written:
+                return
+            state.written = sequence
             self._write_files(state, data)
 
     def _write_files(self, state: ThreadState, data: Encoded) -> None:
-        base, profile, trace, logical, called = data
+        base, profile, trace, logical, called, _ = data
         old = state.stem
         directory = self.options.output_dir
         # The logical file goes first: a profile is never written without the functions it
