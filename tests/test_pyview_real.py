@@ -28,7 +28,9 @@ PROGRAMS = Path(__file__).resolve().parent / "programs" / "real"
 #: Each program and its size: about half a second of CPU time in its hot functions.
 SIZES = {"raytrace": 6000, "thread_pool": 4000, "asyncio_workers": 3000, "spawn_pool": 1500}
 TERMINAL_ROWS = 30
-BUDGET = TERMINAL_ROWS - 5  # title, column heads, a note, the "more rows" line, the prompt
+#: title, column heads, a note, the "more rows" and "hottest self" lines, the prompt
+BUDGET = TERMINAL_ROWS - 6
+HOTTEST = "hottest self: "
 
 
 def measure(where: Path, name: str, size: int) -> Path:
@@ -55,7 +57,8 @@ def top_three(where: Path) -> list[str]:
 
 
 def screen(capsys: pytest.CaptureFixture[str], *argv: str) -> list[tuple[int, str]]:
-    """The rows of ``pyview --lines BUDGET ARGV``: (depth, scope), from a screen that fits."""
+    """The rows of ``pyview --lines BUDGET ARGV``: (depth, scope), from a screen that fits;
+    each function the ``hottest self:`` line names is a row of depth -1."""
     assert main(["--lines", str(BUDGET), *argv]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) <= TERMINAL_ROWS
@@ -64,6 +67,10 @@ def screen(capsys: pytest.CaptureFixture[str], *argv: str) -> list[tuple[int, st
     rows = []
     for line in lines[at + 1 :]:
         if line.startswith("... "):
+            continue
+        if line.startswith(HOTTEST):
+            names = line.removeprefix(HOTTEST).rsplit(" (", 1)[0].split(" · ")
+            rows.extend((-1, name.rsplit(" ", 1)[0]) for name in names)
             continue
         text = line[column:]
         depth = (len(text) - len(text.lstrip(" "))) // 2

@@ -67,10 +67,12 @@ def test_default_view_is_one_row_per_call_and_fits_the_budget(
     full = pyview(capsys, str(database), "--full")
     lines = pyview(capsys, str(database))
     assert len(full) > 200
-    # The root, the budget's rows and the line saying how many more there are.
-    assert len(lines) == HEADER_LINES + 1 + PIPED_LINES + 1
-    assert lines[-1].startswith("... ") and "more rows below the line budget" in lines[-1]
-    rows = scope(lines)[:-1]
+    # The root, the budget's rows, the line saying how many more there are and the one naming
+    # the functions that cost most themselves.
+    assert len(lines) == HEADER_LINES + 1 + PIPED_LINES + 2
+    assert lines[-2].startswith("... ") and "more rows below the line budget" in lines[-2]
+    assert lines[-1].startswith("hottest self: hot ") and "%" in lines[-1]
+    rows = scope(lines)[:-2]
     # --full: the function, then the line that calls the next one, each a row.
     assert "hot" in scope(full) and "screen.py: 52" in scope(full)
     # By default one row per call: hot with the line it was called from (issue #36 item 1).
@@ -170,7 +172,7 @@ def test_screen_follows_the_terminal_and_the_options() -> None:
         return dataclasses.replace(base, **given)
 
     terminal = os.terminal_size((120, 40))
-    assert screen(options(), terminal) == (120, 35)
+    assert screen(options(), terminal) == (120, 34)
     assert screen(options(), None) == (None, PIPED_LINES)
     assert screen(options(lines=0, width=0), terminal) == (None, None)
     assert screen(options(lines=7, width=50), None) == (50, 7)

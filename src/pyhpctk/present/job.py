@@ -74,6 +74,34 @@ class Job:
             )
         return self.built
 
+    def hottest(self, count: int = 3) -> list[tuple[str, float]]:
+        """The ``count`` functions that cost most themselves, wherever they are called from,
+        with their share (percent) of the sort metric's total: the bottom-up view's first
+        functions (``pyview --bottom-up -E``), for a top-down screen whose tree cannot show a
+        function spread over many callers (issue #36 item 1)."""
+        opts = self.options
+        view = self.db.view(
+            "bottom-up",
+            self.metrics,
+            opts.sort,
+            exclusive=True,
+            show_internal=opts.show_internal,
+        )
+        sort = view.columns[view.sort_column]
+        inclusive = next(
+            (i for i, c in enumerate(view.columns) if c.metric == sort.metric and c.inclusive),
+            view.sort_column,
+        )
+        total = float(view.root.values[inclusive])
+        ranked = sorted(
+            view.root.children, key=lambda node: -float(node.values[view.sort_column])
+        )
+        return [
+            (node.label.split(" (", 1)[0], 100.0 * float(node.values[view.sort_column]) / total)
+            for node in ranked[:count]
+            if total > 0 and float(node.values[view.sort_column]) > 0
+        ]
+
 
 class Export(Protocol):
     """A file pyview writes: ``pyview --NAME FILE`` (``-`` is stdout)."""

@@ -101,7 +101,15 @@ def print_view(job: Job, out: TextIO) -> None:
     view = job.view() if opts.full else condense(job.view())
     hot = None if opts.full or opts.hot_path is None else opts.hot_path / 100.0
     fitted = fit_view(view, hot, budget)
-    render_text(fitted.view, out, TextStyle(color=color, tree=tree, width=width), fitted.cut)
+    footer: list[str] = []
+    if fitted.cut and view.kind == "top-down" and job.options.hot_path is None:
+        # A function spread over many callers has no row of its own that the budget keeps:
+        # one line names those that cost most themselves (issue #36 item 1).
+        hottest = " · ".join(f"{name} {share:.1f}%" for name, share in job.hottest())
+        if hottest:
+            footer.append(f"hottest self: {hottest} (--bottom-up -E: where from)")
+    style = TextStyle(color=color, tree=tree, width=width)
+    render_text(fitted.view, out, style, fitted.cut, footer)
 
 
 def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | None, int | None]:
@@ -116,8 +124,9 @@ def screen(opts: PyviewOptions, size: os.terminal_size | None) -> tuple[int | No
     budget = opts.lines
     if budget is None:
         terminal = size is not None and size.lines > 0
-        # Title, header, a note and the "more rows" line, and the shell's prompt after them.
-        budget = max(size.lines - 5, 20) if size is not None and terminal else PIPED_LINES
+        # Title, header, a note, the "more rows" and "hottest self" lines, and the shell's
+        # prompt after them.
+        budget = max(size.lines - 6, 20) if size is not None and terminal else PIPED_LINES
     return (width or None), (budget or None)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -141,13 +141,20 @@ def _cut(text: str, room: int) -> str:
     return text[: max(room - 1, 0)] + "…" if room > 0 else ""
 
 
-def render_text(view: View, out: TextIO, style: TextStyle = TextStyle(), more: int = 0) -> None:
+def render_text(
+    view: View,
+    out: TextIO,
+    style: TextStyle = TextStyle(),
+    more: int = 0,
+    footer: Sequence[str] = (),
+) -> None:
     """Write the view as an aligned table with the scope tree on the right.
 
     Two passes over the tree (column widths, then rows), so no row is held in memory. With
     ``style.width`` every row is cut to that many columns (the label ends in ``…``), and the
     tree indents only as deep as leaves :data:`MIN_LABEL_WIDTH` columns to the labels.
-    ``more``: rows a line budget left out (:mod:`pyhpctk.present.fit`), said on a last line.
+    ``more``: rows a line budget left out (:mod:`pyhpctk.present.fit`), said on a line after
+    the rows; ``footer``: lines after that.
     """
     totals = column_totals(view)
     heads = [c.label for c in view.columns]
@@ -199,6 +206,9 @@ def render_text(view: View, out: TextIO, style: TextStyle = TextStyle(), more: i
             "--full the whole tree"
         )
         out.write((click.style(text, dim=True) if style.color else text) + "\n")
+    for line in footer:
+        text = fit(line)
+        out.write((click.style(text, bold=True) if style.color else text) + "\n")
 
 
 def _flatten(view: View) -> Iterator[tuple[int, int, int, ViewNode]]:
