@@ -23,6 +23,7 @@ from pyhpctk.cli.pyrun import main
 from pyhpctk.formats import hpcrun, hpctrace, logical
 from pyhpctk.formats.hpcrun_model import HpcrunProfile, placeholder_text
 from pyhpctk.formats.inspect import verify_path
+from pyhpctk.measure.launch.pythonargs import missing_script
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 PYTHON = sys.executable
@@ -396,6 +397,50 @@ def test_a_non_python_command_runs_and_is_explained(
 def test_a_missing_command_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert pyrun("-o", str(tmp_path / "m"), "no-such-command-pyrun-test") == 127
     assert "command not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["missing.py"],
+        ["-X", "dev", "-uB", "missing.py", "arg"],
+        ["-W", "error", "--", "missing.py"],
+    ],
+)
+def test_a_mistyped_script_is_refused_before_anything_is_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    """Before: Python started, said it could not open the file, and the directory it left
+    refused the corrected run ("holds the measurements of another run")."""
+    output = tmp_path / "m"
+    assert pyrun("-o", str(output), PYTHON, *arguments) == 2
+    err = capsys.readouterr().err
+    assert "missing.py: no such file: Python would not start it" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not output.exists()
+    script = tmp_path / "right.py"
+    script.write_text("print('ran')\n")
+    assert pyrun("-o", str(output), PYTHON, str(script)) == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "missing"),
+    [
+        (("python3", "-c", "pass", "missing.py"), None),  # -c: the rest is sys.argv
+        (("python3", "-m", "json.tool", "missing.py"), None),
+        (("python3", "-", "missing.py"), None),  # the script comes from stdin
+        (("sh", "missing.py"), None),  # not Python: its business
+        (("python3.12", "-Wignore", "missing.py"), "missing.py"),
+        (("python", "--check-hash-based-pycs", "always", "missing.py"), "missing.py"),
+    ],
+)
+def test_only_a_python_command_lines_script_is_looked_for(
+    command: tuple[str, ...], missing: str | None
+) -> None:
+    problem = missing_script(command, f"/usr/bin/{command[0]}")
+    assert (problem is None) == (missing is None), problem
+    if missing is not None:
+        assert problem is not None and problem.startswith(f"{missing}: no such file")
 
 
 def test_list_events_and_bad_events(capsys: pytest.CaptureFixture[str]) -> None:

@@ -93,9 +93,7 @@ class Job:
             view.sort_column,
         )
         total = float(view.root.values[inclusive])
-        ranked = sorted(
-            view.root.children, key=lambda node: -float(node.values[view.sort_column])
-        )
+        ranked = sorted(view.root.children, key=lambda node: -float(node.values[view.sort_column]))
         return [
             (node.label.split(" (", 1)[0], 100.0 * float(node.values[view.sort_column]) / total)
             for node in ranked[:count]

@@ -34,6 +34,7 @@ from pyhpctk.measure.census import Census, PythonProcess
 from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.launch import rendezvous
 from pyhpctk.measure.launch.config import BOOTSTRAP_DIR, DEFAULT_CHECKPOINT_S, MeasureOptions
+from pyhpctk.measure.launch.pythonargs import missing_script
 from pyhpctk.measure.losses import LossReport
 from pyhpctk.measure.settings import ENV_DEBUG, ENV_GPU, ENV_NATIVE
 
@@ -59,6 +60,12 @@ class CommandNotFoundError(PyhpctkError):
     """The command does not exist or cannot be executed; exit statuses as a shell's."""
 
     exit_code = 127
+
+
+class ScriptNotFoundError(CommandNotFoundError):
+    """The Python script the command names is not there: Python's own exit status."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +255,9 @@ def run(
 ) -> RunResult:
     """Run the command under measurement and return its exit status and what was written."""
     base_env = dict(os.environ if env is None else env)
-    resolve_command(options.command, base_env)
+    script_problem = missing_script(options.command, resolve_command(options.command, base_env))
+    if script_problem is not None:
+        raise ScriptNotFoundError(script_problem)
     # Check the options before anything is created, so a bad value leaves no directory behind.
     MeasureOptions(options.output_dir or ".", options.events, options.trace, options.checkpoint_s)
     created_fresh = options.output_dir is None or not os.path.exists(options.output_dir)
