@@ -125,6 +125,43 @@ SAMPLERS = ("engine", "thread")
 GPU_HOOKS = ("python", "c")
 
 
+#: The modules whose every test measures through pyrun's samplers and runs on both roads: a test
+#: that names ``sampler`` picks its own road; one marked ``engine_only`` checks what only the
+#: engine does (native frames, its counters) and runs on the engine alone.
+BOTH_ROADS = frozenset(
+    {
+        "test_pyrun",
+        "test_pyrun_environment",
+        "test_pyrun_faults",
+        "test_pyrun_limits",
+        "test_pyrun_units",
+        "test_pyrun_unsampled",
+        "test_thread_names",
+        "test_hostile_names",
+    }
+)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test of a both-roads module runs once per sampler (the ``road`` fixture)."""
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if module not in BOTH_ROADS or "sampler" in metafunc.fixturenames:
+        return
+    engine_only = metafunc.definition.get_closest_marker("engine_only") is not None
+    metafunc.parametrize("road", SAMPLERS[:1] if engine_only else SAMPLERS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The sampler a both-roads module's test measures with (None elsewhere: pyrun's default)."""
+    chosen: str | None = getattr(request, "param", None)
+    if chosen is not None:
+        from pyhpctk.measure.sampling.engine import ENV_SAMPLER
+
+        monkeypatch.setenv(ENV_SAMPLER, chosen)
+    return chosen
+
+
 @pytest.fixture(params=SAMPLERS)
 def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The test runs once per sampler; pyrun and sessions started in it use that one."""

@@ -323,7 +323,9 @@ def test_a_checkpoint_written_late_does_not_undo_the_threads_last_write(tmp_path
     itself (seen on CI: ``loader`` instead of ``loader-done``) and lost its last samples."""
     session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
     loader = threading.Thread(name="loader")  # registered, never started: its name is read
-    state = session.register_thread(loader, ident=1, native_id=None)
+    # This thread's ids stand in for the loader's: a made-up pthread id would be dereferenced.
+    ident, native = threading.get_ident(), threading.get_native_id()
+    state = session.register_thread(loader, ident=ident, native_id=native)
     with session.lock:
         checkpoint = session.writer.encode(state)
     loader.name = "loader-done"
