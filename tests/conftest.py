@@ -125,9 +125,8 @@ SAMPLERS = ("engine", "thread")
 GPU_HOOKS = ("python", "c")
 
 
-#: The modules whose every test measures through pyrun's samplers and runs on both roads: a test
-#: that names ``sampler`` picks its own road; one marked ``engine_only`` checks what only the
-#: engine does (native frames, its counters) and runs on the engine alone.
+#: The modules whose every test measures through pyrun's samplers and runs on both roads (a test
+#: that names ``sampler`` picks its own road; the engine's own tests are in modules of their own).
 BOTH_ROADS = frozenset(
     {
         "test_pyrun",
@@ -147,8 +146,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rpartition(".")[2]
     if module not in BOTH_ROADS or "sampler" in metafunc.fixturenames:
         return
-    engine_only = metafunc.definition.get_closest_marker("engine_only") is not None
-    metafunc.parametrize("road", SAMPLERS[:1] if engine_only else SAMPLERS, indirect=True)
+    metafunc.parametrize("road", SAMPLERS, indirect=True)
 
 
 @pytest.fixture(autouse=True)
