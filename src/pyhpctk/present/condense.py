@@ -12,8 +12,11 @@ view for the screen, the HTML tree and the flame graph:
 * **pass-through chains folded**: a run of three or more rows, each holding at least
   :data:`PASS_THROUGH_SHARE` of the one above it (sort metric, inclusive), is one row that names
   its two ends and says how many frames it hides: ``bench_time_func → … → render (5 frames
-  folded)``. The row keeps the first's inclusive values and the sum of the chain's exclusive
-  ones; the small calls that leave the chain on the way are its children.
+  folded)``, after the line that makes the first call where a line does (``app.py: 9 →
+  multiarray+0x2c44 → … → cblas_dgemm (4 frames folded)``: two lines calling one library are
+  two rows a reader tells apart). The row keeps the first's inclusive values and the sum of
+  the chain's exclusive ones; the small calls that leave the chain on the way are its
+  children.
 
 In the bottom-up view the same folding turns a chain of single callers into one row
 (``trace_ray ← … ← <module> (6 frames folded)``). Entry points (threads) and the root are
@@ -133,6 +136,9 @@ class _Condenser:
             out.children.extend(c for c in kids if c is not below)
             out.hidden += above.hidden
         head, tail = self.name(first), self.name(last)
+        called_from = first.label[len(head) + len(CALLED_FROM) :]
+        if self.view.kind == "top-down" and first.label == f"{head}{CALLED_FROM}{called_from}":
+            head = f"{called_from}{self.arrow}{head}"  # the line that makes the first call
         hid = len(run) - 2
         out.label = f"{head}{self.arrow}…{self.arrow}{tail} ({hid} frame{'s' * (hid > 1)} folded)"
         out.hot = first.hot
