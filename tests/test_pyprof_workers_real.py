@@ -7,6 +7,10 @@ of every thread but the main one, before and after the line), the truth the data
 is held to: by time from the traces (``pyrun -t``, pyprof's default there) and in proportion
 to the main thread's time in each line's product (``--graft-workers proportion``). Either
 way, no thread's total changes, and the database passes ``pyhpctk verify``.
+
+The issue's scikit-learn program (``tests/programs/real/sklearn_pipeline.py``): its ``fit``
+line's share on pyview's default screen is the share of the process's CPU time the program's
+own clock gives the line, OpenMP's workers included.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.formats.inspect import verify_path
 from pyhpctk.measure import _engine  # type: ignore[attr-defined]
 from test_pyprof_workers import MARKER, Tree, _thread_totals
+from test_pyview_real import BUDGET, PROGRAMS
 
 pytestmark = pytest.mark.skipif(
     not _engine.NATIVE_SUPPORTED or not Path("/proc/self/task").is_dir(),
@@ -136,3 +141,42 @@ def test_pyview_names_the_worker_threads_below_the_matmul_line(
     large = f"blas_lines.py: {_line('# LARGE')}"
     assert any(large in row for row in rows[:at]), out
     assert "application thread" not in out, out
+
+
+def percent_of_row(capsys: pytest.CaptureFixture[str], db: Path, ending: str) -> float:
+    """The inclusive percentage pyview's top-down screen shows on the row ending ``ending``."""
+    capsys.readouterr()
+    assert pyview_main([str(db), "--lines", str(BUDGET)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    found = [line for line in lines if line.rstrip().split(" (+")[0].endswith(ending)]
+    assert len(found) == 1, lines
+    return float(found[0].split()[1].rstrip("%"))
+
+
+def test_sklearns_worker_threads_sit_under_the_fit_line_that_started_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """HistGradientBoosting's OpenMP workers do most of ``fit``'s work: their CPU time shows
+    under the program's ``fit`` line, as the program's own process clock measures it (before:
+    in `application thread` rows of their own, and the line held the main thread's share)."""
+    pytest.importorskip("sklearn", reason="scikit-learn is in the dev extra")
+    program = PROGRAMS / "sklearn_pipeline.py"
+    line = (
+        program.read_text()
+        .splitlines()
+        .index("    model.fit(features, y)  # the fit line: OpenMP workers do most of its work")
+    )
+    truth_file = tmp_path / "t.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "2")
+        patch.setenv("OPENBLAS_NUM_THREADS", "2")
+        command = [sys.executable, str(program), str(truth_file), "6000"]
+        assert pyrun_main(["-o", str(tmp_path / "m"), *command]) == 0
+    db = tmp_path / "db"
+    run(ProfOptions.build([tmp_path / "m"], output=db))
+    truth = json.loads(truth_file.read_text())
+    expected = 100 * truth["fit_cpu"] / truth["process_cpu"]
+    shown = percent_of_row(capsys, db, f"← sklearn_pipeline.py: {line + 1}")
+    assert abs(shown - expected) <= 5, (shown, expected, truth)
+    report = verify_path(db)
+    assert report.exit_code == 0, (report.problems, report.unreadable)

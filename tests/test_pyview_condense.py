@@ -99,6 +99,37 @@ def test_two_lines_calling_one_chain_are_two_rows_named_by_their_lines() -> None
     }
 
 
+def test_a_chain_stops_before_the_call_that_leaves_the_programs_file() -> None:
+    """sklearn's ``main ← app.py: 42 → wrapper ← app.py: 34 → fit ← base.py: 1403``: the line
+    that calls into the library (34, issue #36 item 3's fit line) is not folded away; a chain
+    within one file (main → h1 → work, all a.py) still is."""
+
+    def lib(name: str, *children: Spec) -> Spec:
+        return Spec("function", name=name, file="base.py", line=1, children=children)
+
+    def lib_line(n: int, value: float = 0.0, *calls: Spec) -> Spec:
+        values = {CPU: (value,)} if value else {}
+        return Spec("line", file="base.py", line=n, values=values, children=calls)
+
+    grow = lib("grow", lib_line(841, 60.0), lib_line(842, 40.0))
+    fit = lib("fit", lib_line(1403, 0, lib("inner", lib_line(20, 0, grow))))
+    main = fn("main", line(34, 0, lib("wrapper", lib_line(1403, 0, fit))), line(35, 1))
+    entry = fn("<module>", line(42, 0, main))
+    exp = build(
+        [Spec("entry", name="main thread", children=(entry,))], [CPU], [(("THREAD", 0),)], "p"
+    )
+    shown = condense(build_view("top-down", MetricCatalog(exp), ViewOptions((CPU,))))
+    (thread,) = shown.root.children
+    (module,) = thread.children
+    assert module.label == "<module>"
+    (main_row,) = module.children
+    assert main_row.label == "main ← a.py: 42"
+    assert {c.label: float(c.values[0]) for c in main_row.children} == {
+        "a.py: 34 → wrapper → … → grow (2 frames folded)": 100.0,
+        "a.py: 35": 1.0,
+    }
+
+
 def test_bottom_up_folds_a_chain_of_single_callers_and_orders_by_own_time() -> None:
     built, shown = views("bottom-up")
     assert shown.columns[shown.sort_column].label == f"{CPU} (E)"
