@@ -23,6 +23,7 @@ from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import threads
+from worker_helpers import write_process
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"  # the dev extra's mpich, beside python
 if not MPIEXEC.exists() and shutil.which("mpiexec"):
@@ -165,6 +166,31 @@ def test_gpu_measurement_on_four_ranks(reference: Path, tmp_path: Path) -> None:
     assert compare_dirs(reference / "dbase" / "loops-cuda-nvidiapc-t.d", output) == []
     serial = tmp_path / "serial"
     run(ProfOptions.build([measurement], output=serial))
+    assert_same_files(serial, output)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("ranks", "extra"),
+    [(2, []), (3, ["--memory-limit", "1k"])],
+    ids=["n2", "n3-read-twice"],
+)
+def test_worker_threads_are_grafted_alike_on_every_rank_count(
+    tmp_path: Path, ranks: int, extra: list[str]
+) -> None:
+    """Native runtimes' worker threads under the lines that called them (issue #36 item 3):
+    one process traced (by time), one not (in proportion); a rank may hold a worker and not
+    its dispatcher, and under the cap each rank reads its profiles twice (the values moved
+    again as they are read)."""
+    measurement = tmp_path / "workers.m"
+    write_process(measurement, pid=100, traced=True)
+    write_process(measurement, pid=200)
+    serial = tmp_path / "serial"
+    run(ProfOptions.build([measurement], output=serial))
+    output = tmp_path / "mpi"
+    done = pyprof_mpi(ranks, "-o", str(output), *extra, str(measurement))
+    assert done.returncode == 0, done.stderr
+    assert b"<OpenBLAS worker threads>" in (output / "meta.db").read_bytes()
     assert_same_files(serial, output)
 
 

@@ -9,6 +9,10 @@ from pathlib import Path
 from pyhpctk.errors import UsageError
 
 METRIC_MODES = ("sum", "stats")
+GRAFT_MODES = ("auto", "proportion", "off")
+"""How worker threads of native runtimes are placed (:mod:`.graft`): ``auto`` by time where
+the worker and the Python threads that called the runtime were traced, else in proportion to
+those threads' time in each call; ``proportion`` always so; ``off``: they stay apart."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,7 @@ class ProfOptions:
     taxonomy is hpcprof's, byte for byte.
     ``memory_limit``: bytes of values a rank may hold while cct.db is built, and beyond which
     it reads its profiles twice and keeps finished blocks in ``$TMPDIR`` (None: no cap).
+    ``graft_workers``: one of :data:`GRAFT_MODES`.
     """
 
     measurements: tuple[Path, ...]
@@ -50,6 +55,7 @@ class ProfOptions:
     title: str | None = None
     derived: bool = False
     memory_limit: int | None = None
+    graft_workers: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.measurements:
@@ -62,6 +68,11 @@ class ProfOptions:
             raise UsageError(f"-M must be one of {', '.join(METRIC_MODES)}, got {self.metrics!r}")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise UsageError("--memory-limit must be positive")
+        if self.graft_workers not in GRAFT_MODES:
+            raise UsageError(
+                f"--graft-workers must be one of {', '.join(GRAFT_MODES)}, "
+                f"got {self.graft_workers!r}"
+            )
 
     @classmethod
     def build(
@@ -80,6 +91,7 @@ class ProfOptions:
         title: str | None = None,
         derived: bool = False,
         memory_limit: int | None = None,
+        graft_workers: str = "auto",
     ) -> ProfOptions:
         """Convenience constructor taking plain strings or paths."""
         return cls(
@@ -96,4 +108,5 @@ class ProfOptions:
             title=title,
             derived=derived,
             memory_limit=memory_limit,
+            graft_workers=graft_workers,
         )

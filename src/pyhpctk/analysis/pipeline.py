@@ -58,6 +58,7 @@ from pyhpctk.analysis.database import AggregateDatabase, ProfileResult
 from pyhpctk.analysis.exchange import split_even
 from pyhpctk.analysis.expand_plan import expand_early, expand_frames, read_share
 from pyhpctk.analysis.gpu import WEIGHT_METRIC, node_weights, reconstruct_gpu_contexts
+from pyhpctk.analysis.graft import graft_profile, plan_grafts
 from pyhpctk.analysis.memory import check_profiles
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import (
@@ -67,6 +68,7 @@ from pyhpctk.analysis.planes import (
     profile_statistics,
     rewrite_trace,
 )
+from pyhpctk.analysis.runtimes import Roles
 from pyhpctk.analysis.screening import (
     Loaded,
     ProfileError,
@@ -91,6 +93,7 @@ from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases, summar
 from pyhpctk.analysis.structures import named_sources
 from pyhpctk.analysis.timing import Laps, TimedComm, timed
 from pyhpctk.analysis.unify import ProfileData, RawTree
+from pyhpctk.analysis.worker_roles import roles_of
 from pyhpctk.analysis.write import prepare_output
 from pyhpctk.analysis.write_stages import (
     finish,
@@ -184,6 +187,8 @@ def _skip(n: int) -> None:
 
 def _load(state: Analysis, index: int) -> Loaded:
     item = load_profile(index, state.sources[index])
+    if item.data is not None and state.options.graft_workers != "off":
+        item.data.roles = roles_of(item.data, str(state.sources.measurement(index)))
     if state.light and item.data is not None:
         _drop_values(item.data)
     return item
@@ -284,6 +289,12 @@ def expand_contexts(state: Analysis) -> None:
     assert screened is not None
 
     clock = Laps(state.timings, "expand: ", state.comm)
+    roles: list[tuple[int, Roles]] = []  # rank 0: every thread's (.graft)
+    if options.graft_workers != "off":
+        found = state.comm.gather([(i, d.roles) for i, d in state.own if d.roles is not None])
+        if found is not None:
+            roles = sorted((pair for part in found for pair in part), key=lambda p: p[0])
+        clock.lap("roles")
 
     def expansion_plan() -> Plan:
         raw = state.merged
@@ -298,6 +309,20 @@ def expand_contexts(state: Analysis) -> None:
         expansion = reconstruct_gpu_contexts(
             raw, expansion, classifiers, [], state.weights, screened.problems
         )
+        grafts = None
+        if roles:
+            n_metrics = len(screened.table.metrics)
+            expansion, grafts = plan_grafts(
+                raw,
+                expansion,
+                classifiers,
+                roles,
+                screened.mappings,
+                n_metrics,
+                options.graft_workers,
+                screened.problems,
+            )
+            roles.clear()
         clock.lap("frames")
         state.expanded = tree = expansion.tree
         expansion.tree = ContextBuilder()  # the placement travels without the tree
@@ -310,6 +335,7 @@ def expand_contexts(state: Analysis) -> None:
             title,
             output,
             os.path.lexists(output),
+            grafts,
         )
         clock.lap("shape")
         return plan
@@ -319,6 +345,18 @@ def expand_contexts(state: Analysis) -> None:
         advance(1)
     if state.root:
         clock.lap("bcast")
+    graft_workers(state)
+
+
+def graft_workers(state: Analysis) -> None:
+    """Worker threads' values (and traces) moved under their dispatchers (:mod:`.graft`); in
+    a light run the statistics do it as they read the values again."""
+    plan, screened = state.plan, state.screened
+    assert plan is not None and screened is not None
+    for index, data in state.own:
+        data.roles = None
+        if not state.light:
+            graft_profile(data, index, plan.grafts, screened.mappings[index])
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,6 +383,7 @@ def statistics(state: Analysis) -> None:
             data.value_node, data.value_metric = fresh.value_node, fresh.value_metric
             data.value, data.call_trace = fresh.value, fresh.call_trace
             data.trace_time, data.trace_node = fresh.trace_time, fresh.trace_node
+            graft_profile(data, index, plan.grafts, screened.mappings[index])
         block, contexts, counts = profile_block(
             data, screened.mappings[index], plan.placement, plan.shape, global_base, move
         )

@@ -26,6 +26,7 @@ from pyhpctk.analysis.comm import Comm
 from pyhpctk.analysis.context import ContextBuilder
 from pyhpctk.analysis.expand import Expansion
 from pyhpctk.analysis.expand_plan import EarlyExpansion
+from pyhpctk.analysis.graft import GraftPlan
 from pyhpctk.analysis.metrics import PARTIALS_STATS, PARTIALS_SUM, Partial
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.planes import ProfilePlane, Spill
@@ -108,6 +109,7 @@ class Plan:
     title: str
     output: Path
     replacing: bool  # an old database holds the output's name (then it is kept on errors)
+    grafts: GraftPlan | None = None  # where native runtimes' worker threads go (.graft)
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.analysis.metrics import MeasuredMetric
+from pyhpctk.analysis.runtimes import Roles
 from pyhpctk.formats.hpcrun_model import (
     GPU_CONTEXT_LM_ID,
     GPU_RANGE_LM_ID,
@@ -227,7 +228,7 @@ class _Columns:
         if self.path is None:
             path = np.empty(len(self.parent), dtype=np.uint64)
             key = _key_hash(self.code, self.unwound)
-            by_depth, cuts = _levels(self.parent)
+            by_depth, cuts = levels(self.parent)
             for d in range(len(cuts) - 1):
                 level = by_depth[cuts[d] : cuts[d + 1]]
                 # Depth 0 holds the roots; every deeper node's parent is done already.
@@ -359,7 +360,7 @@ def _depths(parent: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
     return depth[:n]
 
 
-def _levels(parent: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+def levels(parent: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
     """Nodes sorted by depth (stable) and where each depth starts: parents before children."""
     depth = _depths(parent)
     widths = np.bincount(depth, minlength=1)
@@ -486,6 +487,15 @@ class RawTree:
         self._columns = None
         return ident
 
+    def extend(self, parents: list[int], keys: list[RawKey]) -> None:
+        """Append nodes known to be new: no sibling of any of them has its key (nodes below
+        nodes made for them, as :mod:`.graft` makes them)."""
+        own_parents, own_keys = self.parent, self.keys
+        own_parents.extend(parents)
+        own_keys.extend(keys)
+        self._columns = None
+        self._index = None
+
     def merge(self, other: RawTree) -> npt.NDArray[np.int64]:
         """Insert ``other`` into this tree; element ``i`` of the result is where node ``i`` went.
 
@@ -503,7 +513,7 @@ class RawTree:
         mine = self.columns()
         theirs = other.columns()
         if len(mine.parent) == 0:
-            return self._merge_by_levels(other)
+            return self._merge_bylevels(other)
         sorted_paths, nodes = mine.path_index()
         path = theirs.paths()
         at = mine.path_search(path)
@@ -528,7 +538,7 @@ class RawTree:
             confirmed &= mine.offset[found] == theirs.offset[rows]
             confirmed &= mine.unwound[found] == theirs.unwound[rows]
             if not bool(np.all(confirmed)):
-                return self._merge_by_levels(other)
+                return self._merge_bylevels(other)
         if not everywhere:
             new = np.flatnonzero(~hit)
             mapping[new] = len(mine.parent) + np.arange(len(new), dtype=np.int64)
@@ -542,7 +552,7 @@ class RawTree:
             self._parent = self._keys = self._index = None
         return mapping
 
-    def _merge_by_levels(self, other: RawTree) -> npt.NDArray[np.int64]:
+    def _merge_bylevels(self, other: RawTree) -> npt.NDArray[np.int64]:
         """:meth:`merge` a depth level at a time: a level's (parent, key) pairs are looked up
         in the (parent, key) hash index at once, and a node under a new node is new without a
         lookup."""
@@ -552,7 +562,7 @@ class RawTree:
         theirs = other.columns()
         parent = theirs.parent
         is_new = np.zeros(n, dtype=bool)
-        by_depth, cuts = _levels(parent)
+        by_depth, cuts = levels(parent)
         for d in range(len(cuts) - 1):
             level = by_depth[cuts[d] : cuts[d + 1]]
             up = parent[level]
@@ -605,12 +615,16 @@ class ProfileData:
     call_trace: bool = False
     module_paths: dict[str, str] = field(default_factory=dict)
     """Load-module path -> the measurement directory it is relative to."""
+    roles: Roles | None = None
+    """What the thread can be to native runtimes' worker threads (:mod:`.worker_roles`)."""
 
     def remap(self, mapping: npt.NDArray[np.int64]) -> None:
         """Renumber nodes after this profile's tree was merged into a bigger one."""
         self.value_node = mapping[self.value_node]
         if self.trace_node is not None:
             self.trace_node = np.where(self.trace_node >= 0, mapping[self.trace_node], -1)
+        if self.roles is not None:
+            self.roles.remap(mapping)
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from pyhpctk.analysis.memory import default_limit
-from pyhpctk.analysis.options import METRIC_MODES, ProfOptions
+from pyhpctk.analysis.options import GRAFT_MODES, METRIC_MODES, ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli._common import run_command, version_option
 from pyhpctk.errors import UsageError
@@ -119,6 +119,20 @@ def analysis_options(per_rank: bool = False) -> Callable[[F], F]:
             "metric taxonomy; without it the taxonomy is hpcprof's.",
         ),
         click.option(
+            "--graft-workers",
+            type=click.Choice(GRAFT_MODES),
+            default="auto",
+            show_default=True,
+            help="Place the worker threads of OpenMP, OpenBLAS and PyTorch under the Python "
+            "lines that gave them work: auto (by time where traced, pyrun -t, else in "
+            "proportion to each line's time in the runtime), proportion, or off.",
+        ),
+        click.option(
+            "--no-graft-workers",
+            is_flag=True,
+            help="Keep native runtimes' worker threads apart (--graft-workers off).",
+        ),
+        click.option(
             "--progress/--no-progress",
             default=None,
             help="Progress bars on stderr"
@@ -161,6 +175,7 @@ def prof_options(arguments: Mapping[str, Any]) -> ProfOptions:
         copy_sources=not arguments["no_sources"],
         derived=arguments["derived"],
         memory_limit=memory_limit,
+        graft_workers="off" if arguments["no_graft_workers"] else arguments["graft_workers"],
     )
 
 

@@ -151,6 +151,9 @@ NO_ACTIVITY = "NoActvty"
 MAIN_FENCE = "| Main  "
 THREAD_FENCE = "| Thread"
 UNNORMALIZED = "*Unnorm "
+WORKERS_OPENMP = "WorkOMP "
+WORKERS_OPENBLAS = "WorkBLAS"
+WORKERS_PYTORCH = "WorkTrch"
 
 # formats.md §1.5 and HPCToolkit's placeholders.c: the 8-character code of each placeholder and
 # the name it is presented under (placeholders.c gives none for the first four and "OMT None";
@@ -183,6 +186,11 @@ PLACEHOLDER_NAMES: dict[str, str] = {
     "GPUMemst": "<gpu memset>",
     "GPU Sync": "<gpu sync>",
     "GPUTrace": "<gpu kernel>",
+    # pyhpctk's own, never in a measurement: pyprof places a native runtime's worker threads
+    # under the Python line that gave them work below one of these (analysis/runtimes.py).
+    WORKERS_OPENMP: "<OpenMP worker threads>",
+    WORKERS_OPENBLAS: "<OpenBLAS worker threads>",
+    WORKERS_PYTORCH: "<PyTorch worker threads>",
 }
 
 

@@ -12,8 +12,13 @@ view for the screen, the HTML tree and the flame graph:
 * **pass-through chains folded**: a run of three or more rows, each holding at least
   :data:`PASS_THROUGH_SHARE` of the one above it (sort metric, inclusive), is one row that names
   its two ends and says how many frames it hides: ``bench_time_func → … → render (5 frames
-  folded)``. The row keeps the first's inclusive values and the sum of the chain's exclusive
-  ones; the small calls that leave the chain on the way are its children.
+  folded)``, after the line that makes the first call where a line does (``app.py: 9 →
+  multiarray+0x2c44 → … → cblas_dgemm (4 frames folded)``: two lines calling one library are
+  two rows a reader tells apart). The row keeps the first's inclusive values and the sum of
+  the chain's exclusive ones; the small calls that leave the chain on the way are its
+  children. A chain stops before the call by which the file of its first calling line hands
+  over to another file (``wrapper ← app.py: 34`` calling ``fit`` in ``sklearn/base.py``): the
+  line of the program that calls a library stays a row.
 
 In the bottom-up view the same folding turns a chain of single callers into one row
 (``trace_ray ← … ← <module> (6 frames folded)``). Entry points (threads) and the root are
@@ -70,6 +75,13 @@ class _Condenser:
         found = self.names.get(id(node))
         return found[1] if found is not None and found[0] is node else node.label
 
+    def caller_file(self, node: ViewNode) -> str | None:
+        """The file of the line a call row is called from (top-down), or None."""
+        called_from = node.label[len(self.name(node)) :]
+        if not called_from.startswith(CALLED_FROM) or ": " not in called_from:
+            return None
+        return called_from[len(CALLED_FROM) :].rsplit(": ", 1)[0]
+
     def kids(self, node: ViewNode) -> list[ViewNode]:
         """``node``'s children; top-down, each calling line replaced by the calls it makes."""
         if self.view.kind != "top-down":
@@ -99,12 +111,17 @@ class _Condenser:
         """``node`` and the calls below it that each hold nearly all of the row above, each with
         its children (:meth:`kids`)."""
         run = [(node, self.kids(node))]
+        home = self.caller_file(node)
         while run[-1][1]:
             last, below = run[-1]
             big = max(below, key=self.value)
             share = PASS_THROUGH_SHARE * self.value(last)
             if big.kind not in CALL_KINDS or not (self.value(big) > 0 and self.value(big) >= share):
                 break
+            if len(run) > 1 and self.caller_file(last) == home != self.caller_file(big) is not None:
+                run.pop()  # ``last`` leaves the first calling line's file: its line stays a row
+                break
+            home = home or self.caller_file(big)
             run.append((big, self.kids(big)))
         # A run ends where the time is spent: a leaf it reaches stays a row of its own (the hot
         # function is never hidden inside a folded row).
@@ -133,6 +150,9 @@ class _Condenser:
             out.children.extend(c for c in kids if c is not below)
             out.hidden += above.hidden
         head, tail = self.name(first), self.name(last)
+        called_from = first.label[len(head) + len(CALLED_FROM) :]
+        if self.view.kind == "top-down" and first.label == f"{head}{CALLED_FROM}{called_from}":
+            head = f"{called_from}{self.arrow}{head}"  # the line that makes the first call
         hid = len(run) - 2
         out.label = f"{head}{self.arrow}…{self.arrow}{tail} ({hid} frame{'s' * (hid > 1)} folded)"
         out.hot = first.hot
