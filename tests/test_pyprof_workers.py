@@ -132,6 +132,25 @@ def test_with_traces_each_worker_sample_goes_under_the_line_running_at_its_time(
     assert Tree(db).under_line(MARKER, LINE_A) == pytest.approx(WORKER / 2, rel=1e-12)
 
 
+def test_a_worker_with_a_few_stacks_not_unwound_to_its_start_is_still_a_worker(
+    tmp_path: Path,
+) -> None:
+    """Under load the engine leaves a few of a worker's stacks short of the thread's start
+    (their outermost frame the extension's function it ran): seen on the sklearn program, where
+    such samples kept a whole OpenMP worker (a third of the process) out of the ``fit`` line.
+    The short stacks stay in the thread; the rest is the pool's work."""
+    short = 0.05 * WORKER
+    db, report = _database(tmp_path, _measurement(tmp_path, cut_short=short))
+    tree = Tree(db)
+    assert tree.under_line(MARKER, LINE_A) + tree.under_line(MARKER, LINE_B) == pytest.approx(
+        WORKER, rel=1e-12
+    )
+    (thread,) = tree.rows("application thread")
+    assert tree.values[thread] == pytest.approx(short, rel=1e-12)
+    assert sum(_thread_totals(db)) == pytest.approx(TOTAL + short, rel=1e-12)
+    assert not any("stays a thread" in problem for problem in report.problems)
+
+
 @pytest.mark.parametrize("traced", [False, True], ids=["proportion", "time"])
 def test_no_time_is_created_or_lost_per_thread_or_in_all(tmp_path: Path, traced: bool) -> None:
     measurement = _measurement(tmp_path, traced=traced)

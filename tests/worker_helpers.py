@@ -71,9 +71,13 @@ def write_process(
     traced: bool = False,
     dispatch: bool = True,
     worker_start: int = 0x5000,
+    cut_short: float = 0.0,
 ) -> None:
     """The main thread and the OpenBLAS worker of one process into ``measurement``
-    (``dispatch=False``: the main thread never calls OpenBLAS, it only runs Python)."""
+    (``dispatch=False``: the main thread never calls OpenBLAS, it only runs Python;
+    ``cut_short``: seconds of the worker's samples whose stack ends in numpy's function at
+    +0x6200 the pool ran, not unwound to the thread's start, as the engine leaves a few under
+    load)."""
     (measurement / "logical").mkdir(parents=True, exist_ok=True)
     logical.write(
         logical.LogicalMetadata([logical.LogicalStanza(1, "", filename=SCRIPT)]),
@@ -107,6 +111,9 @@ def write_process(
         (10, 6, 3, 0x6100, 1),
     ]
     worker_values = {6: {0: WORKER_SPIN}, 8: {0: WORKER_X}, 10: {0: WORKER_Y}}
+    if cut_short:
+        worker_nodes.append((12, 4, 2, 0x6200, 1))
+        worker_values[12] = {0: cut_short}
     worker = cpu_profile(MODULES, worker_nodes, worker_values, metrics, thread=1)
     worker_name = profile_name(pid=pid, thread=1)
     hpcrun.write(worker, measurement / worker_name)

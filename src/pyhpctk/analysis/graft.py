@@ -319,7 +319,17 @@ def graft_profile(
     if plan is None or index not in plan.group_of:
         return
     group = plan.groups[plan.group_of[index]]
-    row = np.searchsorted(group.nodes, data.value_node)
+    row = np.minimum(np.searchsorted(group.nodes, data.value_node), len(group.nodes) - 1)
+    stays = group.nodes[row] != data.value_node  # not from the pool's start: left in the thread
+    kept = (data.value_node[stays], data.value_metric[stays], data.value[stays])
+    if np.any(stays):
+        moves = ~stays
+        data.value_node, data.value_metric, data.value = (
+            data.value_node[moves],
+            data.value_metric[moves],
+            data.value[moves],
+        )
+        row = row[moves]
     fractions = group.share[:, mapping[data.value_metric]].T.copy()
     if group.by_time and data.trace_time is not None and data.trace_node is not None:
         at, traced_row, chosen = group.samples(data.trace_time, data.trace_node)
@@ -338,9 +348,9 @@ def graft_profile(
     first = np.concatenate([[0], last[:-1] + 1])
     others = np.add.reduceat(part, first) - part[last] if len(part) else part
     part[last] = data.value[r[last]] - others
-    data.value_node = group.copies(i, row[r])
-    data.value_metric = data.value_metric[r]
-    data.value = part
+    data.value_node = np.concatenate([group.copies(i, row[r]), kept[0]])
+    data.value_metric = np.concatenate([data.value_metric[r], kept[1]])
+    data.value = np.concatenate([part, kept[2]])
 
 
 __all__ = ["GraftGroup", "GraftPlan", "graft_profile", "plan_grafts"]

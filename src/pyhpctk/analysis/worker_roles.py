@@ -4,8 +4,9 @@ A thread whose samples have Python frames *dispatches* work to a runtime (:mod:`
 where its call path first enters one of the runtime's modules below a Python frame: that frame
 is a *dispatch*, and the thread's values below it, its time there. A thread none of whose
 samples has a Python frame, and whose outermost frame of its own (below placeholders and the C
-library's thread start) is in a runtime's pool modules in every sample, is one of that
-runtime's *workers*. :func:`roles_of` finds both on the profile's own call-path tree as it is
+library's thread start) is in a runtime's pool modules in nearly every sample (a stack that
+could not be unwound to the thread's start stays in the thread), is one of that runtime's
+*workers*. :func:`roles_of` finds both on the profile's own call-path tree as it is
 read, so that the roles travel with the profile (node ids re-mapped with it) even where its
 values are dropped until the statistics (``--memory-limit``); :mod:`.graft` decides from every
 thread's roles where each worker's time goes.
@@ -107,17 +108,42 @@ def roles_of(data: ProfileData, measurement: str) -> Roles | None:
             if dispatch is not None:
                 roles.dispatches.append(dispatch)
         return roles
-    outer = first[value_nodes]
-    outer = outer[outer >= 0]
-    kinds = np.unique(pool[code[outer]])
-    if len(kinds) != 1 or kinds[0] < 0:
+    kind = _pool_kind(data, first, pool[code])
+    if kind is None:
         return None
-    roles.worker = int(kinds[0])
-    roles.nodes = value_nodes
-    roles.pool = np.unique(outer)
+    outer = first[value_nodes]
+    kept = (outer < 0) | (pool[code[np.maximum(outer, 0)]] == kind)
+    roles.worker = kind
+    roles.nodes = value_nodes[kept]
+    roles.pool = np.unique(outer[kept & (outer >= 0)])
     if data.trace_time is not None and data.trace_node is not None:
         roles.trace_time, roles.trace_node = data.trace_time, data.trace_node
     return roles
+
+
+#: The share of a worker's time that must start in one pool's modules: a sample whose native
+#: stack could not be unwound to the thread's start (its outermost frame a kernel's, seen under
+#: load) stays where it is, and does not make the thread a stranger.
+POOL_SHARE = 0.9
+
+
+def _pool_kind(
+    data: ProfileData, first: npt.NDArray[np.int64], pool_of: npt.NDArray[np.int64]
+) -> int | None:
+    """The pool whose modules hold the outermost own frame of at least :data:`POOL_SHARE` of
+    the thread's values (every metric summed), or None."""
+    outer = first[data.value_node]
+    known = outer >= 0
+    if not np.any(known):
+        return None
+    kinds = pool_of[outer[known]]
+    weight = np.abs(data.value[known])
+    total = float(weight.sum())
+    candidates = np.unique(kinds[kinds >= 0])
+    for kind in candidates.tolist():
+        if float(weight[kinds == kind].sum()) >= POOL_SHARE * total:
+            return int(kind)
+    return None
 
 
 def _dispatches(data: ProfileData, runtime: int, entry: npt.NDArray[np.int64]) -> Dispatches | None:
