@@ -1,0 +1,332 @@
+"""Block counts of instrumented kernels in the calling context tree, without a GPU (issue #34,
+items 3 and 5): PTX that Triton compiles here for sm_90, counters of a known execution (the
+paths each program takes, derived from its inputs: ``ptx_paths``) replayed through
+``pyrun -e gpu=simulated,blocks=RECORDING``, then ``pyprof`` and ``pyview``; and the counts an
+H100 measured for the nvcc-compiled kernels of kernels.cu, replayed the same way. What pyview
+shows under the kernel — its loops and source lines, inlined code included — must be what the
+kernel's arithmetic implies."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptx_helpers import PTX_DIR
+from ptx_paths import block_counts, counters, loop_decider, walk
+from pyhpctk.instrument.ptx import Buffer, Cfg, Mode, build, find_loops, instrument, parse
+from pyhpctk.instrument.ptx.lines import instruction_locations
+from pyhpctk.measure.gpu.simulated.block_recording import (
+    BlockRecording,
+    RecordedLaunch,
+    RecordedModule,
+    save,
+)
+
+pytest.importorskip("triton", reason="Triton (the dev extra) compiles the kernels")
+
+THREADS, WARPS = 128, 4  # Triton's default: 4 warps a program
+ROWS = [0, 3, 3, 7, 12, 12, 20]  # trips: program p loops ROWS[p + 1] - ROWS[p] times
+PROGRAMS = len(ROWS) - 1
+REDUCE_PROGRAMS = 5  # reduce: programs 0, 2, 4 sum, 1 and 3 take the maximum
+LAUNCHES = 3
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """Triton's PTX of a kernel, its cache in a temporary folder for this module."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRITON_DEFAULT_FP_FUSION", os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"))
+        env.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        env.syspath_prepend(str(PTX_DIR))
+        import triton_counted
+        import triton_kernels
+
+        def ptx(name: str) -> str:
+            if name == "trips":
+                return triton_counted.compile_counted("trips")
+            return str(triton_kernels.compile_ptx(name))
+
+        yield ptx
+
+
+# -- the truth: paths from the inputs, and what they imply per line --------------------------
+
+
+def _kernel_cfg(ptx: str) -> Cfg:
+    return build(parse(ptx).kernels[0])
+
+
+def trips_paths(ptx: str) -> list[tuple[list[int], int, int]]:
+    """Each program of ``trips`` goes round its loop ROWS[p + 1] - ROWS[p] times."""
+    cfg = _kernel_cfg(ptx)
+    loops = find_loops(cfg)
+    return [
+        (walk(cfg, loop_decider(cfg, loops, ROWS[p + 1] - ROWS[p])), WARPS, THREADS)
+        for p in range(PROGRAMS)
+    ]
+
+
+def reduce_paths(ptx: str) -> list[tuple[list[int], int, int]]:
+    """``reduce``: even programs take the branch that sums (``add.f32``), odd ones the one
+    that takes the maximum (``max.f32``)."""
+    cfg = _kernel_cfg(ptx)
+
+    def holds(block: int, opcode: str) -> bool:
+        return any(cfg.statement(i).opcode == opcode for i in cfg.blocks[block].instructions)
+
+    def parity(p: int) -> Callable[[int, tuple[int, ...], list[int]], int]:
+        wanted = "add.f32" if p % 2 == 0 else "max.f32"
+        return lambda block, successors, path: next(s for s in successors if holds(s, wanted))
+
+    return [(walk(cfg, parity(p)), WARPS, THREADS) for p in range(REDUCE_PROGRAMS)]
+
+
+def expected_rows(
+    ptx: str, threads: list[int], warps: list[int] | None, kernel: str = ""
+) -> dict[tuple, list[int]]:
+    """(in a loop, source line of the outermost call) → [block executions by threads, by
+    warps, instructions by threads, by warps], from each block's count and its ``.loc``s."""
+    module = parse(ptx)
+    cfg = build(module.function(kernel) if kernel else module.kernels[0])
+    loops = find_loops(cfg)
+    where = instruction_locations(module, cfg)
+    out: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for block in cfg.blocks:
+        in_loop = loops.depth(block.index) > 0
+        warp = warps[block.index] if warps is not None else 0
+        for i in block.instructions:
+            row = out[(in_loop, _outermost_line(where.get(i)))]
+            row[2] += threads[block.index]
+            row[3] += warp
+            if i == block.instructions[0]:
+                row[0] += threads[block.index]
+                row[1] += warp
+    return dict(out)
+
+
+def _outermost_line(location) -> int | None:  # type: ignore[no-untyped-def]
+    if location is None:
+        return None
+    line = location.inlined[-1].line if location.inlined else location.line
+    return line or None
+
+
+# -- the pipeline: recording, pyrun, pyprof, pyview ---------------------------------------------
+
+PROGRAM = """
+from pyhpctk.measure.gpu import simulated_runtime
+
+gpu = simulated_runtime()
+
+
+def step():
+    gpu.launch()
+
+
+for _ in range({launches}):
+    step()
+gpu.synchronize()
+"""
+
+
+def record(
+    path: Path, mode: Mode, kernels: list[tuple[str, str, list[tuple[list[int], int, int]]]]
+) -> Path:
+    """A recording of LAUNCHES rounds, each launching every kernel (name, ptx, paths) once."""
+    modules = [RecordedModule("triton", ptx, (name,)) for name, ptx, _ in kernels]
+    launches = []
+    for _ in range(LAUNCHES):
+        for number, (name, ptx, paths) in enumerate(kernels):
+            plan = instrument(ptx, mode, {name}, Buffer.GLOBAL).plans[name]
+            launches.append(RecordedLaunch(number, name, counters(plan, paths), 25_000))
+    save(BlockRecording(mode, modules, launches, "test_gpu_blocks"), path)
+    return path
+
+
+def measure(tmp: Path, recording: Path, launches: int, options: str = "") -> Path:
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import run
+    from pyhpctk.cli.pyrun import main as pyrun_main
+
+    program = tmp / "launches.py"
+    program.write_text(PROGRAM.format(launches=launches))
+    out, database = tmp / "m", tmp / "d"
+    event = f"gpu=simulated,blocks={recording}{options}"
+    command = ["-e", event, "-o", str(out), sys.executable, str(program)]
+    assert pyrun_main(command) == 0
+    run(ProfOptions.build([out], output=database))
+    return database
+
+
+def pyview(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    from pyhpctk.cli.pyview import main
+
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+METRICS = ("GPTX:BLK", "GPTX:BLK_WARP", "GPTX:INST", "GPTX:INST_WARP")
+
+
+def rows_below(capsys: pytest.CaptureFixture[str], database: Path, kernel: str) -> list[dict]:
+    """pyview's CSV rows of everything below the kernel's row (metrics inclusive)."""
+    argv = [str(database), "--full", "--csv", "-"]
+    for metric in (*METRICS, "GPTX:COUNT", "GKER:COUNT"):
+        argv += ["-m", metric]
+    table = list(csv.DictReader(io.StringIO(pyview(capsys, *argv))))
+    top = next(r for r in table if r["scope"] == kernel and r["kind"] == "function")
+    below, parents = [top], {top["id"]}
+    for row in table:
+        if row["parent"] in parents:
+            below.append(row)
+            parents.add(row["id"])
+    return below
+
+
+def shown_rows(below: list[dict]) -> dict[tuple, list[int]]:
+    """The line rows below the kernel keyed as :func:`expected_rows` keys them."""
+    kinds = {row["id"]: row["kind"] for row in below}
+    out = {}
+    for row in below[1:]:
+        if row["kind"] != "line" or kinds.get(row["parent"]) not in ("function", "loop"):
+            continue
+        if kinds[row["parent"]] == "function" and row["parent"] != below[0]["id"]:
+            continue  # a line of inlined code: its call site's row holds it
+        key = (kinds[row["parent"]] == "loop", int(row["line"]) if row["line"] else None)
+        out[key] = [int(float(row[f"{m} (I)"])) for m in METRICS]
+    return out
+
+
+def scaled(rows: dict[tuple, list[int]], factor: int) -> dict[tuple, list[int]]:
+    return {key: [v * factor for v in values] for key, values in rows.items()}
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [Mode.EDGES, Mode.BLOCKS])
+def test_a_data_dependent_loop_counts_every_trip_under_its_loop_and_lines(
+    compiled: Callable[[str], str],
+    mode: Mode,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ptx = compiled("trips")
+    paths = trips_paths(ptx)
+    recording = record(tmp_path / "trips.json", mode, [("trips", ptx, paths)])
+    database = measure(tmp_path, recording, LAUNCHES)
+    below = rows_below(capsys, database, "trips")
+    cfg = _kernel_cfg(ptx)
+    threads = block_counts(cfg, paths)
+    warps = [t // 32 for t in threads] if mode is Mode.BLOCKS else None
+    want = scaled(expected_rows(ptx, threads, warps), LAUNCHES)
+    assert shown_rows(below) == want
+    # the arithmetic itself: every trip runs the loop's block(s) once per thread
+    (loop,) = find_loops(cfg).loops
+    trips = ROWS[-1] - ROWS[0]
+    (loop_row,) = [r for r in below if r["kind"] == "loop"]
+    per_trip = sum(len(cfg.blocks[b].instructions) for b in loop.blocks)
+    assert int(float(loop_row["GPTX:INST (I)"])) == LAUNCHES * trips * THREADS * per_trip
+    assert loop_row["line"] == str(21)  # `while e < end:` in triton_counted.py
+    kernel = below[0]
+    assert int(float(kernel["GPTX:COUNT (I)"])) == LAUNCHES
+    assert int(float(kernel["GKER:COUNT (I)"])) == LAUNCHES
+    entry = want[(False, _outermost_line(_first_location(ptx)))][0]
+    assert entry >= LAUNCHES * PROGRAMS * THREADS  # every thread launched enters the kernel
+    # and the text view shows the loop and its lines with their counts
+    text = pyview(capsys, str(database), "--full", "-m", "GPTX:INST")
+    assert "loop at " in text and "triton_counted.py: 21" in text
+    assert f"{float(loop_row['GPTX:INST (I)']):.2e}" in text
+
+
+def _first_location(ptx: str):  # type: ignore[no-untyped-def]
+    module = parse(ptx)
+    cfg = build(module.kernels[0])
+    return instruction_locations(module, cfg).get(cfg.blocks[0].instructions[0])
+
+
+def test_a_divergent_branch_counts_each_side_by_the_programs_that_took_it(
+    compiled: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ptx = compiled("reduce")
+    paths = reduce_paths(ptx)
+    recording = record(tmp_path / "reduce.json", Mode.EDGES, [("reduce", ptx, paths)])
+    database = measure(tmp_path, recording, LAUNCHES)
+    below = rows_below(capsys, database, "reduce")
+    cfg = _kernel_cfg(ptx)
+    threads = block_counts(cfg, paths)
+    assert shown_rows(below) == scaled(expected_rows(ptx, threads, None), LAUNCHES)
+    # tl.sum's line ran in the even programs, tl.max's in the odd ones
+    source = (PTX_DIR / "triton_kernels.py").read_text().splitlines()
+    sum_line = next(i for i, t in enumerate(source, 1) if "total = tl.sum(x, 0)" in t)
+    max_line = next(i for i, t in enumerate(source, 1) if "total = tl.max(x, 0)" in t)
+    rows = shown_rows(below)
+    even, odd = (REDUCE_PROGRAMS + 1) // 2, REDUCE_PROGRAMS // 2
+    sums = [b for b in range(len(cfg.blocks)) if _holds(cfg, b, "add.f32")]
+    maxes = [b for b in range(len(cfg.blocks)) if _holds(cfg, b, "max.f32")]
+    assert threads[sums[0]] == even * THREADS and threads[maxes[0]] == odd * THREADS
+    assert rows[(False, sum_line)][0] == LAUNCHES * even * THREADS  # the branch's block, entered
+    assert rows[(False, max_line)][0] == LAUNCHES * odd * THREADS
+    # inlined: tl.sum's code shows under its call site as the function Triton inlined
+    inlined = [r for r in below if r["kind"] == "inlined"]
+    assert {r["scope"] for r in inlined} == {"[I] reduce"}  # Triton's tl.reduce, inlined
+    assert {Path(r["file"]).name for r in inlined} == {"standard.py"}
+
+
+def _holds(cfg: Cfg, block: int, opcode: str) -> bool:
+    return any(cfg.statement(i).opcode == opcode for i in cfg.blocks[block].instructions)
+
+
+def test_the_launch_window_and_the_kernel_filter_choose_what_is_counted(
+    compiled: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """launch-skip=1, launch-count=2 of 3 launches of trips, kernel-name leaving reduce out."""
+    trips, reduce = compiled("trips"), compiled("reduce")
+    kernels = [("trips", trips, trips_paths(trips)), ("reduce", reduce, reduce_paths(reduce))]
+    recording = record(tmp_path / "both.json", Mode.EDGES, kernels)
+    options = ",kernel-name=^tri,launch-skip=1,launch-count=2"
+    database = measure(tmp_path, recording, 2 * LAUNCHES, options)
+    below = rows_below(capsys, database, "trips")
+    assert int(float(below[0]["GPTX:COUNT (I)"])) == 2  # trips launches 2 and 3 of 3
+    assert int(float(below[0]["GKER:COUNT (I)"])) == LAUNCHES
+    threads = block_counts(_kernel_cfg(trips), trips_paths(trips))
+    assert shown_rows(below) == scaled(expected_rows(trips, threads, None), 2)
+    text = pyview(capsys, str(database), "--full", "-m", "GPTX:INST")
+    assert "triton_kernels.py" not in text  # reduce was not instrumented: no lines of it
+
+
+def test_counts_an_h100_measured_show_each_warps_divergence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kernels.cu's tree reduction as nvcc compiled it on an H100, and the warp and thread
+    counts of its blocks measured there (blocks mode; device_counts_h100.json): 65 CTAs of 256
+    threads halve ``stride`` from 128 to 1, and ``if (t < stride)`` is taken by ``stride``
+    threads, in max(stride / 32, 1) warps."""
+    import json
+
+    ptx = (PTX_DIR / "kernels_sm90_h100.ptx").read_text()
+    measured = json.loads((PTX_DIR / "device_counts_h100.json").read_text())
+    record_ = measured["kernels"]["reduce"]["blocks"]
+    threads, warps = record_["block_threads"], record_["block_warps"]
+    buffer = np.array([warps, threads], dtype=np.uint64).T
+    launch = RecordedLaunch(0, "reduce", buffer, 0)
+    recording = BlockRecording(Mode.BLOCKS, [RecordedModule("cupy", ptx, ("reduce",))], [launch])
+    save(recording, tmp_path / "reduce_h100.json")
+    database = measure(tmp_path, tmp_path / "reduce_h100.json", 1)
+    below = rows_below(capsys, database, "reduce")
+    rows = shown_rows(below)
+    assert rows == expected_rows(ptx, threads, warps, "reduce")
+    ctas, strides = 65, [128 >> k for k in range(8)]
+    # line 22 in the loop: the test `t < stride` (every thread, 8 warps) and the add (taken)
+    assert rows[(True, 22)][0] == ctas * sum(256 + s for s in strides)
+    assert rows[(True, 22)][1] == ctas * sum(8 + max(s // 32, 1) for s in strides)
+    assert rows[(False, 25)][:2] == [ctas * 256 + ctas, ctas * 8 + ctas]  # if (t == 0) out[...]
