@@ -8,17 +8,16 @@ kernel's arithmetic implies."""
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import sys
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import block_rows
+from block_rows import expected_rows, outermost_line, pyview_argv, scaled, shown_rows
 from ptx_helpers import PTX_DIR
 from ptx_paths import block_counts, counters, loop_decider, walk
 from pyhpctk.instrument.ptx import Buffer, Cfg, Mode, build, find_loops, instrument, parse
@@ -89,36 +88,6 @@ def reduce_paths(ptx: str) -> list[tuple[list[int], int, int]]:
     return [(walk(cfg, parity(p)), WARPS, THREADS) for p in range(REDUCE_PROGRAMS)]
 
 
-def expected_rows(
-    ptx: str, threads: list[int], warps: list[int] | None, kernel: str = ""
-) -> dict[tuple, list[int]]:
-    """(in a loop, source line of the outermost call) → [block executions by threads, by
-    warps, instructions by threads, by warps], from each block's count and its ``.loc``s."""
-    module = parse(ptx)
-    cfg = build(module.function(kernel) if kernel else module.kernels[0])
-    loops = find_loops(cfg)
-    where = instruction_locations(module, cfg)
-    out: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for block in cfg.blocks:
-        in_loop = loops.depth(block.index) > 0
-        warp = warps[block.index] if warps is not None else 0
-        for i in block.instructions:
-            row = out[(in_loop, _outermost_line(where.get(i)))]
-            row[2] += threads[block.index]
-            row[3] += warp
-            if i == block.instructions[0]:
-                row[0] += threads[block.index]
-                row[1] += warp
-    return dict(out)
-
-
-def _outermost_line(location) -> int | None:  # type: ignore[no-untyped-def]
-    if location is None:
-        return None
-    line = location.inlined[-1].line if location.inlined else location.line
-    return line or None
-
-
 # -- the pipeline: recording, pyrun, pyprof, pyview ---------------------------------------------
 
 PROGRAM = """
@@ -174,40 +143,9 @@ def pyview(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().out
 
 
-METRICS = ("GPTX:BLK", "GPTX:BLK_WARP", "GPTX:INST", "GPTX:INST_WARP")
-
-
 def rows_below(capsys: pytest.CaptureFixture[str], database: Path, kernel: str) -> list[dict]:
     """pyview's CSV rows of everything below the kernel's row (metrics inclusive)."""
-    argv = [str(database), "--full", "--csv", "-"]
-    for metric in (*METRICS, "GPTX:COUNT", "GKER:COUNT"):
-        argv += ["-m", metric]
-    table = list(csv.DictReader(io.StringIO(pyview(capsys, *argv))))
-    top = next(r for r in table if r["scope"] == kernel and r["kind"] == "function")
-    below, parents = [top], {top["id"]}
-    for row in table:
-        if row["parent"] in parents:
-            below.append(row)
-            parents.add(row["id"])
-    return below
-
-
-def shown_rows(below: list[dict]) -> dict[tuple, list[int]]:
-    """The line rows below the kernel keyed as :func:`expected_rows` keys them."""
-    kinds = {row["id"]: row["kind"] for row in below}
-    out = {}
-    for row in below[1:]:
-        if row["kind"] != "line" or kinds.get(row["parent"]) not in ("function", "loop"):
-            continue
-        if kinds[row["parent"]] == "function" and row["parent"] != below[0]["id"]:
-            continue  # a line of inlined code: its call site's row holds it
-        key = (kinds[row["parent"]] == "loop", int(row["line"]) if row["line"] else None)
-        out[key] = [int(float(row[f"{m} (I)"])) for m in METRICS]
-    return out
-
-
-def scaled(rows: dict[tuple, list[int]], factor: int) -> dict[tuple, list[int]]:
-    return {key: [v * factor for v in values] for key, values in rows.items()}
+    return block_rows.rows_below(pyview(capsys, *pyview_argv(str(database))), kernel)
 
 
 # -- the tests -----------------------------------------------------------------------------------
@@ -240,7 +178,7 @@ def test_a_data_dependent_loop_counts_every_trip_under_its_loop_and_lines(
     kernel = below[0]
     assert int(float(kernel["GPTX:COUNT (I)"])) == LAUNCHES
     assert int(float(kernel["GKER:COUNT (I)"])) == LAUNCHES
-    entry = want[(False, _outermost_line(_first_location(ptx)))][0]
+    entry = want[(False, outermost_line(_first_location(ptx)))][0]
     assert entry >= LAUNCHES * PROGRAMS * THREADS  # every thread launched enters the kernel
     # and the text view shows the loop and its lines with their counts
     text = pyview(capsys, str(database), "--full", "-m", "GPTX:INST")
