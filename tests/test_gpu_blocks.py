@@ -225,14 +225,32 @@ def _holds(cfg: Cfg, block: int, opcode: str) -> bool:
 
 
 def test_the_launch_window_and_the_kernel_filter_choose_what_is_counted(
-    compiled: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    compiled: Callable[[str], str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """launch-skip=1, launch-count=2 of 3 launches of trips, kernel-name leaving reduce out."""
+    """launch-skip=1, launch-count=2 of 3 launches of trips, kernel-name leaving reduce out;
+    pyrun's summary says so, with trips' registers before and after instrumenting."""
+    from pyhpctk.instrument.ptx import assemble, find_ptxas
+
     trips, reduce = compiled("trips"), compiled("reduce")
     kernels = [("trips", trips, trips_paths(trips)), ("reduce", reduce, reduce_paths(reduce))]
     recording = record(tmp_path / "both.json", Mode.EDGES, kernels)
     options = ",kernel-name=^tri,launch-skip=1,launch-count=2"
+    capfd.readouterr()
     database = measure(tmp_path, recording, 2 * LAUNCHES, options)
+    summary = capfd.readouterr().err
+    assert (
+        "pyrun: gpu: blocks: 2 launches of 1 instrumented kernels counted (edges mode)" in summary
+    )
+    assert (
+        "pyrun: gpu: blocks: not counted: reduce: triton: kernel-name=^tri leaves it out" in summary
+    )
+    if find_ptxas() is not None:  # the nvcc wheel of the dev extra
+        arch = parse(trips).target.split(",")[0].strip()
+        before = assemble(trips, arch).registers["trips"]
+        after = assemble(instrument(trips, Mode.EDGES, {"trips"}, Buffer.GLOBAL).ptx, arch)
+        told = f"trips: 2 launches; registers {before} -> {after.registers['trips']} (ptxas"
+        assert told in summary
+    capsys = capfd
     below = rows_below(capsys, database, "trips")
     assert int(float(below[0]["GPTX:COUNT (I)"])) == 2  # trips launches 2 and 3 of 3
     assert int(float(below[0]["GKER:COUNT (I)"])) == LAUNCHES
@@ -268,3 +286,59 @@ def test_counts_an_h100_measured_show_each_warps_divergence(
     assert rows[(True, 22)][0] == ctas * sum(256 + s for s in strides)
     assert rows[(True, 22)][1] == ctas * sum(8 + max(s // 32, 1) for s in strides)
     assert rows[(False, 25)][:2] == [ctas * 256 + ctas, ctas * 8 + ctas]  # if (t == 0) out[...]
+
+
+@pytest.mark.mpi
+def test_pyprof_mpi_and_the_html_report_show_the_counts(
+    compiled: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The counts are metrics like any other: pyprof-mpi on 2 ranks writes pyprof's database
+    byte for byte, and the HTML report shows the loop's instruction count."""
+    import subprocess
+
+    ptx = compiled("trips")
+    recording = record(tmp_path / "trips.json", Mode.EDGES, [("trips", ptx, trips_paths(ptx))])
+    database = measure(tmp_path, recording, LAUNCHES)
+    mpiexec = Path(sys.executable).parent / "mpiexec"  # the dev extra's mpich
+    command = [str(mpiexec), "-n", "2", sys.executable, "-m", "pyhpctk.cli.pyprof_mpi"]
+    output = tmp_path / "d-mpi"
+    done = subprocess.run(
+        [*command, "-o", str(output), str(tmp_path / "m")],
+        capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for name in ("meta.db", "profile.db", "cct.db"):
+        assert (output / name).read_bytes() == (database / name).read_bytes(), name
+    (loop_row,) = [r for r in rows_below(capsys, output, "trips") if r["kind"] == "loop"]
+    report = tmp_path / "report.html"
+    pyview(capsys, str(output), "-m", "GPTX:INST", "--html", str(report))
+    html = report.read_text()
+    assert "GPTX:INST" in html and "trips" in html
+    assert f'"v":[{float(loop_row["GPTX:INST (I)"])},' in html  # the loop's row, inclusive
+
+
+DEVICE_RECORDINGS = sorted((PTX_DIR.parent / "gpu").glob("blocks_recording_*.json"))
+
+
+@pytest.mark.parametrize("path", DEVICE_RECORDINGS, ids=[p.stem for p in DEVICE_RECORDINGS])
+def test_a_run_recorded_on_the_device_replays_to_the_counts_it_implies(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recording blocks_device.py made on a GPU (copied here as blocks_recording_<card>.json):
+    each kernel's rows in pyview are what its recorded counters imply, launch by launch."""
+    from pyhpctk.instrument.ptx import derive
+    from pyhpctk.measure.gpu.simulated.block_recording import load
+
+    recording = load(path)
+    database = measure(tmp_path, path, len(recording.launches))
+    want: dict[str, list] = {}
+    for launch in recording.launches:
+        done = recording.instrumented[launch.module]
+        assert done is not None
+        counts = derive(done.plans[launch.kernel], launch.counters)
+        warps = counts.block_warps if recording.mode is Mode.BLOCKS else None
+        rows = expected_rows(done.source, counts.block_threads, warps, launch.kernel)
+        want[launch.kernel] = [*want.get(launch.kernel, []), rows]
+    assert want
+    for kernel, launches in want.items():
+        assert shown_rows(rows_below(capsys, database, kernel)) == block_rows.summed(*launches)
