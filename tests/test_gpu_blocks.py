@@ -342,3 +342,27 @@ def test_a_run_recorded_on_the_device_replays_to_the_counts_it_implies(
     assert want
     for kernel, launches in want.items():
         assert shown_rows(rows_below(capsys, database, kernel)) == block_rows.summed(*launches)
+
+
+def test_pystruct_describes_the_saved_ptx_as_pyprof_does(
+    compiled: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pystruct on the measurement writes the structure of ptxbins/<md5>.ptx; pyprof with it
+    (the PTX itself removed) shows the same kernel, loop and lines as from the PTX."""
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import run
+    from pyhpctk.cli.pystruct import main as pystruct_main
+
+    ptx = compiled("trips")
+    recording = record(tmp_path / "trips.json", Mode.EDGES, [("trips", ptx, trips_paths(ptx))])
+    database = measure(tmp_path, recording, LAUNCHES)
+    (saved,) = (tmp_path / "m" / "ptxbins").glob("*.ptx")
+    assert saved.read_text() == ptx  # the original PTX, as Triton made it
+    assert pystruct_main([str(tmp_path / "m")]) == 0
+    assert (tmp_path / "m" / "structs" / f"{saved.name}.hpcstruct").is_file()
+    saved.unlink()  # the structure file alone now places the counts
+    again = tmp_path / "d2"
+    run(ProfOptions.build([tmp_path / "m"], output=again))
+    by_pystruct = rows_below(capsys, again, "trips")
+    assert shown_rows(by_pystruct) == shown_rows(rows_below(capsys, database, "trips"))
+    assert [r["kind"] for r in by_pystruct].count("loop") == 1
