@@ -1,8 +1,9 @@
 """The ``gpu=`` options several backends read, checked once (no numpy here).
 
-``hook=``, ``sync=``, ``inst``, ``pc[,period=N]``: each backend's ``check(spec)`` and
-``make(spec)`` (the modules :data:`~pyhpctk.measure.gpu.spec.BACKENDS` names) read them
-through these functions, so a value is refused with the same words whichever backend reads it.
+``hook=``, ``sync=``, ``inst``, ``blocks`` (and its kernel filter), ``pc[,period=N]``: each
+backend's ``check(spec)`` and ``make(spec)`` (the modules
+:data:`~pyhpctk.measure.gpu.spec.BACKENDS` names) read them through these functions, so a
+value is refused with the same words whichever backend reads it.
 """
 
 from __future__ import annotations

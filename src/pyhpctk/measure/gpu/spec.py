@@ -7,8 +7,11 @@ size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period
 and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``);
 ``inst`` (nvidia: exact instruction counts, CUPTI's SASS metrics) and ``inst=RECORDING``
 (simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
-each other; ``sync=api|activity|both`` (who times synchronizations: the C hook at the API, or
-CUPTI's SYNCHRONIZATION records, which cost PyTorch models about 30 %; :mod:`.syncapi`).
+each other; ``blocks[=edges|warps]`` (nvidia: exact PTX block counts of the kernels Triton,
+CuPy and Numba compile, issue #34; with ``kernel-name=REGEX``, ``launch-skip=N``,
+``launch-count=M``) and ``blocks=RECORDING`` (simulated); ``sync=api|activity|both`` (who
+times synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost
+PyTorch models about 30 %; :mod:`.syncapi`).
 Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """

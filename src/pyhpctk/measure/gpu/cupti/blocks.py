@@ -11,10 +11,10 @@ per-launch counts, placed under the line that launched the kernel. The launch ne
 after a synchronized read and reset, only the kernel that just ran has counts.
 
 Its own CUDA calls are the backend's (``FineCounting.busy``): their activities are left out.
-Launches outside ``--launch-skip``/``--launch-count`` are read and zeroed, not counted; after
-the window nothing is read (no synchronization). The cost of a counted launch is a
+Launches before ``launch-skip=`` are read and zeroed, not counted; after the window
+(``launch-count=``) nothing is read (no synchronization). The cost of a counted launch is a
 synchronization and two small copies per loaded instrumented kernel: choose kernels with
-``-k`` where many are loaded. Nothing here raises into CUPTI.
+``kernel-name=`` where many are loaded. Nothing here raises into CUPTI.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ At start the simulated driver "loads" the recording's instrumented modules (the 
 their kernels by their PTX from then on); each simulated kernel launch runs the next recorded
 launch: its activity names the recorded kernel (and lasts its recorded time), and, once the
 activity is delivered, its counters go to the monitor as that launch's. The kernel filter of
-``pyrun -k``, ``--launch-skip``, ``--launch-count`` chooses what is counted, as on a GPU.
+``kernel-name=``, ``launch-skip=``, ``launch-count=`` chooses what is counted, as on a GPU.
 """
 
 from __future__ import annotations
