@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,7 @@ def ragged_threads(ptx: str, kernel: str) -> list[int]:
 # -- the runs ---------------------------------------------------------------------------------
 
 LOG: list[str] = []
+WORK = Path(os.environ.get("BLOCKS_WORK", "/tmp/blocks_work"))  # measurements and databases
 RESULTS: list[dict[str, Any]] = []
 
 
@@ -223,7 +225,7 @@ def check(what: str, got: object, expected: object) -> bool:
     return ok
 
 
-def run(out: Path, name: str, argv: list[str], env: dict[str, str], timeout: int = 300) -> int:
+def run(out: Path, name: str, argv: list[str], env: dict[str, str], timeout: int = 200) -> int:
     """One step: its output in OUT/<name>.txt; its status said."""
     began = time.monotonic()
     with open(out / f"{name}.txt", "w") as log:
@@ -280,30 +282,25 @@ def environment(out: Path) -> dict[str, str]:
 
 
 def view(out: Path, name: str, env: dict[str, str]) -> str:
-    """pyprof of OUT/m_<name>, then pyview's CSV of it (also its text view and HTML report)."""
+    """pyprof of m_<name>, then pyview's CSV of it (in the work folder: the whole tree), its
+    text view of the block metrics (OUT/pyview_<name>_text.txt) and its HTML report."""
     from block_rows import pyview_argv
 
-    database = out / f"db_{name}"
-    run(
-        out,
-        f"pyprof_{name}",
-        [sys.executable, "-m", "pyhpctk.cli.pyprof", "-o", str(database), str(out / f"m_{name}")],
-        env,
-    )
+    database = WORK / f"db_{name}"
+    prof = [sys.executable, "-m", "pyhpctk.cli.pyprof", "-o", str(database)]
+    run(out, f"pyprof_{name}", [*prof, str(WORK / f"m_{name}")], env)
     viewer = [sys.executable, "-m", "pyhpctk.cli.pyview"]
-    run(out, f"pyview_{name}", [*viewer, *pyview_argv(str(database))], env)
-    text_argv = [*viewer, str(database), "--full", "-m", "GPTX:INST", "-m", "GPTX:BLK"]
+    run(WORK, f"pyview_{name}", [*viewer, *pyview_argv(str(database))], env)
+    shown = [str(database), "-m", "GPTX:INST", "-m", "GPTX:BLK", "-m", "GKER:COUNT"]
+    run(out, f"pyview_{name}_text", [*viewer, *shown], env)
     run(
-        out,
-        f"pyview_{name}_text",
-        [*text_argv, "--html", str(out / f"report_{name}.html"), "--force"],
-        env,
+        WORK, f"pyview_{name}_html", [*viewer, *shown, "--html", str(database / "report.html")], env
     )
-    return (out / f"pyview_{name}.txt").read_text()
+    return (WORK / f"pyview_{name}.txt").read_text()
 
 
 def ptx_of(out: Path, measurement: str, kernel: str) -> str:
-    for path in sorted((out / measurement / "ptxbins").glob("*.ptx")):
+    for path in sorted((WORK / measurement / "ptxbins").glob("*.ptx")):
         text = path.read_text()
         if f".entry {kernel}(" in text or f".entry {kernel} (" in text:
             return text
@@ -365,32 +362,20 @@ def check_kernels(
 
 def main(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
     env = environment(out)
     me = [sys.executable, str(Path(__file__).resolve())]
     pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun"]
-    run(out, "plain", [*me, "--program", str(out / "plain")], env)
-    plain = np.load(out / "plain" / "outputs.npz")
+    run(out, "plain", [*me, "--program", str(WORK / "plain")], env)
     for name, option in (("edges", "blocks"), ("warps", "blocks=warps"), ("filter", FILTER)):
-        argv = [
-            *pyrun,
-            "-e",
-            f"gpu=nvidia,{option}",
-            "-o",
-            str(out / f"m_{name}"),
-            *me,
-            "--program",
-            str(out / name),
-        ]
-        run(out, f"pyrun_{name}", argv, env)
-    run(
-        out,
-        "record",
-        [*me, "--program", str(out / "record"), "--record", str(out / "blocks_recording.json")],
-        env,
-    )
+        measured = ["-e", f"gpu=nvidia,{option}", "-o", str(WORK / f"m_{name}")]
+        run(out, f"pyrun_{name}", [*pyrun, *measured, *me, "--program", str(WORK / name)], env)
+    recording = ["--record", str(out / "blocks_recording.json")]
+    run(out, "record", [*me, "--program", str(WORK / "record"), *recording], env)
     for name in ("edges", "warps", "filter", "record"):
         try:
-            got = np.load(out / name / "outputs.npz")
+            got, plain = np.load(WORK / name / "outputs.npz"), np.load(WORK / "plain/outputs.npz")
             same = all(got[k].tobytes() == plain[k].tobytes() for k in ("trips", "ragged"))
         except OSError as error:
             same = repr(error)
@@ -417,6 +402,10 @@ def main(out: Path) -> int:
     )
     replay(out, env, shown.get("edges", {}))
     (out / "blocks_device.json").write_text(json.dumps(RESULTS, indent=1))
+    with tarfile.open(out / "edges_run.tgz", "w:gz") as tar:  # the measurement and database
+        for name in ("m_edges", "db_edges"):
+            if (WORK / name).exists():
+                tar.add(WORK / name, arcname=name)
     failures = [r for r in RESULTS if not r["ok"]]
     say(f"{len(RESULTS) - len(failures)} checks passed, {len(failures)} failed")
     (out / "blocks_device.log").write_text("\n".join(LOG) + "\n")
@@ -445,7 +434,7 @@ def replay(out: Path, env: dict[str, str], measured: dict[str, Any]) -> None:
     check("record: launches recorded", launches, 2 * LAUNCHES)
     (out / "replay.py").write_text(REPLAY.format(launches=launches))
     argv = [sys.executable, "-m", "pyhpctk.cli.pyrun", "-e", f"gpu=simulated,blocks={recording}",
-            "-o", str(out / "m_replay"), sys.executable, str(out / "replay.py")]  # fmt: skip
+            "-o", str(WORK / "m_replay"), sys.executable, str(out / "replay.py")]  # fmt: skip
     run(out, "pyrun_replay", argv, env)
     text = view(out, "replay", env)
     for kernel, rows in measured.items():
