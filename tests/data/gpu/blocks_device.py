@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,17 +82,20 @@ def program(out: Path, record: Path | None) -> None:
     outputs: dict[str, list[np.ndarray]] = {"trips": [], "ragged": []}
     for _ in range(LAUNCHES):
         y_t = torch.zeros(PROGRAMS, dtype=torch.int32, device="cuda")
-        trips[(PROGRAMS,)](row_t, x_t, y_t, num_warps=WARPS)
+        compiled = trips[(PROGRAMS,)](row_t, x_t, y_t, num_warps=WARPS)
         torch.cuda.synchronize()
         outputs["trips"].append(y_t.cpu().numpy())
+        registers = {"trips": int(getattr(compiled, "n_regs", 0) or 0)}  # the loaded cubin's
         if recorder is not None:
-            recorder.read(THREADS)
+            recorder.read(THREADS, registers["trips"])
         y_c = cp.zeros(N, cp.float32)
         ragged((grid,), (BLOCK,), (x_c, y_c, np.int32(N)))
         cp.cuda.Device().synchronize()
         outputs["ragged"].append(cp.asnumpy(y_c))
+        registers["ragged"] = int(ragged.num_regs)  # cuFuncGetAttribute of the loaded kernel
         if recorder is not None:
-            recorder.read(BLOCK)
+            recorder.read(BLOCK, registers["ragged"])
+    print(" ".join(f"registers {k} {v}" for k, v in registers.items()), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "outputs.npz", **{k: np.stack(v) for k, v in outputs.items()})
     if recorder is not None and record is not None:
@@ -113,7 +117,7 @@ class Recorder:
         self.launches: list[Any] = []
         self.modules: list[Any] = []  # LoadedModule, in the order first seen
 
-    def read(self, threads: int) -> None:
+    def read(self, threads: int, registers: int) -> None:
         from pyhpctk.measure.gpu.simulated.block_recording import RecordedLaunch
 
         for loaded in self.collector.loaded_modules:
@@ -123,7 +127,9 @@ class Recorder:
                     if loaded not in self.modules:
                         self.modules.append(loaded)
                     index = self.modules.index(loaded)
-                    self.launches.append(RecordedLaunch(index, kernel, counters.copy(), 0, threads))
+                    self.launches.append(
+                        RecordedLaunch(index, kernel, counters.copy(), 0, threads, registers)
+                    )
             loaded.reset()
 
     def save(self, path: Path) -> None:
@@ -373,6 +379,13 @@ def main(out: Path) -> int:
         for kernel in counted:
             line = next((ln for ln in summary.splitlines() if f"blocks:   {kernel}:" in ln), "")
             say(f"    {line}")
+            loaded = re.search(rf"registers {kernel} (\d+)", summary)  # the driver's count
+            told = re.search(r"registers \d+ -> (\d+) \(ptxas[^)]*\)(?:, (\d+) at launch)?", line)
+            what = f"{name}: {kernel}: registers at launch as the summary says"
+            if told and loaded:
+                check(what, int(told[2] or told[1]), int(loaded[1]))
+            else:
+                check(what, line or "no summary line", "a summary line and the driver's count")
             check(
                 f"{name}: {kernel}: registers before -> after in the summary",
                 " -> " in line and "registers" in line,
