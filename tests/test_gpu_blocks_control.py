@@ -126,3 +126,27 @@ def test_each_launch_is_read_after_it_and_zeroed_within_the_launch_window() -> N
     assert monitor.counts == [(102, "spin", [64] * counters), (103, "spin", [96] * counters)]
     assert len(synced) == 4  # 100, 101, 102, 103: after the window no read, no synchronization
     assert reader.index == 3
+
+
+def test_a_module_pyrun_cannot_save_is_said_and_never_raises_into_the_framework(
+    tmp_path: Path,
+) -> None:
+    """The PTX of a loaded module is saved in the measurement before its kernels run; where
+    that fails (here the output directory is a file) the module's launches are refused with
+    one line at exit, and neither the framework's load nor CUPTI's callback sees an error."""
+    import types
+
+    from pyhpctk.measure.gpu.attribution import KernelTable
+    from pyhpctk.measure.gpu.blocks import BlockCounting
+
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    session = types.SimpleNamespace(options=types.SimpleNamespace(output_dir=str(blocked)))
+    counting = BlockCounting(session, KernelTable())  # type: ignore[arg-type]
+    result = instrument(LOOP_PTX, Mode.EDGES, {"spin"}, Buffer.GLOBAL)
+    counters = np.ones((result.plans["spin"].counters, 2), np.uint64)
+    assert counting.module(result) is None
+    counting.counts(7, result, "spin", counters)  # a launch of it: refused, not raised
+    assert counting.stats["refused"] == 1 and counting.stats["launches"] == 0
+    (error,) = counting.errors
+    assert error.startswith("pyrun: gpu: blocks: spin: ") and error.endswith("; not counted")

@@ -110,16 +110,33 @@ class BlockCounting:
     errors: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, why): not instrumented
     _modules: dict[int, CountedModule] = field(default_factory=dict)  # id(Instrumented) →
+    _failed: dict[int, Instrumented] = field(default_factory=dict)  # modules not placed
     _waiting: list[_Waiting] = field(default_factory=list)
     _launches: dict[int, tuple[ThreadCCT, int]] = field(default_factory=dict)  # corr → kernel
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def module(self, instrumented: Instrumented) -> CountedModule:
-        """Register an instrumented module (any thread; once per module object)."""
+    def module(self, instrumented: Instrumented) -> CountedModule | None:
+        """Register an instrumented module (any thread; once per module object); None when
+        its PTX cannot be saved or placed (said at exit; its kernels are not counted)."""
         with self._lock:
             known = self._modules.get(id(instrumented))
             if known is not None and known.instrumented is instrumented:
                 return known
+            if self._failed.get(id(instrumented)) is instrumented:
+                return None
+        try:
+            counted = self._register(instrumented)
+        except (PtxError, OSError) as error:
+            kernels = ", ".join(sorted(instrumented.plans))
+            with self._lock:
+                self._failed[id(instrumented)] = instrumented
+                self.errors.append(f"pyrun: gpu: blocks: {kernels}: {error}; not counted")
+            return None
+        with self._lock:
+            self._modules[id(instrumented)] = counted
+        return counted
+
+    def _register(self, instrumented: Instrumented) -> CountedModule:
         source = parse(instrumented.source)
         layouts = {}
         for function in source.kernels:
@@ -127,17 +144,17 @@ class BlockCounting:
                 layouts[function.name] = layout(source, build(function))
         path = save_ptx(self.session.options.output_dir, instrumented.source)
         lm = self.session.add_load_module(path)
-        counted = CountedModule(instrumented, lm, path, layouts)
         self.kernels.prefer(lm, {name: placed.entry for name, placed in layouts.items()})
-        with self._lock:
-            self._modules[id(instrumented)] = counted
-        return counted
+        return CountedModule(instrumented, lm, path, layouts)
 
     def counts(
         self, correlation: int, instrumented: Instrumented, kernel: str, counters: np.ndarray
     ) -> None:
         """One launch's counters (any thread): attributed once its kernel activity is."""
         counted = self.module(instrumented)
+        if counted is None:
+            self.stats["refused"] += 1
+            return
         if kernel not in counted.layouts:
             self.stats["unknown_kernel"] += 1
             return

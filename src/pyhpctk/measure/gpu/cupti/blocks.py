@@ -73,8 +73,12 @@ class BlockReader:
                 self.hooks.append(hook)
 
     def _loaded(self, module: LoadedModule) -> None:
+        """Told by the collector, inside the framework's load: nothing may raise into it."""
         if self.monitor is not None:
-            self.monitor.instrumented_module(module.instrumented)
+            try:
+                self.monitor.instrumented_module(module.instrumented)
+            except Exception as error:
+                self.say(f"{module.framework}: a module's kernels not counted ({error!r})")
 
     def kernel_ended(self, correlation: int) -> None:
         """A launch's API call returned (on the launching thread, inside CUPTI's callback)."""
@@ -102,7 +106,10 @@ class BlockReader:
             return
         module, kernel, counters = ran[0]
         if self.filter.counted(index):
-            monitor.block_counts(correlation, module.instrumented, kernel, counters)
+            try:
+                monitor.block_counts(correlation, module.instrumented, kernel, counters)
+            except Exception as error:  # never into CUPTI's callback
+                self.say(f"{kernel}: a launch's counts were lost ({error!r})")
 
     @staticmethod
     def _ran(collector: Collector) -> list[tuple[LoadedModule, str, np.ndarray]]:
