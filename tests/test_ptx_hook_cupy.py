@@ -103,3 +103,31 @@ def test_cupy_instrumented_modules_stay_out_of_the_disk_cache(tmp_path, monkeypa
     assert loaded.framework == "cupy" and loaded.kernels == ["clamp_sum"]
     assert compiler._kernel_cache_backend is cache
     assert compile_once() == plain
+
+
+def test_cupy_hook_forgets_the_modules_cupy_memoized_before_and_while_it_was_installed() -> None:
+    """A RawKernel's module is memoized by source (``cupy._core.raw._get_raw_module``): a new
+    RawKernel of a source already run got the plain module, never compiled, and ran plain on
+    the H200 (ptx_hooks_h200.log: "one instrumented module loaded: 0"). Install and uninstall
+    clear CuPy's memos, so the next launch compiles through the hook, and after it the
+    original is compiled again (the memo, not the GPU, is what this test can reach)."""
+    import cupy._core.raw as raw
+    import cupy._util as util
+
+    assert hasattr(raw._get_raw_module, "__wrapped__")  # memoized in this CuPy
+    made: list[str] = []
+
+    @util.memoize()
+    def module(source: str) -> str:
+        made.append(source)
+        return source
+
+    module("k")
+    hook = CuPy()
+    hook.install(Collector(Mode.EDGES))
+    try:
+        module("k")  # compiled again, under the hook
+    finally:
+        hook.uninstall()
+    module("k")  # and again after: no instrumented module stays memoized
+    assert made == ["k", "k", "k"]

@@ -88,10 +88,13 @@ def test_triton_kernels_the_filter_leaves_out_are_not_instrumented(kernels) -> N
     import re
 
     plain = _compile(kernels, "stencil")
-    hook = Triton()
-    hook.install(Collector(kernels=re.compile("^matmul$")))
+    hook, collector = Triton(), Collector(kernels=re.compile("^matmul$"))
+    hook.install(collector)
     try:
         left = _compile(kernels, "stencil")
     finally:
         hook.uninstall()
     assert left.asm[STAGE] == plain.asm["ptx"] and left.asm["cubin"] == plain.asm["cubin"]
+    # pyrun's summary says why the kernel ran uninstrumented (gpu=nvidia,kernel-name=...)
+    (skip,) = collector.unreached(["stencil"])
+    assert (skip.framework, skip.reason) == ("triton", "kernel-name=^matmul$ leaves it out")

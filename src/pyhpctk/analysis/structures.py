@@ -136,6 +136,13 @@ def build_classifiers(
             classifiers.structures[module] = match
             continue
         captured = captured_binary(module, measurement)
+        if captured is not None and captured.suffix == PTX_SUFFIX:
+            # pyrun's saved PTX of counted kernels (issue #34): its whole structure is cheap
+            # to recover here, as pystruct would (structure/ptx.py)
+            described = ptx_structure(captured, module, problems)
+            if described is not None:
+                classifiers.structures[module] = described
+                continue
         if captured is not None and line_maps:
             # A binary captured in the measurement directory (gpubins/, vdso/) is the very one
             # that ran: without a structure file, its DWARF line map still gives functions and
@@ -217,7 +224,20 @@ def captured_binary(module: str, measurement: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-CAPTURED_DIRECTORIES = ("gpubins", "vdso", "cpubins")
+CAPTURED_DIRECTORIES = ("gpubins", "vdso", "cpubins", "ptxbins")
+PTX_SUFFIX = ".ptx"
+
+
+def ptx_structure(path: Path, module: str, problems: list[str]) -> StructureIndex | None:
+    """The structure of a captured PTX module (kernels, inlined code, loops, lines)."""
+    from pyhpctk.structure.ptx import analyze_ptx
+
+    try:
+        indexes = index_structure(analyze_ptx(path, module))
+    except PyhpctkError as error:
+        problems.append(f"{error}; its counts stay at their PTX addresses")
+        return None
+    return indexes[0] if indexes else None
 
 
 def line_map_structure(path: Path, module: str) -> StructureIndex | None:

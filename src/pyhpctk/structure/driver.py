@@ -123,7 +123,7 @@ def _python_structure(path: Path, lm_name: str) -> StructureFile:
 
 
 def classify(path: Path) -> str:
-    """ "elf", "cubin", "python" or "measurements"; FormatError for anything else."""
+    """ "elf", "cubin", "ptx", "python" or "measurements"; FormatError for anything else."""
     if path.is_dir():
         return "measurements"
     if not path.exists():
@@ -131,6 +131,8 @@ def classify(path: Path) -> str:
     with open_regular(path) as stream:  # a FIFO or a device is refused, never waited on
         if path.suffix == ".py":
             return "python"
+        if path.suffix == ".ptx":  # pyrun's ptxbins/ (issue #34): structure/ptx.py
+            return "ptx"
         try:
             head = stream.read(64)
         except OSError as error:
@@ -162,6 +164,10 @@ def analyze_target(
         raise UsageError(f"{target}: is a measurement directory; use struct_measurements")
     if kind == "python":
         return _python_structure(target, name)
+    if kind == "ptx":
+        from pyhpctk.structure.ptx import analyze_ptx
+
+        return analyze_ptx(target, name)
     image = open_image(target)
     if image.is_cuda:
         from pyhpctk.structure.cubin import analyze_cubin
@@ -414,7 +420,7 @@ def measurement_inventory(measdir: str | os.PathLike[str]) -> Inventory:
                 python_files.update(s.filename for s in meta.stanzas if s.filename)
                 continue
             used = module.flags & LM_FLAG_ANALYZE or module.path in sampled
-            if not used and where.suffix != ".gpubin":
+            if not used and where.suffix not in (".gpubin", ".ptx"):
                 continue
             key = str(where)
             if key in targets or any(path == module.path for path, _ in inventory.skipped):
@@ -427,11 +433,12 @@ def measurement_inventory(measdir: str | os.PathLike[str]) -> Inventory:
                     inventory.missing.append(module.path)
                 continue
             is_gpubin = where.suffix == ".gpubin"
-            if not is_gpubin and not _is_elf(where):
+            is_ptx = where.suffix == ".ptx"  # pyrun's ptxbins/ (counted kernels, issue #34)
+            if not is_gpubin and not is_ptx and not _is_elf(where):
                 inventory.skipped.append((module.path, "not an ELF binary"))
                 continue
             offsets = tuple(sorted(sampled.get(module.path, ())))
-            kind = "cubin" if is_gpubin else "elf"
+            kind = "ptx" if is_ptx else "cubin" if is_gpubin else "elf"
             targets[key] = Target(where, module.path, where.name, kind, offsets)
     for gpubin in sorted((root / "gpubins").glob("*.gpubin")):
         key = str(gpubin)

@@ -34,6 +34,7 @@ NO_PTX = (
     "no PTX reached pyhpctk: a precompiled library's kernel or a cubin (cuBLAS, cuDNN, "
     "a loaded cubin or fatbin), or a module loaded before the hooks were installed"
 )
+LEFT_OUT = "kernel-name={} leaves it out"  # a kernel the filter did not choose (pyrun's)
 ReadGlobal = Callable[[str, int], np.ndarray]  # (symbol, bytes) -> its bytes as uint8
 ZeroGlobal = Callable[[str, int], None]
 
@@ -85,6 +86,8 @@ class Collector:
     kernels: re.Pattern[str] | None = None  # instrument only kernels whose name matches
     loaded_modules: list[LoadedModule] = field(default_factory=list)
     skips: list[Skipped] = field(default_factory=list)
+    #: Told of each module as it is loaded, before its kernels can run (pyrun's monitor).
+    listener: Callable[[LoadedModule], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -103,6 +106,9 @@ class Collector:
 
             names = {k.name for k in parse(ptx).kernels}
             chosen = {n for n in names if self.kernels is None or self.kernels.search(n)}
+            if names - chosen and self.kernels is not None:
+                left = ", ".join(sorted(names - chosen))
+                self.skipped(framework, left, LEFT_OUT.format(self.kernels.pattern))
             if not chosen:
                 return None
             return instrument(ptx, self.mode, kernels=chosen, buffer=Buffer.GLOBAL)
@@ -116,6 +122,8 @@ class Collector:
         record = LoadedModule(framework, result, read, zero)
         with self._lock:
             self.loaded_modules.append(record)
+        if self.listener is not None:
+            self.listener(record)
         return record
 
     def skipped(self, framework: str, what: str, reason: str) -> None:

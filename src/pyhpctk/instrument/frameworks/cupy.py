@@ -12,8 +12,11 @@ Hook points (private; the tests ran on CuPy 14.2):
 - ``cupy.cuda.compiler._kernel_cache_backend``: while installed, a cache that keeps nothing,
   so no instrumented module reaches CuPy's disk cache and none of the original cubins is taken
   from it; uninstall puts CuPy's own back.
-Modules that CuPy objects already hold (a ``RawKernel`` compiled before, an
-``ElementwiseKernel``'s memo) stay as they were loaded.
+- ``cupy._util.clear_memo()`` at install and uninstall: CuPy memoizes a ``RawKernel``'s
+  module by its source, so a new ``RawKernel`` of a source already run would get the module
+  loaded before (the H200 run of ``device_ptx_hooks.py`` ran its kernel plain that way).
+Modules that CuPy objects already hold (a ``RawKernel`` object already called, an
+``ElementwiseKernel``'s own memo) stay as they were loaded.
 """
 
 from __future__ import annotations
@@ -91,10 +94,12 @@ class CuPy:
         self._patches.set(compiler._NVRTCProgram, "compile", compile)
         self._patches.set(compiler, "_compile_with_cache_cuda", compile_with_cache)
         self._patches.set(compiler, "_kernel_cache_backend", _NoCache())
+        _forget_memos()
 
     def uninstall(self) -> None:
         self._patches.undo()
         self._collector = None
+        _forget_memos()
 
     @staticmethod
     def _register(collector: Collector, module: Any, result: Instrumented) -> None:
@@ -108,6 +113,16 @@ class CuPy:
             module.get_global_var(symbol).memset(0, nbytes)
 
         collector.loaded("cupy", result, read, zero)
+
+
+def _forget_memos() -> None:
+    """CuPy memoizes a RawKernel's module by its source (``_core.raw._get_raw_module``): a
+    kernel run before install would run plain, one run while installed would stay
+    instrumented after uninstall. Its memos are cleared at both (CuPy compiles again; the
+    disk cache spares the original's compile after uninstall)."""
+    import cupy._util
+
+    cupy._util.clear_memo()
 
 
 def _first_line(source: Any) -> str:

@@ -25,6 +25,12 @@ def _check(call: str, status: int) -> None:
         raise FrameworkError(f"{call} failed with CUDA driver error {status}")
 
 
+def synchronize() -> None:
+    """Wait for the current context's work (``cuCtxSynchronize``): launches' counters are
+    final then."""
+    _check("cuCtxSynchronize", _libcuda().cuCtxSynchronize())
+
+
 def module_global(module: int, symbol: str) -> tuple[int, int]:
     """The device address and size of ``symbol`` in the loaded ``module`` (a CUmodule)."""
     address, size = ctypes.c_uint64(), ctypes.c_size_t()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.gpu.options import inst_counting, pc_period
+from pyhpctk.measure.gpu.options import block_counting, inst_counting, pc_period
 from pyhpctk.measure.gpu.spec import (
     BACKENDS,
     ENV_GPU,
@@ -87,6 +87,10 @@ def install(session: Host, spec: GpuSpec | str) -> GpuMonitor:
         pc_kind = session.add_metric_kind(pc_metric_kind())
     kind = session.add_metric_kind(gpu_metric_kind())
     monitor = GpuMonitor(session, kind, limits=backend.limits(), backend=backend)
+    if block_counting(spec):  # issue #34: a kind of pyrun's own, after hpcrun's
+        from pyhpctk.measure.gpu.blocks import block_metric_kind
+
+        monitor.enable_blocks(session.add_metric_kind(block_metric_kind()))
     if pc_kind is not None and inst_counting(spec):
         monitor.enable_pc(pc_kind, 0)  # counts: no sampling period, no GSAMP metrics
     elif pc_kind is not None:

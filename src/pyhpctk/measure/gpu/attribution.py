@@ -103,6 +103,12 @@ class KernelTable:
             for name, offset in entries.items():
                 self.entries.setdefault(name, (lm_id, offset))
 
+    def prefer(self, lm_id: int, entries: dict[str, int]) -> None:
+        """Kernels named by a load module of their own (the PTX pyrun counts them in, issue
+        #34): their launches go to it even where a gpubin of theirs was loaded first."""
+        with self.lock:
+            self.entries.update((name, (lm_id, offset)) for name, offset in entries.items())
+
     def get(self, name: str) -> tuple[int, int] | None:
         return self.entries.get(name)
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from pyhpctk.instrument.ptx import Instrumented
     from pyhpctk.measure.gpu.activity import DeviceLimits
     from pyhpctk.measure.gpu.spec import GpuSpec
 
@@ -170,6 +171,24 @@ class MonitorPort(Protocol):
 
     def inst_counts(self, rows: np.ndarray, functions: Sequence[str], launches: int = 1) -> None:
         """Instruction counts (``sassmetrics.INST_DTYPE``; any thread)."""
+        ...
+
+    def instrumented_module(self, module: Instrumented) -> None:
+        """A module instrumented by the PTX pass was loaded (any thread; issue #34): its
+        kernels' launches are named by its PTX from now on. Call it before their launches."""
+        ...
+
+    def block_counts(
+        self, correlation: int, module: Instrumented, kernel: str, counters: np.ndarray
+    ) -> None:
+        """The counter buffer of one launch of ``kernel`` (``plan.counters`` rows of uint64
+        warps, threads; read after the launch finished), launch ``correlation``'s (any
+        thread; issue #34): attributed below that launch once its activity is."""
+        ...
+
+    def instrumentation_skipped(self, what: str, reason: str) -> None:
+        """``what`` (a kernel, a module; "" for the whole) was not instrumented, and why:
+        pyrun says so at exit (issue #34)."""
         ...
 
     def exclude_current_thread(self) -> None:

@@ -69,13 +69,17 @@ def kernel_entries(cubin: bytes, path: str = "<cubin>") -> dict[str, int]:
 
 def save_gpubin(output_dir: str, cubin: bytes) -> str:
     """Write ``output_dir/gpubins/<md5>.gpubin`` once; return its path."""
-    directory = os.path.join(output_dir, "gpubins")
+    return save_once(os.path.join(output_dir, "gpubins"), gpubin_name(cubin), cubin)
+
+
+def save_once(directory: str, name: str, data: bytes) -> str:
+    """Write ``directory/name`` unless it is there (a name made from the content), atomically."""
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, gpubin_name(cubin))
+    path = os.path.join(directory, name)
     if not os.path.exists(path):
         temporary = f"{path}.{os.getpid()}.tmp"
         with open(temporary, "wb") as stream:
-            stream.write(cubin)
+            stream.write(data)
         os.replace(temporary, path)
     return path
 

@@ -70,9 +70,11 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
+    from pyhpctk.instrument.ptx import Instrumented
     from pyhpctk.measure.cct import MetricKind
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.backend import Backend, NativeHook
+    from pyhpctk.measure.gpu.blocks import BlockCounting
     from pyhpctk.measure.gpu.operations import Batch, Operation
 
 __all__ = ["SKIP", "GpuMonitor", "GpuStats", "GpuThread", "transplant"]
@@ -109,6 +111,7 @@ class GpuMonitor:
         self.attributor.trace = self.trace
         self.attributor.table = lambda: self.matcher.table
         self.fine = FineAttribution(self.kernels, limits)
+        self.blocks: BlockCounting | None = None  # gpu=...,blocks (issue #34): enable_blocks
         self.tracer = TraceRouter(session, self.kernels, self.stats, trace_capacity)
         self._unknown: GpuThread | None = None
         self._foreign = 0  # threads without Python frames given a CCT of their own
@@ -427,6 +430,36 @@ class GpuMonitor:
         fine.pc_clock_khz = clock_khz
         self.attributor.kernels_attributed = fine.kernels_attributed
 
+    def enable_blocks(self, kind: MetricKind) -> None:
+        """Attribute instrumented kernels' block counts into ``kind`` (``block_metric_kind``)."""
+        from pyhpctk.measure.gpu.blocks import BlockCounting
+
+        blocks = self.blocks = BlockCounting(self.session, self.kernels, kind)
+        before = self.attributor.kernels_attributed
+
+        def both(cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]) -> None:
+            before(cct, rows, targets, names)
+            blocks.kernels_attributed(cct, rows, targets, names)
+
+        self.attributor.kernels_attributed = both
+
+    def instrumented_module(self, module: Instrumented) -> None:
+        """An instrumented module was loaded (any thread; issue #34, :mod:`.blocks`)."""
+        if self.blocks is not None:
+            self.blocks.module(module)
+
+    def block_counts(
+        self, correlation: int, module: Instrumented, kernel: str, counters: np.ndarray
+    ) -> None:
+        """One instrumented launch's counters, read after it finished (any thread)."""
+        if self.blocks is not None:
+            self.blocks.counts(correlation, module, kernel, counters)
+
+    def instrumentation_skipped(self, what: str, reason: str) -> None:
+        """``what`` was not instrumented, and why (said at exit with the counts)."""
+        if self.blocks is not None:
+            self.blocks.skipped.append((what, reason))
+
     def pc_samples(
         self, rows: np.ndarray, functions: Sequence[str], reasons: Sequence[str], dropped: int = 0
     ) -> None:
@@ -568,6 +601,9 @@ class GpuMonitor:
         if self.fine.pc_kind is not None:
             with self.session.lock:
                 self.fine.attribute_pc(final=True)
+        if self.blocks is not None:
+            with self.session.lock:
+                self.blocks.attribute(final=True)
         self.tracer.drain()  # whatever the tracer left (it has stopped: we are the consumer)
         self._drain_operations()  # operations no buffer came for: counted, not matched
         hook = self.hook
@@ -597,6 +633,10 @@ class GpuMonitor:
         self.close()
         if report:
             report_problems(self.stats, self.errors, self.fine)
+            if self.blocks is not None:
+                from pyhpctk.measure.gpu.blocks_report import report_blocks
+
+                report_blocks(self.blocks, self.limits)
         return self.stats
 
     def write_streams(self) -> list[str]:

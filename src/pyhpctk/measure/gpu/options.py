@@ -1,13 +1,15 @@
 """The ``gpu=`` options several backends read, checked once (no numpy here).
 
-``hook=``, ``sync=``, ``inst``, ``pc[,period=N]``: each backend's ``check(spec)`` and
-``make(spec)`` (the modules :data:`~pyhpctk.measure.gpu.spec.BACKENDS` names) read them
-through these functions, so a value is refused with the same words whichever backend reads it.
+``hook=``, ``sync=``, ``inst``, ``blocks`` (and its kernel filter), ``pc[,period=N]``: each
+backend's ``check(spec)`` and ``make(spec)`` (the modules
+:data:`~pyhpctk.measure.gpu.spec.BACKENDS` names) read them through these functions, so a
+value is refused with the same words whichever backend reads it.
 """
 
 from __future__ import annotations
 
 from pyhpctk.errors import UsageError
+from pyhpctk.measure.gpu.kernel_filter import kernel_filter
 from pyhpctk.measure.gpu.spec import DEFAULT_SIMULATED_SYNC, DEFAULT_SYNC, SYNC_MODES, GpuSpec
 from pyhpctk.measure.settings import ENV_HOOK as ENV_HOOK
 from pyhpctk.measure.settings import run_settings
@@ -51,6 +53,37 @@ def inst_counting(spec: GpuSpec) -> bool:
     return True
 
 
+#: ``gpu=nvidia,blocks=MODE``: where the PTX pass puts counters (its ``Mode``): ``edges``
+#: (default: the edges a spanning tree leaves; thread counts) or ``warps`` (a counter in every
+#: block: warp counts too).
+BLOCK_MODES = {"": "edges", "edges": "edges", "warps": "blocks"}
+
+
+def block_counting(spec: GpuSpec) -> bool:
+    """``gpu=nvidia,blocks[=edges|warps]`` / ``gpu=simulated,blocks=RECORDING``: exact counts
+    of the PTX basic blocks of the kernels Triton, CuPy and Numba compile (issue #34).
+
+    Refused with ``pc`` or ``inst``: those read the SASS of the kernel as compiled, and an
+    instrumented kernel's is not the program's.
+    """
+    keys = {key for key, _ in spec.options}
+    if "blocks" not in keys:
+        return False
+    if keys & {"pc", "inst"}:
+        raise UsageError(f"gpu={spec.backend}: blocks excludes pc and inst (one per run)")
+    value = spec.option("blocks")
+    if spec.backend == "simulated" and not value:
+        raise UsageError("gpu=simulated: say blocks=RECORDING (from blocks_device.py --record)")
+    if spec.backend == "nvidia" and value not in BLOCK_MODES:
+        raise UsageError(f"gpu=nvidia: blocks={value!r}: say blocks, blocks=edges or blocks=warps")
+    return True
+
+
+def block_mode(spec: GpuSpec) -> str:
+    """The PTX pass's mode (``edges`` or ``blocks``) ``gpu=nvidia,blocks=...`` asks for."""
+    return BLOCK_MODES.get(spec.option("blocks"), "edges")
+
+
 def pc_period(spec: GpuSpec) -> int:
     """``gpu=nvidia,pc[,period=N]``: the PC sampling period exponent (2^N cycles), 0 when off."""
     if not any(key == "pc" for key, _ in spec.options):
@@ -68,4 +101,5 @@ def check_common(spec: GpuSpec) -> None:
     hook_option(spec)
     sync_option(spec)
     inst_counting(spec)
+    kernel_filter(spec, block_counting(spec))
     pc_period(spec)

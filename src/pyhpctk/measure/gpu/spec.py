@@ -7,8 +7,11 @@ size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period
 and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``);
 ``inst`` (nvidia: exact instruction counts, CUPTI's SASS metrics) and ``inst=RECORDING``
 (simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
-each other; ``sync=api|activity|both`` (who times synchronizations: the C hook at the API, or
-CUPTI's SYNCHRONIZATION records, which cost PyTorch models about 30 %; :mod:`.syncapi`).
+each other; ``blocks[=edges|warps]`` (nvidia: exact PTX block counts of the kernels Triton,
+CuPy and Numba compile, issue #34; with ``kernel-name=REGEX``, ``launch-skip=N``,
+``launch-count=M``) and ``blocks=RECORDING`` (simulated); ``sync=api|activity|both`` (who
+times synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost
+PyTorch models about 30 %; :mod:`.syncapi`).
 Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """
@@ -43,18 +46,28 @@ class BackendInfo:
         self.listing = listing
 
 
+#: ``blocks`` and its kernel filter (:mod:`.kernel_filter`; issue #34).
+BLOCK_OPTIONS = ("blocks", "kernel-name", "launch-skip", "launch-count")
+
 #: The GPU backends, name → :class:`BackendInfo`: option checking, making the backend and
 #: ``pyrun -L`` all read it (adding a backend is a row here and its module).
 BACKENDS: dict[str, BackendInfo] = {
     "nvidia": BackendInfo(
         "pyhpctk.measure.gpu.cupti",
-        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
+        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync", *BLOCK_OPTIONS),
         (
             ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
             ("", "CUPTI, under the Python line that issued them"),
             ("pc[,period=N]", "also PC samples with stall reasons (2^N cycles, default 12)"),
             ("inst", "also exact instruction counts (CUPTI SASS metrics) of the"),
             ("", "kernel launched first after cudaProfilerStart()"),
+            ("blocks[=edges|warps]", "also exact counts of the PTX basic blocks, lines and"),
+            ("", "loops of the kernels Triton, CuPy and Numba compile"),
+            ("", "(instrumented PTX; warps: warp counts too)"),
+            ("kernel-name=REGEX", "with blocks: only kernels whose name REGEX matches"),
+            ("launch-skip=N", "with blocks: the first N launches left uncounted"),
+            ("launch-count=M", "with blocks: M launches counted after them (ncu's -k,"),
+            ("", "--launch-skip, --launch-count)"),
             ("hook=c|python|auto", "how API calls are seen: the C hook (built by pip"),
             ("", "install where a C compiler is present) or cupti-python's"),
             ("", "Python callbacks; auto (default) picks the C hook if built"),
@@ -66,10 +79,12 @@ BACKENDS: dict[str, BackendInfo] = {
     ),
     "simulated": BackendInfo(
         "pyhpctk.measure.gpu.simulated",
-        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync", *BLOCK_OPTIONS),
         (
             ("[,OPTION...]", "replays activity recorded on an H200 (no GPU needed):"),
             ("recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...", ""),
+            ("blocks=FILE", "block counts recorded by blocks_device.py, with"),
+            ("", "kernel-name=, launch-skip=, launch-count= as for nvidia"),
         ),
     ),
     "amd": BackendInfo(

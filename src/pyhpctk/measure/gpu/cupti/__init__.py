@@ -39,6 +39,12 @@ def make(spec: GpuSpec) -> Backend:
     from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
 
     records, pc_mode = _modes(spec)
+    blocks = None
+    if options.block_counting(spec):
+        from pyhpctk.measure.gpu.cupti.blocks import BlockReader
+        from pyhpctk.measure.gpu.kernel_filter import kernel_filter
+
+        blocks = BlockReader(options.block_mode(spec), kernel_filter(spec, True))
     return CuptiBackend(
         buffer_bytes=spec.int_option("buffer", 8 << 20),
         records=records,
@@ -47,4 +53,5 @@ def make(spec: GpuSpec) -> Backend:
         hook=options.hook_option(spec),
         inst=options.inst_counting(spec),
         sync=options.sync_option(spec),
+        blocks=blocks,
     )

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
+    from pyhpctk.measure.gpu.cupti.blocks import BlockReader
 
 __all__ = [
     "BUFFER_COMPLETED",
@@ -78,10 +79,11 @@ class CuptiBackend:
         hook: str = "auto",
         inst: bool = False,
         sync: str = syncapi.DEFAULT_SYNC,
+        blocks: BlockReader | None = None,
     ) -> None:
         self.hook = hook  # "c": the C callback (_cuptihook), "python": cupti-python's; "auto"
         self.records = records  # "raw": libcupti's buffers read in place; "objects"
-        self.fine = FineCounting(pc_period, pc_mode, inst)  # issue #7
+        self.fine = FineCounting(pc_period, pc_mode, inst, blocks)  # issues #7, #34
         self.callbacks = CallbackSubscriber(self.fine, sync)
         self.buffers = BufferReader(buffer_bytes)
         self.monitor: MonitorPort | None = None

@@ -20,6 +20,7 @@ from pyhpctk.measure.gpu.cupti.lib import loaded_library
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyhpctk.measure.gpu.backend import MonitorPort
+    from pyhpctk.measure.gpu.cupti.blocks import BlockReader
     from pyhpctk.measure.gpu.cupti.pcsampling import PcSampler
     from pyhpctk.measure.gpu.cupti.sassmetrics import SassCounter
 
@@ -27,10 +28,17 @@ if TYPE_CHECKING:
 class FineCounting:
     """PC samplers and instruction counters per CUDA context (see the module docstring)."""
 
-    def __init__(self, pc_period: int = 0, pc_mode: str = "serialized", inst: bool = False):
+    def __init__(
+        self,
+        pc_period: int = 0,
+        pc_mode: str = "serialized",
+        inst: bool = False,
+        blocks: BlockReader | None = None,
+    ):
         self.pc_period = pc_period  # PC sampling period exponent (2^N cycles); 0 = off
         self.pc_mode = pc_mode
         self.inst = inst  # exact instruction counts (cuptiSassMetrics*)
+        self.blocks = blocks  # instrumented kernels' counters, read at each launch (issue #34)
         self.pc_samplers: dict[int, PcSampler] = {}  # CUcontext → pcsampling.PcSampler
         self.inst_counters: dict[int, SassCounter] = {}  # CUcontext → sassmetrics.SassCounter
         self.inst_launches: dict[int, int] = {}  # CUcontext → kernel launches while counting
@@ -41,8 +49,8 @@ class FineCounting:
 
     @property
     def on(self) -> bool:
-        """PC sampling or instruction counting: every API call is seen in Python."""
-        return bool(self.pc_period or self.inst)
+        """PC sampling, instruction or block counting: every API call is seen in Python."""
+        return bool(self.pc_period or self.inst or self.blocks)
 
     @property
     def busy(self) -> bool:
@@ -51,6 +59,8 @@ class FineCounting:
 
     def start(self, monitor: MonitorPort) -> None:
         self.monitor = monitor
+        if self.blocks is not None:  # the framework hooks, before any kernel is compiled
+            self.blocks.start(monitor)
 
     def context_seen(self, context: int) -> None:
         """A CUDA context the program uses: PC sampling starts on it (once)."""
@@ -74,9 +84,18 @@ class FineCounting:
         if self.inst and context in self.inst_counters:
             self._inst_first.setdefault(context, correlation)
             self.inst_launches[context] = self.inst_launches.get(context, 0) + 1
+        if self.blocks is not None:
+            self._busy.on = True  # its synchronize and copies are ours: left out
+            try:
+                self.blocks.kernel_ended(correlation)
+            finally:
+                self._busy.on = False
 
     def finish(self) -> None:
-        """The last samples and the counting window's totals to the monitor; counters freed."""
+        """The last samples and the counting window's totals to the monitor; counters freed;
+        the framework hooks uninstalled."""
+        if self.blocks is not None:
+            self.blocks.stop()
         for context in list(self.pc_samplers):
             self._pc_collect(context, final=True)
         for context in list(self.inst_counters):

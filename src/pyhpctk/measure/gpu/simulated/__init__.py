@@ -27,7 +27,7 @@ DEFAULT_RECORDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cu
 def check(spec: GpuSpec) -> None:
     """Refuse bad option values and missing recordings now (nothing loaded)."""
     options.check_common(spec)
-    for key in ("recording", "pc", "inst"):
+    for key in ("recording", "pc", "inst", "blocks"):
         path = spec.option(key)
         if path and not os.path.isfile(path):
             raise UsageError(f"gpu=simulated: {key}={path}: no such file")
@@ -48,6 +48,14 @@ def make(spec: GpuSpec) -> Backend:
         from pyhpctk.measure.gpu.cupti.pcsampling import load_recording
 
         pc = load_recording(spec.option("pc"))
+    blocks = None
+    if options.block_counting(spec):
+        from pyhpctk.measure.gpu.kernel_filter import kernel_filter
+        from pyhpctk.measure.gpu.simulated.block_recording import load as load_blocks
+        from pyhpctk.measure.gpu.simulated.blocks import BlockReplay
+
+        recorded = load_blocks(spec.option("blocks"))
+        blocks = BlockReplay(recorded, replayed.functions, kernel_filter(spec, True))
     counts = None
     if inst:
         from pyhpctk.measure.gpu.cupti.sassmetrics import load_inst_recording
@@ -61,4 +69,5 @@ def make(spec: GpuSpec) -> Backend:
         inst=counts,
         hook=options.hook_option(spec),
         sync=options.sync_option(spec),
+        blocks=blocks,
     )

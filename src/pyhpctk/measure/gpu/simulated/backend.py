@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
     from pyhpctk.measure.gpu.cupti.pcsampling import PcRecording
     from pyhpctk.measure.gpu.cupti.sassmetrics import InstRecording
+    from pyhpctk.measure.gpu.simulated.blocks import BlockReplay
     from pyhpctk.measure.gpu.simulated.recording import Recording
     from pyhpctk.measure.gpu.syncapi import ApiSyncs
 
@@ -72,8 +73,10 @@ class SimulatedBackend:
         hook: str = "python",
         inst: InstRecording | None = None,
         sync: str = "activity",
+        blocks: BlockReplay | None = None,
     ) -> None:
         self.recording = recording
+        self.blocks = blocks  # recorded counters of instrumented kernels (issue #34)
         self.sync = sync  # "api": the C hook times synchronizations (module docstring)
         self.api_syncs: ApiSyncs | None = None
         self._sync_answers: dict[int, np.ndarray] = {}  # correlation → the record CUPTI gave
@@ -133,6 +136,8 @@ class SimulatedBackend:
         if self.hook != "python":
             self._start_native(monitor)
         self.completion.start(monitor, self.api_syncs)
+        if self.blocks is not None:
+            self.blocks.start(monitor)
         fine = self.fine.recorded
         if fine is not None:
             for cubin in fine.cubins:  # the simulated driver loads the recorded modules
@@ -375,10 +380,15 @@ class SimulatedBackend:
             if fine is not None:
                 row["function"] = self.fine.function
                 row["end"] = now + fine.kernels_ns // max(fine.launches, 1)
+            counted = self.blocks.next_launch() if self.blocks and kind == act.KERNEL else None
+            if counted is not None and self.blocks is not None:
+                self.blocks.stamp(row, counted)
             with self.completion.lock:
                 self.completion.deliver(row)
             if fine is not None:
                 self.fine.launched(monitor, correlation)
+            if counted is not None and self.blocks is not None:
+                self.blocks.launched(monitor, correlation, counted)
         finally:
             if native is None:
                 monitor.exit()
