@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from pyhpctk.instrument.ptx import CONTROL, EVENT_DTYPE
+from ptx_helpers import triton_ptx
+from pyhpctk.instrument.ptx import CONTROL, EVENT_DTYPE, Sites, Strategy, instrument_traces
 from pyhpctk.instrument.ptx.traces import NO_CHUNK
-from pyhpctk.instrument.tracing.buffers import Dim3, warps_per_cta
+from pyhpctk.instrument.tracing import recording
+from pyhpctk.instrument.tracing.buffers import Dim3, dim3, warps_per_cta
+from pyhpctk.instrument.tracing.launcher import TracedLauncher
 
 CLOCK_GHZ = 1.5  # the SMs' clock in the synthetic runs: cycles = ns * 3 // 2, in integers
 
@@ -188,3 +192,64 @@ def schedule(program: Program, grid: Dim3, block: Dim3, paths: dict[tuple[int, i
             end = max(end, t)
         free[group] = end + 50
     return out
+
+
+#: A kernel shaped as Triton's ``bfs`` (tests/data/ptx/triton_kernels.py), its sites those of the
+#: bfs plan in ``blocks`` mode: site b at block b's head (0 is the entry), 7 on the exit edge.
+PROGRAM = Program(
+    {b: b for b in range(7)},
+    exit_site=7,
+    durations={0: 50, 1: 80, 2: 60, 3: 300, 4: 120, 5: 40, 6: 30},
+)
+GRID, BLOCK = dim3(6), dim3(64)  # 6 CTAs of 2 warps
+
+
+def model_paths(x: np.ndarray) -> dict[tuple[int, int], list[int]]:
+    """CTA c's warps loop x[c] % 4 times (block 2 is the loop's header, 3 to 5 its body)."""
+    return {
+        (c, w): [0, 1, 2] + [3, 4, 5, 2] * (int(x[c]) % 4) + [6]
+        for c in range(GRID[0])
+        for w in range(2)
+    }
+
+
+class Kernel:
+    """y += x, then x += 1 (it writes its own input), its warps' paths set by x."""
+
+    def __init__(self, memory: FakeMemory, control: int) -> None:
+        self.memory, self.control = memory, control
+        self.x = memory.alloc(4 * GRID[0])
+        self.y = memory.alloc(4 * GRID[0])
+        memory.write(self.x, np.array([5, 0, 3, 2, 7, 1], np.int32))
+        memory.zero(self.y, 4 * GRID[0])
+        self.runs: list[list[WarpRun]] = []
+        self.program = PROGRAM
+
+    def __call__(self) -> None:
+        x = self.memory.array(self.x, np.int32, GRID[0]).copy()
+        warps = schedule(self.program, GRID, BLOCK, model_paths(x))
+        run_probes(self.memory, self.control, GRID, BLOCK, warps)
+        self.runs.append(warps)
+        self.memory.write(self.y, self.memory.array(self.y, np.int32, GRID[0]) + x)
+        self.memory.write(self.x, x + 1)
+
+
+def model_setup(strategy: Strategy = Strategy.EXACT) -> tuple[FakeMemory, TracedLauncher, Kernel]:
+    """A memory, a launcher of the bfs plan in ``strategy`` and the model kernel."""
+    memory = FakeMemory()
+    control = memory.alloc(64)
+    memory.zero(control, 64)
+    plan = instrument_traces(triton_ptx("bfs").read_text(), strategy).plans["bfs"]
+    return memory, TracedLauncher(memory, control, plan, cap_bytes=1 << 20), Kernel(memory, control)
+
+
+def model_recording(path: Path, strategy: Strategy, launches: int = 2) -> list[list[WarpRun]]:
+    """A recording of ``launches`` traced launches of the model kernel, saved at ``path``; each
+    launch's warps as the model ran them (the truth: the traced pass's, in the exact strategy)."""
+    _, launcher, kernel = model_setup(strategy)
+    writable = [(kernel.x, 4 * GRID[0]), (kernel.y, 4 * GRID[0])]
+    traces = [launcher.launch(kernel, GRID, BLOCK, writable) for _ in range(launches)]
+    rec = recording.TraceRecording("bfs", triton_ptx("bfs").read_text(), strategy, Sites.BLOCKS,
+                                   (), traces, {"name": "model", "sm_count": 2})  # fmt: skip
+    recording.save(rec, path)
+    return kernel.runs[1::2] if strategy is Strategy.EXACT else kernel.runs

@@ -13,8 +13,9 @@ Times. ``%globaltimer`` is the same clock on every SM, but some GPUs advance it 
 microsecond; ``%clock64`` counts the SM's cycles exactly but each SM has its own. ``times``
 gives each event its globaltimer time unless the warp's clock says better: within a warp (one
 SM), the time from its first event is its cycles divided by the SM's rate, the rate measured
-over that SM's events in the launch (cycles per ns between its earliest and latest events),
-when that span is long enough for the timer's steps not to matter.
+over that SM's events in the launch (the least-squares slope of its cycles against its timer,
+which averages the timer's steps out), when that span is long enough for the steps not to
+matter.
 """
 
 from __future__ import annotations
@@ -130,21 +131,20 @@ def decode_chunks(
 def times(rows: np.ndarray) -> np.ndarray:
     """Each event's time in ns (the module docstring): the warp's first event's globaltimer,
     plus its cycles since then at its SM's measured rate where that rate can be trusted."""
-    out = rows["time"].astype(np.float64)
-    if not len(rows):
-        return out.astype(np.int64)
+    out = rows["time"].astype(np.int64)  # ns since the epoch: no float holds them to the ns
     for sm in np.unique(rows["sm"]).tolist():
         on = rows["sm"] == sm
         t, c = rows["time"][on].astype(np.int64), rows["clock"][on].astype(np.int64)
         span = int(t.max() - t.min())
         if span < _MIN_SPAN_NS:
             continue
-        lo, hi = int(np.argmin(t)), int(np.argmax(t))
-        rate = (c[hi] - c[lo]) / span  # cycles per ns
+        x, y = (t - t.min()).astype(np.float64), (c - c.min()).astype(np.float64)
+        x -= x.mean()
+        rate = float((x * (y - y.mean())).sum() / (x * x).sum())  # cycles per ns, least squares
         if not _RATES_GHZ[0] <= rate <= _RATES_GHZ[1]:
             continue
         for warp in np.unique(rows["warp"][on]).tolist():
             mine = np.flatnonzero(on & (rows["warp"] == warp))
-            clocks = rows["clock"][mine].astype(np.int64)
-            out[mine] = float(rows["time"][mine[0]]) + (clocks - clocks[0]) / rate
-    return np.rint(out).astype(np.int64)
+            cycles = rows["clock"][mine].astype(np.int64) - int(rows["clock"][mine[0]])
+            out[mine] = out[mine[0]] + np.rint(cycles / rate).astype(np.int64)
+    return out
