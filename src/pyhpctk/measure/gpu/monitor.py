@@ -70,10 +70,13 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
+    from pyhpctk.instrument.ptx.traces import TracePlan
+    from pyhpctk.instrument.tracing.decode import WarpEvents
     from pyhpctk.measure.cct import MetricKind
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.backend import Backend, NativeHook
     from pyhpctk.measure.gpu.operations import Batch, Operation
+    from pyhpctk.measure.gpu.warps import WarpTraces
 
 __all__ = ["SKIP", "GpuMonitor", "GpuStats", "GpuThread", "transplant"]
 
@@ -109,6 +112,7 @@ class GpuMonitor:
         self.attributor.trace = self.trace
         self.attributor.table = lambda: self.matcher.table
         self.fine = FineAttribution(self.kernels, limits)
+        self.warps: WarpTraces | None = None  # per-warp traces (issue #34), made on first use
         self.tracer = TraceRouter(session, self.kernels, self.stats, trace_capacity)
         self._unknown: GpuThread | None = None
         self._foreign = 0  # threads without Python frames given a CCT of their own
@@ -425,7 +429,18 @@ class GpuMonitor:
         fine.pc_sm_count = sm_count
         fine.pc_period = period_cycles
         fine.pc_clock_khz = clock_khz
-        self.attributor.kernels_attributed = fine.kernels_attributed
+        warps = self.warps
+        if warps is None:
+            self.attributor.kernels_attributed = fine.kernels_attributed
+        else:  # warp traces came first: both hear of attributed kernels
+
+            def attributed(
+                cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]
+            ) -> None:
+                fine.kernels_attributed(cct, rows, targets, names)
+                warps.kernels_attributed(cct, rows, targets, names)
+
+            self.attributor.kernels_attributed = attributed
 
     def pc_samples(
         self, rows: np.ndarray, functions: Sequence[str], reasons: Sequence[str], dropped: int = 0
@@ -436,6 +451,26 @@ class GpuMonitor:
     def inst_counts(self, rows: np.ndarray, functions: Sequence[str], launches: int = 1) -> None:
         """A backend delivers instruction counts (``sassmetrics.INST_DTYPE``; any thread)."""
         self.fine.inst_counts(rows, functions, launches)
+
+    def warp_trace(
+        self, correlation: int, plan: TracePlan, events: WarpEvents, device: int = 0
+    ) -> None:
+        """A backend delivers a traced launch's per-warp events (any thread; issue #34): they
+        go into trace lines per SM and warp slot once the launch is attributed (:mod:`.warps`)."""
+        if self.warps is None:
+            from pyhpctk.measure.gpu.warps import WarpTraces
+
+            warps = self.warps = WarpTraces(self.session)
+            chained = self.attributor.kernels_attributed
+
+            def attributed(
+                cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]
+            ) -> None:
+                chained(cct, rows, targets, names)
+                warps.kernels_attributed(cct, rows, targets, names)
+
+            self.attributor.kernels_attributed = attributed
+        self.warps.add(correlation, plan, events, device)
 
     # -- monitor thread: one completed buffer --
 
@@ -583,6 +618,8 @@ class GpuMonitor:
         self.closed = True
         if write and self.trace:
             self.write_streams()
+        if write and self.warps is not None:
+            self.warps.write(self.kind, self.errors)
 
     def finish(self, report: bool = True) -> GpuStats:
         """Stop the backend, attribute everything, write stream files; say what went missing."""
@@ -597,6 +634,8 @@ class GpuMonitor:
         self.close()
         if report:
             report_problems(self.stats, self.errors, self.fine)
+            for line in self.warps.problems() if self.warps is not None else ():
+                sys.stderr.write(line + "\n")
         return self.stats
 
     def write_streams(self) -> list[str]:

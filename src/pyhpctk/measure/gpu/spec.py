@@ -7,8 +7,10 @@ size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period
 and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``);
 ``inst`` (nvidia: exact instruction counts, CUPTI's SASS metrics) and ``inst=RECORDING``
 (simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
-each other; ``sync=api|activity|both`` (who times synchronizations: the C hook at the API, or
-CUPTI's SYNCHRONIZATION records, which cost PyTorch models about 30 %; :mod:`.syncapi`).
+each other; ``traces=RECORDING`` (simulated: replay per-warp traces recorded by
+``tests/data/gpu/traces_device.py``, issue #34); ``sync=api|activity|both`` (who times
+synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost PyTorch
+models about 30 %; :mod:`.syncapi`).
 Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """
@@ -66,10 +68,12 @@ BACKENDS: dict[str, BackendInfo] = {
     ),
     "simulated": BackendInfo(
         "pyhpctk.measure.gpu.simulated",
-        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync", "traces"),
         (
             ("[,OPTION...]", "replays activity recorded on an H200 (no GPU needed):"),
             ("recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...", ""),
+            ("traces=FILE", "each launch is a recorded traced launch of a kernel: its"),
+            ("", "warps on trace lines per SM and warp slot (docs/gpu.md)"),
         ),
     ),
     "amd": BackendInfo(

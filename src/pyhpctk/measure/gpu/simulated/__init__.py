@@ -27,7 +27,7 @@ DEFAULT_RECORDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cu
 def check(spec: GpuSpec) -> None:
     """Refuse bad option values and missing recordings now (nothing loaded)."""
     options.check_common(spec)
-    for key in ("recording", "pc", "inst"):
+    for key in ("recording", "pc", "inst", "traces"):
         path = spec.option(key)
         if path and not os.path.isfile(path):
             raise UsageError(f"gpu=simulated: {key}={path}: no such file")
@@ -53,6 +53,11 @@ def make(spec: GpuSpec) -> Backend:
         from pyhpctk.measure.gpu.cupti.sassmetrics import load_inst_recording
 
         counts = load_inst_recording(spec.option("inst"))
+    traces = None
+    if spec.option("traces"):
+        from pyhpctk.instrument.tracing.recording import load as load_traces
+
+        traces = load_traces(spec.option("traces"))
     return SimulatedBackend(
         replayed,
         buffer_records=spec.int_option("buffer", 256),
@@ -61,4 +66,5 @@ def make(spec: GpuSpec) -> Backend:
         inst=counts,
         hook=options.hook_option(spec),
         sync=options.sync_option(spec),
+        traces=traces,
     )

@@ -42,6 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from pyhpctk.instrument.tracing.recording import TraceRecording
     from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
     from pyhpctk.measure.gpu.cupti.pcsampling import PcRecording
     from pyhpctk.measure.gpu.cupti.sassmetrics import InstRecording
@@ -72,6 +73,7 @@ class SimulatedBackend:
         hook: str = "python",
         inst: InstRecording | None = None,
         sync: str = "activity",
+        traces: TraceRecording | None = None,
     ) -> None:
         self.recording = recording
         self.sync = sync  # "api": the C hook times synchronizations (module docstring)
@@ -82,7 +84,7 @@ class SimulatedBackend:
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
         self.native: NativeHook | None = None
-        self.fine = FineReplay(recording.functions, pc, inst)  # issue #7
+        self.fine = FineReplay(recording.functions, pc, inst, traces)  # issues #7, #34
         self.completion = CompletionQueue(recording.functions, buffer_records, max_pending)
         self.clock = clock
         self.monitor: MonitorPort | None = None
@@ -372,12 +374,16 @@ class SimulatedBackend:
             if stream is not None:
                 row["stream"] = stream
             fine = self.fine.recorded if kind == act.KERNEL else None
+            traced = kind == act.KERNEL and self.fine.traces is not None
             if fine is not None:
                 row["function"] = self.fine.function
                 row["end"] = now + fine.kernels_ns // max(fine.launches, 1)
+            if traced:  # the recorded launch's kernel and duration; its events come with it
+                row["function"] = self.fine.function
+                row["end"] = now + max(self.fine.trace_span(), 1)
             with self.completion.lock:
                 self.completion.deliver(row)
-            if fine is not None:
+            if fine is not None or traced:
                 self.fine.launched(monitor, correlation)
         finally:
             if native is None:

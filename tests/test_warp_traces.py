@@ -1,0 +1,129 @@
+"""Per-warp traces replayed without a GPU (issue #34 item 4): a recording of traced launches
+(the model kernel of tests/warp_helpers.py, every event known) through
+``pyrun -e gpu=simulated,traces=FILE`` → pyprof → trace.db, pyview's warp summary and its
+Perfetto export. What a user reads — each SM's warp slots as lanes of PTX blocks, the time per
+block and per line, the imbalance across warps and SMs, the longest warp's path — is checked
+against the recording's truth."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyhpctk.instrument.ptx import Strategy
+from pyhpctk.present.api import open_database
+from pyhpctk.present.model import Experiment
+from pyhpctk.present.traces import context_frames
+from warp_helpers import WarpRun, model_recording
+
+APP = """
+from pyhpctk.measure.gpu import simulated_runtime
+
+gpu = simulated_runtime()
+
+
+def step():
+    gpu.launch()
+
+
+for _ in range(2):
+    step()
+gpu.synchronize()
+"""
+
+Lane = dict[tuple[int, int], list[list[tuple[str, int]]]]  # (SM, slot) → warps → (block, ns)
+
+
+def _measure(tmp: Path, strategy: Strategy) -> tuple[Path, list[list[WarpRun]]]:
+    from pyhpctk.cli.pyprof import main as pyprof_main
+    from pyhpctk.cli.pyrun import main as pyrun_main
+
+    runs = model_recording(tmp / "rec.npz", strategy, launches=2)
+    app = tmp / "app.py"
+    app.write_text(APP)
+    out, db = tmp / "m", tmp / "db"
+    event = f"gpu=simulated,traces={tmp / 'rec.npz'}"
+    assert pyrun_main(["-e", event, "-o", str(out), sys.executable, str(app)]) == 0
+    assert pyprof_main(["-o", str(db), str(out)]) == 0
+    return db, runs
+
+
+def _truth(runs: list[list[WarpRun]]) -> Lane:
+    """Each (SM, slot)'s warps in time order, each warp's blocks and the time it spent in each
+    (its next event's time minus its own)."""
+    lanes: Lane = defaultdict(list)
+    for run in runs:
+        for warp in sorted(run, key=lambda w: w.events[0][1]):
+            times = [t for _, t, _ in warp.events]
+            blocks = [(f"block {b}", times[i + 1] - times[i]) for i, b in enumerate(warp.blocks)
+                      if b >= 0]  # fmt: skip
+            lanes[(warp.sm, warp.slot)].append(blocks)
+    return dict(lanes)
+
+
+def _lanes(exp: Experiment) -> Lane:
+    """What the database's warp lines say: per (SM, slot), its warps (runs between idle
+    records), each a list of (leaf label, duration)."""
+    assert exp.traces is not None
+    lanes: Lane = {}
+    for line in exp.traces.lines():
+        profile = next(p for p in exp.profiles if p.index == line.profile)
+        if profile.element("CORE") is None:
+            continue
+        key = (int(profile.element("CORE") or 0), int(profile.element("THREAD") or 0))
+        warps: list[list[tuple[str, int]]] = []
+        current: list[tuple[str, int]] | None = None
+        stamps, ctxs = line.timestamps.tolist(), line.ctx_ids.tolist()
+        for i, ctx in enumerate(ctxs):
+            if ctx == 0:
+                current = None
+                continue
+            if current is None:
+                current = []
+                warps.append(current)
+            current.append((context_frames(exp, ctx)[-1][1], stamps[i + 1] - stamps[i]))
+        lanes[key] = warps
+    return lanes
+
+
+@pytest.mark.parametrize("strategy", list(Strategy), ids=lambda s: s.value)
+def test_each_sm_warp_slot_is_a_trace_line_of_its_warps_blocks(
+    tmp_path: Path, strategy: Strategy
+) -> None:
+    db, runs = _measure(tmp_path, strategy)
+    exp = open_database(db).experiment
+    assert _lanes(exp) == _truth(runs)
+    # under the kernel's launch: every warp record's context is below the launching line
+    assert exp.traces is not None
+    line = next(ln for ln in exp.traces.lines() if len(ln.ctx_ids) > 1)
+    labels = [label for _, label in context_frames(exp, int(line.ctx_ids[0]))]
+    assert labels[-4:-1] == ["step", "<gpu kernel>", "bfs"], labels
+
+
+def _perfetto_tracks(doc: dict[str, Any]) -> dict[str, list[str]]:
+    """Track name → the innermost slice names begun on it, in order."""
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}  # fmt: skip
+    processes = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    tracks: dict[str, list[str]] = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "B" and e["name"].startswith("block "):
+            tracks[f"{processes[e['pid']]} | {names[(e['pid'], e['tid'])]}"].append(e["name"])
+    return dict(tracks)
+
+
+def test_the_perfetto_export_has_a_track_per_sm_and_warp_slot(tmp_path: Path) -> None:
+    from pyhpctk.present.traces import to_perfetto
+
+    db, runs = _measure(tmp_path, Strategy.EXACT)
+    tracks = _perfetto_tracks(to_perfetto(open_database(db).experiment))
+    want: dict[str, list[str]] = {}
+    for (sm, slot), warps in sorted(_truth(runs).items()):
+        name = f"GPU 0 warps (NODE 0) | SM {sm} / warp slot {slot}"
+        want[name] = [block for warp in warps for block, _ in warp]
+    assert tracks == want
