@@ -127,3 +127,85 @@ def test_the_perfetto_export_has_a_track_per_sm_and_warp_slot(tmp_path: Path) ->
         name = f"GPU 0 warps (NODE 0) | SM {sm} / warp slot {slot}"
         want[name] = [block for warp in warps for block, _ in warp]
     assert tracks == want
+
+
+def _block_lines() -> dict[str, int]:
+    """Each block's source line, from the bfs plan the recording was traced with."""
+    from ptx_helpers import triton_ptx
+    from pyhpctk.instrument.ptx import instrument_traces
+
+    plan = instrument_traces(triton_ptx("bfs").read_text(), Strategy.EXACT).plans["bfs"]
+    return {f"block {s.block}": s.location.line for s in plan.sites if s.location is not None}
+
+
+def test_the_warp_summary_reads_the_recordings_truth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pyhpctk.cli.pyview import main as pyview_main
+    from pyhpctk.present.warps import warp_summary
+
+    db, runs = _measure(tmp_path, Strategy.CHUNKS)
+    truth = _truth(runs)
+    warps = [(sm, warp) for (sm, _), lane in truth.items() for warp in lane]
+    per_block: dict[str, int] = defaultdict(int)
+    per_line: dict[int, int] = defaultdict(int)
+    per_sm: dict[int, int] = defaultdict(int)
+    lines = _block_lines()
+    for sm, warp in warps:
+        for block, ns in warp:
+            per_block[block] += ns
+            per_line[lines[block]] += ns
+            per_sm[sm] += ns
+    durations = [sum(ns for _, ns in warp) for _, warp in warps]
+    longest = max(durations)
+
+    (kernel,) = warp_summary(open_database(db).experiment)  # both launches from one line
+    assert (kernel.kernel, len(kernel.warps)) == ("bfs", len(warps))
+    assert kernel.called_from.startswith("step > ") and kernel.called_from.endswith("app.py: 8")
+    assert kernel.per_block == per_block
+    assert {int(name.rsplit(": ", 1)[1]): ns for name, ns in kernel.per_line.items()} == per_line
+    assert kernel.per_sm == per_sm
+    assert kernel.warp_imbalance() == (longest, sum(durations) / len(durations), min(durations))
+    assert kernel.longest().duration == longest
+
+    assert pyview_main(["--warps", str(db)]) == 0
+    text = capsys.readouterr().out
+    mean = sum(durations) / len(durations)
+    assert f"longest {longest / 1e3:.3f} µs, mean {mean / 1e3:.3f} µs" in text
+    busiest = max(per_sm, key=lambda sm: per_sm[sm])
+    sm_mean = sum(per_sm.values()) / len(per_sm)
+    assert (
+        f"busiest SM {busiest} {per_sm[busiest] / 1e3:.3f} µs, mean {sm_mean / 1e3:.3f} µs" in text
+    )
+    share = 100 * per_block["block 3"] / sum(per_block.values())
+    assert f"{per_block['block 3'] / 1e3:.3f} µs  {share:5.1f}%  block 3\n" in text
+    # the longest warps loop 3 times (x % 4 == 3): block 2 is the loop's header
+    path = "block 0 → block 1 → (block 2 → block 3 → block 4 → block 5) ×3 → block 2 → block 6"
+    assert f"{longest / 1e3:.3f} µs: {path}\n" in text
+
+
+def test_compress_writes_each_repeated_run_once() -> None:
+    from pyhpctk.present.warps import compress
+
+    assert compress(["a", "b", "c", "b", "c", "b", "c", "d"]) == "a → (b → c) ×3 → d"
+    assert compress(["a", "a", "b"]) == "(a) ×2 → b"
+    assert compress([]) == ""
+
+
+def test_a_database_without_warp_lines_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pyhpctk.cli.pyprof import main as pyprof_main
+    from pyhpctk.cli.pyrun import main as pyrun_main
+    from pyhpctk.cli.pyview import main as pyview_main
+
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    out, db = tmp_path / "m", tmp_path / "db"
+    assert pyrun_main(["-e", "gpu=simulated", "-t", "-o", str(out), sys.executable, str(app)]) == 0
+    assert pyprof_main(["-o", str(db), str(out)]) == 0
+    capsys.readouterr()
+    assert pyview_main(["--warps", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"{db}: no warp traces: trace kernels with pyrun -e gpu=...,trace\n")
+    assert err.count("\n") == 1
