@@ -209,3 +209,38 @@ def test_a_database_without_warp_lines_says_so_in_one_line(
     err = capsys.readouterr().err
     assert err.endswith(f"{db}: no warp traces: trace kernels with pyrun -e gpu=...,trace\n")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        ("gpu=nvidia,trace", "gpu=nvidia: trace: per-warp tracing is not wired into pyrun's"),
+        ("gpu=nvidia,trace=fast", "gpu=nvidia: trace='fast': say trace=chunks or trace=exact"),
+        ("gpu=nvidia,tracebytes=5M", "gpu=nvidia: tracebytes= without trace caps nothing"),
+        ("gpu=nvidia,trace=exact,tracebytes=1x", "gpu=nvidia: tracebytes='1X': say a number"),
+        ("gpu=nvidia,trace,tracebytes=100", "gpu=nvidia: tracebytes=100: at least 2048 bytes"),
+    ],
+)
+def test_the_trace_option_is_listed_and_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], event: str, message: str
+) -> None:
+    from pyhpctk.cli.pyrun import main as pyrun_main
+
+    assert pyrun_main(["-L"]) == 0
+    listing = capsys.readouterr().out
+    assert "trace[=chunks|exact]   per-warp traces of instrumented kernels" in listing
+    assert "tracebytes=N[K|M|G]    cap on a launch's trace buffer (default 256M)" in listing
+    out = tmp_path / "m"
+    assert pyrun_main(["-e", event, "-o", str(out), sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pyrun: error: {message}") and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_the_trace_cap_takes_suffixes() -> None:
+    from pyhpctk.measure.gpu.spec import parse_gpu_event
+    from pyhpctk.measure.gpu.warp_options import trace_option
+
+    assert trace_option(parse_gpu_event("gpu=nvidia,trace,tracebytes=64M")) == ("chunks", 64 << 20)
+    assert trace_option(parse_gpu_event("gpu=nvidia,trace=exact")) == ("exact", 256 << 20)
+    assert trace_option(parse_gpu_event("gpu=nvidia,pc")) is None

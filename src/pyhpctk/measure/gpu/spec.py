@@ -7,7 +7,8 @@ size), ``recording=PATH``, ``buffer=N``, ``pending=N`` (simulated); ``pc[,period
 and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/record_pc.py``);
 ``inst`` (nvidia: exact instruction counts, CUPTI's SASS metrics) and ``inst=RECORDING``
 (simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
-each other; ``traces=RECORDING`` (simulated: replay per-warp traces recorded by
+each other; ``trace[=chunks|exact]`` and ``tracebytes=N`` (nvidia: per-warp traces,
+:mod:`.warp_options`); ``traces=RECORDING`` (simulated: replay per-warp traces recorded by
 ``tests/data/gpu/traces_device.py``, issue #34); ``sync=api|activity|both`` (who times
 synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost PyTorch
 models about 30 %; :mod:`.syncapi`).
@@ -50,7 +51,8 @@ class BackendInfo:
 BACKENDS: dict[str, BackendInfo] = {
     "nvidia": BackendInfo(
         "pyhpctk.measure.gpu.cupti",
-        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
+        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync")
+        + ("trace", "tracebytes"),  # issue #34 item 4: .warp_options
         (
             ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
             ("", "CUPTI, under the Python line that issued them"),
@@ -64,6 +66,9 @@ BACKENDS: dict[str, BackendInfo] = {
             ("", "(default), or CUPTI's SYNCHRONIZATION records, which"),
             ("", "cost PyTorch models about 30 % (docs/gpu.md)"),
             ("buffer=BYTES, records=raw|objects, pcmode=serialized|continuous", ""),
+            ("trace[=chunks|exact]", "per-warp traces of instrumented kernels (issue #34;"),
+            ("", "not wired into launches yet: refused, docs/gpu.md)"),
+            ("tracebytes=N[K|M|G]", "cap on a launch's trace buffer (default 256M)"),
         ),
     ),
     "simulated": BackendInfo(
