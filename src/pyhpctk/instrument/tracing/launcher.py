@@ -17,8 +17,8 @@ Memory the kernel writes that its arguments do not show (a pointer inside a stru
 module's own ``.global`` variables) is not saved: such a kernel is traced from what the
 counting pass left there.
 
-``chunks``: one run with a pool of chunks (the cap's bytes), read back with the pool's cursor
-and ``LOST``. No memory is saved: the kernel runs once.
+``chunks``: one run with a pool of chunks (the cap's bytes); the pool's cursor and ``LOST``
+are read, then only the chunks the cursor handed out. No memory is saved: the kernel runs once.
 
 The launcher needs the device's memory (:class:`.memory.DeviceMemory`), the address of the
 kernel's control block in its loaded module, and a function that launches the kernel the way
@@ -153,14 +153,13 @@ class TracedLauncher:
                                     chunks=pool.chunks))  # fmt: skip
             run()
             mem.synchronize()
-            raw = mem.read(events, pool.nbytes)
             words = mem.read(self.control, 8 * len(CONTROL)).view(np.uint64)
-            taken = int(words[CONTROL.NEXT_CHUNK]) & 0xFFFFFFFF
+            taken = min(int(words[CONTROL.NEXT_CHUNK]) & 0xFFFFFFFF, pool.chunks)
             lost = int(words[CONTROL.LOST])
+            raw = mem.read(events, taken * pool.chunk_events * EVENT_BYTES)  # the chunks used
             self._set(control_words(Strategy.CHUNKS))
         finally:
             for address in owned:
                 mem.free(address)
-        taken = min(taken, pool.chunks)
         return LaunchTrace(self.plan.kernel, Strategy.CHUNKS, grid, block, raw, lost,
                            chunk_events=pool.chunk_events, taken=taken)  # fmt: skip
