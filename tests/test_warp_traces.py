@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pyhpctk.instrument.ptx import Strategy
@@ -30,26 +31,33 @@ def step():
     gpu.launch()
 
 
-for _ in range(2):
+for _ in range({launches}):
     step()
 gpu.synchronize()
 """
+DEVICE_RECORDINGS = sorted((Path(__file__).parent / "data" / "gpu").glob("traces_*.npz"))
 
 Lane = dict[tuple[int, int], list[list[tuple[str, int]]]]  # (SM, slot) → warps → (block, ns)
 
 
-def _measure(tmp: Path, strategy: Strategy) -> tuple[Path, list[list[WarpRun]]]:
+def _replay(tmp: Path, path: Path, launches: int) -> Path:
+    """``launches`` launches from one line under ``pyrun -e gpu=simulated,traces=PATH``, then
+    pyprof: the database."""
     from pyhpctk.cli.pyprof import main as pyprof_main
     from pyhpctk.cli.pyrun import main as pyrun_main
 
-    runs = model_recording(tmp / "rec.npz", strategy, launches=2)
     app = tmp / "app.py"
-    app.write_text(APP)
+    app.write_text(APP.format(launches=launches))
     out, db = tmp / "m", tmp / "db"
-    event = f"gpu=simulated,traces={tmp / 'rec.npz'}"
+    event = f"gpu=simulated,traces={path}"
     assert pyrun_main(["-e", event, "-o", str(out), sys.executable, str(app)]) == 0
     assert pyprof_main(["-o", str(db), str(out)]) == 0
-    return db, runs
+    return db
+
+
+def _measure(tmp: Path, strategy: Strategy) -> tuple[Path, list[list[WarpRun]]]:
+    runs = model_recording(tmp / "rec.npz", strategy, launches=2)
+    return _replay(tmp, tmp / "rec.npz", 2), runs
 
 
 def _truth(runs: list[list[WarpRun]]) -> Lane:
@@ -200,7 +208,7 @@ def test_a_database_without_warp_lines_says_so_in_one_line(
     from pyhpctk.cli.pyview import main as pyview_main
 
     app = tmp_path / "app.py"
-    app.write_text(APP)
+    app.write_text(APP.format(launches=2))
     out, db = tmp_path / "m", tmp_path / "db"
     assert pyrun_main(["-e", "gpu=simulated", "-t", "-o", str(out), sys.executable, str(app)]) == 0
     assert pyprof_main(["-o", str(db), str(out)]) == 0
@@ -244,3 +252,77 @@ def test_the_trace_cap_takes_suffixes() -> None:
     assert trace_option(parse_gpu_event("gpu=nvidia,trace,tracebytes=64M")) == ("chunks", 64 << 20)
     assert trace_option(parse_gpu_event("gpu=nvidia,trace=exact")) == ("exact", 256 << 20)
     assert trace_option(parse_gpu_event("gpu=nvidia,pc")) is None
+
+
+def _recorded_block_times(path: Path) -> tuple[dict[str, int], int]:
+    """From a recording alone: each block's warp time (each event to the warp's next event,
+    a partial exit skipped: the warp goes on), and the number of warps."""
+    from pyhpctk.instrument.ptx import SiteKind
+    from pyhpctk.instrument.tracing.decode import times
+    from pyhpctk.instrument.tracing.recording import load
+
+    rec = load(path)
+    plan = rec.plan()
+    exits = {s.id for s in plan.sites if s.kind is SiteKind.EXIT}
+    per_block: dict[str, int] = defaultdict(int)
+    warps = 0
+    for launch in rec.launches:
+        rows = launch.decode().rows
+        when = times(rows).tolist()
+        for warp in np.unique(rows["warp"]).tolist():
+            mine = np.flatnonzero(rows["warp"] == warp).tolist()
+            warps += 1
+            alive, last = 0, None
+            for i in mine:
+                site, mask = int(rows["site"][i]), int(rows["mask"][i])
+                if site in exits:
+                    alive &= ~mask
+                    if alive:
+                        continue  # some lanes left: the warp goes on
+                if last is not None:
+                    per_block[last[0]] += when[i] - last[1]
+                    last = None
+                if site in exits:
+                    break
+                alive |= mask
+                last = (f"block {plan.sites[site].block}", when[i])
+    return dict(per_block), warps
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["model-exact", "model-chunks", *(p.name for p in DEVICE_RECORDINGS)],
+)
+def test_a_recording_replays_into_the_warp_summary_it_implies(tmp_path: Path, source: str) -> None:
+    """Recordings of the device script (tests/data/gpu/traces_*.npz, once the lead has run it)
+    and of the model: the summary's warp time per block and warp count equal what the
+    recording's own events say."""
+    from pyhpctk.instrument.tracing.recording import load
+    from pyhpctk.present.warps import warp_summary
+
+    if source.startswith("model-"):
+        path = tmp_path / "rec.npz"
+        model_recording(path, Strategy(source.split("-")[1]), launches=2)
+    else:
+        path = Path(__file__).parent / "data" / "gpu" / source
+    launches = len(load(path).launches)
+    per_block, warps = _recorded_block_times(path)
+    (kernel,) = warp_summary(open_database(_replay(tmp_path, path, launches)).experiment)
+    assert (kernel.per_block, len(kernel.warps)) == (per_block, warps)
+
+
+def test_lost_events_are_counted_and_said_in_pyruns_summary(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rec.npz"
+    runs = model_recording(path, Strategy.CHUNKS, launches=1, cap_bytes=32 * 64 * 3)  # 3 chunks
+    total = sum(len(w.events) for run in runs for w in run)
+    from pyhpctk.instrument.tracing.recording import load
+
+    (launch,) = load(path).launches
+    kept = len(launch.decode().rows)
+    assert 0 < kept < total and launch.lost == total - kept
+    _replay(tmp_path, path, 1)
+    err = capfd.readouterr().err
+    assert (f"pyrun: gpu: warp traces: {total - kept} events found no room in the trace buffer "
+            "(1 of 1 traced launches); they are counted, not traced") in err  # fmt: skip

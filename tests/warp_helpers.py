@@ -243,10 +243,13 @@ def model_setup(strategy: Strategy = Strategy.EXACT) -> tuple[FakeMemory, Traced
     return memory, TracedLauncher(memory, control, plan, cap_bytes=1 << 20), Kernel(memory, control)
 
 
-def model_recording(path: Path, strategy: Strategy, launches: int = 2) -> list[list[WarpRun]]:
+def model_recording(
+    path: Path, strategy: Strategy, launches: int = 2, cap_bytes: int = 1 << 20
+) -> list[list[WarpRun]]:
     """A recording of ``launches`` traced launches of the model kernel, saved at ``path``; each
     launch's warps as the model ran them (the truth: the traced pass's, in the exact strategy)."""
     _, launcher, kernel = model_setup(strategy)
+    launcher.cap_bytes = cap_bytes
     writable = [(kernel.x, 4 * GRID[0]), (kernel.y, 4 * GRID[0])]
     traces = [launcher.launch(kernel, GRID, BLOCK, writable) for _ in range(launches)]
     rec = recording.TraceRecording("bfs", triton_ptx("bfs").read_text(), strategy, Sites.BLOCKS,
