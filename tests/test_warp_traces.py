@@ -326,3 +326,40 @@ def test_lost_events_are_counted_and_said_in_pyruns_summary(
     err = capfd.readouterr().err
     assert (f"pyrun: gpu: warp traces: {total - kept} events found no room in the trace buffer "
             "(1 of 1 traced launches); they are counted, not traced") in err  # fmt: skip
+
+
+def test_the_html_report_draws_the_first_launchs_warps_per_sm_and_slot(tmp_path: Path) -> None:
+    """The report's warp section: a lane per SM and warp slot of the first traced launch, its
+    segments the truth's blocks and durations, under the text of pyview --warps; it renders
+    in Chromium without an error (browser-marked part below)."""
+    from pyhpctk.present.html import report_data
+
+    db, runs = _measure(tmp_path, Strategy.EXACT)
+    database = open_database(db)
+    data = report_data(database, database.view("top-down"))
+    warps = data["warps"]
+    first = _truth([runs[0]])
+    want = {f"GPU 0 SM {sm} / warp slot {slot}": [b for warp in lane for b in warp]
+            for (sm, slot), lane in sorted(first.items())}  # fmt: skip
+    got = {row["name"]: [(warps["names"][int(f)], int(d)) for _, d, f in row["s"]]
+           for row in warps["rows"]}  # fmt: skip
+    assert got == want
+    assert list(got) == list(want)  # ordered by SM, then slot
+    assert "longest warp: SM" in warps["text"]
+    # the program's timeline keeps the CPU threads and streams, not the warps
+    timeline = data["timeline"]
+    assert timeline is None or not any("warp slot" in row["name"] for row in timeline["rows"])
+
+
+@pytest.mark.browser
+def test_the_warp_section_renders_in_chromium(tmp_path: Path) -> None:
+    from pyhpctk.present.html import render_html
+    from test_pyview_html import run_in_browser
+
+    db, runs = _measure(tmp_path, Strategy.CHUNKS)
+    database = open_database(db)
+    result = run_in_browser(render_html(database, database.view("top-down")), tmp_path)
+    assert result["errors"] == [] and result["ready"] == "yes" and result["warpsShown"]
+    lanes = [f"GPU 0 SM {sm} / warp slot {slot}" for sm, slot in sorted(_truth([runs[0]]))]
+    assert result["warpLanes"] == lanes and result["warpCanvases"] == len(lanes)
+    assert "imbalance across SMs" in result["warpSummary"]
