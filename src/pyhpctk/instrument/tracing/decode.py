@@ -128,23 +128,47 @@ def decode_chunks(
     return WarpEvents(_rows(np.concatenate(parts), np.concatenate(warps)), lost)
 
 
+def sm_rates(rows: np.ndarray) -> dict[int, float]:
+    """Each SM's clock rate (cycles per ns) where it can be trusted: the least-squares slope of
+    its cycles against its timer, its events spanning at least ``_MIN_SPAN_NS`` (all SMs in one
+    pass over the events, sorted by SM)."""
+    if not len(rows):
+        return {}
+    sm = rows["sm"].astype(np.int64)
+    order = np.argsort(sm, kind="stable")
+    sm = sm[order]
+    t, c = rows["time"].astype(np.int64)[order], rows["clock"].astype(np.int64)[order]
+    starts = np.flatnonzero(np.r_[True, sm[1:] != sm[:-1]])
+    n = np.diff(np.r_[starts, len(sm)]).astype(np.float64)
+    t0, c0 = np.minimum.reduceat(t, starts), np.minimum.reduceat(c, starts)
+    group = np.repeat(np.arange(len(starts)), n.astype(np.int64))
+    x, y = (t - t0[group]).astype(np.float64), (c - c0[group]).astype(np.float64)
+    x -= (np.add.reduceat(x, starts) / n)[group]  # centred: no cancellation in the sums
+    y -= (np.add.reduceat(y, starts) / n)[group]
+    spread = np.add.reduceat(x * x, starts)
+    span = np.maximum.reduceat(t, starts) - t0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.add.reduceat(x * y, starts) / spread
+    ok = (span >= _MIN_SPAN_NS) & (spread > 0) & (rate >= _RATES_GHZ[0]) & (rate <= _RATES_GHZ[1])
+    return {int(sm[starts[i]]): float(rate[i]) for i in np.flatnonzero(ok).tolist()}
+
+
 def times(rows: np.ndarray) -> np.ndarray:
     """Each event's time in ns (the module docstring): the warp's first event's globaltimer,
-    plus its cycles since then at its SM's measured rate where that rate can be trusted."""
+    plus its cycles since then at its SM's measured rate where that rate can be trusted.
+    ``rows`` are grouped by warp (as the decoders give them)."""
     out = rows["time"].astype(np.int64)  # ns since the epoch: no float holds them to the ns
-    for sm in np.unique(rows["sm"]).tolist():
-        on = rows["sm"] == sm
-        t, c = rows["time"][on].astype(np.int64), rows["clock"][on].astype(np.int64)
-        span = int(t.max() - t.min())
-        if span < _MIN_SPAN_NS:
-            continue
-        x, y = (t - t.min()).astype(np.float64), (c - c.min()).astype(np.float64)
-        x -= x.mean()
-        rate = float((x * (y - y.mean())).sum() / (x * x).sum())  # cycles per ns, least squares
-        if not _RATES_GHZ[0] <= rate <= _RATES_GHZ[1]:
-            continue
-        for warp in np.unique(rows["warp"][on]).tolist():
-            mine = np.flatnonzero(on & (rows["warp"] == warp))
-            cycles = rows["clock"][mine].astype(np.int64) - int(rows["clock"][mine[0]])
-            out[mine] = out[mine[0]] + np.rint(cycles / rate).astype(np.int64)
+    rates = sm_rates(rows)
+    if not len(rows) or not rates:
+        return out
+    warp = rows["warp"].astype(np.int64)
+    first = np.flatnonzero(np.r_[True, warp[1:] != warp[:-1]])  # each warp's first event
+    own = first[np.cumsum(np.r_[True, warp[1:] != warp[:-1]]) - 1]  # each event's warp's first
+    rate = np.zeros(int(rows["sm"].max()) + 1)
+    rate[list(rates)] = list(rates.values())
+    per_event = rate[rows["sm"].astype(np.int64)]
+    clocked = per_event > 0
+    cycles = rows["clock"].astype(np.int64) - rows["clock"].astype(np.int64)[own]
+    shift = np.rint(cycles[clocked] / per_event[clocked]).astype(np.int64)
+    out[clocked] = out[own[clocked]] + shift
     return out

@@ -51,8 +51,10 @@ class BackendInfo:
 BACKENDS: dict[str, BackendInfo] = {
     "nvidia": BackendInfo(
         "pyhpctk.measure.gpu.cupti",
-        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync")
-        + ("trace", "tracebytes"),  # issue #34 item 4: .warp_options
+        (
+            *("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
+            *("trace", "tracebytes"),  # issue #34 item 4: .warp_options
+        ),
         (
             ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
             ("", "CUPTI, under the Python line that issued them"),
