@@ -363,3 +363,20 @@ def test_the_warp_section_renders_in_chromium(tmp_path: Path) -> None:
     lanes = [f"GPU 0 SM {sm} / warp slot {slot}" for sm, slot in sorted(_truth([runs[0]]))]
     assert result["warpLanes"] == lanes and result["warpCanvases"] == len(lanes)
     assert "imbalance across SMs" in result["warpSummary"]
+
+
+def test_a_damaged_recording_is_refused_before_the_program_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pyhpctk.cli.pyrun import main as pyrun_main
+
+    path = tmp_path / "rec.npz"
+    model_recording(path, Strategy.EXACT, launches=1)
+    path.write_bytes(path.read_bytes()[:300])
+    out = tmp_path / "m"
+    event = f"gpu=simulated,traces={path}"
+    assert pyrun_main(["-e", event, "-o", str(out), sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"pyrun: error: gpu=simulated: traces={path}: warp trace recording: bad "
+                   "content: File is not a zip file\n")  # fmt: skip
+    assert not out.exists()

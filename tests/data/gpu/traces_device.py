@@ -129,9 +129,9 @@ class Loaded:
         assembled = assemble(ptx, arch, ptxas())
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
             f.write(assembled.cubin)
-        self.module = cp.RawModule(path=f.name)
-        os.unlink(f.name)
+        self.module = cp.RawModule(path=f.name)  # loaded from the file when first used
         self.function = self.module.get_function(name)
+        os.unlink(f.name)
         self.registers = assembled.registers.get(name, -1)
 
     def global_address(self, symbol: str) -> int:

@@ -55,3 +55,15 @@ def trace_option(spec: GpuSpec) -> tuple[str, int] | None:
         raise UsageError(f"gpu={spec.backend}: trace={strategy!r}: say trace=chunks or "
                          "trace=exact (or trace alone: chunks)")  # fmt: skip
     return strategy, trace_bytes(spec)
+
+
+def check_recording(path: str) -> None:
+    """``gpu=simulated,traces=FILE``: a recording that cannot be read is a one-line usage
+    error in pyrun, before the measured program starts."""
+    from pyhpctk.errors import FormatError
+    from pyhpctk.instrument.tracing.recording import load
+
+    try:
+        load(path)
+    except FormatError as error:
+        raise UsageError(f"gpu=simulated: traces={error}") from None

@@ -31,6 +31,10 @@ def check(spec: GpuSpec) -> None:
         path = spec.option(key)
         if path and not os.path.isfile(path):
             raise UsageError(f"gpu=simulated: {key}={path}: no such file")
+    if spec.option("traces"):  # read now: a damaged one is refused before anything is made
+        from pyhpctk.measure.gpu.warp_options import check_recording
+
+        check_recording(spec.option("traces"))
 
 
 def make(spec: GpuSpec) -> Backend:
