@@ -13,7 +13,7 @@ import pytest
 
 from ptx_helpers import triton_ptx
 from pyhpctk.errors import FormatError
-from pyhpctk.instrument.ptx import Sites, Strategy, instrument_traces
+from pyhpctk.instrument.ptx import CONTROL, Sites, Strategy, instrument_traces
 from pyhpctk.instrument.tracing import recording
 from pyhpctk.instrument.tracing.buffers import ExactLayout
 from pyhpctk.instrument.tracing.decode import as_events, decode_exact, times
@@ -167,3 +167,30 @@ def test_the_memory_a_launch_may_write_is_each_argument_allocation_whole() -> No
         "data": (0x2000, False), "shape": (16,), "typestr": "<u8"})  # fmt: skip
     regions = writable_regions([cupy_like, 3, np.float32(1), view, torch_like, strided, touching])
     assert regions == [(0x1000, 4096 + 128), (0x9000, 256), (0x20000, 3 * 24 + 12)]
+
+
+def test_the_chunk_strategy_splits_around_a_launch_it_does_not_make() -> None:
+    """begin_chunks at a launch's enter, finish_chunks at its exit (a launch callback's way):
+    the same events as a launch the launcher makes, the pool freed, the control block reset."""
+    memory, launcher, kernel = _setup(Strategy.CHUNKS)
+    pending = launcher.begin_chunks(GRID, BLOCK)
+    kernel()  # the program's own launch
+    trace = launcher.finish_chunks(pending)
+    (run,) = kernel.runs
+    assert trace.lost == 0 and len(trace.decode().rows) == sum(len(w.events) for w in run)
+    assert set(memory.blocks) == {launcher.control, kernel.x, kernel.y}
+    words = memory.array(launcher.control, np.uint64, 8)
+    assert words[CONTROL.EVENTS] == 0 and words[CONTROL.CHUNKS] == 0
+
+
+@pytest.mark.parametrize("strategy", list(Strategy), ids=lambda s: s.value)
+def test_a_launch_that_fails_leaves_no_probe_pointing_at_freed_memory(strategy: Strategy) -> None:
+    memory, launcher, kernel = _setup(strategy)
+
+    def fails() -> None:
+        raise RuntimeError("launch failed")
+
+    with pytest.raises(RuntimeError, match="launch failed"):
+        launcher.launch(fails, GRID, BLOCK, [(kernel.x, 24)])
+    assert set(memory.blocks) == {launcher.control, kernel.x, kernel.y}
+    assert not memory.array(launcher.control, np.uint64, 8).any()

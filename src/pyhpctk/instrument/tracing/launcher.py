@@ -138,6 +138,9 @@ class TracedLauncher:
             missed = int(mem.read(tallies, 4 * warps).view(np.uint32).astype(np.uint64).sum())
             lost = missed + self._lost()
             self._set(control_words(Strategy.EXACT))
+        except BaseException:
+            self._set(control_words(Strategy.EXACT))  # no probe may write the freed buffers
+            raise
         finally:
             for address in owned:
                 mem.free(address)
@@ -145,21 +148,47 @@ class TracedLauncher:
                            counted, saved_bytes=sum(n for _, n in writable))  # fmt: skip
 
     def _chunks(self, run: Callable[[], object], grid: Dim3, block: Dim3) -> LaunchTrace:
-        mem, owned = self.memory, list[int]()
-        pool = ChunkPool.for_bytes(self.cap_bytes, self.chunk_events)
+        pending = self.begin_chunks(grid, block)
         try:
-            events = self._buffer(pool.nbytes, owned)
-            self._set(control_words(Strategy.CHUNKS, events, chunk_events=pool.chunk_events,
-                                    chunks=pool.chunks))  # fmt: skip
             run()
+        except BaseException:
+            self._set(control_words(Strategy.CHUNKS))  # no probe may write the freed pool
+            self.memory.free(pending.events)
+            raise
+        return self.finish_chunks(pending)
+
+    def begin_chunks(self, grid: Dim3, block: Dim3) -> PendingChunks:
+        """The chunk strategy's first half, for a launch this launcher does not make (a launch
+        callback's enter): the pool allocated and zeroed, the control block set."""
+        pool = ChunkPool.for_bytes(self.cap_bytes, self.chunk_events)
+        events = self._buffer(pool.nbytes, [])
+        self._set(control_words(Strategy.CHUNKS, events, chunk_events=pool.chunk_events,
+                                chunks=pool.chunks))  # fmt: skip
+        return PendingChunks(grid, block, pool, events)
+
+    def finish_chunks(self, pending: PendingChunks) -> LaunchTrace:
+        """The second half, after the launch (its exit): wait, read the cursor, ``LOST`` and
+        the chunks handed out, reset the control block, free the pool."""
+        mem, pool = self.memory, pending.pool
+        try:
             mem.synchronize()
             words = mem.read(self.control, 8 * len(CONTROL)).view(np.uint64)
             taken = min(int(words[CONTROL.NEXT_CHUNK]) & 0xFFFFFFFF, pool.chunks)
             lost = int(words[CONTROL.LOST])
-            raw = mem.read(events, taken * pool.chunk_events * EVENT_BYTES)  # the chunks used
+            raw = mem.read(pending.events, taken * pool.chunk_events * EVENT_BYTES)
             self._set(control_words(Strategy.CHUNKS))
         finally:
-            for address in owned:
-                mem.free(address)
-        return LaunchTrace(self.plan.kernel, Strategy.CHUNKS, grid, block, raw, lost,
-                           chunk_events=pool.chunk_events, taken=taken)  # fmt: skip
+            mem.free(pending.events)
+        return LaunchTrace(self.plan.kernel, Strategy.CHUNKS, pending.grid, pending.block, raw,
+                           lost, chunk_events=pool.chunk_events, taken=taken)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PendingChunks:
+    """A chunk-strategy launch between :meth:`TracedLauncher.begin_chunks` and
+    :meth:`~TracedLauncher.finish_chunks`."""
+
+    grid: Dim3
+    block: Dim3
+    pool: ChunkPool
+    events: int  # device address of the pool
