@@ -380,3 +380,21 @@ def test_a_damaged_recording_is_refused_before_the_program_runs(
     assert err == (f"pyrun: error: gpu=simulated: traces={path}: warp trace recording: bad "
                    "content: File is not a zip file\n")  # fmt: skip
     assert not out.exists()
+
+
+def test_the_trace_summary_folds_the_warp_lines_into_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pyhpctk.cli.pyview import main as pyview_main
+
+    db, runs = _measure(tmp_path, Strategy.EXACT)
+    capsys.readouterr()
+    assert pyview_main(["--trace-summary", str(db)]) == 0
+    text = capsys.readouterr().out
+    slots = {(w.sm, w.slot) for run in runs for w in run}
+    sms = {sm for sm, _ in slots}
+    assert (
+        f"  {len(slots)} warp slots on {len(sms)} SMs of traced kernels: see pyview --warps\n"
+        in text
+    )
+    assert "CORE" not in text

@@ -184,9 +184,14 @@ def _seconds(ns: int | float) -> str:
 
 
 def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
+    """One entry per line; traced kernels' warp lines (thousands: an SM's every slot) are one
+    line pointing to ``pyview --warps``."""
     out.write("Trace lines\n")
+    warps = [s for s in summaries if s.is_warp]
     for s in summaries:
-        kind = "warp slot" if s.is_warp else "GPU stream" if s.is_gpu else "CPU thread"
+        if s.is_warp:
+            continue
+        kind = "GPU stream" if s.is_gpu else "CPU thread"
         if s.samples == 0:
             out.write(f"  {s.title} ({kind}): empty\n")
             continue
@@ -203,6 +208,9 @@ def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
         )
         for name, spent in s.top:
             out.write(f"      {_seconds(spent)}  {name}\n")
+    if warps:
+        sms = len({s.profile.rsplit(" / ", 1)[0] for s in warps})  # its device and SM
+        out.write(f"  {len(warps)} warp slots on {sms} SMs of traced kernels: see pyview --warps\n")
 
 
 # -- Perfetto / Chrome trace events --------------------------------------------------------------
