@@ -74,6 +74,11 @@ AFTER = r"""<script>
     out.legend = Array.prototype.map.call(document.querySelectorAll("#legend span"),
                                           function (s) { return s.textContent; });
     out.ready = document.body.dataset.ready || null;
+    out.warpLanes = Array.prototype.map.call(document.querySelectorAll("#warps .lane"),
+                                             function (e) { return e.textContent; });
+    out.warpCanvases = document.querySelectorAll("#warps canvas").length;
+    out.warpSummary = (document.getElementById("warp-summary") || {}).textContent || "";
+    out.warpsShown = document.getElementById("warps").parentNode.style.display !== "none";
     // The views' tabs (top-down, bottom-up, flat): each shows its own table, whose rows fold.
     out.tabs = {};
     Array.prototype.forEach.call(document.querySelectorAll("#tabs .tab"), function (b) {

@@ -238,15 +238,16 @@ class FunctionTable:
         self.fid_of[id(code)] = fid
         return fid
 
-    def named(self, funcname: str) -> int:
-        """The fid of a frame that is no code object (``<unknown code>``): a NULL file name."""
-        key = (funcname, "", 0)
+    def named(self, funcname: str, filename: str = "", lineno: int = 0) -> int:
+        """The fid of a frame that is no code object: ``<unknown code>`` (a NULL file name), or
+        a GPU kernel's function and its source file from the kernel's PTX (issue #34)."""
+        key = (funcname, filename, lineno)
         with self._lock:
             fid = self._by_key.get(key)
             if fid is None:
                 fid = len(self.stanzas) + 1
                 self._by_key[key] = fid
-                self.stanzas.append(FunctionStanza(fid, funcname, "", 0))
+                self.stanzas.append(FunctionStanza(fid, funcname, filename, lineno))
         return fid
 
 

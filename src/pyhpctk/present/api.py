@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pyhpctk.errors import UsageError
-from pyhpctk.present import frames, imbalance, overlap, traces, waits
+from pyhpctk.present import frames, imbalance, overlap, traces, waits, warps
 from pyhpctk.present.elide import internal_frames
 from pyhpctk.present.labels import context_label
 from pyhpctk.present.metrics import MetricCatalog
@@ -197,6 +197,10 @@ class Database:
 
     def trace_summary(self) -> list[traces.LineSummary]:
         return traces.summarize(self.experiment)
+
+    def warp_summary(self) -> list[warps.KernelWarps]:
+        """Traced kernels' warps: time per block and line, imbalance, the longest warp (#34)."""
+        return warps.warp_summary(self.experiment)
 
     def perfetto(self) -> dict[str, Any]:
         return traces.to_perfetto(self.experiment)

@@ -1,4 +1,5 @@
-"""A self-contained HTML report: top-down tree, flame graph and trace timeline in one file.
+"""A self-contained HTML report: top-down tree, flame graph, trace timeline and the warps of
+traced kernels in one file.
 
 The report embeds its data as JSON and draws everything with a little inline JavaScript and CSS:
 no network access, no external scripts, fonts or images, so it opens anywhere (and passes a
@@ -6,12 +7,15 @@ headless-browser test that watches for console errors). The tree starts with the
 expanded; clicking a row's toggle expands or collapses it. The flame graph is drawn from the same
 tree (width = inclusive value of the sort metric); the timeline paints each trace line's function
 over time, merging consecutive samples of one function and capping the segments per line so a
-long trace still loads.
+long trace still loads. Traced kernels' warp lines (issue #34) are drawn apart, for the first
+traced launch's window: a lane per SM and warp slot, coloured by PTX block, under the text of
+``pyview --warps``; the section is hidden without them.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 import re
@@ -25,6 +29,7 @@ from pyhpctk.present.condense import condense
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
 from pyhpctk.present.traces import LineSummary, NoTraceError, function_of, summarize
 from pyhpctk.present.viewmodel import View, ViewNode
+from pyhpctk.present.warps import render_warp_summary, warp_summary
 
 MAX_SEGMENTS_PER_LINE = 20000
 LEGEND_SIZE = 10  # the timeline's functions with a colour of their own; the rest are "other"
@@ -99,38 +104,14 @@ def _quiet(summaries: list[LineSummary]) -> list[bool]:
     return [not s.is_gpu and c < QUIET_SHARE * most for c, s in zip(cpu, summaries, strict=True)]
 
 
-def _timeline_data(db: Database) -> dict[str, Any] | None:
-    """The trace lines as lanes of segments, with what the page needs to read them: the span
-    in seconds (its time axis), the legend (the functions holding most time, the rest
-    "other") and the quiet threads folded into one lane (issue #36 item 7)."""
-    exp = db.experiment
-    try:
-        lines = exp.traces.lines() if exp.traces is not None else None
-    except NoTraceError:
-        lines = None
-    if not lines:
-        return None
-    sampled = [line for line in lines if len(line.timestamps)]
-    if not sampled:
-        return None
-    origin = min(int(line.timestamps[0]) for line in sampled)
-    end = max(int(line.timestamps[-1]) for line in sampled)
-    # What each line's thread did (its CPU time, whether it is a GPU stream), line by line.
-    done = {id(line): summary for line, summary in zip(lines, summarize(exp), strict=True)}
-    names: list[str] = []
-    name_index: dict[str, int] = {}
-
-    def index(ctx: int) -> int:
-        return name_index.setdefault(_timeline_name(exp, ctx), len(name_index))
-
-    fn_of_ctx: dict[int, int] = {}
-    labels = {p.index: exp.profile_title(p) for p in exp.profiles}
-    lanes: list[tuple[str, np.ndarray[Any, Any], LineSummary | None]] = []
-    for line in lines:
-        seg = _lane(line, origin, fn_of_ctx, index)
-        lanes.append((labels.get(line.profile, f"#{line.profile}"), seg, done[id(line)]))
-    names = list(name_index)
-    span = end - origin
+def _packed(
+    lanes: list[tuple[str, np.ndarray[Any, Any], LineSummary | None]],
+    names: list[str],
+    span: int,
+    folded: bool = True,
+) -> dict[str, Any]:
+    """Lanes as the page draws them: the legend (the names holding most time, the rest
+    "other"), the quiet threads folded into one lane (``folded``), segments capped per lane."""
     held = np.zeros(len(names))
     for _, seg, _ in lanes:
         np.add.at(held, seg[:, 2], seg[:, 1])
@@ -139,7 +120,7 @@ def _timeline_data(db: Database) -> dict[str, Any] | None:
     slot[legend] = np.arange(len(legend))
     quiet = _quiet([summary for _, _, summary in lanes if summary is not None])
     rows = []
-    if sum(quiet) > 1:
+    if folded and sum(quiet) > 1:
         # The quiet threads (a pool's short-lived helpers, threads that only waited) are one
         # lane: a row each would bury the threads that work.
         merged = np.concatenate([seg for (_, seg, _), q in zip(lanes, quiet, strict=True) if q])
@@ -158,6 +139,94 @@ def _timeline_data(db: Database) -> dict[str, Any] | None:
         "slot": slot.tolist(),
         "rows": rows,
     }
+
+
+def _timeline_data(db: Database) -> dict[str, Any] | None:
+    """The trace lines as lanes of segments, with what the page needs to read them: the span
+    in seconds (its time axis), the legend (the functions holding most time, the rest
+    "other") and the quiet threads folded into one lane (issue #36 item 7). Warp lines are
+    left to :func:`_warp_data` (microseconds, lost at the program's scale)."""
+    exp = db.experiment
+    try:
+        lines = exp.traces.lines() if exp.traces is not None else None
+    except NoTraceError:
+        lines = None
+    if not lines:
+        return None
+    # What each line's thread did (its CPU time, whether it is a GPU stream), line by line.
+    done = {id(line): summary for line, summary in zip(lines, summarize(exp), strict=True)}
+    lines = [line for line in lines if not done[id(line)].is_warp]
+    sampled = [line for line in lines if len(line.timestamps)]
+    if not sampled:
+        return None
+    origin = min(int(line.timestamps[0]) for line in sampled)
+    end = max(int(line.timestamps[-1]) for line in sampled)
+    name_index: dict[str, int] = {}
+
+    def index(ctx: int) -> int:
+        return name_index.setdefault(_timeline_name(exp, ctx), len(name_index))
+
+    fn_of_ctx: dict[int, int] = {}
+    labels = {p.index: exp.profile_title(p) for p in exp.profiles}
+    lanes: list[tuple[str, np.ndarray[Any, Any], LineSummary | None]] = []
+    for line in lines:
+        seg = _lane(line, origin, fn_of_ctx, index)
+        lanes.append((labels.get(line.profile, f"#{line.profile}"), seg, done[id(line)]))
+    return _packed(lanes, list(name_index), end - origin)
+
+
+def _first_launch(lines: Sequence[Any]) -> tuple[int, int]:
+    """The time window of the first traced launch: from the first warp's start, as long as
+    the next warp starts before every earlier one has ended (a launch's warps overlap; the next
+    launch starts after the last of them)."""
+    warps: list[tuple[int, int]] = []
+    for line in lines:
+        t, busy = line.timestamps.astype(np.int64), line.ctx_ids != 0
+        starts = np.flatnonzero(busy & np.r_[True, ~busy[:-1]])
+        ends = np.flatnonzero(~busy & np.r_[False, busy[:-1]])
+        warps += [(int(t[a]), int(t[b])) for a, b in zip(starts, ends, strict=False)]
+    warps.sort()
+    start, end = warps[0]
+    for first, last in warps[1:]:
+        if first > end:
+            break
+        end = max(end, last)
+    return start, end
+
+
+def _warp_data(db: Database) -> dict[str, Any] | None:
+    """The first traced launch's warps, a lane per SM and warp slot coloured by PTX block, and
+    the warp summary's text (``pyview --warps``); None without warp lines."""
+    exp = db.experiment
+    warp_lines = {p.index: p for p in exp.profiles if p.is_warp}
+    if exp.traces is None or not warp_lines:
+        return None
+    lines = [ln for ln in exp.traces.lines() if ln.profile in warp_lines and len(ln.ctx_ids) > 1]
+    if not lines:
+        return None
+    start, end = _first_launch(lines)
+    name_index: dict[str, int] = {}
+
+    def index(ctx: int) -> int:
+        return name_index.setdefault(_timeline_name(exp, ctx), len(name_index))
+
+    fn_of_ctx: dict[int, int] = {}
+    lanes: list[tuple[str, np.ndarray[Any, Any], LineSummary | None]] = []
+
+    def place(line: Any) -> tuple[int, int, int]:
+        prof = warp_lines[line.profile]
+        device, sm, slot = (prof.element(kind) or 0 for kind in ("GPUDEVICE", "CORE", "THREAD"))
+        return device, sm, slot
+
+    for line in sorted(lines, key=place):
+        seg = _lane(line, start, fn_of_ctx, index)
+        seg = seg[(seg[:, 0] >= 0) & (seg[:, 0] < end - start)]
+        if len(seg):
+            prof = warp_lines[line.profile]
+            lanes.append((f"GPU {prof.element('GPUDEVICE')} {prof.warp_label}", seg, None))
+    text = io.StringIO()
+    render_warp_summary(warp_summary(exp), text)
+    return dict(_packed(lanes, list(name_index), end - start, folded=False), text=text.getvalue())
 
 
 def report_view(
@@ -231,6 +300,7 @@ def report_data(db: Database, view: View, others: Sequence[View] = ()) -> dict[s
         "tree": _tree_data(view),
         "views": [dict(_tree_data(other), kind=other.kind) for other in others],
         "timeline": _timeline_data(db),
+        "warps": _warp_data(db),
     }
 
 
@@ -250,10 +320,12 @@ tr.hot td.scope{color:#b00;font-weight:600}
 #flame{position:relative;overflow:hidden}
 .fl{position:absolute;height:17px;overflow:hidden;white-space:nowrap;font-size:11px;
  border:1px solid #fff;box-sizing:border-box;padding-left:2px;cursor:default}
-#timeline canvas,#timeaxis canvas{width:100%;display:block}
+#timeline canvas,#timeaxis canvas,#warps canvas,#warp-axis canvas{width:100%;display:block}
 .lane{font-size:11px;color:#333;margin-top:4px}
-#legend span{display:inline-block;margin-right:10px;font-size:11px}
-#legend i{display:inline-block;width:10px;height:10px;margin-right:3px;vertical-align:middle}
+#legend span,#warp-legend span{display:inline-block;margin-right:10px;font-size:11px}
+#legend i,#warp-legend i{display:inline-block;width:10px;height:10px;margin-right:3px;
+ vertical-align:middle}
+#warp-summary{font-size:11px;overflow-x:auto}
 """
 
 _JS = """
@@ -374,14 +446,12 @@ _JS = """
     });
   }
   flame.style.height = ((maxDepth + 1) * 18 + 2) + "px";
-  var tl = data.timeline, box = document.getElementById("timeline");
-  // The legend's functions have a colour each, from one palette told apart at a glance;
+  // The legend's names have a colour each, from one palette told apart at a glance;
   // everything else is "other", in grey.
   var PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
                  "#ff9da7", "#9c755f", "#2f4b7c"], OTHER = "#c8c8c8";
-  function laneColor(fn) { var k = tl.slot[fn]; return k >= 0 ? PALETTE[k] : OTHER; }
   // A time axis: ticks at 1, 2 or 5 times a power of ten seconds, about eight of them.
-  function axis(width) {
+  function axis(tl, width) {
     var c = el("canvas"), g;
     c.width = width;
     c.height = 18;
@@ -404,10 +474,9 @@ _JS = """
     }
     return c;
   }
-  if (!tl) {
-    box.textContent = "This database has no traces.";
-  } else {
-    var legend = document.getElementById("legend");
+  // One timeline (the trace lines, or the warps of a traced launch): legend, axis, lanes.
+  function paint(tl, box, legend, timeaxis) {
+    function laneColor(fn) { var k = tl.slot[fn]; return k >= 0 ? PALETTE[k] : OTHER; }
     var keys = tl.legend.map(function (n, k) { return [n, PALETTE[k]]; });
     if (tl.slot.some(function (k) { return k < 0; })) { keys.push(["other", OTHER]); }
     keys.forEach(function (key) {
@@ -417,7 +486,7 @@ _JS = """
       s.appendChild(document.createTextNode(key[0]));
       legend.appendChild(s);
     });
-    document.getElementById("timeaxis").appendChild(axis(1200));
+    timeaxis.appendChild(axis(tl, 1200));
     tl.rows.forEach(function (row) {
       box.appendChild(el("div", "lane", row.name));
       var c = el("canvas");
@@ -435,6 +504,20 @@ _JS = """
         g.fillRect(x, 0, w, c.height);
       });
     });
+  }
+  var tl = data.timeline, box = document.getElementById("timeline");
+  if (!tl) {
+    box.textContent = "This database has no traces.";
+  } else {
+    paint(tl, box, document.getElementById("legend"), document.getElementById("timeaxis"));
+  }
+  var warps = data.warps, wbox = document.getElementById("warps");
+  if (!warps) {
+    wbox.parentNode.style.display = "none";
+  } else {
+    document.getElementById("warp-summary").textContent = warps.text;
+    paint(warps, wbox, document.getElementById("warp-legend"),
+          document.getElementById("warp-axis"));
   }
   document.body.dataset.ready = "yes";
 })();
@@ -480,6 +563,9 @@ def render_html(db: Database, view: View, others: Sequence[View] = ()) -> str:
 <section><h2>Flame graph</h2><div id="flame"></div></section>
 <section><h2>Trace timeline</h2><div id="legend"></div><div id="timeaxis"></div>
 <div id="timeline"></div></section>
+<section><h2>Warps of the first traced launch (a lane per SM and warp slot, coloured by PTX
+block)</h2><pre id="warp-summary"></pre><div id="warp-legend"></div><div id="warp-axis"></div>
+<div id="warps"></div></section>
 <script type="application/json" id="report-data">{data}</script>
 <script>{_JS}</script>
 </body></html>

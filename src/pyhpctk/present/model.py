@@ -191,6 +191,17 @@ class Profile:
     def is_gpu(self) -> bool:
         return any(kind in GPU_ID_NAMES for kind, _ in self.identifier)
 
+    @property
+    def is_warp(self) -> bool:
+        """A line of a traced kernel's warps: a GPU device's SM (``CORE``) and warp slot
+        (``THREAD``), not a stream (docs/formats.md, "Warp traces")."""
+        return self.is_gpu and self.element("CORE") is not None
+
+    @property
+    def warp_label(self) -> str:
+        """``SM 3 / warp slot 5`` for a warp line."""
+        return f"SM {self.element('CORE')} / warp slot {self.element('THREAD')}"
+
     def element(self, kind: str) -> int | None:
         """The id of the tuple's ``kind`` element (``"RANK"``, ``"GPUDEVICE"``...), or None."""
         for name, ident in self.identifier:
@@ -372,6 +383,8 @@ class Experiment:
         """How views name a profile: ``ThreadPoolExecutor-0_1 (NODE 0 / THREAD 2)`` where pyrun
         recorded the thread's name, else its identifier (``NODE 0 / THREAD 2``)."""
         named = self.thread_names.get(prof.index)
+        if prof.is_warp:
+            return f"GPU {prof.element('GPUDEVICE')} {prof.warp_label} ({prof.label})"
         return prof.label if named is None else f"{named.name} ({prof.label})"
 
     def metric(self, name: str) -> MetricInfo:

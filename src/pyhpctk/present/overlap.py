@@ -165,7 +165,7 @@ def _gpu_lines(exp: Experiment) -> list[tuple[Profile, Timeline]]:
     out = []
     for line in exp.traces.lines():
         info = by_index.get(line.profile, Profile(line.profile, ()))
-        if info.is_gpu and len(line.timestamps) > 1:
+        if info.is_gpu and not info.is_warp and len(line.timestamps) > 1:
             out.append((info, line))
     return out
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyhpctk.errors import UsageError
-from pyhpctk.present import imbalance, overlap, traces, waits
+from pyhpctk.present import imbalance, overlap, traces, waits, warps
 from pyhpctk.present.api import Database
 from pyhpctk.present.job import Job, TextReport
 from pyhpctk.present.model import Profile
@@ -129,6 +129,19 @@ class OverlapReport:
         overlap.render_overlap(overlap.overlap_report(job.db.experiment), out)
 
 
+class WarpsReport:
+    name = "warps"
+    help = (
+        "Traced kernels' warps: time per PTX block and per source line, imbalance across warps "
+        "and SMs, the longest warp's path."
+    )
+    metavar = None
+    minimum = None
+
+    def write(self, job: Job, value: int | None, out: TextIO) -> None:
+        warps.render_warp_summary(warps.warp_summary(job.db.experiment), out)
+
+
 #: Every report, in the order a run prints them.
 REPORTS: tuple[TextReport, ...] = (
     ContextReport(),
@@ -136,4 +149,5 @@ REPORTS: tuple[TextReport, ...] = (
     TraceSummaryReport(),
     BlameReport(),
     OverlapReport(),
+    WarpsReport(),
 )

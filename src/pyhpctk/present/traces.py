@@ -108,7 +108,7 @@ class LineSummary:
     """What one trace line did."""
 
     profile: str
-    is_gpu: bool
+    is_gpu: bool  # a GPU stream or a warp line
     samples: int
     start_ns: int
     end_ns: int
@@ -116,6 +116,7 @@ class LineSummary:
     top: tuple[tuple[str, int], ...]  # (function label, time ns), longest first
     cpu_ns: int | None = None  # CPU time the profile measured (CPUTIME), None without it
     thread: str | None = None  # the thread's name pyrun recorded (threads.txt), None without
+    is_warp: bool = False  # an SM's warp slot (traced kernels' warps, issue #34)
 
     @property
     def title(self) -> str:
@@ -172,6 +173,7 @@ def summarize(exp: Experiment, top: int = 3) -> list[LineSummary]:
                 tuple(ranked),
                 None if prof.is_gpu else _cpu_ns(exp, line.profile),
                 None if named is None else named.name,
+                prof.is_warp,
             )
         )
     return out
@@ -182,8 +184,13 @@ def _seconds(ns: int | float) -> str:
 
 
 def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
+    """One entry per line; traced kernels' warp lines (thousands: an SM's every slot) are one
+    line pointing to ``pyview --warps``."""
     out.write("Trace lines\n")
+    warps = [s for s in summaries if s.is_warp]
     for s in summaries:
+        if s.is_warp:
+            continue
         kind = "GPU stream" if s.is_gpu else "CPU thread"
         if s.samples == 0:
             out.write(f"  {s.title} ({kind}): empty\n")
@@ -201,6 +208,9 @@ def render_summary(summaries: Sequence[LineSummary], out: TextIO) -> None:
         )
         for name, spent in s.top:
             out.write(f"      {_seconds(spent)}  {name}\n")
+    if warps:
+        sms = len({s.profile.rsplit(" / ", 1)[0] for s in warps})  # its device and SM
+        out.write(f"  {len(warps)} warp slots on {sms} SMs of traced kernels: see pyview --warps\n")
 
 
 # -- Perfetto / Chrome trace events --------------------------------------------------------------
@@ -301,11 +311,16 @@ class _Processes:
     def pid_of(self, prof: Profile, named: ThreadName | None) -> int:
         where = tuple(e for e in prof.identifier if e[0] not in _LINE_KINDS)
         key = (where, prof.is_gpu, None if named is None else named.pid)
+        if prof.is_warp:
+            key = (where, prof.is_gpu, -1)
         pid = self.ids.get(key)
         if pid is None:
             pid = self.ids[key] = len(self.ids) + 1
-            place = " / ".join(f"{kind} {ident}" for kind, ident in where)
-            if named is not None:  # the node shows in the pid's uniqueness, not in the name
+            place = " / ".join(f"{kind} {ident}" for kind, ident in where if not prof.is_warp
+                               or kind != "GPUDEVICE")  # fmt: skip
+            if prof.is_warp:  # traced kernels' warps, a track per SM and warp slot
+                name = f"GPU {prof.element('GPUDEVICE')} warps" + (f" ({place})" if place else "")
+            elif named is not None:  # the node shows in the pid's uniqueness, not in the name
                 ranks = ", ".join(f"{kind} {ident}" for kind, ident in where if kind != "NODE")
                 name = f"{named.program} (pid {named.pid}" + (f", {ranks})" if ranks else ")")
             else:
@@ -320,6 +335,8 @@ class _Processes:
 def _line_name(exp: Experiment, prof: Profile, line: Timeline) -> str:
     """A track's name: its thread or stream number, and for a CPU thread the entry point its
     samples are under (``main thread``, ``application thread``)."""
+    if prof.is_warp:
+        return prof.warp_label
     own = [f"{kind} {ident}" for kind, ident in prof.identifier if kind in _LINE_KINDS]
     label = " / ".join(own) or prof.label
     if prof.is_gpu:
@@ -366,8 +383,9 @@ def gpu_idle_blame(exp: Experiment) -> Blame:
     Each rank (the ``RANK`` of the id tuples) is taken alone: its GPU is idle when all of its
     own streams are, and only its own threads are blamed; the ranks' blames are added.
     """
-    lines = [line for line in _lines(exp) if len(line.timestamps)]
-    if not any(_profile(exp, line.profile).is_gpu for line in _lines(exp)):
+    streams = [line for line in _lines(exp) if not _profile(exp, line.profile).is_warp]
+    lines = [line for line in streams if len(line.timestamps)]
+    if not any(_profile(exp, line.profile).is_gpu for line in streams):
         raise NoTraceError(f"{exp.path}: no GPU stream in the traces: nothing to blame")
     ranks: dict[int | None, list[Timeline]] = {}
     for line in lines:

@@ -80,7 +80,7 @@ def collective_waits(exp: Experiment) -> Waits:
     cpu: dict[int | None, list[Timeline]] = {}
     for line in lines:
         info = by_index.get(line.profile, Profile(line.profile, ()))
-        if len(line.timestamps) > 1:
+        if len(line.timestamps) > 1 and not info.is_warp:
             (gpu if info.is_gpu else cpu).setdefault(info.rank, []).append(line)
     cache: dict[int, int] = {}
     ranks = sorted(gpu, key=rank_key)

@@ -13,14 +13,14 @@ from pyhpctk.instrument.frameworks.base import FrameworkError
 
 
 @functools.cache
-def _libcuda() -> ctypes.CDLL:
+def libcuda() -> ctypes.CDLL:
     try:
         return ctypes.CDLL("libcuda.so.1")
     except OSError as e:
         raise FrameworkError(f"the CUDA driver (libcuda.so.1) cannot be loaded: {e}") from None
 
 
-def _check(call: str, status: int) -> None:
+def check_status(call: str, status: int) -> None:
     if status != 0:
         raise FrameworkError(f"{call} failed with CUDA driver error {status}")
 
@@ -28,32 +28,32 @@ def _check(call: str, status: int) -> None:
 def synchronize() -> None:
     """Wait for the current context's work (``cuCtxSynchronize``): launches' counters are
     final then."""
-    _check("cuCtxSynchronize", _libcuda().cuCtxSynchronize())
+    check_status("cuCtxSynchronize", libcuda().cuCtxSynchronize())
 
 
 def module_global(module: int, symbol: str) -> tuple[int, int]:
     """The device address and size of ``symbol`` in the loaded ``module`` (a CUmodule)."""
     address, size = ctypes.c_uint64(), ctypes.c_size_t()
-    status = _libcuda().cuModuleGetGlobal_v2(
+    status = libcuda().cuModuleGetGlobal_v2(
         ctypes.byref(address), ctypes.byref(size), ctypes.c_void_p(module), symbol.encode()
     )
-    _check(f"cuModuleGetGlobal({symbol})", status)
+    check_status(f"cuModuleGetGlobal({symbol})", status)
     return address.value, size.value
 
 
 def read_global(module: int, symbol: str, nbytes: int) -> np.ndarray:
     address, size = module_global(module, symbol)
     out = np.zeros(min(nbytes, size), np.uint8)
-    status = _libcuda().cuMemcpyDtoH_v2(
+    status = libcuda().cuMemcpyDtoH_v2(
         out.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint64(address), ctypes.c_size_t(out.size)
     )
-    _check(f"cuMemcpyDtoH({symbol})", status)
+    check_status(f"cuMemcpyDtoH({symbol})", status)
     return out
 
 
 def zero_global(module: int, symbol: str, nbytes: int) -> None:
     address, size = module_global(module, symbol)
-    status = _libcuda().cuMemsetD8_v2(
+    status = libcuda().cuMemsetD8_v2(
         ctypes.c_uint64(address), ctypes.c_ubyte(0), ctypes.c_size_t(min(nbytes, size))
     )
-    _check(f"cuMemsetD8({symbol})", status)
+    check_status(f"cuMemsetD8({symbol})", status)

@@ -4,7 +4,9 @@ lines recovered, counting probes inserted, the result assembled with ``ptxas`` (
 Modules, bottom up: ``parse`` (text → statements), ``cfg`` (blocks and edges), ``loops``
 (dominators, natural loops), ``lines`` (``.loc``/``.file``), ``probes`` (the spanning tree and
 where counters go), ``rewrite`` (the instrumented PTX), ``counts`` (counters → every block's and
-edge's count), ``assemble`` (ptxas). docs/gpu.md describes the pass and its limits.
+edge's count), ``assemble`` (ptxas); for traces, ``sites`` (where events are recorded) and
+``traces`` (the tracing probes, their control block and event layout). docs/gpu.md describes
+the pass and its limits.
 """
 
 from pyhpctk.instrument.ptx.assemble import Assembled, AssemblerError, assemble, find_ptxas
@@ -16,8 +18,19 @@ from pyhpctk.instrument.ptx.loops import Loops, PtxLoop, find_loops
 from pyhpctk.instrument.ptx.parse import PtxFunction, PtxModule, parse
 from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan
 from pyhpctk.instrument.ptx.rewrite import Buffer, Instrumented, instrument
+from pyhpctk.instrument.ptx.sites import SiteKind, Sites, TraceSite, line_filter
+from pyhpctk.instrument.ptx.traces import (
+    CONTROL,
+    EVENT_DTYPE,
+    Strategy,
+    TracedModule,
+    TracePlan,
+    instrument_traces,
+)
 
 __all__ = [
+    "CONTROL",
+    "EVENT_DTYPE",
     "Assembled",
     "AssemblerError",
     "Buffer",
@@ -35,6 +48,12 @@ __all__ = [
     "PtxFunction",
     "PtxLoop",
     "PtxModule",
+    "SiteKind",
+    "Sites",
+    "Strategy",
+    "TracePlan",
+    "TraceSite",
+    "TracedModule",
     "assemble",
     "block_lines",
     "build",
@@ -42,6 +61,8 @@ __all__ = [
     "find_loops",
     "find_ptxas",
     "instrument",
+    "instrument_traces",
+    "line_filter",
     "make_plan",
     "parse",
 ]

@@ -21,6 +21,7 @@ Device functions (``.func``) are parsed but not instrumented: they have no count
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyhpctk.instrument.ptx import cfg as cfgmod
@@ -53,7 +54,7 @@ class Instrumented:
 
 
 @dataclass
-class _Edits:
+class Edits:
     before: dict[int, list[str]] = field(default_factory=dict)
     after: dict[int, list[str]] = field(default_factory=dict)
     replace: dict[int, str] = field(default_factory=dict)
@@ -114,12 +115,12 @@ def _head(cfg: Cfg, block: int) -> int:
     return b.instructions[0] if b.instructions else -1 - b.last
 
 
-def _at_head(edits: _Edits, cfg: Cfg, block: int, code: str) -> None:
+def at_head(edits: Edits, cfg: Cfg, block: int, code: str) -> None:
     i = _head(cfg, block)
     edits.add(edits.before, i, code) if i >= 0 else edits.add(edits.after, -1 - i, code)
 
 
-def _at_tail(edits: _Edits, cfg: Cfg, block: int, code: str) -> None:
+def at_tail(edits: Edits, cfg: Cfg, block: int, code: str) -> None:
     b = cfg.blocks[block]
     last = b.instructions[-1] if b.instructions else b.last
     edits.add(edits.after, last, code)
@@ -132,7 +133,7 @@ def _unguarded(s: Statement, target: str | None = None) -> str:
     return f"{s.opcode} {', '.join(operands)}".strip()
 
 
-def _split(edits: _Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> None:
+def split_edge(edits: Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> None:
     """Point the edge's branch at a new block ``label`` that counts, then goes on."""
     e = cfg.edges[edge_index]
     term = cfg.blocks[e.src].terminator
@@ -161,38 +162,55 @@ def _split(edits: _Edits, cfg: Cfg, edge_index: int, code: str, label: str) -> N
         edits.tail.append(f"{label}:\n{code}\n\tbra {target};")
 
 
-def _place(edits: _Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer) -> None:
+def place_on_edge(
+    edits: Edits,
+    cfg: Cfg,
+    edge_index: int,
+    code: str,
+    label: str,
+    guarded: Callable[[str], str] | None = None,
+) -> None:
+    """Put the probe ``code`` on edge ``edge_index`` (module docstring: where), through a new
+    block ``label`` when the edge needs one. An edge into a nested scope, where no block can
+    stand, takes ``guarded(guard)``: the probe counting only the threads the branch's guard
+    sends (the counting probe's ballot); without ``guarded`` such an edge is refused."""
+    e = cfg.edges[edge_index]
+    src_block = cfg.blocks[e.src] if e.src < len(cfg.blocks) else None
+    if e.kind is EdgeKind.VIRTUAL:
+        first = next(i for i, s in enumerate(cfg.function.body)
+                     if s.kind in (Kind.LABEL, Kind.INSTRUCTION))  # fmt: skip
+        edits.add(edits.before, first, code)
+    elif len(cfg.successors[e.src]) == 1:
+        assert src_block is not None
+        if src_block.terminator is not None:
+            edits.add(edits.before, src_block.terminator, code)
+        else:
+            at_tail(edits, cfg, e.src, code)
+    elif e.kind is EdgeKind.FALL:
+        assert src_block is not None and src_block.terminator is not None
+        edits.add(edits.after, src_block.terminator, code)
+    elif e.kind is not EdgeKind.EXIT and len(cfg.predecessors[e.dst]) == 1:
+        at_head(edits, cfg, e.dst, code)
+    elif e.kind is EdgeKind.TAKEN and not splittable(cfg, e) and guarded is not None:
+        # no block can stand on an edge into a nested scope: count the takers at the branch
+        assert src_block is not None and src_block.terminator is not None
+        guard = cfg.statement(src_block.terminator).guard
+        edits.add(edits.before, src_block.terminator, guarded(guard))
+    else:
+        split_edge(edits, cfg, edge_index, code, label)
+
+
+def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer) -> None:
     for k, probed in enumerate(plan.probed):
         code = probe_code(where, k, f"{tag}{k}", buffer=buffer)
         if plan.mode is Mode.BLOCKS:
-            _at_head(edits, cfg, probed, code)
+            at_head(edits, cfg, probed, code)
             continue
-        e = cfg.edges[probed]
-        src_block = cfg.blocks[e.src] if e.src < len(cfg.blocks) else None
-        if e.kind is EdgeKind.VIRTUAL:
-            first = next(i for i, s in enumerate(cfg.function.body)
-                         if s.kind in (Kind.LABEL, Kind.INSTRUCTION))  # fmt: skip
-            edits.add(edits.before, first, code)
-        elif len(cfg.successors[e.src]) == 1:
-            assert src_block is not None
-            if src_block.terminator is not None:
-                edits.add(edits.before, src_block.terminator, code)
-            else:
-                _at_tail(edits, cfg, e.src, code)
-        elif e.kind is EdgeKind.FALL:
-            assert src_block is not None and src_block.terminator is not None
-            edits.add(edits.after, src_block.terminator, code)
-        elif e.kind is not EdgeKind.EXIT and len(cfg.predecessors[e.dst]) == 1:
-            _at_head(edits, cfg, e.dst, code)
-        elif e.kind is EdgeKind.TAKEN and not splittable(cfg, e):
-            # no block can stand on an edge into a nested scope: count the takers at the branch
-            assert src_block is not None and src_block.terminator is not None
-            guard = cfg.statement(src_block.terminator).guard
-            edits.add(
-                edits.before, src_block.terminator, probe_code(where, k, f"{tag}{k}", guard, buffer)
-            )
-        else:
-            _split(edits, cfg, probed, code, f"$L{tag}_split{k}")
+
+        def guarded(guard: str, k: int = k) -> str:
+            return probe_code(where, k, f"{tag}{k}", guard, buffer)
+
+        place_on_edge(edits, cfg, probed, code, f"$L{tag}_split{k}", guarded)
 
 
 def _statement_text(s: Statement) -> str:
@@ -225,7 +243,7 @@ def _with_param(function: PtxFunction, param: str) -> str:
     return f"{head[:name_end]}{rest[:close].rstrip()}{sep}{decl}\n{rest[close:]}"
 
 
-def _emit(cfg: Cfg, edits: _Edits, header: str) -> str:
+def emit(cfg: Cfg, edits: Edits, header: str) -> str:
     out = [header, "{"]
     for i, s in enumerate(cfg.function.body):
         out.extend(edits.before.get(i, []))
@@ -243,7 +261,7 @@ def _emit(cfg: Cfg, edits: _Edits, header: str) -> str:
     return "\n".join(out)
 
 
-def _fresh(text: str) -> str:
+def fresh_tag(text: str) -> str:
     tag = PREFIX
     n = 0
     while tag in text:
@@ -252,12 +270,24 @@ def _fresh(text: str) -> str:
     return tag
 
 
-def _version(module: PtxModule) -> tuple[int, int]:
+def ptx_version(module: PtxModule) -> tuple[int, int]:
     try:
         major, minor = module.version.split(".")
         return int(major), int(minor)
     except ValueError:
         raise PtxError(0, f"unreadable .version {module.version!r}") from None
+
+
+def prepare(
+    ptx: str, kernels: set[str] | None
+) -> tuple[PtxModule, str, list[tuple[PtxFunction, Cfg]]]:
+    """``ptx`` parsed (refused if older than PTX ISA 6.2), a tag no name of it holds, and the
+    kernels to instrument (all, or those named in ``kernels``) with their CFGs."""
+    module = parse(ptx)
+    if ptx_version(module) < _MIN_VERSION:
+        raise PtxError(0, f"PTX ISA {module.version} is older than 6.2, which activemask needs")
+    chosen = [(f, cfgmod.build(f)) for f in module.kernels if kernels is None or f.name in kernels]
+    return module, fresh_tag(ptx), chosen
 
 
 def instrument(
@@ -268,31 +298,25 @@ def instrument(
 ) -> Instrumented:
     """``ptx`` with counting probes in every kernel (or those named in ``kernels``), their
     counters in ``buffer``."""
-    module = parse(ptx)
-    if _version(module) < _MIN_VERSION:
-        raise PtxError(0, f"PTX ISA {module.version} is older than 6.2, which activemask needs")
-    tag = _fresh(ptx)
+    _, tag, chosen = prepare(ptx, kernels)
     pieces: list[str] = []
     plans: dict[str, ProbePlan] = {}
     params: dict[str, str] = {}
     arrays: dict[str, str] = {}
     done = 0
-    for function in module.kernels:
-        if kernels is not None and function.name not in kernels:
-            continue
-        cfg = cfgmod.build(function)
+    for function, cfg in chosen:
         plan = make_plan(cfg, find_loops(cfg), mode)
         name = f"{function.name}_{tag}_counters"
-        edits = _Edits()
+        edits = Edits()
         _place(edits, cfg, plan, name, f"{tag}_", buffer)
         pieces.append(ptx[done : function.start])
         if buffer is Buffer.PARAM:
-            pieces.append(_emit(cfg, edits, _with_param(function, name)))
+            pieces.append(emit(cfg, edits, _with_param(function, name)))
             params[function.name] = name
         else:
             size = 2 * max(plan.counters, 1)
             pieces.append(f".visible .global .align 8 .u64 {name}[{size}];\n")
-            pieces.append(_emit(cfg, edits, function.header.rstrip()))
+            pieces.append(emit(cfg, edits, function.header.rstrip()))
             arrays[function.name] = name
         done = function.end
         plans[function.name] = plan

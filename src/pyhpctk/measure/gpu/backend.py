@@ -12,7 +12,8 @@ declared interfaces"):
   :meth:`~MonitorPort.enter` / :meth:`~MonitorPort.exit`, or the native hook's slow path
   :meth:`~MonitorPort.operation_token`), CUDA graph nodes where they are made
   (:meth:`~MonitorPort.graph_node`), activity buffers from any thread
-  (:meth:`~MonitorPort.buffer_completed`), GPU binaries, PC samples and instruction counts.
+  (:meth:`~MonitorPort.buffer_completed`), GPU binaries, PC samples, instruction counts and
+  per-warp traces.
 - :class:`NativeHook`: the C CUPTI hook (``_cuptihook``). A backend that uses it passes it to
   :meth:`MonitorPort.attach_hook`; the monitor drains its operations before it matches each
   buffer. No backend sets attributes on the monitor.
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pyhpctk.instrument.ptx import Instrumented
+    from pyhpctk.instrument.ptx.traces import TracePlan
+    from pyhpctk.instrument.tracing.decode import WarpEvents
     from pyhpctk.measure.gpu.activity import DeviceLimits
     from pyhpctk.measure.gpu.spec import GpuSpec
 
@@ -189,6 +192,12 @@ class MonitorPort(Protocol):
     def instrumentation_skipped(self, what: str, reason: str) -> None:
         """``what`` (a kernel, a module; "" for the whole) was not instrumented, and why:
         pyrun says so at exit (issue #34)."""
+        ...
+
+    def warp_trace(
+        self, correlation: int, plan: TracePlan, events: WarpEvents, device: int = 0
+    ) -> None:
+        """A traced launch's per-warp events (any thread; issue #34)."""
         ...
 
     def exclude_current_thread(self) -> None:

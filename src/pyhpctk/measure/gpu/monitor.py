@@ -37,6 +37,7 @@ import _thread
 import collections
 import sys
 import threading
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -71,15 +72,27 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from pyhpctk.instrument.ptx import Instrumented
+    from pyhpctk.instrument.ptx.traces import TracePlan
+    from pyhpctk.instrument.tracing.decode import WarpEvents
     from pyhpctk.measure.cct import MetricKind
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.backend import Backend, NativeHook
     from pyhpctk.measure.gpu.blocks import BlockCounting
     from pyhpctk.measure.gpu.operations import Batch, Operation
+    from pyhpctk.measure.gpu.warps import WarpTraces
 
 __all__ = ["SKIP", "GpuMonitor", "GpuStats", "GpuThread", "transplant"]
 
 _RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+
+
+@dataclass
+class KernelInsides:
+    """What instrumented kernels report (issue #34): block counts (``gpu=...,blocks``, made by
+    :meth:`GpuMonitor.enable_blocks`) and per-warp traces (made at the first traced launch)."""
+
+    blocks: BlockCounting | None = None
+    warps: WarpTraces | None = None
 
 
 class GpuMonitor:
@@ -111,7 +124,7 @@ class GpuMonitor:
         self.attributor.trace = self.trace
         self.attributor.table = lambda: self.matcher.table
         self.fine = FineAttribution(self.kernels, limits)
-        self.blocks: BlockCounting | None = None  # gpu=...,blocks (issue #34): enable_blocks
+        self.inside = KernelInsides()  # what instrumented kernels report (issue #34)
         self.tracer = TraceRouter(session, self.kernels, self.stats, trace_capacity)
         self._unknown: GpuThread | None = None
         self._foreign = 0  # threads without Python frames given a CCT of their own
@@ -428,13 +441,24 @@ class GpuMonitor:
         fine.pc_sm_count = sm_count
         fine.pc_period = period_cycles
         fine.pc_clock_khz = clock_khz
-        self.attributor.kernels_attributed = fine.kernels_attributed
+        warps = self.inside.warps
+        if warps is None:
+            self.attributor.kernels_attributed = fine.kernels_attributed
+        else:  # warp traces came first: both hear of attributed kernels
+
+            def attributed(
+                cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]
+            ) -> None:
+                fine.kernels_attributed(cct, rows, targets, names)
+                warps.kernels_attributed(cct, rows, targets, names)
+
+            self.attributor.kernels_attributed = attributed
 
     def enable_blocks(self, kind: MetricKind) -> None:
         """Attribute instrumented kernels' block counts into ``kind`` (``block_metric_kind``)."""
         from pyhpctk.measure.gpu.blocks import BlockCounting
 
-        blocks = self.blocks = BlockCounting(self.session, self.kernels, kind)
+        blocks = self.inside.blocks = BlockCounting(self.session, self.kernels, kind)
         before = self.attributor.kernels_attributed
 
         def both(cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]) -> None:
@@ -445,20 +469,20 @@ class GpuMonitor:
 
     def instrumented_module(self, module: Instrumented) -> None:
         """An instrumented module was loaded (any thread; issue #34, :mod:`.blocks`)."""
-        if self.blocks is not None:
-            self.blocks.module(module)
+        if self.inside.blocks is not None:
+            self.inside.blocks.module(module)
 
     def block_counts(
         self, correlation: int, module: Instrumented, kernel: str, counters: np.ndarray
     ) -> None:
         """One instrumented launch's counters, read after it finished (any thread)."""
-        if self.blocks is not None:
-            self.blocks.counts(correlation, module, kernel, counters)
+        if self.inside.blocks is not None:
+            self.inside.blocks.counts(correlation, module, kernel, counters)
 
     def instrumentation_skipped(self, what: str, reason: str) -> None:
         """``what`` was not instrumented, and why (said at exit with the counts)."""
-        if self.blocks is not None:
-            self.blocks.skipped.append((what, reason))
+        if self.inside.blocks is not None:
+            self.inside.blocks.skipped.append((what, reason))
 
     def pc_samples(
         self, rows: np.ndarray, functions: Sequence[str], reasons: Sequence[str], dropped: int = 0
@@ -469,6 +493,26 @@ class GpuMonitor:
     def inst_counts(self, rows: np.ndarray, functions: Sequence[str], launches: int = 1) -> None:
         """A backend delivers instruction counts (``sassmetrics.INST_DTYPE``; any thread)."""
         self.fine.inst_counts(rows, functions, launches)
+
+    def warp_trace(
+        self, correlation: int, plan: TracePlan, events: WarpEvents, device: int = 0
+    ) -> None:
+        """A backend delivers a traced launch's per-warp events (any thread; issue #34): they
+        go into trace lines per SM and warp slot once the launch is attributed (:mod:`.warps`)."""
+        if self.inside.warps is None:
+            from pyhpctk.measure.gpu.warps import WarpTraces
+
+            warps = self.inside.warps = WarpTraces(self.session)
+            chained = self.attributor.kernels_attributed
+
+            def attributed(
+                cct: ThreadCCT, rows: np.ndarray, targets: np.ndarray, names: list[str]
+            ) -> None:
+                chained(cct, rows, targets, names)
+                warps.kernels_attributed(cct, rows, targets, names)
+
+            self.attributor.kernels_attributed = attributed
+        self.inside.warps.add(correlation, plan, events, device)
 
     # -- monitor thread: one completed buffer --
 
@@ -601,9 +645,9 @@ class GpuMonitor:
         if self.fine.pc_kind is not None:
             with self.session.lock:
                 self.fine.attribute_pc(final=True)
-        if self.blocks is not None:
+        if self.inside.blocks is not None:
             with self.session.lock:
-                self.blocks.attribute(final=True)
+                self.inside.blocks.attribute(final=True)
         self.tracer.drain()  # whatever the tracer left (it has stopped: we are the consumer)
         self._drain_operations()  # operations no buffer came for: counted, not matched
         hook = self.hook
@@ -619,6 +663,8 @@ class GpuMonitor:
         self.closed = True
         if write and self.trace:
             self.write_streams()
+        if write and self.inside.warps is not None:
+            self.inside.warps.write(self.kind, self.errors)
 
     def finish(self, report: bool = True) -> GpuStats:
         """Stop the backend, attribute everything, write stream files; say what went missing."""
@@ -633,10 +679,12 @@ class GpuMonitor:
         self.close()
         if report:
             report_problems(self.stats, self.errors, self.fine)
-            if self.blocks is not None:
+            if self.inside.blocks is not None:
                 from pyhpctk.measure.gpu.blocks_report import report_blocks
 
-                report_blocks(self.blocks, self.limits)
+                report_blocks(self.inside.blocks, self.limits)
+            for line in self.inside.warps.problems() if self.inside.warps is not None else ():
+                sys.stderr.write(line + "\n")
         return self.stats
 
     def write_streams(self) -> list[str]:

@@ -9,9 +9,12 @@ and ``pc=RECORDING`` (simulated: replay PC samples recorded by ``tests/data/gpu/
 (simulated: replay counts recorded by ``record_pc.py --inst``); ``pc`` and ``inst`` exclude
 each other; ``blocks[=edges|warps]`` (nvidia: exact PTX block counts of the kernels Triton,
 CuPy and Numba compile, issue #34; with ``kernel-name=REGEX``, ``launch-skip=N``,
-``launch-count=M``) and ``blocks=RECORDING`` (simulated); ``sync=api|activity|both`` (who
-times synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost
-PyTorch models about 30 %; :mod:`.syncapi`).
+``launch-count=M``) and ``blocks=RECORDING`` (simulated); ``trace[=chunks|exact]`` and
+``tracebytes=N`` (nvidia: per-warp traces,
+:mod:`.warp_options`); ``traces=RECORDING`` (simulated: replay per-warp traces recorded by
+``tests/data/gpu/traces_device.py``, issue #34); ``sync=api|activity|both`` (who times
+synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost PyTorch
+models about 30 %; :mod:`.syncapi`).
 Because the options use commas, a spec travels to child processes in its own environment variable
 (:data:`ENV_GPU`), not inside the comma-separated event list.
 """
@@ -54,7 +57,11 @@ BLOCK_OPTIONS = ("blocks", "kernel-name", "launch-skip", "launch-count")
 BACKENDS: dict[str, BackendInfo] = {
     "nvidia": BackendInfo(
         "pyhpctk.measure.gpu.cupti",
-        ("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync", *BLOCK_OPTIONS),
+        (
+            *("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
+            *BLOCK_OPTIONS,
+            *("trace", "tracebytes"),  # issue #34 item 4: .warp_options
+        ),
         (
             ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
             ("", "CUPTI, under the Python line that issued them"),
@@ -75,16 +82,21 @@ BACKENDS: dict[str, BackendInfo] = {
             ("", "(default), or CUPTI's SYNCHRONIZATION records, which"),
             ("", "cost PyTorch models about 30 % (docs/gpu.md)"),
             ("buffer=BYTES, records=raw|objects, pcmode=serialized|continuous", ""),
+            ("trace[=chunks|exact]", "per-warp traces of instrumented kernels (issue #34;"),
+            ("", "not wired into launches yet: refused, docs/gpu.md)"),
+            ("tracebytes=N[K|M|G]", "cap on a launch's trace buffer (default 256M)"),
         ),
     ),
     "simulated": BackendInfo(
         "pyhpctk.measure.gpu.simulated",
-        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync", *BLOCK_OPTIONS),
+        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync", *BLOCK_OPTIONS, "traces"),
         (
             ("[,OPTION...]", "replays activity recorded on an H200 (no GPU needed):"),
             ("recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...", ""),
             ("blocks=FILE", "block counts recorded by blocks_device.py, with"),
             ("", "kernel-name=, launch-skip=, launch-count= as for nvidia"),
+            ("traces=FILE", "each launch is a recorded traced launch of a kernel: its"),
+            ("", "warps on trace lines per SM and warp slot (docs/gpu.md)"),
         ),
     ),
     "amd": BackendInfo(

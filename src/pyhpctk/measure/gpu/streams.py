@@ -113,22 +113,7 @@ class StreamTrace:
 
     def copy_path(self, source: ThreadCCT, node: int, main: bool) -> int:
         """The node in this stream's CCT for ``source``'s call path ending at ``node``."""
-        key = (id(source), node)
-        found = self._copied.get(key)
-        if found is not None:
-            return found
-        path: list[tuple[int, int]] = []
-        walk = node
-        parent = source.parent
-        while walk >= 0 and walk != source.fence and parent[walk] >= 0:
-            path.append((source.lm[walk], source.ip[walk]))
-            walk = parent[walk]
-        cct = self.cct
-        target = cct.fence if main else cct.placeholder(cct.root, THREAD_FENCE)
-        for lm, ip in reversed(path):
-            target = cct.child(target, lm, ip)
-        self._copied[key] = target
-        return target
+        return copy_call_path(self.cct, self._copied, source, node, main)
 
     def record(self, starts: np.ndarray, ends: np.ndarray, nodes: list[int]) -> None:
         self.starts.append(np.asarray(starts, dtype=np.uint64))
@@ -162,6 +147,28 @@ class StreamTrace:
         return times, which, disorder
 
 
+def copy_call_path(
+    cct: ThreadCCT, copied: dict[tuple[int, int], int], source: ThreadCCT, node: int, main: bool
+) -> int:
+    """The node in ``cct`` for ``source``'s call path ending at ``node`` (below ``cct``'s main
+    fence for the main thread's, else below a thread fence); ``copied`` remembers the answers."""
+    key = (id(source), node)
+    found = copied.get(key)
+    if found is not None:
+        return found
+    path: list[tuple[int, int]] = []
+    walk = node
+    parent = source.parent
+    while walk >= 0 and walk != source.fence and parent[walk] >= 0:
+        path.append((source.lm[walk], source.ip[walk]))
+        walk = parent[walk]
+    target = cct.fence if main else cct.placeholder(cct.root, THREAD_FENCE)
+    for lm, ip in reversed(path):
+        target = cct.child(target, lm, ip)
+    copied[key] = target
+    return target
+
+
 def encode_stream_trace(cct: ThreadCCT, times: np.ndarray, nodes: np.ndarray) -> bytes:
     """The ``.hpctrace`` bytes of a GPU stream: flags 0x4, ``(time, node id)`` records."""
     records = np.empty(len(times), dtype=_TRACE_RECORD)
@@ -178,9 +185,24 @@ def write_stream_files(session: Host, kind: MetricKind, stream: StreamTrace) -> 
         base = session.stream_identity(stream.number)
         device, context, stream_id = stream.key
         identity = StreamIdentity(base, context, stream_id, disorder, device)
+    stream.stem, paths = write_trace_files(session, kind, stream.cct, identity, times, nodes)
+    return paths
+
+
+def write_trace_files(
+    session: Host,
+    kind: MetricKind,
+    cct: ThreadCCT,
+    identity: ProfileIdentity,
+    times: np.ndarray,
+    nodes: np.ndarray,
+) -> tuple[str, list[str]]:
+    """Write a GPU profile's ``.hpcrun`` (no metric values) and ``.hpctrace`` (``(time, node)``
+    records) under ``identity``; return the file stem and the paths."""
+    with session.lock:
         span = (int(times.min()), int(times.max())) if len(times) else (0, 0)
-        profile = encode_profile(stream.cct, identity, session.load_modules, session.kinds, span)
-        trace = encode_stream_trace(stream.cct, times, nodes)
+        profile = encode_profile(cct, identity, session.load_modules, session.kinds, span)
+        trace = encode_stream_trace(cct, times, nodes)
     stem = naming.file_stem(
         identity.program_name,
         identity.mpi_rank or 0,
@@ -199,5 +221,4 @@ def write_stream_files(session: Host, kind: MetricKind, stream: StreamTrace) -> 
             out.write(data)
         os.replace(temporary, path)
         paths.append(path)
-    stream.stem = stem
-    return paths
+    return stem, paths

@@ -33,6 +33,10 @@ def check(spec: GpuSpec) -> None:
     """Refuse bad option values now (nothing loaded)."""
     options.check_common(spec)
     _modes(spec)
+    from pyhpctk.measure.gpu.warp_options import NOT_WIRED, trace_option
+
+    if trace_option(spec) is not None:
+        raise UsageError(NOT_WIRED)
 
 
 def make(spec: GpuSpec) -> Backend:

@@ -27,10 +27,14 @@ DEFAULT_RECORDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cu
 def check(spec: GpuSpec) -> None:
     """Refuse bad option values and missing recordings now (nothing loaded)."""
     options.check_common(spec)
-    for key in ("recording", "pc", "inst", "blocks"):
+    for key in ("recording", "pc", "inst", "blocks", "traces"):
         path = spec.option(key)
         if path and not os.path.isfile(path):
             raise UsageError(f"gpu=simulated: {key}={path}: no such file")
+    if spec.option("traces"):  # read now: a damaged one is refused before anything is made
+        from pyhpctk.measure.gpu.warp_options import check_recording
+
+        check_recording(spec.option("traces"))
 
 
 def make(spec: GpuSpec) -> Backend:
@@ -61,6 +65,11 @@ def make(spec: GpuSpec) -> Backend:
         from pyhpctk.measure.gpu.cupti.sassmetrics import load_inst_recording
 
         counts = load_inst_recording(spec.option("inst"))
+    traces = None
+    if spec.option("traces"):
+        from pyhpctk.instrument.tracing.recording import load as load_traces
+
+        traces = load_traces(spec.option("traces"))
     return SimulatedBackend(
         replayed,
         buffer_records=spec.int_option("buffer", 256),
@@ -70,4 +79,5 @@ def make(spec: GpuSpec) -> Backend:
         hook=options.hook_option(spec),
         sync=options.sync_option(spec),
         blocks=blocks,
+        traces=traces,
     )

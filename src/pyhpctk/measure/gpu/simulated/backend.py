@@ -42,6 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from pyhpctk.instrument.tracing.recording import TraceRecording
     from pyhpctk.measure.gpu.backend import MonitorPort, NativeHook
     from pyhpctk.measure.gpu.cupti.pcsampling import PcRecording
     from pyhpctk.measure.gpu.cupti.sassmetrics import InstRecording
@@ -74,6 +75,7 @@ class SimulatedBackend:
         inst: InstRecording | None = None,
         sync: str = "activity",
         blocks: BlockReplay | None = None,
+        traces: TraceRecording | None = None,
     ) -> None:
         self.recording = recording
         self.blocks = blocks  # recorded counters of instrumented kernels (issue #34)
@@ -85,7 +87,7 @@ class SimulatedBackend:
         # called as CUPTI would call it, with made-up callback ids; "python": monitor.enter().
         self.hook = hook
         self.native: NativeHook | None = None
-        self.fine = FineReplay(recording.functions, pc, inst)  # issue #7
+        self.fine = FineReplay(recording.functions, pc, inst, traces)  # issues #7, #34
         self.completion = CompletionQueue(recording.functions, buffer_records, max_pending)
         self.clock = clock
         self.monitor: MonitorPort | None = None
@@ -377,15 +379,19 @@ class SimulatedBackend:
             if stream is not None:
                 row["stream"] = stream
             fine = self.fine.recorded if kind == act.KERNEL else None
+            traced = kind == act.KERNEL and self.fine.traces is not None
             if fine is not None:
                 row["function"] = self.fine.function
                 row["end"] = now + fine.kernels_ns // max(fine.launches, 1)
             counted = self.blocks.next_launch() if self.blocks and kind == act.KERNEL else None
             if counted is not None and self.blocks is not None:
                 self.blocks.stamp(row, counted)
+            if traced:  # the recorded launch's kernel and duration; its events come with it
+                row["function"] = self.fine.function
+                row["end"] = now + max(self.fine.trace_span(), 1)
             with self.completion.lock:
                 self.completion.deliver(row)
-            if fine is not None:
+            if fine is not None or traced:
                 self.fine.launched(monitor, correlation)
             if counted is not None and self.blocks is not None:
                 self.blocks.launched(monitor, correlation, counted)

@@ -1,8 +1,12 @@
-"""Replayed PC samples and instruction counts of the simulated runtime (issue #7).
+"""Replayed PC samples, instruction counts and warp traces of the simulated runtime (issues #7
+and #34).
 
 Each simulated kernel launch takes the next recorded launch's PC samples (sent to the monitor at
 once) or instruction counts (summed over the counting window and sent once at the end, as the
-first launch's, the way CUPTI's SASS metrics come: ``sassmetrics``' docstring).
+first launch's, the way CUPTI's SASS metrics come: ``sassmetrics``' docstring). With a warp
+trace recording (``traces=FILE``, :mod:`pyhpctk.instrument.tracing.recording`), each launch is
+the recorded kernel's, as long as the next recorded launch's events span, and its raw buffer is
+decoded and sent with it, as a traced launch on a GPU would be.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ import numpy as np
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pyhpctk.instrument.ptx.traces import TracePlan
+    from pyhpctk.instrument.tracing.decode import WarpEvents
+    from pyhpctk.instrument.tracing.recording import TraceRecording
     from pyhpctk.measure.gpu.backend import MonitorPort
     from pyhpctk.measure.gpu.cupti.pcsampling import PcRecording
     from pyhpctk.measure.gpu.cupti.sassmetrics import InstRecording
@@ -20,16 +27,24 @@ class FineReplay:
     """The PC samples or counts replayed with each simulated kernel launch."""
 
     def __init__(
-        self, functions: list[str], pc: PcRecording | None, inst: InstRecording | None
+        self,
+        functions: list[str],
+        pc: PcRecording | None,
+        inst: InstRecording | None,
+        traces: TraceRecording | None = None,
     ) -> None:
         self.pc = pc
         self.inst = inst
+        self.traces = traces
         self.function = -1  # launches are the recorded kernel's (index in ``functions``)
-        recorded = pc or inst
+        recorded = pc or inst or traces
         if recorded is not None:
             if recorded.kernel not in functions:
                 functions.append(recorded.kernel)
             self.function = functions.index(recorded.kernel)
+        self._plan: TracePlan | None = traces.plan() if traces is not None else None
+        self._decoded: list[WarpEvents] = [t.decode() for t in traces.launches] if traces else []
+        self._trace_launch = 0
         self._pc_launch = 0
         self._inst_launch = 0
         self._inst_rows: list[np.ndarray] = []  # the counting window's launches (CUPTI's way)
@@ -39,8 +54,20 @@ class FineReplay:
     def recorded(self) -> PcRecording | InstRecording | None:
         return self.pc or self.inst
 
+    def trace_span(self) -> int:
+        """How long (ns) the next replayed traced launch runs: its events' span (0: none)."""
+        if not self._decoded:
+            return 0
+        rows = self._decoded[self._trace_launch % len(self._decoded)].rows
+        return int(rows["time"].max() - rows["time"].min()) if len(rows) else 0
+
     def launched(self, monitor: MonitorPort, correlation: int) -> None:
-        """A simulated kernel launch: its samples to the monitor, its counts to the window."""
+        """A simulated kernel launch: its samples to the monitor, its counts to the window,
+        its warp trace to the monitor."""
+        if self._decoded and self._plan is not None:
+            events = self._decoded[self._trace_launch % len(self._decoded)]
+            self._trace_launch += 1
+            monitor.warp_trace(correlation, self._plan, events)
         if self.pc is not None:
             self._replay_pc(monitor, self.pc, correlation)
         if self.inst is not None:
