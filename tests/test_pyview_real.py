@@ -122,3 +122,33 @@ def test_a_coroutine_is_one_row_however_the_loop_resumed_it(
     out = capsys.readouterr().out
     rows = re.findall(r"^.*(?:\bworker ←|→ worker \().*$", out, re.M)
     assert len(rows) == 1, out
+
+
+# A native frame nothing named: ``libc.so.6+0xcf438``, ``python3.11+0x1a2b`` (issue #36 item 2).
+# A hidden function named after the nearest symbol before it (``omp_in_final+0xa0 [libgomp.so]``)
+# has a name, and its library.
+RAW_FRAME = re.compile(r"\S\+0x[0-9a-f]+(?![0-9a-f]| \[)")
+#: Programs whose hot code is native libraries', and their sizes: sklearn's OpenMP and OpenBLAS
+#: (numpy's), sympy's Python over the interpreter's C.
+LIBRARY_SIZES = {"sklearn_pipeline": 3000, "sympy_work": 4}
+
+
+@pytest.fixture(scope="module", params=sorted(LIBRARY_SIZES))
+def library_program(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A measured program whose hot code is a native library's (:func:`measure`)."""
+    name = str(request.param)
+    pytest.importorskip(name.split("_")[0], reason="sympy and scikit-learn are in the dev extra")
+    return measure(tmp_path_factory.mktemp(name), name, LIBRARY_SIZES[name])
+
+
+@pytest.mark.parametrize("view", [[], ["--bottom-up", "-E"]], ids=["top-down", "bottom-up"])
+def test_every_native_frame_on_the_screen_has_a_name_without_pystruct(
+    capsys: pytest.CaptureFixture[str], library_program: Path, view: list[str]
+) -> None:
+    # Before: libc.so.6+0x..., libgomp-e985bcbb.so.1.0.0+0x... and ten
+    # libscipy_openblas64_....so+0x... rows: pyprof named only what pystruct had analyzed.
+    rows = [row for _, row in screen(capsys, str(library_program / "db"), *view)]
+    assert not [row for row in rows if RAW_FRAME.search(row)], rows
+    assert not [row for row in rows if row.startswith("[")], rows  # an unnamed call site

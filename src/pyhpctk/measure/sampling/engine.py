@@ -367,8 +367,9 @@ class EngineSampler:
             functions.register,
             functions.named(UNKNOWN_CODE),
             functions.named(TRUNCATED),
-            table.add_load_module,
+            table.add_native_module,
         )
+        table.identify_native_modules()
         tracing = table.options.trace
         lm = table.python_lm
         kind = table.sampling_kind
