@@ -312,3 +312,32 @@ def test_the_loaded_modules_file_round_trips_and_pyrun_writes_the_same_bytes() -
 def test_a_damaged_loaded_modules_file_is_one_format_error(data: bytes, message: str) -> None:
     with pytest.raises(FormatError, match=re.escape(message)):
         modules.read(data)
+
+
+@pytest.mark.parametrize(
+    ("modules", "module", "name"),
+    [
+        (["geometry"], "geometry", "Vector.dot"),
+        (["pkg.geometry", "pkg.util"], "pkg.geometry", "Vector.dot"),
+        (["a.shapes", "b.shapes"], "b.shapes", "Grid.__init__"),
+        (["pkg.geometry", "pkg.util"], "pkg.util", "odd___name"),
+    ],
+)
+def test_mypyc_symbols_read_as_the_python_names_mypyc_wrote(
+    modules: list[str], module: str, name: str
+) -> None:
+    """mypyc's own name generator is the truth: the C names it gives a function of a module
+    compiled with others read back as the Python name, its module's prefix dropped."""
+    mypyc_namegen = pytest.importorskip("mypyc.namegen", reason="mypyc comes with mypy")
+    from pyhpctk.structure.mypyc_names import mypyc_names
+
+    names = mypyc_namegen.NameGenerator([modules])
+    body = "CPyDef_" + names.private_name(module, name)
+    wrapper = "CPyPy_" + names.private_name(module, name)
+    inits = ["CPyInit_" + mypyc_namegen.exported_name(m) for m in modules]
+    assert mypyc_names([*inits, body, wrapper, "CPyTagged_Add", "memcpy"])[len(inits) :] == [
+        name,
+        name,
+        None,
+        None,
+    ]

@@ -11,8 +11,10 @@ the top three self-time functions from. A 30-row terminal leaves 25 rows to the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,3 +154,51 @@ def test_every_native_frame_on_the_screen_has_a_name_without_pystruct(
     rows = [row for _, row in screen(capsys, str(library_program / "db"), *view)]
     assert not [row for row in rows if RAW_FRAME.search(row)], rows
     assert not [row for row in rows if row.startswith("[")], rows  # an unnamed call site
+
+
+@pytest.fixture(scope="module")
+def mypyc_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/programs/real/ with ``geometry.py`` compiled by mypyc beside it."""
+    where = tmp_path_factory.mktemp("mypyc")
+    project = where / "proj"
+    shutil.copytree(PROGRAMS, project)
+    mypyc = Path(sys.executable).parent / "mypyc"
+    done = subprocess.run(
+        [str(mypyc), "geometry.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, MYPYC_OPT_LEVEL="2"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (project / "geometry.py").unlink()  # the compiled module is the one imported
+    assert list(project.glob("geometry.*.so")), list(project.iterdir())
+    return where
+
+
+def measure_command(where: Path, command: list[str]) -> Path:
+    """pyrun and pyprof of ``command``: the database."""
+    assert pyrun_main(["-o", str(where / "m"), *command]) == 0
+    run(ProfOptions.build([where / "m"], output=where / "db"))
+    return where / "db"
+
+
+def test_mypyc_compiled_functions_are_named_as_the_source_names_them(
+    capsys: pytest.CaptureFixture[str], mypyc_program: Path
+) -> None:
+    # Before: CPyPy_Vector___dot [geometry.cpython-311-x86_64-linux-gnu.so] and
+    # CPyDef_Vector___dot rows, and no row named Vector.dot.
+    project = mypyc_program / "proj"
+    truth = mypyc_program / "truth.json"
+    # About half a second of CPU time in the three methods: compiled, they run ~40x faster.
+    command = [sys.executable, str(project / "compiled_geometry.py"), str(truth), "5000000"]
+    db = measure_command(mypyc_program, command)
+    module = json.loads(Path(f"{truth}.module").read_text())["file"]
+    assert module.endswith(".so"), module  # the compiled module, not the Python source
+    rows = [row for _, row in screen(capsys, str(db))]
+    for function in top_three(mypyc_program):
+        assert "." in function
+        assert any(named(function, row) for row in rows), (function, rows)
+    assert not [row for row in rows if "+0x" in row or "CPyDef_" in row], rows
+    assert len(rows) <= BUDGET
