@@ -8,15 +8,21 @@ a name starts with the shortest dotted suffix of its module's name that tells th
 (``geometry.Vector.dot`` for ``pkg.geometry``); each module's initialiser (``PyInit_geometry``
 in a library of one module, ``CPyInit_pkg___geometry`` in a group's shared library) says which
 modules there are, so that prefix is dropped. A person reads ``Vector.dot``, as the source and
-the Python profile name it.
+the Python profile name it. The wrapper is ``Vector.dot [mypyc wrapper]``: it only parses the
+arguments and calls the body, and pyview leaves it out as it leaves out the interpreter's own
+frames (:mod:`pyhpctk.present.elide`), so a call reads as one row ``Vector.dot ← app.py: 20``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from pyhpctk.formats.vocabulary import MYPYC_WRAPPER_MARK
+
 #: The prefixes of the symbols named after a Python function (``mypyc/common.py``).
 FUNCTION_PREFIXES = ("CPyDef_", "CPyPy_")
+_WRAPPER_PREFIX = "CPyPy_"
+WRAPPER_MARK = MYPYC_WRAPPER_MARK
 _INITIALISERS = ("CPyInit_", "PyInit_")
 _DOT = "___"
 _LITERAL = "3_"  # a piece after ``___`` that starts so: the ``___`` was the name's own
@@ -64,8 +70,9 @@ def mypyc_names(symbols: Sequence[str]) -> list[str | None]:
         # the longest leading run of components that is a compiled module's prefix, if any
         # component is left after it
         cut = next((i for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in modules), 0)
-        names.append(".".join(parts[cut:]))
+        name = ".".join(parts[cut:])
+        names.append(name + WRAPPER_MARK if prefix == _WRAPPER_PREFIX else name)
     return names
 
 
-__all__ = ["FUNCTION_PREFIXES", "compiled_modules", "mypyc_names", "python_name"]
+__all__ = ["FUNCTION_PREFIXES", "WRAPPER_MARK", "compiled_modules", "mypyc_names", "python_name"]
