@@ -159,6 +159,9 @@ def test_every_native_frame_on_the_screen_has_a_name_without_pystruct(
 @pytest.fixture(scope="module")
 def mypyc_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/programs/real/ with ``geometry.py`` compiled by mypyc beside it."""
+    pytest.importorskip("mypyc", reason="mypyc comes with mypy, in the dev extra")
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("mypyc needs a C compiler")
     where = tmp_path_factory.mktemp("mypyc")
     project = where / "proj"
     shutil.copytree(PROGRAMS, project)
