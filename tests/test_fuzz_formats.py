@@ -1,7 +1,8 @@
 """Fuzzing every file format: corrupted files are refused in one line or read cleanly.
 
 Each example takes a real measurement directory (HPCToolkit's ``small.m`` plus Python frames and a
-``logical/`` file our writer wrote, a ``threads/`` file and a ``kernel_symbols/`` copy) or
+``logical/`` file our writer wrote, a ``threads/`` file, a ``modules/`` file and a
+``kernel_symbols/`` copy) or
 database (``small.d`` with its ``metrics/default.yaml`` and a ``threads.txt``), corrupts one file
 of it (truncation,
 byte flips, inserted and deleted bytes, and id, count and offset fields set to absurd values:
@@ -46,7 +47,8 @@ from pyhpctk.cli.main import main as pyhpctk
 from pyhpctk.cli.pyprof import main as pyprof
 from pyhpctk.cli.pyview import main as pyview
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats import hpcrun, hpcstruct, logical, metadb, threads
+from pyhpctk.formats import hpcrun, hpcstruct, logical, metadb, modules, threads
+from pyhpctk.formats.elf_identity import FileIdentity
 from pyhpctk.formats.hpcrun_model import CCT_NODE_DTYPE, LoadModule
 from pyhpctk.formats.inspect import format_of_file
 
@@ -55,6 +57,7 @@ GPU_STEM = "testmeas-loops-cuda-000000-{}-590a0502-3293-0"
 GPU_STRUCT = "structs/1165a3eeddeea5ea3616d1cdbc6faa59.gpubin-gpucfg-yes.hpcstruct"
 LOGICAL = "logical/python.0badf00d"
 NAMES = "threads/5560.0badf00d.txt"
+MODULES = "modules/5560.0badf00d.txt"
 KALLSYMS = "kernel_symbols/vmlinux.11ac0300"
 KALLSYMS_TEXT = b"ffffffff81000000 T _stext\nffffffff81001000 t do_syscall_64\n" * 8
 # (seed, format) -> (seed directory, the file of it to corrupt, the byte order of its binary
@@ -67,6 +70,7 @@ TARGETS: dict[tuple[str, str], tuple[str, str, str, int]] = {
     ("small", "logical"): ("meas", LOGICAL, ">", 10),
     ("small", "hpcstruct"): ("meas", "structs/testmeas-small.hpcstruct", ">", 22),
     ("small", "threads"): ("meas", NAMES, ">", 18),
+    ("small", "modules"): ("meas", MODULES, ">", 18),
     ("small", "kallsyms"): ("meas", KALLSYMS, ">", 0),
     ("small", "threadsdb"): ("db", "threads.txt", ">", 18),
     ("small", "taxonomy"): ("db", "metrics/default.yaml", ">", 0),
@@ -81,7 +85,7 @@ for _seed in ("small", "gpu"):
 # The files pyview reads itself (the others: through the readers fuzzed above): it runs on these.
 PYVIEW_READS = ("taxonomy", "threadsdb", "tracedb")
 # pyhpctk's own side files and the kernel symbols: fewer examples (short text, or one xz stream).
-FEWER = {"threads": 30, "threadsdb": 30, "taxonomy": 30, "kallsyms": 30}
+FEWER = {"threads": 30, "modules": 30, "threadsdb": 30, "taxonomy": 30, "kallsyms": 30}
 BUDGET_S = 30.0  # per example, on a loaded 2-core machine; a clean one takes well under 1 s
 ALLOWED_ERR = ("unreadable: ", "pyhpctk: error: ", "warning: ")
 
@@ -133,6 +137,16 @@ def seeds(reference: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (meas / "threads").mkdir()
     entry = threads.ThreadEntry(SMALL_STEM, 5560, "small", "MainThread")
     threads.write(threads.ThreadNamesFile(threads.BY_FILE, [entry]), meas / NAMES)
+    (meas / "modules").mkdir()
+    sampled = [
+        modules.SampledModule(
+            "/usr/lib/libc.so.6", FileIdentity("9f2e04c1", 2125328, 1_700_000_000 * 10**9)
+        ),
+        modules.SampledModule(
+            "/opt/lib/libwork.so", FileIdentity("", 16384, 1_700_000_000 * 10**9)
+        ),
+    ]
+    modules.write(modules.SampledModules(sampled), meas / MODULES)
     (meas / "kernel_symbols").mkdir()
     (meas / KALLSYMS).write_bytes(lzma.compress(KALLSYMS_TEXT, format=lzma.FORMAT_XZ))
     entry = threads.ThreadEntry("1", 5560, "small", "MainThread")

@@ -67,6 +67,25 @@ def test_native_sources_do_not_move_the_program_root() -> None:
     assert short_paths(["/src/a/x.c", "/src/b/y.c"]) == ("a/x.c", "b/y.c")
 
 
+def test_the_interpreters_own_sources_are_named_in_cpythons_tree() -> None:
+    # Before: /tmp/python-build.20260509073455.222/Python-3.11.7/Modules/_randommodule.c: 217
+    # (pyenv's build directory, from the interpreter's debug information; issue #36 item 2).
+    build = "/tmp/python-build.20260509073455.222/Python-3.11.7"
+    paths = [
+        f"{build}/Modules/_randommodule.c",
+        f"{build}/Modules/clinic/_randommodule.c.h",
+        "/build/cpython/Objects/listobject.c",
+        "/home/me/proj/app.py",
+    ]
+    assert short_paths(paths) == (
+        "Modules/_randommodule.c [python]",
+        "Modules/clinic/_randommodule.c.h [python]",
+        "Objects/listobject.c [python]",
+        "app.py",
+    )
+    assert short_paths([*paths[:3], "/home/me/proj/pkg/m.py"])[3] == "m.py"  # root unmoved
+
+
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("names")

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from pyhpctk.analysis import inputs
 from pyhpctk.analysis.expand import Expansion, ModuleClassifiers, expand
+from pyhpctk.analysis.native_modules import recorded_identities
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.screening import Loaded, ProfileBrief, screen
 from pyhpctk.analysis.structures import build_classifiers, load_structures
@@ -81,8 +82,9 @@ def classifiers_for(
 ) -> ModuleClassifiers:
     """The classifiers of every used module (structure files, symbols, logical metadata)."""
     explicit, found = load_structures(options, given.measurements, given.used)
+    identities = recorded_identities(given.measurements, problems)
     return build_classifiers(
-        given.module_dirs, explicit, found, problems, not options.ignore_structs
+        given.module_dirs, explicit, found, problems, not options.ignore_structs, identities
     )
 
 

@@ -3,8 +3,10 @@
 Stage 3 (calling context expansion) needs, for every load module the profiles use, a way to
 classify its frames (:class:`~.expand.ModuleClassifiers`): a structure file (``-S`` files first,
 then ``MEAS/structs/``), for a binary captured in the measurement directory without one its DWARF
-line map (pystruct's analysis, in process), else its ELF symbols; Python logical frames use the
-``logical/python.*`` metadata and, where pystruct described the source, its loops. Only the
+line map (pystruct's analysis, in process), else its ELF symbols; a native library pyrun sampled
+is named from its ELF symbols when the file at its path is still the build the run recorded
+(:mod:`.native_modules`); Python logical frames use the ``logical/python.*`` metadata and, where
+pystruct described the source, its loops. Only the
 driver's rank 0 calls this (:func:`.pipeline.expand_contexts`).
 """
 
@@ -15,10 +17,11 @@ from pathlib import Path
 
 from pyhpctk.analysis import inputs, kernel_symbols
 from pyhpctk.analysis.expand import LogicalFunction, ModuleClassifiers
+from pyhpctk.analysis.native_modules import Identities, refusal
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.python_loops import PythonLoops
 from pyhpctk.analysis.structmap import FILE, StructureIndex, index_structure
-from pyhpctk.analysis.symbols import read_symbols
+from pyhpctk.analysis.symbols import library_functions, read_symbols
 from pyhpctk.errors import PyhpctkError
 
 PYTHON_SUFFIXES = (".py", ".pyw")
@@ -98,12 +101,15 @@ def build_classifiers(
     found: list[StructureIndex],
     problems: list[str],
     line_maps: bool = True,
+    identities: Identities | None = None,
 ) -> ModuleClassifiers:
     """Choose, for every load module the profiles use, how its frames are classified.
 
-    ``line_maps``: captured binaries without a structure file get their DWARF line map (off
-    under ``--ignore-structs``, which asks for hpcrun's raw frames).
+    ``line_maps``: captured binaries without a structure file get their DWARF line map, and
+    native libraries pyrun recorded (``identities``: :func:`.native_modules.recorded_identities`)
+    their ELF symbols (both off under ``--ignore-structs``, which asks for hpcrun's raw frames).
     """
+    recorded = identities or {}
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
     unanalyzed: list[tuple[str, Path]] = []  # native binaries here, without structure
@@ -160,6 +166,16 @@ def build_classifiers(
             table = read_symbols(measurement / module)
             if table is not None and table[0]:
                 classifiers.symbols[module] = table
+        elif module in recorded and line_maps:
+            # pyrun recorded which build it sampled: named from the file if it still is that one
+            refused = refusal(module, recorded[module])
+            table = library_functions(Path(module)) if refused is None else None
+            if table is not None and table[0]:
+                classifiers.symbols[module] = table
+            elif refused is not None:
+                problems.append(refused)
+            else:
+                unanalyzed.append((module, measurement))
         elif Path(module).is_file():
             unanalyzed.append((module, measurement))
     if unanalyzed and classifiers.logical:  # pyrun's native frames (hpcrun's stay as they were)

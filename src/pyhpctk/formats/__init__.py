@@ -2,9 +2,10 @@
 
 One module per format (formats.md): :mod:`.hpcrun` and :mod:`.hpctrace` (measurements),
 :mod:`.logical` (Python logical-frame metadata), :mod:`.metadb`, :mod:`.profiledb`, :mod:`.cctdb`,
-:mod:`.tracedb` (the v4.0 database), :mod:`.threads` and :mod:`.sources` (pyhpctk's side files
-of thread names and loaded sources) and :mod:`.hpcstruct` (structure XML). Each offers ``sniff``,
-``read``, ``write``, ``to_bytes``, ``dump`` and ``verify``.
+:mod:`.tracedb` (the v4.0 database), :mod:`.threads`, :mod:`.sources` and :mod:`.modules`
+(pyhpctk's side files of thread names, loaded sources and loaded native modules) and
+:mod:`.hpcstruct` (structure XML). Each offers ``sniff``, ``read``, ``write``, ``to_bytes``,
+``dump`` and ``verify``.
 
 This package's entry points detect a file's format from its content (never from its name) by
 asking each module in a fixed order, then delegate::
@@ -36,6 +37,7 @@ FORMAT_NAMES: tuple[str, ...] = (
     "tracedb",
     "threads",
     "sources",
+    "modules",
     "hpcstruct",
 )
 #: Formats known by their place, not their content (an xz stream or text has no magic of its

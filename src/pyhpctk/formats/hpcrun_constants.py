@@ -27,6 +27,8 @@ THREADS_MAGIC = b"pyhpctk-threads 1 "
 THREADS_BY_FILE, THREADS_BY_PROFILE = "by-file", "by-profile"
 #: pyhpctk's loaded-sources side file (docs/formats.md, "Loaded sources"): its first line.
 SOURCES_MAGIC = b"pyhpctk-sources 1\n"
+#: pyhpctk's loaded-modules side file (docs/formats.md, "Loaded modules"): its first line.
+MODULES_MAGIC = b"pyhpctk-modules 1\n"
 ENDIAN_BIG = b"b"
 # formats.md §1.1, §1.10: hpcrun's strings are C strings (and meta.db's, §3), so a NUL cannot be
 # in one. Python names can hold it (``code.replace(co_name="a\0b")``): pyrun writes each NUL of

@@ -1,8 +1,8 @@
 """Dump and verify files, measurement directories and databases (``pyhpctk dump`` / ``verify``).
 
 A path is one of: a single file of any known format; a measurement directory (``*.hpcrun``,
-``*.hpctrace``, ``logical/``, ``threads/``, ``sources/``, ``kernel_symbols/``, ``structs/``,
-``gpubins/``) as pyrun or hpcrun writes it; or a database directory (``meta.db`` with
+``*.hpctrace``, ``logical/``, ``threads/``, ``sources/``, ``modules/``, ``kernel_symbols/``,
+``structs/``, ``gpubins/``) as pyrun or hpcrun writes it; or a database directory (``meta.db`` with
 ``profile.db``, ``cct.db`` and maybe ``trace.db`` and ``threads.txt``).
 Verification checks each file alone, then what ties the files of a directory together.
 This module reads; it never writes.
@@ -17,7 +17,7 @@ from typing import TextIO
 
 from pyhpctk import formats
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import crosscheck, kallsyms, sources, threads
+from pyhpctk.formats import crosscheck, kallsyms, modules, sources, threads
 from pyhpctk.formats.crosscheck import DATABASE_FILES
 from pyhpctk.formats.whole import open_regular
 
@@ -58,8 +58,8 @@ def kind_of(path: Path) -> str:
 
 
 # Formats by the directory they belong to (formats.md §0.1), for :func:`misplaced_input`.
-_MEASUREMENT_FORMATS = ("hpcrun", "hpctrace", "logical", "threads", "sources")
-_SUBDIRECTORY_FORMATS = ("logical", "threads", "sources")  # MEAS/logical/, MEAS/threads/, ...
+_MEASUREMENT_FORMATS = ("hpcrun", "hpctrace", "logical", "threads", "sources", "modules")
+_SUBDIRECTORY_FORMATS = ("logical", "threads", "sources", "modules")  # MEAS/logical/, ...
 _DATABASE_FORMATS = ("metadb", "profiledb", "cctdb", "tracedb")
 
 
@@ -113,6 +113,7 @@ def measurement_files(path: Path) -> list[Path]:
     files += sorted(p for p in (path / "logical").glob("*") if p.is_file())
     files += sorted(p for p in (path / threads.MEASUREMENT_DIRECTORY).glob("*") if p.is_file())
     files += sorted(p for p in (path / sources.MEASUREMENT_DIRECTORY).glob("*") if p.is_file())
+    files += sorted(p for p in (path / modules.MEASUREMENT_DIRECTORY).glob("*") if p.is_file())
     symbols = path / kallsyms.KERNEL_SYMBOLS_DIRECTORY
     files += sorted(p for p in symbols.glob("*") if p.is_file())
     files += sorted((path / "structs").glob("*.hpcstruct"))

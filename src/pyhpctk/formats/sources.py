@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -98,25 +99,36 @@ def to_bytes(table: LoadedSources) -> bytes:
 
 def write(table: LoadedSources, dest: str | os.PathLike[str] | BinaryIO) -> None:
     """Write ``table`` to a path or a binary stream."""
-    data = to_bytes(table)
+    write_to(to_bytes(table), dest)
+
+
+def write_to(data: bytes, dest: str | os.PathLike[str] | BinaryIO) -> None:
+    """Write a side file's ``data`` to a path or a binary stream (this one's and
+    :mod:`.modules`')."""
     if isinstance(dest, str | os.PathLike):
         Path(dest).write_bytes(data)
     else:
         dest.write(data)
 
 
-def verify(table: LoadedSources) -> list[str]:
-    """Problems of the file alone (pyrun never writes them); empty when clean."""
+def path_problems(paths: Iterable[str]) -> list[str]:
+    """Problems of a side file's list of paths (this one's and :mod:`.modules`'): each must be
+    absolute and listed once."""
     problems = []
     seen: set[str] = set()
-    for i, e in enumerate(table.entries):
-        where = f"entry {i} ({e.path!r})"
-        if e.path in seen:
+    for i, path in enumerate(paths):
+        where = f"entry {i} ({path!r})"
+        if path in seen:
             problems.append(f"{where}: listed more than once")
-        seen.add(e.path)
-        if not e.path.startswith("/"):
+        seen.add(path)
+        if not path.startswith("/"):
             problems.append(f"{where}: not an absolute path")
     return problems
+
+
+def verify(table: LoadedSources) -> list[str]:
+    """Problems of the file alone (pyrun never writes them); empty when clean."""
+    return path_problems(e.path for e in table.entries)
 
 
 def dump(table: LoadedSources, out: TextIO) -> None:

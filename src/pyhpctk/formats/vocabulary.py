@@ -170,3 +170,8 @@ __all__ = [
     "ScopeType",
     "StandardScope",
 ]
+
+#: What ends a function's name when it is the wrapper through which Python calls a function
+#: mypyc compiled (``Vector.dot [mypyc wrapper]``; pystruct and pyprof name it, pyview leaves it
+#: out like the interpreter's own frames: issue #36).
+MYPYC_WRAPPER_MARK = " [mypyc wrapper]"

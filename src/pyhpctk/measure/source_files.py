@@ -14,9 +14,9 @@ Standard library only: this runs inside the measured program.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 
+from pyhpctk.formats.elf_identity import open_regular_file
 from pyhpctk.formats.hpcrun_constants import SOURCES_MAGIC
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -54,14 +54,11 @@ def file_digest(path: str) -> str | None:
     """The sha256 of a regular file's bytes (hex), or None (not one, unreadable)."""
     import hashlib  # only once a file is hashed: every measured process imports this module
 
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except (OSError, ValueError):
+    opened = open_regular_file(path)
+    if opened is None:
         return None
+    fd = opened[0]
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         digest = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             digest.update(chunk)

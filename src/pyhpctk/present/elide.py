@@ -2,7 +2,9 @@
 
 Every Python profile is full of frames that are the interpreter's, not the program's: the import
 system (``<frozen importlib._bootstrap>`` chains, five to ten frames per ``import``, nested once
-per package level), ``runpy`` (``python -m``) and ``site`` (the interpreter's start-up). Views
+per package level), ``runpy`` (``python -m``) and ``site`` (the interpreter's start-up), and
+the wrappers through which Python calls a function mypyc compiled (``Vector.dot [mypyc
+wrapper]`` above ``Vector.dot``, named by pystruct and pyprof). Views
 leave them out by default (issue #21 item 3; ``pyview --show-internal`` shows them):
 
 * an elided frame is its function context and its lines and loops (one frame of the program);
@@ -26,7 +28,7 @@ import re
 
 import numpy as np
 
-from pyhpctk.formats.vocabulary import LexicalType, Relation
+from pyhpctk.formats.vocabulary import MYPYC_WRAPPER_MARK, LexicalType, Relation
 from pyhpctk.present.aggregate import Aggregator, finish_view
 from pyhpctk.present.labels import context_label, where
 from pyhpctk.present.metrics import MetricCatalog
@@ -76,14 +78,15 @@ def internal_frames(tree: ContextTree) -> BoolArray:
     internal_module = np.array(
         [INTERNAL_MODULES.search(m) is not None for m in tree.modules] + [False], dtype=bool
     )
-    if not internal_file.any() and not internal_module.any():
+    wrapper = np.array([f.name.endswith(MYPYC_WRAPPER_MARK) for f in tree.functions] + [False])
+    if not internal_file.any() and not internal_module.any() and not wrapper.any():
         return out
     function_file = np.array([f.file for f in tree.functions] + [-1], dtype=np.int64)
     function_module = np.array([f.module for f in tree.functions] + [-1], dtype=np.int64)
     own_file = np.where(tree.function >= 0, function_file[tree.function], tree.file)
     own_module = np.where(tree.function >= 0, function_module[tree.function], tree.module)
     # -1 indexes the trailing False
-    frame_start = internal_file[own_file] | internal_module[own_module]
+    frame_start = internal_file[own_file] | internal_module[own_module] | wrapper[tree.function]
     lexical = (tree.relation == Relation.LEXICAL).tolist()
     parent = tree.parent.tolist()
     starts = frame_start.tolist()
@@ -202,7 +205,7 @@ def folded_top_down(catalog: MetricCatalog, options: ViewOptions, elided: BoolAr
     count = int(np.count_nonzero(elided))
     note = (
         f"{count:,} contexts of interpreter frames (import system, runpy, site, asyncio's "
-        "C accelerator) are left out, their cost kept in their callers (--show-internal shows "
-        "them)"
+        "C accelerator, mypyc's wrappers) are left out, their cost kept in their callers "
+        "(--show-internal shows them)"
     )
     return View(view.kind, view.title, view.columns, view.root, view.sort_column, (note,))

@@ -6,6 +6,10 @@ full path is mostly the same long prefix. So a file is shown (issue #21 item 2):
 * below ``site-packages`` / ``dist-packages``, as its path there (``torch/nn/modules/conv.py``);
 * in Python's standard library (``.../lib/pythonX.Y/``), as its path there
   (``multiprocessing/pool.py``);
+* a C source of the interpreter itself, named by its debug information at the path CPython was
+  built in (``/tmp/python-build.20260509073455.222/Python-3.11.7/Modules/_randommodule.c``,
+  ``/build/cpython/Objects/listobject.c``), as its path in CPython's source tree, marked
+  ``[python]``: ``Modules/_randommodule.c [python]`` (issue #36 item 2);
 * otherwise relative to the *program's root*: the deepest directory holding every Python source
   of the database outside those (one script: its directory, so ``app.py``); when they share no
   directory but ``/``, by their full paths. Native sources (``malloc.c``, named by a library's
@@ -31,6 +35,13 @@ from collections.abc import Sequence
 #: Directories below which a file is named by its path inside an installed package.
 PACKAGE_DIRECTORIES = ("site-packages", "dist-packages")
 _STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?t?/")
+#: A C source in CPython's own tree (an unpacked ``Python-3.11.7`` or a ``cpython`` checkout):
+#: the last such directory and the file's path below it.
+_INTERPRETER = re.compile(
+    r".*/(?:Python-\d+\.\d+[\w.+-]*|cpython[\w.+-]*)/"
+    r"((?:Modules|Objects|Python|Parser|Include|Programs)/.+)$"
+)
+INTERPRETER_MARK = " [python]"
 
 
 def shown_name(text: str) -> str:
@@ -51,7 +62,10 @@ def _library_name(path: str) -> str | None:
         if parts[i] in PACKAGE_DIRECTORIES:
             return "/".join(parts[i + 1 :])
     ends = [match.end() for match in _STDLIB.finditer(path)]
-    return path[ends[-1] :] if ends else None
+    if ends:
+        return path[ends[-1] :]
+    interpreter = _INTERPRETER.match(path)
+    return interpreter[1] + INTERPRETER_MARK if interpreter else None
 
 
 #: What a Python source of the program is named (a script without one counts when no file

@@ -370,3 +370,35 @@ def _plt_names(elf: Any, machine: int, regions: list[CodeRegion]) -> dict[int, s
         if name:
             result[address] = name
     return result
+
+
+# .eh_frame_hdr (LSB, "Exception Frame Header"): version, the encodings of eh_frame_ptr,
+# fde_count and the table, then a binary search table of (initial location, FDE address)
+# pairs. Only the encodings every x86-64 and AArch64 toolchain writes are read:
+# eh_frame_ptr 4 or 8 bytes (any application), fde_count udata4, the table datarel|sdata4.
+_EH_PTR_SIZES = {0x03: 4, 0x0B: 4, 0x1B: 4, 0x04: 8, 0x0C: 8, 0x1C: 8}
+_EH_UDATA4 = 0x03
+_EH_DATAREL_SDATA4 = 0x3B
+
+
+def unwind_entries(image: ElfImage) -> np.ndarray:
+    """The entry address of every function the unwind table (``.eh_frame_hdr``) describes,
+    sorted: a stripped library keeps it (unwinding and exceptions need it), so it tells where
+    functions begin that no symbol names. Empty when there is none or it is encoded otherwise.
+    """
+    section = image.elf.get_section_by_name(".eh_frame_hdr")
+    if section is None or section["sh_type"] == "SHT_NOBITS":
+        return np.zeros(0, dtype=np.int64)
+    data = section.data()
+    if len(data) < 4 or data[0] != 1 or data[2] != _EH_UDATA4 or data[3] != _EH_DATAREL_SDATA4:
+        return np.zeros(0, dtype=np.int64)
+    ptr = _EH_PTR_SIZES.get(data[1])
+    if ptr is None or len(data) < 4 + ptr + 4:
+        return np.zeros(0, dtype=np.int64)
+    end = "<" if image.elf.little_endian else ">"
+    count = int(np.frombuffer(data, end + "u4", count=1, offset=4 + ptr)[0])
+    first = 8 + ptr
+    count = min(count, (len(data) - first) // 8)
+    table = np.frombuffer(data, end + "i4", count=2 * count, offset=first)
+    starts = table[0::2].astype(np.int64) + int(section["sh_addr"])
+    return np.unique(starts)

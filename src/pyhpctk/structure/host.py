@@ -51,6 +51,7 @@ from pyhpctk.structure.inline_tree import (
     tree_scopes,
 )
 from pyhpctk.structure.jumptables import JumpTableResolver
+from pyhpctk.structure.mypyc_names import mypyc_names
 
 InlinePath = tuple[InlineNode, ...]
 
@@ -126,15 +127,16 @@ def symbol_procedures(image: ElfImage, info: DebugInfo) -> list[Procedure]:
     symbols = image.functions
     links = [f.link_name for f in symbols]
     pretties = demangle_many(links)
+    compiled = mypyc_names(links)  # a Python function mypyc compiled is named as Python names it
     procs: list[Procedure] = []
-    for func, pretty in zip(symbols, pretties, strict=True):
+    for func, pretty, python in zip(symbols, pretties, compiled, strict=True):
         file, line = proc_line(info, func.start, func.end)
         procs.append(
             Procedure(
                 func.start,
                 func.end,
                 func.link_name,
-                pretty + suffix,
+                pretty + suffix if python is None else python,
                 file or unknown_file,
                 line if file else 0,
                 func.symbol_index,

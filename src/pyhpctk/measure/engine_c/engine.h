@@ -58,6 +58,11 @@ enum { REC_PAD = 0, REC_SAMPLE = 1, REC_TAIL = 2 };
  * frames under the Python ones (issue #17) can be recorded as (pc | tag, 0, 0) in the same
  * records, from the interrupted context the handler already receives (its `context`). */
 #define CODE_TRUNCATED ((void *)1) /* the outer frames of a stack deeper than the limit */
+/* The garbage collector (issue #36 item 4): the thread was inside a collection at the sample
+ * (between gc.callbacks' "start" and "stop", told by engine_gc_callback). It is placed under the
+ * Python frame that ran when the collection began, above the frames the collection ran (its
+ * finalizers, the native code it called). */
+#define CODE_GC ((void *)3)
 
 /* A native frame (unwind.c): code = offset << 3 | CODE_NATIVE_TAG (the offset in its module's
  * own address space), instr = the module's registry id, check = 0. */
@@ -307,6 +312,12 @@ int engine_resolve_modules(PyObject *load_module);
 #endif
 
 /* handler.c */
+extern _Atomic(void *) engine_gc_tstate; /* the thread state collecting garbage now, or NULL */
+extern _Atomic(void *) engine_gc_frame;  /* its innermost Python frame when the collection began */
+extern int64_t engine_gc_fid;            /* drain(): the fid of CODE_GC frames (-1: unknown code) */
+#ifdef Py_PYTHON_H
+PyObject *engine_gc_callback(PyObject *module, PyObject *args);
+#endif
 void engine_on_signal(int signo, siginfo_t *info, void *context);
 int engine_trap_take(void);
 void engine_trap_pass_on(int to_default);

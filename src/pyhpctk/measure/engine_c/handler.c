@@ -115,17 +115,20 @@ static int gil_state(PyThreadState *tstate, void *context) {
 /* -- the stack ---------------------------------------------------------------------------------- */
 
 /* This sample's Python frames into slot->python (innermost first), at most `limit` of them
- * (*truncated: frames beyond it were left out). group_end[i] is 1 where pyframes[i] is the first
+ * (*truncated: frames beyond it were left out); *gc_at: the index of `gc_frame` (the frame that
+ * ran when a collection began) when it is met. group_end[i] is 1 where pyframes[i] is the first
  * frame one invocation of the eval loop ran (3.11: is_entry; 3.12+: the frame above a C-stack
  * shim), which is where native frames interleave. Returns the count, or -1 for a chain that is
  * not one. */
-static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *truncated) {
+static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *truncated,
+                       const void *gc_frame, int *gc_at) {
     _PyInterpreterFrame *top = tstate == NULL ? NULL : pyframe_top(tstate);
     int n = 0;
     int64_t walked = 0;
     *truncated = 0;
     for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
         if (++walked > ENGINE_WALK_LIMIT || ((uintptr_t)f & 7)) return -1;
+        if ((const void *)f == gc_frame && *gc_at < 0) *gc_at = n; /* frames < n: the GC's */
         if (pyframe_is_shim(f)) {
             if (n > 0) slot->group_end[n - 1] = 1;
             continue;
@@ -153,6 +156,7 @@ typedef struct {
     Slot *slot;
     uint32_t depth, old_depth, first_diff;
     int next_python; /* the next Python frame to place (index into slot->pyframes, going inward) */
+    int gc_at;       /* CODE_GC goes right after the Python frame of this index (-1: none) */
 } Merge;
 
 static void put(Merge *m, void *code, uint32_t instr, uint32_t check) {
@@ -171,8 +175,13 @@ static void put_group(Merge *m) {
     Slot *slot = m->slot;
     for (int first = 1; m->next_python >= 0; first = 0) {
         if (!first && slot->group_end[m->next_python]) break;
-        RawFrame *f = &slot->pyframes[m->next_python--];
+        int at = m->next_python--;
+        RawFrame *f = &slot->pyframes[at];
         put(m, f->code, f->instr, f->check);
+        if (at == m->gc_at) {
+            put(m, CODE_GC, 0, 0);
+            m->gc_at = -1;
+        }
     }
 }
 
@@ -196,14 +205,19 @@ static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t
         }
         atomic_fetch_add_explicit(&engine.native_frames, (uint64_t)nn, memory_order_relaxed);
     }
-    int truncated;
-    int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 1 - nn, &truncated);
+    int truncated, gc_at = -1;
+    int in_gc = tstate != NULL && atomic_load_explicit(&engine_gc_tstate, memory_order_relaxed) ==
+                                      (void *)tstate;
+    const void *gc_frame = in_gc ? atomic_load_explicit(&engine_gc_frame, memory_order_relaxed)
+                                 : NULL;
+    int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 2 - nn, &truncated, gc_frame, &gc_at);
     if (np < 0) return -1;
+    if (in_gc && (gc_at < 0 || gc_at >= np)) gc_at = 0; /* no frame of its own: the innermost */
     int groups = 0, evals = 0;
     for (int i = 0; i < np; i++) groups += slot->group_end[i];
     for (int i = 0; i < nn; i++) evals += slot->native[i].eval;
     int matched = groups < evals ? groups : evals, unmatched_evals = evals - matched;
-    Merge m = {slot, 0, slot->prev_depth, UINT32_MAX, np - 1};
+    Merge m = {slot, 0, slot->prev_depth, UINT32_MAX, np - 1, in_gc && np > 0 ? gc_at : -1};
     if (truncated) put(&m, CODE_TRUNCATED, 0, 0);
     for (int g = 0; g < groups - matched; g++) put_group(&m);
     int started = m.depth > 0;
@@ -222,10 +236,35 @@ static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t
         }
     }
     while (m.next_python >= 0) put_group(&m);
+    if (in_gc && np == 0) put(&m, CODE_GC, 0, 0);
     if (m.first_diff == UINT32_MAX) m.first_diff = m.depth < m.old_depth ? m.depth : m.old_depth;
     slot->prev_depth = m.depth;
     *common = m.first_diff;
     return (int)m.depth;
+}
+
+/* -- garbage collection (issue #36 item 4) ----------------------------------------------------- */
+
+_Atomic(void *) engine_gc_tstate;
+_Atomic(void *) engine_gc_frame;
+int64_t engine_gc_fid = -1;
+
+/* gc.callbacks' entry: a collection begins ("start") or ends ("stop") on this thread, with the
+ * GIL held. Only this thread's handler compares its thread state with engine_gc_tstate while it
+ * is set (a handler on another thread sees another thread state), so no fence but the compiler's
+ * is needed: the handler interrupts this very thread. */
+PyObject *engine_gc_callback(PyObject *module, PyObject *args) {
+    PyObject *phase, *info;
+    if (!PyArg_ParseTuple(args, "UO:gc_callback", &phase, &info)) return NULL;
+    PyThreadState *tstate = PyThreadState_Get();
+    if (PyUnicode_CompareWithASCIIString(phase, "start") == 0) {
+        atomic_store_explicit(&engine_gc_frame, (void *)pyframe_top(tstate), memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        atomic_store_explicit(&engine_gc_tstate, (void *)tstate, memory_order_relaxed);
+    } else {
+        atomic_store_explicit(&engine_gc_tstate, NULL, memory_order_relaxed);
+    }
+    Py_RETURN_NONE;
 }
 
 /* -- the ring ----------------------------------------------------------------------------------- */

@@ -153,7 +153,7 @@ static void note_pending(void *key) {
 }
 
 static CodeEntry *pin(RawFrame *frame) {
-    if (frame->code == CODE_TRUNCATED) return NULL;
+    if (frame->code == CODE_TRUNCATED || frame->code == CODE_GC) return NULL;
     if (IS_NATIVE(frame->code)) {
         engine_note_module(frame->instr);
         return NULL;
@@ -246,6 +246,7 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
 
 uint64_t engine_frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated_fid) {
     if (frame->code == CODE_TRUNCATED) return (uint64_t)truncated_fid << 32;
+    if (frame->code == CODE_GC) return (uint64_t)(engine_gc_fid >= 0 ? engine_gc_fid : unknown_fid) << 32;
     if (IS_NATIVE(frame->code)) return engine_native_ip(frame->instr, NATIVE_OFFSET(frame->code));
     CodeEntry *entry = code_find(frame->code);
     if (entry == NULL || entry->code == NULL || entry->check != frame->check || entry->fid < 0)
@@ -579,9 +580,10 @@ static PyObject *engine_poison(PyObject *module, PyObject *unused) {
 }
 
 PyDoc_STRVAR(drain_doc,
-"drain(register, unknown_fid, truncated_fid, load_module=None)\n"
+"drain(register, unknown_fid, truncated_fid, load_module=None, gc_fid=-1)\n"
 "    -> [(ident, tid, python, ended, entries)]\n\n"
 "Take every record out of the rings (call with the GIL, from one thread at a time).\n"
+"gc_fid names the frame of a sample taken inside a garbage collection (gc_callback).\n"
 "register(code) -> fid names a code object first seen (0: a frame to leave out);\n"
 "load_module(path) -> lm id a native module first seen (0: leave its frames out). Each entry\n"
 "is (common, ips, timer, gil, cpu_ns, wall_ns, time_ns): the path is the previous entry's\n"
@@ -610,9 +612,11 @@ static int resolve_pending(PyObject *callback) {
 
 static PyObject *engine_drain(PyObject *module, PyObject *args) {
     PyObject *callback, *load_module = Py_None;
-    long long unknown_fid, truncated_fid;
-    if (!PyArg_ParseTuple(args, "OLL|O", &callback, &unknown_fid, &truncated_fid, &load_module))
+    long long unknown_fid, truncated_fid, gc_fid = -1;
+    if (!PyArg_ParseTuple(args, "OLL|OL", &callback, &unknown_fid, &truncated_fid, &load_module,
+                          &gc_fid))
         return NULL;
+    engine_gc_fid = gc_fid;
     if (busy) {
         PyErr_SetString(PyExc_RuntimeError, "drain() is already running");
         return NULL;
@@ -717,6 +721,8 @@ static PyMethodDef methods[] = {
     {"program_traps", engine_program_traps, METH_NOARGS, program_traps_doc},
     {"sigtrap_taken", engine_sigtrap_taken, METH_NOARGS, sigtrap_taken_doc},
     {"drain", engine_drain, METH_VARARGS, drain_doc},
+    {"gc_callback", engine_gc_callback, METH_VARARGS,
+     "gc_callback(phase, info): for gc.callbacks; samples inside a collection get a <gc> frame"},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict: samples, dropped, unknown frames..."},
     {NULL, NULL, 0, NULL},

@@ -32,6 +32,7 @@ import time
 
 from pyhpctk.measure.cct import NATIVE_BIT as NATIVE_BIT
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
+from pyhpctk.measure.gc_context import GC_FUNCTION, listen, stop_listening
 from pyhpctk.measure.settings import ENV_CPU_TIMER as ENV_CPU_TIMER
 from pyhpctk.measure.settings import ENV_DRAIN_PERIOD as ENV_DRAIN_PERIOD
 from pyhpctk.measure.settings import ENV_FALLBACK_SAID, run_settings
@@ -267,6 +268,7 @@ class EngineSampler:
             native_frames_wanted(),
         )
         self.started = True
+        listen(self.module.gc_callback)  # a sample inside a collection: <gc> (gc_context)
 
     def sigtrap_taken(self) -> bool:
         """Whether the engine's handler is on SIGTRAP (it passes the program's SIGTRAPs on)."""
@@ -296,6 +298,7 @@ class EngineSampler:
     def stop(self) -> None:
         if self.started:
             self.started = False
+            stop_listening(self.module.gc_callback)
             self.module.stop()
 
     def own_cpu(self, ns: int) -> None:
@@ -367,8 +370,10 @@ class EngineSampler:
             functions.register,
             functions.named(UNKNOWN_CODE),
             functions.named(TRUNCATED),
-            table.add_load_module,
+            table.add_native_module,
+            functions.named(GC_FUNCTION),
         )
+        table.identify_native_modules()
         tracing = table.options.trace
         lm = table.python_lm
         kind = table.sampling_kind

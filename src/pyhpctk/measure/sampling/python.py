@@ -23,6 +23,7 @@ import time
 
 from pyhpctk.measure.cct import python_frame_ips
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
+from pyhpctk.measure.gc_context import Collections, listen, stop_listening
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class PythonSampler:
         self._fast_interval = max(50e-6, table.options.period_s / 8)
         self._fast_switch = False
         self.running = False  # the sampling thread runs (started, not asked to stop)
+        # The collections it cannot sample (gc_context), timed while it samples itself.
+        self.collections: Collections | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -119,17 +122,26 @@ class PythonSampler:
     def started(self) -> None:
         """The sampling thread was started."""
         self.running = True
+        if self.samples_itself:
+            if self.collections is None:
+                self.collections = Collections(self.table.functions)
+            listen(self.collections)
 
     def forked(self) -> None:
         """In a forked child: no sampling thread, the program's switch interval."""
         self.running = False
         self._fast_switch = True
         self.tune_switch_interval(2)
+        if self.collections is not None:
+            stop_listening(self.collections)
+            self.collections.reset()
 
     def stopped(self) -> None:
         """The sampling thread was asked to stop: the program's switch interval again."""
         self.running = False
         self.tune_switch_interval(2)
+        if self.collections is not None:
+            stop_listening(self.collections)
 
     # -- sampling -------------------------------------------------------------------------------
 
@@ -149,6 +161,7 @@ class PythonSampler:
         kind = table.sampling_kind
         active = threading._active  # type: ignore[attr-defined]
         finished_opcodes = _FINISHED_OPCODES
+        collections = self.collections
         with table.lock:
             if table.finished:
                 return
@@ -184,6 +197,13 @@ class PythonSampler:
                     state.last_cpu = cpu
                 real_delta = now - state.last_wall
                 state.last_wall = now
+                collected = (
+                    collections.take(ident, state.last_cpu, now)
+                    if collections is not None
+                    else None
+                )
+                if collected:
+                    cpu_delta, real_delta = self._collected(state, collected, cpu_delta, real_delta)
                 if real_metric < 0 and cpu_delta <= 0.0:
                     if tracing and not state.idle:
                         state.cct.retain(state.cct.no_activity)
@@ -226,6 +246,29 @@ class PythonSampler:
                         table.retire(ident)
             if sampler is not None:
                 self.tune_switch_interval(len(frames) - (sampler in frames))
+
+    def _collected(
+        self,
+        state: ThreadState,
+        collected: dict[tuple[int, ...], list[float]],
+        cpu_delta: float,
+        real_delta: float,
+    ) -> tuple[float, float]:
+        """Move the time of a thread's collections since its last sample out of its deltas,
+        to ``<gc>`` under the stacks that triggered them; the deltas that are left."""
+        cct = state.cct
+        values = cct.values_of(self.table.sampling_kind)
+        for path, (cpu, wall) in collected.items():
+            leaf = cct.path(self.table.python_lm, list(path))
+            cpu = min(cpu, cpu_delta)
+            if self.cpu_metric >= 0 and cpu > 0.0:
+                values.add(leaf, self.cpu_metric, cpu)
+                cpu_delta -= cpu
+            wall = min(wall, real_delta)
+            if self.real_metric >= 0 and wall > 0.0:
+                values.add(leaf, self.real_metric, wall)
+                real_delta -= wall
+        return cpu_delta, real_delta
 
     def tune_switch_interval(self, program_threads: int) -> None:
         """Let the sampler get the GIL within a fraction of a period in one-thread programs.

@@ -170,6 +170,18 @@ class Session:
             self.load_modules.append((lm_id, path, flags))
             return lm_id
 
+    def add_native_module(self, path: str) -> int:
+        """The load-map id of a native module first sampled (ThreadTable); its identity is
+        recorded at :meth:`identify_native_modules` (docs/formats.md, "Loaded modules")."""
+        lm_id = self.add_load_module(path)
+        self.writer.native_modules.note(path)
+        return lm_id
+
+    def identify_native_modules(self) -> None:
+        """Record which build each native module noted since the last call is."""
+        with self.lock:
+            self.writer.native_modules.identify()
+
     def current_context(self, skip: int = 1) -> tuple[ThreadCCT, int]:
         """This thread's CCT and the node of its current Python call path.
 

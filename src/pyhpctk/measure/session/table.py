@@ -59,6 +59,15 @@ class ThreadTable(Protocol):
 
     def add_load_module(self, path: str, flags: int = ...) -> int: ...
 
+    def add_native_module(self, path: str) -> int:
+        """The load-map id of a native module a sample reached for the first time; its
+        identity (which build the file is) is taken at :meth:`identify_native_modules`."""
+        ...
+
+    def identify_native_modules(self) -> None:
+        """Record which build each native module added since the last call is."""
+        ...
+
     def register_thread(
         self,
         thread: threading.Thread | None,

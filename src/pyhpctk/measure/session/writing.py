@@ -3,8 +3,8 @@
 A :class:`ProfileWriter` belongs to one process's session (a forked child makes its own): it
 names the process's profiles (rank, host, pid), encodes a thread's profile, trace and the
 ``logical/`` file, writes them through a temporary name (:mod:`pyhpctk.measure.profile_files`),
-keeps the ``threads/`` and ``sources/`` side files, and tells pyrun which profiles it could not
-write (:mod:`pyhpctk.measure.losses`). What went wrong is said once, a line on stderr.
+keeps the ``threads/``, ``sources/`` and ``modules/`` side files, and tells pyrun which profiles
+it could not write (:mod:`pyhpctk.measure.losses`). What went wrong is said once, a line on stderr.
 
 Standard library only: this runs inside the measured program.
 """
@@ -22,6 +22,7 @@ from pyhpctk.measure.encode import (
     encode_profile,
     encode_trace,
 )
+from pyhpctk.measure.module_files import ModuleRecorder
 from pyhpctk.measure.profile_files import atomic_write, reserve_stem, unlink_quietly
 from pyhpctk.measure.source_files import SourceRecorder
 from pyhpctk.measure.thread_names import ThreadNames, thread_name
@@ -56,6 +57,7 @@ class ProfileWriter:
         self.logical_path = os.path.join("logical", f"python.{tag}")
         self.thread_names = ThreadNames(tag, self.pid)
         self.loaded_sources = SourceRecorder(tag, self.pid)
+        self.native_modules = ModuleRecorder(tag, self.pid)
         # Serialises file writes (checkpoints, thread ends, exit) so a thread's name is claimed
         # once; never held while sampling.
         self._write_lock = threading.Lock()
@@ -168,11 +170,13 @@ class ProfileWriter:
             self._write_side_file(names, names.record(state.stem, called, old), "thread names")
         table = self.loaded_sources.record(self.functions.stanzas)
         self._write_side_file(self.loaded_sources, table, "sources")
+        modules = self.native_modules.encode()
+        self._write_side_file(self.native_modules, modules, "native modules' identities")
 
     def _write_side_file(
-        self, side: ThreadNames | SourceRecorder, data: bytes | None, what: str
+        self, side: ThreadNames | SourceRecorder | ModuleRecorder, data: bytes | None, what: str
     ) -> None:
-        """Rewrite ``threads/`` or ``sources/`` with ``data`` (None: unchanged)."""
+        """Rewrite ``threads/``, ``sources/`` or ``modules/`` with ``data`` (None: unchanged)."""
         if data is None:
             return
         directory = self.options.output_dir

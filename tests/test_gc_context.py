@@ -1,0 +1,69 @@
+"""Garbage collection as a calling context (issue #36 item 4).
+
+``tests/programs/garbage.py`` makes cyclic garbage over a large live heap, so that collections
+cost about half of its CPU time, and times every collection itself with ``gc.callbacks`` (on
+the collecting thread's CPU clock): the truth. pyview must show that time as ``<gc>`` rows
+under the lines that allocated, and as a bottom-up row of its own, within 5 points of the
+program's share, with either sampler (the engine samples inside collections; the Python
+sampler times them, since it cannot take the GIL a collection holds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli.pyrun import main as pyrun_main
+from pyhpctk.cli.pyview import main as pyview_main
+from pyhpctk.measure.sampling import engine
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "garbage.py"
+ROWS = 40
+
+
+def rows(capsys: pytest.CaptureFixture[str], *argv: str) -> list[tuple[float, str]]:
+    """pyview's rows: (inclusive percent, scope)."""
+    assert pyview_main(["--lines", str(ROWS), *argv]) == 0
+    found = []
+    for line in capsys.readouterr().out.splitlines():
+        row = re.match(r"\s*\S+\s+([\d.]+)%\s+\S+\s+[\d.]+%\s+\*?\s*(.*)$", line)
+        if row:
+            found.append((float(row[1]), row[2].strip().lstrip("* ")))
+    return found
+
+
+@pytest.mark.parametrize("sampler", ["engine", "thread"])
+def test_collections_are_a_context_within_5_points_of_gc_callbacks_timing(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sampler: str,
+) -> None:
+    # Before: no <gc> row; the collections' time was the allocating lines' own.
+    if sampler == "engine" and engine.load_engine()[0] is None:
+        pytest.skip("the sampling engine is not built here")
+    monkeypatch.setenv("PYHPCTK_PYRUN_SAMPLER", sampler)
+    truth_file = tmp_path / "truth.json"
+    command = [sys.executable, str(PROGRAM), str(truth_file), "1000000"]
+    # 1 kHz: about a thousand samples, so that a share's noise is well under 5 points
+    assert pyrun_main(["-o", str(tmp_path / "m"), "-e", "CPUTIME@1000", *command]) == 0
+    run(ProfOptions.build([tmp_path / "m"], output=tmp_path / "db"))
+    truth = json.loads(truth_file.read_text())
+    expected = 100 * truth["gc_cpu"] / truth["main_cpu"]
+    assert expected > 20, truth  # the program makes collections a large share
+
+    top_down = rows(capsys, str(tmp_path / "db"))
+    (main,) = [share for share, scope in top_down if scope.startswith("main ← garbage.py")]
+    under_lines = [(s, scope) for s, scope in top_down if scope.startswith("<gc> ← garbage.py")]
+    assert under_lines, top_down  # under the lines whose allocation started them
+    bottom_up = rows(capsys, str(tmp_path / "db"), "--bottom-up")
+    (gc_share,) = [share for share, scope in bottom_up if scope == "<gc>"]
+    shown = 100 * gc_share / main
+    assert abs(shown - expected) <= 5, (shown, expected, truth)
+    assert abs(sum(s for s, _ in under_lines) - gc_share) <= 1, (under_lines, gc_share)
