@@ -11,6 +11,7 @@ import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -47,6 +48,10 @@ from pyhpctk.measure.events import (
 from pyhpctk.measure.launch.config import ENV_OUTPUT, MeasureOptions
 from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
+
+if TYPE_CHECKING:
+    from pyhpctk.measure.session.writing import Encoded
+    from pyhpctk.measure.thread_state import ThreadState
 
 # -- events ------------------------------------------------------------------------------------
 
@@ -410,13 +415,9 @@ def test_sampler_attributes_cpu_deltas_to_each_threads_stack(
     assert int(only["node_id"]) in no_activity
 
 
-def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
-    tmp_path: Path, parked_thread: threading.Thread
-) -> None:
-    """A thread born while measured: all its CPU time is the program's, whether the sampler
-    finds it first or it registers itself through pyrun's thread hook (``program_ns``: its time
-    before the hook; the hook's own is pyrun's). A thread alive before measuring began counts
-    from when the sampler first sees it."""
+def _session_on_set_clocks(tmp_path: Path) -> tuple[Session, dict[int, float], list[int]]:
+    """A session whose thread CPU clocks read what the test sets (clock id -> seconds, 0 when
+    unset) and whose samples see the frames of the threads the test lists (idents)."""
     cpu: dict[int, float] = {}
     frames_of: list[int] = []
 
@@ -425,7 +426,17 @@ def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
         return {ident: current[ident] for ident in frames_of}
 
     clocks = Clocks(thread_cpu=lambda clock: cpu.get(clock, 0.0), current_frames=frames)
-    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks)
+    return Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks), cpu, frames_of
+
+
+def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
+    tmp_path: Path, parked_thread: threading.Thread
+) -> None:
+    """A thread born while measured: all its CPU time is the program's, whether the sampler
+    finds it first or it registers itself through pyrun's thread hook (``program_ns``: its time
+    before the hook; the hook's own is pyrun's). A thread alive before measuring began counts
+    from when the sampler first sees it."""
+    session, cpu, frames_of = _session_on_set_clocks(tmp_path)
     release, ready = threading.Event(), threading.Barrier(3)
 
     def found() -> None:  # the sampler finds it: it never registers itself
@@ -460,6 +471,50 @@ def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
         totals[int(profile.header("thread-id"))] = float(profile.decoded_values()[2].sum())
     # numbered in order of first sight: the hooked thread registered before the samples
     assert totals == pytest.approx({1: 1.15 - 0.3, 2: 0.25, 3: 1.25}), totals
+
+
+def test_a_threads_end_keeps_its_last_samples_when_a_checkpoint_writes_after_it(
+    tmp_path: Path,
+) -> None:
+    """The Python sampler's figures of a thread that ends while a checkpoint is writing: the
+    checkpoint encoded the thread's 10 ms (under the session's lock), then wrote the files of
+    the threads before it; meanwhile the thread used 20 ms more and wrote its final files
+    (30 ms). The checkpoint's older encoding, written last, replaced them: on CI, under load,
+    a thread of eight that each use 30 ms was written with 24.7 ms."""
+    session, cpu, frames_of = _session_on_set_clocks(tmp_path)
+    registered, end = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        session.register_thread(threading.current_thread(), program_ns=0)
+        registered.set()
+        end.wait()
+        session.thread_finished()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    registered.wait()
+    assert thread.native_id is not None and thread.ident is not None
+    clock = thread_cpu_clock(thread.native_id)
+    frames_of.append(thread.ident)
+    cpu[clock] = 0.010
+    session.python.sample()
+    write = session.writer.write
+
+    def checkpoint_write(state: ThreadState, data: Encoded) -> None:
+        if state.ident == thread.ident and not end.is_set():  # the thread ends meanwhile
+            cpu[clock] = 0.030
+            end.set()
+            thread.join()
+        write(state, data)
+
+    session.writer.write = checkpoint_write  # type: ignore[method-assign]
+    try:
+        session.checkpoint()
+    finally:
+        end.set()
+        thread.join()
+    (path,) = tmp_path.glob("*-001-*.hpcrun")
+    assert float(hpcrun.read(path).decoded_values()[2].sum()) == pytest.approx(0.030)
 
 
 def test_the_frames_of_a_sample_are_taken_with_the_session_lock_held(tmp_path: Path) -> None:
