@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import sys
 import threading
 import types
@@ -45,9 +46,10 @@ from pyhpctk.measure.events import (
     parse_event,
     parse_events,
 )
-from pyhpctk.measure.launch.config import ENV_OUTPUT, MeasureOptions
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
+from pyhpctk.measure.settings import ENV_OPTIONS, RunSettings
 
 if TYPE_CHECKING:
     from pyhpctk.measure.session.writing import Encoded
@@ -91,12 +93,15 @@ def test_the_fallback_says_why_once_and_names_events_it_cannot_measure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(engine.ENV_FALLBACK_SAID, raising=False)
-    engine.say_fallback_once("the sampling engine is not built for this interpreter")
-    engine.say_fallback_once("the sampling engine is not built for this interpreter")
+    for _ in range(2):  # each time with the settings a process (a child) reads now
+        said_before = RunSettings(os.environ).fallback_said
+        engine.say_fallback_once(
+            "the sampling engine is not built for this interpreter", said_before
+        )
     said = capsys.readouterr().err
     assert said.count("GIL switch points") == 1
     monkeypatch.setenv(engine.ENV_SAMPLER, "thread")
-    assert engine.load_engine() == (None, "")
+    assert engine.load_engine(RunSettings(os.environ).sampler) == (None, "")
     Session(MeasureOptions(str(tmp_path), events=parse_events(["CPUTIME", "GILWAIT"])))
     assert "GILWAIT needs the sampling engine; it is not measured" in capsys.readouterr().err
 
@@ -107,14 +112,34 @@ def test_an_event_may_be_given_once() -> None:
 
 
 def test_options_travel_through_the_environment() -> None:
-    options = MeasureOptions("/tmp/x", parse_events(["REALTIME@2000"]), True, 2.5)
-    env: dict[str, str] = {"PYTHONPATH": "/elsewhere"}
+    """pyrun's options travel whole in one variable; the settings a user may set are read with
+    them, once, where they arrive."""
+    options = MeasureOptions(
+        "/tmp/x;trace=1%3B=",  # the separators in a value
+        parse_events(["REALTIME@2000"]),
+        True,
+        2.5,
+        native=False,
+        gpu="gpu=simulated,buffer=4",
+        report="pyhpctk-pyrun-1-ab",
+    )
+    env: dict[str, str] = {"PYTHONPATH": "/elsewhere", engine.ENV_SAMPLER: "Thread"}
     options.export(env)
-    assert MeasureOptions.from_env(env) == options
+    arrived = MeasureOptions.from_env(env)
+    assert arrived == options
+    assert arrived is not None and arrived.settings.sampler == "thread"
+    assert sorted(name for name in env if name.startswith("PYHPCTK_")) == [
+        "PYHPCTK_PYRUN_BOOTSTRAP",
+        ENV_OPTIONS,
+        "PYHPCTK_PYRUN_PACKAGE_ROOT",
+        engine.ENV_SAMPLER,
+    ]
     assert env["PYTHONPATH"].endswith("/elsewhere")
     assert env["PYTHONPATH"].split(":")[0].endswith("bootstrap")
     assert MeasureOptions.from_env({}) is None
-    assert MeasureOptions.from_env({ENV_OUTPUT: "/tmp/y"}) == MeasureOptions("/tmp/y")
+    assert MeasureOptions.from_env({ENV_OPTIONS: "output_dir=/tmp/y"}) == MeasureOptions("/tmp/y")
+    with pytest.raises(UsageError, match="PYHPCTK_PYRUN_OPTIONS is not pyrun's options"):
+        MeasureOptions.from_env({ENV_OPTIONS: "/tmp/y"})
 
 
 # -- naming ------------------------------------------------------------------------------------
@@ -704,7 +729,7 @@ def test_drain_period_is_the_default_unless_a_benchmark_sets_a_sane_one(
     monkeypatch: pytest.MonkeyPatch, value: str, period: float
 ) -> None:
     monkeypatch.setenv(engine.ENV_DRAIN_PERIOD, value)
-    assert engine.drain_period() == period
+    assert engine.drain_period(RunSettings(os.environ).drain_s) == period
 
 
 def _other_interpreter() -> str | None:
