@@ -9,11 +9,23 @@ REALTIME and GILWAIT at 1 kHz and native frames on (pyrun's default: every sampl
 native stack, issue #17). A run passes when the program exits 0 within TIMEOUT seconds,
 prints ``stress ok``, every profile it wrote passes ``pyhpctk verify``, and no process's engine
 found a torn record (``torn_records``, printed with ``PYHPCTK_PYRUN_DEBUG=1``). On a timeout the
-stacks of the process tree are dumped with ``py-spy dump --native`` (where py-spy is installed:
-``pip install py-spy``; it is no dependency) before the tree is killed.
+stacks of the process tree are dumped with ``py-spy dump --pid PID --native`` (where py-spy is
+on ``PATH`` or beside the interpreter: ``pip install py-spy``; it is no dependency), with each
+thread's kernel state, before the tree is killed.
 
     nice -n 10 python benchmarks/engine_stress.py --runs 1000      # the full stress (minutes)
+    python benchmarks/engine_stress.py --runs 1000 --jobs 16        # on 16 cores
     python benchmarks/engine_stress.py --runs 3                     # what the test suite runs
+
+``--jobs N`` runs N at once, each in a directory of its own (its measurement and its working
+directory; the C pieces are shared, read only); the progress line every 50 runs counts the
+runs finished, and a failed run's line names its number. The last line sums up (runs, failed,
+hung, seconds, jobs, the measured Python, CPUs). ``--out DIR`` (a new or empty directory)
+keeps ``runs.tsv`` (each run: passed, failed or hung, and its seconds), ``runN.log`` for each
+run that failed (with the stacks of one that hung) and ``summary.txt``. Standard library only
+(and pyhpctk): it runs on machines without internet.
+
+    python benchmarks/engine_stress.py --runs 1000 --jobs 16 --out stress-logs
 
 The C pieces (``looper.so``, ``thrower.so``, ``fresh*/fresh.so``) are built with the C and C++
 compilers (``cc``, ``c++``) and this interpreter's headers into a temporary directory. Without a
@@ -24,6 +36,7 @@ exit through native frames), and the script says so.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -37,6 +50,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+HUNG = "hung"  # how a run that timed out is told
 PROGRAM = REPO / "tests" / "programs" / "engine_stress.py"
 LOOPER = (
     "long looper(long n) { volatile long x = 0; for (long i = 0; i < n; i++) x++; return x; }\n"
@@ -176,19 +190,36 @@ def kernel_side(pid: int) -> str:
     return "\n".join(lines)
 
 
-def run_once(directory: Path, out: Path, threads: int, timeout: float, python: str) -> str:
-    """'' when the run passed, else what went wrong."""
+def run_once(
+    directory: Path, run: int, threads: int, timeout: float, python: str
+) -> tuple[int, str, float]:
+    """Run number ``run``: (``run``, '' when it passed or else what went wrong, seconds). It
+    runs in a directory of its own under ``directory`` (its working directory, holding its
+    measurement ``m``), removed after."""
+    own = directory / f"run{run}"
+    own.mkdir()
+    began = time.monotonic()
+    try:
+        return run, _run_in(own, directory, threads, timeout, python), time.monotonic() - began
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def _run_in(own: Path, directory: Path, threads: int, timeout: float, python: str) -> str:
     from pyhpctk.formats.inspect import verify_path
 
+    out = own / "m"
     pyrun = [sys.executable, "-m", "pyhpctk.cli.pyrun"]
     events = ["-e", "CPUTIME@1000", "-e", "REALTIME@1000", "-e", "GILWAIT@1000"]
     command = [*pyrun, *events, "-o", str(out), python, str(PROGRAM), str(directory), str(threads)]
     env = dict(os.environ, PYHPCTK_PYRUN_DEBUG="1")  # every process's engine counts at exit
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=own
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"hung after {timeout} s; stacks:\n{dump_and_kill(process)}"
+        return f"{HUNG} after {timeout} s; stacks:\n{dump_and_kill(process)}"
     text = output.decode(errors="replace")
     if process.returncode != 0 or "stress ok" not in text:
         return f"exit status {process.returncode}:\n{text}"
@@ -201,6 +232,43 @@ def run_once(directory: Path, out: Path, threads: int, timeout: float, python: s
     return ""
 
 
+class Logs:
+    """What ``--out`` keeps: ``runs.tsv`` (a line a run: number, passed/failed/hung, seconds),
+    ``runN.log`` (what went wrong in run N, its stacks if it hung) and ``summary.txt``."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        if directory is not None:
+            (directory / "runs.tsv").write_text("run\tresult\tseconds\n")
+
+    def run(self, run: int, problem: str, seconds: float) -> None:
+        if self.directory is None:
+            return
+        result = "passed" if not problem else "hung" if problem.startswith(HUNG) else "failed"
+        with open(self.directory / "runs.tsv", "a") as stream:
+            stream.write(f"{run}\t{result}\t{seconds:.1f}\n")
+        if problem:
+            (self.directory / f"run{run}.log").write_text(problem + "\n")
+
+    def summary(self, line: str) -> None:
+        if self.directory is not None:
+            (self.directory / "summary.txt").write_text(line + "\n")
+
+
+def output_directory(parser: argparse.ArgumentParser, out: str | None) -> Path | None:
+    """``--out``, created; one that holds files is refused (nothing is overwritten)."""
+    if out is None:
+        return None
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if any(path.iterdir()):
+            parser.error(f"--out {out}: the directory holds files already; give a new one")
+    except OSError as error:
+        parser.error(f"--out {out}: {error.strerror or error}")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -209,22 +277,53 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--python", default=sys.executable, help="the measured interpreter")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs at once, each in its own directory (default 1)"
+    )
+    parser.add_argument(
+        "--out", help="a new directory for the logs: runs.tsv, runN.log of each failed run"
+    )
     args = parser.parse_args()
-    failures = 0
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    logs = Logs(output_directory(parser, args.out))
+    failures = hung = done = 0
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pyhpctk-stress-") as temporary:
         directory = Path(temporary)
         build(directory, fresh=10)
-        for run in range(args.runs):
-            out = directory / f"m{run}"
-            problem = run_once(directory, out, args.threads, args.timeout, args.python)
-            shutil.rmtree(out, ignore_errors=True)
-            if problem:
-                failures += 1
-                print(f"run {run + 1}: {problem}", flush=True)
-            if (run + 1) % 50 == 0 or run + 1 == args.runs:
-                elapsed = time.monotonic() - started
-                print(f"{run + 1} runs, {failures} failed, {elapsed:.0f} s", flush=True)
+        # Processes, not threads: a run's verify is Python work that would wait for one GIL.
+        with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+            pending = [
+                pool.submit(run_once, directory, run, args.threads, args.timeout, args.python)
+                for run in range(1, args.runs + 1)
+            ]
+            for future in concurrent.futures.as_completed(pending):
+                run, problem, seconds = future.result()
+                done += 1
+                logs.run(run, problem, seconds)
+                if problem:
+                    failures += 1
+                    hung += problem.startswith(HUNG)
+                    print(f"run {run}: {problem}", flush=True)
+                if done % 50 == 0 or done == args.runs:
+                    elapsed = time.monotonic() - started
+                    print(f"{done} runs, {failures} failed, {elapsed:.0f} s", flush=True)
+    elapsed = time.monotonic() - started
+    version = subprocess.run(
+        [args.python, "-c", "import sys; print(sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    summary = (
+        f"engine_stress: {args.runs} runs, {failures} failed ({hung} hung), {elapsed:.0f} s,"
+        f" {args.jobs} at once, {args.threads} threads a run, Python {version or args.python},"
+        f" {os.cpu_count()} CPUs"
+    )
+    print(summary, flush=True)
+    logs.summary(summary)
     return 1 if failures else 0
 
 

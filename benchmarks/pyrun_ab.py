@@ -7,9 +7,10 @@ processes of the same program differ by their memory layout, a 2 % cost is below
 comparison resolves: pyrun at 1 Hz, which samples almost nothing, came out 0.94x to 1.03x of
 plain in four runs. Here one process alternates phases of the same work, each about
 ``--phase`` seconds, with pyrun's measurement stopped (``off``) and running (``on``, CPU time
-sampled at ``--rate`` by the engine, native frames as ``PYHPCTK_PYRUN_NATIVE`` says: on unless
-"0"), in the order off-on-on-off so that a drift in time hits both alike, and reports the
-median over pairs of ``on / off`` for the phase's wall time and its process CPU time. What it
+sampled at ``--rate`` by the engine, native frames as ``PYHPCTK_PYRUN_NATIVE`` says, this
+script's own knob (pyrun's ``--native``/``--no-native``): on unless "0"), in the order
+off-on-on-off so that a drift in time hits both alike, and reports the median over pairs of
+``on / off`` for the phase's wall time and its process CPU time. What it
 measures is the cost of sampling itself (signals, the handler, the drain's work, the monitor);
 what it leaves out is start-up and the end (writing the profiles), which ``pyrun_cpu.py``'s
 command wall ratio shows, and any difference of memory layout that pyrun's imports make.
@@ -64,6 +65,9 @@ from pyrun_cpu import pin_cpus  # noqa: E402  (beside this script)
 
 from pyhpctk.measure.events import EventSpec  # noqa: E402
 from pyhpctk.measure.launch import runtime  # noqa: E402
+
+# native frames in the measured phases (pyrun --native / --no-native): on unless "0"
+NATIVE = os.environ.get("PYHPCTK_PYRUN_NATIVE", "1").strip() != "0"
 
 
 def python_loop(n: int) -> int:
@@ -184,7 +188,8 @@ def measured_phase(
     """One phase with pyrun measuring (the session started before and stopped after it)."""
     out = tempfile.mkdtemp(prefix="pyrun-ab-")
     os.environ["PYHPCTK_PYRUN_CPU_TIMER"] = ROUTES[route]
-    session = runtime.start(out, events=(EventSpec("CPUTIME", max(1, 1_000_000 // rate)),))
+    events = (EventSpec("CPUTIME", max(1, 1_000_000 // rate)),)
+    session = runtime.start(out, events=events, native=NATIVE)
     if session.engine is None:
         raise SystemExit("pyrun_ab.py: the sampling engine is not built here (make env)")
     try:
@@ -295,7 +300,7 @@ def main() -> int:
                         + (f" bare signal {statistics.median(bares):.3f}x" if bares else ""),
                         file=sys.stderr,
                     )
-    native = os.environ.get("PYHPCTK_PYRUN_NATIVE", "1").strip() != "0"
+    native = NATIVE
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}; pinned to {sorted(os.sched_getaffinity(0))}; native "

@@ -168,10 +168,14 @@ def test_gpu_events_use_hpcruns_syntax() -> None:
         parse_gpu_event("gpu=simulated,buffer=many").int_option("buffer", 1)
 
 
-def test_gpu_specs_travel_in_their_own_environment_variable() -> None:
-    from pyhpctk.measure.gpu import ENV_GPU, is_gpu_event, spec_from_env
+def test_gpu_specs_travel_whole_in_pyruns_options() -> None:
+    from pyhpctk.measure.gpu import is_gpu_event
+    from pyhpctk.measure.launch.config import MeasureOptions
 
     spec = parse_gpu_event("gpu=simulated,recording=/data/run.json,buffer=4")
-    assert spec_from_env({ENV_GPU: str(spec)}) == spec
-    assert spec_from_env({}) is None
+    env: dict[str, str] = {}
+    MeasureOptions("/tmp/x", gpu=str(spec)).export(env)
+    arrived = MeasureOptions.from_env(env)
+    assert arrived is not None and parse_gpu_event(arrived.gpu) == spec
+    assert MeasureOptions("/tmp/x").gpu == ""
     assert is_gpu_event(" GPU=nvidia") and not is_gpu_event("CPUTIME@5000")

@@ -63,7 +63,7 @@ def test_a_runner_passing_a_list_of_variables_loses_the_child_unless_pythonpath_
     assert f"  pid {child} (" in err and CLEARED in err
     assert main(["-o", str(tmp_path / "kept"), *args, "PYTHONPATH"]) == 0
     child = int(pidfile.read_text())
-    # Before: only PYHPCTK_PYRUN_OUT and the rest were lost, and the child ran unmeasured.
+    # Before: only PYHPCTK_PYRUN_OUT was kept and the rest were lost, and the child ran unmeasured.
     measured = {m.pid: m for m in read_measurements(tmp_path / "kept")}
     assert child in measured and measured[child].nodes_named("child_work")
     assert "not measured" not in capsys.readouterr().err
@@ -121,13 +121,13 @@ def test_settings_are_left_only_in_a_directory_no_one_else_can_write(
     shared.mkdir()
     shared.chmod(0o777)
     monkeypatch.setattr(rescue, "RUN_DIRECTORY", str(shared))
-    assert rendezvous.publish({"PYHPCTK_PYRUN_OUT": "/x"}) is None
+    assert rendezvous.publish({"PYHPCTK_PYRUN_OPTIONS": "/x"}) is None
     assert list(shared.iterdir()) == []
     assert not rescue.restore_settings()
     private = tmp_path / "private"
     monkeypatch.setattr(rescue, "RUN_DIRECTORY", str(private))
-    path = rendezvous.publish({"PYHPCTK_PYRUN_OUT": "/x", "HOME": "/home/u"})
-    assert path is not None and Path(path).read_bytes() == b"PYHPCTK_PYRUN_OUT=/x"
+    path = rendezvous.publish({"PYHPCTK_PYRUN_OPTIONS": "/x", "HOME": "/home/u"})
+    assert path is not None and Path(path).read_bytes() == b"PYHPCTK_PYRUN_OPTIONS=/x"
     assert oct(private.stat().st_mode & 0o777) == oct(0o700)
     rendezvous.withdraw(path)
     assert list(private.iterdir()) == []
@@ -144,8 +144,8 @@ def test_settings_are_left_only_in_a_directory_no_one_else_can_write(
             [b"python3", b"a.py"],
             "its environment lost pyrun's PYHPCTK_PYRUN_*",
         ),
-        (b"PYHPCTK_PYRUN_OUT=/m\0PYTHONPATH=/x", [b"python3"], "its PYTHONPATH lost pyrun's"),
-        (b"PYHPCTK_PYRUN_OUT=/m\0PYTHONPATH=/x" + os.pathsep.encode() + b"/boot", [b"p"], ""),
+        (b"PYHPCTK_PYRUN_OPTIONS=/m\0PYTHONPATH=/x", [b"python3"], "its PYTHONPATH lost pyrun's"),
+        (b"PYHPCTK_PYRUN_OPTIONS=/m\0PYTHONPATH=/x" + os.pathsep.encode() + b"/boot", [b"p"], ""),
     ],
 )
 def test_why_a_process_was_not_reached(environ: bytes, argv: list[bytes], why: str) -> None:

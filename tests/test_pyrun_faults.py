@@ -20,7 +20,7 @@ import pytest
 from pyhpctk.cli.pyrun import main
 from pyhpctk.formats.inspect import verify_path
 from pyhpctk.measure.launch.launcher import MEASUREMENT_LOST, same_launch
-from pyhpctk.measure.losses import ENV_REPORT, LOST, WRITTEN, LossReport, tell_pyrun
+from pyhpctk.measure.losses import LOST, WRITTEN, LossReport, tell_pyrun
 from test_pyrun import LAUNCHER_VARIABLES, PROGRAMS, PYTHON, chain_under, read_measurements
 
 PYRUN = str(Path(sys.executable).parent / "pyrun")
@@ -173,7 +173,9 @@ def _fill_disk_then(free: int, status: int, threads: bool) -> str:
     argv = ["call_chain.py", "0.1", *(["threads"] if threads else [])]
     return (
         "import os, runpy, sys\n"
-        "filler = os.path.join(os.environ['PYHPCTK_PYRUN_OUT'], '..', 'filler')\n"
+        "from pyhpctk.measure.launch.config import MeasureOptions\n"
+        "out = MeasureOptions.from_env(os.environ).output_dir\n"
+        "filler = os.path.join(out, '..', 'filler')\n"
         "with open(filler, 'wb', buffering=0) as stream:\n"
         "    try:\n"
         "        while True: stream.write(b'x' * 1024)\n"
@@ -332,17 +334,13 @@ def test_which_claims_belong_to_one_launch(claim: str, owner: str, same: bool) -
     assert same_launch(claim, owner) is same
 
 
-def test_a_profile_written_after_a_failed_checkpoint_is_not_reported_lost(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_profile_written_after_a_failed_checkpoint_is_not_reported_lost() -> None:
     report = LossReport()
-    env: dict[str, str] = {}
-    report.export(env)  # what the measured processes inherit
-    monkeypatch.setenv(ENV_REPORT, env[ENV_REPORT])
+    address = report.listening  # what the measured processes find in their options
     try:
-        tell_pyrun(LOST, "a.hpcrun", "No space left on device")
-        tell_pyrun(LOST, "b.hpcrun", "Disk quota exceeded")
-        tell_pyrun(WRITTEN, "a.hpcrun")  # the final write went through
+        tell_pyrun(address, LOST, "a.hpcrun", "No space left on device")
+        tell_pyrun(address, LOST, "b.hpcrun", "Disk quota exceeded")
+        tell_pyrun(address, WRITTEN, "a.hpcrun")  # the final write went through
     finally:
         lost = report.close()
     assert lost == {"b.hpcrun": "Disk quota exceeded"}

@@ -216,7 +216,6 @@ def test_a_crash_after_a_second_and_a_half_keeps_most_of_it(
 
 _REPORT_WITH_NO_DESCRIPTOR_LEFT = """
 import os, resource, sys
-os.environ["PYHPCTK_PYRUN_REPORT"] = "pyhpctk-pyrun-test-nobody-listens"
 from pyhpctk.measure import losses
 assert "socket" not in sys.modules
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -226,7 +225,12 @@ try:
         held.append(os.open(os.devnull, os.O_RDONLY))
 except OSError:
     pass
-losses.tell_pyrun(losses.LOST, "python-000000-001-0-1-0.hpcrun", "Too many open files")
+losses.tell_pyrun(
+    "pyhpctk-pyrun-test-nobody-listens",
+    losses.LOST,
+    "python-000000-001-0-1-0.hpcrun",
+    "Too many open files",
+)
 print("told")
 """
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import sys
 import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -44,9 +46,14 @@ from pyhpctk.measure.events import (
     parse_event,
     parse_events,
 )
-from pyhpctk.measure.launch.config import ENV_OUTPUT, MeasureOptions
+from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.session import Clocks, Session, thread_cpu_clock
+from pyhpctk.measure.settings import ENV_OPTIONS, RunSettings
+
+if TYPE_CHECKING:
+    from pyhpctk.measure.session.writing import Encoded
+    from pyhpctk.measure.thread_state import ThreadState
 
 # -- events ------------------------------------------------------------------------------------
 
@@ -86,12 +93,15 @@ def test_the_fallback_says_why_once_and_names_events_it_cannot_measure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(engine.ENV_FALLBACK_SAID, raising=False)
-    engine.say_fallback_once("the sampling engine is not built for this interpreter")
-    engine.say_fallback_once("the sampling engine is not built for this interpreter")
+    for _ in range(2):  # each time with the settings a process (a child) reads now
+        said_before = RunSettings(os.environ).fallback_said
+        engine.say_fallback_once(
+            "the sampling engine is not built for this interpreter", said_before
+        )
     said = capsys.readouterr().err
     assert said.count("GIL switch points") == 1
     monkeypatch.setenv(engine.ENV_SAMPLER, "thread")
-    assert engine.load_engine() == (None, "")
+    assert engine.load_engine(RunSettings(os.environ).sampler) == (None, "")
     Session(MeasureOptions(str(tmp_path), events=parse_events(["CPUTIME", "GILWAIT"])))
     assert "GILWAIT needs the sampling engine; it is not measured" in capsys.readouterr().err
 
@@ -102,14 +112,34 @@ def test_an_event_may_be_given_once() -> None:
 
 
 def test_options_travel_through_the_environment() -> None:
-    options = MeasureOptions("/tmp/x", parse_events(["REALTIME@2000"]), True, 2.5)
-    env: dict[str, str] = {"PYTHONPATH": "/elsewhere"}
+    """pyrun's options travel whole in one variable; the settings a user may set are read with
+    them, once, where they arrive."""
+    options = MeasureOptions(
+        "/tmp/x;trace=1%3B=",  # the separators in a value
+        parse_events(["REALTIME@2000"]),
+        True,
+        2.5,
+        native=False,
+        gpu="gpu=simulated,buffer=4",
+        report="pyhpctk-pyrun-1-ab",
+    )
+    env: dict[str, str] = {"PYTHONPATH": "/elsewhere", engine.ENV_SAMPLER: "Thread"}
     options.export(env)
-    assert MeasureOptions.from_env(env) == options
+    arrived = MeasureOptions.from_env(env)
+    assert arrived == options
+    assert arrived is not None and arrived.settings.sampler == "thread"
+    assert sorted(name for name in env if name.startswith("PYHPCTK_")) == [
+        "PYHPCTK_PYRUN_BOOTSTRAP",
+        ENV_OPTIONS,
+        "PYHPCTK_PYRUN_PACKAGE_ROOT",
+        engine.ENV_SAMPLER,
+    ]
     assert env["PYTHONPATH"].endswith("/elsewhere")
     assert env["PYTHONPATH"].split(":")[0].endswith("bootstrap")
     assert MeasureOptions.from_env({}) is None
-    assert MeasureOptions.from_env({ENV_OUTPUT: "/tmp/y"}) == MeasureOptions("/tmp/y")
+    assert MeasureOptions.from_env({ENV_OPTIONS: "output_dir=/tmp/y"}) == MeasureOptions("/tmp/y")
+    with pytest.raises(UsageError, match="PYHPCTK_PYRUN_OPTIONS is not pyrun's options"):
+        MeasureOptions.from_env({ENV_OPTIONS: "/tmp/y"})
 
 
 # -- naming ------------------------------------------------------------------------------------
@@ -410,13 +440,9 @@ def test_sampler_attributes_cpu_deltas_to_each_threads_stack(
     assert int(only["node_id"]) in no_activity
 
 
-def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
-    tmp_path: Path, parked_thread: threading.Thread
-) -> None:
-    """A thread born while measured: all its CPU time is the program's, whether the sampler
-    finds it first or it registers itself through pyrun's thread hook (``program_ns``: its time
-    before the hook; the hook's own is pyrun's). A thread alive before measuring began counts
-    from when the sampler first sees it."""
+def _session_on_set_clocks(tmp_path: Path) -> tuple[Session, dict[int, float], list[int]]:
+    """A session whose thread CPU clocks read what the test sets (clock id -> seconds, 0 when
+    unset) and whose samples see the frames of the threads the test lists (idents)."""
     cpu: dict[int, float] = {}
     frames_of: list[int] = []
 
@@ -425,7 +451,17 @@ def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
         return {ident: current[ident] for ident in frames_of}
 
     clocks = Clocks(thread_cpu=lambda clock: cpu.get(clock, 0.0), current_frames=frames)
-    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks)
+    return Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks), cpu, frames_of
+
+
+def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
+    tmp_path: Path, parked_thread: threading.Thread
+) -> None:
+    """A thread born while measured: all its CPU time is the program's, whether the sampler
+    finds it first or it registers itself through pyrun's thread hook (``program_ns``: its time
+    before the hook; the hook's own is pyrun's). A thread alive before measuring began counts
+    from when the sampler first sees it."""
+    session, cpu, frames_of = _session_on_set_clocks(tmp_path)
     release, ready = threading.Event(), threading.Barrier(3)
 
     def found() -> None:  # the sampler finds it: it never registers itself
@@ -460,6 +496,50 @@ def test_the_python_sampler_counts_a_thread_born_while_measured_from_its_birth(
         totals[int(profile.header("thread-id"))] = float(profile.decoded_values()[2].sum())
     # numbered in order of first sight: the hooked thread registered before the samples
     assert totals == pytest.approx({1: 1.15 - 0.3, 2: 0.25, 3: 1.25}), totals
+
+
+def test_a_threads_end_keeps_its_last_samples_when_a_checkpoint_writes_after_it(
+    tmp_path: Path,
+) -> None:
+    """The Python sampler's figures of a thread that ends while a checkpoint is writing: the
+    checkpoint encoded the thread's 10 ms (under the session's lock), then wrote the files of
+    the threads before it; meanwhile the thread used 20 ms more and wrote its final files
+    (30 ms). The checkpoint's older encoding, written last, replaced them: on CI, under load,
+    a thread of eight that each use 30 ms was written with 24.7 ms."""
+    session, cpu, frames_of = _session_on_set_clocks(tmp_path)
+    registered, end = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        session.register_thread(threading.current_thread(), program_ns=0)
+        registered.set()
+        end.wait()
+        session.thread_finished()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    registered.wait()
+    assert thread.native_id is not None and thread.ident is not None
+    clock = thread_cpu_clock(thread.native_id)
+    frames_of.append(thread.ident)
+    cpu[clock] = 0.010
+    session.python.sample()
+    write = session.writer.write
+
+    def checkpoint_write(state: ThreadState, data: Encoded) -> None:
+        if state.ident == thread.ident and not end.is_set():  # the thread ends meanwhile
+            cpu[clock] = 0.030
+            end.set()
+            thread.join()
+        write(state, data)
+
+    session.writer.write = checkpoint_write  # type: ignore[method-assign]
+    try:
+        session.checkpoint()
+    finally:
+        end.set()
+        thread.join()
+    (path,) = tmp_path.glob("*-001-*.hpcrun")
+    assert float(hpcrun.read(path).decoded_values()[2].sum()) == pytest.approx(0.030)
 
 
 def test_the_frames_of_a_sample_are_taken_with_the_session_lock_held(tmp_path: Path) -> None:
@@ -649,7 +729,7 @@ def test_drain_period_is_the_default_unless_a_benchmark_sets_a_sane_one(
     monkeypatch: pytest.MonkeyPatch, value: str, period: float
 ) -> None:
     monkeypatch.setenv(engine.ENV_DRAIN_PERIOD, value)
-    assert engine.drain_period() == period
+    assert engine.drain_period(RunSettings(os.environ).drain_s) == period
 
 
 def _other_interpreter() -> str | None:

@@ -32,7 +32,7 @@ INTERVAL_S = 0.05
 #: An executable that is a Python interpreter: python, python3, python3.12, python3.13t, ...
 PYTHON_EXECUTABLE = re.compile(r"python(\d+(\.\d+)*)?[dmt]?(-dbg)?")
 
-ENV_OUTPUT = b"PYHPCTK_PYRUN_OUT"
+ENV_OPTIONS = b"PYHPCTK_PYRUN_OPTIONS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ def why_unreached(environ: bytes | None, argv: list[bytes], bootstrap: str) -> s
     variables = dict(entry.partition(b"=")[::2] for entry in environ.split(b"\0") if b"=" in entry)
     path = variables.get(b"PYTHONPATH", b"").decode("utf-8", "surrogateescape")
     has_bootstrap = bootstrap in path.split(os.pathsep)
-    if not variables.get(ENV_OUTPUT):
+    if not variables.get(ENV_OPTIONS):
         if has_bootstrap:
             return "its environment lost pyrun's PYHPCTK_PYRUN_* variables"
         return (

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from pyhpctk.measure.cct import FunctionTable, MetricKind, NodeIdAllocator, ThreadCCT
     from pyhpctk.measure.encode import ProfileIdentity
+    from pyhpctk.measure.settings import RunSettings
 
 
 class HostOptions(Protocol):
@@ -30,6 +31,9 @@ class HostOptions(Protocol):
 
     @property
     def trace(self) -> bool: ...
+
+    @property
+    def settings(self) -> RunSettings: ...
 
 
 class Host(Protocol):

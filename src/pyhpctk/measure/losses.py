@@ -1,8 +1,8 @@
 """How a measured process tells pyrun that it measures, and which profiles it could not write.
 
 pyrun binds a Unix datagram socket in Linux's abstract namespace — no file, so a full file
-system cannot stop it — and names it in ``PYHPCTK_PYRUN_REPORT``. Every measured process that
-inherits the variable sends one datagram when it starts measuring (:func:`tell_started`: its
+system cannot stop it — and names it in its options (``MeasureOptions.report``). Every measured
+process that inherits them sends one datagram when it starts measuring (:func:`tell_started`: its
 pid and start time, which pyrun compares with the Python processes it saw start,
 :mod:`pyhpctk.measure.census`), one when a thread's files could not be written, and one
 when a later write of them succeeded (a checkpoint that failed is no loss once the final write
@@ -25,14 +25,10 @@ try:
 except ImportError:  # pragma: no cover - an interpreter built without sockets: nothing is told
     _socket = None  # type: ignore[assignment]
 
-from pyhpctk.measure.settings import ENV_REPORT as ENV_REPORT
-from pyhpctk.measure.settings import run_settings
-
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     import socket
     import threading
-    from collections.abc import MutableMapping
 
 LOST, WRITTEN, STARTED = "lost", "written", "started"
 _MAX_DATAGRAM = 8192
@@ -40,18 +36,18 @@ _SEND_TIMEOUT_S = 0.5
 _STARTED_TIMEOUT_S = 0.1  # a start-up report must never hold the program back for long
 
 
-def tell_pyrun(word: str, name: str, error: str = "") -> None:
-    """Tell pyrun that profile ``name`` was ``LOST`` (with ``error``) or ``WRITTEN`` after all."""
+def tell_pyrun(address: str, word: str, name: str, error: str = "") -> None:
+    """Tell pyrun (listening at ``address``, the options' ``report``; "" for none) that profile
+    ``name`` was ``LOST`` (with ``error``) or ``WRITTEN`` after all."""
     line = f"{word}\t{name}\t{error}".encode("utf-8", "surrogateescape")[:_MAX_DATAGRAM]
     # pyrun drains its queue as reports come (the kernel queues only a few datagrams); a
     # bounded wait covers a burst, and a pyrun that is gone refuses at once.
-    _send(line, _SEND_TIMEOUT_S)
+    _send(address, line, _SEND_TIMEOUT_S)
 
 
-def _send(line: bytes, timeout: float) -> None:
+def _send(address: str, line: bytes, timeout: float) -> None:
     """Send ``line`` to pyrun's report socket; nothing if there is none or it cannot be sent
     (pyrun gone or stuck, no descriptor left: the process's stderr line is what remains)."""
-    address = run_settings().report
     if not address or _socket is None:
         return
     try:
@@ -67,14 +63,15 @@ def _send(line: bytes, timeout: float) -> None:
         channel.close()
 
 
-def tell_started() -> None:
-    """Tell pyrun that this process measures itself: its pid and start time (field 22 of
-    ``/proc/self/stat``, so that pyrun tells it from a later process with the same pid).
+def tell_started(address: str) -> None:
+    """Tell pyrun (at ``address``) that this process measures itself: its pid and start time
+    (field 22 of ``/proc/self/stat``, so that pyrun tells it from a later process with the
+    same pid).
 
     Sent at start-up by pyrun's bootstrap: it waits a moment at most (a full queue of start-up
     reports), then gives up; pyrun still finds the process's profiles by their names.
     """
-    if not run_settings().report:
+    if not address:
         return
     start = ""
     try:
@@ -84,7 +81,7 @@ def tell_started() -> None:
     except (OSError, ValueError, IndexError):  # no /proc: the pid alone
         pass
     # pyrun gone or its queue full: the profile names still tell
-    _send(f"{STARTED}\t{os.getpid()}\t{start}".encode(), _STARTED_TIMEOUT_S)
+    _send(address, f"{STARTED}\t{os.getpid()}\t{start}".encode(), _STARTED_TIMEOUT_S)
 
 
 class LossReport:
@@ -113,12 +110,11 @@ class LossReport:
         )
         self._receiver.start()
 
-    def export(self, env: MutableMapping[str, str]) -> None:
-        """Name the socket in ``env`` for the processes pyrun starts."""
-        if self._socket is not None:
-            env[ENV_REPORT] = self.address
-        else:
-            env.pop(ENV_REPORT, None)
+    @property
+    def listening(self) -> str:
+        """The socket's name for the options of the processes pyrun starts ("" when there is no
+        socket: no abstract namespace here)."""
+        return self.address if self._socket is not None else ""
 
     def _receive(self, channel: socket.socket) -> None:
         while True:

@@ -27,11 +27,10 @@ from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu.options import block_counting, inst_counting, pc_period
 from pyhpctk.measure.gpu.spec import (
     BACKENDS,
-    ENV_GPU,
     GpuSpec,
     is_gpu_event,
     parse_gpu_event,
-    spec_from_env,
+    with_defaults,
 )
 
 TYPE_CHECKING = False
@@ -43,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
-    "ENV_GPU",
     "GpuSpec",
     "check",
     "inst_counting",
@@ -53,7 +51,6 @@ __all__ = [
     "pc_period",
     "shutdown",
     "simulated_runtime",
-    "spec_from_env",
 ]
 
 
@@ -78,6 +75,8 @@ def install(session: Host, spec: GpuSpec | str) -> GpuMonitor:
 
     if isinstance(spec, str):
         spec = parse_gpu_event(spec)
+    settings = session.options.settings  # the hook's and the recording's defaults
+    spec = with_defaults(spec, settings.gpu_hook, settings.gpu_recording)
     backend = backend_module(spec).make(spec)
     pc_kind = None
     if any(key in ("pc", "inst") for key, _ in spec.options):

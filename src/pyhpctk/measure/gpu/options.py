@@ -11,13 +11,11 @@ from __future__ import annotations
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu.kernel_filter import kernel_filter
 from pyhpctk.measure.gpu.spec import DEFAULT_SIMULATED_SYNC, DEFAULT_SYNC, SYNC_MODES, GpuSpec
-from pyhpctk.measure.settings import ENV_HOOK as ENV_HOOK
-from pyhpctk.measure.settings import run_settings
 
 
 def hook_option(spec: GpuSpec) -> str:
     """``hook=c|python|auto``: how GPU API calls are seen (the C CUPTI hook where built)."""
-    hook = spec.option("hook", run_settings().gpu_hook or "auto")
+    hook = spec.option("hook", "auto")
     if hook not in ("auto", "c", "python"):
         raise UsageError(f"gpu={spec.backend}: hook={hook!r}: say hook=c, hook=python or hook=auto")
     return hook

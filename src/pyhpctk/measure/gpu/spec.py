@@ -15,19 +15,13 @@ CuPy and Numba compile, issue #34; with ``kernel-name=REGEX``, ``launch-skip=N``
 ``tests/data/gpu/traces_device.py``, issue #34); ``sync=api|activity|both`` (who times
 synchronizations: the C hook at the API, or CUPTI's SYNCHRONIZATION records, which cost PyTorch
 models about 30 %; :mod:`.syncapi`).
-Because the options use commas, a spec travels to child processes in its own environment variable
-(:data:`ENV_GPU`), not inside the comma-separated event list.
+A spec travels to child processes as its text in pyrun's options (``MeasureOptions.gpu``), not
+inside the comma-separated event list: its options use commas.
 """
 
 from __future__ import annotations
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.settings import ENV_GPU as ENV_GPU
-from pyhpctk.measure.settings import run_settings
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 
 class BackendInfo:
@@ -194,8 +188,13 @@ def parse_gpu_event(text: str) -> GpuSpec:
     return GpuSpec(parts[0].lower(), tuple(options))
 
 
-def spec_from_env(env: Mapping[str, str] | None = None) -> GpuSpec | None:
-    """The GPU spec pyrun left in the environment (its settings, :mod:`~pyhpctk.measure.settings`),
-    or None."""
-    text = run_settings(env).gpu
-    return parse_gpu_event(text) if text else None
+def with_defaults(spec: GpuSpec, hook: str = "", recording: str = "") -> GpuSpec:
+    """``spec`` with the run's settings (``PYHPCTK_GPU_HOOK``, ``PYHPCTK_GPU_RECORDING``) for
+    the options it does not give itself and its backend takes."""
+    given = {key for key, _ in spec.options}
+    added = tuple(
+        (key, value)
+        for key, value in (("hook", hook), ("recording", recording))
+        if value and key not in given and key in OPTIONS[spec.backend]
+    )
+    return GpuSpec(spec.backend, spec.options + added) if added else spec

@@ -1,10 +1,14 @@
-"""Measurement options and how they travel to every process pyrun measures.
+"""Measurement options: the one object pyrun exports and every process it measures reads whole.
 
-``pyrun`` puts its options into environment variables (``PYHPCTK_PYRUN_*``) next to a bootstrap
-directory on ``PYTHONPATH``; every Python process that inherits that environment (the program,
-its ``subprocess`` and ``multiprocessing`` children, interpreters started by shell scripts, MPI
-ranks) reads them back with :meth:`MeasureOptions.from_env` and measures itself. Standard library
-only: this runs in every measured process.
+``pyrun`` builds one :class:`MeasureOptions` and exports it whole in one environment variable,
+``PYHPCTK_PYRUN_OPTIONS`` (``NAME=VALUE`` fields separated by ``;``; a ``%``, ``;`` or ``=`` in
+a value is written ``%25``, ``%3B``, ``%3D``: not JSON, whose import with ``re``'s costs every
+measured process 1.5 to 3 ms at start-up), next to a bootstrap directory on ``PYTHONPATH``.
+Every Python process that inherits that environment (the program, its ``subprocess`` and
+``multiprocessing`` children, interpreters started by shell scripts, MPI ranks) reads it back
+once with :meth:`MeasureOptions.from_env`, with the settings a user may set
+(:class:`~pyhpctk.measure.settings.RunSettings`), and measures itself. Standard library only:
+this runs in every measured process.
 """
 
 from __future__ import annotations
@@ -15,11 +19,9 @@ from pyhpctk.errors import UsageError
 from pyhpctk.measure.events import EventSpec, events_from_env, format_events, parse_events
 from pyhpctk.measure.settings import (  # the names of the variables (settings.py: one place)
     ENV_BOOTSTRAP,
-    ENV_CHECKPOINT,
-    ENV_EVENTS,
-    ENV_OUTPUT,
+    ENV_OPTIONS,
     ENV_PACKAGE_ROOT,
-    ENV_TRACE,
+    RunSettings,
 )
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -33,10 +35,36 @@ PACKAGE_ROOT = os.path.dirname(
 )
 
 
-class MeasureOptions:
-    """What to measure and where to write it (a value; not a dataclass, to import fast)."""
+def check_options(events: tuple[EventSpec, ...], checkpoint_s: float) -> None:
+    """Refuse what no measurement can take (pyrun checks before it creates anything)."""
+    if not events:
+        raise UsageError("at least one event is needed")
+    if checkpoint_s < 0:
+        raise UsageError("the checkpoint interval cannot be negative")
+    if checkpoint_s != checkpoint_s:
+        raise UsageError("the checkpoint interval must be a number of seconds, not nan")
 
-    __slots__ = ("checkpoint_s", "events", "output_dir", "trace")
+
+class MeasureOptions:
+    """What to measure and where to write it, and the settings of the run (a value; not a
+    dataclass, to import fast).
+
+    ``native``: samples record native frames (``--no-native``: False); ``gpu``: the parsed and
+    re-rendered ``gpu=...`` event ("" when none); ``report``: the abstract socket name pyrun
+    listens on ("" when none, :mod:`pyhpctk.measure.losses`); ``settings``: what the user set
+    in the environment, read when the options are built (:class:`RunSettings`).
+    """
+
+    __slots__ = (
+        "checkpoint_s",
+        "events",
+        "gpu",
+        "native",
+        "output_dir",
+        "report",
+        "settings",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -44,35 +72,42 @@ class MeasureOptions:
         events: tuple[EventSpec, ...] = (EventSpec("CPUTIME"),),
         trace: bool = False,
         checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+        native: bool = True,
+        gpu: str = "",
+        report: str = "",
+        settings: RunSettings | None = None,
     ) -> None:
         self.output_dir = output_dir
         self.events = tuple(events)
         self.trace = trace
         self.checkpoint_s = checkpoint_s
-        if not self.events:
-            raise UsageError("at least one event is needed")
-        if self.checkpoint_s < 0:
-            raise UsageError("the checkpoint interval cannot be negative")
-        if self.checkpoint_s != self.checkpoint_s:
-            raise UsageError("the checkpoint interval must be a number of seconds, not nan")
+        self.native = native
+        self.gpu = gpu
+        self.report = report
+        self.settings = RunSettings(os.environ) if settings is None else settings
+        check_options(self.events, self.checkpoint_s)
+
+    def _carried(self) -> dict[str, str]:
+        """What travels to the measured processes (the settings are each process's own)."""
+        return {
+            "output_dir": self.output_dir,
+            "events": format_events(self.events),
+            "trace": "1" if self.trace else "0",
+            "checkpoint_s": repr(self.checkpoint_s),
+            "native": "1" if self.native else "0",
+            "gpu": self.gpu,
+            "report": self.report,
+        }
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeasureOptions):
             return NotImplemented
-        return (self.output_dir, self.events, self.trace, self.checkpoint_s) == (
-            other.output_dir,
-            other.events,
-            other.trace,
-            other.checkpoint_s,
-        )
+        return self._carried() == other._carried()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (
-            f"MeasureOptions({self.output_dir!r}, {self.events!r}, trace={self.trace}, "
-            f"checkpoint_s={self.checkpoint_s})"
-        )
+        return f"MeasureOptions({self._carried()!r})"
 
     @property
     def period_s(self) -> float:
@@ -81,32 +116,51 @@ class MeasureOptions:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MeasureOptions | None:
-        """The options pyrun left in ``env``, or None when this process is not under pyrun."""
-        output = env.get(ENV_OUTPUT, "")
-        if not output:
+        """The options pyrun left in ``env`` and the settings set there, or None when this
+        process is not under pyrun."""
+        text = env.get(ENV_OPTIONS, "")
+        if not text:
             return None
-        events = events_from_env(env.get(ENV_EVENTS, "")) if env.get(ENV_EVENTS) else None
-        checkpoint = env.get(ENV_CHECKPOINT, "")
         try:
-            checkpoint_s = float(checkpoint) if checkpoint else DEFAULT_CHECKPOINT_S
-        except ValueError:
-            raise UsageError(f"{ENV_CHECKPOINT}={checkpoint!r} is not a number") from None
-        return cls(
-            output_dir=output,
-            events=events or parse_events([]),
-            trace=env.get(ENV_TRACE, "") == "1",
-            checkpoint_s=checkpoint_s,
-        )
+            carried = _decode(text)
+            events = carried.get("events", "")
+            checkpoint = carried.get("checkpoint_s", "")
+            return cls(
+                output_dir=carried["output_dir"],
+                events=events_from_env(events) if events else parse_events([]),
+                trace=carried.get("trace") == "1",
+                checkpoint_s=float(checkpoint) if checkpoint else DEFAULT_CHECKPOINT_S,
+                native=carried.get("native") != "0",
+                gpu=carried.get("gpu", ""),
+                report=carried.get("report", ""),
+                settings=RunSettings(env),
+            )
+        except (ValueError, KeyError) as error:
+            raise UsageError(f"{ENV_OPTIONS} is not pyrun's options: {error!r}") from None
 
     def export(self, env: MutableMapping[str, str]) -> None:
         """Put these options and the bootstrap into ``env`` for the processes pyrun starts."""
-        env[ENV_OUTPUT] = os.path.abspath(self.output_dir)
-        env[ENV_EVENTS] = format_events(self.events)
-        env[ENV_TRACE] = "1" if self.trace else "0"
-        env[ENV_CHECKPOINT] = repr(self.checkpoint_s)
+        carried = self._carried()
+        carried["output_dir"] = os.path.abspath(self.output_dir)
+        env[ENV_OPTIONS] = ";".join(
+            f"{name}={value.replace('%', '%25').replace(';', '%3B').replace('=', '%3D')}"
+            for name, value in carried.items()
+        )
         env[ENV_BOOTSTRAP] = BOOTSTRAP_DIR
         env[ENV_PACKAGE_ROOT] = PACKAGE_ROOT
         existing = [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
         if BOOTSTRAP_DIR not in existing:
             existing.insert(0, BOOTSTRAP_DIR)
         env["PYTHONPATH"] = os.pathsep.join(existing)
+
+
+def _decode(text: str) -> dict[str, str]:
+    """The fields of :meth:`MeasureOptions.export`'s text (ValueError: not such a text)."""
+    fields = {}
+    for field in text.split(";"):
+        name, equals, value = field.partition("=")
+        if not equals:
+            raise ValueError(f"no NAME=VALUE in {field!r}")
+        head, *escaped = value.split("%")
+        fields[name] = head + "".join(chr(int(part[:2], 16)) + part[2:] for part in escaped)
+    return fields

@@ -33,10 +33,15 @@ from pyhpctk.measure import naming, signals
 from pyhpctk.measure.census import Census, PythonProcess
 from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.launch import rendezvous
-from pyhpctk.measure.launch.config import BOOTSTRAP_DIR, DEFAULT_CHECKPOINT_S, MeasureOptions
+from pyhpctk.measure.launch.config import (
+    BOOTSTRAP_DIR,
+    DEFAULT_CHECKPOINT_S,
+    MeasureOptions,
+    check_options,
+)
 from pyhpctk.measure.launch.pythonargs import missing_script
 from pyhpctk.measure.losses import LossReport
-from pyhpctk.measure.settings import ENV_DEBUG, ENV_GPU, ENV_NATIVE
+from pyhpctk.measure.settings import RunSettings
 
 #: Signals pyrun passes on to the command: every catchable one that would end pyrun, but SIGINT
 #: (a terminal's Ctrl-C reaches the command directly) and SIGPIPE/SIGXFSZ (pyrun's own writes).
@@ -70,7 +75,8 @@ class ScriptNotFoundError(CommandNotFoundError):
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """Everything ``pyrun`` was asked to do."""
+    """Everything ``pyrun`` was asked to do: the command, and what :func:`run` turns into the
+    one :class:`MeasureOptions` it exports once the measurement directory is made."""
 
     command: tuple[str, ...]
     output_dir: str | None = None
@@ -86,6 +92,7 @@ class RunOptions:
             raise UsageError("no command given: pyrun [OPTIONS] COMMAND [ARGS...]")
         if self.output_dir == "":
             raise UsageError("-o: the measurement directory name is empty")
+        check_options(self.events, self.checkpoint_s)  # before anything is created
 
 
 @dataclass(slots=True)
@@ -258,24 +265,26 @@ def run(
     script_problem = missing_script(options.command, resolve_command(options.command, base_env))
     if script_problem is not None:
         raise ScriptNotFoundError(script_problem)
-    # Check the options before anything is created, so a bad value leaves no directory behind.
-    MeasureOptions(options.output_dir or ".", options.events, options.trace, options.checkpoint_s)
     created_fresh = options.output_dir is None or not os.path.exists(options.output_dir)
     output_dir = prepare_output_dir(
         options.output_dir, options.command, base_env, append=options.append
     )
-    MeasureOptions(output_dir, options.events, options.trace, options.checkpoint_s).export(base_env)
-    base_env[ENV_NATIVE] = "1" if options.native else "0"
-    if options.gpu is not None:
-        base_env[ENV_GPU] = options.gpu  # its options hold commas: its own variable
-    else:
-        base_env.pop(ENV_GPU, None)
     before = _profiles(output_dir)
     report = LossReport()
+    measure = MeasureOptions(
+        output_dir,
+        options.events,
+        options.trace,
+        options.checkpoint_s,
+        native=options.native,
+        gpu=options.gpu or "",
+        report=report.listening,
+        settings=RunSettings(base_env),
+    )
+    measure.export(base_env)  # the one options object, whole, for every measured process
     census = Census(BOOTSTRAP_DIR) if Census.available() else None
     settings = None
     try:
-        report.export(base_env)
         settings = rendezvous.publish(base_env)
         watch = census.watch if census is not None else None
         returncode = _run_forwarding_signals(list(options.command), base_env, watch)
@@ -291,7 +300,7 @@ def run(
     started = None if seen is None else len(measured | {p.pid for p in seen})
     if unmeasured:
         _tell_unmeasured(out, options.command[0], started or 0, unmeasured, settings is not None)
-    elif started is not None and base_env.get(ENV_DEBUG) == "1":
+    elif started is not None and measure.settings.debug:
         out.write(f"pyrun: {started} Python process(es) started, all measured\n")
     result = RunResult(returncode, output_dir, written, lost, started, len(measured), unmeasured)
     if lost:

@@ -16,19 +16,18 @@ from pyhpctk.measure import gpu, hooks
 from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
-from pyhpctk.measure.settings import run_settings
 
 
 def start_from_env() -> Session | None:
-    """Start measuring this process as pyrun's environment variables ask; None if they don't."""
+    """Start measuring this process as pyrun's options ask (read whole, once, from the
+    environment); None if this process is not under pyrun."""
     options = MeasureOptions.from_env(os.environ)
     if options is None or hooks.current_session() is not None:
         return None
     session = hooks.start(Session(options))
-    spec = gpu.spec_from_env()
-    if spec is not None:
-        session.gpu = gpu.install(session, spec)
-    if run_settings().debug:
+    if options.gpu:
+        session.gpu = gpu.install(session, options.gpu)
+    if options.settings.debug:
         sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
     return session
 
@@ -40,19 +39,23 @@ def start(
     checkpoint_s: float = 0.0,
     install_hooks: bool = True,
     gpu_event: str | None = None,
+    native: bool = True,
 ) -> Session:
     """Measure this process from now on, writing into ``output_dir`` (created if missing).
 
-    ``gpu_event`` (``gpu=nvidia``, ``gpu=simulated,...``) also measures GPU work.
+    ``gpu_event`` (``gpu=nvidia``, ``gpu=simulated,...``) also measures GPU work; ``native``:
+    samples record native frames (pyrun's ``--native``).
     """
     if hooks.current_session() is not None:
         raise UsageError("this process is already being measured")
     os.makedirs(output_dir, exist_ok=True)
-    options = MeasureOptions(os.path.abspath(output_dir), events, trace, checkpoint_s)
+    options = MeasureOptions(
+        os.path.abspath(output_dir), events, trace, checkpoint_s, native, gpu_event or ""
+    )
     session = Session(options)
     hooks.start(session, install_hooks=install_hooks)
-    if gpu_event is not None:
-        session.gpu = gpu.install(session, gpu.parse_gpu_event(gpu_event))
+    if options.gpu:
+        session.gpu = gpu.install(session, options.gpu)
     return session
 
 

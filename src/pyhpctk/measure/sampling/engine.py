@@ -35,7 +35,7 @@ from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_GIL_WAIT
 from pyhpctk.measure.gc_context import GC_FUNCTION, listen, stop_listening
 from pyhpctk.measure.settings import ENV_CPU_TIMER as ENV_CPU_TIMER
 from pyhpctk.measure.settings import ENV_DRAIN_PERIOD as ENV_DRAIN_PERIOD
-from pyhpctk.measure.settings import ENV_FALLBACK_SAID, run_settings
+from pyhpctk.measure.settings import ENV_FALLBACK_SAID
 from pyhpctk.measure.settings import ENV_SAMPLER as ENV_SAMPLER
 from pyhpctk.measure.thread_names import comm_name
 
@@ -59,12 +59,11 @@ UNSAMPLED_MIN_S = 0.05
 UNSAMPLED_MIN_SHARE = 0.05
 
 
-def cpu_timer_route() -> int:
+def cpu_timer_route(chosen: str = "") -> int:
     """How the engine takes CPU samples: 0 timers on the threads' CPU clocks, 1 perf_events
     counters that signal through O_ASYNC, 2 counters that raise SIGTRAP (the default; the engine
     falls back to 1 on kernels before 5.13). Under a debugger (a tracer attached), 1: a
-    debugger stops at every SIGTRAP."""
-    chosen = run_settings().cpu_timer
+    debugger stops at every SIGTRAP. ``chosen``: the setting (``PYHPCTK_PYRUN_CPU_TIMER``)."""
     if chosen == "posix":
         return 0
     if chosen == "signal" or _traced():
@@ -83,19 +82,21 @@ def _traced() -> bool:
     return False
 
 
-def drain_period() -> float:
-    """Seconds between two drains: :data:`DRAIN_PERIOD_S`, or what ``PYHPCTK_PYRUN_DRAIN_S``
-    says (benchmarks; a value that is not a number from 0.01 to 2 is ignored)."""
+def drain_period(setting: str = "") -> float:
+    """Seconds between two drains: :data:`DRAIN_PERIOD_S`, or what ``setting`` (the options'
+    ``PYHPCTK_PYRUN_DRAIN_S``) says (benchmarks; a value that is not a number from 0.01 to 2
+    is ignored)."""
     try:
-        period = float(run_settings().drain_s)
+        period = float(setting)
     except ValueError:
         return DRAIN_PERIOD_S
     return period if 0.01 <= period <= 2.0 else DRAIN_PERIOD_S
 
 
-def load_engine() -> tuple[ModuleType | None, str]:
-    """The engine's module, or None and why it cannot be used here."""
-    if run_settings().sampler == "thread":
+def load_engine(sampler: str = "") -> tuple[ModuleType | None, str]:
+    """The engine's module, or None and why it cannot be used here; ``sampler``: the setting
+    (``PYHPCTK_PYRUN_SAMPLER``)."""
+    if sampler == "thread":
         return None, ""  # asked for: nothing to explain
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return (
@@ -164,11 +165,6 @@ def fell_back_line(stats: dict[str, int]) -> str:
     )
 
 
-def native_frames_wanted() -> bool:
-    """Whether samples record native frames (on unless ``pyrun --no-native``)."""
-    return run_settings().native
-
-
 def build_problem() -> str:
     """Why the engine is not usable here although it should be ('' when it is, or when this
     interpreter is one the engine does not support). In a checkout (``setup.py`` beside
@@ -190,9 +186,10 @@ def build_problem() -> str:
     return ""
 
 
-def say_fallback_once(reason: str) -> None:
-    """Explain the fallback once per pyrun run (children inherit the mark)."""
-    if reason and not run_settings().fallback_said:
+def say_fallback_once(reason: str, said: bool) -> None:
+    """Explain the fallback once per pyrun run, unless ``said`` (the setting a process that
+    said it leaves to its children)."""
+    if reason and not said:
         os.environ[ENV_FALLBACK_SAID] = "1"
         sys.stderr.write(
             f"pyrun: {reason}; sampling with a Python thread instead: self time is then"
@@ -257,15 +254,16 @@ class EngineSampler:
         self.entries = 0
 
     def start(self) -> None:
-        perf = cpu_timer_route()
+        options = self.table.options
+        perf = cpu_timer_route(options.settings.cpu_timer)
         # Threads are measured from here on (their CPU clocks read now are their baselines).
         self.started_process_cpu = time.process_time()
         self.module.start(
             self.cpu_period_ns,
             self.wall_period_ns,
-            self.table.options.trace,
+            options.trace,
             perf,
-            native_frames_wanted(),
+            options.native,
         )
         self.started = True
         listen(self.module.gc_callback)  # a sample inside a collection: <gc> (gc_context)
@@ -320,7 +318,7 @@ class EngineSampler:
         self.exclude_current_thread()
 
     def first_wait(self) -> float:
-        return drain_period()
+        return drain_period(self.table.options.settings.drain_s)
 
     def wake(self) -> None:
         with self.table.lock:
@@ -328,7 +326,7 @@ class EngineSampler:
                 self.drain()
 
     def next_wait(self) -> float:
-        return drain_period()
+        return drain_period(self.table.options.settings.drain_s)
 
     def thread_ended(self) -> None:
         self.own_thread_end()  # pyrun's CPU time, not the program's lost time
@@ -349,7 +347,7 @@ class EngineSampler:
             sys.stderr.write(unsampled + "\n")
         if stats.get("perf_refused"):
             sys.stderr.write(fell_back_line(stats) + "\n")
-        if run_settings().debug:
+        if self.table.options.settings.debug:
             stats["drain_entries"] = self.entries
             stats["drain_cpu_us"] = round(self.drain_cpu_s * 1e6)
             counts = ", ".join(f"{name} {value}" for name, value in sorted(stats.items()))

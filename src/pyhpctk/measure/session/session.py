@@ -87,13 +87,14 @@ class Session:
         self.gpu: Extension | None = None
         # The native sampling engine, or None: the Python sampler thread (sampling/engine.py),
         # which is also what a test that injects clocks drives.
-        module, reason = engine.load_engine() if clocks is None else (None, "")
+        settings = options.settings
+        module, reason = engine.load_engine(settings.sampler) if clocks is None else (None, "")
         self.engine = engine.EngineSampler(self, module) if module is not None else None
         # The Python sampler samples where the engine does not, and keeps the program's GIL
         # switch interval either way.
         self.python = PythonSampler(self, samples_itself=self.engine is None)
         if module is None:
-            engine.say_fallback_once(reason)
+            engine.say_fallback_once(reason, settings.fallback_said)
             for spec in options.events:
                 if spec.event.needs_engine:
                     sys.stderr.write(

@@ -156,7 +156,7 @@ class ProfileWriter:
         except OSError as error:
             name = (state.stem or base) + ".hpcrun"
             self._lost.add(name)
-            losses.tell_pyrun(losses.LOST, name, error.strerror or str(error))
+            losses.tell_pyrun(self.options.report, losses.LOST, name, error.strerror or str(error))
             self.tell_once(f"pyrun: cannot write measurement files to {directory}: {error}")
             return
         if self._lost:
@@ -164,7 +164,7 @@ class ProfileWriter:
             for lost in (name, base + ".hpcrun"):  # a checkpoint that failed, written now
                 if lost in self._lost:
                     self._lost.discard(lost)
-                    losses.tell_pyrun(losses.WRITTEN, lost)
+                    losses.tell_pyrun(self.options.report, losses.WRITTEN, lost)
         if called is not None:
             names = self.thread_names
             self._write_side_file(names, names.record(state.stem, called, old), "thread names")

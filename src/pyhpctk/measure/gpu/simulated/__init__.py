@@ -13,7 +13,6 @@ import os
 from pyhpctk.errors import UsageError
 from pyhpctk.measure.gpu import options
 from pyhpctk.measure.settings import ENV_RECORDING as ENV_RECORDING
-from pyhpctk.measure.settings import run_settings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ def make(spec: GpuSpec) -> Backend:
     from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
 
     inst = options.inst_counting(spec)
-    path = spec.option("recording") or run_settings().gpu_recording or DEFAULT_RECORDING
+    path = spec.option("recording") or DEFAULT_RECORDING
     try:
         replayed = recording.load(path)
     except OSError as error:

@@ -107,9 +107,9 @@ def from_pth() -> None:
     files) finds it; the bootstrap then measures and takes itself off ``sys.path``."""
     bootstrap = os.environ.get(PREFIX + "BOOTSTRAP", "")
     on_path = {os.path.abspath(entry or ".") for entry in sys.path}
-    if bootstrap and os.environ.get(PREFIX + "OUT") and bootstrap in on_path:
+    if bootstrap and os.environ.get(PREFIX + "OPTIONS") and bootstrap in on_path:
         return  # PYTHONPATH and the variables came through: the usual road measures it
-    if not os.environ.get(PREFIX + "OUT") and not restore_settings():
+    if not os.environ.get(PREFIX + "OPTIONS") and not restore_settings():
         return
     bootstrap = os.environ.get(PREFIX + "BOOTSTRAP", "")
     if bootstrap and bootstrap not in on_path:

@@ -46,7 +46,7 @@ def _restore(here: str) -> bool:
 
 
 def _measure(here: str) -> None:
-    if not os.environ.get("PYHPCTK_PYRUN_OUT") and not _restore(here):
+    if not os.environ.get("PYHPCTK_PYRUN_OPTIONS") and not _restore(here):
         return
     if sys.version_info < (3, 11):  # noqa: UP036  # a foreign interpreter may be older
         sys.stderr.write(f"pyrun: not measuring {sys.executable}: pyrun needs Python >= 3.11\n")
@@ -60,10 +60,11 @@ def _measure(here: str) -> None:
                 raise
             sys.path.append(root)
             from pyhpctk.measure.launch import runtime
-        if runtime.start_from_env() is not None:
+        session = runtime.start_from_env()
+        if session is not None:
             from pyhpctk.measure import losses
 
-            losses.tell_started()
+            losses.tell_started(session.options.report)
     except Exception as error:
         sys.stderr.write(f"pyrun: not measuring this process ({sys.executable}): {error!r}\n")
 
