@@ -264,6 +264,7 @@ class ThreadCCT:
         "no_activity",
         "node_id",
         "parent",
+        "phase",
         "retained",
         "root",
         "unwound",
@@ -283,6 +284,9 @@ class ThreadCCT:
         # hpcrun puts NoActvty right under the root of traced threads (meas/small.m).
         self.no_activity = self.placeholder(self.root, NO_ACTIVITY) if with_no_activity else -1
         self.fence = self.placeholder(self.root, MAIN_FENCE if main else THREAD_FENCE)
+        # Where sampled paths begin: the fence, or the node of the phase a mark named under it
+        # (``pyrun ctl PID mark NAME``, docs/pyrun.md "Windows of long jobs").
+        self.phase = self.fence
         self.last_leaf = self.fence
 
     def __len__(self) -> int:
@@ -317,8 +321,8 @@ class ThreadCCT:
         return self.child(parent, PLACEHOLDER_LM, placeholder_ip(text))
 
     def path(self, lm: int, ips_leaf_first: list[int]) -> int:
-        """The node of a call path (innermost frame first) below the fence; the leaf's index."""
-        node = self.fence
+        """The node of a call path (innermost frame first) below :attr:`phase`; the leaf's index."""
+        node = self.phase
         child_of = self.child_of
         for ip in reversed(ips_leaf_first):
             found = child_of.get((node, lm, ip))
@@ -355,14 +359,15 @@ class ThreadCCT:
         sums = values.values
         width = values.kind.width
         zeros = [0.0] * width
-        node = nodes[-1] if nodes else self.fence
+        phase = self.phase
+        node = nodes[-1] if nodes else phase
         traced = False
         times, trace_nodes = trace if trace is not None else (None, None)
         last = times[-1] if times else 0
         for common, ips, timer, gil, cpu, wall, when in entries:
             if common < len(nodes):
                 del nodes[common:]
-                node = nodes[-1] if nodes else self.fence
+                node = nodes[-1] if nodes else phase
             for ip in ips:
                 if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
                     frame_lm, ip = (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK

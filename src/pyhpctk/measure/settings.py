@@ -25,6 +25,13 @@ ENV_CHECKPOINT = "PYHPCTK_PYRUN_CHECKPOINT"  # seconds between checkpoint writes
 ENV_BOOTSTRAP = "PYHPCTK_PYRUN_BOOTSTRAP"  # the bootstrap directory put on PYTHONPATH
 ENV_PACKAGE_ROOT = "PYHPCTK_PYRUN_PACKAGE_ROOT"  # where ``import pyhpctk`` finds the package
 ENV_DEBUG = "PYHPCTK_PYRUN_DEBUG"  # "1": say on stderr what the bootstrap does
+# Windows of long jobs (docs/pyrun.md): "1" opens a control socket pyrun ctl reaches; whether
+# the process measures now ("1": paused) and the phase a mark named, kept up to date by each
+# measured process, so a child it starts begins as its parent is (pyrun --start-paused, ctl)
+ENV_CONTROL = "PYHPCTK_PYRUN_CONTROL"
+ENV_PAUSED = "PYHPCTK_PYRUN_PAUSED"
+ENV_MARK = "PYHPCTK_PYRUN_MARK"
+ENV_ASYNC = "PYHPCTK_PYRUN_ASYNC"  # "1": asyncio-aware stacks (pyrun --async-aware)
 ENV_NATIVE = "PYHPCTK_PYRUN_NATIVE"  # "0": samples record no native frames (pyrun --no-native)
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"  # the fallback was explained in this run

@@ -124,6 +124,7 @@ static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *trunca
     int n = 0;
     int64_t walked = 0;
     *truncated = 0;
+    slot->task_at = -1;
     for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
         if (++walked > ENGINE_WALK_LIMIT || ((uintptr_t)f & 7)) return -1;
         if (pyframe_is_shim(f)) {
@@ -143,6 +144,13 @@ static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *trunca
         slot->pyframes[n].instr = instr;
         slot->pyframes[n].check = engine_code_check(code);
         slot->group_end[n] = (uint8_t)pyframe_is_entry(f);
+        if (engine.async_tasks) { /* walking outwards: the last one found is the outermost */
+            uintptr_t coro = pyframe_coroutine(f, code);
+            if (coro) {
+                slot->task_at = n;
+                slot->task_coro = coro;
+            }
+        }
         n++;
     }
     if (n > 0) slot->group_end[n - 1] = 1;
@@ -166,11 +174,13 @@ static void put(Merge *m, void *code, uint32_t instr, uint32_t check) {
     prev[at].check = check;
 }
 
-/* The Python frames of the next eval-loop invocation, outermost first. */
+/* The Python frames of the next eval-loop invocation, outermost first; with async-aware
+ * samples, a task marker just outside the outermost coroutine frame. */
 static void put_group(Merge *m) {
     Slot *slot = m->slot;
     for (int first = 1; m->next_python >= 0; first = 0) {
         if (!first && slot->group_end[m->next_python]) break;
+        if (m->next_python == slot->task_at) put(m, CODE_TASK(slot->task_coro), 0, 0);
         RawFrame *f = &slot->pyframes[m->next_python--];
         put(m, f->code, f->instr, f->check);
     }
@@ -197,7 +207,8 @@ static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t
         atomic_fetch_add_explicit(&engine.native_frames, (uint64_t)nn, memory_order_relaxed);
     }
     int truncated;
-    int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 1 - nn, &truncated);
+    /* room for the truncation marker and, async-aware, a task marker */
+    int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 1 - engine.async_tasks - nn, &truncated);
     if (np < 0) return -1;
     int groups = 0, evals = 0;
     for (int i = 0; i < np; i++) groups += slot->group_end[i];

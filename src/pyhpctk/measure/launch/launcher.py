@@ -73,6 +73,21 @@ class RunOptions:
     gpu: str | None = None  # a parsed and re-rendered ``gpu=...`` event (pyhpctk.measure.gpu)
     append: bool = False  # add this run to a directory that already holds measurements
     native: bool = True  # samples record native frames too (docs/pyrun.md, "Native frames")
+    control: bool = False  # every measured process listens for pyrun ctl
+    start_paused: bool = False  # ... and samples only once pyrun ctl PID start says so
+    async_aware: bool = False  # a coroutine's time under the tasks awaiting it
+
+    def measure_options(self, output_dir: str) -> MeasureOptions:
+        """The options every measured process reads back (checked when made)."""
+        return MeasureOptions(
+            output_dir,
+            self.events,
+            self.trace,
+            self.checkpoint_s,
+            control=self.control,
+            paused=self.start_paused,
+            async_aware=self.async_aware,
+        )
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -250,12 +265,12 @@ def run(
     base_env = dict(os.environ if env is None else env)
     resolve_command(options.command, base_env)
     # Check the options before anything is created, so a bad value leaves no directory behind.
-    MeasureOptions(options.output_dir or ".", options.events, options.trace, options.checkpoint_s)
+    options.measure_options(options.output_dir or ".")
     created_fresh = options.output_dir is None or not os.path.exists(options.output_dir)
     output_dir = prepare_output_dir(
         options.output_dir, options.command, base_env, append=options.append
     )
-    MeasureOptions(output_dir, options.events, options.trace, options.checkpoint_s).export(base_env)
+    options.measure_options(output_dir).export(base_env)
     base_env[ENV_NATIVE] = "1" if options.native else "0"
     if options.gpu is not None:
         base_env[ENV_GPU] = options.gpu  # its options hold commas: its own variable

@@ -298,6 +298,11 @@ class EngineSampler:
             self.started = False
             self.module.stop()
 
+    def restart_paths(self) -> None:
+        """Each thread's next drained entry names its whole path (the session moved the node
+        paths start from: a mark)."""
+        self.module.restart_paths()
+
     def own_cpu(self, ns: int) -> None:
         """The calling program thread spent ``ns`` of CPU time on pyrun's work after its
         :meth:`thread_end` (its files): pyrun's time, not the program's lost time."""
@@ -411,11 +416,8 @@ class EngineSampler:
         """A thread that took no sample since the previous drain is idle: one NoActvty record."""
         now_ns = self.table.clocks.epoch_ns()
         for key, state in self.table.states.items():
-            if key not in seen and not state.idle and state.cct.no_activity >= 0:
-                state.cct.retain(state.cct.no_activity)
-                state.trace_times.append(now_ns)
-                state.trace_nodes.append(state.cct.no_activity)
-                state.idle = True
+            if key not in seen:
+                state.go_idle(now_ns)
 
 
 if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.sampling.engine

@@ -71,6 +71,7 @@ class PythonSampler:
         self._fast_interval = max(50e-6, table.options.period_s / 8)
         self._fast_switch = False
         self.running = False  # the sampling thread runs (started, not asked to stop)
+        self.paused = False  # between windows (pyrun ctl stop, --start-paused): no sample
         self.reset()
 
     def reset(self) -> None:
@@ -116,9 +117,35 @@ class PythonSampler:
     def thread_ended(self) -> None:
         """Nothing to account: without the engine pyrun's own CPU time is not told apart."""
 
-    def started(self) -> None:
-        """The sampling thread was started."""
+    def started(self, paused: bool = False) -> None:
+        """The sampling thread was started (``paused``: it samples from :meth:`resume` on)."""
         self.running = True
+        self.paused = paused
+
+    def pause(self) -> None:
+        """No sample from now on until :meth:`resume` (call with the table's lock held): each
+        thread's time since its last sample goes where it was last seen, and the program has
+        its own switch interval again."""
+        for state in self.table.states.values():
+            if not state.is_stream:
+                self.final_delta(state)
+        self.paused = True
+        self.tune_switch_interval(2)
+
+    def resume(self) -> None:
+        """Sample again (call with the table's lock held): each thread's clocks count from now,
+        and a thread found later was born since (its CPU time counts from its birth)."""
+        clocks = self.table.clocks
+        now = clocks.wall()
+        for state in self.table.states.values():
+            if state.clock_id is not None:
+                try:  # noqa: SIM105  # contextlib: one more import in every measured process
+                    state.last_cpu = clocks.thread_cpu(state.clock_id)
+                except OSError:
+                    pass  # it ended: the next sample retires it
+            state.last_wall = now
+        self._before_sampler = set(sys._current_frames())
+        self.paused = False
 
     def forked(self) -> None:
         """In a forked child: no sampling thread, the program's switch interval."""
@@ -185,11 +212,7 @@ class PythonSampler:
                 real_delta = now - state.last_wall
                 state.last_wall = now
                 if real_metric < 0 and cpu_delta <= 0.0:
-                    if tracing and not state.idle:
-                        state.cct.retain(state.cct.no_activity)
-                        state.trace_times.append(now_ns)
-                        state.trace_nodes.append(state.cct.no_activity)
-                    state.idle = True
+                    state.go_idle(now_ns)
                     continue
                 cct = state.cct
                 try:
@@ -241,6 +264,7 @@ class PythonSampler:
         fast = (
             program_threads <= 1
             and self.running
+            and not self.paused
             and not self.table.finished
             and self.samples_itself  # the engine samples without the GIL
         )
@@ -275,7 +299,10 @@ class PythonSampler:
         return self.table.register_thread(thread, main=main, ident=ident, from_birth=born)
 
     def final_delta(self, state: ThreadState) -> None:
-        """Attribute what a thread used since its last sample to the last place it was seen."""
+        """Attribute what a thread used since its last sample to the last place it was seen
+        (nothing between windows: the pause attributed what came before it)."""
+        if self.paused:
+            return
         cct = state.cct
         values = cct.values_of(self.table.sampling_kind)
         clocks = self.table.clocks
