@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from pyhpctk.cli.pyprof import main as pyprof
 from pyhpctk.cli.pyrun import main as pyrun_main
+from pyhpctk.cli.pyview import main as pyview
 from pyhpctk.formats import hpctrace
 from pyhpctk.measure.control import control_directory, decode_command, encode_command
 from pyhpctk.measure.launch.attach import attach_script, remote_exec_missing
@@ -113,7 +115,7 @@ def test_a_window_opened_by_ctl_holds_phase_b_only_in_every_process(
         profile = profiles[pid]
         _only_phase_b(profile, truth)
         # The mark came after phase B: its node is right under the fence, and holds what
-        # followed (the wait for go-c), not phase B.
+        # followed (linger, until go-c), not phase B.
         (marked,) = [n for n, (_, label, _) in profile.nodes.items() if label == f"<mark {MARK}>"]
         assert profile.path(marked)[-2][0] == "| Main  "
         assert profile.inclusive(CPU, f"<mark {MARK}>") > 0
@@ -123,7 +125,14 @@ def test_a_window_opened_by_ctl_holds_phase_b_only_in_every_process(
             if (f"<mark {MARK}>", 0) in profile.path(node)
             for label, _ in profile.path(node)
         }
-        assert "wait_for" in labels_under_mark and "phase_b" not in labels_under_mark
+        assert "linger" in labels_under_mark and "phase_b" not in labels_under_mark
+    # In pyview's tree (what a user reads) the mark is a row right under the thread.
+    database, view = tmp_path / "db", tmp_path / "view.json"
+    assert pyprof(["-o", str(database), str(out)]) == 0
+    assert pyview(["--full", "--json", str(view), str(database)]) == 0
+    threads = json.loads(view.read_text())["root"]["children"]
+    marks = [row for thread in threads for row in thread.get("children", [])]
+    assert f"<mark {MARK}>" in {row["scope"] for row in marks}, [r["scope"] for r in marks]
     # Children started inside the window (by the program and by its subprocess child) began
     # measuring, as their parents were: their whole life is in the window.
     inside = [p for pid, p in profiles.items() if pid not in truths]

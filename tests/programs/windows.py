@@ -3,8 +3,8 @@
 ``windows.py DIR [--children]``: every process burns CPU in ``phase_a``, says it is ready
 (``DIR/ready-b-PID``) and waits for ``DIR/go-b``; burns in ``phase_b`` (where the parent also runs
 a short child, ``inside_window``, which must begin measuring as its parent is), says so
-(``DIR/done-b-PID``) and waits for ``DIR/go-c``; burns in ``phase_c``, and writes the truth,
-``DIR/truth-PID.json``: each phase's CPU time and when phase B began and ended
+(``DIR/done-b-PID``) and burns in ``linger`` until ``DIR/go-c``; burns in ``phase_c``, and writes
+the truth, ``DIR/truth-PID.json``: each phase's CPU time and when phase B began and ended
 (``time.time_ns``). With ``--children`` the parent first starts a ``subprocess`` child and forks
 one, which go through the same phases. The test opens the window between ``ready-b`` and
 ``go-b`` and closes it between ``done-b`` and ``go-c``: only ``phase_b`` (and
@@ -48,6 +48,12 @@ def inside_window() -> None:
     burn(INSIDE_S)
 
 
+def linger(path: str) -> None:
+    """Burn CPU until ``path`` exists (after phase B: the mark has samples to hold)."""
+    while not os.path.exists(path):
+        burn(0.002)
+
+
 def wait_for(path: str) -> None:
     deadline = time.monotonic() + 60
     while not os.path.exists(path):
@@ -78,7 +84,7 @@ def phases(directory: str, inside: bool) -> None:
         subprocess.run([sys.executable, __file__, "--inside"], check=True)
     b_ended_ns = time.time_ns()
     say(os.path.join(directory, f"done-b-{pid}"))
-    wait_for(os.path.join(directory, "go-c"))
+    linger(os.path.join(directory, "go-c"))
     began = time.thread_time()
     phase_c()
     times["c"] = time.thread_time() - began

@@ -413,12 +413,16 @@ class ThreadCCT:
 
 
 def python_frame_ips(
-    frame: FrameType | None, table: FunctionTable, fid_of: dict[int, int]
+    frame: FrameType | None,
+    table: FunctionTable,
+    fid_of: dict[int, int],
+    stop: FrameType | None = None,
 ) -> list[int]:
     """``fid << 32 | line`` of every frame of a Python stack, innermost first (formats.md §1.10).
 
     Frames whose code the table skips (pyrun's own) are left out. ``fid_of`` is
-    ``table.fid_of``, passed in so the hot loop reads a local.
+    ``table.fid_of``, passed in so the hot loop reads a local. ``stop``: the outermost frame
+    taken (an asyncio task's: :mod:`pyhpctk.measure.sampling.tasks`).
     """
     ips: list[int] = []
     append = ips.append
@@ -435,5 +439,7 @@ def python_frame_ips(
             ip_of[key] = ip
         if ip:
             append(ip)
+        if frame is stop:
+            break
         frame = frame.f_back
     return ips

@@ -42,8 +42,12 @@ TYPE_CHECKING = False  # typing costs every measured process milliseconds to imp
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from pyhpctk.measure.sampling.tasks import TaskChains
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
+
+    #: One drained sample: (common, ips, timer, gil, cpu_ns, wall_ns, time_ns)
+    Entry = tuple[int, tuple[int, ...], int, int, int, int, int]
 
 DRAIN_PERIOD_S = 0.1
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
@@ -254,6 +258,13 @@ class EngineSampler:
         self.started_process_cpu = 0.0  # the process's CPU time when sampling began (tests)
         self.drain_cpu_s = 0.0  # CPU time spent draining (reported with PYHPCTK_PYRUN_DEBUG)
         self.entries = 0
+        # pyrun --async-aware: the chains of asyncio tasks, and each thread's last raw path
+        self.tasks: TaskChains | None = None
+        if table.options.async_aware:
+            from pyhpctk.measure.sampling import tasks
+
+            self.tasks = tasks.TaskChains(table)
+        self._raw_paths: dict[int, list[int]] = {}
 
     def start(self) -> None:
         perf = cpu_timer_route()
@@ -265,6 +276,7 @@ class EngineSampler:
             self.table.options.trace,
             perf,
             native_frames_wanted(),
+            self.tasks is not None,
         )
         self.started = True
 
@@ -379,11 +391,16 @@ class EngineSampler:
         kind = table.sampling_kind
         rules = self.rules
         seen: set[int] = set()
+        tasks = self.tasks
+        if tasks is not None:
+            tasks.refresh()
         for ident, tid, _python, ended, entries in batches:
             key = ident or -tid
             state = self._state_of(key, tid)
             seen.add(key)
             self.entries += len(entries)
+            if tasks is not None:
+                entries = self._under_tasks(tasks, key, entries, ended)
             trace = (state.trace_times, state.trace_nodes) if tracing else None
             if state.cct.insert_samples(
                 entries, lm, kind, rules, state.path_nodes, trace, TIMER_END
@@ -394,6 +411,19 @@ class EngineSampler:
         if tracing:
             self._mark_idle(seen)
         self.drain_cpu_s += time.thread_time() - started
+
+    def _under_tasks(
+        self, tasks: TaskChains, key: int, entries: list[Entry], ended: bool
+    ) -> list[Entry]:
+        """``entries`` with each path put under its chain of asyncio tasks, each a whole path
+        (``common`` 0): the chain replaces a varying number of the loop's frames."""
+        path = self._raw_paths.pop(key, []) if ended else self._raw_paths.setdefault(key, [])
+        rewritten = []
+        for common, ips, timer, gil, cpu, wall, when in entries:
+            del path[common:]
+            path.extend(ips)
+            rewritten.append((0, tuple(tasks.engine_path(path)), timer, gil, cpu, wall, when))
+        return rewritten
 
     def _state_of(self, key: int, tid: int) -> ThreadState:
         """The session's state of a sampled thread, made on first sight (numbered then)."""

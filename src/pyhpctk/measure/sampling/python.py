@@ -26,6 +26,7 @@ from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
+    from pyhpctk.measure.sampling.tasks import TaskChains
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
 
@@ -72,6 +73,12 @@ class PythonSampler:
         self._fast_switch = False
         self.running = False  # the sampling thread runs (started, not asked to stop)
         self.paused = False  # between windows (pyrun ctl stop, --start-paused): no sample
+        # pyrun --async-aware: a coroutine's time under the chain of tasks awaiting it
+        self.tasks: TaskChains | None = None
+        if table.options.async_aware:
+            from pyhpctk.measure.sampling import tasks
+
+            self.tasks = tasks.TaskChains(table)
         self.reset()
 
     def reset(self) -> None:
@@ -184,6 +191,9 @@ class PythonSampler:
             # on CPython 3.11 can be freed memory (a crash in f_back; python/cpython#111363).
             frames = clocks.current_frames()
             self.samples += 1
+            tasks = self.tasks
+            if tasks is not None:
+                tasks.refresh()
             states = table.states
             sampler = self.sampler_ident
             skipped = table.skipped
@@ -222,7 +232,10 @@ class PythonSampler:
                 if leaf_done:
                     leaf = cct.last_leaf
                 else:
-                    ips = python_frame_ips(frame, functions, fid_of)
+                    if tasks is None:
+                        ips = python_frame_ips(frame, functions, fid_of)
+                    else:
+                        ips = tasks.thread_ips(frame, fid_of)
                     if ips == state.last_ips:  # the same path as last time: a hot loop
                         leaf = state.last_path_leaf
                     else:

@@ -440,11 +440,7 @@ class Session:
             self.windows.paused = False
             if self.engine is None:
                 self.python.resume()
-        if self.engine is not None:
-            try:  # threads are measured from here on, as at a start
-                self.engine.start()
-            except OSError as error:
-                self.tell_once(f"pyrun: cannot restart the sampling engine: {error}")
+        self._restart_engine()
         self.sampling.window_began()
         self.windows.publish()
         return True
@@ -455,14 +451,32 @@ class Session:
         with self.lock:
             if self.finished:
                 return
-            if self.engine is not None and self.engine.started:
-                self.engine.drain()  # the samples taken so far keep the phase they had
+            # Each thread's time up to now stays in the phase it had: the engine stops (each
+            # thread's time since its last sample is recorded) and starts again; the Python
+            # sampler attributes it and counts afresh.
+            restart = self.engine is not None and self.engine.started
+            if self.engine is not None and restart:
+                self.engine.stop()
+                self.engine.drain(retire=False)
+            elif self.engine is None and not self.windows.paused:
+                self.python.pause()
+                self.python.resume()
             self.windows.mark = name
             for state in self._states.values():
                 self._enter_phase(state)
             if self.engine is not None:
                 self.engine.restart_paths()  # the threads' paths start from the new node
+        if restart:
+            self._restart_engine()
         self.windows.publish()
+
+    def _restart_engine(self) -> None:
+        """Start the engine again after a pause or a mark (threads measured from now on)."""
+        if self.engine is not None:
+            try:
+                self.engine.start()
+            except OSError as error:
+                self.tell_once(f"pyrun: cannot restart the sampling engine: {error}")
 
     def _enter_phase(self, state: ThreadState) -> None:
         """Start ``state``'s paths from the node of the current mark (the fence: none)."""
