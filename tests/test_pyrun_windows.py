@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +26,12 @@ from pyhpctk.cli.pyprof import main as pyprof
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main as pyview
 from pyhpctk.formats import hpctrace
-from pyhpctk.measure.control import control_directory, decode_command, encode_command
+from pyhpctk.measure.control import (
+    ControlChannel,
+    control_directory,
+    decode_command,
+    encode_command,
+)
 from pyhpctk.measure.launch.attach import attach_script, remote_exec_missing
 from pyhpctk.measure.launch.config import MeasureOptions
 from test_pyrun_engine import CPU, Profile, read_profiles
@@ -285,3 +293,33 @@ def test_the_attach_script_measures_a_running_process_that_ctl_then_controls(
             program.kill()  # it never got as far
         _, stderr = program.communicate(timeout=60)
     assert program.returncode == 0, stderr
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+    reason="sending as another user needs root, and a Python that user can run",
+)
+def test_a_command_from_another_user_is_ignored() -> None:
+    """The directory keeps other users out; the credentials the kernel attaches are checked as
+    well (a socket reached some other way, a directory whose mode was changed)."""
+    directory = tempfile.mkdtemp(prefix="pyhpctk-open-")  # /tmp: reachable by every user
+    os.chmod(directory, 0o777)
+    path = os.path.join(directory, "open.sock")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    receiver.bind(path)
+    os.chmod(path, 0o777)
+    receiver.setblocking(False)
+    channel = ControlChannel(path, receiver)
+    send = (
+        "import socket, sys\n"
+        "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto({!r}, sys.argv[1])"
+    )
+    try:
+        for user, data in ((65534, b"pyrun-ctl 1 stop"), (0, b"pyrun-ctl 1 start")):
+            command = ["/usr/bin/python3", "-c", send.format(data), path]
+            subprocess.run(command, user=user, check=True)
+        assert [data for data, _ in channel.receive()] == [b"pyrun-ctl 1 start"]
+    finally:
+        channel.close()
+        shutil.rmtree(directory)
