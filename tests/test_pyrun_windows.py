@@ -141,6 +141,9 @@ def test_a_window_opened_by_ctl_holds_phase_b_only_in_every_process(
     threads = json.loads(view.read_text())["root"]["children"]
     marks = [row for thread in threads for row in thread.get("children", [])]
     assert f"<mark {MARK}>" in {row["scope"] for row in marks}, [r["scope"] for r in marks]
+    exported = tmp_path / "trace.json"  # and in the timeline, as a frame of the stacks after it
+    assert pyview(["--trace-export", str(exported), str(database)]) == 0
+    assert f'"<mark {MARK}>"' in exported.read_text()
     # Children started inside the window (by the program and by its subprocess child) began
     # measuring, as their parents were: their whole life is in the window.
     inside = [p for pid, p in profiles.items() if pid not in truths]
