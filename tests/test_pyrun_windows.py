@@ -32,6 +32,7 @@ from pyhpctk.measure.control import (
     decode_command,
     encode_command,
 )
+from pyhpctk.measure.launch import attach as attaching
 from pyhpctk.measure.launch.attach import attach_script, remote_exec_missing
 from pyhpctk.measure.launch.config import MeasureOptions
 from test_pyrun_engine import CPU, Profile, read_profiles
@@ -326,3 +327,31 @@ def test_a_command_from_another_user_is_ignored() -> None:
     finally:
         channel.close()
         shutil.rmtree(directory)
+
+
+def test_a_failed_attach_says_why_in_one_line_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on CPython 3.14 when the target refuses (ptrace not allowed, remote debugging off):
+    ``sys.remote_exec`` raises. One line, and neither the directory nor the script remains."""
+
+    def refuse(pid: int, path: str) -> None:
+        raise RuntimeError("Operation not permitted")
+
+    monkeypatch.setattr(attaching, "remote_exec_missing", lambda: "")
+    monkeypatch.setattr(sys, "remote_exec", refuse, raising=False)
+    scripts = set(Path(control_directory()).glob("attach-*.py"))
+    target = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+    out = tmp_path / "m"
+    try:
+        status = pyrun_main(["attach", "-o", str(out), str(target.pid)])
+    finally:
+        target.kill()
+        target.wait()
+    said = capsys.readouterr().err
+    assert status == 1 and said.count("\n") == 1, said
+    assert said.startswith(
+        f"pyrun attach: error: cannot attach to process {target.pid}: Operation not permitted"
+    )
+    assert not out.exists()
+    assert set(Path(control_directory()).glob("attach-*.py")) == scripts

@@ -8,12 +8,13 @@ See ``docs/pyrun.md``.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from pyhpctk.cli._common import run_command, version_option
-from pyhpctk.errors import UsageError
+from pyhpctk.errors import PyhpctkError, UsageError
 from pyhpctk.measure.control import COMMANDS
 from pyhpctk.measure.events import event_listing, parse_events
 from pyhpctk.measure.gpu import check as check_gpu_spec
@@ -24,6 +25,7 @@ from pyhpctk.measure.launch.config import DEFAULT_CHECKPOINT_S
 from pyhpctk.measure.launch.launcher import (
     RunOptions,
     prepare_output_dir,
+    remove_if_empty,
     reraise_exit_status,
     run,
 )
@@ -224,8 +226,14 @@ def pyrun_attach(
         start_paused=start_paused,
         async_aware=async_aware,
     )
+    created = output is None or not os.path.exists(output)
     directory = prepare_output_dir(output, command, {})
-    click.echo(attaching.attach(pid, options.measure_options(directory)), err=True)
+    try:
+        said = attaching.attach(pid, options.measure_options(directory))
+    except PyhpctkError:
+        remove_if_empty(directory, created)  # nothing of a failed attach is left behind
+        raise
+    click.echo(said, err=True)
     return 0
 
 

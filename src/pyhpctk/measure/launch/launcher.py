@@ -312,12 +312,12 @@ def run(
             "checkpoints, 0.25 s after start and then ever less often; SIGKILL leaves only the "
             "last checkpoint).\n"
         )
-        _remove_if_empty(output_dir, created_fresh)
+        remove_if_empty(output_dir, created_fresh)
     elif not written and unmeasured:  # the list above says why
         out.write(
             f"pyrun: {options.command[0]} exited with status {returncode}; nothing was measured.\n"
         )
-        _remove_if_empty(output_dir, created_fresh)
+        remove_if_empty(output_dir, created_fresh)
     elif not written:
         out.write(
             f"pyrun: {options.command[0]} ran (exit status {returncode}) but started no Python "
@@ -326,7 +326,7 @@ def run(
             "srun/mpiexec ranks); interpreters run with -I or -E ignore PYTHONPATH and are "
             "measured only through pyrun --install-pth.\n"
         )
-        _remove_if_empty(output_dir, created_fresh)
+        remove_if_empty(output_dir, created_fresh)
     return result
 
 
@@ -405,7 +405,7 @@ def _tell_kept(
     out.write(f"pyrun: {program} died of {signals.name_of(signum)} (signal {signum}); {what}\n")
 
 
-def _remove_if_empty(directory: str, created: bool) -> None:
+def remove_if_empty(directory: str, created: bool) -> None:
     """Undo what pyrun made in a directory nothing was written to (it stays if it existed)."""
     if _foreign_entries(directory):
         return
