@@ -341,9 +341,11 @@ def test_a_failed_attach_says_why_in_one_line_and_leaves_nothing(
     monkeypatch.setattr(attaching, "remote_exec_missing", lambda: "")
     monkeypatch.setattr(sys, "remote_exec", refuse, raising=False)
     scripts = set(Path(control_directory()).glob("attach-*.py"))
-    target = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    target = subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, text=True)
     out = tmp_path / "m"
     try:
+        assert target.stdout is not None and target.stdout.readline() == "ready\n"
         status = pyrun_main(["attach", "-o", str(out), str(target.pid)])
     finally:
         target.kill()

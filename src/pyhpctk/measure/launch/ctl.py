@@ -81,7 +81,9 @@ def command_argv(pid: int) -> tuple[str, ...]:
         raise ControlError(f"no process {pid}") from None
     argv = tuple(arg.decode("utf-8", "surrogateescape") for arg in data.rstrip(b"\0").split(b"\0"))
     if not argv or not argv[0]:
-        raise ControlError(f"process {pid} has no command line (a kernel thread)")
+        raise ControlError(
+            f"process {pid} shows no command line (a kernel thread, or it is ending)"
+        )
     return argv
 
 
