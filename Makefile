@@ -56,7 +56,7 @@ test: lint typecheck unit test-engine
 # come from pyenv (`pyenv prefix 3.12`) or from PATH (python3.12).
 ENGINE_PYTHONS ?= 3.12 3.13
 ENGINE_TESTS ?= tests/test_pyrun_engine.py tests/test_pyrun_native.py tests/test_pyrun_unsampled.py \
-	tests/test_pyrun_drain.py tests/test_pyrun_sigtrap.py
+	tests/test_pyrun_drain.py tests/test_pyrun_sigtrap.py tests/test_pyrun_windows.py tests/test_pyrun_async.py
 ENGINE_SOURCES := setup.py pyproject.toml $(wildcard src/pyhpctk/measure/engine_c/*) \
 	  src/pyhpctk/measure/pyframes.h $(wildcard src/pyhpctk/measure/gpu/cupti/_cuptihook*.[ch])
 

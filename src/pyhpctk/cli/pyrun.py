@@ -1,20 +1,38 @@
 """``pyrun``: measure every thread of every Python process a command starts (hpcrun's twin).
 
-A thin click command over :mod:`pyhpctk.measure.launch.launcher`; see ``docs/pyrun.md``.
+A thin click command over :mod:`pyhpctk.measure.launch.launcher`; ``pyrun ctl`` (windows of a
+job: :mod:`pyhpctk.measure.launch.ctl`) and ``pyrun attach`` (PEP 768:
+:mod:`pyhpctk.measure.launch.attach`) are commands of their own, chosen by the first argument.
+See ``docs/pyrun.md``.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from pyhpctk.cli._common import run_command, version_option
-from pyhpctk.errors import UsageError
+from pyhpctk.errors import PyhpctkError, UsageError
+from pyhpctk.measure.control import COMMANDS
 from pyhpctk.measure.events import event_listing, parse_events
 from pyhpctk.measure.gpu import check as check_gpu_spec
 from pyhpctk.measure.gpu.spec import is_gpu_event, parse_gpu_event
+from pyhpctk.measure.launch import attach as attaching
+from pyhpctk.measure.launch import ctl
 from pyhpctk.measure.launch.config import DEFAULT_CHECKPOINT_S
-from pyhpctk.measure.launch.launcher import RunOptions, reraise_exit_status, run
+from pyhpctk.measure.launch.launcher import (
+    RunOptions,
+    prepare_output_dir,
+    remove_if_empty,
+    reraise_exit_status,
+    run,
+)
 from pyhpctk.measure.launch.rendezvous import PTH_NAME, install_pth, uninstall_pth
+
+#: pyrun's own commands, chosen by the first argument (a program named so: give its path).
+SUBCOMMANDS = ("ctl", "attach")
 
 
 @click.command(
@@ -60,6 +78,24 @@ from pyhpctk.measure.launch.rendezvous import PTH_NAME, install_pth, uninstall_p
     " 0: only at the end).",
 )
 @click.option(
+    "--start-paused",
+    is_flag=True,
+    help="Run the command but sample nothing until `pyrun ctl PID start` (PID: pyrun's, or of "
+    "any process it measures); `pyrun ctl PID stop` closes the window and writes the files, "
+    "`pyrun ctl PID mark NAME` names the phase that follows. Implies --control.",
+)
+@click.option(
+    "--control",
+    is_flag=True,
+    help="Measure from the start, and let `pyrun ctl` stop, start and mark the measurement.",
+)
+@click.option(
+    "--async-aware",
+    is_flag=True,
+    help="Put a coroutine's time under the chain of asyncio tasks awaiting it, each task a "
+    "context node <task NAME>, instead of under the event loop's frames.",
+)
+@click.option(
     "--append",
     is_flag=True,
     help="Add this run to a measurement directory that already holds one (pyprof then merges "
@@ -84,6 +120,9 @@ def pyrun(
     list_events: bool,
     native: bool,
     checkpoint: float,
+    start_paused: bool,
+    control: bool,
+    async_aware: bool,
     append: bool,
     install_pth: str | None,
     uninstall_pth: str | None,
@@ -98,6 +137,11 @@ def pyrun(
     pyrun reaches a process through its environment (PYTHONPATH, PYHPCTK_PYRUN_*); at the end
     it names the Python processes it saw start but could not measure, and why. A launcher
     that clears the environment must pass PYTHONPATH on (docs/pyrun.md), or see --install-pth.
+
+    \b
+    Windows of a long job (--start-paused, --control):
+      pyrun ctl PID start|stop|mark NAME    pyrun ctl --help
+      pyrun attach PID [-o DIR]             CPython 3.14+ (PEP 768): pyrun attach --help
     """
     if list_events:
         click.echo(event_listing(), nl=False)
@@ -118,8 +162,79 @@ def pyrun(
         gpu=str(gpu_events[0]) if gpu_events else None,
         append=append,
         native=native,
+        control=control,
+        start_paused=start_paused,
+        async_aware=async_aware,
     )
     return run(options).exit_status
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("pid", type=int)
+@click.argument("command", type=click.Choice(COMMANDS))
+@click.argument("name", required=False, default="")
+def pyrun_ctl(pid: int, command: str, name: str) -> int:
+    """Open, close or name a window of a job measured under pyrun --start-paused (or --control).
+
+    \b
+      pyrun ctl PID start        sample from now on
+      pyrun ctl PID stop         stop sampling; each process writes its files now
+      pyrun ctl PID mark NAME    the samples that follow go under a context node <mark NAME>
+
+    PID is pyrun's own, or of any process it measures: the command reaches that process and
+    every measured process below it (workers, subprocesses, forked children), each through a
+    socket only your user can reach; it returns once each has acted, and says which.
+    """
+    result = ctl.control(pid, command, name)
+    for line in ctl.summary(command, name, result):
+        click.echo(line, err=True)
+    return 1 if result.silent or any(not answer.ok for answer in result.answers) else 0
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("pid", type=int)
+@click.option("-o", "--output", "output", metavar="DIR", help="Measurement directory.")
+@click.option("-e", "--event", "events", multiple=True, help="As pyrun's -e (CPU events only).")
+@click.option("-t", "--trace", is_flag=True, help="Also record a trace per thread.")
+@click.option("--checkpoint", type=float, default=DEFAULT_CHECKPOINT_S, help="As pyrun's.")
+@click.option("--start-paused", is_flag=True, help="Attach, but sample from pyrun ctl PID start.")
+@click.option("--async-aware", is_flag=True, help="As pyrun's --async-aware.")
+def pyrun_attach(
+    pid: int,
+    output: str | None,
+    events: tuple[str, ...],
+    trace: bool,
+    checkpoint: float,
+    start_paused: bool,
+    async_aware: bool,
+) -> int:
+    """Start measuring a running Python process PID that pyrun did not start (CPython 3.14+:
+    sys.remote_exec, PEP 768); then pyrun ctl PID stop|start|mark opens and closes windows.
+    """
+    missing = attaching.remote_exec_missing()
+    if missing:
+        raise UsageError(missing)
+    attaching.check_target(pid)
+    command = ctl.command_argv(pid)
+    options = RunOptions(
+        command=command,
+        output_dir=output,
+        events=parse_events(list(events)),
+        trace=trace,
+        checkpoint_s=checkpoint,
+        control=True,
+        start_paused=start_paused,
+        async_aware=async_aware,
+    )
+    created = output is None or not os.path.exists(output)
+    directory = prepare_output_dir(output, command, {})
+    try:
+        said = attaching.attach(pid, options.measure_options(directory, "", os.environ))
+    except PyhpctkError:
+        remove_if_empty(directory, created)  # nothing of a failed attach is left behind
+        raise
+    click.echo(said, err=True)
+    return 0
 
 
 def _pth(install: str | None, uninstall: str | None, command: tuple[str, ...]) -> int:
@@ -151,7 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     the same signal; called with ``argv``, it returns ``128 + signal`` instead. A command that
     succeeded while some of its profiles could not be written gives 74 (docs/pyrun.md).
     """
-    status = run_command(pyrun, argv, "pyrun")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        command = pyrun_ctl if args[0] == "ctl" else pyrun_attach
+        return run_command(command, args[1:], f"pyrun {args[0]}")
+    status = run_command(pyrun, args, "pyrun")
     if argv is None and status < 0:
         return reraise_exit_status(status)
     return 128 - status if status < 0 else status

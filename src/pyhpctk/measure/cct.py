@@ -265,6 +265,7 @@ class ThreadCCT:
         "no_activity",
         "node_id",
         "parent",
+        "phase",
         "retained",
         "root",
         "unwound",
@@ -284,6 +285,9 @@ class ThreadCCT:
         # hpcrun puts NoActvty right under the root of traced threads (meas/small.m).
         self.no_activity = self.placeholder(self.root, NO_ACTIVITY) if with_no_activity else -1
         self.fence = self.placeholder(self.root, MAIN_FENCE if main else THREAD_FENCE)
+        # Where sampled paths begin: the fence, or the node of the phase a mark named under it
+        # (``pyrun ctl PID mark NAME``, docs/pyrun.md "Windows of long jobs").
+        self.phase = self.fence
         self.last_leaf = self.fence
 
     def __len__(self) -> int:
@@ -318,8 +322,8 @@ class ThreadCCT:
         return self.child(parent, PLACEHOLDER_LM, placeholder_ip(text))
 
     def path(self, lm: int, ips_leaf_first: list[int]) -> int:
-        """The node of a call path (innermost frame first) below the fence; the leaf's index."""
-        node = self.fence
+        """The node of a call path (innermost frame first) below :attr:`phase`; the leaf's index."""
+        node = self.phase
         child_of = self.child_of
         for ip in reversed(ips_leaf_first):
             found = child_of.get((node, lm, ip))
@@ -356,14 +360,15 @@ class ThreadCCT:
         sums = values.values
         width = values.kind.width
         zeros = [0.0] * width
-        node = nodes[-1] if nodes else self.fence
+        phase = self.phase
+        node = nodes[-1] if nodes else phase
         traced = False
         times, trace_nodes = trace if trace is not None else (None, None)
         last = times[-1] if times else 0
         for common, ips, timer, gil, cpu, wall, when in entries:
             if common < len(nodes):
                 del nodes[common:]
-                node = nodes[-1] if nodes else self.fence
+                node = nodes[-1] if nodes else phase
             for ip in ips:
                 if ip >= NATIVE_BIT:  # a native frame: (load module, offset)
                     frame_lm, ip = (ip >> 48) & 0x7FFF, ip & NATIVE_OFFSET_MASK
@@ -409,12 +414,16 @@ class ThreadCCT:
 
 
 def python_frame_ips(
-    frame: FrameType | None, table: FunctionTable, fid_of: dict[int, int]
+    frame: FrameType | None,
+    table: FunctionTable,
+    fid_of: dict[int, int],
+    stop: FrameType | None = None,
 ) -> list[int]:
     """``fid << 32 | line`` of every frame of a Python stack, innermost first (formats.md §1.10).
 
     Frames whose code the table skips (pyrun's own) are left out. ``fid_of`` is
-    ``table.fid_of``, passed in so the hot loop reads a local.
+    ``table.fid_of``, passed in so the hot loop reads a local. ``stop``: the outermost frame
+    taken (an asyncio task's: :mod:`pyhpctk.measure.sampling.tasks`).
     """
     ips: list[int] = []
     append = ips.append
@@ -431,5 +440,7 @@ def python_frame_ips(
             ip_of[key] = ip
         if ip:
             append(ip)
+        if frame is stop:
+            break
         frame = frame.f_back
     return ips

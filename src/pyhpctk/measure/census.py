@@ -26,6 +26,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from pyhpctk.measure.control import start_time
+
 #: How often the command's process tree is walked (seconds).
 INTERVAL_S = 0.05
 
@@ -47,13 +49,22 @@ class PythonProcess:
     why: str
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of ``/proc/PID/stat``: when the process started (None when it is gone)."""
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None or b")" not in stat:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
-    return int(fields[19]) if len(fields) > 19 else None
+def process_tree(root: int) -> list[int]:
+    """Process ``root`` and every process below it now (each thread's ``children``)."""
+    found = []
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            children = _read(f"/proc/{pid}/task/{tid}/children")
+            if children:
+                frontier.extend(int(child) for child in children.split())
+    return found
 
 
 def _read(path: str) -> bytes | None:
@@ -155,18 +166,8 @@ class Census:
 
     def walk(self, root: int) -> None:
         """Note every Python process now in the tree below ``root``."""
-        frontier = [root]
-        while frontier:
-            pid = frontier.pop()
+        for pid in process_tree(root):
             self._note(pid)
-            try:
-                threads = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in threads:
-                children = _read(f"/proc/{pid}/task/{tid}/children")
-                if children:
-                    frontier.extend(int(child) for child in children.split())
 
     def _note(self, pid: int) -> None:
         start = start_time(pid)

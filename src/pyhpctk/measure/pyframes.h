@@ -110,4 +110,13 @@ static inline int pyframe_read(_PyInterpreterFrame *frame, PyCodeObject **code_o
     return 1;
 }
 
+/* The coroutine object a frame belongs to (its address), or 0: the frame runs a coroutine
+ * function's code (CO_COROUTINE) and is owned by its coroutine object, in which 3.11-3.13
+ * embed it (gi_iframe, as _PyFrame_GetGenerator finds it). `code` is the frame's, as
+ * pyframe_read returned it. */
+static inline uintptr_t pyframe_coroutine(_PyInterpreterFrame *frame, PyCodeObject *code) {
+    if (frame->owner != FRAME_OWNED_BY_GENERATOR || !(code->co_flags & CO_COROUTINE)) return 0;
+    return (uintptr_t)frame - offsetof(PyGenObject, gi_iframe);
+}
+
 #endif /* PYHPCTK_PYFRAMES_H */

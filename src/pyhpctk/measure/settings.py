@@ -1,9 +1,10 @@
 """pyrun's environment variables: their names, and the settings a user may set in them.
 
-``pyrun`` exports its options whole in one variable, :data:`ENV_OPTIONS` (JSON, written and
-read by :class:`~pyhpctk.measure.launch.config.MeasureOptions`), beside the bootstrap's two
+``pyrun`` exports its options whole in one variable, :data:`ENV_OPTIONS` (written and read by
+:class:`~pyhpctk.measure.launch.config.MeasureOptions`), beside the bootstrap's two
 (:data:`ENV_BOOTSTRAP`, :data:`ENV_PACKAGE_ROOT`: where the bootstrap and the package are, read
-by ``bootstrap/sitecustomize.py`` and ``bootstrap/rescue.py`` before pyhpctk can be imported).
+by ``bootstrap/sitecustomize.py`` and ``bootstrap/rescue.py`` before pyhpctk can be imported)
+and the window's state (:data:`ENV_PAUSED`, :data:`ENV_MARK`).
 The other variables are settings a user (or a test, or a benchmark) may set for a run:
 :class:`RunSettings` reads them, once, into the options. No other module reads a
 ``PYHPCTK_*`` variable.
@@ -17,10 +18,16 @@ TYPE_CHECKING = False  # typing costs every measured process milliseconds to imp
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-# What pyrun exports: its options whole (JSON), and where the bootstrap finds itself and pyhpctk.
+# What pyrun exports: its options whole (MeasureOptions.export), and where the bootstrap finds
+# itself and pyhpctk.
 ENV_OPTIONS = "PYHPCTK_PYRUN_OPTIONS"  # its presence turns pyrun's measurement on
 ENV_BOOTSTRAP = "PYHPCTK_PYRUN_BOOTSTRAP"  # the bootstrap directory put on PYTHONPATH
 ENV_PACKAGE_ROOT = "PYHPCTK_PYRUN_PACKAGE_ROOT"  # where ``import pyhpctk`` finds the package
+# The window's state (pyrun --start-paused, pyrun ctl; docs/pyrun.md), not an option: whether the
+# process measures now ("1": paused) and the phase a mark named, kept up to date in place by each
+# measured process, so a child it starts begins as its parent is.
+ENV_PAUSED = "PYHPCTK_PYRUN_PAUSED"
+ENV_MARK = "PYHPCTK_PYRUN_MARK"
 
 # The settings a user may set (docs/pyrun.md), read whole by RunSettings.
 ENV_DEBUG = "PYHPCTK_PYRUN_DEBUG"  # "1": say on stderr what the bootstrap does

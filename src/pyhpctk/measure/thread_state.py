@@ -101,3 +101,13 @@ class ThreadState:
         # The sequence number of the encoding last written (ProfileWriter): a checkpoint's
         # older encoding, written late, must not replace the thread's final files.
         self.written = 0
+
+    def go_idle(self, now_ns: int) -> None:
+        """The thread takes no sample for now: a traced thread's trace says so once, with a
+        ``NoActvty`` record at ``now_ns`` (hpcrun's idle placeholder)."""
+        cct = self.cct
+        if not self.idle and cct.no_activity >= 0:
+            cct.retain(cct.no_activity)
+            self.trace_times.append(now_ns)
+            self.trace_nodes.append(cct.no_activity)
+        self.idle = True

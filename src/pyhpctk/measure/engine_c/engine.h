@@ -71,6 +71,16 @@ enum { REC_PAD = 0, REC_SAMPLE = 1, REC_TAIL = 2 };
 #define IS_NATIVE(code) (((uintptr_t)(code) & 7) == CODE_NATIVE_TAG)
 #define NATIVE_OFFSET(code) ((uintptr_t)(code) >> 3)
 #define ENGINE_NATIVE_DEPTH 256   /* native frames kept per sample: the innermost */
+
+/* A task marker (pyrun --async-aware, issue #37 item 4): code = the address of the coroutine
+ * object whose frame is the outermost coroutine frame of the sample | CODE_TASK_TAG, instr 0,
+ * check 0, placed just outside that frame. drain() hands it on as ENGINE_TASK_BIT | address, and
+ * the Python side puts the chain of tasks awaiting that coroutine's task there. */
+#define CODE_TASK_TAG 4u
+#define CODE_TASK(coro) ((void *)((uintptr_t)(coro) | CODE_TASK_TAG))
+#define IS_TASK(code) (((uintptr_t)(code) & 7) == CODE_TASK_TAG)
+#define TASK_ADDRESS(code) ((uintptr_t)(code) & ~(uintptr_t)7)
+#define ENGINE_TASK_BIT (1ull << 62)
 #define ENGINE_NO_MODULE 0xffffffffu
 
 /* One frame as the handler reads it. check: a fingerprint of the code object (its co_name and
@@ -119,6 +129,8 @@ typedef struct Slot {
     RawFrame *prev;         /* the stack of the last record written, outermost first */
     RawFrame *pyframes;     /* scratch: this sample's Python frames, innermost first */
     uint8_t *group_end;     /* scratch: 1 where pyframes[i] is the first frame of an eval call */
+    int task_at;            /* scratch: pyframes[task_at] is the outermost coroutine frame (-1) */
+    uintptr_t task_coro;    /* scratch: ... of this coroutine object (async-aware only) */
     struct NativeFrame *native; /* scratch: this sample's native frames, innermost first */
     uintptr_t stack_lo, stack_hi; /* the thread's stack, when it registered itself (else 0) */
     struct Recipe *recipes; /* the handler's cache of CFA rule rows (unwind.c) */
@@ -139,6 +151,7 @@ typedef struct Slot {
     uint32_t resolved_depth;
     uint32_t raw_depth;
     int reported;           /* the Python side knows this thread */
+    int restart;            /* the next batch's first entry names its whole path (a mark) */
     _Atomic int guarded;    /* the handler reads the thread's frames: a fault jumps to guard */
     sigjmp_buf guard;
 } Slot;
@@ -163,6 +176,7 @@ typedef struct {
 typedef struct {
     _Atomic int enabled;       /* the handler records only while set */
     int native;                /* record native frames (issue #17) */
+    int async_tasks;           /* mark each sample's outermost coroutine frame (issue #37) */
     _Atomic int in_handler;    /* handlers running now (stop() waits for 0) */
     int signo;
     int trace;
@@ -299,6 +313,7 @@ uint64_t engine_frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated
 #ifdef Py_PYTHON_H
 PyObject *engine_slot_entries(Slot *slot, const uint8_t *at, size_t bytes, uint32_t count,
                               int64_t unknown_fid, int64_t truncated_fid);
+PyObject *engine_restart_paths(PyObject *module, PyObject *unused);
 #endif
 
 /* natives.c */

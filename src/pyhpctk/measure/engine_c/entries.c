@@ -202,7 +202,8 @@ PyObject *engine_slot_entries(Slot *slot, const uint8_t *at, size_t bytes, uint3
     int back = last != UINT32_MAX && last + 1 != groups_used; /* one more entry, with no time */
     PyObject *list = PyList_New(groups_used + back);
     if (list == NULL) return NULL;
-    uint32_t from = start;
+    uint32_t from = slot->restart ? 0 : start; /* after a mark: from the empty path */
+    if (groups_used) slot->restart = 0;
     for (uint32_t g = 0; g < groups_used + back; g++) {
         const Group *group = &groups[g < groups_used ? g : last];
         PyObject *item = g < groups_used ? entry_tuple(from, group, group->cpu, group->wall)
@@ -215,4 +216,15 @@ PyObject *engine_slot_entries(Slot *slot, const uint8_t *at, size_t bytes, uint3
         from = group->leaf;
     }
     return list;
+}
+
+/* The Python side moved the node every path starts from (pyrun ctl mark: docs/pyrun.md,
+ * "Windows of long jobs") and forgot where it stood: each thread's next batch starts from the
+ * empty path, so that its first entry names its whole path. Called under the GIL, where no
+ * drain() runs. */
+PyObject *engine_restart_paths(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    for (uint32_t i = 0; i < ENGINE_MAX_SLOTS; i++) engine_slots[i].restart = 1;
+    Py_RETURN_NONE;
 }

@@ -126,6 +126,7 @@ static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *trunca
     int n = 0;
     int64_t walked = 0;
     *truncated = 0;
+    slot->task_at = -1;
     for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
         if (++walked > ENGINE_WALK_LIMIT || ((uintptr_t)f & 7)) return -1;
         if ((const void *)f == gc_frame && *gc_at < 0) *gc_at = n; /* frames < n: the GC's */
@@ -146,6 +147,13 @@ static int read_python(Slot *slot, PyThreadState *tstate, int limit, int *trunca
         slot->pyframes[n].instr = instr;
         slot->pyframes[n].check = engine_code_check(code);
         slot->group_end[n] = (uint8_t)pyframe_is_entry(f);
+        if (engine.async_tasks) { /* walking outwards: the last one found is the outermost */
+            uintptr_t coro = pyframe_coroutine(f, code);
+            if (coro) {
+                slot->task_at = n;
+                slot->task_coro = coro;
+            }
+        }
         n++;
     }
     if (n > 0) slot->group_end[n - 1] = 1;
@@ -170,12 +178,14 @@ static void put(Merge *m, void *code, uint32_t instr, uint32_t check) {
     prev[at].check = check;
 }
 
-/* The Python frames of the next eval-loop invocation, outermost first. */
+/* The Python frames of the next eval-loop invocation, outermost first; with async-aware
+ * samples, a task marker just outside the outermost coroutine frame. */
 static void put_group(Merge *m) {
     Slot *slot = m->slot;
     for (int first = 1; m->next_python >= 0; first = 0) {
         if (!first && slot->group_end[m->next_python]) break;
         int at = m->next_python--;
+        if (at == slot->task_at) put(m, CODE_TASK(slot->task_coro), 0, 0);
         RawFrame *f = &slot->pyframes[at];
         put(m, f->code, f->instr, f->check);
         if (at == m->gc_at) {
@@ -210,7 +220,9 @@ static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t
                                       (void *)tstate;
     const void *gc_frame = in_gc ? atomic_load_explicit(&engine_gc_frame, memory_order_relaxed)
                                  : NULL;
-    int np = read_python(slot, tstate, ENGINE_MAX_DEPTH - 2 - nn, &truncated, gc_frame, &gc_at);
+    /* room for the truncation marker, the <gc> marker and, async-aware, a task marker */
+    int room = ENGINE_MAX_DEPTH - 2 - engine.async_tasks - nn;
+    int np = read_python(slot, tstate, room, &truncated, gc_frame, &gc_at);
     if (np < 0) return -1;
     if (in_gc && (gc_at < 0 || gc_at >= np)) gc_at = 0; /* no frame of its own: the innermost */
     int groups = 0, evals = 0;

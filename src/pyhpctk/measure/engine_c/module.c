@@ -153,7 +153,7 @@ static void note_pending(void *key) {
 }
 
 static CodeEntry *pin(RawFrame *frame) {
-    if (frame->code == CODE_TRUNCATED || frame->code == CODE_GC) return NULL;
+    if (frame->code == CODE_TRUNCATED || frame->code == CODE_GC || IS_TASK(frame->code)) return NULL;
     if (IS_NATIVE(frame->code)) {
         engine_note_module(frame->instr);
         return NULL;
@@ -247,6 +247,7 @@ static Py_ssize_t stage_rings(StagedSlot *out) {
 uint64_t engine_frame_ip(RawFrame *frame, int64_t unknown_fid, int64_t truncated_fid) {
     if (frame->code == CODE_TRUNCATED) return (uint64_t)truncated_fid << 32;
     if (frame->code == CODE_GC) return (uint64_t)(engine_gc_fid >= 0 ? engine_gc_fid : unknown_fid) << 32;
+    if (IS_TASK(frame->code)) return ENGINE_TASK_BIT | TASK_ADDRESS(frame->code);
     if (IS_NATIVE(frame->code)) return engine_native_ip(frame->instr, NATIVE_OFFSET(frame->code));
     CodeEntry *entry = code_find(frame->code);
     if (entry == NULL || entry->code == NULL || entry->check != frame->check || entry->fid < 0)
@@ -348,16 +349,19 @@ static int choose_signal(void) {
 }
 
 PyDoc_STRVAR(start_doc,
-"start(cpu_period_ns, wall_period_ns, trace, perf=True) -> signal number\n\n"
+"start(cpu_period_ns, wall_period_ns, trace, perf=2, native=True, async_tasks=False)\n"
+"    -> signal number\n\n"
 "Sample every thread: on its CPU time (a perf_events task-clock counter, or without perf or\n"
 "where it is refused a timer on the thread's CPU clock; period 0: none) and on the monotonic\n"
 "clock, each delivering a free realtime signal to that thread. Raises OSError when no\n"
-"realtime signal is free or the monitor thread cannot start.");
+"realtime signal is free or the monitor thread cannot start. async_tasks: each sample marks\n"
+"its outermost coroutine frame (a task marker, 1 << 62 | the coroutine's address).");
 
 static PyObject *engine_start(PyObject *module, PyObject *args) {
     long long cpu_period, wall_period;
-    int trace, use_perf = 2, native = 1;
-    if (!PyArg_ParseTuple(args, "LLp|ip", &cpu_period, &wall_period, &trace, &use_perf, &native))
+    int trace, use_perf = 2, native = 1, async_tasks = 0;
+    if (!PyArg_ParseTuple(args, "LLp|ipp", &cpu_period, &wall_period, &trace, &use_perf, &native,
+                          &async_tasks))
         return NULL;
     if (atomic_load(&engine.enabled)) return PyLong_FromLong(engine.signo);
     if (engine.signo == 0) {
@@ -397,6 +401,7 @@ static PyObject *engine_start(PyObject *module, PyObject *args) {
     engine.use_sigtrap = use_perf > 1 && engine_trap_take() == 0;
     engine.period_ns[TIMER_WALL] = wall_period;
     engine.trace = trace;
+    engine.async_tasks = async_tasks;
     engine_account_start();
     atomic_store(&engine.enabled, 1);
     if (engine_threads_start() != 0) {
@@ -588,7 +593,8 @@ PyDoc_STRVAR(drain_doc,
 "load_module(path) -> lm id a native module first seen (0: leave its frames out). Each entry\n"
 "is (common, ips, timer, gil, cpu_ns, wall_ns, time_ns): the path is the previous entry's\n"
 "first `common` frames followed by `ips` (outermost first): fid << 32 | line for a Python\n"
-"frame, 1 << 63 | lm << 48 | offset for a native one. timer: 0 CPU, 1 wall,\n"
+"frame, 1 << 63 | lm << 48 | offset for a native one, 1 << 62 | address for a task\n"
+"marker (async_tasks). timer: 0 CPU, 1 wall,\n"
 "2 a thread's end (both deltas); gil: 0 no Python thread, 1 held, 2 waiting, 3 released.");
 
 static int resolve_pending(PyObject *callback) {
@@ -723,6 +729,8 @@ static PyMethodDef methods[] = {
     {"drain", engine_drain, METH_VARARGS, drain_doc},
     {"gc_callback", engine_gc_callback, METH_VARARGS,
      "gc_callback(phase, info): for gc.callbacks; samples inside a collection get a <gc> frame"},
+    {"restart_paths", engine_restart_paths, METH_NOARGS,
+     "restart_paths(): each thread's next drained batch names its whole path (after a mark)."},
     {"after_fork_child", engine_after_fork, METH_NOARGS, after_fork_doc},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict: samples, dropped, unknown frames..."},
     {NULL, NULL, 0, NULL},

@@ -19,8 +19,10 @@ from pyhpctk.errors import UsageError
 from pyhpctk.measure.events import EventSpec, events_from_env, format_events, parse_events
 from pyhpctk.measure.settings import (  # the names of the variables (settings.py: one place)
     ENV_BOOTSTRAP,
+    ENV_MARK,
     ENV_OPTIONS,
     ENV_PACKAGE_ROOT,
+    ENV_PAUSED,
     RunSettings,
 )
 
@@ -52,15 +54,26 @@ class MeasureOptions:
     ``native``: samples record native frames (``--no-native``: False); ``gpu``: the parsed and
     re-rendered ``gpu=...`` event ("" when none); ``report``: the abstract socket name pyrun
     listens on ("" when none, :mod:`pyhpctk.measure.losses`); ``settings``: what the user set
-    in the environment, read when the options are built (:class:`RunSettings`).
+    in the environment, read when the options are built (:class:`RunSettings`); ``control``:
+    open a control socket that ``pyrun ctl`` reaches; ``async_aware``: asyncio-aware stacks.
+
+    ``paused`` (sampling paused: ``--start-paused``, or a parent paused when it started this
+    process) and ``mark`` (the phase a mark named, ``""``: none) are the window's state, not
+    options: they travel in variables of their own that each measured process rewrites in
+    place as its window opens and closes (:mod:`pyhpctk.measure.session.windows`), so that a
+    child begins as its parent is.
     """
 
     __slots__ = (
+        "async_aware",
         "checkpoint_s",
+        "control",
         "events",
         "gpu",
+        "mark",
         "native",
         "output_dir",
+        "paused",
         "report",
         "settings",
         "trace",
@@ -76,6 +89,10 @@ class MeasureOptions:
         gpu: str = "",
         report: str = "",
         settings: RunSettings | None = None,
+        control: bool = False,
+        paused: bool = False,
+        mark: str = "",
+        async_aware: bool = False,
     ) -> None:
         self.output_dir = output_dir
         self.events = tuple(events)
@@ -85,6 +102,10 @@ class MeasureOptions:
         self.gpu = gpu
         self.report = report
         self.settings = RunSettings(os.environ) if settings is None else settings
+        self.control = control or paused  # a paused process must be reachable
+        self.paused = paused
+        self.mark = mark
+        self.async_aware = async_aware
         check_options(self.events, self.checkpoint_s)
 
     def _carried(self) -> dict[str, str]:
@@ -97,17 +118,22 @@ class MeasureOptions:
             "native": "1" if self.native else "0",
             "gpu": self.gpu,
             "report": self.report,
+            "control": "1" if self.control else "0",
+            "async_aware": "1" if self.async_aware else "0",
         }
+
+    def _compared(self) -> dict[str, str]:
+        return {**self._carried(), "paused": str(self.paused), "mark": self.mark}
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeasureOptions):
             return NotImplemented
-        return self._carried() == other._carried()
+        return self._compared() == other._compared()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"MeasureOptions({self._carried()!r})"
+        return f"MeasureOptions({self._compared()!r})"
 
     @property
     def period_s(self) -> float:
@@ -122,7 +148,7 @@ class MeasureOptions:
         if not text:
             return None
         try:
-            carried = _decode(text)
+            carried = decode_options(text)
             events = carried.get("events", "")
             checkpoint = carried.get("checkpoint_s", "")
             return cls(
@@ -134,6 +160,10 @@ class MeasureOptions:
                 gpu=carried.get("gpu", ""),
                 report=carried.get("report", ""),
                 settings=RunSettings(env),
+                control=carried.get("control") == "1",
+                paused=env.get(ENV_PAUSED, "") == "1",
+                mark=env.get(ENV_MARK, ""),
+                async_aware=carried.get("async_aware") == "1",
             )
         except (ValueError, KeyError) as error:
             raise UsageError(f"{ENV_OPTIONS} is not pyrun's options: {error!r}") from None
@@ -146,6 +176,11 @@ class MeasureOptions:
             f"{name}={value.replace('%', '%25').replace(';', '%3B').replace('=', '%3D')}"
             for name, value in carried.items()
         )
+        # Both set even when unused: a measured process rewrites them in place as its window
+        # opens and closes (a variable that exists is replaced without moving the environment,
+        # which the program's other threads may be reading: docs/pyrun.md).
+        env[ENV_PAUSED] = "1" if self.paused else "0"
+        env[ENV_MARK] = self.mark
         env[ENV_BOOTSTRAP] = BOOTSTRAP_DIR
         env[ENV_PACKAGE_ROOT] = PACKAGE_ROOT
         existing = [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
@@ -154,7 +189,7 @@ class MeasureOptions:
         env["PYTHONPATH"] = os.pathsep.join(existing)
 
 
-def _decode(text: str) -> dict[str, str]:
+def decode_options(text: str) -> dict[str, str]:
     """The fields of :meth:`MeasureOptions.export`'s text (ValueError: not such a text)."""
     fields = {}
     for field in text.split(";"):

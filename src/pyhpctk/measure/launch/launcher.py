@@ -86,6 +86,28 @@ class RunOptions:
     gpu: str | None = None  # a parsed and re-rendered ``gpu=...`` event (pyhpctk.measure.gpu)
     append: bool = False  # add this run to a directory that already holds measurements
     native: bool = True  # samples record native frames too (docs/pyrun.md, "Native frames")
+    control: bool = False  # every measured process listens for pyrun ctl
+    start_paused: bool = False  # ... and samples only once pyrun ctl PID start says so
+    async_aware: bool = False  # a coroutine's time under the tasks awaiting it
+
+    def measure_options(
+        self, output_dir: str, report: str, env: Mapping[str, str]
+    ) -> MeasureOptions:
+        """The one options object every measured process reads back: these options, the loss
+        report's socket and the settings the user set in ``env``."""
+        return MeasureOptions(
+            output_dir,
+            self.events,
+            self.trace,
+            self.checkpoint_s,
+            native=self.native,
+            gpu=self.gpu or "",
+            report=report,
+            settings=RunSettings(env),
+            control=self.control,
+            paused=self.start_paused,
+            async_aware=self.async_aware,
+        )
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -271,16 +293,7 @@ def run(
     )
     before = _profiles(output_dir)
     report = LossReport()
-    measure = MeasureOptions(
-        output_dir,
-        options.events,
-        options.trace,
-        options.checkpoint_s,
-        native=options.native,
-        gpu=options.gpu or "",
-        report=report.listening,
-        settings=RunSettings(base_env),
-    )
+    measure = options.measure_options(output_dir, report.listening, base_env)
     measure.export(base_env)  # the one options object, whole, for every measured process
     census = Census(BOOTSTRAP_DIR) if Census.available() else None
     settings = None
@@ -315,12 +328,12 @@ def run(
             "checkpoints, 0.25 s after start and then ever less often; SIGKILL leaves only the "
             "last checkpoint).\n"
         )
-        _remove_if_empty(output_dir, created_fresh)
+        remove_if_empty(output_dir, created_fresh)
     elif not written and unmeasured:  # the list above says why
         out.write(
             f"pyrun: {options.command[0]} exited with status {returncode}; nothing was measured.\n"
         )
-        _remove_if_empty(output_dir, created_fresh)
+        remove_if_empty(output_dir, created_fresh)
     elif not written:
         out.write(
             f"pyrun: {options.command[0]} ran (exit status {returncode}) but started no Python "
@@ -329,7 +342,7 @@ def run(
             "srun/mpiexec ranks); interpreters run with -I or -E ignore PYTHONPATH and are "
             "measured only through pyrun --install-pth.\n"
         )
-        _remove_if_empty(output_dir, created_fresh)
+        remove_if_empty(output_dir, created_fresh)
     return result
 
 
@@ -408,7 +421,7 @@ def _tell_kept(
     out.write(f"pyrun: {program} died of {signals.name_of(signum)} (signal {signum}); {what}\n")
 
 
-def _remove_if_empty(directory: str, created: bool) -> None:
+def remove_if_empty(directory: str, created: bool) -> None:
     """Undo what pyrun made in a directory nothing was written to (it stays if it existed)."""
     if _foreign_entries(directory):
         return

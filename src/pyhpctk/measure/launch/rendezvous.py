@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.census import start_time
+from pyhpctk.measure.control import forget_stale, start_time
 from pyhpctk.measure.launch.bootstrap import rescue
 from pyhpctk.measure.launch.config import BOOTSTRAP_DIR
 
@@ -40,7 +40,7 @@ def publish(env: Mapping[str, str]) -> str | None:
         os.mkdir(directory, 0o700)
     if not rescue.is_private(directory, True):
         return None  # someone else's, or open to others: never trusted, never written
-    _forget_stale(directory)
+    forget_stale(directory, rescue.SETTINGS_SUFFIX)
     path = os.path.join(directory, rescue.settings_name(os.getpid(), start))
     entries = [f"{name}={value}" for name, value in env.items() if name.startswith(rescue.PREFIX)]
     temporary = f"{path}.{os.urandom(4).hex()}.tmp"
@@ -61,22 +61,6 @@ def withdraw(path: str | None) -> None:
     if path is not None:
         with contextlib.suppress(OSError):
             os.unlink(path)
-
-
-def _forget_stale(directory: str) -> None:
-    """Remove the files of pyruns that are gone (killed before they could withdraw)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        pid, _, rest = name.partition("-")
-        start = rest.removesuffix(rescue.SETTINGS_SUFFIX)
-        if not (pid.isdigit() and start.isdigit()):
-            continue
-        if start_time(int(pid)) != int(start):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
 
 
 def site_packages(target: str) -> tuple[str, Path]:

@@ -1,8 +1,9 @@
 """The measurement runtime's entry points: what the bootstrap calls, and a Python API.
 
 ``start_from_env()`` is called by pyrun's ``sitecustomize`` in every Python process started
-under pyrun. :func:`start` / :func:`stop` let a program (or a test) measure itself without
-pyrun, e.g. to measure only part of a run; threads that already exist are measured too.
+under pyrun; :func:`attach` by the script ``pyrun attach`` has a running process execute.
+:func:`start` / :func:`stop` let a program (or a test) measure itself without pyrun, e.g. to
+measure only part of a run; threads that already exist are measured too.
 Standard library only: this runs inside the measured program.
 """
 
@@ -17,6 +18,10 @@ from pyhpctk.measure.events import EventSpec
 from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 
+TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 
 def start_from_env() -> Session | None:
     """Start measuring this process as pyrun's options ask (read whole, once, from the
@@ -30,6 +35,20 @@ def start_from_env() -> Session | None:
     if options.settings.debug:
         sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
     return session
+
+
+def attach(settings: Mapping[str, str]) -> Session:
+    """Start measuring this process with the options pyrun put in ``settings`` (the script of
+    ``pyrun attach`` runs this in the process's main thread: PEP 768), control on. The options
+    also go into the process's environment, with pyrun's bootstrap on ``PYTHONPATH``, so the
+    Python processes it starts from now on are measured too."""
+    options = MeasureOptions.from_env(settings)
+    if options is None:
+        raise UsageError("pyrun attach gave no measurement directory")
+    if hooks.current_session() is not None:
+        raise UsageError("this process is already being measured")
+    options.export(os.environ)
+    return hooks.start(Session(options))
 
 
 def start(

@@ -43,8 +43,12 @@ TYPE_CHECKING = False  # typing costs every measured process milliseconds to imp
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from pyhpctk.measure.sampling.tasks import TaskChains
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
+
+    #: One drained sample: (common, ips, timer, gil, cpu_ns, wall_ns, time_ns)
+    Entry = tuple[int, tuple[int, ...], int, int, int, int, int]
 
 DRAIN_PERIOD_S = 0.1
 UNKNOWN_CODE = "<unknown code>"  # a frame whose code object died before it could be named
@@ -252,6 +256,13 @@ class EngineSampler:
         self.started_process_cpu = 0.0  # the process's CPU time when sampling began (tests)
         self.drain_cpu_s = 0.0  # CPU time spent draining (reported with PYHPCTK_PYRUN_DEBUG)
         self.entries = 0
+        # pyrun --async-aware: the chains of asyncio tasks, and each thread's last raw path
+        self.tasks: TaskChains | None = None
+        if table.options.async_aware:
+            from pyhpctk.measure.sampling import tasks
+
+            self.tasks = tasks.TaskChains(table)
+        self._raw_paths: dict[int, list[int]] = {}
 
     def start(self) -> None:
         options = self.table.options
@@ -264,6 +275,7 @@ class EngineSampler:
             options.trace,
             perf,
             options.native,
+            self.tasks is not None,
         )
         self.started = True
         listen(self.module.gc_callback)  # a sample inside a collection: <gc> (gc_context)
@@ -298,6 +310,11 @@ class EngineSampler:
             self.started = False
             stop_listening(self.module.gc_callback)
             self.module.stop()
+
+    def restart_paths(self) -> None:
+        """Each thread's next drained entry names its whole path (the session moved the node
+        paths start from: a mark)."""
+        self.module.restart_paths()
 
     def own_cpu(self, ns: int) -> None:
         """The calling program thread spent ``ns`` of CPU time on pyrun's work after its
@@ -377,11 +394,16 @@ class EngineSampler:
         kind = table.sampling_kind
         rules = self.rules
         seen: set[int] = set()
+        tasks = self.tasks
+        if tasks is not None:
+            tasks.refresh()
         for ident, tid, _python, ended, entries in batches:
             key = ident or -tid
             state = self._state_of(key, tid)
             seen.add(key)
             self.entries += len(entries)
+            if tasks is not None:
+                entries = self._under_tasks(tasks, key, entries, ended)
             trace = (state.trace_times, state.trace_nodes) if tracing else None
             if state.cct.insert_samples(
                 entries, lm, kind, rules, state.path_nodes, trace, TIMER_END
@@ -392,6 +414,19 @@ class EngineSampler:
         if tracing:
             self._mark_idle(seen)
         self.drain_cpu_s += time.thread_time() - started
+
+    def _under_tasks(
+        self, tasks: TaskChains, key: int, entries: list[Entry], ended: bool
+    ) -> list[Entry]:
+        """``entries`` with each path put under its chain of asyncio tasks, each a whole path
+        (``common`` 0): the chain replaces a varying number of the loop's frames."""
+        path = self._raw_paths.pop(key, []) if ended else self._raw_paths.setdefault(key, [])
+        rewritten = []
+        for common, ips, timer, gil, cpu, wall, when in entries:
+            del path[common:]
+            path.extend(ips)
+            rewritten.append((0, tuple(tasks.engine_path(path)), timer, gil, cpu, wall, when))
+        return rewritten
 
     def _state_of(self, key: int, tid: int) -> ThreadState:
         """The session's state of a sampled thread, made on first sight (numbered then)."""
@@ -414,11 +449,8 @@ class EngineSampler:
         """A thread that took no sample since the previous drain is idle: one NoActvty record."""
         now_ns = self.table.clocks.epoch_ns()
         for key, state in self.table.states.items():
-            if key not in seen and not state.idle and state.cct.no_activity >= 0:
-                state.cct.retain(state.cct.no_activity)
-                state.trace_times.append(now_ns)
-                state.trace_nodes.append(state.cct.no_activity)
-                state.idle = True
+            if key not in seen:
+                state.go_idle(now_ns)
 
 
 if __name__ == "__main__":  # make env / make test-engine: python -m pyhpctk.measure.sampling.engine

@@ -27,6 +27,7 @@ from pyhpctk.measure.gc_context import Collections, listen, stop_listening
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
+    from pyhpctk.measure.sampling.tasks import TaskChains
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
 
@@ -74,6 +75,13 @@ class PythonSampler:
         self.running = False  # the sampling thread runs (started, not asked to stop)
         # The collections it cannot sample (gc_context), timed while it samples itself.
         self.collections: Collections | None = None
+        self.paused = False  # between windows (pyrun ctl stop, --start-paused): no sample
+        # pyrun --async-aware: a coroutine's time under the chain of tasks awaiting it
+        self.tasks: TaskChains | None = None
+        if table.options.async_aware:
+            from pyhpctk.measure.sampling import tasks
+
+            self.tasks = tasks.TaskChains(table)
         self.reset()
 
     def reset(self) -> None:
@@ -119,13 +127,39 @@ class PythonSampler:
     def thread_ended(self) -> None:
         """Nothing to account: without the engine pyrun's own CPU time is not told apart."""
 
-    def started(self) -> None:
-        """The sampling thread was started."""
+    def started(self, paused: bool = False) -> None:
+        """The sampling thread was started (``paused``: it samples from :meth:`resume` on)."""
         self.running = True
         if self.samples_itself:
             if self.collections is None:
                 self.collections = Collections(self.table.functions)
             listen(self.collections)
+        self.paused = paused
+
+    def pause(self) -> None:
+        """No sample from now on until :meth:`resume` (call with the table's lock held): each
+        thread's time since its last sample goes where it was last seen, and the program has
+        its own switch interval again."""
+        for state in self.table.states.values():
+            if not state.is_stream:
+                self.final_delta(state)
+        self.paused = True
+        self.tune_switch_interval(2)
+
+    def resume(self) -> None:
+        """Sample again (call with the table's lock held): each thread's clocks count from now,
+        and a thread found later was born since (its CPU time counts from its birth)."""
+        clocks = self.table.clocks
+        now = clocks.wall()
+        for state in self.table.states.values():
+            if state.clock_id is not None:
+                try:  # noqa: SIM105  # contextlib: one more import in every measured process
+                    state.last_cpu = clocks.thread_cpu(state.clock_id)
+                except OSError:
+                    pass  # it ended: the next sample retires it
+            state.last_wall = now
+        self._before_sampler = set(sys._current_frames())
+        self.paused = False
 
     def forked(self) -> None:
         """In a forked child: no sampling thread, the program's switch interval."""
@@ -170,6 +204,9 @@ class PythonSampler:
             # on CPython 3.11 can be freed memory (a crash in f_back; python/cpython#111363).
             frames = clocks.current_frames()
             self.samples += 1
+            tasks = self.tasks
+            if tasks is not None:
+                tasks.refresh()
             states = table.states
             sampler = self.sampler_ident
             skipped = table.skipped
@@ -205,11 +242,7 @@ class PythonSampler:
                 if collected:
                     cpu_delta, real_delta = self._collected(state, collected, cpu_delta, real_delta)
                 if real_metric < 0 and cpu_delta <= 0.0:
-                    if tracing and not state.idle:
-                        state.cct.retain(state.cct.no_activity)
-                        state.trace_times.append(now_ns)
-                        state.trace_nodes.append(state.cct.no_activity)
-                    state.idle = True
+                    state.go_idle(now_ns)
                     continue
                 cct = state.cct
                 try:
@@ -219,7 +252,10 @@ class PythonSampler:
                 if leaf_done:
                     leaf = cct.last_leaf
                 else:
-                    ips = python_frame_ips(frame, functions, fid_of)
+                    if tasks is None:
+                        ips = python_frame_ips(frame, functions, fid_of)
+                    else:
+                        ips = tasks.thread_ips(frame, fid_of)
                     if ips == state.last_ips:  # the same path as last time: a hot loop
                         leaf = state.last_path_leaf
                     else:
@@ -284,6 +320,7 @@ class PythonSampler:
         fast = (
             program_threads <= 1
             and self.running
+            and not self.paused
             and not self.table.finished
             and self.samples_itself  # the engine samples without the GIL
         )
@@ -318,7 +355,10 @@ class PythonSampler:
         return self.table.register_thread(thread, main=main, ident=ident, from_birth=born)
 
     def final_delta(self, state: ThreadState) -> None:
-        """Attribute what a thread used since its last sample to the last place it was seen."""
+        """Attribute what a thread used since its last sample to the last place it was seen
+        (nothing between windows: the pause attributed what came before it)."""
+        if self.paused:
+            return
         cct = state.cct
         values = cct.values_of(self.table.sampling_kind)
         clocks = self.table.clocks

@@ -4,7 +4,9 @@ One raw thread per measured process (``_thread``, invisible to ``threading.enume
 ``pyrun-drain`` under the engine and ``pyrun-sampler`` with the Python sampler. Each wake-up
 calls :meth:`~.sampler.Sampler.wake` (a drain of the engine's samples, or a sample of every
 thread) and then writes a checkpoint if one is due: early ones first, backing off to
-``--checkpoint`` seconds (:meth:`SamplingThread.checkpoint_if_due`).
+``--checkpoint`` seconds (:meth:`SamplingThread.checkpoint_if_due`). With control on, it also
+acts on ``pyrun ctl``'s commands (:class:`~pyhpctk.measure.session.windows.Windows`); between
+windows it only does that, every :data:`~pyhpctk.measure.control.POLL_INTERVAL_S`.
 
 Standard library only: this runs inside the measured program.
 """
@@ -15,12 +17,14 @@ import _thread
 import sys
 import time
 
+from pyhpctk.measure.control import POLL_INTERVAL_S
 from pyhpctk.measure.thread_names import name_own_thread
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from pyhpctk.measure.sampling.sampler import Sampler
     from pyhpctk.measure.session.table import ThreadTable
+    from pyhpctk.measure.session.windows import Windows
 
 # Checkpoints (SamplingThread.checkpoint_if_due): the first this soon after measuring began,
 # the next ones after a share of the time measured so far and a multiple of their own cost.
@@ -32,9 +36,17 @@ CHECKPOINT_COST_SHARE = 100
 class SamplingThread:
     """Drives one :class:`~.sampler.Sampler` and checkpoints ``table``'s threads."""
 
-    def __init__(self, table: ThreadTable, sampler: Sampler, name: str, step: str) -> None:
+    def __init__(
+        self,
+        table: ThreadTable,
+        sampler: Sampler,
+        name: str,
+        step: str,
+        control: Windows | None = None,
+    ) -> None:
         self.table = table
         self.sampler = sampler
+        self.control = control  # pyrun ctl's commands and the windows, when control is on
         self.name = name  # the thread's kernel name (pyrun-drain, pyrun-sampler)
         self.step = step  # what one wake-up is, in pyrun's messages ("drain", "sample")
         self.ident: int | None = None  # the running thread's, once started
@@ -70,19 +82,24 @@ class SamplingThread:
         sampler.thread_began()
         started.release()
         failures = 0
+        control = self.control
         try:
             wait = sampler.first_wait()
             while not stop.acquire(True, wait):
                 try:
-                    sampler.wake()
-                    self.checkpoint_if_due()
+                    if control is None or not control.paused:
+                        sampler.wake()
+                        self.checkpoint_if_due()
+                    if control is not None:
+                        control.poll()
                 except Exception as error:  # one bad wake-up must not end the measurement
                     failures += 1
                     if failures == 1:
                         sys.stderr.write(f"pyrun: a {self.step} failed: {error!r}\n")
                     if failures >= 100:
                         raise
-                wait = sampler.next_wait()
+                paused = control is not None and control.paused
+                wait = POLL_INTERVAL_S if paused else sampler.next_wait()
         except Exception as error:  # never kill the program; say once why measurement stopped
             sys.stderr.write(f"pyrun: sampler stopped: {error!r}\n")
         finally:
@@ -124,6 +141,12 @@ class SamplingThread:
         # The first checkpoint pays once for what later ones reuse (imports such as hashlib's
         # OpenSSL, 8 ms; new files): its cost would hold the second back past a crash at 1.5 s.
         self._checkpoint_cost = 0.0 if first else time.thread_time() - began
+
+    def window_began(self) -> None:
+        """Sampling resumed: checkpoints start early again, as at the start of measurement
+        (a crash a second into a window keeps most of it)."""
+        self._measuring_since = self._last_checkpoint = time.monotonic()
+        self._measuring_since_cpu = self._last_checkpoint_cpu = time.process_time()
 
     def stop(self, timeout: float = 2.0) -> bool:
         """Stop the thread and wait (bounded) for it to finish its wake-up; False when it was

@@ -40,7 +40,10 @@ import sys
 import threading
 import time
 
-from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE  # formats.md §1.4
+from pyhpctk.formats.hpcrun_constants import (
+    LM_FLAG_ANALYZE,  # formats.md §1.4
+    LOGICAL_FID_SHIFT,  # formats.md §1.10
+)
 from pyhpctk.measure.cct import (
     FunctionTable,
     MetricKind,
@@ -53,6 +56,7 @@ from pyhpctk.measure.profile_files import give_up_reserve, hold_reserve
 from pyhpctk.measure.sampling import engine
 from pyhpctk.measure.sampling.python import PythonSampler
 from pyhpctk.measure.sampling.thread import SamplingThread
+from pyhpctk.measure.session.windows import MARK_FORMAT, Windows
 from pyhpctk.measure.session.writing import ProfileWriter
 from pyhpctk.measure.thread_state import Clocks, ThreadState, thread_cpu_clock
 
@@ -93,6 +97,8 @@ class Session:
         # The Python sampler samples where the engine does not, and keeps the program's GIL
         # switch interval either way.
         self.python = PythonSampler(self, samples_itself=self.engine is None)
+        # Paused or measuring, the current mark, the control socket (pyrun ctl).
+        self.windows = Windows(self)
         if module is None:
             engine.say_fallback_once(reason, settings.fallback_said)
             for spec in options.events:
@@ -132,7 +138,8 @@ class Session:
         sampler = self.engine or self.python
         name = "pyrun-drain" if self.engine is not None else "pyrun-sampler"
         step = "drain" if self.engine is not None else "sample"
-        self.sampling = SamplingThread(self, sampler, name, step)
+        control = self.windows if self.options.control else None
+        self.sampling = SamplingThread(self, sampler, name, step, control)
         self.finished = False
 
     @property
@@ -143,6 +150,7 @@ class Session:
     def after_fork_in_child(self) -> None:
         """Start afresh in a forked child: new pid, fresh CCTs and files, a new sampler."""
         self.gpu = None  # the GPU runtime's threads and CUPTI do not survive a fork
+        self.windows.close()  # the parent's socket: the child opens its own
         if self.engine is not None:
             self.engine.after_fork_in_child()  # no timer and no other thread survived
         self.lock = threading.RLock()
@@ -309,6 +317,7 @@ class Session:
                 last_wall=self.clocks.wall(),
             )
             self._states[ident] = state
+            self._enter_phase(state)
         if own and self.engine is not None:
             self.engine.register_current_thread(program_ns)
         return state
@@ -386,10 +395,12 @@ class Session:
     # -- the sampling thread and the program's switch interval ---------------------------------
 
     def start_sampler(self) -> None:
-        """Start the sampling thread (and the engine once the thread left itself out)."""
-        self.python.started()
+        """Start the sampling thread (and the engine once the thread left itself out, unless
+        the process starts paused: ``pyrun --start-paused``)."""
+        self.python.started(paused=self.windows.paused)
+        self.windows.open()
         self.sampling.start()
-        if self.engine is not None:
+        if self.engine is not None and not self.windows.paused:
             try:
                 self.engine.start()  # after the drain thread left itself out
             except OSError as error:
@@ -411,6 +422,87 @@ class Session:
     def set_program_switch_interval(self, interval: float) -> None:
         """The program called ``sys.setswitchinterval(interval)``."""
         self.python.set_program_switch_interval(interval)
+
+    # -- windows (pyrun ctl: docs/pyrun.md, "Windows of long jobs") ----------------------------
+
+    def pause(self) -> bool:
+        """Stop sampling until :meth:`resume`: every thread's time up to now is attributed where
+        it was last seen, a traced thread goes idle, and the files are written. False when
+        already paused."""
+        with self.lock:
+            if self.finished or self.windows.paused:
+                return False
+            self.windows.paused = True
+            if self.engine is not None:
+                self.engine.stop()  # each thread's time since its last sample is recorded
+                self.engine.drain(retire=False)  # the threads go on: they keep their CCTs
+            else:
+                self.python.pause()
+            now_ns = self.clocks.epoch_ns()
+            for state in self._states.values():
+                state.go_idle(now_ns)
+        self.windows.publish()
+        self.checkpoint()
+        return True
+
+    def resume(self) -> bool:
+        """Sample again after :meth:`pause` (or a paused start); False when not paused."""
+        with self.lock:
+            if self.finished or not self.windows.paused:
+                return False
+            self.windows.paused = False
+            if self.engine is None:
+                self.python.resume()
+        self._restart_engine()
+        self.sampling.window_began()
+        self.windows.publish()
+        return True
+
+    def enter_phase(self, name: str) -> None:
+        """Put every thread's samples from now on under the context node ``<mark NAME>``,
+        directly under its fence (``pyrun ctl PID mark NAME``), until the next mark."""
+        with self.lock:
+            if self.finished:
+                return
+            # Each thread's time up to now stays in the phase it had: the engine stops (each
+            # thread's time since its last sample is recorded) and starts again; the Python
+            # sampler attributes it and counts afresh.
+            restart = self.engine is not None and self.engine.started
+            if self.engine is not None and restart:
+                self.engine.stop()
+                self.engine.drain(retire=False)
+            elif self.engine is None and not self.windows.paused:
+                self.python.pause()
+                self.python.resume()
+            self.windows.mark = name
+            for state in self._states.values():
+                self._enter_phase(state)
+            if self.engine is not None:
+                self.engine.restart_paths()  # the threads' paths start from the new node
+        if restart:
+            self._restart_engine()
+        self.windows.publish()
+
+    def _restart_engine(self) -> None:
+        """Start the engine again after a pause or a mark (threads measured from now on)."""
+        if self.engine is not None:
+            try:
+                self.engine.start()
+            except OSError as error:
+                self.tell_once(f"pyrun: cannot restart the sampling engine: {error}")
+
+    def _enter_phase(self, state: ThreadState) -> None:
+        """Start ``state``'s paths from the node of the current mark (the fence: none)."""
+        cct = state.cct
+        mark = self.windows.mark
+        if mark:
+            fid = self.functions.named(MARK_FORMAT.format(mark))
+            cct.phase = cct.child(cct.fence, self.python_lm, fid << LOGICAL_FID_SHIFT)
+        else:
+            cct.phase = cct.fence
+        state.path_nodes.clear()
+        state.last_ips = []
+        state.last_path_leaf = cct.phase
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -436,6 +528,7 @@ class Session:
         """The process is about to ``exec``: stop sampling (a signal pending at the exec would
         kill the new program) and take in what was sampled; the caller then writes every
         thread's files (hooks: a checkpoint that a fatal signal cannot cut short)."""
+        self.windows.close()  # the new program (same pid and start time) opens its own
         if self.engine is not None and self.engine.started:
             self.engine.stop()
             with self.lock:
@@ -444,6 +537,9 @@ class Session:
 
     def after_failed_exec(self) -> None:
         """The ``exec`` failed: the program goes on, so does its measurement."""
+        self.windows.open()
+        if self.windows.paused:
+            return
         if self.engine is not None and not self.engine.started and not self.finished:
             try:
                 self.engine.start()
@@ -479,6 +575,7 @@ class Session:
                     " profiles are written without what was left\n"
                 )
         self.stop_sampler()
+        self.windows.close()
         if self.engine is not None:
             self.engine.stop()  # every thread's last moments are recorded
             with self.lock:
