@@ -8,6 +8,7 @@ import importlib.util
 import io
 import os
 import sys
+import sysconfig
 import threading
 import types
 from collections.abc import Iterator
@@ -122,16 +123,27 @@ def test_options_travel_through_the_environment() -> None:
         native=False,
         gpu="gpu=simulated,buffer=4",
         report="pyhpctk-pyrun-1-ab",
+        paused=True,  # implies control
+        mark="warm up",
+        async_aware=True,
     )
     env: dict[str, str] = {"PYTHONPATH": "/elsewhere", engine.ENV_SAMPLER: "Thread"}
     options.export(env)
     arrived = MeasureOptions.from_env(env)
     assert arrived == options
     assert arrived is not None and arrived.settings.sampler == "thread"
+    assert (arrived.control, arrived.paused, arrived.mark, arrived.async_aware) == (
+        True,
+        True,
+        "warm up",
+        True,
+    )
     assert sorted(name for name in env if name.startswith("PYHPCTK_")) == [
         "PYHPCTK_PYRUN_BOOTSTRAP",
+        "PYHPCTK_PYRUN_MARK",  # the window's state (pyrun ctl), beside the options
         ENV_OPTIONS,
         "PYHPCTK_PYRUN_PACKAGE_ROOT",
+        "PYHPCTK_PYRUN_PAUSED",
         engine.ENV_SAMPLER,
     ]
     assert env["PYTHONPATH"].endswith("/elsewhere")
@@ -811,11 +823,12 @@ def test_an_installed_copy_whose_sources_are_newer_is_not_a_failed_rebuild(tmp_p
     import subprocess
 
     package = Path(engine.__file__).resolve().parents[2]
-    if not any((package / "measure").glob("_engine.*.so")):
-        pytest.skip("the sampling engine is not built here")
+    if not (package / "measure" / f"_engine{sysconfig.get_config_var('EXT_SUFFIX')}").exists():
+        pytest.skip("the sampling engine is not built here for this interpreter")
     site = tmp_path / "lib" / "python3" / "site-packages"
     shutil.copytree(package, site / "pyhpctk", ignore=shutil.ignore_patterns("__pycache__"))
-    built = next((site / "pyhpctk" / "measure").glob("_engine.*.so"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")  # this interpreter's build, the one loaded
+    built = site / "pyhpctk" / "measure" / f"_engine{suffix}"
     later = built.stat().st_mtime + 60
     for source in (site / "pyhpctk" / "measure" / "engine_c").iterdir():
         os.utime(source, (later, later))  # as pip writes them: after the extension

@@ -362,7 +362,8 @@ def test_timeline_folds_quiet_threads_and_names_the_top_functions(quiet: Path) -
     held: dict[str, int] = {}
     for summary in summarize(db.experiment, top=1000):
         for name, ns in summary.top:
-            name = re.sub(r"\+0x[0-9a-f]+$", " (native)", name)
+            name = re.sub(r"\+0x[0-9a-f]+( \[.+\])$", r"\1", name)  # sym+0xa0 [lib]
+            name = re.sub(r"\+0x[0-9a-f]+$", " (native)", name)  # lib+0xcf438
             held[name] = held.get(name, 0) + ns
     legend = timeline["legend"]
     assert 0 < len(legend) <= 10

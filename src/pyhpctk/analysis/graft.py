@@ -26,6 +26,7 @@ runtime) stay where they were; pyprof says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -169,6 +170,11 @@ def _alone(runtime: int, process: Process, count: int) -> str:
     )
 
 
+#: A function no symbol of its library covers, named by the nearest symbol before it
+#: (``omp_in_final+0xa0 [libgomp.so.1]``: a wheel's stripped libgomp hides gomp_thread_start).
+_NEAREST_SYMBOL = re.compile(r"\+0x[0-9a-f]+( \[[^\]]*\])?$")
+
+
 def _pool_confirmed(
     raw: RawTree, classifiers: ModuleClassifiers, roles: Roles, runtime: int
 ) -> bool:
@@ -184,6 +190,8 @@ def _pool_confirmed(
             continue  # nothing names it: the module alone decides
         if first.function is None or first.function.name is None:
             continue
+        if _NEAREST_SYMBOL.search(first.function.name):
+            continue  # a stripped library: the name of the symbol before it says nothing
         if not RUNTIMES[runtime].starts_in(first.function.name):
             return False
     return True

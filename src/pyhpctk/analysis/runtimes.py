@@ -43,8 +43,13 @@ class Runtime:
     pool_modules: str | None = None
 
     def starts_in(self, function: str) -> bool:
-        return any(re.search(pattern, function) for pattern in self.starts)
+        """Whether ``function`` is one of the pool's thread starts (named alone, or as a
+        library's symbols name it: ``blas_thread_server [libopenblas.so.0]``)."""
+        bare = _LIBRARY_SUFFIX.sub("", function)
+        return any(re.search(pattern, bare) for pattern in self.starts)
 
+
+_LIBRARY_SUFFIX = re.compile(r" \[[^\]]*\]$")  # a shared library's function: "name [lib.so]"
 
 RUNTIMES: tuple[Runtime, ...] = (
     # GNU libgomp (also the copies wheels bundle: libgomp-a34b3233.so.1.0.0), LLVM's libomp

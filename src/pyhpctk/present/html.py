@@ -34,7 +34,7 @@ from pyhpctk.present.warps import render_warp_summary, warp_summary
 MAX_SEGMENTS_PER_LINE = 20000
 LEGEND_SIZE = 10  # the timeline's functions with a colour of their own; the rest are "other"
 QUIET_SHARE = 0.01  # threads of less CPU time than this share of the busiest's share one lane
-_RAW_FRAME = re.compile(r"(.+)\+0x[0-9a-f]+")
+_RAW_FRAME = re.compile(r"(.+)\+0x[0-9a-f]+( \[.+\])?")
 LARGE_TREE_ROWS = 20000  # above this many rows, pyview --html hides scopes below ...
 LARGE_TREE_THRESHOLD = 0.1  # ... this percentage of the total, unless told otherwise
 
@@ -70,10 +70,13 @@ def _tree_data(view: View) -> dict[str, Any]:
 
 def _timeline_name(exp: Any, ctx: int) -> str:
     """What a sample is painted as: its function; a raw native frame (``libc.so.6+0xcf438``)
-    as its library, so that one library is one colour, not one per address."""
+    as its library, and one named by its nearest symbol (``omp_in_final+0xa0 [libgomp.so]``)
+    as that symbol, so that one library or function is one colour, not one per address."""
     name = function_of(exp, ctx)
     raw = _RAW_FRAME.fullmatch(name)
-    return f"{raw.group(1)} (native)" if raw else name
+    if raw is None:
+        return name
+    return f"{raw.group(1)}{raw.group(2)}" if raw.group(2) else f"{raw.group(1)} (native)"
 
 
 def _lane(line: Any, origin: int, fn_of_ctx: dict[int, int], index: Any) -> np.ndarray[Any, Any]:
