@@ -9,6 +9,7 @@ from __future__ import annotations
 import types
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from pyhpctk.instrument.frameworks import Collector
@@ -131,3 +132,39 @@ def test_cupy_hook_forgets_the_modules_cupy_memoized_before_and_while_it_was_ins
         hook.uninstall()
     module("k")  # and again after: no instrumented module stays memoized
     assert made == ["k", "k", "k"]
+
+
+class _LoadedModule:
+    """Stands in for a loaded cupy.cuda.function.Module: ``ptr`` is its CUmodule, and, as in
+    CuPy, ``get_global_var`` gives a global's device address (an int, no MemoryPointer: the
+    H100 run of blocks_device.py failed on ``copy_to_host`` of it)."""
+
+    ptr = 0xC0DE
+
+    def get_global_var(self, name: str) -> int:
+        return 0x7000_0000
+
+
+def test_cupy_counters_are_read_and_zeroed_through_the_loaded_modules_handle(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from pyhpctk.instrument.frameworks import driver
+
+    result = instrument(_plain_ptx(), Mode.EDGES, buffer=Buffer.GLOBAL)
+    symbol = result.counter_globals["clamp_sum"]
+    size = 16 * result.plans["clamp_sum"].counters
+    device = {(0xC0DE, symbol): np.arange(size, dtype=np.uint8)}  # the global's bytes
+
+    def read_global(module: int, name: str, nbytes: int) -> np.ndarray:
+        return device[(module, name)][:nbytes].copy()
+
+    def zero_global(module: int, name: str, nbytes: int) -> None:
+        device[(module, name)][:nbytes] = 0
+
+    monkeypatch.setattr(driver, "read_global", read_global)
+    monkeypatch.setattr(driver, "zero_global", zero_global)
+    collector = Collector(Mode.EDGES)
+    CuPy._register(collector, _LoadedModule(), result)
+    (loaded,) = collector.loaded_modules
+    want = np.arange(size, dtype=np.uint8).view(np.uint64).reshape(-1, 2)
+    assert loaded.counters("clamp_sum").tolist() == want.tolist()
+    loaded.reset()
+    assert not loaded.counters("clamp_sum").any()

@@ -207,3 +207,49 @@ def test_probes_write_only_registers_of_their_own(path, arch, strategy: Strategy
                 first = operands.split("}")[0] if operands.startswith("{") else operands
                 written = re.findall(r"%[\w.]+", first.split(",")[0] if "{" not in first else first)
                 assert written and all(r.startswith("%__pyhpctk") for r in written), t
+
+
+_ACCESS = re.compile(r"^(?:@\S+ )?((?:ld|st|atom|red)\.\S+) .*\[(%\w+)(?:\+(\d+))?\]")
+
+
+@pytest.mark.parametrize("strategy", list(Strategy), ids=lambda s: s.value)
+@pytest.mark.parametrize(("path", "arch"), FIXTURES)
+def test_every_probe_access_is_aligned_to_its_width(path, arch, strategy: Strategy) -> None:  # type: ignore[no-untyped-def]
+    """A vector access needs an address aligned to its whole width (a ``.v2.u32`` to 8 bytes,
+    a ``.v4.u32`` to 16); the bases are (the warp state 16 bytes a warp, the buffers the
+    driver's allocations, the control block ``.align 8``), so every offset must be a multiple
+    of its access's width. A ``ld.shared.v2.u32`` at the state's +4 faulted on the H100
+    (CUDA_ERROR_MISALIGNED_ADDRESS, traces_device.py)."""
+    traced = instrument_traces(path.read_text(), strategy, Sites.BLOCKS)
+    checked = 0
+    for kernel in traced.plans:
+        for scope in _probe_scopes(traced.ptx, kernel):
+            for t in scope:
+                m = _ACCESS.match(t)
+                if m is None:
+                    continue
+                parts = m.group(1).split(".")
+                lanes = int(next((p[1:] for p in parts if p in ("v2", "v4")), "1"))
+                width = lanes * int(re.sub(r"\D", "", parts[-1])) // 8
+                assert int(m.group(3) or 0) % width == 0, t
+                checked += 1
+    assert checked > 0
+
+
+def test_the_exact_probe_reads_the_end_and_warp_index_the_prologue_stored() -> None:
+    """The prologue stores each warp's state as four u32 (its cursor, its end, its grid-wide
+    index, its end again); every event reads its end and index from where they are."""
+    traced = instrument_traces(SHAPES_PTX.read_text(), Strategy.EXACT, kernels={"shapes"})
+    prologue, *events = _probe_scopes(traced.ptx, "shapes")
+    (stored,) = [re.search(r"st\.shared\.v4\.u32 \[s\], \{(.*)\}", _short(t)) for t in prologue
+                 if "st.shared" in t]  # fmt: skip
+    assert stored is not None
+    state = dict(enumerate(x.strip() for x in stored.group(1).split(",")))  # u32 index: name
+    assert state == {0: "e", 1: "k", 2: "g", 3: "k"}  # k: the end, g: the warp's index
+    for event in events:
+        (load,) = [re.search(r"ld\.shared\.v2\.u32 \{(\w+), (\w+)\}, \[s(?:\+(\d+))?\]",
+                             _short(t)) for t in event if "ld.shared" in t]  # fmt: skip
+        assert load is not None
+        at = int(load.group(3) or 0) // 4
+        got = {load.group(1): state[at], load.group(2): state[at + 1]}
+        assert got == {"n": "k", "g": "g"}  # the event's end is the warp's end, g its index

@@ -18,7 +18,7 @@ from pyhpctk.instrument.tracing import recording
 from pyhpctk.instrument.tracing.buffers import ExactLayout
 from pyhpctk.instrument.tracing.decode import as_events, decode_exact, times
 from pyhpctk.instrument.tracing.memory import writable_regions
-from warp_helpers import BLOCK, GRID, PROGRAM, Program, WarpRun
+from warp_helpers import BLOCK, GRID, PROGRAM, FakeMemory, Program, WarpRun
 from warp_helpers import model_setup as _setup
 
 
@@ -166,7 +166,23 @@ def test_the_memory_a_launch_may_write_is_each_argument_allocation_whole() -> No
     touching = SimpleNamespace(__cuda_array_interface__={
         "data": (0x2000, False), "shape": (16,), "typestr": "<u8"})  # fmt: skip
     regions = writable_regions([cupy_like, 3, np.float32(1), view, torch_like, strided, touching])
-    assert regions == [(0x1000, 4096 + 128), (0x9000, 256), (0x20000, 3 * 24 + 12)]
+    # an allocation that starts where another ends is another: one copy may not span both
+    assert regions == [(0x1000, 4096), (0x2000, 128), (0x9000, 256), (0x20000, 3 * 24 + 12)]
+
+
+def test_arguments_in_allocations_end_to_end_are_saved_each_on_its_own() -> None:
+    """CuPy's pool and the driver hand out allocations end to end; joined into one region, the
+    save's copy spans two allocations, which the driver refuses (cuMemcpyDtoD_v2: error 1,
+    CUDA_ERROR_INVALID_VALUE, in traces_device.py on the H100)."""
+    memory, launcher, kernel = _setup(memory=FakeMemory(packed=True))
+    assert kernel.y == kernel.x + 512  # the model's two arrays, end to end
+    args = [SimpleNamespace(data=SimpleNamespace(mem=SimpleNamespace(ptr=a, size=512)))
+            for a in (kernel.x, kernel.y)]  # fmt: skip
+    x0 = memory.array(kernel.x, np.int32, GRID[0]).copy()
+    trace = launcher.launch(kernel, GRID, BLOCK, writable_regions(args))
+    assert trace.lost == 0 and trace.saved_bytes == 1024
+    assert memory.array(kernel.y, np.int32, GRID[0]).tolist() == x0.tolist()
+    assert memory.array(kernel.x, np.int32, GRID[0]).tolist() == (x0 + 1).tolist()
 
 
 def test_the_chunk_strategy_splits_around_a_launch_it_does_not_make() -> None:

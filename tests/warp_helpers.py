@@ -24,15 +24,20 @@ CLOCK_GHZ = 1.5  # the SMs' clock in the synthetic runs: cycles = ns * 3 // 2, i
 class FakeMemory:
     """A device memory of numpy blocks (pyhpctk.instrument.tracing.memory.DeviceMemory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, packed: bool = False) -> None:
         self.blocks: dict[int, np.ndarray] = {}
         self.next = 0x1000_0000
         self.freed: list[int] = []
         self.synchronized = 0
+        self.packed = packed  # allocations end to end, 512 bytes each at least (CuPy's pool)
 
     def alloc(self, nbytes: int) -> int:
         base = self.next
-        self.next += (nbytes + 0xFFF) // 0x1000 * 0x1000 + 0x1000
+        if self.packed:
+            nbytes = max((nbytes + 511) // 512 * 512, 512)
+            self.next += nbytes
+        else:
+            self.next += (nbytes + 0xFFF) // 0x1000 * 0x1000 + 0x1000
         self.blocks[base] = np.full(nbytes, 0xCD, np.uint8)  # not zero: the caller must zero
         return base
 
@@ -234,9 +239,12 @@ class Kernel:
         self.memory.write(self.x, x + 1)
 
 
-def model_setup(strategy: Strategy = Strategy.EXACT) -> tuple[FakeMemory, TracedLauncher, Kernel]:
-    """A memory, a launcher of the bfs plan in ``strategy`` and the model kernel."""
-    memory = FakeMemory()
+def model_setup(
+    strategy: Strategy = Strategy.EXACT, memory: FakeMemory | None = None
+) -> tuple[FakeMemory, TracedLauncher, Kernel]:
+    """A memory (``memory`` or a new one), a launcher of the bfs plan in ``strategy`` and the
+    model kernel."""
+    memory = FakeMemory() if memory is None else memory
     control = memory.alloc(64)
     memory.zero(control, 64)
     plan = instrument_traces(triton_ptx("bfs").read_text(), strategy).plans["bfs"]

@@ -1,6 +1,6 @@
 """Issue #34 item 4 on the device: per-warp traces of a Triton kernel with a data-dependent loop.
 
-    python3 tests/data/gpu/traces_device.py OUT_DIR [--launches N]
+    python3 tests/data/gpu/traces_device.py OUT_DIR [--launches N] [--quick]
 
 Run from anywhere (it puts the checkout's ``src`` first on ``sys.path``); needs CuPy and Triton
 (Python 3.12 image: torch, triton, cupy). The kernel, ``frontier``, is a BFS step: each program
@@ -24,8 +24,13 @@ line, then a summary:
    each, small graph), read back and checked; copy them to tests/data/gpu/ to replay them with
    ``pyrun -e gpu=simulated,traces=FILE`` (tests/test_warp_traces.py).
 
-Writes what it prints to ``OUT_DIR/traces_device.log`` too, the checks and timings to
-``OUT_DIR/traces_device.json``; exit status 1 when a check failed.
+``--quick`` (about a minute on an H100): smaller graphs for 1 and 4 and 11 launches unless
+``--launches`` says; the same checks and the same recordings (5 is the same in both).
+
+A step that fails (an exception) says so in one line (``ERR step: ...``; its traceback goes to
+the JSON) and the next step runs. Writes what it prints to ``OUT_DIR/traces_device.log`` too,
+the checks, timings and failures to ``OUT_DIR/traces_device.json`` (whatever failed); exit
+status 1 when a check or a step failed.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +74,7 @@ from pyhpctk.instrument.tracing.memory import CudaMemory, writable_regions  # no
 
 RESULTS: list[dict[str, Any]] = []
 FAILURES: list[str] = []
+TRACEBACKS: dict[str, str] = {}  # step: its traceback (the JSON's, not the log's)
 
 
 def check(what: str, got: object, expected: object) -> bool:
@@ -350,46 +356,84 @@ class Tee:
         self.stdout.flush()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--launches", type=int, default=51)
-    opts = parser.parse_args()
-    opts.out.mkdir(parents=True, exist_ok=True)
-    sys.stdout = sys.stderr = Tee(opts.out / "traces_device.log")  # type: ignore[assignment]
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    capability = props["major"] * 10 + props["minor"]
-    device = {"name": props["name"].decode(), "capability": capability,
-              "sm_count": int(props["multiProcessorCount"]),
-              "clock_khz": int(props.get("clockRate", 0)),  # CUDA 13 has none
-              "triton": triton.__version__, "cupy": cp.__version__, "numpy": np.__version__,
-              "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
-    print(f"device {device}")
-    kernel = Kernel(capability)
-    print(f"kernel {kernel.name}: {kernel.warps} warps a program, ptxas {ptxas()}")
+def steps(
+    opts: argparse.Namespace, state: dict[str, Any]
+) -> Iterator[tuple[str, Callable[[], object]]]:
+    """(name, what it does) of each step, in order; each after the first reads ``state``."""
     rng = np.random.default_rng(34)
-    timings: dict[str, float] = {}
-    for part, fn in (
-        ("correctness", lambda: correctness(kernel, Graph(rng, 20_000, 16), 0)),
-        (
-            "overhead",
-            lambda: timings.update(overhead(kernel, Graph(rng, 65_536, 16), opts.launches)),
-        ),
-        ("recordings", lambda: record(kernel, Graph(rng, 3_000, 8), opts.out, device)),
-    ):
+    small, large = (4_096, 16_384) if opts.quick else (20_000, 65_536)
+    launches = opts.launches if opts.launches is not None else (11 if opts.quick else 51)
+
+    def compile_kernel() -> None:
+        state["kernel"] = kernel = Kernel(state["device"]["capability"])
+        print(f"kernel {kernel.name}: {kernel.warps} warps a program, ptxas {ptxas()}")
+
+    yield "compile", compile_kernel
+    yield "correctness", lambda: correctness(state["kernel"], Graph(rng, small, 16), 0)
+    yield (
+        "overhead",
+        lambda: state["timings"].update(overhead(state["kernel"], Graph(rng, large, 16), launches)),
+    )
+    yield "recordings", lambda: record(state["kernel"], Graph(rng, 3_000, 8), opts.out,
+                                       state["device"])  # fmt: skip
+
+
+def describe_device() -> dict[str, Any]:
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    return {"name": props["name"].decode(), "capability": props["major"] * 10 + props["minor"],
+            "sm_count": int(props["multiProcessorCount"]),
+            "clock_khz": int(props.get("clockRate", 0)),  # CUDA 13 has none
+            "triton": triton.__version__, "cupy": cp.__version__, "numpy": np.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
+
+
+def run_steps(opts: argparse.Namespace, state: dict[str, Any]) -> None:
+    """Each step in turn; one that fails is one line, and the next runs (a step that needs
+    what a failed one made fails on its own, one line too)."""
+    for part, fn in steps(opts, state):
         print(f"== {part}")
+        began = time.monotonic()
         try:
             fn()
         except Exception as e:  # one part failing must not hide the others
-            FAILURES.append(f"{part}: {type(e).__name__}: {e}")
-            print(f"ERR {part}: {type(e).__name__}: {e}")
-            traceback.print_exc()
-    summary = {"device": device, "checks": RESULTS, "timings": timings, "failures": FAILURES}
+            line = f"{part}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            FAILURES.append(line)
+            TRACEBACKS[part] = traceback.format_exc()
+            print(f"ERR {line}")
+        print(f"   {part}: {time.monotonic() - began:.1f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--launches", type=int, default=None, help="51 (--quick: 11)")
+    parser.add_argument("--quick", action="store_true", help="smaller graphs, fewer launches")
+    opts = parser.parse_args()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    sys.stdout = sys.stderr = Tee(opts.out / "traces_device.log")  # type: ignore[assignment]
+    began = time.monotonic()
+    state: dict[str, Any] = {"device": {}, "timings": {}}
+    try:
+        state["device"] = describe_device()
+        print(f"device {state['device']}")
+        run_steps(opts, state)
+    except Exception as e:  # no device: still one line and the JSON
+        FAILURES.append(f"device: {type(e).__name__}: {e}")
+        TRACEBACKS["device"] = traceback.format_exc()
+        print(f"ERR device: {type(e).__name__}: {e}")
+    summary = {"device": state["device"], "quick": opts.quick, "checks": RESULTS,
+               "timings": state["timings"], "failures": FAILURES, "tracebacks": TRACEBACKS,
+               "seconds": round(time.monotonic() - began, 1)}  # fmt: skip
     (opts.out / "traces_device.json").write_text(json.dumps(summary, indent=1))
-    checks = [r for r in RESULTS if "check" in r]
-    print(f"== {len(checks) - len(FAILURES)} of {len(checks)} checks passed; failures: {FAILURES}")
+    passed = sum(1 for r in RESULTS if r["ok"])
+    print(f"== {passed} of {len(RESULTS)} checks passed, {len(FAILURES)} failures in "
+          f"{summary['seconds']} s{' (--quick)' if opts.quick else ''}: {FAILURES}")  # fmt: skip
     return 1 if FAILURES else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    status = main()
+    sys.stdout.flush()
+    # after a kernel faulted, the context is gone: CuPy's modules, unloaded at exit, would each
+    # print the fault again (a screenful); everything is written by now
+    os._exit(status)

@@ -7,7 +7,8 @@ Hook points (private; the tests ran on CuPy 14.2):
   to ``cuModuleLoadData``, which assembles it for the device (as CuPy does with
   ``CUPY_COMPILE_WITH_PTX``).
 - ``cupy.cuda.compiler._compile_with_cache_cuda``: the module it returns is where the counter
-  arrays are read (``Module.get_global_var``); what it compiles without PTX (``backend='nvcc'``
+  arrays are read (through the driver, from the ``Module``'s ``ptr``, its CUmodule:
+  ``Module.get_global_var`` gives a bare address); what it compiles without PTX (``backend='nvcc'``
   straight to a cubin, LTO-IR) is reported as skipped.
 - ``cupy.cuda.compiler._kernel_cache_backend``: while installed, a cache that keeps nothing,
   so no instrumented module reaches CuPy's disk cache and none of the original cubins is taken
@@ -21,13 +22,13 @@ Modules that CuPy objects already hold (a ``RawKernel`` object already called, a
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import threading
 from typing import Any
 
 import numpy as np
 
+from pyhpctk.instrument.frameworks import driver
 from pyhpctk.instrument.frameworks.base import Collector, Patches, check_version
 from pyhpctk.instrument.ptx import Instrumented
 
@@ -103,14 +104,12 @@ class CuPy:
 
     @staticmethod
     def _register(collector: Collector, module: Any, result: Instrumented) -> None:
+        # through the module's CUmodule (``ptr``): CuPy's get_global_var gives a bare address
         def read(symbol: str, nbytes: int) -> np.ndarray:
-            pointer = module.get_global_var(symbol)
-            out = np.zeros(nbytes, np.uint8)
-            pointer.copy_to_host(out.ctypes.data_as(ctypes.c_void_p), nbytes)
-            return out
+            return driver.read_global(int(module.ptr), symbol, nbytes)
 
         def zero(symbol: str, nbytes: int) -> None:
-            module.get_global_var(symbol).memset(0, nbytes)
+            driver.zero_global(int(module.ptr), symbol, nbytes)
 
         collector.loaded("cupy", result, read, zero)
 

@@ -198,7 +198,8 @@ def _exact_event(plan: TracePlan, site: int, tag: str) -> str:
     code.warp_state(plan.state)
     code(f"mov.u32 {r}_e, 0", f"mov.u32 {r}_n, 0", f"mov.u32 {r}_g, 0",
          f"@{r}_p atom.shared.add.u32 {r}_e, [{r}_s], 1",  # this event's slot
-         f"@{r}_p ld.shared.v2.u32 {{{r}_n, {r}_g}}, [{r}_s+4]",  # the warp's end, its index
+         # the warp's index and end (+8: a .v2 needs 8-byte alignment, +4 faults)
+         f"@{r}_p ld.shared.v2.u32 {{{r}_g, {r}_n}}, [{r}_s+8]",
          f"setp.lt.and.u32 {r}_q, {r}_e, {r}_n, {r}_p",  # room: write the event
          f"setp.ge.and.u32 {r}_o, {r}_e, {r}_n, {r}_p",  # none: count it
          f"mov.u64 {r}_b, {ctl}", f"mov.u64 {r}_a, 0",

@@ -9,7 +9,8 @@ the launcher a memory of their own.
 saves every allocation before the counting run: a CuPy array's whole allocation (its
 ``MemoryPointer``'s ``mem``), a PyTorch tensor's whole storage, or the extent an object's
 ``__cuda_array_interface__`` describes. Scalars and anything else are no memory. Overlapping
-regions (views of one allocation) are merged, so each byte is saved once.
+regions (views of one allocation) are merged, so each byte is saved once; regions that only
+touch are kept apart (each copy stays in one allocation).
 """
 
 from __future__ import annotations
@@ -113,10 +114,12 @@ def region_of(arg: Any) -> Region | None:
 
 
 def merge(regions: Iterable[Region]) -> list[Region]:
-    """Regions sorted, overlapping or touching ones joined."""
+    """Regions sorted, overlapping ones joined. Touching ones are not: a region that starts
+    where another ends may be another allocation (CuPy's pool and the driver hand them out end
+    to end), and one copy may not span two (``cuMemcpyDtoD``: CUDA_ERROR_INVALID_VALUE)."""
     out: list[list[int]] = []
     for start, size in sorted(r for r in regions if r[1] > 0):
-        if out and start <= out[-1][0] + out[-1][1]:
+        if out and start < out[-1][0] + out[-1][1]:
             out[-1][1] = max(out[-1][1], start + size - out[-1][0])
         else:
             out.append([start, size])
