@@ -59,11 +59,16 @@ def test_collections_are_a_context_within_5_points_of_gc_callbacks_timing(
     assert expected > 20, truth  # the program makes collections a large share
 
     top_down = rows(capsys, str(tmp_path / "db"))
-    (main,) = [share for share, scope in top_down if scope.startswith("main ← garbage.py")]
+    mains = [share for share, scope in top_down if scope.startswith("main ← garbage.py")]
+    assert len(mains) == 1, top_down
+    (main,) = mains
     under_lines = [(s, scope) for s, scope in top_down if scope.startswith("<gc> ← garbage.py")]
     assert under_lines, top_down  # under the lines whose allocation started them
     bottom_up = rows(capsys, str(tmp_path / "db"), "--bottom-up")
-    (gc_share,) = [share for share, scope in bottom_up if scope == "<gc>"]
+    # Its rows, whatever pyview folds below them (under load a short second one appears).
+    gc_rows = [s for s, scope in bottom_up if re.sub(r" \(\+\d+ hidden\)$", "", scope) == "<gc>"]
+    assert gc_rows, bottom_up
+    gc_share = sum(gc_rows)
     shown = 100 * gc_share / main
     assert abs(shown - expected) <= 5, (shown, expected, truth)
     assert abs(sum(s for s, _ in under_lines) - gc_share) <= 1, (under_lines, gc_share)
