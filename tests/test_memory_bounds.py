@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -53,7 +55,7 @@ for module, name, value in {budgets!r}:
 """
 RUN = "from {command} import main\nsys.exit(main(sys.argv[1:]))"
 SMALL_BUDGETS = [
-    ("pyhpctk.formats._pages", "MAPPED_BUDGET", 2 << 20),
+    ("pyhpctk.formats._window", "WINDOW", 2 << 20),
     ("pyhpctk.formats.cctdb_check", "WINDOW_VALUES", 1 << 16),
 ]
 
@@ -120,6 +122,52 @@ def test_verify_memory_does_not_grow_with_the_database(inputs: Inputs) -> None:
     # theirs and the contexts' (the same in both), whatever the database's size. (The whole
     # transpose took 2x the database, the pages touched 1x.)
     assert more < grown / 10, f"verify: +{more >> 20} MiB for +{grown >> 20} MiB of database"
+
+
+# A child that caps its own address space at what it holds once verify's modules are imported,
+# plus ROOM: what verify may map and allocate, less than the database's largest file.
+ROOM = 96 << 20
+CAP_HERE = """\
+import resource
+import pyhpctk.cli.main, pyhpctk.formats.crosscheck
+with open("/proc/self/status") as status:
+    held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (held + {room}, held + {room}))
+"""
+
+
+@pytest.fixture(scope="module")
+def long_traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A database whose trace.db (28 lines of 500,000 elements: 160 MiB) is larger than ROOM;
+    its measurement is removed once it is written, the database after the tests."""
+    root = tmp_path_factory.mktemp("long-traces")
+    _generator().generate(root / "m", 28, 2_000, trace_length=500_000)
+    run(ProfOptions.build([root / "m"], output=root / "d"))
+    shutil.rmtree(root / "m")
+    yield root / "d"
+    shutil.rmtree(root)
+
+
+def test_verify_reads_a_database_larger_than_its_address_space(long_traces: Path) -> None:
+    """Under an address-space limit (``ulimit -v``) smaller than a database file, verify still
+    checks it: it maps windows of a file, not the whole file (mapped whole, it was refused:
+    ``trace.db: file: cannot open: Cannot allocate memory``)."""
+    assert (long_traces / "trace.db").stat().st_size > 1.5 * ROOM
+    body = CHILD.format(
+        budgets=SMALL_BUDGETS,
+        run=CAP_HERE.format(room=ROOM) + RUN.format(command="pyhpctk.cli.main"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", body, "verify", str(long_traces)],
+        capture_output=True,
+        text=True,
+        preexec_fn=_cap,
+        env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"),
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout) == (0, f"{long_traces}: ok (4 file(s) checked)\n"), (
+        done.stderr
+    )
 
 
 def test_pyprof_memory_does_not_grow_with_the_input_under_its_limit(

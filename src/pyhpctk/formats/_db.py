@@ -5,13 +5,13 @@ id, major and minor version bytes), a table of ``(u64 size, u64 offset)`` sectio
 after it, little-endian absolute-offset pointers everywhere, NUL-terminated UTF-8 strings, and an
 8-byte footer that marks the file complete. This module implements that frame once, so each format
 module only declares its own sections. It must never know about any one format's sections, and it
-imports nothing but numpy and :mod:`pyhpctk.errors`.
+imports nothing but numpy, :mod:`pyhpctk.errors` and the other ``formats`` plumbing modules.
 
-Every reading helper takes the whole file as a buffer (``bytes``, ``memoryview`` or a memory map)
-plus the ``path`` used in error messages (``None`` means an in-memory buffer), checks bounds
-*before* touching bytes, and raises :class:`~pyhpctk.errors.FormatError` (``PATH: SECTION:
-PROBLEM``) instead of letting ``struct.error``, ``IndexError``, ``ValueError`` or
-``UnicodeDecodeError`` escape.
+Every reading helper takes the whole file as a buffer (``bytes``, ``memoryview`` or a
+``_window.MappedFile``, read through bounded windows) plus the ``path`` used in error messages
+(``None`` means an in-memory buffer), checks bounds *before* touching bytes, and raises
+:class:`~pyhpctk.errors.FormatError` (``PATH: SECTION: PROBLEM``) instead of letting
+``struct.error``, ``IndexError``, ``ValueError`` or ``UnicodeDecodeError`` escape.
 
 Stable API (other format modules depend on it; only add to it):
 
@@ -23,14 +23,15 @@ Constants
     ``b"trce"``/``b"trace.db"``. ``SECTION_DTYPE``: the ``(size, offset)`` table entry.
 
 Types
-    ``Buffer`` (bytes, bytearray, memoryview or mmap: a whole file), ``Source`` (what a format's
-    ``read`` accepts: a path, a buffer or a binary file object), ``Dest`` (a path or a binary
-    file object).
+    ``Buffer`` (bytes, bytearray, memoryview or MappedFile: a whole file), ``Source`` (what a
+    format's ``read`` accepts: a path, a buffer or a binary file object), ``Dest`` (a path or a
+    binary file object).
 
 Input and output
-    ``open_source(source) -> (buf, path)``: a path is memory-mapped read-only (so multi-GB files
-    are not read into memory); ``bytes``/``bytearray``/``memoryview`` are used as they are; a
-    binary file object is read to its end. ``path`` is the file name for messages, or ``None``.
+    ``open_source(source) -> (buf, path)``: a path is a ``MappedFile``, memory-mapped a window at
+    a time (so multi-GB files take neither their size in memory nor in address space);
+    ``bytes``/``bytearray``/``memoryview`` are used as they are; a binary file object is read
+    to its end. ``path`` is the file name for messages, or ``None``.
     ``write_dest(data, dest)``: write bytes to a path or a binary file object.
 
 Header and footer
@@ -43,7 +44,7 @@ Header and footer
     ``write_header(fmt, sections, minor=MINOR) -> bytes``: the header plus section table
     (``16 + 16 * len(sections)`` bytes).
 
-Bounds-checked access
+Bounds-checked access (unchecked: ``_window.span``, ``frombuffer``, ``bytes_at``)
     ``check_range(buf_len, offset, size, path, section, what)``: ``[offset, offset+size)`` must
     lie inside the buffer.
     ``read_array(buf, offset, dtype, count, path, section, what="array") -> np.ndarray``: a
@@ -70,8 +71,8 @@ profile.db, cct.db and trace.db (what their readers and writers share)
     run past ``limit`` (u64-safe; a count of 0 never looks at its pointer).
     ``FileBlocks(buf, path, label, make, index, values)``: a lazy sequence of sparse value blocks
     (profile.db's PSVBs, cct.db's context blocks) checked on access; ``counts()``,
-    ``pointers()``, ``raw(i)``; it keeps a bounded part of a mapped file resident
-    (:class:`~pyhpctk.formats._pages.MappedPages`).
+    ``pointers()``, ``raw(i)``; a block is a view of its file's window (a ``MappedFile`` keeps
+    a bounded number of windows mapped).
     ``block_bounds``/``block_entry``/``block_keys``/``block_problems``/``block_from_triples``:
     one sparse value block; ``same_bits(a, b)``: arrays equal bit for bit.
     ``exclusive_scan(first, sizes, order=None) -> (offsets, end)``: place blocks end to end.
@@ -84,7 +85,6 @@ profile.db, cct.db and trace.db (what their readers and writers share)
 
 from __future__ import annotations
 
-import mmap
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -95,10 +95,11 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, FormatWarning
-from pyhpctk.formats._pages import MappedPages
+from pyhpctk.formats import _window
+from pyhpctk.formats._window import MappedFile, frombuffer, span
 from pyhpctk.formats.whole import open_regular
 
-Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+Buffer: TypeAlias = _window.Buffer
 """Anything the readers accept as the bytes of a whole file."""
 
 Source: TypeAlias = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
@@ -147,20 +148,22 @@ _U64 = np.dtype("<u8")
 def open_source(source: Source) -> tuple[Buffer, str | None]:
     """The whole file as a buffer, and its name for error messages (``None`` for buffers).
 
-    A path is memory-mapped read-only; an empty file maps to ``b""`` (mmap refuses length 0).
+    A path is a :class:`~pyhpctk.formats._window.MappedFile` (read-only, mapped a window at a
+    time: never the whole file); an empty file is ``b""``.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         return source, None
     if isinstance(source, str | os.PathLike):
         path = os.fspath(source)
+        handle = open_regular(path)  # a FormatError when it cannot be opened
         try:
-            with open_regular(path) as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size == 0:
-                    return b"", path
-                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), path
+            if os.fstat(handle.fileno()).st_size == 0:
+                return b"", path
+            return MappedFile(os.dup(handle.fileno()), path), path
         except OSError as error:
             raise FormatError(path, "file", f"cannot open: {error.strerror or error}") from error
+        finally:
+            handle.close()
     name = getattr(source, "name", None)
     data = source.read()
     return data, name if isinstance(name, str) else None
@@ -204,7 +207,7 @@ def read_array(
     """A zero-copy view of ``count`` ``dtype`` records at ``offset``, after a bounds check."""
     size = count * dtype.itemsize
     check_range(len(buf), offset, size, path, section, what)
-    return np.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+    return frombuffer(buf, dtype, count, offset)
 
 
 def read_record(
@@ -224,7 +227,7 @@ def _scalar(
     buf: Buffer, offset: int, dtype: np.dtype[np.generic], path: str | None, section: str
 ) -> int:
     check_range(len(buf), offset, dtype.itemsize, path, section, f"{dtype.itemsize}-byte field")
-    return int(np.frombuffer(buf, dtype=dtype, count=1, offset=offset)[0])
+    return int(frombuffer(buf, dtype, 1, offset)[0])
 
 
 def u8_at(buf: Buffer, offset: int, path: str | None, section: str) -> int:
@@ -259,17 +262,16 @@ def cstring_at(
     limit = len(buf) if end is None else min(end, len(buf))
     if offset < 0 or offset >= limit:
         raise FormatError(path, section, f"string pointer 0x{offset:x} is outside [0, 0x{limit:x})")
-    view = memoryview(buf)[offset:limit]
     # bytes.find is C speed; memoryview has no find, so search a bytes copy of a bounded window.
     window = 256
     start = 0
     while True:
-        chunk = bytes(view[start : start + window])
+        chunk = bytes(span(buf, offset + start, min(window, limit - offset - start)))
         nul = chunk.find(b"\0")
         if nul >= 0:
-            raw = bytes(view[: start + nul])
+            raw = bytes(span(buf, offset, start + nul))
             break
-        if start + window >= len(view):
+        if offset + start + window >= limit:
             raise FormatError(
                 path, section, f"string at 0x{offset:x} has no NUL terminator before 0x{limit:x}"
             )
@@ -302,7 +304,7 @@ def read_header(
         raise FormatError(
             path, "header", f"file is {len(buf)} bytes, shorter than the {HEADER_SIZE}-byte header"
         )
-    head = bytes(buf[:HEADER_SIZE])
+    head = bytes(span(buf, 0, HEADER_SIZE))
     if head[:10] != MAGIC:
         raise FormatError(path, "header", f"bad magic {head[:10]!r}, expected {MAGIC!r}")
     if head[10:14] != fmt:
@@ -332,8 +334,8 @@ def read_header(
 
 def check_footer(buf: Buffer, path: str | None, footer: bytes) -> None:
     """Raise FormatError unless the file ends with ``footer`` (formats.md §3.1: else incomplete)."""
-    if len(buf) < FOOTER_SIZE or bytes(buf[len(buf) - FOOTER_SIZE :]) != footer:
-        tail = bytes(buf[max(0, len(buf) - FOOTER_SIZE) :])
+    if len(buf) < FOOTER_SIZE or bytes(span(buf, len(buf) - FOOTER_SIZE, FOOTER_SIZE)) != footer:
+        tail = bytes(span(buf, max(0, len(buf) - FOOTER_SIZE), min(len(buf), FOOTER_SIZE)))
         raise FormatError(
             path, "footer", f"missing footer {footer!r} (file ends with {tail!r}): incomplete file"
         )
@@ -642,7 +644,6 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
         "_make",
         "_ni",
         "_nv",
-        "_pages",
         "_path",
         "_pi",
         "_pv",
@@ -668,7 +669,6 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
         self._ni, self._pi = index[0], index[1]
         self._nv, self._pv = values[0], values[1]
         self._idt, self._vdt = index[2], values[2]
-        self._pages = MappedPages(buf)
 
     def counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(values, index entries)`` per block, without reading any block."""
@@ -684,13 +684,14 @@ class FileBlocks(Sequence[BlockT], Generic[BlockT]):
     def raw(self, i: int) -> BlockT:
         """Block ``i`` as views of the buffer, unchecked (a count of 0 reads no pointer)."""
         ni, nv = int(self._ni[i]), int(self._nv[i])
-        self._pages.touch(ni * self._idt.itemsize + nv * self._vdt.itemsize)
-        index = np.frombuffer(self._buf, self._idt, ni, int(self._pi[i])) if ni else None
-        values = np.frombuffer(self._buf, self._vdt, nv, int(self._pv[i])) if nv else None
-        return self._make(
-            np.zeros(0, self._idt) if index is None else as_records(index),
-            np.zeros(0, self._vdt) if values is None else as_records(values),
-        )
+        pi, pv = int(self._pi[i]), int(self._pv[i])
+        # The array nearer the start first: a window mapped for it runs on over the other.
+        first_values = bool(nv) and (not ni or pv < pi)
+        values = frombuffer(self._buf, self._vdt, nv, pv) if first_values else None
+        index = frombuffer(self._buf, self._idt, ni, pi) if ni else np.zeros(0, self._idt)
+        if values is None:
+            values = frombuffer(self._buf, self._vdt, nv, pv) if nv else np.zeros(0, self._vdt)
+        return self._make(as_records(index), as_records(values))
 
     @overload
     def __getitem__(self, index: int) -> BlockT: ...

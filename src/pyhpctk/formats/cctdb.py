@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _blocks, _db
+from pyhpctk.formats import _blocks, _db, _window
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 from pyhpctk.formats.profiledb import ProfileDB, ProfileValues
 
@@ -249,20 +249,25 @@ def _gather(
 
     Each context's values are one contiguous run of bytes, copied with one slice per context (a
     loop over contexts, never over values); the small metric indices move by one fancy index.
+    The blocks are read from one span of the file (they fill it: this read holds them all).
     """
-    raw = np.frombuffer(buf, np.uint8)
     values = np.empty(int(n_values.sum()), CCT_VALUE_DTYPE)
+    metrics = np.empty(int(n_metrics.sum()), CCT_METRIC_INDEX_DTYPE)
+    v_size = n_values * CCT_VALUE_DTYPE.itemsize
+    m_size = n_metrics * CCT_METRIC_INDEX_DTYPE.itemsize
+    busy, busy_m = n_values > 0, n_metrics > 0
+    starts = np.concatenate([values_at[busy], metrics_at[busy_m]])
+    if not len(starts):
+        return metrics, values
+    ends = np.concatenate([(values_at + v_size)[busy], (metrics_at + m_size)[busy_m]])
+    lo = int(starts.min())
+    raw = _window.bytes_at(buf, lo, int(ends.max()))
     out = values.view(np.uint8)
     done = 0
-    busy = n_values > 0
-    for at, size in zip(
-        values_at[busy].tolist(), (n_values[busy] * CCT_VALUE_DTYPE.itemsize).tolist(), strict=True
-    ):
+    for at, size in zip((values_at[busy] - lo).tolist(), v_size[busy].tolist(), strict=True):
         out[done : done + size] = raw[at : at + size]
         done += size
-    metrics = np.empty(int(n_metrics.sum()), CCT_METRIC_INDEX_DTYPE)
-    size = CCT_METRIC_INDEX_DTYPE.itemsize
-    metrics.view(np.uint8)[:] = raw[_range_index(metrics_at, size * n_metrics)]
+    metrics.view(np.uint8)[:] = raw[_range_index(metrics_at - lo, m_size)]
     return metrics, values
 
 

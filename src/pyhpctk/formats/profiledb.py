@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _blocks, _db
+from pyhpctk.formats import _blocks, _db, _window
 from pyhpctk.formats._db import pwrite_all, struct_dtype
 from pyhpctk.formats.hpcrun_model import DEFAULT_ID_NAMES
 
@@ -271,8 +271,8 @@ class ProfileTable(Sequence[ProfileInfo]):
         at = int(self._pointers[index])
         if not at:
             return ProfileInfo(summary, None)
-        n = int(np.frombuffer(self._buf, ID_TUPLE_HEADER_DTYPE, 1, at)["n_ids"][0])
-        elements = np.frombuffer(self._buf, ID_ELEMENT_DTYPE, n, at + 8).tolist()
+        n = int(_window.frombuffer(self._buf, ID_TUPLE_HEADER_DTYPE, 1, at)["n_ids"][0])
+        elements = _window.frombuffer(self._buf, ID_ELEMENT_DTYPE, n, at + 8).tolist()
         return ProfileInfo(
             summary,
             tuple(
@@ -297,17 +297,30 @@ class ProfileTable(Sequence[ProfileInfo]):
         """Per profile: does its id tuple have an element of one of ``kinds``?"""
         found = np.zeros(len(self), dtype=bool)
         pointers = np.asarray(self._pointers, dtype=np.int64)
-        raw = np.frombuffer(self._buf, np.uint8)
         with_tuple = np.flatnonzero(pointers)
+        if not len(with_tuple):
+            return found
         at = pointers[with_tuple]
-        n = raw[at].astype(np.int64) | (raw[at + 1].astype(np.int64) << 8)
+        n = _tuple_lengths(self._buf, at)
         element = np.repeat(at + 8, n) + 16 * (
             np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
         )
-        hit = np.isin(raw[element], np.asarray(kinds, dtype=np.uint8))
+        if not len(element):
+            return found
+        lo = int(element.min())
+        kind = _window.bytes_at(self._buf, lo, int(element.max()) + 1)[element - lo]
+        hit = np.isin(kind, np.asarray(kinds, dtype=np.uint8))
         owner = np.repeat(with_tuple, n)
         found[owner[hit]] = True
         return found
+
+
+def _tuple_lengths(buf: _db.Buffer, at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The element count (u16) of the id tuple at each of ``at`` (non-empty, inside ``buf``),
+    read from one span of the file: the tuples' own section."""
+    lo = int(at.min())
+    raw = _window.bytes_at(buf, lo, int(at.max()) + 2)
+    return raw[at - lo].astype(np.int64) | (raw[at - lo + 1].astype(np.int64) << 8)
 
 
 def _id_tuples_fit(buf: _db.Buffer, pointers: npt.NDArray[np.uint64], limit: int) -> bool:
@@ -319,9 +332,8 @@ def _id_tuples_fit(buf: _db.Buffer, pointers: npt.NDArray[np.uint64], limit: int
         return True
     if int(at.max()) + 2 > len(buf):
         return False
-    raw = np.frombuffer(buf, np.uint8)
     start = at.astype(np.int64)
-    n = raw[start].astype(np.int64) | (raw[start + 1].astype(np.int64) << 8)
+    n = _tuple_lengths(buf, start)
     end = start + ID_TUPLE_HEADER_DTYPE.itemsize + 16 * n
     return bool(np.all(end <= limit)) and not bool(np.any(start[1:] < end[:-1]))
 

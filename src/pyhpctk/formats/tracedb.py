@@ -26,9 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
-from pyhpctk.formats import _blocks, _db
+from pyhpctk.formats import _blocks, _db, _window
 from pyhpctk.formats._db import pwrite_all, struct_dtype
-from pyhpctk.formats._pages import MappedPages
 
 FORMAT_ID = _db.FORMAT_IDS["trace"]
 FOOTER = _db.FOOTERS[FORMAT_ID]
@@ -249,7 +248,7 @@ def sniff(head: bytes) -> bool:
 class _FileLines(Sequence[TraceLine]):
     """The trace lines of a trace.db in a buffer, made into views (and checked) on demand."""
 
-    __slots__ = ("_buf", "_count", "_pages", "_path", "_prof", "_room", "_start")
+    __slots__ = ("_buf", "_count", "_path", "_prof", "_room", "_start")
 
     def __init__(
         self,
@@ -266,7 +265,6 @@ class _FileLines(Sequence[TraceLine]):
             (headers["p_end"] - headers["p_start"]) // TRACE_ELEMENT_DTYPE.itemsize
         ).astype(np.int64)
         self._room: npt.NDArray[np.int64] = np.maximum(room, self._count)
-        self._pages = MappedPages(buf)  # a pass over every line holds a bounded part of it
 
     def rooms(self) -> npt.NDArray[np.int64]:
         return self._room
@@ -297,9 +295,10 @@ class _FileLines(Sequence[TraceLine]):
     def raw(self, i: int) -> TraceLine:
         """Line ``i`` as a view of the buffer, unchecked (its pointers were checked by read)."""
         count = int(self._count[i])
-        self._pages.touch(count * TRACE_ELEMENT_DTYPE.itemsize)
-        if count:
-            elements = np.frombuffer(self._buf, TRACE_ELEMENT_DTYPE, count, int(self._start[i]))
+        if count:  # a view of the file's window: a pass over every line maps a few at a time
+            elements = _window.frombuffer(
+                self._buf, TRACE_ELEMENT_DTYPE, count, int(self._start[i])
+            )
         else:
             elements = np.zeros(0, TRACE_ELEMENT_DTYPE)
         room = int(self._room[i])

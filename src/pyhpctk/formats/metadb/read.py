@@ -26,7 +26,6 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError
 from pyhpctk.formats import _blocks, _db
-from pyhpctk.formats._db import Buffer
 from pyhpctk.formats.metadb.layout import (
     CONTEXTS_HEADER_DTYPE,
     CTX_HAS_FUNCTION,
@@ -76,6 +75,7 @@ from pyhpctk.formats.metadb.model import (
     no_gc,
 )
 from pyhpctk.formats.vocabulary import FILE_COPIED
+from pyhpctk.formats.whole import Buffer, read_whole
 
 
 def sniff(head: bytes) -> bool:
@@ -84,8 +84,12 @@ def sniff(head: bytes) -> bool:
 
 
 def read(source: _db.Source) -> MetaDB:
-    """Read a ``meta.db`` from a path, a buffer or a binary file object."""
-    buf, path = _db.open_source(source)
+    """Read a ``meta.db`` from a path, a buffer or a binary file object.
+
+    A path is read into memory (the context tree is read from a copy of the whole file), not
+    memory-mapped as the other database files are: a ``meta.db`` is the small one.
+    """
+    buf, path = read_whole(source)
     return read_buffer(buf, path)
 
 
