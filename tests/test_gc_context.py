@@ -71,4 +71,11 @@ def test_collections_are_a_context_within_5_points_of_gc_callbacks_timing(
     gc_share = sum(gc_rows)
     shown = 100 * gc_share / main
     assert abs(shown - expected) <= 5, (shown, expected, truth)
-    assert abs(sum(s for s, _ in under_lines) - gc_share) <= 1, (under_lines, gc_share)
+    # Every <gc> context is under a line of the program: the whole tree's (the screen stops
+    # at ROWS rows and may fold a small one into its caller's row).
+    everywhere = [
+        (s, scope)
+        for s, scope in rows(capsys, str(tmp_path / "db"), "--full", "--lines", "100000")
+        if scope.startswith("<gc>")  # the whole tree's rows: function and line rows apart
+    ]
+    assert abs(sum(s for s, _ in everywhere) - gc_share) <= 1, (everywhere, gc_share)
