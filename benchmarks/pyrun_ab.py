@@ -24,10 +24,10 @@ asks of any in-process sampler at that rate (on a virtual machine, tens of micro
 signal), so that pyrun's cost reads as that floor plus pyrun's own work.
 
 ``--routes`` compares the engine's routes of CPU samples in the same quartets (each route's
-phases side by side, in reverse order in the quartet's second half): ``sigtrap`` (perf counters
-that raise SIGTRAP, the default on Linux 5.13+) and ``signal`` (perf counters that signal
-through O_ASYNC and a realtime signal, ``PYHPCTK_PYRUN_CPU_TIMER=signal``). A route the engine
-could not take is marked so in the table.
+phases side by side, in reverse order in the quartet's second half): ``signal`` (perf counters
+that signal through O_ASYNC and the engine's realtime signal, the default) and ``sigtrap`` (perf
+counters that raise SIGTRAP, Linux 5.13+, ``PYHPCTK_PYRUN_CPU_TIMER=sigtrap``). A route the
+engine could not take is marked so in the table.
 
 Workloads: ``one-thread`` (a Python loop in one thread), ``three-threads`` (the same loop in
 three threads at once; the phase ends when all three have done their share), ``numpy``
@@ -178,12 +178,12 @@ def sized(work: Callable[[int], None], seconds: float) -> int:
 SAMPLES: list[int] = []  # samples a measured phase took in the threads alive at its end
 
 
-ROUTES = {"sigtrap": "", "signal": "signal"}  # --routes: PYHPCTK_PYRUN_CPU_TIMER for each
+ROUTES = {"signal": "signal", "sigtrap": "sigtrap"}  # --routes: PYHPCTK_PYRUN_CPU_TIMER for each
 NOT_TAKEN: set[str] = set()  # routes the engine fell back from
 
 
 def measured_phase(
-    work: Callable[[int], None], size: int, rate: int, route: str = "sigtrap"
+    work: Callable[[int], None], size: int, rate: int, route: str = "signal"
 ) -> tuple[float, float]:
     """One phase with pyrun measuring (the session started before and stopped after it)."""
     out = tempfile.mkdtemp(prefix="pyrun-ab-")
@@ -267,7 +267,7 @@ def main() -> int:
     parser.add_argument("--phase", type=float, default=0.3, help="seconds of work a phase")
     parser.add_argument("--cpus", default="", help="pin this process, e.g. 2-5")
     parser.add_argument(
-        "--routes", default="sigtrap", help="routes of CPU samples side by side: sigtrap,signal"
+        "--routes", default="signal", help="routes of CPU samples side by side: signal,sigtrap"
     )
     args = parser.parse_args()
     routes = [r for r in args.routes.split(",") if r]

@@ -135,9 +135,9 @@ def test_the_engine_is_built_for_this_interpreter() -> None:
 def test_straight_line_code_before_a_trivial_call_keeps_its_self_time(
     tmp_path: Path, cpu_timer: str
 ) -> None:
-    """Through each route of CPU samples: perf counters raising SIGTRAP (the default), perf
-    counters signalling through O_ASYNC (kernels before 5.13, or a debugger attached), and POSIX
-    CPU-clock timers (where perf_events is refused)."""
+    """Through each route of CPU samples: perf counters raising SIGTRAP (asked for), perf
+    counters signalling through O_ASYNC and the realtime signal (the default), and POSIX
+    CPU-clock timers (asked for, or where perf_events is refused)."""
     profiles, _ = run_case(tmp_path, "straight", 1.0, env={"PYHPCTK_PYRUN_CPU_TIMER": cpu_timer})
     main = main_profile(profiles)
     work = main.inclusive(CPU, "straight")

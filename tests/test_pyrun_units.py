@@ -74,6 +74,13 @@ def test_pyrun_lists_the_native_frames_default_and_their_cost() -> None:
     assert "us per sample" in listing and "at 200 samples per second" in listing
 
 
+def test_pyrun_lists_the_route_of_cpu_samples_and_how_to_change_it() -> None:
+    listing = " ".join(event_listing().split())
+    assert "a perf_events counter per thread, through pyrun's realtime signal." in listing
+    assert "PYHPCTK_PYRUN_CPU_TIMER=sigtrap raises SIGTRAP instead" in listing
+    assert "=posix uses CPU-clock timers" in listing
+
+
 @pytest.mark.parametrize("text", ["CYCLES", "CPUTIME@abc", "CPUTIME@10", "CPUTIME@f0"])
 def test_bad_events_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError):

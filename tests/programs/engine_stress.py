@@ -7,8 +7,9 @@ each imported once: every import is a new dlopen). The program starts THREADS sh
 waves while other threads dlopen/dlclose, import, fork children that measure themselves and
 exit with os._exit, and signal the process (SIGUSR1 from a thread, SIGALRM from an interval
 timer). Halfway through the waves it sets a handler of its own for SIGTRAP and raises three:
-pyrun's CPU samples, which come through SIGTRAP where the kernel allows, move to a realtime
-signal while threads come and go, and the handler must get exactly its three. It exits 0 when
+the handler must get exactly its three, whether pyrun's CPU samples come through its realtime
+signal (the default) or through SIGTRAP (``PYHPCTK_PYRUN_CPU_TIMER=sigtrap``), where the engine's
+handler stays first and passes the program's on while threads come and go. It exits 0 when
 every piece did its work; anything else is a failure.
 """
 

@@ -205,9 +205,12 @@ def event_listing() -> str:
     lines.append(f"Default: -e CPUTIME@{DEFAULT_PERIOD_US} (200 samples per second).")
     lines += [
         "Events on one clock share a timer, which runs at the shortest of their periods.",
-        "CPU-clock timers tick with the kernel's scheduler tick (CONFIG_HZ, often 250/s): a",
-        "shorter CPUTIME period yields at most that many samples per second per thread, each",
-        "carrying the exact CPU time since the previous one (docs/pyrun.md).",
+        "CPU samples come from a perf_events counter per thread, through pyrun's realtime",
+        "signal. PYHPCTK_PYRUN_CPU_TIMER=sigtrap raises SIGTRAP instead (a cheaper sample, but",
+        "a SIGTRAP handler a C library installs, such as LLVM's under Triton, gets samples);",
+        "=posix uses CPU-clock timers, which tick with the kernel's scheduler tick (CONFIG_HZ,",
+        "often 250/s): a shorter period yields at most that many samples per second per",
+        "thread, each carrying the exact CPU time since the previous one (docs/pyrun.md).",
     ]
     lines += [
         "",

@@ -32,8 +32,9 @@ ENV_MARK = "PYHPCTK_PYRUN_MARK"
 # The settings a user may set (docs/pyrun.md), read whole by RunSettings.
 ENV_DEBUG = "PYHPCTK_PYRUN_DEBUG"  # "1": say on stderr what the bootstrap does
 ENV_SAMPLER = "PYHPCTK_PYRUN_SAMPLER"  # "thread": the Python sampler thread; else the engine
-# "posix": CPU samples from timers, not perf_events; "signal": perf counters that signal through
-# O_ASYNC and a realtime signal, not SIGTRAP (the default where the kernel has it: cheaper)
+# "posix": CPU samples from timers, not perf_events; "sigtrap": perf counters that raise SIGTRAP
+# (cheaper, but shared with the program); else ("signal", the default) perf counters that signal
+# through O_ASYNC and the engine's realtime signal
 ENV_CPU_TIMER = "PYHPCTK_PYRUN_CPU_TIMER"
 # benchmarks: another drain period (s, 0.01 to 2), to weigh what each wake-up of the drain costs
 ENV_DRAIN_PERIOD = "PYHPCTK_PYRUN_DRAIN_S"
@@ -60,7 +61,7 @@ class RunSettings:
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.sampler = env.get(ENV_SAMPLER, "").strip().lower()  # "thread": no engine
-        self.cpu_timer = env.get(ENV_CPU_TIMER, "").strip().lower()  # "posix", "signal"
+        self.cpu_timer = env.get(ENV_CPU_TIMER, "").strip().lower()  # "posix", "sigtrap", "signal"
         self.drain_s = env.get(ENV_DRAIN_PERIOD, "")  # as given (drain_period() checks it)
         self.debug = env.get(ENV_DEBUG) == "1"
         self.fallback_said = bool(env.get(ENV_FALLBACK_SAID))

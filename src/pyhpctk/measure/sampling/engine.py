@@ -65,14 +65,17 @@ UNSAMPLED_MIN_SHARE = 0.05
 
 def cpu_timer_route(chosen: str = "") -> int:
     """How the engine takes CPU samples: 0 timers on the threads' CPU clocks, 1 perf_events
-    counters that signal through O_ASYNC, 2 counters that raise SIGTRAP (the default; the engine
-    falls back to 1 on kernels before 5.13). Under a debugger (a tracer attached), 1: a
-    debugger stops at every SIGTRAP. ``chosen``: the setting (``PYHPCTK_PYRUN_CPU_TIMER``)."""
+    counters that signal through O_ASYNC and the engine's realtime signal (the default), 2
+    counters that raise SIGTRAP (asked for with ``sigtrap``: cheaper, but a C library that takes
+    SIGTRAP behind Python's back, as LLVM's crash recovery under Triton does, gets samples until
+    the monitor notices; the engine falls back to 1 on kernels before 5.13 and under a
+    debugger, which stops at every SIGTRAP). ``chosen``: the setting
+    (``PYHPCTK_PYRUN_CPU_TIMER``)."""
     if chosen == "posix":
         return 0
-    if chosen == "signal" or _traced():
-        return 1
-    return 2
+    if chosen == "sigtrap" and not _traced():
+        return 2
+    return 1
 
 
 def _traced() -> bool:
