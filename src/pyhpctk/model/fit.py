@@ -34,6 +34,7 @@ from pyhpctk.model.pmnf import (
     FloatArray,
     Hypothesis,
     Model,
+    Term,
     search_space,
     single,
 )
@@ -267,6 +268,27 @@ def repetitions_of_columns(
     return Repetitions(repetitions.counts, repetitions.spread[:, columns])
 
 
+def _designs(
+    x: FloatArray, hypotheses: Sequence[Hypothesis], known: dict[Term, FloatArray]
+) -> FloatArray:
+    """The design matrices of hypotheses of one size, stacked (H, n, 1 + terms): each term's
+    column is evaluated once (``known`` keeps them across sizes), a search has thousands of
+    hypotheses of a few dozen terms."""
+    for hypothesis in hypotheses:
+        for term in hypothesis.terms:
+            if term not in known:
+                known[term] = term.evaluate(x)
+    size = len(hypotheses[0].terms)
+    design = np.ones((len(hypotheses), x.shape[0], 1 + size))
+    if size:
+        table = list(known)
+        position = {term: i for i, term in enumerate(table)}
+        index = np.array([[position[t] for t in h.terms] for h in hypotheses], dtype=np.intp)
+        values = np.stack([known[t] for t in table])  # (terms, n)
+        design[:, :, 1:] = values[index].transpose(0, 2, 1)
+    return design
+
+
 def score_hypotheses(
     x: FloatArray,
     y: FloatArray,
@@ -297,10 +319,11 @@ def score_hypotheses(
     rss = np.full((total, n_contexts), np.inf)
     wrss = np.full((total, n_contexts), np.inf)
     coefficients: list[FloatArray] = [np.zeros(0)] * total
+    columns: dict[Term, FloatArray] = {}  # each term's design column, evaluated once
     for size, indices in by_size.items():
         if n_points < size + (2 if cross_validate else 1):
             continue  # leave-one-out needs at least as many points as coefficients
-        design = np.stack([hypotheses[i].design(x) for i in indices])  # (H, n, k)
+        design = _designs(x, [hypotheses[i] for i in indices], columns)  # (H, n, k)
         scale = np.abs(design).max(axis=1, keepdims=True)
         scale[scale == 0] = 1.0
         scaled = design / scale
@@ -426,15 +449,14 @@ def _likeliest_lead(
     parameter) are the likeliest: each hypothesis weighs its likelihood relative to the best,
     ``exp(-(wrss - min) / (2 variance))``, and each lead gets the sum over the hypotheses that
     have it (averaging over the terms below it, which the data may not pin down)."""
-    keys: dict[tuple[tuple[int, Fraction, int], ...], int] = {}
+    keys: dict[tuple[tuple[int, float, int], ...], int] = {}
     lead = np.empty(len(hypotheses), dtype=np.intp)
     for index, hypothesis in enumerate(hypotheses):
-        best: dict[int, tuple[Fraction, int]] = {}
+        best: dict[int, tuple[float, int]] = {}  # exponents of a search space differ by > 1e-3
         for term in hypothesis.terms:
             for factor in term.factors:
-                best[factor.param] = max(
-                    best.get(factor.param, (Fraction(-99), 0)), factor.growth()
-                )
+                growth = (float(factor.poly), factor.log)
+                best[factor.param] = max(best.get(factor.param, (-99.0, 0)), growth)
         key = tuple((param, *growth) for param, growth in sorted(best.items()))
         lead[index] = keys.setdefault(key, len(keys))
     finite = np.isfinite(wrss)

@@ -115,9 +115,16 @@ class Hypothesis:
         return np.stack(columns, axis=1)
 
     @property
-    def complexity(self) -> tuple[int, tuple[tuple[Fraction, int], ...]]:
-        """Sort key preferring fewer terms, then lower orders (Occam's razor for ties)."""
-        return (len(self.terms), tuple(sorted((t.growth() for t in self.terms), reverse=True)))
+    def complexity(self) -> tuple[int, tuple[tuple[float, int], ...]]:
+        """Sort key preferring fewer terms, then lower orders (Occam's razor for ties).
+
+        Orders in floats, rounded so that equal sums of fractions compare equal: a search sorts
+        thousands of hypotheses, and comparing exact fractions took most of its time."""
+        growths = (
+            (round(sum(float(f.poly) for f in t.factors), 9), sum(f.log for f in t.factors))
+            for t in self.terms
+        )
+        return (len(self.terms), tuple(sorted(growths, reverse=True)))
 
 
 @dataclass(frozen=True, slots=True)
