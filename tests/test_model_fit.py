@@ -81,6 +81,11 @@ def _same_coefficients(found: Model, truth: Model) -> bool:
     return bool(np.allclose(found.coefficients, truth.coefficients, rtol=5e-7, atol=0.0))
 
 
+# These tests draw their functions from every pair of the default exponents (synthetic's
+# random_factor without ``terms``), 15 of which Extra-P's building blocks, pymodel's default
+# search space, leave out (p^3 * log2(p)^2, ...): they search the same grid.
+GRID = "grid"
+
 GENERATORS = [
     pytest.param(DEFAULT_VALUES, "smallest", id="issue-generator"),
     pytest.param(OLD_VALUES, "largest", id="old-generator"),
@@ -94,7 +99,7 @@ def test_noise_free_single_parameter_recovers_terms_exponents_and_coefficients(
     n_terms: int, selection: str, values: tuple[float, ...], anchor: str
 ) -> None:
     cases = _cases(11 + n_terms, ("p",), n_terms, 0.0, 300 // n_terms, values, anchor)
-    models = _fit(cases, FitOptions(max_terms=n_terms, selection=selection))
+    models = _fit(cases, FitOptions(max_terms=n_terms, selection=selection, space=GRID))
     for found, case in zip(models, cases, strict=True):
         assert found.hypothesis == case.truth.hypothesis, (found.render(), case.truth.render())
         assert _same_coefficients(found, case.truth), (found.render(), case.truth.render())
@@ -105,7 +110,7 @@ def test_noise_free_two_parameters_recovers_terms_exponents_and_coefficients(
     values: tuple[float, ...], anchor: str
 ) -> None:
     cases = _cases(21, ("p", "n"), 1, 0.0, 150, values, anchor)
-    models = _fit(cases, FitOptions())
+    models = _fit(cases, FitOptions(space=GRID))
     for found, case in zip(models, cases, strict=True):
         assert found.hypothesis == case.truth.hypothesis, (found.render(), case.truth.render())
         assert _same_coefficients(found, case.truth), (found.render(), case.truth.render())
@@ -146,7 +151,7 @@ def test_lead_order_term_under_noise(
     params: tuple[str, ...], noise: float, n: int, exact_bar: float, close_bar: float
 ) -> None:
     cases = _cases(31, params, 1, noise, n)
-    exact, close = _lead_rates(cases, _fit(cases, FitOptions()))
+    exact, close = _lead_rates(cases, _fit(cases, FitOptions(space=GRID)))
     assert exact >= exact_bar, f"lead-order term exactly right in {exact:.1%} of cases"
     assert close >= close_bar, f"lead-order term right or adjacent in {close:.1%} of cases"
     if noise == 0.05:
@@ -169,7 +174,7 @@ def test_lead_order_term_under_noise_on_the_old_generator(
     params: tuple[str, ...], noise: float, exact_bar: float, close_bar: float
 ) -> None:
     cases = _cases(31, params, 1, noise, 200 if len(params) == 2 else 400, OLD_VALUES, "largest")
-    exact, close = _lead_rates(cases, _fit(cases, FitOptions()))
+    exact, close = _lead_rates(cases, _fit(cases, FitOptions(space=GRID)))
     assert exact >= exact_bar, f"lead-order term exactly right in {exact:.1%} of cases"
     assert close >= close_bar, f"lead-order term right or adjacent in {close:.1%} of cases"
 
@@ -399,3 +404,26 @@ def test_the_likeliest_lead_beats_the_best_fits_lead_on_two_term_functions() -> 
     best_fit, likeliest = rates
     assert likeliest >= best_fit + 0.05, rates
     assert likeliest >= 0.62, rates
+
+
+def test_the_default_search_space_is_extraps_building_blocks() -> None:
+    """Extra-P's default modeler pairs a logarithm with the simpler powers only: p^(3/2)·log2(p)
+    is a building block, p^(7/4)·log2(p) and p^3·log2(p)^2 are not. pymodel searches the same 41
+    terms (Extra-P's 43 less p^(4/5) and its constant) unless asked for the whole grid of 56."""
+    from pyhpctk.model.fit import single_parameter_hypotheses
+
+    def pairs(options: FitOptions) -> set[tuple[Fraction, int]]:
+        return {
+            (h.terms[0].factors[0].poly, h.terms[0].factors[0].log)
+            for h in single_parameter_hypotheses(0, options)
+            if h.terms
+        }
+
+    default = pairs(FitOptions(max_terms=1))
+    assert len(default) == 41
+    assert (Fraction(3, 2), 1) in default and (Fraction(1, 4), 2) in default
+    assert (Fraction(7, 4), 1) not in default and (Fraction(3), 2) not in default
+    grid = pairs(FitOptions(max_terms=1, space="grid"))
+    assert len(grid) == 56 and default < grid
+    with pytest.raises(ValueError, match="space must be one of extrap, grid"):
+        FitOptions(space="all")

@@ -31,6 +31,7 @@ from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
     DEFAULT_POLY_EXPONENTS,
+    SPACES,
     FloatArray,
     Hypothesis,
     Model,
@@ -58,6 +59,7 @@ class FitOptions:
     max_terms: int = 2
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS
+    space: str = "extrap"  # extrap: Extra-P's building blocks of those exponents; grid: all pairs
     selection: str = "f-test"  # f-test or cv-smape: see the module docstring
     significance: float = 0.05  # f-test: chance that noise alone earns an extra term
     tie_tolerance: float = 1e-4  # cv-smape: SMAPE percentage points within which simpler wins
@@ -74,6 +76,8 @@ class FitOptions:
             raise ValueError("max_terms must be between 0 and 3")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}")
+        if self.space not in SPACES:
+            raise ValueError(f"space must be one of {', '.join(SPACES)}")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
         if not 0 < self.significance < 1:
@@ -124,10 +128,10 @@ def smape(actual: FloatArray, predicted: FloatArray, axis: int = 0) -> FloatArra
 
 
 def single_parameter_hypotheses(param: int, options: FitOptions) -> list[Hypothesis]:
-    """The constant, then every combination of up to ``max_terms`` distinct terms (with
-    ``negative_exponents``, also the term ``p^-i`` of every positive ``i`` of the search space,
-    as Extra-P's option of the same name adds)."""
-    terms = search_space(param, options.poly_exponents, options.log_exponents)
+    """The constant, then every combination of up to ``max_terms`` distinct terms of the
+    search space (``options.space``; with ``negative_exponents``, also the term ``p^-i`` of
+    every positive ``i`` of the search space, as Extra-P's option of the same name adds)."""
+    terms = search_space(param, options.poly_exponents, options.log_exponents, options.space)
     if options.negative_exponents:
         terms += [single(param, -poly, 0) for poly in options.poly_exponents if poly > 0]
     hypotheses = [Hypothesis(())]
