@@ -31,6 +31,7 @@ from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
     DEFAULT_POLY_EXPONENTS,
+    EXTRAP_BLOCKS,
     SPACES,
     FloatArray,
     Hypothesis,
@@ -59,7 +60,10 @@ class FitOptions:
     max_terms: int = 2
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS
-    space: str = "extrap"  # extrap: Extra-P's building blocks of those exponents; grid: all pairs
+    space: str = "grid"  # grid: every pair of those exponents; extrap: Extra-P's building blocks
+    # f-test: prior weight of a term outside Extra-P's building blocks against one inside, in the
+    # likeliest lead (1: none; Extra-P's own space is 0)
+    outside_prior: float = 0.1
     selection: str = "f-test"  # f-test or cv-smape: see the module docstring
     significance: float = 0.05  # f-test: chance that noise alone earns an extra term
     tie_tolerance: float = 1e-4  # cv-smape: SMAPE percentage points within which simpler wins
@@ -78,6 +82,8 @@ class FitOptions:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}")
         if self.space not in SPACES:
             raise ValueError(f"space must be one of {', '.join(SPACES)}")
+        if not 0 < self.outside_prior <= 1:
+            raise ValueError("outside_prior must be in (0, 1]")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
         if not 0 < self.significance < 1:
@@ -438,7 +444,8 @@ def _choose_f_test(
         for size in present:
             var, _ = _run_variance(best[size], pure, n_points, pure_dof, size + 1, options)
             variance = np.where(chosen == size, var, variance)
-        likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor))
+        prior = np.array([options.outside_prior ** _outside_blocks(h) for h in scores.hypotheses])
+        likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor), prior)
         wrss = np.where(likeliest, wrss, np.inf)
     size_min = wrss.min(axis=0)
     eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
@@ -446,13 +453,27 @@ def _choose_f_test(
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
 
 
+def _outside_blocks(hypothesis: Hypothesis) -> int:
+    """How many of the hypothesis's factors of non-negative exponents are not among Extra-P's
+    building blocks (``p^(7/4)·log2(p)``: a logarithm with a power no common algorithm has)."""
+    return sum(
+        factor.poly >= 0 and (factor.poly, factor.log) not in _BLOCKS
+        for term in hypothesis.terms
+        for factor in term.factors
+    )
+
+
+_BLOCKS = frozenset(EXTRAP_BLOCKS)
+
+
 def _likeliest_lead(
-    hypotheses: Sequence[Hypothesis], wrss: FloatArray, variance: FloatArray
+    hypotheses: Sequence[Hypothesis], wrss: FloatArray, variance: FloatArray, prior: FloatArray
 ) -> npt.NDArray[np.bool_]:
     """Per context, the hypotheses whose lead factors (the highest-order factor of every
     parameter) are the likeliest: each hypothesis weighs its likelihood relative to the best,
-    ``exp(-(wrss - min) / (2 variance))``, and each lead gets the sum over the hypotheses that
-    have it (averaging over the terms below it, which the data may not pin down)."""
+    ``exp(-(wrss - min) / (2 variance))``, times its ``prior``, and each lead gets the sum over
+    the hypotheses that have it (averaging over the terms below it, which the data may not pin
+    down)."""
     keys: dict[tuple[tuple[int, float, int], ...], int] = {}
     lead = np.empty(len(hypotheses), dtype=np.intp)
     for index, hypothesis in enumerate(hypotheses):
@@ -465,7 +486,7 @@ def _likeliest_lead(
         lead[index] = keys.setdefault(key, len(keys))
     finite = np.isfinite(wrss)
     excess = np.where(finite, wrss - np.where(finite, wrss, np.inf).min(axis=0), np.inf)
-    weight = np.exp(-excess / (2.0 * variance[None, :]))
+    weight = np.exp(-excess / (2.0 * variance[None, :])) * prior[:, None]
     totals = np.zeros((len(keys), wrss.shape[1]))
     np.add.at(totals, lead, weight)
     return np.asarray(lead[:, None] == np.argmax(totals, axis=0)[None, :])
