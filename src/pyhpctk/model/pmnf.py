@@ -30,8 +30,8 @@ DEFAULT_LOG_EXPONENTS: tuple[int, ...] = (0, 1, 2)
 # exponent pairs, less p^(4/5), which the exponents above do not hold. Not every pair of them:
 # a logarithm goes with the simpler powers only, as in the complexities of common algorithms
 # (p^(3/2)·log2(p), never p^(7/4)·log2(p)^2). The 15 pairs it leaves out are, at five or six
-# measured values, near copies of their neighbours: each is one more way for noise to win
-# (docs/pymodel.md, "How models are chosen").
+# measured values, near copies of their neighbours: each is one more way for noise to win, so
+# pymodel holds them less likely (docs/pymodel.md, "How models are chosen").
 EXTRAP_BLOCKS: tuple[tuple[Fraction, int], ...] = tuple(
     (Fraction(n, d), log)
     for n, d, log in (
@@ -44,8 +44,9 @@ EXTRAP_BLOCKS: tuple[tuple[Fraction, int], ...] = tuple(
     )
 )  # fmt: skip
 
-# Search spaces of single-parameter terms: Extra-P's building blocks (the default), or every
-# pair of the polynomial and logarithm exponents.
+# Search spaces of single-parameter terms: every pair of the polynomial and logarithm exponents
+# (the default; terms outside Extra-P's blocks at lower prior odds: FitOptions.outside_prior),
+# or Extra-P's building blocks alone.
 SPACES = ("extrap", "grid")
 
 

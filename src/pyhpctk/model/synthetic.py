@@ -59,8 +59,8 @@ def _round(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}")
 
 
-# The single-parameter terms both Extra-P's default modeler and pymodel's default search space
-# can express (pmnf.EXTRAP_BLOCKS). pymodel's ``grid`` space holds every combination of its 18
+# The single-parameter terms both Extra-P's default modeler and pymodel can express: Extra-P's
+# building blocks (pmnf.EXTRAP_BLOCKS). pymodel's search space holds every combination of its 18
 # polynomial and 3 logarithm exponents; Extra-P's leaves out 15 of them (p^(8/3)*log2(p)^2, ...).
 EXTRAP_TERMS: tuple[tuple[Fraction, int], ...] = EXTRAP_BLOCKS
 
