@@ -1,13 +1,14 @@
 """Lead-term recovery on synthetic series of one to three parameters: pymodel and Extra-P.
 
 Our own seeded generator (``pyhpctk.model.synthetic``) draws PMNF functions from the terms both
-Extra-P's default modeler and pymodel can express (``EXTRAP_TERMS``; ``--space pymodel``: from
-pymodel's whole space, which holds 13 terms Extra-P's does not) — one parameter with one or two
-terms, two or three parameters as a product or a sum of one factor each — and measures them on full
-grids of doublings from 2 (5 to 10 values of one parameter, 5 of each of two or three), five
-repetitions each, with uniform multiplicative noise of 0 to 10 % (each run f·(1 + u), u ~ U(−noise,
-noise)). Each group of cases is modelled by pymodel as ``pymodel FILE`` would (means, the runs'
-scatter, ``--weighting auto``) and, where Extra-P is installed (``--extrap PATH/bin/extrap``), by
+Extra-P's default modeler and pymodel can express (``EXTRAP_TERMS``, Extra-P's building blocks;
+``--space pymodel``: from every pair of pymodel's exponents, its ``grid`` space, which holds 15
+terms Extra-P's does not) — one parameter with one or two terms, two or three parameters as a
+product or a sum of one factor each — and measures them on full grids of doublings from 2 (5 to
+10 values of one parameter, 5 of each of two or three), five repetitions each (``--runs``), with
+uniform multiplicative noise of 0 to 10 % (each run f·(1 + u), u ~ U(−noise, noise)). Each group
+of cases is modelled by pymodel as ``pymodel FILE`` would (means, the runs' scatter,
+``--weighting auto``) and, where Extra-P is installed (``--extrap PATH/bin/extrap``), by
 Extra-P's default modeler on the very same runs (one JSON Lines file per group). A case counts as
 recovered when the model's highest-order factor of every parameter is the generating function's
 (:func:`pyhpctk.model.compare.lead_factors`).
@@ -72,6 +73,7 @@ def draw(
     count: int,
     rng: np.random.Generator,
     terms: tuple[tuple[Fraction, int], ...] | None = EXTRAP_TERMS,
+    runs: int = 5,
 ) -> list[Case]:
     params = PARAMS[group.n_params]
     return [
@@ -79,6 +81,7 @@ def draw(
             rng,
             random_model(rng, params, group.n_terms, group.values, terms=terms),
             group.noise,
+            runs,
             values=group.values,
         )
         for _ in range(count)
@@ -135,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100, help="functions per group")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=5, help="repetitions per point")
     parser.add_argument("--extrap", help="Extra-P's extrap executable (else pymodel only)")
     parser.add_argument("--terms", type=int, default=FitOptions().max_terms, help="pymodel's")
     parser.add_argument("--selection", default=FitOptions().selection, help="pymodel's rule")
@@ -145,7 +149,7 @@ def main() -> None:
         "--space",
         choices=("both", "pymodel"),
         default="both",
-        help="draw terms both tools can express (default) or from pymodel's whole space",
+        help="draw terms both tools can express (default) or every pair of pymodel's exponents",
     )
     arguments = parser.parse_args()
     rng = np.random.default_rng(arguments.seed)
@@ -154,7 +158,11 @@ def main() -> None:
     print(f"{'group':<42} {'pymodel':>8} {'Extra-P':>8}")
     for group in groups():
         cases = draw(
-            group, arguments.cases, rng, EXTRAP_TERMS if arguments.space == "both" else None
+            group,
+            arguments.cases,
+            rng,
+            EXTRAP_TERMS if arguments.space == "both" else None,
+            arguments.runs,
         )
         series = as_series(cases)
         truth = [lead_factors(c.truth) for c in cases]

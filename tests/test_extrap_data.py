@@ -27,13 +27,12 @@ FILES = sorted((DATA / "text").rglob("*.txt")) + sorted((DATA / "jsonlines").glo
 RECORD = json.loads((DATA / "extrap_models.json").read_text())["models"]
 
 # Where pymodel's lead factors differ from Extra-P's and its LOO SMAPE is higher: a series of
-# two parameters that changes behaviour (piecewise models are of one parameter), two
-# strong-scaling files that no PMNF function of positive coefficients fits (Extra-P's models
-# subtract terms), and two sparse layouts of noisy data.
+# two parameters that changes behaviour (piecewise models are of one parameter) and two sparse
+# layouts of noisy data. (The strong-scaling files of two parameters left the list when falling
+# contexts of several parameters could subtract a term: two_parameter_1 now has LOO 2.6 %
+# against Extra-P's 3.3 %, two_parameter_2 Extra-P's lead.)
 KNOWN_GAPS = {
     "text/two_parameter_segmented_1.txt reg@@metr",
-    "text/strong_scaling/two_parameter_1.txt reg@@metr",
-    "text/strong_scaling/two_parameter_2.txt reg@@metr",
     "jsonlines/band_matrix_2p.jsonl <root>@@metr",
     "jsonlines/incomplete_matrix_2p.jsonl <root>@@metr",
 }
@@ -62,7 +61,7 @@ def test_lead_term_equals_extraps_or_fits_better_out_of_sample() -> None:
         if not r["same_lead"] and float(r["loo_pymodel"]) > float(r["loo_extrap"])  # type: ignore[arg-type]
     }
     assert gaps == KNOWN_GAPS
-    assert sum(bool(r["same_lead"]) for r in rows) >= 53
+    assert sum(bool(r["same_lead"]) for r in rows) >= 54
 
 
 @pytest.mark.parametrize(

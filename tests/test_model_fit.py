@@ -81,6 +81,11 @@ def _same_coefficients(found: Model, truth: Model) -> bool:
     return bool(np.allclose(found.coefficients, truth.coefficients, rtol=5e-7, atol=0.0))
 
 
+# These tests draw their functions from every pair of the default exponents (synthetic's
+# random_factor without ``terms``), 15 of which Extra-P's building blocks leave out (p^3 *
+# log2(p)^2, ...): they search that grid, the default.
+GRID = "grid"
+
 GENERATORS = [
     pytest.param(DEFAULT_VALUES, "smallest", id="issue-generator"),
     pytest.param(OLD_VALUES, "largest", id="old-generator"),
@@ -94,7 +99,7 @@ def test_noise_free_single_parameter_recovers_terms_exponents_and_coefficients(
     n_terms: int, selection: str, values: tuple[float, ...], anchor: str
 ) -> None:
     cases = _cases(11 + n_terms, ("p",), n_terms, 0.0, 300 // n_terms, values, anchor)
-    models = _fit(cases, FitOptions(max_terms=n_terms, selection=selection))
+    models = _fit(cases, FitOptions(max_terms=n_terms, selection=selection, space=GRID))
     for found, case in zip(models, cases, strict=True):
         assert found.hypothesis == case.truth.hypothesis, (found.render(), case.truth.render())
         assert _same_coefficients(found, case.truth), (found.render(), case.truth.render())
@@ -105,7 +110,7 @@ def test_noise_free_two_parameters_recovers_terms_exponents_and_coefficients(
     values: tuple[float, ...], anchor: str
 ) -> None:
     cases = _cases(21, ("p", "n"), 1, 0.0, 150, values, anchor)
-    models = _fit(cases, FitOptions())
+    models = _fit(cases, FitOptions(space=GRID))
     for found, case in zip(models, cases, strict=True):
         assert found.hypothesis == case.truth.hypothesis, (found.render(), case.truth.render())
         assert _same_coefficients(found, case.truth), (found.render(), case.truth.render())
@@ -146,7 +151,7 @@ def test_lead_order_term_under_noise(
     params: tuple[str, ...], noise: float, n: int, exact_bar: float, close_bar: float
 ) -> None:
     cases = _cases(31, params, 1, noise, n)
-    exact, close = _lead_rates(cases, _fit(cases, FitOptions()))
+    exact, close = _lead_rates(cases, _fit(cases, FitOptions(space=GRID)))
     assert exact >= exact_bar, f"lead-order term exactly right in {exact:.1%} of cases"
     assert close >= close_bar, f"lead-order term right or adjacent in {close:.1%} of cases"
     if noise == 0.05:
@@ -155,21 +160,25 @@ def test_lead_order_term_under_noise(
 
 # The old generator, where a steep term is under the noise at all but the last points: no choice
 # by goodness of fit reaches the issue's bar there (docs/pymodel.md), but what was reached must
-# not be lost.
+# not be lost. Its functions come from the whole grid, where 15 of 56 terms are outside Extra-P's
+# building blocks; since those are a tenth as likely a priori (FitOptions.outside_prior) the
+# rates fell (bars before: 0.92/0.98, 0.58/0.84, 0.87/0.98, 0.53/0.83) to 91.2/98.x %,
+# 54.2/83.0 %, 85.0/96.0 % and 50.0/77.0 % (issue #35: the price of +1.2 to +1.7 points on
+# functions of building blocks, docs/pymodel.md).
 @pytest.mark.parametrize(
     ("params", "noise", "exact_bar", "close_bar"),
     [
-        (("p",), 0.01, 0.92, 0.98),
-        (("p",), 0.05, 0.58, 0.84),
-        (("p", "n"), 0.01, 0.87, 0.98),
-        (("p", "n"), 0.05, 0.53, 0.83),
+        (("p",), 0.01, 0.91, 0.98),
+        (("p",), 0.05, 0.54, 0.82),
+        (("p", "n"), 0.01, 0.85, 0.95),
+        (("p", "n"), 0.05, 0.50, 0.76),
     ],
 )
 def test_lead_order_term_under_noise_on_the_old_generator(
     params: tuple[str, ...], noise: float, exact_bar: float, close_bar: float
 ) -> None:
     cases = _cases(31, params, 1, noise, 200 if len(params) == 2 else 400, OLD_VALUES, "largest")
-    exact, close = _lead_rates(cases, _fit(cases, FitOptions()))
+    exact, close = _lead_rates(cases, _fit(cases, FitOptions(space=GRID)))
     assert exact >= exact_bar, f"lead-order term exactly right in {exact:.1%} of cases"
     assert close >= close_bar, f"lead-order term right or adjacent in {close:.1%} of cases"
 
@@ -399,3 +408,55 @@ def test_the_likeliest_lead_beats_the_best_fits_lead_on_two_term_functions() -> 
     best_fit, likeliest = rates
     assert likeliest >= best_fit + 0.05, rates
     assert likeliest >= 0.62, rates
+
+
+def test_terms_outside_extraps_building_blocks_are_searched_at_lower_prior_odds() -> None:
+    """Extra-P's default modeler pairs a logarithm with the simpler powers only: p^(3/2)·log2(p)
+    is a building block, p^(7/4)·log2(p) and p^3·log2(p)^2 are not. pymodel searches all 56
+    terms (``space="extrap"``: the 41 blocks only), and where two leads explain the data about
+    as well, a block is ten times likelier a priori (``outside_prior``): on 120 seeded two-term
+    functions of blocks at 5 values and 5 % noise that finds the lead more often than no
+    preference does, and a function outside the blocks is still found where the data show it."""
+    from pyhpctk.model.fit import single_parameter_hypotheses
+    from pyhpctk.model.synthetic import EXTRAP_TERMS
+
+    def pairs(options: FitOptions) -> set[tuple[Fraction, int]]:
+        return {
+            (h.terms[0].factors[0].poly, h.terms[0].factors[0].log)
+            for h in single_parameter_hypotheses(0, options)
+            if h.terms
+        }
+
+    blocks = pairs(FitOptions(max_terms=1, space="extrap"))
+    assert len(blocks) == 41 and (Fraction(3, 2), 1) in blocks
+    assert (Fraction(7, 4), 1) not in blocks and (Fraction(3), 2) not in blocks
+    assert len(pairs(FitOptions(max_terms=1))) == 56
+    with pytest.raises(ValueError, match="space must be one of extrap, grid"):
+        FitOptions(space="all")
+
+    rng = np.random.default_rng(35)
+    values = (2.0, 4.0, 8.0, 16.0, 32.0)
+    cases = [
+        make_case(
+            rng, random_model(rng, ("p",), 2, values, terms=EXTRAP_TERMS), 0.05, values=values
+        )
+        for _ in range(120)
+    ]
+    rates = []
+    for outside in (1.0, FitOptions().outside_prior):
+        options = FitOptions(weighting="relative", outside_prior=outside)
+        found = _fit(cases, options)
+        rates.append(
+            np.mean(
+                [
+                    _lead_per_parameter(f) == _lead_per_parameter(c.truth)
+                    for f, c in zip(found, cases, strict=True)
+                ]
+            )
+        )
+    assert rates[1] > rates[0], rates
+
+    p = np.array(values)
+    truth = 3.0 + 2.0 * p**1.75 * np.log2(p)
+    (model,) = fit_single_parameter(p, truth[:, None]).models
+    assert model.render(3) == "3 + 2 * p^(7/4) * log2(p)"

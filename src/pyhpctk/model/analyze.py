@@ -85,7 +85,8 @@ def fit_series(series: Series, options: FitOptions, negative: str = "never") -> 
 
     ``negative`` says which contexts may have negative exponents (``p^-1``): ``always``,
     ``never``, or ``auto``: those whose values fall as a parameter grows (:func:`falling`), for
-    which a model of non-negative exponents and coefficients cannot but be flat.
+    which a model of non-negative exponents and coefficients cannot but be flat; with several
+    parameters their terms may also have negative coefficients.
     """
     n_contexts = series.mean.shape[1]
     models: list[Model | None] = [None] * n_contexts
@@ -99,7 +100,12 @@ def fit_series(series: Series, options: FitOptions, negative: str = "never") -> 
                 continue
             runs = Repetitions(counts, series.spread[:, columns])
             y = series.mean[:, columns]
-            these = replace(options, negative_exponents=fall)
+            # With several parameters a falling context may also subtract a term, as Extra-P's
+            # models do: time that falls along x towards zero at a finite x while it grows
+            # along y (strong_scaling/two_parameter_1.txt) has no model of positive terms. With
+            # one parameter p^-i suffices, and a subtracted term gave a rising lead.
+            several = len(series.params) > 1
+            these = replace(options, negative_exponents=fall, allow_negative=fall and several)
             if len(series.params) == 1:
                 part = fit_single_parameter(series.points[:, 0], y, these, series.params[0], runs)
             else:

@@ -31,9 +31,12 @@ from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
     DEFAULT_POLY_EXPONENTS,
+    EXTRAP_BLOCKS,
+    SPACES,
     FloatArray,
     Hypothesis,
     Model,
+    Term,
     search_space,
     single,
 )
@@ -57,6 +60,10 @@ class FitOptions:
     max_terms: int = 2
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS
+    space: str = "grid"  # grid: every pair of those exponents; extrap: Extra-P's building blocks
+    # f-test: prior weight of a term outside Extra-P's building blocks against one inside, in the
+    # likeliest lead (1: none; Extra-P's own space is 0)
+    outside_prior: float = 0.1
     selection: str = "f-test"  # f-test or cv-smape: see the module docstring
     significance: float = 0.05  # f-test: chance that noise alone earns an extra term
     tie_tolerance: float = 1e-4  # cv-smape: SMAPE percentage points within which simpler wins
@@ -73,6 +80,10 @@ class FitOptions:
             raise ValueError("max_terms must be between 0 and 3")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}")
+        if self.space not in SPACES:
+            raise ValueError(f"space must be one of {', '.join(SPACES)}")
+        if not 0 < self.outside_prior <= 1:
+            raise ValueError("outside_prior must be in (0, 1]")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
         if not 0 < self.significance < 1:
@@ -123,10 +134,10 @@ def smape(actual: FloatArray, predicted: FloatArray, axis: int = 0) -> FloatArra
 
 
 def single_parameter_hypotheses(param: int, options: FitOptions) -> list[Hypothesis]:
-    """The constant, then every combination of up to ``max_terms`` distinct terms (with
-    ``negative_exponents``, also the term ``p^-i`` of every positive ``i`` of the search space,
-    as Extra-P's option of the same name adds)."""
-    terms = search_space(param, options.poly_exponents, options.log_exponents)
+    """The constant, then every combination of up to ``max_terms`` distinct terms of the
+    search space (``options.space``; with ``negative_exponents``, also the term ``p^-i`` of
+    every positive ``i`` of the search space, as Extra-P's option of the same name adds)."""
+    terms = search_space(param, options.poly_exponents, options.log_exponents, options.space)
     if options.negative_exponents:
         terms += [single(param, -poly, 0) for poly in options.poly_exponents if poly > 0]
     hypotheses = [Hypothesis(())]
@@ -267,6 +278,27 @@ def repetitions_of_columns(
     return Repetitions(repetitions.counts, repetitions.spread[:, columns])
 
 
+def _designs(
+    x: FloatArray, hypotheses: Sequence[Hypothesis], known: dict[Term, FloatArray]
+) -> FloatArray:
+    """The design matrices of hypotheses of one size, stacked (H, n, 1 + terms): each term's
+    column is evaluated once (``known`` keeps them across sizes), a search has thousands of
+    hypotheses of a few dozen terms."""
+    for hypothesis in hypotheses:
+        for term in hypothesis.terms:
+            if term not in known:
+                known[term] = term.evaluate(x)
+    size = len(hypotheses[0].terms)
+    design = np.ones((len(hypotheses), x.shape[0], 1 + size))
+    if size:
+        table = list(known)
+        position = {term: i for i, term in enumerate(table)}
+        index = np.array([[position[t] for t in h.terms] for h in hypotheses], dtype=np.intp)
+        values = np.stack([known[t] for t in table])  # (terms, n)
+        design[:, :, 1:] = values[index].transpose(0, 2, 1)
+    return design
+
+
 def score_hypotheses(
     x: FloatArray,
     y: FloatArray,
@@ -297,10 +329,11 @@ def score_hypotheses(
     rss = np.full((total, n_contexts), np.inf)
     wrss = np.full((total, n_contexts), np.inf)
     coefficients: list[FloatArray] = [np.zeros(0)] * total
+    columns: dict[Term, FloatArray] = {}  # each term's design column, evaluated once
     for size, indices in by_size.items():
         if n_points < size + (2 if cross_validate else 1):
             continue  # leave-one-out needs at least as many points as coefficients
-        design = np.stack([hypotheses[i].design(x) for i in indices])  # (H, n, k)
+        design = _designs(x, [hypotheses[i] for i in indices], columns)  # (H, n, k)
         scale = np.abs(design).max(axis=1, keepdims=True)
         scale[scale == 0] = 1.0
         scaled = design / scale
@@ -411,7 +444,8 @@ def _choose_f_test(
         for size in present:
             var, _ = _run_variance(best[size], pure, n_points, pure_dof, size + 1, options)
             variance = np.where(chosen == size, var, variance)
-        likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor))
+        prior = np.array([options.outside_prior ** _outside_blocks(h) for h in scores.hypotheses])
+        likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor), prior)
         wrss = np.where(likeliest, wrss, np.inf)
     size_min = wrss.min(axis=0)
     eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
@@ -419,27 +453,40 @@ def _choose_f_test(
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
 
 
+def _outside_blocks(hypothesis: Hypothesis) -> int:
+    """How many of the hypothesis's factors of non-negative exponents are not among Extra-P's
+    building blocks (``p^(7/4)·log2(p)``: a logarithm with a power no common algorithm has)."""
+    return sum(
+        factor.poly >= 0 and (factor.poly, factor.log) not in _BLOCKS
+        for term in hypothesis.terms
+        for factor in term.factors
+    )
+
+
+_BLOCKS = frozenset(EXTRAP_BLOCKS)
+
+
 def _likeliest_lead(
-    hypotheses: Sequence[Hypothesis], wrss: FloatArray, variance: FloatArray
+    hypotheses: Sequence[Hypothesis], wrss: FloatArray, variance: FloatArray, prior: FloatArray
 ) -> npt.NDArray[np.bool_]:
     """Per context, the hypotheses whose lead factors (the highest-order factor of every
     parameter) are the likeliest: each hypothesis weighs its likelihood relative to the best,
-    ``exp(-(wrss - min) / (2 variance))``, and each lead gets the sum over the hypotheses that
-    have it (averaging over the terms below it, which the data may not pin down)."""
-    keys: dict[tuple[tuple[int, Fraction, int], ...], int] = {}
+    ``exp(-(wrss - min) / (2 variance))``, times its ``prior``, and each lead gets the sum over
+    the hypotheses that have it (averaging over the terms below it, which the data may not pin
+    down)."""
+    keys: dict[tuple[tuple[int, float, int], ...], int] = {}
     lead = np.empty(len(hypotheses), dtype=np.intp)
     for index, hypothesis in enumerate(hypotheses):
-        best: dict[int, tuple[Fraction, int]] = {}
+        best: dict[int, tuple[float, int]] = {}  # exponents of a search space differ by > 1e-3
         for term in hypothesis.terms:
             for factor in term.factors:
-                best[factor.param] = max(
-                    best.get(factor.param, (Fraction(-99), 0)), factor.growth()
-                )
+                growth = (float(factor.poly), factor.log)
+                best[factor.param] = max(best.get(factor.param, (-99.0, 0)), growth)
         key = tuple((param, *growth) for param, growth in sorted(best.items()))
         lead[index] = keys.setdefault(key, len(keys))
     finite = np.isfinite(wrss)
     excess = np.where(finite, wrss - np.where(finite, wrss, np.inf).min(axis=0), np.inf)
-    weight = np.exp(-excess / (2.0 * variance[None, :]))
+    weight = np.exp(-excess / (2.0 * variance[None, :])) * prior[:, None]
     totals = np.zeros((len(keys), wrss.shape[1]))
     np.add.at(totals, lead, weight)
     return np.asarray(lead[:, None] == np.argmax(totals, axis=0)[None, :])

@@ -25,6 +25,30 @@ DEFAULT_POLY_EXPONENTS: tuple[Fraction, ...] = tuple(
 # ... and logarithm exponents 0, 1, 2.
 DEFAULT_LOG_EXPONENTS: tuple[int, ...] = (0, 1, 2)
 
+# The single-parameter terms of Extra-P 4.2.5's default modeler (its building blocks with
+# logarithms allowed, extrap/modelers/single_parameter/basic.py) as (polynomial, logarithm)
+# exponent pairs, less p^(4/5), which the exponents above do not hold. Not every pair of them:
+# a logarithm goes with the simpler powers only, as in the complexities of common algorithms
+# (p^(3/2)·log2(p), never p^(7/4)·log2(p)^2). The 15 pairs it leaves out are, at five or six
+# measured values, near copies of their neighbours: each is one more way for noise to win, so
+# pymodel holds them less likely (docs/pymodel.md, "How models are chosen").
+EXTRAP_BLOCKS: tuple[tuple[Fraction, int], ...] = tuple(
+    (Fraction(n, d), log)
+    for n, d, log in (
+        (0, 1, 1), (0, 1, 2), (1, 4, 0), (1, 3, 0), (1, 4, 1), (1, 3, 1), (1, 4, 2), (1, 3, 2),
+        (1, 2, 0), (1, 2, 1), (1, 2, 2), (2, 3, 0), (3, 4, 0), (2, 3, 1), (3, 4, 1), (2, 3, 2),
+        (3, 4, 2), (1, 1, 0), (1, 1, 1), (1, 1, 2), (5, 4, 0), (5, 4, 1), (4, 3, 0), (4, 3, 1),
+        (3, 2, 0), (3, 2, 1), (3, 2, 2), (5, 3, 0), (7, 4, 0), (2, 1, 0), (2, 1, 1), (2, 1, 2),
+        (9, 4, 0), (7, 3, 0), (5, 2, 0), (5, 2, 1), (5, 2, 2), (8, 3, 0), (11, 4, 0), (3, 1, 0),
+        (3, 1, 1),
+    )
+)  # fmt: skip
+
+# Search spaces of single-parameter terms: every pair of the polynomial and logarithm exponents
+# (the default; terms outside Extra-P's blocks at lower prior odds: FitOptions.outside_prior),
+# or Extra-P's building blocks alone.
+SPACES = ("extrap", "grid")
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class Factor:
@@ -115,9 +139,16 @@ class Hypothesis:
         return np.stack(columns, axis=1)
 
     @property
-    def complexity(self) -> tuple[int, tuple[tuple[Fraction, int], ...]]:
-        """Sort key preferring fewer terms, then lower orders (Occam's razor for ties)."""
-        return (len(self.terms), tuple(sorted((t.growth() for t in self.terms), reverse=True)))
+    def complexity(self) -> tuple[int, tuple[tuple[float, int], ...]]:
+        """Sort key preferring fewer terms, then lower orders (Occam's razor for ties).
+
+        Orders in floats, rounded so that equal sums of fractions compare equal: a search sorts
+        thousands of hypotheses, and comparing exact fractions took most of its time."""
+        growths = (
+            (round(sum(float(f.poly) for f in t.factors), 9), sum(f.log for f in t.factors))
+            for t in self.terms
+        )
+        return (len(self.terms), tuple(sorted(growths, reverse=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +187,19 @@ def search_space(
     param: int,
     poly_exponents: tuple[Fraction, ...] = DEFAULT_POLY_EXPONENTS,
     log_exponents: tuple[int, ...] = DEFAULT_LOG_EXPONENTS,
+    space: str = "grid",
 ) -> list[Term]:
-    """Every non-constant single-factor term of one parameter in the search space."""
+    """Every non-constant single-factor term of one parameter in the search space: each pair
+    of the exponents (``grid``), or those of the pairs that are Extra-P's building blocks
+    (``extrap``, :data:`EXTRAP_BLOCKS`)."""
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {', '.join(SPACES)}")
+    blocks = set(EXTRAP_BLOCKS)
     return [
-        single(param, poly, log) for poly in poly_exponents for log in log_exponents if poly or log
+        single(param, poly, log)
+        for poly in poly_exponents
+        for log in log_exponents
+        if (poly or log) and (space == "grid" or (poly, log) in blocks)
     ]
 
 

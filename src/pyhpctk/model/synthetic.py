@@ -19,6 +19,7 @@ import numpy as np
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
     DEFAULT_POLY_EXPONENTS,
+    EXTRAP_BLOCKS,
     Factor,
     FloatArray,
     Hypothesis,
@@ -58,22 +59,10 @@ def _round(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}")
 
 
-# The single-parameter terms of Extra-P 4.2.5's default modeler (its building blocks with
-# logarithms allowed, extrap/modelers/single_parameter/basic.py), less p^(4/5), which pymodel's
-# space of denominators up to 4 does not hold: (polynomial, logarithm) exponents both tools can
-# express. pymodel's own space has every combination of its 18 polynomial and 3 logarithm
-# exponents; Extra-P's leaves out 13 of them (p^(8/3)*log2(p)^2, p^3*log2(p)^2, ...).
-EXTRAP_TERMS: tuple[tuple[Fraction, int], ...] = tuple(
-    (Fraction(n, d), log)
-    for n, d, log in (
-        (0, 1, 1), (0, 1, 2), (1, 4, 0), (1, 3, 0), (1, 4, 1), (1, 3, 1), (1, 4, 2), (1, 3, 2),
-        (1, 2, 0), (1, 2, 1), (1, 2, 2), (2, 3, 0), (3, 4, 0), (2, 3, 1), (3, 4, 1), (2, 3, 2),
-        (3, 4, 2), (1, 1, 0), (1, 1, 1), (1, 1, 2), (5, 4, 0), (5, 4, 1), (4, 3, 0), (4, 3, 1),
-        (3, 2, 0), (3, 2, 1), (3, 2, 2), (5, 3, 0), (7, 4, 0), (2, 1, 0), (2, 1, 1), (2, 1, 2),
-        (9, 4, 0), (7, 3, 0), (5, 2, 0), (5, 2, 1), (5, 2, 2), (8, 3, 0), (11, 4, 0), (3, 1, 0),
-        (3, 1, 1),
-    )
-)  # fmt: skip
+# The single-parameter terms both Extra-P's default modeler and pymodel can express: Extra-P's
+# building blocks (pmnf.EXTRAP_BLOCKS). pymodel's search space holds every combination of its 18
+# polynomial and 3 logarithm exponents; Extra-P's leaves out 15 of them (p^(8/3)*log2(p)^2, ...).
+EXTRAP_TERMS: tuple[tuple[Fraction, int], ...] = EXTRAP_BLOCKS
 
 
 def random_factor(
