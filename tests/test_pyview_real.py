@@ -99,9 +99,11 @@ def test_bottom_up_screen_lists_the_top_self_functions_first_and_not_their_chain
 ) -> None:
     rows = screen(capsys, str(program / "db"), "--bottom-up", "-E")
     functions = [row for depth, row in rows if depth == 1]
-    # The three that cost most themselves are among the first rows, whatever calls them.
+    # The three that cost most themselves are among the first rows, whatever calls them (native
+    # functions, named since pyprof reads the libraries' symbols, may rank among them: a thread
+    # pool's pthread_cond_signal under load).
     for function in top_three(program):
-        assert any(named(function, row) for row in functions[:5]), (function, functions)
+        assert any(named(function, row) for row in functions[:8]), (function, functions)
     # Chains of single callers do not fill the screen: every function that costs anything
     # itself is listed before any caller (before: 8 functions and 4 twelve-row chains).
     view = open_database(program / "db").view("bottom-up", exclusive=True)

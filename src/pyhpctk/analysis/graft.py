@@ -178,8 +178,11 @@ _NEAREST_SYMBOL = re.compile(r"\+0x[0-9a-f]+( \[[^\]]*\])?$")
 def _pool_confirmed(
     raw: RawTree, classifiers: ModuleClassifiers, roles: Roles, runtime: int
 ) -> bool:
-    """Whether every named outermost frame of a worker is its runtime's thread start."""
+    """Whether a worker's named outermost frames show its runtime's thread start: one of them
+    is the start, or none is named. Another named one beside the start is a stack the engine
+    could not unwind to it (``memset@plt`` on a busy machine), not a thread of another kind."""
     keys = raw.keys
+    named = False
     for node in roles.pool.tolist():
         module, offset, _ = keys[node]
         if module is None:
@@ -192,9 +195,10 @@ def _pool_confirmed(
             continue
         if _NEAREST_SYMBOL.search(first.function.name):
             continue  # a stripped library: the name of the symbol before it says nothing
-        if not RUNTIMES[runtime].starts_in(first.function.name):
-            return False
-    return True
+        if RUNTIMES[runtime].starts_in(first.function.name):
+            return True
+        named = True
+    return not named
 
 
 def _group(
