@@ -30,6 +30,7 @@ import numpy as np
 
 from pyhpctk.errors import FormatError
 from pyhpctk.instrument.ptx import Buffer, Instrumented, Mode, PtxError, instrument
+from pyhpctk.measure.gpu.simulated.recording import json_document
 
 FORMAT_NAME = "pyhpctk-block-counts"
 OPTIONAL = ("ns", "threads", "registers")  # a launch's fields that may be left out
@@ -120,12 +121,7 @@ def _launch(path: str, number: int, item: object, modules: int) -> RecordedLaunc
 
 def loads(text: str | bytes, path: str = "<recording>") -> BlockRecording:
     """Parse a recording and instrument its modules; bad input raises :class:`FormatError`."""
-    try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise FormatError(path, "json", str(error)) from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-        raise FormatError(path, "header", f"not a {FORMAT_NAME} file")
+    document = json_document(text, path, FORMAT_NAME)
     version = str(document.get("version", ""))
     if not version.startswith(f"{VERSION[0]}."):
         raise FormatError(path, "header", f"version {version!r} is not supported")

@@ -38,6 +38,7 @@ import itertools
 import json
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -179,14 +180,20 @@ def _kinds(path: str, section: str, values: list[object]) -> np.ndarray:
         raise FormatError(path, section, f"unknown kind {error.args[0]!r}") from None
 
 
-def loads(text: str | bytes, path: str = "<recording>") -> Recording:
-    """Parse a recording; bad input raises :class:`FormatError`."""
+def json_document(text: str | bytes, path: str, format_name: str) -> dict[str, Any]:
+    """A recording's JSON object whose ``format`` is ``format_name`` (else FormatError)."""
     try:
         document = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise FormatError(path, "json", str(error)) from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-        raise FormatError(path, "header", f"not a {FORMAT_NAME} file")
+    if not isinstance(document, dict) or document.get("format") != format_name:
+        raise FormatError(path, "header", f"not a {format_name} file")
+    return document
+
+
+def loads(text: str | bytes, path: str = "<recording>") -> Recording:
+    """Parse a recording; bad input raises :class:`FormatError`."""
+    document = json_document(text, path, FORMAT_NAME)
     try:
         major, minor = (int(part) for part in str(document.get("version", "")).split("."))
     except ValueError:
