@@ -16,3 +16,21 @@ def build_fake_cupti(directory: Path) -> Path:
     command = [compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(FAKE_CUPTI)]
     subprocess.run([*command, "-lpthread", "-ldl"], check=True)
     return out
+
+
+#: A program that launches ``{launches}`` kernels through the simulated runtime, each from the
+#: function ``step`` (format it with ``launches=N``), then synchronizes.
+SIMULATED_LAUNCHES = """
+from pyhpctk.measure.gpu import simulated_runtime
+
+gpu = simulated_runtime()
+
+
+def step():
+    gpu.launch()
+
+
+for _ in range({launches}):
+    step()
+gpu.synchronize()
+"""

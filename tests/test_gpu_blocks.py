@@ -18,6 +18,7 @@ import pytest
 
 import block_rows
 from block_rows import expected_rows, outermost_line, pyview_argv, scaled, shown_rows
+from gpu_helpers import SIMULATED_LAUNCHES
 from ptx_helpers import PTX_DIR
 from ptx_paths import block_counts, counters, loop_decider, walk
 from pyhpctk.instrument.ptx import Buffer, Cfg, Mode, build, find_loops, instrument, parse
@@ -90,21 +91,6 @@ def reduce_paths(ptx: str) -> list[tuple[list[int], int, int]]:
 
 # -- the pipeline: recording, pyrun, pyprof, pyview ---------------------------------------------
 
-PROGRAM = """
-from pyhpctk.measure.gpu import simulated_runtime
-
-gpu = simulated_runtime()
-
-
-def step():
-    gpu.launch()
-
-
-for _ in range({launches}):
-    step()
-gpu.synchronize()
-"""
-
 
 def record(
     path: Path, mode: Mode, kernels: list[tuple[str, str, list[tuple[list[int], int, int]]]]
@@ -126,7 +112,7 @@ def measure(tmp: Path, recording: Path, launches: int, options: str = "") -> Pat
     from pyhpctk.cli.pyrun import main as pyrun_main
 
     program = tmp / "launches.py"
-    program.write_text(PROGRAM.format(launches=launches))
+    program.write_text(SIMULATED_LAUNCHES.format(launches=launches))
     out, database = tmp / "m", tmp / "d"
     event = f"gpu=simulated,blocks={recording}{options}"
     command = ["-e", event, "-o", str(out), sys.executable, str(program)]

@@ -14,12 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pyhpctk.analysis.options import ProfOptions
-from pyhpctk.analysis.pipeline import run
-from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats.hpcrun_constants import frame_name
 from pyhpctk.present import open_database
-from test_pyview_real import PROGRAMS, named, screen
+from test_pyview_real import PROGRAMS, measure_command, named, screen
 
 PY_SPY = Path(sys.executable).parent / "py-spy"  # the dev extra's, beside python
 
@@ -60,13 +57,6 @@ def self_shares(db: Path) -> dict[str, float]:
     }
 
 
-def measure(where: Path, command: list[str]) -> Path:
-    """pyrun and pyprof of ``command``: the database."""
-    assert pyrun_main(["-o", str(where / "m"), *command]) == 0
-    run(ProfOptions.build([where / "m"], output=where / "db"))
-    return where / "db"
-
-
 def test_sympys_hot_functions_are_on_the_first_screen_as_py_spy_measures_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -78,7 +68,7 @@ def test_sympys_hot_functions_are_on_the_first_screen_as_py_spy_measures_them(
     pytest.importorskip("sympy", reason="sympy is in the dev extra")
     command = [sys.executable, str(PROGRAMS / "sympy_work.py"), str(tmp_path / "t.json"), "10"]
     spy = pyspy_self_shares(command, tmp_path)
-    db = measure(tmp_path, command)
+    db = measure_command(tmp_path, command)
     ours = self_shares(db)
     hot = [f for f in sorted(spy, key=lambda f: -spy[f]) if f and not f.startswith("<")][:5]
     for function in hot:

@@ -41,9 +41,15 @@ def measure(where: Path, name: str, size: int) -> Path:
     project = where / "proj"
     shutil.copytree(PROGRAMS, project)
     command = [sys.executable, str(project / f"{name}.py"), str(where / "truth.json")]
-    assert pyrun_main(["-o", str(where / "m"), *command, str(size)]) == 0
-    run(ProfOptions.build([where / "m"], output=where / "db"))
+    measure_command(where, [*command, str(size)])
     return where
+
+
+def measure_command(where: Path, command: list[str]) -> Path:
+    """pyrun and pyprof of ``command`` in ``where``: the database."""
+    assert pyrun_main(["-o", str(where / "m"), *command]) == 0
+    run(ProfOptions.build([where / "m"], output=where / "db"))
+    return where / "db"
 
 
 @pytest.fixture(scope="module", params=sorted(SIZES))
@@ -189,13 +195,6 @@ def mypyc_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (project / "geometry.py").unlink()  # the compiled module is the one imported
     assert list(project.glob("geometry.*.so")), list(project.iterdir())
     return where
-
-
-def measure_command(where: Path, command: list[str]) -> Path:
-    """pyrun and pyprof of ``command``: the database."""
-    assert pyrun_main(["-o", str(where / "m"), *command]) == 0
-    run(ProfOptions.build([where / "m"], output=where / "db"))
-    return where / "db"
 
 
 def test_mypyc_compiled_functions_are_named_as_the_source_names_them(

@@ -15,26 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpu_helpers import SIMULATED_LAUNCHES
 from pyhpctk.instrument.ptx import Strategy
 from pyhpctk.present.api import open_database
 from pyhpctk.present.model import Experiment
 from pyhpctk.present.traces import context_frames
 from warp_helpers import WarpRun, model_recording
 
-APP = """
-from pyhpctk.measure.gpu import simulated_runtime
-
-gpu = simulated_runtime()
-
-
-def step():
-    gpu.launch()
-
-
-for _ in range({launches}):
-    step()
-gpu.synchronize()
-"""
 DEVICE_RECORDINGS = sorted((Path(__file__).parent / "data" / "gpu").glob("traces_*.npz"))
 
 Lane = dict[tuple[int, int], list[list[tuple[str, int]]]]  # (SM, slot) → warps → (block, ns)
@@ -47,7 +34,7 @@ def _replay(tmp: Path, path: Path, launches: int) -> Path:
     from pyhpctk.cli.pyrun import main as pyrun_main
 
     app = tmp / "app.py"
-    app.write_text(APP.format(launches=launches))
+    app.write_text(SIMULATED_LAUNCHES.format(launches=launches))
     out, db = tmp / "m", tmp / "db"
     event = f"gpu=simulated,traces={path}"
     assert pyrun_main(["-e", event, "-o", str(out), sys.executable, str(app)]) == 0
@@ -208,7 +195,7 @@ def test_a_database_without_warp_lines_says_so_in_one_line(
     from pyhpctk.cli.pyview import main as pyview_main
 
     app = tmp_path / "app.py"
-    app.write_text(APP.format(launches=2))
+    app.write_text(SIMULATED_LAUNCHES.format(launches=2))
     out, db = tmp_path / "m", tmp_path / "db"
     assert pyrun_main(["-e", "gpu=simulated", "-t", "-o", str(out), sys.executable, str(app)]) == 0
     assert pyprof_main(["-o", str(db), str(out)]) == 0
