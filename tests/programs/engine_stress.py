@@ -6,11 +6,11 @@ caught, in a loop) and ``fresh*/fresh.so`` (one extension module per directory,
 each imported once: every import is a new dlopen). The program starts THREADS short threads in
 waves while other threads dlopen/dlclose, import, fork children that measure themselves and
 exit with os._exit, and signal the process (SIGUSR1 from a thread, SIGALRM from an interval
-timer). Halfway through the waves it sets a handler of its own for SIGTRAP and raises three:
-the handler must get exactly its three, whether pyrun's CPU samples come through its realtime
-signal (the default) or through SIGTRAP (``PYHPCTK_PYRUN_CPU_TIMER=sigtrap``), where the engine's
-handler stays first and passes the program's on while threads come and go. It exits 0 when
-every piece did its work; anything else is a failure.
+timer). Halfway through the waves it sets a handler of its own for SIGTRAP and raises three,
+one at a time: the handler must get exactly its three, whether pyrun's CPU samples come through
+its realtime signal (the default) or through SIGTRAP (``PYHPCTK_PYRUN_CPU_TIMER=sigtrap``), where
+the engine's handler stays first and passes the program's on while threads come and go. It
+exits 0 when every piece did its work; anything else is a failure.
 """
 
 import _ctypes
@@ -127,6 +127,23 @@ def main() -> None:
     print("stress ok", counts, received, flush=True)
 
 
+def raise_traps(count: int) -> None:
+    """Raise SIGTRAP ``count`` times, each once the handler has run for the one before.
+
+    Traps raised back to back may merge: a standard signal already pending (sent to the process
+    while the thread that will take it is busy or has it blocked) is not queued twice, and
+    Python runs a handler once for all the signals of one number that arrived before the main
+    thread got to them (CI saw 2 of 3 under load). One at a time, each must reach the handler
+    within 10 s, or it was lost.
+    """
+    signal.signal(signal.SIGTRAP, on_signal)
+    for sent in range(1, count + 1):
+        os.kill(os.getpid(), signal.SIGTRAP)
+        deadline = time.monotonic() + 10
+        while received["trap"] < sent and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+
 def run_waves(counts: dict[str, int]) -> list[int]:
     results = [0] * THREADS
     wave = 25
@@ -142,9 +159,7 @@ def run_waves(counts: dict[str, int]) -> list[int]:
         if start == (wave if wave < THREADS else 0):
             forks(counts)
         if start == wave * (THREADS // wave // 2):
-            signal.signal(signal.SIGTRAP, on_signal)
-            for _ in range(3):
-                os.kill(os.getpid(), signal.SIGTRAP)
+            raise_traps(3)
         for thread in threads:
             thread.join()
     return results
