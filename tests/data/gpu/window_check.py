@@ -1,0 +1,88 @@
+"""Check a window of a long job (issue #37, item 3): run by device_window.sh after the job.
+
+    python window_check.py DATABASE LOG OPENED_NS CLOSED_NS KERNELS_PER_STEP
+
+The job (window_job.py) ran its steps in one function per 10-second slot and logged each slot's
+bounds and each step's start. pyrun was paused except between OPENED_NS and CLOSED_NS (taken
+by the script around ``pyrun ctl PID start`` and ``stop``). The database must hold:
+
+- time (REALTIME) only in slots that overlap the window, and in all of them;
+- in all, the window's length within 15 % (pyrun ctl acts within 50 ms of the command);
+- as many kernels as the steps that started inside the window launched, within 5 % plus one
+  step's (the steps around the window's edges may fall either way).
+
+Each check prints PASS or FAIL; the exit status is the number of failures.
+"""
+
+import json
+import re
+import sys
+
+import numpy as np
+
+from pyhpctk.present.api import open_database
+
+SLOT = re.compile(r"\bslot_(\d{3})\b")
+
+
+def per_slot(database: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Each slot's largest inclusive REALTIME and kernel count over its contexts."""
+    db = open_database(database)
+    names = db.metric_names
+    wall = next(n for n in names if n.startswith("REALTIME"))
+    kernels = next((n for n in names if n.startswith("GKER:COUNT")), None)  # None: a dry run
+    arrays = db.arrays([wall] if kernels is None else [wall, kernels])
+    seconds: dict[int, float] = {}
+    launches: dict[int, float] = {}
+    for row, label in enumerate(arrays["label"]):
+        found = SLOT.search(str(label))
+        if found is None:
+            continue
+        slot = int(found.group(1))
+        seconds[slot] = max(seconds.get(slot, 0.0), float(arrays[f"{wall} (I)"][row]))
+        count = 0.0 if kernels is None else float(arrays[f"{kernels} (I)"][row])
+        launches[slot] = max(launches.get(slot, 0.0), count)
+    total_wall = float(np.nansum(arrays[f"{wall} (I)"][:1]))
+    print(f"database: {total_wall:.2f} s of REALTIME in all, slots {sorted(seconds)}")
+    return seconds, launches
+
+
+def main() -> int:
+    database, log_path = sys.argv[1], sys.argv[2]
+    opened, closed, per_step = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    with open(log_path) as file:
+        log = json.load(file)
+    seconds, launches = per_slot(database)
+    overlapping = {
+        i for i, (start, end) in enumerate(log["slots"]) if start < closed and end > opened
+    }
+    seen = {slot for slot, value in seconds.items() if value > 0}
+    window = (closed - opened) / 1e9
+    steps = sum(1 for slot in log["steps"] for t in slot if opened <= t < closed)
+    failures = 0
+
+    def check(ok: bool, what: str) -> None:
+        nonlocal failures
+        failures += not ok
+        print(f"{'PASS' if ok else 'FAIL'}: {what}")
+
+    check(
+        bool(seen) and seen <= overlapping,
+        f"time only in the window's slots: seen {sorted(seen)}, window's {sorted(overlapping)}",
+    )
+    check(overlapping <= seen, "every slot the window overlaps has time")
+    measured = sum(seconds.values())
+    check(
+        abs(measured - window) <= 0.15 * window,
+        f"REALTIME in the slots {measured:.2f} s, the window {window:.2f} s",
+    )
+    expected = steps * per_step
+    counted = sum(launches.values())
+    check(
+        abs(counted - expected) <= 0.05 * expected + per_step,
+        f"kernels {counted:.0f}, the window's {steps} steps x {per_step} = {expected}",
+    )
+    return failures
+
+
+sys.exit(main())
