@@ -99,3 +99,8 @@ class Extension(Protocol):
     def finish(self, report: bool = True) -> object:
         """Stop, attribute everything, write the extension's own files (before the session's)."""
         ...
+
+    def window(self, paused: bool) -> None:
+        """pyrun ctl's window closed (``paused``) or opened: leave out what is issued while
+        it is closed."""
+        ...

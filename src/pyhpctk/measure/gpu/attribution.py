@@ -128,6 +128,7 @@ class Attributor:
         self.kernels = kernels
         self.limits = limits
         self.trace = False
+        self.outside: ThreadCCT | None = None  # the monitor's CCT for work outside the window
         self.table: Callable[[], SiteTable] | None = None
         #: Called after kernels were attributed: (cct, rows, target nodes, names) (PC, inst).
         self.kernels_attributed: Callable[[ThreadCCT, np.ndarray, np.ndarray, list[str]], None]
@@ -166,7 +167,7 @@ class Attributor:
         """
         cct: ThreadCCT = operation[OP_CCT]
         state: GpuThread = operation[OP_THREAD]
-        if state.ident < 0 or state.own:
+        if state.ident < 0 or state.own or cct is self.outside:
             return cct, call, placeholder
         live = self.host.live_thread(state.ident)
         if live is None or live[0] is cct:

@@ -129,14 +129,14 @@ class GpuMonitor:
         self._unknown: GpuThread | None = None
         self._foreign = 0  # threads without Python frames given a CCT of their own
         self._stopping = False
-        self._monitor_ident: int | None = None
-        self._tracer_ident: int | None = None
+        self._service_idents: list[int] = []  # the monitor's and the tracer's threads
         self._monitor_done = threading.Event()
         self._tracer_done = threading.Event()
         self.closed = False
         self.errors: list[str] = []
         self.backend = backend  # what install() made; it is started after the monitor
         self.hook: NativeHook | None = None  # the C hook, when the backend attached one
+        self.paused = False  # pyrun ctl's window is closed: see window()
         self._start_threads()
 
     @property
@@ -162,7 +162,7 @@ class GpuMonitor:
 
     def service_idents(self) -> tuple[int, ...]:
         """Thread idents of the monitor and tracer threads (not application threads)."""
-        return tuple(i for i in (self._monitor_ident, self._tracer_ident) if i is not None)
+        return tuple(self._service_idents)
 
     def exclude_current_thread(self) -> None:
         """Tell the session the calling thread is not an application thread."""
@@ -170,7 +170,7 @@ class GpuMonitor:
 
     def _monitor_main(self, started: threading.Semaphore) -> None:
         name_own_thread("pyrun-gpumon")
-        self._monitor_ident = _thread.get_ident()
+        self._service_idents.append(_thread.get_ident())
         self.exclude_current_thread()
         started.release()
         try:
@@ -192,7 +192,7 @@ class GpuMonitor:
 
     def _tracer_main(self, started: threading.Semaphore) -> None:
         name_own_thread("pyrun-gputrace")
-        self._tracer_ident = _thread.get_ident()
+        self._service_idents.append(_thread.get_ident())
         self.exclude_current_thread()
         started.release()
         try:
@@ -283,6 +283,8 @@ class GpuMonitor:
         session = self.session
         if state.thread is not threading.current_thread():
             state = self._thread_state(state.ident, frame is None)
+        if self.paused:
+            return self._outside_operation(state, kind, correlation, multi)
         with session.lock:
             if state.own:  # the GPU layer's CCT: unwind into it ourselves
                 cct = state.cct
@@ -402,6 +404,48 @@ class GpuMonitor:
             state.depth -= 1
             if not state.depth:
                 state.outer = None
+
+    # -- windows (pyrun ctl start|stop: docs/pyrun.md, "Windows of long jobs") --
+
+    def window(self, paused: bool) -> None:
+        """The window closed (``paused``) or opened. Operations issued while it is closed go
+        into a CCT that is never written, their activities counted in ``stats.outside``; each
+        thread's cached call site is forgotten and the C hook starts a new epoch, so that every
+        site goes through :meth:`_slow_operation` once on each side of the change."""
+        self.paused = paused
+        for state in list(self.threads):
+            state.frame = UNCACHED
+            state.placeholders = {}
+        if self.hook is not None:
+            self.hook.bump()
+
+    def _outside_operation(
+        self, state: GpuThread, kind: int, correlation: int, multi: bool
+    ) -> Operation:
+        with self.session.lock:
+            cct = self.attributor.outside
+            if cct is None:  # the CCT of what is issued outside windows: never written
+                cct = self.attributor.outside = ThreadCCT(self.session.ids, main=True)
+            placeholder = -1
+            if kind not in DEFERRED:
+                placeholder = cct.placeholder(cct.fence, act.PLACEHOLDER_OF_KIND[kind])
+        return (correlation, kind, cct.fence, placeholder, state, cct, multi)
+
+    def _inside_window(
+        self, records: np.ndarray, operations: Sequence[Operation | None]
+    ) -> tuple[np.ndarray, Sequence[Operation | None]]:
+        """The activities whose operation was issued inside the window (all, if it never
+        closed); the others are counted in ``stats.outside``."""
+        away = self.attributor.outside
+        if away is None:
+            return records, operations
+        keep = np.fromiter(
+            (op is None or op[OP_CCT] is not away for op in operations), bool, len(operations)
+        )
+        if keep.all():
+            return records, operations
+        self.stats.outside += int(len(keep) - keep.sum())
+        return records[keep], [operations[i] for i in np.flatnonzero(keep).tolist()]
 
     # -- backend side --
 
@@ -576,7 +620,11 @@ class GpuMonitor:
                 attribute(records[unknown], unknown_ops, names)
         self._renew_sites(batches)
         if self.trace:
-            self.tracer.route(records, operations, names)
+            records, kept = self._inside_window(records, operations)
+            if len(records):
+                self.tracer.route(records, kept, names)
+        elif self.attributor.outside is not None:
+            self._inside_window(records, operations)  # (counted only)
 
     def _renew_sites(self, batches: list[Batch]) -> None:
         """A new epoch for the C hook when the session replaced a thread's CCT.
@@ -591,7 +639,7 @@ class GpuMonitor:
         for _, ops, _, _, _ in batches:
             latest = ops[-1]
             state: GpuThread = latest[OP_THREAD]
-            if state.own or state.ident < 0:
+            if state.own or state.ident < 0 or self.paused:
                 continue
             live = self.session.live_thread(state.ident)
             if live is not None and live[0] is not latest[OP_CCT] and live[1] is state.thread:

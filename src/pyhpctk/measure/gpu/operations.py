@@ -127,6 +127,7 @@ class GpuStats:
         "internal",
         "matched",
         "operations",
+        "outside",
         "own",
         "trace_overflow",
         "unmatched",
@@ -147,6 +148,7 @@ class GpuStats:
         self.graph_nodes = 0  # CUDA graph nodes whose making was seen (captures, adds)
         self.graph_activities = 0  # activities of graph nodes put under their capture's path
         self.inner_matched = 0  # activities that carried an inner driver call's id (INNER_TAG)
+        self.outside = 0  # activities of operations issued while pyrun ctl's window was closed
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -169,6 +171,8 @@ class GpuStats:
             problems.append(f"{self.dropped} activity records dropped by the backend")
         if self.trace_overflow:
             problems.append(f"{self.trace_overflow} trace records lost to full channels")
+        if self.outside:
+            text += f" ({self.outside} of them left out: issued while the window was closed)"
         return text + ("; " + "; ".join(problems) if problems else "")
 
 

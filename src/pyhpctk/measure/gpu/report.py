@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def report_problems(stats: GpuStats, errors: list[str], fine: FineAttribution) -> None:
     """Lines on stderr for unmatched or dropped activities, PC samples and counts' coverage
     (the monitor's counters, its errors and its fine-grained part)."""
-    if stats.unmatched or stats.dropped or stats.trace_overflow or errors:
+    if stats.unmatched or stats.dropped or stats.trace_overflow or stats.outside or errors:
         sys.stderr.write(stats.report() + "\n")
     pc = fine.pc_stats
     if fine.pc_kind is None:

@@ -32,6 +32,8 @@ def start_from_env() -> Session | None:
     session = hooks.start(Session(options))
     if options.gpu:
         session.gpu = gpu.install(session, options.gpu)
+        if session.windows.paused:  # pyrun --start-paused: nothing of the GPU's until start
+            session.gpu.window(paused=True)
     if options.settings.debug:
         sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
     return session

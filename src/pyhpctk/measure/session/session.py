@@ -441,6 +441,8 @@ class Session:
             now_ns = self.clocks.epoch_ns()
             for state in self._states.values():
                 state.go_idle(now_ns)
+        if self.gpu is not None:
+            self.gpu.window(paused=True)
         self.windows.publish()
         self.checkpoint()
         return True
@@ -453,6 +455,8 @@ class Session:
             self.windows.paused = False
             if self.engine is None:
                 self.python.resume()
+        if self.gpu is not None:
+            self.gpu.window(paused=False)
         self._restart_engine()
         self.sampling.window_began()
         self.windows.publish()
