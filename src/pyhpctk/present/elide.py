@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from pyhpctk.formats.vocabulary import MYPYC_WRAPPER_MARK, LexicalType, Relation
+from pyhpctk.formats.vocabulary import WRAPPER_MARKS, LexicalType, Relation
 from pyhpctk.present.aggregate import Aggregator, finish_view
 from pyhpctk.present.labels import context_label, where
 from pyhpctk.present.metrics import MetricCatalog
@@ -78,7 +78,7 @@ def internal_frames(tree: ContextTree) -> BoolArray:
     internal_module = np.array(
         [INTERNAL_MODULES.search(m) is not None for m in tree.modules] + [False], dtype=bool
     )
-    wrapper = np.array([f.name.endswith(MYPYC_WRAPPER_MARK) for f in tree.functions] + [False])
+    wrapper = np.array([f.name.endswith(WRAPPER_MARKS) for f in tree.functions] + [False])
     if not internal_file.any() and not internal_module.any() and not wrapper.any():
         return out
     function_file = np.array([f.file for f in tree.functions] + [-1], dtype=np.int64)
