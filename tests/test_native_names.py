@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyhpctk.cli.pyprof import main as pyprof_main
@@ -435,3 +436,26 @@ def test_mypyc_symbols_read_as_the_python_names_mypyc_wrote(
         None,
         None,
     ]
+
+
+def test_libc_is_named_from_its_installed_debug_file() -> None:
+    """Where the system's libc has its debug file (Debian's libc6-dbg), the futex wait a
+    thread pool's main thread sleeps in is named (it read ``__nptl_death_event``, a 1-byte
+    symbol 16 bytes before it), exported functions keep their exported names, and glibc's
+    internal aliases (``__GI___clock_gettime``) and symbol versions (``@@GLIBC_2.3.2``) are no
+    part of a name."""
+    from pyhpctk.analysis.symbols import library_functions
+    from pyhpctk.structure import debug_symbols
+
+    libc = Path("/lib/x86_64-linux-gnu/libc.so.6")
+    identity = identify(str(libc)) if libc.exists() else None
+    if identity is None or debug_symbols.debug_file(identity.build_id) is None:
+        pytest.skip("no debug file of this libc is installed")
+    functions = library_functions(libc)
+    assert functions is not None
+    names = [f.name for f in functions[0]]
+    assert "__futex_abstimed_wait_common [libc.so.6]" in names
+    exported = _function_symbols(libc, ".dynsym")
+    wait = functions[0][int(np.searchsorted(functions[1], exported["sem_post"], "right")) - 1]
+    assert wait.name == "sem_post [libc.so.6]", wait
+    assert not [n for n in names if n.startswith("__GI_") or re.search("@@|@GLIBC", n)]

@@ -288,18 +288,19 @@ def _function_symbols(
     """
     tables: list[tuple[np.ndarray, bytes, bool]] = []  # rows, strings, placed by address
     symtab = elf.get_section_by_name(".symtab")
+    separate = None
     if not isinstance(symtab, SymbolTableSection):
         if not is_cuda:
             separate = read_separate_symtab(
                 elf, lambda other: _symbol_table(other, other.get_section_by_name(".symtab"))
             )
-            if separate is not None:
-                tables.append((*separate, True))
         symtab = elf.get_section_by_name(".dynsym")
     if isinstance(symtab, SymbolTableSection):
         table = _symbol_table(elf, symtab)
         if table is not None:
             tables.append((*table, False))
+    if separate is not None:  # after .dynsym: an exported name wins over internal aliases
+        tables.append((*separate, True))
     by_start: dict[int, tuple[int, str, int]] = {}  # start -> (size, name, index)
     for rows, strings, by_address in tables:
         _merge_functions(by_start, rows, strings, by_address, regions, section_base, is_cuda)
@@ -338,7 +339,8 @@ def _merge_functions(
     """Add a symbol table's function symbols to ``by_start`` (start -> size, name, index).
 
     ``by_address``: a table of another file (a debug file), whose section numbers need not be
-    the binary's: its symbols are kept by where their address falls, in a code region."""
+    the binary's: its symbols are kept by where their address falls, in a code region, and
+    name only functions the binary's own ``.dynsym`` does not."""
     shndx = rows["shndx"].astype(np.int64)
     wanted = (rows["info"] & 0xF == STT_FUNC) & (shndx < SHN_LORESERVE)
     if by_address:
@@ -359,11 +361,14 @@ def _merge_functions(
     ):
         start = section_base[section] + value if is_cuda else value
         name = _symbol_name(strings, offset)
-        if by_address:  # a debug file's versioned definitions: pthread_cond_wait@@GLIBC_2.3.2
-            name = name.split("@", 1)[0]
+        if by_address:  # a debug file's versioned definitions: pthread_cond_wait@@GLIBC_2.3.2,
+            # and glibc's internal aliases of its own functions: __GI___futex_abstimed_wait64
+            name = name.split("@", 1)[0].removeprefix("__GI_")
         if not name:
             continue
         old = by_start.get(start)
+        if by_address and old is not None:
+            continue  # exported (``clock_gettime``), not libc's ``__GI___clock_gettime``
         # getFuncNames (Struct.cpp): prefer the longer name, then the alphabetically lower.
         if old is None:
             by_start[start] = (size, name, index)
