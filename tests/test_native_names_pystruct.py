@@ -84,3 +84,37 @@ def test_pystruct_never_names_native_frames_worse_than_symbols(
     # a row's self time never exceeds its inclusive time (a line left out moves no cost)
     for inclusive, exclusive in re.findall(r"^\s*(\S+)\s+\S+%\s+(\S+)\s+\S+%", structured, re.M):
         assert float(exclusive) <= float(inclusive) * 1.000001, structured
+
+
+@pytest.mark.skipif(shutil.which("objcopy") is None, reason="needs objcopy")
+def test_a_debug_file_installed_later_renews_pystructs_cached_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the cache entry of the stripped library, keyed by its bytes alone, kept the names
+    # it had before its debug file was installed.
+    from pyhpctk.formats.elf_identity import identify
+    from pyhpctk.structure import debug_symbols
+
+    full = _build(tmp_path / "full", LIBRARY, "-Wl,--build-id=sha1")
+    library = tmp_path / "stripped" / "libnames.so"
+    library.parent.mkdir()
+    shutil.copy(full, library)
+    subprocess.run(["strip", "--strip-all", str(library)], check=True, timeout=60)
+    root = tmp_path / "debug"
+    monkeypatch.setattr(debug_symbols, "DEBUG_DIRECTORIES", (str(root),))
+    cache = tmp_path / "cache"
+    measurement = _measure(tmp_path, library)
+
+    def structure() -> str:
+        argv = ["-q", "-j", "1", "--cache", str(cache), "--force", str(measurement)]
+        assert pystruct_main(argv) == 0
+        (found,) = (measurement / "structs").glob("libnames.so*.hpcstruct")
+        return found.read_text()
+
+    assert "hidden_tail" not in structure()
+    identity = identify(str(full))
+    assert identity is not None
+    place = root / ".build-id" / identity.build_id[:2] / f"{identity.build_id[2:]}.debug"
+    place.parent.mkdir(parents=True)
+    subprocess.run(["objcopy", "--only-keep-debug", str(full), str(place)], check=True)
+    assert 'n="hidden_tail [libnames.so]"' in structure()
