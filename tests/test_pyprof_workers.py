@@ -227,6 +227,19 @@ def test_a_thread_starting_in_another_openblas_function_is_no_worker(tmp_path: P
     assert not Tree(db).rows(MARKER)
 
 
+def test_a_thread_starting_in_unknown_code_of_the_library_is_a_worker(tmp_path: Path) -> None:
+    """A stripped runtime's thread start that no symbol names reads as unknown code of the
+    library (``lib.so @ 0x5000``, analysis/symbols.py): a name that says nothing, so the
+    module decides, as for an unnamed frame. Before: it counted as another function of the
+    library and the worker stayed a thread."""
+    measurement = _measurement(tmp_path)
+    structure = tmp_path / "openblas.hpcstruct"
+    unknown = "libscipy_openblas64_-32a4b2a6.so @ 0x5000"
+    structure.write_text(_STRUCTURE.replace("blas_thread_server", unknown))
+    db, _ = _database(tmp_path, measurement, structs=[structure])
+    assert Tree(db).under_line(MARKER, LINE_A) == pytest.approx(WORKER / 2)
+
+
 _STRUCTURE = """\
 <?xml version="1.0"?>
 <!DOCTYPE HPCToolkitStructure [

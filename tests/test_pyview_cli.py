@@ -102,7 +102,7 @@ def test_derive_and_metric_selection(capsys: pytest.CaptureFixture[str], referen
         capsys, str(path), "--derive", "util = gker / gpuop", "-m", "util", "-m", "GKER*"
     )
     assert code == 0
-    header = out.splitlines()[1]
+    header = next(line for line in out.splitlines() if line.endswith("Scope"))
     assert "util (I)" in header and "GKER (sec) (I)" in header and "GKER:COUNT (I)" in header
     assert "sorted by util (I)" in out.splitlines()[0]
 

@@ -364,6 +364,7 @@ def test_timeline_folds_quiet_threads_and_names_the_top_functions(quiet: Path) -
         for name, ns in summary.top:
             name = re.sub(r"\+0x[0-9a-f]+( \[.+\])$", r"\1", name)  # sym+0xa0 [lib]
             name = re.sub(r"\+0x[0-9a-f]+$", " (native)", name)  # lib+0xcf438
+            name = re.sub(r"^(\S+) @ 0x[0-9a-f]+$", r"\1 (native)", name)  # libc.so.6 @ 0x85e50
             held[name] = held.get(name, 0) + ns
     legend = timeline["legend"]
     assert 0 < len(legend) <= 10

@@ -147,6 +147,9 @@ class Symbol:
     name: str
 
 
+SymbolTable = tuple[list[Symbol], npt.NDArray[np.uint64]]
+
+
 def symbol_steps(
     module: str, symbols: list[Symbol], starts: npt.NDArray[np.uint64], offset: int
 ) -> Steps:
@@ -227,6 +230,10 @@ class ModuleClassifiers:
 
     structures: dict[str, StructureIndex] = field(default_factory=dict)
     symbols: dict[str, tuple[list[Symbol], npt.NDArray[np.uint64]]] = field(default_factory=dict)
+    #: For a module with a structure file, what names the offsets outside its procedures: its
+    #: ELF symbols (:func:`.symbols.library_functions`), read at the first such offset.
+    symbol_fallback: dict[str, Callable[[], SymbolTable | None]] = field(default_factory=dict)
+    fallback_tables: dict[str, SymbolTable | None] = field(default_factory=dict)
     logical: dict[str, Mapping[int, LogicalFunction]] = field(default_factory=dict)
     python_loops: dict[str, PythonLoops] = field(default_factory=dict)  # by source path
     presented_path: dict[str, str] = field(default_factory=dict)
@@ -254,6 +261,14 @@ class ModuleClassifiers:
             return None
         return self.presented_path.get(module, module)
 
+    def fallback_symbols(self, module: str) -> SymbolTable | None:
+        """The ELF symbols of a module with a structure file, for the offsets its structure
+        places in no procedure (read once, when first needed), if pyprof may read them."""
+        if module not in self.fallback_tables:
+            load = self.symbol_fallback.get(module)
+            self.fallback_tables[module] = None if load is None else load()
+        return self.fallback_tables[module]
+
     def steps(self, module: str, offset: int) -> Steps:
         shown = self.presented_path.get(module, module)
         if module in self.logical:
@@ -263,6 +278,9 @@ class ModuleClassifiers:
             chain = index.lookup(offset)
             if chain is not None:
                 return struct_steps(shown, chain, offset)
+            fallback = self.fallback_symbols(module)
+            if fallback is not None:  # the structure has no procedure there: never worse
+                return symbol_steps(shown, fallback[0], fallback[1], offset)
             return raw_steps(shown, offset)
         table = self.symbols.get(module)
         if table is not None:

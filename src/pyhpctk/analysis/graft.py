@@ -170,9 +170,10 @@ def _alone(runtime: int, process: Process, count: int) -> str:
     )
 
 
-#: A function no symbol of its library covers, named by the nearest symbol before it
-#: (``omp_in_final+0xa0 [libgomp.so.1]``: a wheel's stripped libgomp hides gomp_thread_start).
-_NEAREST_SYMBOL = re.compile(r"\+0x[0-9a-f]+( \[[^\]]*\])?$")
+#: A function no symbol of its library covers (``libgomp.so.1 @ 0x1d2e0``: a wheel's stripped
+#: libgomp hides gomp_thread_start; :func:`.symbols.unknown_function`), or one named after the
+#: nearest symbol before it, as pyprof named them before (``omp_in_final+0xa0 [libgomp.so.1]``).
+_NEAREST_SYMBOL = re.compile(r"(\+0x[0-9a-f]+( \[[^\]]*\])?| @ 0x[0-9a-f]+)$")
 
 
 def _pool_confirmed(
@@ -194,7 +195,7 @@ def _pool_confirmed(
         if first.function is None or first.function.name is None:
             continue
         if _NEAREST_SYMBOL.search(first.function.name):
-            continue  # a stripped library: the name of the symbol before it says nothing
+            continue  # a stripped library's unnamed code: its name says nothing
         if RUNTIMES[runtime].starts_in(first.function.name):
             return True
         named = True

@@ -13,6 +13,7 @@ driver's rank 0 calls this (:func:`.pipeline.expand_contexts`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from pyhpctk.analysis import inputs, kernel_symbols
@@ -140,6 +141,9 @@ def build_classifiers(
             match = next((index for index in found if _same_binary(module, index.path)), None)
         if match is not None:
             classifiers.structures[module] = match
+            if module in recorded and line_maps and refusal(module, recorded[module]) is None:
+                # offsets the structure places in no procedure are named as without it
+                classifiers.symbol_fallback[module] = partial(library_functions, Path(module))
             continue
         captured = captured_binary(module, measurement)
         if captured is not None and captured.suffix == PTX_SUFFIX:

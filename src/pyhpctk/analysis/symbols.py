@@ -7,10 +7,11 @@ directory (``vdso/``, ``gpubins/``... named by a relative load-map path: :func:`
 hpcprof), and for the native libraries of a pyrun measurement whose file is still the build the
 run sampled (:mod:`.native_modules` checks that; :func:`library_functions`), with pystruct's
 names: its skeleton's symbol procedures, demangled and suffixed ``[lib.so]`` as pystruct names
-them, and its ``.plt`` stubs. Code no symbol covers (a stripped library keeps only its exported
-symbols) is cut into functions at the entries of its unwind table (``.eh_frame_hdr``) and each is
-named after the nearest symbol before it, ``export+0x40 [lib.so]``. Reading ELF is pyelftools'
-job (through :mod:`pyhpctk.structure.elfimage`).
+them, and its ``.plt`` stubs. A stripped library's other symbols come from its separate debug
+file or MiniDebugInfo (:mod:`pyhpctk.structure.debug_symbols`). A symbol names only the code it
+covers; other code is cut into functions by its unwind table (``.eh_frame``) and each is named as
+unknown code of the library, ``lib.so @ 0x1180`` (:func:`unknown_function`). Reading ELF is
+pyelftools' job (through :mod:`pyhpctk.structure.elfimage`).
 """
 
 from __future__ import annotations
@@ -62,17 +63,25 @@ def read_symbols(path: Path) -> tuple[list[Symbol], npt.NDArray[np.uint64]] | No
     return symbols, np.asarray([s.start for s in symbols], dtype=np.uint64)
 
 
+def unknown_function(library: str, entry: int) -> str:
+    """The name of a function of ``library`` that no symbol names, by its entry address in
+    the file (``libc.so.6 @ 0x85e50``): unknown code of that library, no neighbour's name."""
+    return f"{library} @ 0x{entry:x}"
+
+
 def library_functions(path: Path) -> tuple[list[Symbol], npt.NDArray[np.uint64]] | None:
     """The functions of a native library by their names, sorted; None if it cannot be read.
 
-    pystruct's skeleton without its decoding: symbol procedures and ``.plt`` stubs (their names
-    are those ``pystruct`` gives), then a function at every unwind-table entry that none of
-    them covers, named after the nearest symbol procedure before it in its code region
-    (``export+0x40 [lib.so]``; with none, the region: ``.text+0x40 [lib.so]``). A function
-    reaches the next entry of either kind (or its region's end).
+    pystruct's skeleton without its decoding: symbol procedures (from the separate debug file
+    or MiniDebugInfo of a stripped library where there is one) and ``.plt`` stubs, their names
+    those ``pystruct`` gives. A symbol names only the code it covers: its size, or for a
+    symbol without one, the unwind table's function that begins there (else up to the next
+    function). Code no symbol covers is named as unknown code of the library
+    (:func:`unknown_function`): at its unwind-table function's entry, or where the uncovered
+    stretch begins when no unwind entry describes it.
     """
     from pyhpctk.structure.dwarf import DebugInfo, empty_inlines, empty_line_map
-    from pyhpctk.structure.elfimage import open_image, unwind_entries
+    from pyhpctk.structure.elfimage import open_image, unwind_ranges
     from pyhpctk.structure.host import symbol_procedures, unclaimed_procedures
 
     try:
@@ -82,30 +91,55 @@ def library_functions(path: Path) -> tuple[list[Symbol], npt.NDArray[np.uint64]]
         info = DebugInfo(empty_line_map(), empty_inlines(), False)  # names only: no DWARF
         named = symbol_procedures(image, info)
         stubs = unclaimed_procedures(image, info, named, ())  # the .plt stubs
-        entries = unwind_entries(image).tolist()
+        unwound = unwind_ranges(image).tolist()
     except (PyhpctkError, OSError, ValueError):
         return None
-    suffix = f" [{image.basename}]" if image.is_shared else ""
-    known = sorted((p.start, p.end, p.pretty_name) for p in [*named, *stubs])
-    starts = [start for start, _, _ in known]
-    reach = np.maximum.accumulate([end for _, end, _ in known]).tolist() if known else []
-    symbols = [(p.start, p.pretty_name.removesuffix(suffix)) for p in named]
-    symbols.sort()
-    boundaries = sorted(set(starts) | set(entries))
-    found = [Symbol(start, end, name) for start, end, name in known]
-    for entry in entries:
-        k = bisect.bisect_right(starts, entry) - 1
-        region = image.region_of(entry)
-        if region is None or (k >= 0 and entry < reach[k]):
-            continue  # outside the code, or inside a named function
-        following = bisect.bisect_right(boundaries, entry)
-        end = boundaries[following] if following < len(boundaries) else region.end
-        end = min(end, region.end)
-        j = bisect.bisect_right(symbols, (entry, "")) - 1
-        if j >= 0 and symbols[j][0] >= region.start:
-            base, at = symbols[j][1], symbols[j][0]
-        else:
-            base, at = region.name, region.start
-        found.append(Symbol(entry, end, f"{base}+0x{entry - at:x}{suffix}"))
-    found.sort(key=lambda symbol: symbol.start)
+    unwound_end = dict(unwound)
+    sized = {f.start for f in image.functions if f.sized}
+    known = [
+        Symbol(p.start, p.end if p.start in sized else unwound_end.get(p.start, p.end), name)
+        for p in [*named, *stubs]
+        for name in [p.pretty_name]
+    ]
+    found = sorted(known, key=_start)
+    found += _uncovered(found, [(start, end) for start, end in unwound], image.basename, True)
+    found.sort(key=_start)
+    regions = [(region.start, region.end) for region in image.regions]
+    found += _uncovered(found, regions, image.basename, False)
+    found.sort(key=_start)
     return found, np.asarray([s.start for s in found], dtype=np.uint64)
+
+
+def _uncovered(
+    found: list[Symbol], ranges: list[tuple[int, int]], library: str, entries: bool
+) -> list[Symbol]:
+    """Unknown functions for the code of ``ranges`` that no function of ``found`` (sorted by
+    start) covers. ``entries``: the ranges are functions (unwind entries), each one unknown
+    function when its entry is not covered, up to the next covered code; else every uncovered
+    stretch of the ranges (code regions) is one."""
+    covered: list[list[int]] = []  # disjoint, sorted
+    for symbol in found:
+        if covered and symbol.start <= covered[-1][1]:
+            covered[-1][1] = max(covered[-1][1], symbol.end)
+        else:
+            covered.append([symbol.start, symbol.end])
+    lows = [low for low, _ in covered]
+    pieces: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        k = bisect.bisect_right(lows, start)  # covered[k:] begin after start
+        if entries:
+            if k == 0 or covered[k - 1][1] <= start:  # its entry is no named code
+                pieces.append((start, min(end, lows[k]) if k < len(lows) else end))
+            continue
+        at = max(start, covered[k - 1][1]) if k else start
+        for low, high in covered[k:]:
+            if low >= end:
+                break
+            pieces.append((at, low))
+            at = max(at, high)
+        pieces.append((at, end))
+    return [Symbol(low, high, unknown_function(library, low)) for low, high in pieces if low < high]
+
+
+def _start(symbol: Symbol) -> int:
+    return symbol.start

@@ -175,3 +175,8 @@ __all__ = [
 #: mypyc compiled (``Vector.dot [mypyc wrapper]``; pystruct and pyprof name it, pyview leaves it
 #: out like the interpreter's own frames: issue #36).
 MYPYC_WRAPPER_MARK = " [mypyc wrapper]"
+#: The same for Cython's argument-parsing wrapper (``__pyx_pw_``) of a function whose body
+#: (``__pyx_pf_``) is a function of its own (``Splitter.find_node_split [cython wrapper]``).
+CYTHON_WRAPPER_MARK = " [cython wrapper]"
+#: Both marks: functions pyview leaves out (:mod:`pyhpctk.present.elide`).
+WRAPPER_MARKS = (MYPYC_WRAPPER_MARK, CYTHON_WRAPPER_MARK)

@@ -15,6 +15,7 @@ from pyhpctk.present.aggregate import (
     outermost_members,
     preorder_bounds,
 )
+from pyhpctk.present.elide import moved_cost
 from pyhpctk.present.labels import context_label, function_label, is_module_code, where
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import LEX_ENTRY, ContextTree, FloatArray, IntArray
@@ -139,7 +140,7 @@ def bottom_up(
     fn_cost = agg.fn_cost
     if elided is not None and np.any(elided):
         fn_cost = fn_cost.copy()
-        hidden_nodes = np.flatnonzero(elided)
+        hidden_nodes = np.flatnonzero(moved_cost(tree, elided))
         hidden_nodes = hidden_nodes[owner[hidden_nodes] > 0]
         np.add.at(fn_cost.T, owner[hidden_nodes], agg.self_cost.T[hidden_nodes])
     build = _Callers(tree, agg, fn_cost)

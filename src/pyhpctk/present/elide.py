@@ -8,6 +8,7 @@ wrapper]`` above ``Vector.dot``, named by pystruct and pyprof). Views
 leave them out by default (issue #21 item 3; ``pyview --show-internal`` shows them):
 
 * an elided frame is its function context and its lines and loops (one frame of the program);
+  so is a line or loop of native code that no source names (:func:`sourceless_scopes`);
 * its callees take its place: they hang below the nearest shown context above it (the line
   that called ``import``), and callees that then print alike (two imports of one module's code
   through different ``importlib`` lines) become one row holding both;
@@ -28,7 +29,7 @@ import re
 
 import numpy as np
 
-from pyhpctk.formats.vocabulary import MYPYC_WRAPPER_MARK, LexicalType, Relation
+from pyhpctk.formats.vocabulary import WRAPPER_MARKS, LexicalType, Relation
 from pyhpctk.present.aggregate import Aggregator, finish_view
 from pyhpctk.present.labels import context_label, where
 from pyhpctk.present.metrics import MetricCatalog
@@ -68,6 +69,34 @@ def is_internal_file(path: str) -> bool:
     )
 
 
+def sourceless_scopes(tree: ContextTree) -> BoolArray:
+    """Lines and loops that no source names: pystruct's scopes of a binary without a line map
+    (file ``[libfoo.so]``, line 0). Shown, they are rows ``[libfoo.so]``, ``loop at
+    [libfoo.so]`` and call sites ``f [libfoo.so] ← [libfoo.so]`` that say less than the
+    function above them; left out, the view reads as it does without pystruct."""
+    pseudo = np.array(
+        [f.startswith("[") and f.endswith("]") for f in tree.files] + [True], dtype=bool
+    )
+    lexical = (tree.lexical_type == LexicalType.LINE) | (tree.lexical_type == LexicalType.LOOP)
+    nowhere = pseudo[tree.file] & (tree.line <= 0)
+    out: BoolArray = lexical & (tree.relation == Relation.LEXICAL) & nowhere
+    return out
+
+
+def moved_cost(tree: ContextTree, elided: BoolArray) -> BoolArray:
+    """The ``elided`` contexts whose self cost moves to their caller: those of an elided frame
+    (its function context, its lines and loops). A line or loop left out of a shown frame
+    (:func:`sourceless_scopes`) moves nothing: its frame's exclusive value holds it already."""
+    lexical = (tree.relation == Relation.LEXICAL).tolist()
+    parent = tree.parent.tolist()
+    frame = list(range(tree.size))
+    for i in range(1, tree.size):
+        if lexical[i]:
+            frame[i] = frame[parent[i]]
+    out: BoolArray = elided & elided[np.array(frame, dtype=np.int64)]
+    return out
+
+
 def internal_frames(tree: ContextTree) -> BoolArray:
     """The contexts of interpreter frames: a function (or module-level code) of an internal
     file or a native frame of an internal module, with its lines and loops (the lexical
@@ -78,9 +107,9 @@ def internal_frames(tree: ContextTree) -> BoolArray:
     internal_module = np.array(
         [INTERNAL_MODULES.search(m) is not None for m in tree.modules] + [False], dtype=bool
     )
-    wrapper = np.array([f.name.endswith(MYPYC_WRAPPER_MARK) for f in tree.functions] + [False])
+    wrapper = np.array([f.name.endswith(WRAPPER_MARKS) for f in tree.functions] + [False])
     if not internal_file.any() and not internal_module.any() and not wrapper.any():
-        return out
+        return sourceless_scopes(tree)
     function_file = np.array([f.file for f in tree.functions] + [-1], dtype=np.int64)
     function_module = np.array([f.module for f in tree.functions] + [-1], dtype=np.int64)
     own_file = np.where(tree.function >= 0, function_file[tree.function], tree.file)
@@ -94,7 +123,7 @@ def internal_frames(tree: ContextTree) -> BoolArray:
     for i in range(1, n):
         flags[i] = flags[parent[i]] if lexical[i] else starts[i]
     out[:] = flags
-    return out
+    return out | sourceless_scopes(tree)
 
 
 def _identity(tree: ContextTree, node: int) -> tuple[int, ...]:
@@ -180,7 +209,7 @@ def folded_top_down(catalog: MetricCatalog, options: ViewOptions, elided: BoolAr
     holders: dict[int, list[int]] = {}
     sources: list[int] = []
     targets: list[int] = []
-    for e in np.flatnonzero(elided).tolist():
+    for e in np.flatnonzero(moved_cost(tree, elided)).tolist():
         anchor = at[e]
         found_holders = holders.get(anchor)
         if found_holders is None:
@@ -205,7 +234,8 @@ def folded_top_down(catalog: MetricCatalog, options: ViewOptions, elided: BoolAr
     count = int(np.count_nonzero(elided))
     note = (
         f"{count:,} contexts of interpreter frames (import system, runpy, site, asyncio's "
-        "C accelerator, mypyc's wrappers) are left out, their cost kept in their callers "
+        "C accelerator, mypyc's and Cython's wrappers) and native lines and loops without a "
+        "source are left out, their cost kept in their callers "
         "(--show-internal shows them)"
     )
     return View(view.kind, view.title, view.columns, view.root, view.sort_column, (note,))

@@ -35,6 +35,7 @@ MAX_SEGMENTS_PER_LINE = 20000
 LEGEND_SIZE = 10  # the timeline's functions with a colour of their own; the rest are "other"
 QUIET_SHARE = 0.01  # threads of less CPU time than this share of the busiest's share one lane
 _RAW_FRAME = re.compile(r"(.+)\+0x[0-9a-f]+( \[.+\])?")
+_UNKNOWN_FUNCTION = re.compile(r"(\S+) @ 0x[0-9a-f]+")  # pyprof's libc.so.6 @ 0x85e50
 LARGE_TREE_ROWS = 20000  # above this many rows, pyview --html hides scopes below ...
 LARGE_TREE_THRESHOLD = 0.1  # ... this percentage of the total, unless told otherwise
 
@@ -70,9 +71,13 @@ def _tree_data(view: View) -> dict[str, Any]:
 
 def _timeline_name(exp: Any, ctx: int) -> str:
     """What a sample is painted as: its function; a raw native frame (``libc.so.6+0xcf438``)
-    as its library, and one named by its nearest symbol (``omp_in_final+0xa0 [libgomp.so]``)
-    as that symbol, so that one library or function is one colour, not one per address."""
+    and a function no symbol names (``libc.so.6 @ 0x85e50``) as their library, and one named
+    by its nearest symbol (``omp_in_final+0xa0 [libgomp.so]``, older databases) as that
+    symbol, so that one library or function is one colour, not one per address."""
     name = function_of(exp, ctx)
+    unknown = _UNKNOWN_FUNCTION.fullmatch(name)
+    if unknown is not None:
+        return f"{unknown.group(1)} (native)"
     raw = _RAW_FRAME.fullmatch(name)
     if raw is None:
         return name

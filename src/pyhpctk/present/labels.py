@@ -43,8 +43,8 @@ def function_label(tree: ContextTree, node: int) -> str:
     if info.file < 0:
         return info.name
     where = tree.shown_file(info.file)
-    if info.name.endswith(f" {where}"):  # a native function without source: ``name [lib.so]``
-        return info.name
+    if where.startswith("[") and where.endswith("]"):  # no source: ``name [lib.so]``
+        return info.name if info.name.endswith(f" {where}") else f"{info.name} {where}"
     return f"{info.name} ({where}: {info.line})" if info.line else f"{info.name} ({where})"
 
 

@@ -31,7 +31,7 @@ from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.output import write_bytes
 
-CACHE_FORMAT = "pystruct-1"
+CACHE_FORMAT = "pystruct-2"  # 2: stripped libraries named from debug files, Cython names
 
 
 def default_cache_dir() -> Path:

@@ -35,12 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyhpctk.errors import FormatError, PyhpctkError, UsageError
+from pyhpctk.formats.elf_identity import identify
 from pyhpctk.formats.hpcrun_constants import LM_FLAG_ANALYZE
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.inspect import misplaced_input
 from pyhpctk.formats.output import OutputError, already_exists, write_bytes
 from pyhpctk.formats.whole import open_regular
 from pyhpctk.structure import cache as struct_cache
+from pyhpctk.structure.debug_symbols import debug_file
 from pyhpctk.structure.elfimage import SHF_EXECINSTR, open_image
 from pyhpctk.structure.elfimage import sniff as sniff_elf
 
@@ -307,7 +309,20 @@ def content_key(path: Path, options: StructOptions, python_name: str | None = No
     extra = ""
     if python_name is not None:
         extra = f";python={sys.version_info[0]}.{sys.version_info[1]};name={python_name}"
+    else:
+        extra = separate_debug_key(path)
     return struct_cache.content_key(path, options.gpucfg, options.resolve_paths, extra)
+
+
+def separate_debug_key(path: Path) -> str:
+    """Which separate debug file names a binary's functions (:mod:`.debug_symbols`): a debug
+    package installed after a binary was analyzed changes its names, so its cache entry."""
+    identity = identify(str(path))
+    found = debug_file(identity.build_id) if identity is not None else None
+    if found is None:
+        return ""
+    info = os.stat(found)
+    return f";debug={found}:{info.st_size}:{info.st_mtime_ns}"
 
 
 def _cache_lookup(cache: Path, key: str, lm_name: str) -> StructureFile | None:

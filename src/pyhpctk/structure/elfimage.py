@@ -26,6 +26,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
 from pyhpctk.errors import FormatError
+from pyhpctk.structure.debug_symbols import read_separate_symtab
 
 EM_X86_64 = 62
 EM_AARCH64 = 183
@@ -67,6 +68,7 @@ class FunctionSymbol:
     link_name: str
     symbol_index: int
     from_symbol: bool = True
+    sized: bool = True  # its symbol has a size (else it was taken to reach the next function)
 
 
 @dataclass(slots=True)
@@ -279,47 +281,29 @@ def _symbol_name(strings: bytes, offset: int) -> str:
 def _function_symbols(
     elf: Any, regions: list[CodeRegion], section_base: dict[int, int], is_cuda: bool
 ) -> list[FunctionSymbol]:
-    """Function symbols in code regions, aliases merged; zero sizes run to the next function."""
+    """Function symbols in code regions, aliases merged; zero sizes run to the next function.
+
+    A host binary without ``.symtab`` (stripped) is named by the ``.symtab`` of its separate
+    debug file or MiniDebugInfo (:mod:`.debug_symbols`) with its own ``.dynsym``.
+    """
+    tables: list[tuple[np.ndarray, bytes, bool]] = []  # rows, strings, placed by address
     symtab = elf.get_section_by_name(".symtab")
+    separate = None
     if not isinstance(symtab, SymbolTableSection):
-        symtab = elf.get_section_by_name(".dynsym")
-    if not isinstance(symtab, SymbolTableSection):
-        return []
-    table = _symbol_table(elf, symtab)
-    if table is None:
-        return []
-    rows, strings = table
-    shndx = rows["shndx"].astype(np.int64)
-    chosen = np.flatnonzero(
-        (rows["info"] & 0xF == STT_FUNC)
-        & (shndx < SHN_LORESERVE)
-        & np.isin(shndx, np.array(sorted(section_base), dtype=np.int64))
-    )
-    by_start: dict[int, tuple[int, str, int]] = {}  # start -> (size, name, index)
-    for index, section, value, size, offset in zip(
-        chosen.tolist(),
-        shndx[chosen].tolist(),
-        rows["value"][chosen].tolist(),
-        rows["size"][chosen].tolist(),
-        rows["name"][chosen].tolist(),
-        strict=True,
-    ):
-        start = section_base[section] + value if is_cuda else value
-        name = _symbol_name(strings, offset)
-        if not name:
-            continue
-        old = by_start.get(start)
-        # getFuncNames (Struct.cpp): prefer the longer name, then the alphabetically lower.
-        if old is None:
-            by_start[start] = (size, name, index)
-        else:
-            old_size, old_name, old_index = old
-            better = len(name) > len(old_name) or (len(name) == len(old_name) and name < old_name)
-            by_start[start] = (
-                max(size, old_size),
-                name if better else old_name,
-                min(index, old_index),
+        if not is_cuda:
+            separate = read_separate_symtab(
+                elf, lambda other: _symbol_table(other, other.get_section_by_name(".symtab"))
             )
+        symtab = elf.get_section_by_name(".dynsym")
+    if isinstance(symtab, SymbolTableSection):
+        table = _symbol_table(elf, symtab)
+        if table is not None:
+            tables.append((*table, False))
+    if separate is not None:  # after .dynsym: an exported name wins over internal aliases
+        tables.append((*separate, True))
+    by_start: dict[int, tuple[int, str, int]] = {}  # start -> (size, name, index)
+    for rows, strings, by_address in tables:
+        _merge_functions(by_start, rows, strings, by_address, regions, section_base, is_cuda)
     starts = sorted(by_start)
     result: list[FunctionSymbol] = []
     for position, start in enumerate(starts):
@@ -339,8 +323,63 @@ def _function_symbols(
         end = min(end, region.end) if start < region.end < end else end
         if end <= start:
             end = start + 1
-        result.append(FunctionSymbol(start, end, name, index))
+        result.append(FunctionSymbol(start, end, name, index, sized=size > 0))
     return result
+
+
+def _merge_functions(
+    by_start: dict[int, tuple[int, str, int]],
+    rows: np.ndarray,
+    strings: bytes,
+    by_address: bool,
+    regions: list[CodeRegion],
+    section_base: dict[int, int],
+    is_cuda: bool,
+) -> None:
+    """Add a symbol table's function symbols to ``by_start`` (start -> size, name, index).
+
+    ``by_address``: a table of another file (a debug file), whose section numbers need not be
+    the binary's: its symbols are kept by where their address falls, in a code region, and
+    name only functions the binary's own ``.dynsym`` does not."""
+    shndx = rows["shndx"].astype(np.int64)
+    wanted = (rows["info"] & 0xF == STT_FUNC) & (shndx < SHN_LORESERVE)
+    if by_address:
+        inside = np.zeros(len(rows), dtype=bool)
+        for region in regions:
+            inside |= (rows["value"] >= region.start) & (rows["value"] < region.end)
+        wanted &= inside & (shndx != 0)
+    else:
+        wanted &= np.isin(shndx, np.array(sorted(section_base), dtype=np.int64))
+    chosen = np.flatnonzero(wanted)
+    for index, section, value, size, offset in zip(
+        chosen.tolist(),
+        shndx[chosen].tolist(),
+        rows["value"][chosen].tolist(),
+        rows["size"][chosen].tolist(),
+        rows["name"][chosen].tolist(),
+        strict=True,
+    ):
+        start = section_base[section] + value if is_cuda else value
+        name = _symbol_name(strings, offset)
+        if by_address:  # a debug file's versioned definitions: pthread_cond_wait@@GLIBC_2.3.2,
+            # and glibc's internal aliases of its own functions: __GI___futex_abstimed_wait64
+            name = name.split("@", 1)[0].removeprefix("__GI_")
+        if not name:
+            continue
+        old = by_start.get(start)
+        if by_address and old is not None:
+            continue  # exported (``clock_gettime``), not libc's ``__GI___clock_gettime``
+        # getFuncNames (Struct.cpp): prefer the longer name, then the alphabetically lower.
+        if old is None:
+            by_start[start] = (size, name, index)
+        else:
+            old_size, old_name, old_index = old
+            better = len(name) > len(old_name) or (len(name) == len(old_name) and name < old_name)
+            by_start[start] = (
+                max(size, old_size),
+                name if better else old_name,
+                min(index, old_index),
+            )
 
 
 def _plt_names(elf: Any, machine: int, regions: list[CodeRegion]) -> dict[int, str]:
@@ -402,3 +441,106 @@ def unwind_entries(image: ElfImage) -> np.ndarray:
     table = np.frombuffer(data, end + "i4", count=2 * count, offset=first)
     starts = table[0::2].astype(np.int64) + int(section["sh_addr"])
     return np.unique(starts)
+
+
+# DW_EH_PE pointer formats (the low four bits of an encoding): their sizes in bytes; absptr
+# (0) is the address size. LEB128 formats are not used for FDE addresses by any toolchain.
+_EH_FORMAT_SIZES = {0x02: 2, 0x03: 4, 0x04: 8, 0x0A: 2, 0x0B: 4, 0x0C: 8}
+
+
+def unwind_ranges(image: ElfImage) -> np.ndarray:
+    """``[start, end)`` of every function the unwind table describes, as ``(n, 2)`` rows
+    sorted by start: each FDE's initial location and address range (``.eh_frame_hdr`` finds
+    the FDEs, ``.eh_frame`` holds their ranges). A stripped library keeps them, so they bound
+    the functions no symbol names, and those whose symbol has no size. FDEs in an encoding
+    this reader does not know are left out."""
+    empty = np.zeros((0, 2), dtype=np.int64)
+    starts = unwind_entries(image)
+    frame = image.elf.get_section_by_name(".eh_frame")
+    hdr = image.elf.get_section_by_name(".eh_frame_hdr")
+    if len(starts) == 0 or frame is None or hdr is None or frame["sh_type"] == "SHT_NOBITS":
+        return empty
+    data, base = frame.data(), int(frame["sh_addr"])
+    end = "<" if image.elf.little_endian else ">"
+    hdr_data = hdr.data()
+    ptr = _EH_PTR_SIZES[hdr_data[1]]
+    count = int(np.frombuffer(hdr_data, end + "u4", count=1, offset=4 + ptr)[0])
+    count = min(count, (len(hdr_data) - 8 - ptr) // 8)
+    table = np.frombuffer(hdr_data, end + "i4", count=2 * count, offset=8 + ptr).astype(np.int64)
+    fdes = table[1::2] + int(hdr["sh_addr"]) - base
+    address_size = 8 if image.elf.elfclass == 64 else 4
+    encodings: dict[int, int | None] = {}
+    rows: list[tuple[int, int]] = []
+    firsts = (table[0::2] + int(hdr["sh_addr"])).tolist()
+    for start, fde in zip(firsts, fdes.tolist(), strict=True):
+        if fde < 0 or fde + 8 > len(data):
+            continue
+        length, cie_pointer = struct.unpack_from(end + "II", data, fde)
+        if length == 0xFFFFFFFF or cie_pointer == 0:
+            continue  # 64-bit DWARF FDEs: none in x86-64 or AArch64 binaries
+        cie = fde + 4 - cie_pointer
+        if cie not in encodings:
+            encodings[cie] = _cie_address_encoding(data, cie, end)
+        encoding = encodings[cie]
+        size = None if encoding is None else _EH_FORMAT_SIZES.get(encoding & 0x0F)
+        if encoding is not None and encoding & 0x0F == 0:
+            size = address_size
+        if size is None or fde + 8 + 2 * size > min(len(data), fde + 4 + length):
+            continue
+        kind = {2: "H", 4: "I", 8: "Q"}[size]
+        (extent,) = struct.unpack_from(end + kind, data, fde + 8 + size)
+        if extent > 0:
+            rows.append((start, start + extent))
+    if not rows:
+        return empty
+    found = np.array(sorted(set(rows)), dtype=np.int64)
+    return found
+
+
+def _leb128(data: bytes, at: int) -> tuple[int, int]:
+    """An unsigned LEB128 number at ``at``: (value, the offset after it)."""
+    value = shift = 0
+    while at < len(data):
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    return value, at
+
+
+def _cie_address_encoding(data: bytes, cie: int, end: str) -> int | None:
+    """The pointer encoding (augmentation ``R``) of the CIE at ``cie`` of ``.eh_frame``:
+    absptr (0) without one, None when the CIE cannot be read."""
+    if cie < 0 or cie + 9 > len(data):
+        return None
+    length, identifier = struct.unpack_from(end + "II", data, cie)
+    if length == 0xFFFFFFFF or identifier != 0:
+        return None
+    version = data[cie + 8]
+    close = data.find(b"\0", cie + 9)
+    if close < 0:
+        return None
+    augmentation = data[cie + 9 : close].decode("ascii", errors="replace")
+    at = _leb128(data, close + 1)[1]  # code alignment
+    at = _leb128(data, at)[1]  # data alignment (signed: the same bytes)
+    at = at + 1 if version == 1 else _leb128(data, at)[1]  # return address register
+    if not augmentation.startswith("z"):
+        return 0
+    at = _leb128(data, at)[1]
+    for letter in augmentation[1:]:
+        if at >= len(data):
+            return None
+        if letter == "R":
+            return data[at]
+        if letter == "L":
+            at += 1
+        elif letter == "P":
+            size = _EH_FORMAT_SIZES.get(data[at] & 0x0F, 8 if data[at] & 0x0F == 0 else 0)
+            if size == 0:
+                return None
+            at += 1 + size
+        elif letter not in "SB":
+            return None
+    return 0

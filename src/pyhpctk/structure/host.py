@@ -40,6 +40,7 @@ from pyhpctk.structure.cfg import (
     build_cfg,
     noreturn_names,
 )
+from pyhpctk.structure.cython_names import cython_names
 from pyhpctk.structure.dwarf import DebugInfo, InlineNode, demangle_many, read_debug_info
 from pyhpctk.structure.elfimage import EM_X86_64, PLT_STUB_MAX, ElfImage
 from pyhpctk.structure.inline_tree import (
@@ -128,8 +129,10 @@ def symbol_procedures(image: ElfImage, info: DebugInfo) -> list[Procedure]:
     links = [f.link_name for f in symbols]
     pretties = demangle_many(links)
     compiled = mypyc_names(links)  # a Python function mypyc compiled is named as Python names it
+    cythoned = cython_names(links)  # ... and one Cython compiled, by its dotted name
     procs: list[Procedure] = []
-    for func, pretty, python in zip(symbols, pretties, compiled, strict=True):
+    for func, pretty, mypyc, cython in zip(symbols, pretties, compiled, cythoned, strict=True):
+        python = mypyc if mypyc is not None else cython
         file, line = proc_line(info, func.start, func.end)
         procs.append(
             Procedure(
