@@ -1,0 +1,154 @@
+"""The files GPU memory tracking writes (:mod:`.memory`): the timeline and largest sites
+(``gpumem/memory-PID.json``, :mod:`pyhpctk.formats.gpu_memory`), and the out-of-memory report
+(``gpumem/oom-PID-N.txt``), written the moment the allocator fails, before the program can die
+of the exception; and pyrun's lines about them at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from pyhpctk.formats import gpu_memory
+from pyhpctk.measure.gpu.memory import (
+    SOURCE_NAMES,
+    TOP_SITES,
+    MemoryTracker,
+    Replayed,
+    output_directory,
+)
+
+
+def site_frames(tracker: MemoryTracker, site: int) -> list[str]:
+    """A site's stack, innermost first, as ``function (file:line)``."""
+    stanzas = tracker.session.functions.stanzas
+    frames = []
+    for ip in tracker.sites[site].ips:
+        fid, line = ip >> 32, ip & 0xFFFFFFFF
+        stanza = stanzas[fid - 1] if 0 < fid <= len(stanzas) else None
+        if stanza is None:
+            frames.append(f"<unknown> (line {line})")
+        else:
+            frames.append(f"{stanza.funcname or '<module>'} ({stanza.filename}:{line})")
+    return frames or ["<no Python frames> (a thread of the runtime)"]
+
+
+def _top(tracker: MemoryTracker, values: np.ndarray, result: Replayed) -> list[dict[str, object]]:
+    order = np.argsort(-values, kind="stable")[:TOP_SITES]
+    return [
+        {
+            "at_peak": int(result.at_peak[i]),
+            "peak": int(result.peak[i]),
+            "allocated": int(result.alloc_bytes[i]),
+            "count": int(result.alloc_count[i]),
+            "live": int(result.live[i]),
+            "stack": site_frames(tracker, int(i)),
+        }
+        for i in order.tolist()
+        if values[i] > 0
+    ]
+
+
+def write_timeline(tracker: MemoryTracker, result: Replayed) -> str:
+    """``gpumem/memory-PID.json``: the peak, the timelines per device, the largest sites."""
+    sources = sorted({SOURCE_NAMES[s] for part in (tracker.events, tracker.torch_events)
+                      for s in set(part.source)})  # fmt: skip
+    data = gpu_memory.MemoryFile(
+        pid=os.getpid(),
+        sources=sources,
+        peak_bytes=result.peak_bytes,
+        peak_time_ns=result.peak_time,
+        devices=[
+            gpu_memory.DeviceTimeline(device, *line)
+            for device, line in sorted(result.timelines.items())
+        ],
+        top_sites=_top(tracker, result.at_peak, result),
+        oom_reports=[os.path.basename(path) for path in tracker.oom_reports],
+    )
+    path = os.path.join(output_directory(tracker), f"memory-{os.getpid()}.json")
+    gpu_memory.write(data, path)
+    return path
+
+
+def _size(value: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value} B"
+
+
+def write_oom_report(tracker: MemoryTracker, device: int, requested: int, message: str) -> str:
+    """``gpumem/oom-PID-N.txt``: what was live when the allocator failed, by site."""
+    result = tracker.replay()
+    live = result.live
+    total = int(live.sum())
+    lines = [
+        f"out of memory on device {device}: {_size(requested)} asked for"
+        + (f" ({requested} bytes)" if requested else ""),
+    ]
+    if message:
+        lines.append("error: " + " ".join(message.split())[:500])
+    lines += [
+        f"live when it failed: {_size(total)} ({total} bytes) in"
+        f" {int(np.count_nonzero(live))} allocation sites (all devices);"
+        f" the process's peak so far: {_size(result.peak_bytes)}",
+        "",
+        "sites by live bytes (innermost frame first):",
+    ]
+    for rank, index in enumerate(np.argsort(-live, kind="stable").tolist(), 1):
+        if live[index] <= 0:
+            break
+        share = 100.0 * int(live[index]) / total if total else 0.0
+        lines.append(
+            f"{rank:3d}. {_size(int(live[index]))} live ({int(live[index])} bytes, {share:.1f} %),"
+            f" {_size(int(result.alloc_bytes[index]))} allocated here in"
+            f" {int(result.alloc_count[index])} allocations"
+        )
+        lines += [f"       {frame}" for frame in site_frames(tracker, index)]
+    directory = output_directory(tracker)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"oom-{os.getpid()}-{len(tracker.oom_reports) + 1}.txt")
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def out_of_memory(tracker: MemoryTracker, device: int, requested: int, message: str = "") -> str:
+    """Write what is live now, by site with stacks (``gpumem/oom-PID-N.txt``); its path ('' when
+    it cannot be written: said at exit). Said at once on stderr too: the process may not
+    reach its exit."""
+    try:
+        path = write_oom_report(tracker, device, requested, message)
+    except OSError as error:
+        tracker.problems.append(
+            f"pyrun: gpu memory: cannot write the out-of-memory report: {error}"
+        )
+        return ""
+    tracker.oom_reports.append(path)
+    sys.stderr.write(
+        f"pyrun: gpu memory: out of memory on device {device}: what was live and where it"
+        f" came from: {path}\n"
+    )
+    return path
+
+
+def summary(tracker: MemoryTracker, result: Replayed) -> list[str]:
+    """pyrun's lines at exit: the peak, and each out-of-memory report's path."""
+    lines = []
+    if result.events:
+        lines.append(
+            f"pyrun: gpu memory: peak {_size(result.peak_bytes)} allocated"
+            f" ({result.events} allocator events; timeline in {output_directory(tracker)})"
+        )
+    if result.unknown_frees:
+        lines.append(
+            f"pyrun: gpu memory: {result.unknown_frees} frees of memory allocated before"
+            " tracking began (left out)"
+        )
+    lines += [f"pyrun: gpu memory: out-of-memory report: {path}" for path in tracker.oom_reports]
+    return lines

@@ -1,0 +1,191 @@
+"""GPU memory with its stacks (issue #37 item 2), without a GPU: a program whose fake allocator
+tells pyrun's tracker what CuPy's MemoryHook, PyTorch's allocator history and raw cudaMalloc
+would (tests/data/gpu/fake_allocator.py, through the hooks' own entry points), measured with
+``pyrun -e gpu=simulated,memory``, then pyprof and pyview: bytes allocated, peak live and live at
+the process's peak under each allocating line, the timeline in the trace export and the HTML
+report, and the out-of-memory report, against what the program is known to allocate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.analysis import pipeline
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.cli.pyrun import main as pyrun_main
+from pyhpctk.cli.pyview import main as pyview_main
+from pyhpctk.measure.gpu import memory
+from pyhpctk.measure.gpu.memory_hooks import torch_refusal
+from pyhpctk.present.api import open_database
+
+PROGRAM = Path(__file__).resolve().parent / "data" / "gpu" / "fake_allocator.py"
+MIB = 1 << 20
+#: The truth, per ``# SITE`` line: (bytes allocated, allocations, peak live, live at peak).
+TRUTH = {
+    "weights": (4 * MIB, 1, 4 * MIB, 4 * MIB),
+    "activations": (6 * MIB, 6, 3 * MIB, 0),
+    "workspace": (4 * MIB, 2, 2 * MIB, 0),
+    "raw": (1 * MIB, 1, 1 * MIB, 0),
+    "torch": (8 * MIB, 1, 8 * MIB, 8 * MIB),
+}
+METRICS = ("GMEMLIVE:ALLOC (B)", "GMEMLIVE:COUNT", "GMEMLIVE:PEAK (B)", "GMEMLIVE:ATPEAK (B)")
+
+
+def site_line(name: str) -> int:
+    lines = PROGRAM.read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.endswith(f"# SITE {name}"))
+
+
+def measure(out: Path, *args: str) -> int:
+    return pyrun_main(
+        ["-e", "gpu=simulated,memory", "-o", str(out), sys.executable, str(PROGRAM), *args]
+    )
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("memory") / "m"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENBLAS_NUM_THREADS", "1")
+        assert measure(out) == 0
+    db = out.parent / "db"
+    pipeline.run(ProfOptions.build([str(out)], output=str(db)))
+    return db
+
+
+def inclusive(db: Path, line: int, metric: str) -> float:
+    arrays = open_database(db).arrays([metric])
+    hits = [
+        float(value)
+        for label, value in zip(arrays["label"], arrays[f"{metric} (I)"], strict=True)
+        if str(label).rsplit("/", 1)[-1] == f"fake_allocator.py: {line}"
+    ]
+    assert hits, f"no context for fake_allocator.py:{line}"
+    return sum(hits)
+
+
+@pytest.mark.parametrize("site", sorted(TRUTH))
+def test_each_allocating_line_has_its_bytes_peak_and_live_at_peak(
+    database: Path, site: str
+) -> None:
+    found = tuple(inclusive(database, site_line(site), metric) for metric in METRICS)
+    assert found == TRUTH[site], dict(zip(METRICS, found, strict=True))
+
+
+def test_the_timeline_is_in_the_trace_export(database: Path, tmp_path: Path) -> None:
+    export = tmp_path / "trace.json"
+    assert pyview_main([str(database), "--trace-export", str(export)]) == 0
+    counters = [e for e in json.loads(export.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert {e["name"].split(" (")[0] for e in counters} == {"GPU 0 memory"}
+    allocated = [e["args"]["allocated"] for e in counters]
+    reserved = [e["args"]["reserved"] for e in counters]
+    times = [e["ts"] for e in counters]
+    assert times == sorted(times) and times[0] >= 0
+    assert max(allocated) == 12 * MIB  # weights 4 + torch 8 (the steps' 9 came before)
+    assert allocated[-1] == 12 * MIB
+    # CuPy's pool grew 16 MiB, the raw 1 MiB came and went, PyTorch's segment is 10 MiB
+    assert reserved[0] == 16 * MIB and max(reserved[:-2]) == 17 * MIB
+    assert reserved[-1] == 26 * MIB
+    # the steps' transient peak, twice: 4 + 3 + 2
+    assert allocated.count(9 * MIB) == 2
+
+
+def test_the_html_report_shows_the_peak_and_the_largest_sites(
+    database: Path, tmp_path: Path
+) -> None:
+    report = tmp_path / "report.html"
+    assert pyview_main([str(database), "--html", str(report)]) == 0
+    text = report.read_text()
+    section = text[text.index('<section id="gpu-memory">') :]
+    assert "peak 12.00 MiB allocated" in section
+    assert section.index("torch_block") < section.index("load_weights")  # 8 MiB, then 4
+    assert "activations" not in section[: section.index("</table>")]  # nothing live at peak
+
+
+def test_an_out_of_memory_error_leaves_its_report(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m"
+    assert measure(out, "oom") == 1  # the program dies of its exception
+    reports = sorted((out / "gpumem").glob("oom-*.txt"))
+    assert len(reports) == 1
+    lines = reports[0].read_text().splitlines()
+    assert lines[0] == "out of memory on device 0: 3.00 GiB asked for (3221225472 bytes)"
+    assert lines[2].startswith("live when it failed: 12.00 MiB (12582912 bytes) in 2 allocation")
+    first = lines.index("sites by live bytes (innermost frame first):") + 1
+    assert lines[first].startswith("  1. 8.00 MiB live (8388608 bytes, 66.7 %)")
+    assert lines[first + 1].strip().startswith("torch_block (")
+    assert any(line.strip().startswith("load_weights (") for line in lines[first:])
+    assert f"fake_allocator.py:{site_line('weights')})" in "\n".join(lines)
+    err = capfd.readouterr().err
+    assert f"out-of-memory report: {reports[0]}" in err  # pyrun's summary points to it
+    timeline = json.loads(next((out / "gpumem").glob("memory-*.json")).read_text())
+    assert timeline["oom_reports"] == [reports[0].name]
+
+
+def test_memory_takes_no_value_and_is_listed(capfd: pytest.CaptureFixture[str]) -> None:
+    assert pyrun_main(["-e", "gpu=simulated,memory=yes", sys.executable, "-c", "pass"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == ["pyrun: error: gpu=simulated: memory takes no value (say gpu=simulated,memory)"]
+    assert pyrun_main(["-L"]) == 0
+    listing = capfd.readouterr().out
+    assert "      memory                 also every allocation and free of PyTorch" in listing
+
+
+def test_a_pools_own_cudamalloc_is_not_counted_twice() -> None:
+    """CUPTI sees the cudaMalloc behind a pool's segment: the pool reports it, once."""
+    pool, raw = memory.Events(), memory.Events()
+    pool.add(1, memory.RESERVE, memory.TORCH, 0, 0x1000, 10 * MIB, -1)
+    pool.add(2, memory.ALLOC, memory.TORCH, 0, 0x1000, 4 * MIB, 0)
+    raw.add(1, memory.RESERVE, memory.CUDA, 0, 0x1000, 10 * MIB, 1)  # the same segment
+    raw.add(3, memory.RESERVE, memory.CUDA, 0, 0x9000, 2 * MIB, 1)  # NCCL's own
+    raw.add(4, memory.FREE, memory.CUPY, 0, 0x5000, 0, -1)  # allocated before tracking began
+    result = memory.replay([pool, raw], 2)
+    assert result.alloc_bytes.tolist() == [4 * MIB, 2 * MIB]
+    assert result.peak_bytes == 6 * MIB
+    assert result.timelines[0][2][-1] == 12 * MIB  # reserved: the segment once, and NCCL's
+    assert result.unknown_frees == 1
+
+
+def test_only_the_pytorch_releases_known_are_hooked() -> None:
+    assert torch_refusal("2.14.1+cu130") == ""
+    assert torch_refusal("2.14.0") == ""
+    assert torch_refusal("2.15.0") == (
+        "pyrun: gpu memory: PyTorch 2.15.0 is not supported (supported: 2.14.x; its"
+        " allocator's private API may differ): PyTorch's memory is not measured"
+    )
+
+
+PYRUN = (sys.executable, "-m", "pyhpctk.cli.pyrun", "-e", "gpu=simulated,memory")
+TORCH_PROGRAM = """
+import torch
+from pyhpctk.measure.gpu import memory
+from pyhpctk.measure.gpu.memory_hooks import TorchAllocator
+tracker = memory.current()
+print([type(h).__name__ for h in tracker.hooks], torch.cuda.is_initialized())
+"""
+
+
+def test_torch_imported_later_is_hooked_without_starting_cuda(tmp_path: Path) -> None:
+    torch_path = Path("/work/torch-venv/lib/python3.11/site-packages")
+    env_path = str(torch_path) if torch_path.is_dir() else ""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch"], env={"PYTHONPATH": env_path}, capture_output=True
+    )
+    if probe.returncode:
+        pytest.skip("no torch here")
+    program = tmp_path / "uses_torch.py"
+    program.write_text(TORCH_PROGRAM)
+    run = subprocess.run(
+        [*PYRUN, "-o", str(tmp_path / "m"), sys.executable, str(program)],
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "'TorchAllocator'] False" in run.stdout  # hooked; CUDA left to start lazily
