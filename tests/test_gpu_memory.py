@@ -10,16 +10,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyhpctk.analysis import pipeline
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main as pyview_main
-from pyhpctk.measure.gpu import memory
+from pyhpctk.measure.gpu import activity as act
+from pyhpctk.measure.gpu import memory, memory_files, shutdown
+from pyhpctk.measure.gpu import metrics as gm
 from pyhpctk.measure.gpu.memory_hooks import torch_refusal
+from pyhpctk.measure.gpu.monitor import GpuMonitor
+from pyhpctk.measure.gpu.simulated import recording as rec
+from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
+from pyhpctk.measure.launch.config import MeasureOptions
+from pyhpctk.measure.session import Session
 from pyhpctk.present.api import open_database
 
 PROGRAM = Path(__file__).resolve().parent / "data" / "gpu" / "fake_allocator.py"
@@ -189,3 +199,71 @@ def test_torch_imported_later_is_hooked_without_starting_cuda(tmp_path: Path) ->
     )
     assert run.returncode == 0, run.stderr
     assert "'TorchAllocator'] False" in run.stdout  # hooked; CUDA left to start lazily
+
+
+def nccl_site(issue: Callable[[], None]) -> None:
+    issue()
+
+
+def workspace_site(issue: Callable[[], None]) -> None:
+    issue()
+
+
+def test_raw_cudamalloc_outside_the_pools_comes_from_cuptis_records(tmp_path: Path) -> None:
+    """CUPTI's MEMORY2 records (ALLOC/FREE rows with their address), matched to the operations
+    that asked: device memory only, a pool's own segment once (the pool's)."""
+    mib = [1, 2, 2, 3, 100, 8]
+    ops = np.zeros(len(mib), dtype=rec.OPERATION_DTYPE)
+    ops["correlation"] = np.arange(1, len(mib) + 1)
+    ops["kind"] = [act.ALLOC, act.ALLOC, act.FREE, act.ALLOC, act.ALLOC, act.ALLOC]
+    ops["site"] = [0, 1, 1, 0, 0, 0]
+    rows = act.empty_activities(len(mib))
+    rows["kind"], rows["correlation"] = ops["kind"], ops["correlation"]
+    rows["memory_kind"] = [3, 3, 3, 3, 2, 3]  # the 100 MiB are pinned host memory
+    rows["start"] = rows["end"] = np.arange(1, len(mib) + 1) * 1000
+    rows["bytes"] = np.array(mib) * MIB
+    rows[act.ADDRESS] = [0x1000, 0x2000, 0x2000, 0x3000, 0x4000, 0x5000]
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    session.register_thread(threading.current_thread(), main=True)
+    backend = SimulatedBackend(rec.Recording(act.DeviceLimits(), [], ops, rows, [len(mib)]))
+    monitor = GpuMonitor(session, session.add_metric_kind(gm.gpu_metric_kind()), backend=backend)
+    tracker = memory.MemoryTracker(session, session.add_metric_kind(memory.memory_metric_kind()))
+    monitor.inside.memory = tracker
+    segment = {"action": "segment_alloc", "addr": 0x5000, "size": 8 * MIB, "time_us": 6}
+    tracker.take_torch({"device_traces": [[segment]]})  # PyTorch's segment at the same address
+    backend.start(monitor)
+    backend.replay_thread(0, (nccl_site, workspace_site))
+    backend.deliver_recorded()
+    shutdown(monitor, report=False)
+    result = tracker.replay()
+    by_function = {
+        memory_files.site_frames(tracker, i)[0].split(" (")[0]: i for i in range(len(tracker.sites))
+    }
+    nccl, workspace = by_function["nccl_site"], by_function["workspace_site"]
+    found = [
+        (int(r.alloc_bytes[i]), int(r.peak[i]), int(r.at_peak[i]))
+        for r in (result,)
+        for i in (nccl, workspace)
+    ]
+    assert found == [(4 * MIB, 4 * MIB, 4 * MIB), (2 * MIB, 2 * MIB, 0)]
+    assert result.peak_bytes == 4 * MIB
+    assert result.timelines[0][2][-1] == 12 * MIB  # reserved: 1 + 3 raw and the 8 MiB segment
+
+
+def test_cuptis_memory_records_keep_their_address() -> None:
+    from pyhpctk.measure.gpu.cupti.records import convert
+
+    layout = np.dtype(
+        [
+            *(("kind", "<u4"), ("memory_operation_type", "<u4"), ("memory_kind", "<u2")),
+            *(("pad", "<u2", 3), ("correlation_id", "<u4"), ("timestamp", "<u8")),
+            *(("bytes", "<u8"), ("address", "<u8"), ("device_id", "<u4"), ("pad2", "<u4")),
+        ]
+    )
+    records = np.zeros(2, dtype=layout)
+    records["memory_operation_type"] = [1, 2]  # CUPTI's ALLOCATION, RELEASE
+    records["memory_kind"] = 3
+    records["address"] = 0x7F00_0000_1000
+    rows = convert(act.ALLOC, records, lambda pointer: -1)
+    assert rows["kind"].tolist() == [act.ALLOC, act.FREE]
+    assert rows[act.ADDRESS].tolist() == [0x7F00_0000_1000] * 2

@@ -38,8 +38,9 @@ import numpy as np
 
 from pyhpctk.formats.gpu_memory import DIRECTORY
 from pyhpctk.measure.cct import MetricKind, python_frame_ips
+from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.metrics import GpuMetricSpec
-from pyhpctk.measure.gpu.operations import SKIP
+from pyhpctk.measure.gpu.operations import OP_CALL, OP_CCT, OP_THREAD, SKIP
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
     from pyhpctk.measure.cct import ThreadCCT
     from pyhpctk.measure.extension import Host
+    from pyhpctk.measure.gpu.matching import SiteOperations
+    from pyhpctk.measure.gpu.operations import Operation
 
 MEMORY_KIND_NAME = "gpu-memory"
 #: The kind's metrics (integers; summed over contexts, so a caller's PEAK is the sum of its
@@ -327,6 +330,33 @@ class MemoryTracker:
         """A segment given back to the driver."""
         self.events.add(time or self.time_ns(), RELEASE, source, device, address, 0, -1)
 
+    # -- CUPTI's memory records (the monitor thread) --
+
+    def take_cuda(
+        self, records: np.ndarray, operations: list[Operation | None] | SiteOperations
+    ) -> None:
+        """``cudaMalloc``/``cudaFree`` of device memory (CUPTI's MEMORY2 records as ALLOC/FREE
+        rows with their address), each allocation at the call path of its matched operation.
+        Rows without an address (a recording made before addresses were kept) are left out."""
+        rows = np.flatnonzero(
+            ((records["kind"] == act.ALLOC) | (records["kind"] == act.FREE))
+            & (records["memory_kind"] == DEVICE_MEMORY)
+            & (records[act.ADDRESS] != 0)
+        )
+        for index in rows.tolist():
+            row = records[index]
+            device, address, time = int(row["device"]), int(row[act.ADDRESS]), int(row["start"])
+            if row["kind"] == act.FREE:
+                self.events.add(time, RELEASE, CUDA, device, address, 0, -1)
+                continue
+            operation = operations[index]
+            if operation is None:
+                continue
+            state = operation[OP_THREAD]
+            ips = _path_ips(operation[OP_CCT], operation[OP_CALL], self.session.python_lm)
+            site = self._site(state.ident if state.ident >= 0 else _main_ident(), ips)
+            self.events.add(time, RESERVE, CUDA, device, address, int(row["bytes"]), site)
+
     # -- PyTorch's history --
 
     def site_of_frames(self, frames: Sequence[dict[str, object]], ident: int = 0) -> int:
@@ -413,6 +443,21 @@ TORCH_ACTIONS = {
     "segment_alloc": RESERVE,
     "segment_free": RELEASE,
 }
+
+
+#: CUpti_ActivityMemoryKind of device memory (cudaMalloc); pinned host memory and a module's
+#: static memory are not the program's allocations.
+DEVICE_MEMORY = 3
+
+
+def _path_ips(cct: ThreadCCT, node: int, python_lm: int) -> tuple[int, ...]:
+    """The Python frames of ``node``'s call path (innermost first), up to the thread's fence."""
+    ips = []
+    while node >= 0 and node not in (cct.fence, cct.phase, cct.root):
+        if cct.lm[node] == python_lm:
+            ips.append(int(cct.ip[node]))
+        node = int(cct.parent[node])
+    return tuple(ips)
 
 
 def _epoch_ns() -> int:

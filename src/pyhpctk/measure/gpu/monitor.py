@@ -578,6 +578,8 @@ class GpuMonitor:
             if unknown:
                 attribute(records[unknown], unknown_ops, names)
         self._renew_sites(batches)
+        if self.inside.memory is not None:  # raw cudaMalloc/cudaFree with their call paths
+            self.inside.memory.take_cuda(records, operations)
         if self.trace:
             self.tracer.route(records, operations, names)
 
