@@ -21,6 +21,7 @@ from pyhpctk.analysis import pipeline
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main as pyview_main
+from pyhpctk.formats import gpu_memory
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import memory, memory_files, shutdown
 from pyhpctk.measure.gpu import metrics as gm
@@ -104,6 +105,16 @@ def test_the_timeline_is_in_the_trace_export(database: Path, tmp_path: Path) -> 
     assert allocated.count(9 * MIB) == 2
 
 
+def test_the_database_holds_the_memory_file_with_each_allocators_peak(database: Path) -> None:
+    (data,) = gpu_memory.read_all(database)  # copied by pyprof from the measurement
+    assert data.peak_bytes == 12 * MIB
+    assert data.source_peaks == {"torch": 8 * MIB, "cupy": 9 * MIB, "cuda": 1 * MIB}
+    assert data.sources == ["cuda", "cupy", "torch"]
+    first = data.top_sites[0]
+    assert (first["at_peak"], first["count"], first["live"]) == (8 * MIB, 1, 8 * MIB)
+    assert str(first["stack"][0]).startswith("torch_block (")  # type: ignore[index]
+
+
 def test_the_html_report_shows_the_peak_and_the_largest_sites(
     database: Path, tmp_path: Path
 ) -> None:
@@ -116,11 +127,12 @@ def test_the_html_report_shows_the_peak_and_the_largest_sites(
     assert "activations" not in section[: section.index("</table>")]  # nothing live at peak
 
 
+@pytest.mark.parametrize("how", ["oom", "cupy-oom"])
 def test_an_out_of_memory_error_leaves_its_report(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], how: str
 ) -> None:
     out = tmp_path / "m"
-    assert measure(out, "oom") == 1  # the program dies of its exception
+    assert measure(out, how) == 1  # the program dies of its exception
     reports = sorted((out / "gpumem").glob("oom-*.txt"))
     assert len(reports) == 1
     lines = reports[0].read_text().splitlines()
@@ -158,6 +170,7 @@ def test_a_pools_own_cudamalloc_is_not_counted_twice() -> None:
     assert result.alloc_bytes.tolist() == [4 * MIB, 2 * MIB]
     assert result.peak_bytes == 6 * MIB
     assert result.timelines[0][2][-1] == 12 * MIB  # reserved: the segment once, and NCCL's
+    assert result.source_peaks == [4 * MIB, 0, 2 * MIB]  # torch, cupy, cuda
     assert result.unknown_frees == 1
 
 

@@ -4,7 +4,8 @@ pyrun writes one per measured process with ``-e gpu=...,memory`` (:mod:`pyhpctk.
 memory`); pyprof copies the measurement's ``gpumem/`` into the database; ``pyview``'s trace
 export and HTML report read it. JSON: ``format`` (``"pyhpctk gpu memory"``), ``version`` (1),
 ``pid``, ``sources`` (``torch``, ``cupy``, ``cuda``), ``peak_bytes`` and ``peak_time_ns`` (the
-process's most allocated bytes at once, all devices, and when, epoch ns), ``devices`` (each
+process's most allocated bytes at once, all devices, and when, epoch ns), ``source_peaks``
+(each allocator's own peak, by source name), ``devices`` (each
 ``device``, ``time_ns``, ``allocated``, ``reserved``: equal-length lists, the bytes from each
 time on), ``top_sites`` (at most 20, by bytes live at the peak: ``at_peak``, ``peak``,
 ``allocated``, ``count``, ``live`` (at exit), ``stack``: ``function (file:line)`` innermost
@@ -41,6 +42,7 @@ class MemoryFile:
     sources: list[str]
     peak_bytes: int
     peak_time_ns: int
+    source_peaks: dict[str, int] = field(default_factory=dict)
     devices: list[DeviceTimeline] = field(default_factory=list)
     top_sites: list[dict[str, object]] = field(default_factory=list)
     oom_reports: list[str] = field(default_factory=list)
@@ -55,6 +57,7 @@ def write(data: MemoryFile, path: str) -> None:
         "sources": data.sources,
         "peak_bytes": data.peak_bytes,
         "peak_time_ns": data.peak_time_ns,
+        "source_peaks": data.source_peaks,
         "devices": [vars(line) for line in data.devices],
         "top_sites": data.top_sites,
         "oom_reports": data.oom_reports,
@@ -97,6 +100,7 @@ def read(path: Path) -> MemoryFile:
         sources=list(body.get("sources") or []),
         peak_bytes=int(body.get("peak_bytes", 0)),
         peak_time_ns=int(body.get("peak_time_ns", 0)),
+        source_peaks={str(k): int(v) for k, v in (body.get("source_peaks") or {}).items()},
         devices=devices,
         top_sites=list(body.get("top_sites") or []),
         oom_reports=list(body.get("oom_reports") or []),

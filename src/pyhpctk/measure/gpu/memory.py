@@ -101,6 +101,8 @@ class Replayed:
     peak_bytes: int = 0  # the process's most allocated bytes at once (all devices)
     peak_time: int = 0
     timelines: dict[int, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
+    #: The peak of each allocator's own bytes (by SOURCE_NAMES index), each at its own moment.
+    source_peaks: list[int] = field(default_factory=lambda: [0] * len(SOURCE_NAMES))
     events: int = 0
     unknown_frees: int = 0
 
@@ -169,6 +171,7 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
     allocated: dict[int, int] = {}
     reserved: dict[int, int] = {}
     total = 0
+    by_source = [0] * len(SOURCE_NAMES)
     peak_at = -1
     kept: list[int] = []
     for position, i in enumerate(order):
@@ -182,6 +185,8 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
             live[key] = (bytes_, where)
             allocated[dev] = allocated.get(dev, 0) + bytes_
             total += bytes_
+            by_source[src] += bytes_
+            result.source_peaks[src] = max(result.source_peaks[src], by_source[src])
             if src == CUDA:
                 reserved[dev] = reserved.get(dev, 0) + bytes_
             if where >= 0:
@@ -199,6 +204,7 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
                 continue
             allocated[dev] -= held[0]
             total -= held[0]
+            by_source[src] -= held[0]
             if src == CUDA:
                 reserved[dev] -= held[0]
             if held[1] >= 0:
@@ -408,6 +414,13 @@ class MemoryTracker:
         self.torch_events = events
 
     # -- results --
+
+    def refresh(self) -> None:
+        """Read what allocators keep themselves (PyTorch's history) up to now."""
+        for hook in self.hooks:
+            read = getattr(hook, "read", None)
+            if callable(read):
+                read()
 
     def replay(self) -> Replayed:
         return replay([self.torch_events, self.events], len(self.sites))

@@ -60,6 +60,9 @@ def write_timeline(tracker: MemoryTracker, result: Replayed) -> str:
         sources=sources,
         peak_bytes=result.peak_bytes,
         peak_time_ns=result.peak_time,
+        source_peaks={
+            name: peak for name, peak in zip(SOURCE_NAMES, result.source_peaks, strict=True) if peak
+        },
         devices=[
             gpu_memory.DeviceTimeline(device, *line)
             for device, line in sorted(result.timelines.items())
@@ -123,8 +126,9 @@ def out_of_memory(tracker: MemoryTracker, device: int, requested: int, message: 
     it cannot be written: said at exit). Said at once on stderr too: the process may not
     reach its exit."""
     try:
+        tracker.refresh()
         path = write_oom_report(tracker, device, requested, message)
-    except OSError as error:
+    except Exception as error:  # never in the program's way: said at exit
         tracker.problems.append(
             f"pyrun: gpu memory: cannot write the out-of-memory report: {error}"
         )

@@ -17,8 +17,10 @@ Each is installed when its framework is imported (now, if it already is; else by
   At exit the history is read once more (:meth:`.MemoryTracker.take_torch`). A program that
   calls ``_record_memory_history(None)`` itself turns it off.
 
-At exit an uncaught CuPy ``OutOfMemoryError`` (``sys.last_value``) that no report was written
-for yet gets one then, before the process ends.
+CuPy's pool tells ``malloc_postprocess`` of a failed allocation too (``mem_ptr`` 0): the
+out-of-memory report is written then, before CuPy raises. At exit an uncaught CuPy
+``OutOfMemoryError`` (``sys.last_value``) that no report was written for yet (raised on another
+thread, whose hook is not ours) gets one then, before the process ends.
 """
 
 from __future__ import annotations
@@ -97,9 +99,13 @@ class CupyPoolEvents:
         self.tracker = tracker
 
     def malloc_postprocess(self, **kwargs: Any) -> None:
-        self.tracker.allocated(
-            CUPY, int(kwargs["device_id"]), int(kwargs["mem_ptr"]), int(kwargs["mem_size"])
-        )
+        device, address, size = int(kwargs["device_id"]), int(kwargs["mem_ptr"]), kwargs["size"]
+        if address:
+            self.tracker.allocated(CUPY, device, address, int(kwargs["mem_size"]))
+        elif size:  # CuPy's pool failed (mem_ptr 0): out of memory, before CuPy raises
+            memory_files.out_of_memory(
+                self.tracker, device, int(size), "CuPy: the memory pool could not allocate"
+            )
 
     def free_postprocess(self, **kwargs: Any) -> None:
         self.tracker.freed(CUPY, int(kwargs["device_id"]), int(kwargs["mem_ptr"]))
@@ -162,16 +168,8 @@ class TorchAllocator:
 
     def out_of_memory(self, device: int, requested: int, allocated: int, free: int) -> None:
         """The allocator could not find ``requested`` bytes (called before it raises)."""
-        try:
-            self.read()
-            memory_files.out_of_memory(
-                self.tracker,
-                device,
-                requested,
-                f"PyTorch: {allocated} bytes allocated, {free} bytes free",
-            )
-        except Exception as error:  # never in the program's way
-            self.tracker.problems.append(f"pyrun: gpu memory: the out-of-memory report: {error!r}")
+        message = f"PyTorch: {allocated} bytes allocated, {free} bytes free on the device"
+        memory_files.out_of_memory(self.tracker, device, requested, message)
 
     def finish(self) -> None:
         try:
