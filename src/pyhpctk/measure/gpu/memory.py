@@ -108,41 +108,30 @@ class Replayed:
 
 
 class Events:
-    """Columns of events, appended to from any thread (list appends hold the GIL)."""
+    """Events as rows (time, action, source, device, address, size, site), appended to from
+    any thread: one ``list.append`` of a tuple each, atomic under the GIL."""
 
-    __slots__ = ("action", "address", "device", "site", "size", "source", "time")
+    __slots__ = ("rows",)
 
     def __init__(self) -> None:
-        self.time: list[int] = []
-        self.action: list[int] = []
-        self.source: list[int] = []
-        self.device: list[int] = []
-        self.address: list[int] = []
-        self.size: list[int] = []
-        self.site: list[int] = []
+        self.rows: list[tuple[int, int, int, int, int, int, int]] = []
 
     def add(
         self, time: int, action: int, source: int, device: int, address: int, size: int, site: int
     ) -> None:
-        # one tuple per event would be simpler, but seven lists pack into numpy at exit cheaply
-        self.time.append(time)
-        self.action.append(action)
-        self.source.append(source)
-        self.device.append(device)
-        self.address.append(address)
-        self.size.append(size)
-        self.site.append(site)
+        self.rows.append((time, action, source, device, address, size, site))
 
     def __len__(self) -> int:
-        return len(self.time)
+        return len(self.rows)
+
+
+COLUMNS = ("time", "action", "source", "device", "address", "size", "site")
 
 
 def _merged(parts: Sequence[Events]) -> dict[str, list[int]]:
-    columns: dict[str, list[int]] = {name: [] for name in Events.__slots__}
-    for part in parts:
-        for name in Events.__slots__:
-            columns[name] += getattr(part, name)[: len(part)]
-    return columns
+    rows = [row for part in parts for row in part.rows[: len(part.rows)]]
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in COLUMNS]
+    return {name: list(column) for name, column in zip(COLUMNS, columns, strict=True)}
 
 
 def replay(parts: Sequence[Events], sites: int) -> Replayed:

@@ -53,8 +53,8 @@ def _top(tracker: MemoryTracker, values: np.ndarray, result: Replayed) -> list[d
 
 def write_timeline(tracker: MemoryTracker, result: Replayed) -> str:
     """``gpumem/memory-PID.json``: the peak, the timelines per device, the largest sites."""
-    sources = sorted({SOURCE_NAMES[s] for part in (tracker.events, tracker.torch_events)
-                      for s in set(part.source)})  # fmt: skip
+    sources = sorted({SOURCE_NAMES[row[2]] for part in (tracker.events, tracker.torch_events)
+                      for row in part.rows})  # fmt: skip
     data = gpu_memory.MemoryFile(
         pid=os.getpid(),
         sources=sources,
