@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -280,3 +281,22 @@ def test_cuptis_memory_records_keep_their_address() -> None:
     rows = convert(act.ALLOC, records, lambda pointer: -1)
     assert rows["kind"].tolist() == [act.ALLOC, act.FREE]
     assert rows[act.ADDRESS].tolist() == [0x7F00_0000_1000] * 2
+
+
+class Tensor:
+    """Stands for an array a function holds while it allocates."""
+
+
+def test_tracking_keeps_no_frame_and_so_none_of_its_arrays(tmp_path: Path) -> None:
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    session.register_thread(threading.current_thread(), main=True)
+    tracker = memory.MemoryTracker(session, session.add_metric_kind(memory.memory_metric_kind()))
+
+    def layer() -> weakref.ref[Tensor]:
+        activations = Tensor()
+        tracker.allocated(memory.CUPY, 0, 0x1000, 64)
+        return weakref.ref(activations)
+
+    held = layer()
+    assert held() is None  # the function returned: its arrays are freed, as without pyrun
+    assert memory_files.site_frames(tracker, 0)[0].startswith("layer (")

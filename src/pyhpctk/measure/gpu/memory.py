@@ -45,6 +45,7 @@ from pyhpctk.measure.gpu.operations import OP_CALL, OP_CCT, OP_THREAD, SKIP
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import FrameType
 
     from pyhpctk.measure.cct import ThreadCCT
     from pyhpctk.measure.extension import Host
@@ -263,7 +264,7 @@ class MemoryTracker:
         self.kind = kind
         self.sites: list[Site] = []
         self._site_of: dict[tuple[int, tuple[int, ...]], int] = {}
-        self._last: dict[int, tuple[object, int, int]] = {}  # ident -> (frame, lasti, site)
+        self._torch_sites: dict[tuple[tuple[str, int, str], ...], int] = {}
         self.events = Events()  # CuPy's and the CUDA records', as they come
         self.torch_events = Events()  # the latest full read of PyTorch's history
         self._lock = threading.Lock()
@@ -277,20 +278,18 @@ class MemoryTracker:
     # -- the program's path --
 
     def site_here(self, skip: int = 1) -> int:
-        """The site of the calling thread's Python stack (pyrun's own frames left out)."""
-        frame = sys._getframe(skip)
+        """The site of the calling thread's Python stack (pyrun's own frames left out).
+
+        Unwound every time (each frame one lookup in the function table's cache): no frame is
+        kept, since a frame kept after its function returned keeps its locals, the program's
+        arrays among them, alive.
+        """
+        frame: FrameType | None = sys._getframe(skip)
         while frame is not None and frame.f_code.co_filename.startswith(SKIP):
-            frame = frame.f_back  # type: ignore[assignment]
-        ident = _thread.get_ident()
-        last = self._last.get(ident)
-        if last is not None and last[0] is frame and frame is not None and frame.f_lasti == last[1]:
-            return last[2]
+            frame = frame.f_back
         functions = self.session.functions
         ips = python_frame_ips(frame, functions, functions.fid_of)
-        site = self._site(ident, tuple(ips))
-        if frame is not None and not frame.f_code.co_flags & 0x2A0:  # not a generator/coroutine
-            self._last[ident] = (frame, frame.f_lasti, site)
-        return site
+        return self._site(_thread.get_ident(), tuple(ips))
 
     def _site(self, ident: int, ips: tuple[int, ...]) -> int:
         key = (ident, ips)
@@ -396,7 +395,11 @@ class MemoryTracker:
                     continue
                 site = -1
                 if what == ALLOC:
-                    site = self.site_of_frames(entry.get("frames") or ())
+                    frames = entry.get("frames") or ()
+                    key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames)
+                    site = self._torch_sites.get(key, -1)
+                    if site < 0:
+                        site = self._torch_sites[key] = self.site_of_frames(frames)
                 time = int(entry.get("time_us", 0)) * 1000
                 address, size = int(entry.get("addr", 0)), int(entry.get("size", 0))
                 events.add(time, what, TORCH, dev, address, size, site)
