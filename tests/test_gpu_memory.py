@@ -8,6 +8,7 @@ report, and the out-of-memory report, against what the program is known to alloc
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -300,3 +301,18 @@ def test_tracking_keeps_no_frame_and_so_none_of_its_arrays(tmp_path: Path) -> No
     held = layer()
     assert held() is None  # the function returned: its arrays are freed, as without pyrun
     assert memory_files.site_frames(tracker, 0)[0].startswith("layer (")
+
+
+def test_a_damaged_memory_file_is_a_warning_and_the_report_is_still_written(
+    database: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    damaged = tmp_path / "db"
+    shutil.copytree(database, damaged)
+    (path,) = (damaged / "gpumem").glob("memory-*.json")
+    path.write_text(path.read_text()[:100])
+    report = tmp_path / "report.html"
+    assert pyview_main([str(damaged), "--html", str(report)]) == 0
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith(f"warning: {path}: file: ")
+    assert line.endswith(": this GPU memory timeline is left out")
+    assert 'id="gpu-memory"' not in report.read_text()

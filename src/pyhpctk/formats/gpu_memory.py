@@ -107,12 +107,15 @@ def read(path: Path) -> MemoryFile:
     )
 
 
-def read_all(directory: Path) -> list[MemoryFile]:
-    """Every ``memory-*.json`` of a measurement's or database's ``gpumem/`` (none: [])."""
+def paths(directory: Path) -> list[Path]:
+    """The ``memory-*.json`` files of a measurement's or database's ``gpumem/`` (none: [])."""
     folder = directory / DIRECTORY
-    if not folder.is_dir():
-        return []
-    return [read(path) for path in sorted(folder.glob("memory-*.json"))]
+    return sorted(folder.glob("memory-*.json")) if folder.is_dir() else []
+
+
+def read_all(directory: Path) -> list[MemoryFile]:
+    """Every memory file of ``directory`` (a damaged one raises its FormatError)."""
+    return [read(path) for path in paths(directory)]
 
 
 def copy_all(measurements: list[Path], database: Path) -> int:

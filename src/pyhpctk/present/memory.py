@@ -6,9 +6,11 @@ Perfetto, and the peak, a small plot and the largest sites in the report.
 from __future__ import annotations
 
 import html
+import warnings
 from pathlib import Path
 from typing import Any
 
+from pyhpctk.errors import FormatError, FormatWarning
 from pyhpctk.formats import gpu_memory
 
 #: The Perfetto process that holds the memory counters (after CPU threads and GPU streams).
@@ -16,8 +18,14 @@ MEMORY_PID = 1000
 
 
 def timelines(database: str) -> list[gpu_memory.MemoryFile]:
-    """The database's memory files (none: [])."""
-    return gpu_memory.read_all(Path(database))
+    """The database's memory files (none: []); a damaged one is a warning, and left out."""
+    files = []
+    for path in gpu_memory.paths(Path(database)):
+        try:
+            files.append(gpu_memory.read(path))
+        except FormatError as error:
+            warnings.warn(f"{error}: this GPU memory timeline is left out", FormatWarning, 2)
+    return files
 
 
 def first_time(files: list[gpu_memory.MemoryFile]) -> int | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.abc
-import importlib.machinery
 import sys
 import threading
 from collections.abc import Callable
@@ -54,9 +53,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         hook = self.hooks.get(name)
         if hook is None or getattr(self._busy, "on", False):
             return None
-        self._busy.on = True
+        self._busy.on = True  # the other finders, in their order (an editable install's too)
         try:
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is not self and find is not None:
+                    spec = find(name, path, target)
+                    if spec is not None:
+                        break
         finally:
             self._busy.on = False
         loader = spec.loader if spec is not None else None
@@ -69,7 +74,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             self.hooks.pop(name, None)
             hook(module)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 
