@@ -115,6 +115,7 @@ def test_the_database_holds_the_memory_file_with_each_allocators_peak(database: 
     first = data.top_sites[0]
     assert (first["at_peak"], first["count"], first["live"]) == (8 * MIB, 1, 8 * MIB)
     assert str(first["stack"][0]).startswith("torch_block (")  # type: ignore[index]
+    assert [site["sources"] for site in data.top_sites] == [["torch"], ["cupy"]]
 
 
 def test_the_html_report_shows_the_peak_and_the_largest_sites(

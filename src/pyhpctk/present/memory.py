@@ -110,7 +110,9 @@ def report_section(files: list[gpu_memory.MemoryFile]) -> str:
             for site in data.top_sites:
                 stack = site.get("stack")
                 frames = stack[:6] if isinstance(stack, list) else []
-                where = "<br>".join(html.escape(str(frame)) for frame in frames)
+                where = (
+                    "<br>".join(html.escape(str(frame)) for frame in frames) or "(no Python frames)"
+                )
                 parts.append(
                     f"<tr><td>{_size(int(site.get('at_peak', 0)))}</td>"  # type: ignore[call-overload]
                     f"<td>{_size(int(site.get('peak', 0)))}</td>"  # type: ignore[call-overload]

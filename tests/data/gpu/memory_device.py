@@ -192,7 +192,12 @@ def training_checks(out: Path, steps: int) -> float:
     with open(out / "train" / "snapshot.pickle", "rb") as file:
         snapshot = pickle.load(file)
     peak, at_peak = snapshot_replay(snapshot)
-    our_values = {stack_key(site): site["at_peak"] for site in ours["top_sites"]}
+    # PyTorch's sites only (the snapshot knows no other allocator), keyed as the snapshot's
+    our_values = {
+        stack_key(site): site["at_peak"]
+        for site in ours["top_sites"]
+        if site["sources"] == ["torch"]
+    }
     top_ours, top_theirs = top_with_ties(our_values, 5), top_with_ties(at_peak, 5)
     (out / "train_compare.json").write_text(
         json.dumps({"ours": our_values, "snapshot": at_peak, "peak": peak}, indent=1)

@@ -99,6 +99,7 @@ class Replayed:
     peak: np.ndarray
     at_peak: np.ndarray
     live: np.ndarray  # bytes each site holds at the end of the events
+    sources: np.ndarray  # the allocators each site allocated through: 1 << source, or-ed
     peak_bytes: int = 0  # the process's most allocated bytes at once (all devices)
     peak_time: int = 0
     timelines: dict[int, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
@@ -153,8 +154,8 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
     pool_segments = {
         (device[i], address[i]) for i in order if action[i] == RESERVE and source[i] != CUDA
     }
-    zeros = [np.zeros(sites, dtype=np.int64) for _ in range(5)]
-    result = Replayed(zeros[0], zeros[1], zeros[2], zeros[3], zeros[4])
+    zeros = [np.zeros(sites, dtype=np.int64) for _ in range(6)]
+    result = Replayed(zeros[0], zeros[1], zeros[2], zeros[3], zeros[4], zeros[5])
     site_live = [0] * sites
     live: dict[tuple[int, int, int], tuple[int, int]] = {}  # (source, device, address) -> ...
     segments: dict[tuple[int, int, int], int] = {}
@@ -182,6 +183,7 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
             if where >= 0:
                 result.alloc_bytes[where] += bytes_
                 result.alloc_count[where] += 1
+                result.sources[where] |= 1 << src
                 site_live[where] += bytes_
                 if site_live[where] > result.peak[where]:
                     result.peak[where] = site_live[where]

@@ -20,9 +20,12 @@ from pyhpctk.measure.gpu.memory import (
     output_directory,
 )
 
+NO_FRAMES = "<no Python frames> (a thread of the runtime)"
+
 
 def site_frames(tracker: MemoryTracker, site: int) -> list[str]:
-    """A site's stack, innermost first, as ``function (file:line)``."""
+    """A site's stack, innermost first, as ``function (file:line)`` ([]: a thread without
+    Python frames, such as PyTorch's autograd threads)."""
     stanzas = tracker.session.functions.stanzas
     frames = []
     for ip in tracker.sites[site].ips:
@@ -32,7 +35,7 @@ def site_frames(tracker: MemoryTracker, site: int) -> list[str]:
             frames.append(f"<unknown> (line {line})")
         else:
             frames.append(f"{stanza.funcname or '<module>'} ({stanza.filename}:{line})")
-    return frames or ["<no Python frames> (a thread of the runtime)"]
+    return frames
 
 
 def _top(tracker: MemoryTracker, values: np.ndarray, result: Replayed) -> list[dict[str, object]]:
@@ -44,6 +47,7 @@ def _top(tracker: MemoryTracker, values: np.ndarray, result: Replayed) -> list[d
             "allocated": int(result.alloc_bytes[i]),
             "count": int(result.alloc_count[i]),
             "live": int(result.live[i]),
+            "sources": [n for b, n in enumerate(SOURCE_NAMES) if int(result.sources[i]) >> b & 1],
             "stack": site_frames(tracker, int(i)),
         }
         for i in order.tolist()
@@ -109,7 +113,7 @@ def write_oom_report(tracker: MemoryTracker, device: int, requested: int, messag
             f" {_size(int(result.alloc_bytes[index]))} allocated here in"
             f" {int(result.alloc_count[index])} allocations"
         )
-        lines += [f"       {frame}" for frame in site_frames(tracker, index)]
+        lines += [f"       {frame}" for frame in site_frames(tracker, index) or [NO_FRAMES]]
     directory = output_directory(tracker)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"oom-{os.getpid()}-{len(tracker.oom_reports) + 1}.txt")

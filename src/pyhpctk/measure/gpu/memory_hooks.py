@@ -160,7 +160,7 @@ class TorchAllocator:
                 False, True,
             )  # fmt: skip
             c._cuda_attach_out_of_memory_observer(self.out_of_memory)
-        except (RuntimeError, TypeError) as error:
+        except Exception as error:  # (raised here it would fail the program's CUDA start)
             self.tracker.problems.append(
                 f"pyrun: gpu memory: cannot record PyTorch's allocator: {error}"
             )
