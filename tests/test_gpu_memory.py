@@ -53,10 +53,14 @@ def site_line(name: str) -> int:
     return next(i for i, text in enumerate(lines, 1) if text.endswith(f"# SITE {name}"))
 
 
-def measure(out: Path, *args: str) -> int:
+def measure_program(out: Path, program: Path, *args: str) -> int:
     return pyrun_main(
-        ["-e", "gpu=simulated,memory", "-o", str(out), sys.executable, str(PROGRAM), *args]
+        ["-e", "gpu=simulated,memory", "-o", str(out), sys.executable, str(program), *args]
     )
+
+
+def measure(out: Path, *args: str) -> int:
+    return measure_program(out, PROGRAM, *args)
 
 
 @pytest.fixture(scope="module")
@@ -317,3 +321,21 @@ def test_a_damaged_memory_file_is_a_warning_and_the_report_is_still_written(
     assert line.startswith(f"warning: {path}: file: ")
     assert line.endswith(": this GPU memory timeline is left out")
     assert 'id="gpu-memory"' not in report.read_text()
+
+
+def test_a_pytorch_release_not_known_is_refused_in_one_line_at_import(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '2.13.0+cu126'\n")
+    program = tmp_path / "old_torch.py"
+    program.write_text("import sys\nimport torch\nprint('imported', file=sys.stderr)\n")
+    assert measure_program(tmp_path / "m", program) == 0
+    lines = capfd.readouterr().err.splitlines()
+    refusal = (
+        "pyrun: gpu memory: PyTorch 2.13.0+cu126 is not supported (supported: 2.14.x; its"
+        " allocator's private API may differ): PyTorch's memory is not measured"
+    )
+    assert lines.count(refusal) == 1
+    assert lines.index(refusal) < lines.index("imported")  # said at the import

@@ -185,8 +185,8 @@ class TorchAllocator:
 
 def _install_torch(tracker: MemoryTracker, torch: ModuleType) -> None:
     refusal = torch_refusal(str(getattr(torch, "__version__", "?")))
-    if refusal:
-        tracker.problems.append(refusal)
+    if refusal:  # said at once: the program goes on, its PyTorch memory unmeasured
+        sys.stderr.write(refusal + "\n")
         return
     allocator = TorchAllocator(tracker, torch)
     tracker.hooks.append(allocator)
