@@ -326,11 +326,11 @@ def test_a_damaged_memory_file_is_a_warning_and_the_report_is_still_written(
 def test_a_pytorch_release_not_known_is_refused_in_one_line_at_import(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    fake = tmp_path / "torch"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("__version__ = '2.13.0+cu126'\n")
     program = tmp_path / "old_torch.py"
     program.write_text("import sys\nimport torch\nprint('imported', file=sys.stderr)\n")
+    torch_package = tmp_path / "torch" / "__init__.py"  # found beside the program
+    torch_package.parent.mkdir()
+    torch_package.write_text("__version__ = '2.13.0+cu126'\n")
     assert measure_program(tmp_path / "m", program) == 0
     lines = capfd.readouterr().err.splitlines()
     refusal = (
