@@ -339,3 +339,35 @@ def test_a_pytorch_release_not_known_is_refused_in_one_line_at_import(
     )
     assert lines.count(refusal) == 1
     assert lines.index(refusal) < lines.index("imported")  # said at the import
+
+
+class Encoder:
+    def forward(self) -> int:
+        return 1  # where PyTorch's frame says the encoder allocated
+
+
+class Decoder:
+    def forward(self) -> int:
+        return 2  # where PyTorch's frame says the decoder allocated
+
+
+def test_pytorchs_frames_are_named_as_pyrun_names_the_code_that_ran(tmp_path: Path) -> None:
+    """PyTorch's history names a frame (file, line, co_name): the function that ran there is
+    found among those pyrun registered, so that its sites meet the sampled tree."""
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    tracker = memory.MemoryTracker(session, session.add_metric_kind(memory.memory_metric_kind()))
+    for method in (Encoder.forward, Decoder.forward):  # as sampling registers code that ran
+        session.functions.register(method.__code__)
+    line = Decoder.forward.__code__.co_firstlineno + 1
+    frames = [
+        {"filename": __file__, "line": line, "name": "forward"},
+        {"filename": __file__, "line": 7, "name": "<module>"},
+        {"filename": "/opt/lib/never_seen.py", "line": 3, "name": "helper"},
+    ]
+    site = tracker.site_of_frames(frames)
+    assert memory_files.site_frames(tracker, site) == [
+        f"Decoder.forward ({__file__}:{line})",
+        f"<module> ({__file__}:7)",
+        "helper (/opt/lib/never_seen.py:3)",
+    ]
+    assert tracker.site_of_frames(list(frames)) == site  # the same stack, the same site

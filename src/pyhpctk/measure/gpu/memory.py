@@ -14,7 +14,8 @@ calling context that asked for it (a *site*: the thread and its call path, inner
 - Any caller of :meth:`MemoryTracker.allocated` / :meth:`~MemoryTracker.freed` /
   :meth:`~MemoryTracker.reserved` / :meth:`~MemoryTracker.released` (the tests' fake allocator).
 
-Nothing is computed on the program's path but the site. At exit :func:`replay` walks every
+Nothing is computed on the program's path but the site. At exit
+(:func:`.memory_hooks.finish`) :func:`replay` walks every
 event in time order and gives, per site: bytes allocated and allocations (``GMEMLIVE:ALLOC``,
 ``GMEMLIVE:COUNT``), the most bytes the site held live at once (``GMEMLIVE:PEAK``), and the
 bytes it held at the process's peak (``GMEMLIVE:ATPEAK``: what the peak was made of); and per
@@ -22,8 +23,8 @@ device a timeline of allocated and reserved bytes. The metrics go into the CCT o
 that allocated (kind ``gpu-memory``), the timeline and the largest sites into
 ``MEAS/gpumem/memory-PID.json`` (docs/formats.md, "GPU memory"), which pyprof copies into the
 database for ``pyview --trace-export`` and ``--html``. On an out-of-memory error,
-:meth:`MemoryTracker.out_of_memory` writes ``MEAS/gpumem/oom-PID-N.txt`` at once: what was live,
-by site, with the stacks.
+:func:`.memory_files.out_of_memory` writes ``MEAS/gpumem/oom-PID-N.txt`` at once: what was
+live, by site, with the stacks.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ class MemoryTracker:
         self.problems: list[str] = []
         self.hooks: list[object] = []  # what memory_hooks installed (undone at finish)
         self._frame_fids: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        self._indexed = -1
+        self._indexed = 0  # stanzas of the function table indexed so far
 
     # -- the program's path --
 
@@ -373,13 +374,12 @@ class MemoryTracker:
         ``line`` among those pyrun registered; else a stanza of that name (first line 0)."""
         functions = self.session.functions
         stanzas = functions.stanzas
-        if len(stanzas) != self._indexed:  # functions seen since: index them again
-            index: dict[tuple[str, str], list[tuple[int, int]]] = {}
-            for stanza in list(stanzas):
-                short = stanza.funcname.rpartition(".")[2] or "<module>"
-                index.setdefault((stanza.filename, short), []).append((stanza.lineno, stanza.fid))
-            self._frame_fids, self._indexed = index, len(stanzas)
-        starts = [entry for entry in self._frame_fids.get((filename, name), ()) if entry[0] <= line]
+        index, count = self._frame_fids, len(stanzas)
+        for stanza in stanzas[self._indexed : count]:  # those registered since the last call
+            short = stanza.funcname.rpartition(".")[2] or "<module>"
+            index.setdefault((stanza.filename, short), []).append((stanza.lineno, stanza.fid))
+        self._indexed = count
+        starts = [entry for entry in index.get((filename, name), ()) if entry[0] <= line]
         if starts:
             return max(starts)[1]
         return functions.named("" if name == "<module>" else name, filename, 0)
