@@ -145,6 +145,7 @@ def test_an_out_of_memory_error_leaves_its_report(
     lines = reports[0].read_text().splitlines()
     assert lines[0] == "out of memory on device 0: 3.00 GiB asked for (3221225472 bytes)"
     assert lines[2].startswith("live when it failed: 12.00 MiB (12582912 bytes) in 2 allocation")
+    assert lines[3] == "device 0: 12.00 MiB allocated, 26.00 MiB reserved by the allocators"
     first = lines.index("sites by live bytes (innermost frame first):") + 1
     assert lines[first].startswith("  1. 8.00 MiB live (8388608 bytes, 66.7 %)")
     assert lines[first + 1].strip().startswith("torch_block (")

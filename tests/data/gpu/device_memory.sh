@@ -7,9 +7,10 @@
 # leave their reports. Every log, measurement and database goes under OUT; a PASS/FAIL line per
 # check, then "N/M passed". About 2 minutes on an H100.
 # Usage (repository root): bash tests/data/gpu/device_memory.sh OUT [WHEEL_DIR]
-# (WHEEL_DIR: wheels of what the image lacks, cupti-python first: installed into /tmp/site.)
+# (WHEEL_DIR, default .whl/ where present: wheels of what the image lacks, cupti-python among
+# them, installed into /tmp/site when the image has no cupti.)
 out=${1:?output directory}
-wheels=${2:-}
+wheels=${2:-$([ -d .whl ] && echo .whl)}
 mkdir -p "$out"
 began=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; python3 --version

@@ -104,6 +104,8 @@ class Replayed:
     peak_bytes: int = 0  # the process's most allocated bytes at once (all devices)
     peak_time: int = 0
     timelines: dict[int, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
+    #: Each device's (allocated, reserved) bytes after the last event.
+    final: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: The peak of each allocator's own bytes (by SOURCE_NAMES index), each at its own moment.
     source_peaks: list[int] = field(default_factory=lambda: [0] * len(SOURCE_NAMES))
     events: int = 0
@@ -212,6 +214,7 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
         line[1].append(allocated.get(dev, 0))
         line[2].append(reserved.get(dev, 0))
     result.live[:] = site_live
+    result.final = {dev: (allocated.get(dev, 0), reserved.get(dev, 0)) for dev in result.timelines}
     result.events = len(kept)
     if peak_at >= 0:  # again up to the peak: what each site held then
         _live_at(result, order[: peak_at + 1], columns, pool_segments)

@@ -101,6 +101,13 @@ def write_oom_report(tracker: MemoryTracker, device: int, requested: int, messag
         f"live when it failed: {_size(total)} ({total} bytes) in"
         f" {int(np.count_nonzero(live))} allocation sites (all devices);"
         f" the process's peak so far: {_size(result.peak_bytes)}",
+    ]
+    for number, (allocated, reserved) in sorted(result.final.items()):
+        lines.append(  # reserved far above allocated: the pool's blocks are fragmented
+            f"device {number}: {_size(allocated)} allocated, {_size(reserved)} reserved"
+            " by the allocators"
+        )
+    lines += [
         "",
         "sites by live bytes (innermost frame first):",
     ]
