@@ -372,3 +372,20 @@ def test_pytorchs_frames_are_named_as_pyrun_names_the_code_that_ran(tmp_path: Pa
         "helper (/opt/lib/never_seen.py:3)",
     ]
     assert tracker.site_of_frames(list(frames)) == site  # the same stack, the same site
+
+
+def test_pytorchs_expandable_segments_are_reserved_as_mapped(tmp_path: Path) -> None:
+    """``expandable_segments:True``: PyTorch maps ranges into a segment and unmaps them."""
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    tracker = memory.MemoryTracker(session, session.add_metric_kind(memory.memory_metric_kind()))
+    base = 0x7F00_0000_0000
+    trace = [
+        {"action": "segment_map", "addr": base, "size": 2 * MIB, "time_us": 1},
+        {"action": "alloc", "addr": base, "size": MIB, "time_us": 2, "frames": []},
+        {"action": "segment_map", "addr": base + 2 * MIB, "size": 4 * MIB, "time_us": 3},
+        {"action": "segment_unmap", "addr": base + 2 * MIB, "size": 4 * MIB, "time_us": 4},
+        {"action": "segment_free", "addr": base + 8 * MIB, "size": 0, "time_us": 5},  # unknown
+    ]
+    tracker.take_torch({"device_traces": [trace]})
+    reserved = tracker.replay().timelines[0][2]
+    assert reserved == [2 * MIB, 2 * MIB, 6 * MIB, 2 * MIB, 2 * MIB]

@@ -207,8 +207,9 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
         elif what == RESERVE:
             segments[key] = size[i]
             reserved[dev] = reserved.get(dev, 0) + size[i]
-        else:  # RELEASE of a pool segment
-            reserved[dev] = reserved.get(dev, 0) - segments.pop(key, 0)
+        else:  # RELEASE of a pool segment (or of a range of it: its own size)
+            whole = segments.pop(key, 0)
+            reserved[dev] = reserved.get(dev, 0) - (size[i] or whole)
         line = result.timelines.setdefault(dev, ([], [], []))
         line[0].append(time[i])
         line[1].append(allocated.get(dev, 0))
@@ -452,6 +453,8 @@ TORCH_ACTIONS = {
     "free_completed": FREE,
     "segment_alloc": RESERVE,
     "segment_free": RELEASE,
+    "segment_map": RESERVE,  # expandable segments: a range mapped into one
+    "segment_unmap": RELEASE,
 }
 
 

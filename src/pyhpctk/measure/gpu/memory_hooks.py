@@ -38,8 +38,9 @@ from pyhpctk.measure.gpu.memory import CUPY, MemoryTracker, Replayed
 
 #: The PyTorch releases whose private allocator API this was written and tested against.
 TORCH_SUPPORTED = ("2.14",)
-#: Actions left out of PyTorch's history: pyrun reads alloc, free_completed, segment_*.
-TORCH_SKIPPED = ["free_requested", "snapshot", "annotate", "segment_map", "segment_unmap"]
+#: Actions left out of PyTorch's history: pyrun reads alloc, free_completed and segment_*
+#: (alloc/free, map/unmap: the latter two are expandable segments growing and shrinking).
+TORCH_SKIPPED = ["free_requested", "snapshot", "annotate"]
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
