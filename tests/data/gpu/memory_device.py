@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -284,7 +285,8 @@ def cupy_checks(out: Path) -> None:
 def oom_checks(out: Path, which: str) -> None:
     done = pyrun(out, f"oom_{which}", "gpu=nvidia,memory", f"--oom-{which}")
     reports = sorted((out / f"oom_{which}.m" / "gpumem").glob("oom-*.txt"))
-    check(f"{which} OOM: the program died of it", done.returncode != 0, f"rc {done.returncode}")
+    died = done.returncode != 0 and "OutOfMemoryError" in done.stderr
+    check(f"{which} OOM: the program died of it", died, f"rc {done.returncode}")
     check(f"{which} OOM: a report was written", len(reports) == 1, str(reports))
     if not reports:
         return
@@ -302,11 +304,20 @@ def main(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     steps = int(os.environ.get("MEMORY_STEPS", "40"))
     began = time.time()
-    with_memory = training_checks(out, steps)
-    overhead(out, steps, with_memory)
-    cupy_checks(out)
-    oom_checks(out, "torch")
-    oom_checks(out, "cupy")
+
+    def group(name: str, body: Callable[[], object]) -> object:
+        try:
+            return body()
+        except Exception as error:  # one group's failure leaves the others' lines
+            check(name, False, f"{error!r} (see its log under {out})")
+            return None
+
+    with_memory = group("torch training step", lambda: training_checks(out, steps))
+    if isinstance(with_memory, float):
+        group("overhead", lambda: overhead(out, steps, with_memory))
+    group("cupy program", lambda: cupy_checks(out))
+    group("torch out of memory", lambda: oom_checks(out, "torch"))
+    group("cupy out of memory", lambda: oom_checks(out, "cupy"))
     failed = [name for name, ok in results if not ok]
     print(f"{len(results) - len(failed)}/{len(results)} passed in {time.time() - began:.0f} s")
     return 1 if failed else 0
