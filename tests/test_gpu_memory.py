@@ -8,6 +8,7 @@ report, and the out-of-memory report, against what the program is known to alloc
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -389,3 +390,25 @@ def test_pytorchs_expandable_segments_are_reserved_as_mapped(tmp_path: Path) -> 
     tracker.take_torch({"device_traces": [trace]})
     reserved = tracker.replay().timelines[0][2]
     assert reserved == [2 * MIB, 2 * MIB, 6 * MIB, 2 * MIB, 2 * MIB]
+
+
+def test_a_process_after_exec_under_the_same_pid_overwrites_nothing(tmp_path: Path) -> None:
+    """Each of two trackers of one pid (a process and the one it ``exec``'d) keeps its files."""
+    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0))
+    written = []
+    for size in (MIB, 2 * MIB):
+        tracker = memory.MemoryTracker(session, memory.memory_metric_kind())
+        tracker.allocated(memory.CUPY, 0, 0x1000, size)
+        written.append(memory_files.out_of_memory(tracker, 0, size))
+        written.append(memory_files.write_timeline(tracker, tracker.replay()))
+    names = [Path(path).name for path in written]
+    pid = os.getpid()
+    assert names == [
+        f"oom-{pid}-1.txt",
+        f"memory-{pid}.json",
+        f"oom-{pid}-2.txt",
+        f"memory-{pid}-2.json",
+    ]
+    peaks = [data.peak_bytes for data in gpu_memory.read_all(tmp_path)]
+    assert sorted(peaks) == [MIB, 2 * MIB]
+    assert "1.00 MiB live" in Path(written[0]).read_text()

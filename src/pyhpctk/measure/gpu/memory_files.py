@@ -6,8 +6,10 @@ of the exception; and pyrun's lines about them at exit.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -74,9 +76,29 @@ def write_timeline(tracker: MemoryTracker, result: Replayed) -> str:
         top_sites=_top(tracker, result.at_peak, result),
         oom_reports=[os.path.basename(path) for path in tracker.oom_reports],
     )
-    path = os.path.join(output_directory(tracker), f"memory-{os.getpid()}.json")
-    gpu_memory.write(data, path)
+    pid = os.getpid()
+    names = (f"memory-{pid}{'' if n == 1 else f'-{n}'}.json" for n in itertools.count(1))
+    path = claim(output_directory(tracker), names)
+    try:
+        gpu_memory.write(data, path)
+    except OSError:
+        os.unlink(path)  # the claimed name, empty: no damaged file left
+        raise
     return path
+
+
+def claim(directory: str, names: Iterator[str]) -> str:
+    """The first of ``names`` in ``directory`` no file holds, created empty (``O_EXCL``): a
+    process that ``exec``'d under the same pid never overwrites what the one before it wrote."""
+    os.makedirs(directory, exist_ok=True)
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return path
+    raise OSError(f"{directory}: no free name")
 
 
 def _size(value: int) -> str:
@@ -121,9 +143,8 @@ def write_oom_report(tracker: MemoryTracker, device: int, requested: int, messag
             f" {int(result.alloc_count[index])} allocations"
         )
         lines += [f"       {frame}" for frame in site_frames(tracker, index) or [NO_FRAMES]]
-    directory = output_directory(tracker)
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"oom-{os.getpid()}-{len(tracker.oom_reports) + 1}.txt")
+    pid = os.getpid()
+    path = claim(output_directory(tracker), (f"oom-{pid}-{n}.txt" for n in itertools.count(1)))
     with open(path + ".tmp", "w", encoding="utf-8") as out:
         out.write("\n".join(lines) + "\n")
         out.flush()
