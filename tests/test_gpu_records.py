@@ -48,6 +48,7 @@ MEMORY = np.dtype(
         ("correlation_id", "<u4"),
         ("timestamp", "<u8"),
         ("bytes", "<u8"),
+        ("address", "<u8"),  # an allocation's address: the row's act.ADDRESS (issue #37)
         ("device_id", "<u4"),
         ("context_id", "<u4"),
         ("stream_id", "<u4"),

@@ -52,7 +52,7 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
-from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
+from pyhpctk.formats import cctdb, gpu_memory, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
 META_DB_VALUES = 40
@@ -114,6 +114,8 @@ def write_meta_db(state: Analysis) -> None:
             extra = EXTRA_ROOTS if options.derived else ()
             write_taxonomy(staging, default_yaml(table.metrics, table.formulas, db.partials, extra))
             write_thread_names(state, staging)
+            if state.sources.measurements:  # pyrun's GPU memory timelines (formats.md)
+                gpu_memory.copy_all(list(state.sources.measurements), staging)
         except BaseException as error:  # re-raised by finish()
             state.output.meta_errors.append(error)
         state.timings["meta.db (thread)"] = round(time.perf_counter() - began, 3)

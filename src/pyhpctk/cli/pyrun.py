@@ -56,7 +56,8 @@ SUBCOMMANDS = ("ctl", "attach")
     help="Sample EVENT every PERIOD microseconds: CPUTIME (default, @5000), REALTIME or GILWAIT "
     "(time waiting for the GIL); "
     "or measure GPU work: gpu=nvidia (CUPTI), gpu=amd, gpu=simulated (replays a recording), "
-    "with options such as gpu=nvidia,pc (pyrun -L lists them).",
+    "with options such as gpu=nvidia,pc or gpu=nvidia,memory (GPU memory with the Python lines "
+    "that allocated it; pyrun -L lists them).",
 )
 @click.option("-t", "--trace", is_flag=True, help="Also record a trace (.hpctrace) per thread.")
 @click.option("-L", "--list-events", is_flag=True, help="List the events pyrun can sample.")

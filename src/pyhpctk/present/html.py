@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from pyhpctk.present import memory
 from pyhpctk.present.api import Database
 from pyhpctk.present.condense import condense
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
@@ -574,6 +575,7 @@ def render_html(db: Database, view: View, others: Sequence[View] = ()) -> str:
 <section><h2>Warps of the first traced launch (a lane per SM and warp slot, coloured by PTX
 block)</h2><pre id="warp-summary"></pre><div id="warp-legend"></div><div id="warp-axis"></div>
 <div id="warps"></div></section>
+{memory.report_section(memory.timelines(db.experiment.path))}
 <script type="application/json" id="report-data">{data}</script>
 <script>{_JS}</script>
 </body></html>

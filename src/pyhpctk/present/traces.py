@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from pyhpctk.errors import FormatError, UsageError
 from pyhpctk.formats.vocabulary import LexicalType, Relation
+from pyhpctk.present import memory
 from pyhpctk.present.labels import context_label
 from pyhpctk.present.model import (
     LEX_ENTRY,
@@ -219,8 +220,11 @@ CPU_PID, GPU_PID = 1, 2
 
 def to_perfetto(exp: Experiment) -> dict[str, Any]:
     """Chrome trace-event JSON (``{"traceEvents": [...]}``); times in microseconds."""
-    lines = _lines(exp)
+    memory_files = memory.timelines(exp.path)  # GPU memory counters (pyrun's gpu=...,memory)
+    lines = _lines(exp) if exp.traces is not None or not memory_files else []
     starts = [int(line.timestamps[0]) for line in lines if len(line.timestamps)]
+    first_memory = memory.first_time(memory_files)
+    starts += [first_memory] if first_memory is not None else []
     origin = min(starts) if starts else 0
     events: list[dict[str, Any]] = []
     frames_of: dict[int, list[tuple[int, str]]] = {}
@@ -288,6 +292,7 @@ def to_perfetto(exp: Experiment) -> dict[str, Any]:
                     }
                 )
             stack = want
+    events += memory.counter_events(memory_files, origin)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",

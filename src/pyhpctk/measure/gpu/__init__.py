@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 
 from pyhpctk.errors import UsageError
-from pyhpctk.measure.gpu.options import block_counting, inst_counting, pc_period
+from pyhpctk.measure.gpu.options import block_counting, inst_counting, memory_tracking, pc_period
 from pyhpctk.measure.gpu.spec import (
     BACKENDS,
     GpuSpec,
@@ -90,12 +90,22 @@ def install(session: Host, spec: GpuSpec | str) -> GpuMonitor:
         from pyhpctk.measure.gpu.blocks import block_metric_kind
 
         monitor.enable_blocks(session.add_metric_kind(block_metric_kind()))
+    if memory_tracking(spec.options, spec.backend):  # issue #37 item 2: .memory
+        from pyhpctk.measure.gpu.memory import MemoryTracker, memory_metric_kind
+
+        monitor.inside.memory = MemoryTracker(
+            session, session.add_metric_kind(memory_metric_kind())
+        )
     if pc_kind is not None and inst_counting(spec):
         monitor.enable_pc(pc_kind, 0)  # counts: no sampling period, no GSAMP metrics
     elif pc_kind is not None:
         monitor.enable_pc(pc_kind, *backend.pc_settings(pc_period(spec)))
     try:
         backend.start(monitor)
+        if monitor.inside.memory is not None:
+            from pyhpctk.measure.gpu import memory_hooks
+
+            memory_hooks.install(monitor.inside.memory)
     except BaseException:
         try:
             backend.stop()

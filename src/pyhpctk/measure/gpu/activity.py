@@ -75,7 +75,7 @@ ACTIVITY_DTYPE = np.dtype(
         ("registers", "<u4"),  # per thread
         ("static_smem", "<u4"),  # per block
         ("dynamic_smem", "<u4"),  # per block
-        ("local_mem", "<u8"),  # local memory total
+        ("local_mem", "<u8"),  # kernels: local memory total; ALLOC/FREE: the address (ADDRESS)
         ("block_threads", "<u4"),
         ("grid_blocks", "<u8"),
         ("function", "<i4"),  # index into the batch's function table, -1 unknown
@@ -85,6 +85,9 @@ ACTIVITY_DTYPE = np.dtype(
     align=False,
 )
 assert ACTIVITY_DTYPE.itemsize == 96
+#: The column that holds an ALLOC or FREE row's address (CUPTI's MEMORY2 ``address``; 0 where
+#: the backend does not know it): kernels' ``local_mem``, unused by memory rows.
+ADDRESS = "local_mem"
 
 
 def empty_activities(count: int = 0) -> np.ndarray:

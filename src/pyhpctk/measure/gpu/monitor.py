@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.extension import Host
     from pyhpctk.measure.gpu.backend import Backend, NativeHook
     from pyhpctk.measure.gpu.blocks import BlockCounting
+    from pyhpctk.measure.gpu.memory import MemoryTracker
     from pyhpctk.measure.gpu.operations import Batch, Operation
     from pyhpctk.measure.gpu.warps import WarpTraces
 
@@ -89,10 +90,12 @@ _RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENER
 @dataclass
 class KernelInsides:
     """What instrumented kernels report (issue #34): block counts (``gpu=...,blocks``, made by
-    :meth:`GpuMonitor.enable_blocks`) and per-warp traces (made at the first traced launch)."""
+    :meth:`GpuMonitor.enable_blocks`) and per-warp traces (made at the first traced launch);
+    and what the allocators' hooks report (``gpu=...,memory``, issue #37: :mod:`.memory`)."""
 
     blocks: BlockCounting | None = None
     warps: WarpTraces | None = None
+    memory: MemoryTracker | None = None  # and what allocators report (gpu=...,memory; .memory)
 
 
 class GpuMonitor:
@@ -619,6 +622,8 @@ class GpuMonitor:
             if unknown:
                 attribute(records[unknown], unknown_ops, names)
         self._renew_sites(batches)
+        if self.inside.memory is not None:  # raw cudaMalloc/cudaFree with their call paths
+            self.inside.memory.take_cuda(records, operations)
         if self.trace:
             records, kept = self._inside_window(records, operations)
             if len(records):
@@ -725,6 +730,10 @@ class GpuMonitor:
             except Exception as error:  # the program's results matter more than ours
                 self.errors.append(f"pyrun: gpu: backend stop failed: {error!r}")
         self.close()
+        if self.inside.memory is not None:  # before the threads' CCTs are written
+            from pyhpctk.measure.gpu.memory_hooks import finish
+
+            finish(self.inside.memory, report)
         if report:
             report_problems(self.stats, self.errors, self.fine)
             if self.inside.blocks is not None:

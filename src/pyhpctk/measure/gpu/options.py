@@ -94,9 +94,22 @@ def pc_period(spec: GpuSpec) -> int:
         raise UsageError(f"gpu={spec.backend}: {error}") from None
 
 
+def memory_tracking(options: tuple[tuple[str, str], ...], backend: str) -> bool:
+    """``gpu=nvidia,memory`` / ``gpu=simulated,memory``: every allocation and free of
+    PyTorch's and CuPy's allocators with its calling context (issue #37 item 2, :mod:`.memory`).
+    """
+    for key, value in options:
+        if key == "memory":
+            if value:
+                raise UsageError(f"gpu={backend}: memory takes no value (say gpu={backend},memory)")
+            return True
+    return False
+
+
 def check_common(spec: GpuSpec) -> None:
     """Refuse bad values of the options above now (nothing loaded or started)."""
     hook_option(spec)
+    memory_tracking(spec.options, spec.backend)
     sync_option(spec)
     inst_counting(spec)
     kernel_filter(spec, block_counting(spec))

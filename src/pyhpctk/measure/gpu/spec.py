@@ -55,6 +55,7 @@ BACKENDS: dict[str, BackendInfo] = {
             *("buffer", "records", "pc", "inst", "period", "pcmode", "hook", "sync"),
             *BLOCK_OPTIONS,
             *("trace", "tracebytes"),  # issue #34 item 4: .warp_options
+            "memory",  # issue #37 item 2: .memory
         ),
         (
             ("[,OPTION...]", "kernels, copies, memsets, syncs and allocations through"),
@@ -75,6 +76,10 @@ BACKENDS: dict[str, BackendInfo] = {
             ("sync=api|activity", "who times synchronizations: the C hook, at the API"),
             ("", "(default), or CUPTI's SYNCHRONIZATION records, which"),
             ("", "cost PyTorch models about 30 % (docs/gpu.md)"),
+            ("memory", "also every allocation and free of PyTorch's and CuPy's"),
+            ("", "allocators with its Python line: bytes allocated, peak"),
+            ("", "live, live at the peak; a timeline per device; what was"),
+            ("", "live at an out-of-memory error (gpumem/, docs/gpu.md)"),
             ("buffer=BYTES, records=raw|objects, pcmode=serialized|continuous", ""),
             ("trace[=chunks|exact]", "per-warp traces of instrumented kernels (issue #34;"),
             ("", "not wired into launches yet: refused, docs/gpu.md)"),
@@ -83,7 +88,10 @@ BACKENDS: dict[str, BackendInfo] = {
     ),
     "simulated": BackendInfo(
         "pyhpctk.measure.gpu.simulated",
-        ("recording", "buffer", "pending", "pc", "inst", "hook", "sync", *BLOCK_OPTIONS, "traces"),
+        (
+            *("recording", "buffer", "pending", "pc", "inst", "hook", "sync"),
+            *(*BLOCK_OPTIONS, "traces", "memory"),
+        ),
         (
             ("[,OPTION...]", "replays activity recorded on an H200 (no GPU needed):"),
             ("recording=FILE, pc=FILE, inst=FILE, buffer=N, pending=N, hook=..., sync=...", ""),
@@ -91,6 +99,8 @@ BACKENDS: dict[str, BackendInfo] = {
             ("", "kernel-name=, launch-skip=, launch-count= as for nvidia"),
             ("traces=FILE", "each launch is a recorded traced launch of a kernel: its"),
             ("", "warps on trace lines per SM and warp slot (docs/gpu.md)"),
+            ("memory", "allocations as for nvidia (a program's own fake allocator"),
+            ("", "tells pyhpctk.measure.gpu.memory.current(), docs/gpu.md)"),
         ),
     ),
     "amd": BackendInfo(

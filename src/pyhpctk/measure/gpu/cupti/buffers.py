@@ -239,6 +239,7 @@ class BufferReader:
                 row["start"] = row["end"] = record.timestamp
                 row["bytes"] = record.bytes
                 row["memory_kind"] = record.memory_kind
+                row[act.ADDRESS] = getattr(record, "address", 0)
                 continue
             row["start"] = record.start
             row["end"] = record.end

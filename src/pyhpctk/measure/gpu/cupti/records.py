@@ -49,7 +49,7 @@ FIELDS: dict[int | None, tuple[tuple[str, tuple[str, ...]], ...]] = {
     act.COPY: (("copy_kind", ("copyKind",)),),
     act.MEMSET: (("memory_kind", ("memoryKind",)),),
     act.SYNC: (("sync_kind", ("type",)),),
-    act.ALLOC: (("memory_kind", ("memoryKind",)),),
+    act.ALLOC: (("memory_kind", ("memoryKind",)), (act.ADDRESS, ("address",))),
 }
 #: Kernel row fields that are the product of three record fields (the launch's dimensions).
 PRODUCTS = (
