@@ -16,6 +16,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ from pyhpctk.formats import gpu_memory
 from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu import memory, memory_files, shutdown
 from pyhpctk.measure.gpu import metrics as gm
-from pyhpctk.measure.gpu.memory_hooks import torch_refusal
+from pyhpctk.measure.gpu.memory_hooks import TorchAllocator, torch_refusal
 from pyhpctk.measure.gpu.monitor import GpuMonitor
 from pyhpctk.measure.gpu.simulated import recording as rec
 from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
@@ -186,10 +188,49 @@ def test_a_pools_own_cudamalloc_is_not_counted_twice() -> None:
 def test_only_the_pytorch_releases_known_are_hooked() -> None:
     assert torch_refusal("2.14.1+cu130") == ""
     assert torch_refusal("2.14.0") == ""
+    assert torch_refusal("2.11.0+cu130") == ""  # the device's
     assert torch_refusal("2.15.0") == (
-        "pyrun: gpu memory: PyTorch 2.15.0 is not supported (supported: 2.14.x; its"
+        "pyrun: gpu memory: PyTorch 2.15.0 is not supported (supported: 2.11.x to 2.14.x; its"
         " allocator's private API may differ): PyTorch's memory is not measured"
     )
+
+
+SEEN: dict[str, object] = {}
+
+
+def _record_2_11(
+    enabled: str = "all", context: str = "all", stacks: str = "all", device: object = None
+) -> None:
+    """A release whose history takes no ``skip_actions`` (as 2.11's)."""
+    SEEN.update(enabled=enabled, context=context, stacks=stacks)
+
+
+def _record_2_14(
+    enabled: str = "all",
+    context: str = "all",
+    stacks: str = "all",
+    skip_actions: list[str] | None = None,
+    record_cuda: bool = True,
+) -> None:
+    SEEN.update(enabled=enabled, context=context, stacks=stacks, skip_actions=skip_actions)
+
+
+@pytest.mark.parametrize("record", [_record_2_11, _record_2_14], ids=["2.11", "2.14"])
+def test_the_allocator_history_is_asked_with_the_arguments_its_release_takes(
+    record: Any,
+) -> None:
+    observers: list[object] = []
+    SEEN.clear()
+    torch = SimpleNamespace(
+        cuda=SimpleNamespace(memory=SimpleNamespace(_record_memory_history_impl=record)),
+        _C=SimpleNamespace(_cuda_attach_out_of_memory_observer=observers.append),
+    )
+    tracker = SimpleNamespace(problems=[])
+    allocator = TorchAllocator(tracker, torch)  # type: ignore[arg-type]
+    allocator.enable()
+    assert tracker.problems == [] and allocator.enabled
+    assert SEEN["stacks"] == "python" and SEEN["context"] == "alloc", SEEN
+    assert observers == [allocator.out_of_memory]
 
 
 PYRUN = (sys.executable, "-m", "pyhpctk.cli.pyrun", "-e", "gpu=simulated,memory")
@@ -332,11 +373,11 @@ def test_a_pytorch_release_not_known_is_refused_in_one_line_at_import(
     program.write_text("import sys\nimport torch\nprint('imported', file=sys.stderr)\n")
     torch_package = tmp_path / "torch" / "__init__.py"  # found beside the program
     torch_package.parent.mkdir()
-    torch_package.write_text("__version__ = '2.13.0+cu126'\n")
+    torch_package.write_text("__version__ = '2.10.0+cu126'\n")
     assert measure_program(tmp_path / "m", program) == 0
     lines = capfd.readouterr().err.splitlines()
     refusal = (
-        "pyrun: gpu memory: PyTorch 2.13.0+cu126 is not supported (supported: 2.14.x; its"
+        "pyrun: gpu memory: PyTorch 2.10.0+cu126 is not supported (supported: 2.11.x to 2.14.x; its"
         " allocator's private API may differ): PyTorch's memory is not measured"
     )
     assert lines.count(refusal) == 1

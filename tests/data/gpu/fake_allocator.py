@@ -61,13 +61,14 @@ def raw_cuda():
 
 
 class FakeTorch:
-    """What TorchAllocator reads of torch: ``_C._cuda_memorySnapshot``."""
+    """What TorchAllocator reads of torch: ``torch.cuda.memory._snapshot()``."""
 
     def __init__(self):
         self.traces = []
         self._C = self
+        self.cuda = self.memory = self
 
-    def _cuda_memorySnapshot(self, _):
+    def _snapshot(self):
         return {"segments": [], "device_traces": [self.traces]}
 
 

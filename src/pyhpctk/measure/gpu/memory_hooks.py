@@ -26,7 +26,9 @@ thread, whose hook is not ours) gets one then, before the process ends.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.abc
+import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -37,7 +39,7 @@ from pyhpctk.measure.gpu import memory_files
 from pyhpctk.measure.gpu.memory import CUPY, MemoryTracker, Replayed
 
 #: The PyTorch releases whose private allocator API this was written and tested against.
-TORCH_SUPPORTED = ("2.14",)
+TORCH_SUPPORTED = ("2.11", "2.12", "2.13", "2.14")  # run on 2.11 (device) and 2.14 (here)
 #: Actions left out of PyTorch's history: pyrun reads alloc, free_completed and segment_*
 #: (alloc/free, map/unmap: the latter two are expandable segments growing and shrinking).
 TORCH_SKIPPED = ["free_requested", "snapshot", "annotate"]
@@ -140,7 +142,8 @@ def torch_refusal(version: str) -> str:
         return ""
     return (
         f"pyrun: gpu memory: PyTorch {version} is not supported (supported: "
-        f"{', '.join(TORCH_SUPPORTED)}.x; its allocator's private API may differ): PyTorch's"
+        f"{TORCH_SUPPORTED[0]}.x to {TORCH_SUPPORTED[-1]}.x; its allocator's private API may"
+        " differ): PyTorch's"
         " memory is not measured"
     )
 
@@ -156,10 +159,18 @@ class TorchAllocator:
     def enable(self) -> None:
         c = self.torch._C
         try:
-            c._cuda_record_memory_history(
-                "all", "alloc", "python", sys.maxsize, False, False, False, TORCH_SKIPPED,
-                False, True,
-            )  # fmt: skip
+            # What _record_memory_history(stacks="python") does, without its checks; by name,
+            # so that each release's own list of arguments is kept (2.11's differs from 2.14's)
+            record = self.torch.cuda.memory._record_memory_history_impl
+            wanted = {
+                "enabled": "all",
+                "context": "alloc",
+                "stacks": "python",
+                "max_entries": sys.maxsize,
+                "skip_actions": TORCH_SKIPPED,  # (where known: the replay ignores them anyway)
+            }
+            known = inspect.signature(record).parameters
+            record(**{name: value for name, value in wanted.items() if name in known})
             c._cuda_attach_out_of_memory_observer(self.out_of_memory)
         except Exception as error:  # (raised here it would fail the program's CUDA start)
             self.tracker.problems.append(
@@ -170,7 +181,7 @@ class TorchAllocator:
 
     def read(self) -> None:
         if self.enabled:
-            self.tracker.take_torch(self.torch._C._cuda_memorySnapshot(None))
+            self.tracker.take_torch(self.torch.cuda.memory._snapshot())
 
     def out_of_memory(self, device: int, requested: int, allocated: int, free: int) -> None:
         """The allocator could not find ``requested`` bytes (called before it raises)."""
