@@ -125,6 +125,7 @@ class Triton:
             result,
             lambda symbol, n: driver.read_global(handle, symbol, n),
             lambda symbol, n: driver.zero_global(handle, symbol, n),
+            lambda symbol: driver.module_global(handle, symbol)[0],
         )
 
 
