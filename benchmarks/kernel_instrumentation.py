@@ -312,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         for variant in VARIANTS:
             run_variant(runner, variant, args.reps, plain, results)
         report[framework] = {"per_kernel": results, "medians": summary(framework, results)}
+        report["checks"] = CHECKS
+        (args.out / "kernels.json").write_text(json.dumps(report, indent=1))  # as it goes
         del runner
     report["checks"] = CHECKS
     (args.out / "kernels.json").write_text(json.dumps(report, indent=1))

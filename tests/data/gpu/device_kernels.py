@@ -88,7 +88,7 @@ def run(out: Path, name: str, argv: list[str], env: dict[str, str], cwd: Path) -
     began = time.monotonic()
     try:
         done = subprocess.run(
-            argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=240, check=False
+            argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=80, check=False
         )
         status, text = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as error:
