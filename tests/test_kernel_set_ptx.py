@@ -73,9 +73,10 @@ def _every_instrumentation_assembles(ptx: str, kernel: str, arch: str) -> None:
     plain = assemble(ptx, arch)
     assert plain.cubin
     for mode in Mode:
-        counted = instrument(ptx, mode, kernels={kernel}, buffer=Buffer.GLOBAL)
-        assert counted.plans[kernel].counters > 0
-        assert assemble(counted.ptx, arch).cubin, f"{kernel} {mode.value}"
+        for registers in (False, True):
+            counted = instrument(ptx, mode, {kernel}, Buffer.GLOBAL, registers)
+            assert counted.plans[kernel].counters > 0
+            assert assemble(counted.ptx, arch).cubin, f"{kernel} {mode.value} {registers}"
     for strategy in Strategy:
         traced = instrument_traces(ptx, strategy, kernels={kernel})
         assert traced.plans[kernel].sites

@@ -114,6 +114,9 @@ class Collector:
     kernels: re.Pattern[str] | None = None  # instrument only kernels whose name matches
     #: Trace instead of counting (``gpu=nvidia,trace``): per-warp events at every block's head.
     traces: Strategy | None = None
+    #: Loops' counters in registers, added to the buffer at the kernel's exits (``registers``
+    #: of :func:`~pyhpctk.instrument.ptx.instrument`).
+    registers: bool = False
     loaded_modules: list[LoadedModule] = field(default_factory=list)
     skips: list[Skipped] = field(default_factory=list)
     #: Told of each module as it is loaded, before its kernels can run (pyrun's monitor).
@@ -126,7 +129,8 @@ class Collector:
         pattern = self.kernels.pattern if self.kernels is not None else ""
         if self.traces is not None:
             return f"pyhpctk-ptx-trace-{self.traces.value}-{pattern}"
-        return f"pyhpctk-ptx-{self.mode.value}-{pattern}"
+        registers = "-registers" if self.registers else ""
+        return f"pyhpctk-ptx-{self.mode.value}{registers}-{pattern}"
 
     def rewrite(self, framework: str, ptx: str) -> Rewritten | None:
         """``ptx`` instrumented, or None when it holds no kernel to instrument (or the pass
@@ -145,7 +149,9 @@ class Collector:
                 return None
             if self.traces is not None:
                 return instrument_traces(ptx, self.traces, Sites.BLOCKS, kernels=chosen)
-            return instrument(ptx, self.mode, kernels=chosen, buffer=Buffer.GLOBAL)
+            return instrument(
+                ptx, self.mode, kernels=chosen, buffer=Buffer.GLOBAL, registers=self.registers
+            )
         except PtxError as e:
             self.skipped(framework, ", ".join(sorted(names)) or "module", f"the PTX pass: {e}")
             return None
