@@ -172,3 +172,24 @@ def test_the_launch_entry_arms_through_the_backends_busy_calls() -> None:
     reader._arm = watched  # type: ignore[method-assign]
     fine.kernel_starting()
     assert seen == [True] and not fine.busy  # its copy is the backend's own, left out
+
+
+def test_the_h100s_chunk_recording_replays_through_the_reader_unchanged() -> None:
+    """gpu=simulated,traces=FILE runs a chunk recording through pyrun's reader: every launch's
+    events reach the monitor exactly as the H100 left them (the recording's own decode)."""
+    from pyhpctk.instrument.tracing.recording import load
+    from pyhpctk.measure.gpu.simulated.trace_replay import ChunkReplay, replayable
+
+    recording = load(Path(__file__).parent / "data" / "gpu" / "traces_chunks_h100.npz")
+    assert replayable(recording)
+    monitor, replay = Monitor(), ChunkReplay(recording)
+    for correlation in (5, 6, 7):
+        replay.launched(monitor, correlation)  # type: ignore[arg-type]
+    replay.stop()
+    assert [(c, k) for c, k, _ in monitor.traces] == [(5, "frontier"), (6, "frontier"),
+                                                      (7, "frontier")]  # fmt: skip
+    truth = [t.decode() for t in recording.launches]
+    for (_, _, events), expected in zip(monitor.traces, [*truth, truth[0]], strict=True):
+        assert events.lost == expected.lost
+        assert events.rows.tobytes() == expected.rows.tobytes()
+    assert len(truth[0].rows) == 84_088 and monitor.skipped == []  # the recording's events
