@@ -17,10 +17,12 @@ wavefront, histogram with atomics, softmax, k-means assignment), each run in ONE
   launch's writable memory saved and restored between them).
 
 Kernel time: CUDA events around each launch (exact: around both passes, summed), the median of
-``--reps`` launches (each kernel is sized to run about a millisecond or more on an H100, so the
-launch's own cost does not dominate). Whole program: the wall time of the ``--reps`` launches
-with what each variant does on the host per launch (counts: a synchronize, the counters read
-and zeroed, as pyrun does; traces: the buffers made, read and freed), against plain's. Printed
+``--reps`` launches (traced: at most 5, each reads its buffers back); each kernel is sized to
+run about a millisecond or more on an H100, so the launch's own cost does not dominate. Whole
+program: the wall time of those launches with what each variant does on the host per launch
+(counts: a synchronize, the counters read and zeroed, as pyrun does; traces: the buffers made,
+zeroed, read back and freed, as the tracing launcher does: pyrun's reader zeroes only the
+chunks handed out), against plain's over ``--reps`` launches, per launch. Printed
 per kernel and variant as ratios to plain, then the median over the set; targets: counts ≤
 1.15×, traces ≤ 1.3× kernel time, whole program ≤ 1.2×.
 
@@ -55,7 +57,10 @@ from pyhpctk.instrument.ptx import Mode, Strategy, build, find_loops, parse  # n
 VARIANTS = ("plain", "counts", "counts-registers", "counts-warps", "trace-chunks", "trace-exact")
 TARGETS = {"counts": 1.15, "counts-registers": 1.15, "counts-warps": 1.15, "trace-chunks": 1.3,
            "trace-exact": 1.3}  # fmt: skip
-TRACE_CAP = 4 << 30
+#: The trace buffers' cap (``--trace-gib``). Every warp takes at least one chunk of 64 events
+#: (2 KiB): CuPy's stencil runs 8.4 Mi warps of a few events, 17 GiB of chunks.
+TRACE_GIB = [20]
+TRACED_REPS = 5  # traced launches timed at most (each reads its buffers back)
 CHECKS: list[dict[str, Any]] = []
 
 
@@ -127,7 +132,7 @@ class Runner:
         return float(self.cp.cuda.get_elapsed_time(start, end))
 
 
-Measured = tuple[list[bytes], list[float], float, int]  # outputs, kernel ms, wall s, lost
+Measured = tuple[list[bytes], list[float], float, int]  # outputs, kernel ms, wall ms, lost
 
 
 def measure_traced(
@@ -139,7 +144,7 @@ def measure_traced(
 
     assert module.traced is not None and module.locate is not None
     plan = module.traced.plans[launch.kernel]
-    launcher = TracedLauncher(CudaMemory(), module.locate(plan.control), plan, TRACE_CAP)
+    launcher = TracedLauncher(CudaMemory(), module.locate(plan.control), plan, TRACE_GIB[0] << 30)
     grid, block = (*launch.grid, 1, 1)[:3], (*launch.block, 1, 1)[:3]
     regions = writable_regions(launch.args) if plan.strategy is Strategy.EXACT else []
 
@@ -154,11 +159,11 @@ def measure_traced(
     got = runner.outputs(launch)
     times: list[float] = []
     wall0 = time.perf_counter()
-    for _ in range(reps):
+    for _ in range(min(reps, TRACED_REPS)):
         passes: list[float] = []
         lost += one(passes)
         times.append(sum(passes))
-    return got, times, time.perf_counter() - wall0, lost
+    return got, times, 1e3 * (time.perf_counter() - wall0) / len(times), lost
 
 
 def measure_counted(
@@ -181,7 +186,7 @@ def measure_counted(
             module.counters(launch.kernel)
             module.reset()
     runner.cp.cuda.runtime.deviceSynchronize()
-    return got, times, time.perf_counter() - wall0, 0
+    return got, times, 1e3 * (time.perf_counter() - wall0) / reps, 0
 
 
 def run_kernel(runner: Runner, variant: str, launch: Launch, kernels: Any, reps: int,
@@ -207,8 +212,8 @@ def run_kernel(runner: Runner, variant: str, launch: Launch, kernels: Any, reps:
     else:
         check(f"{tag}: outputs bit-identical", got == plain.get(launch.kernel))
     median = statistics.median(times)
-    results.setdefault(launch.kernel, {})[variant] = {"kernel_ms": median, "wall_s": wall}
-    print(f"    {tag}: kernel {median:.3f} ms, wall {wall:.3f} s", flush=True)
+    results.setdefault(launch.kernel, {})[variant] = {"kernel_ms": median, "wall_ms": wall}
+    print(f"    {tag}: kernel {median:.3f} ms, wall {wall:.3f} ms a launch", flush=True)
 
 
 def run_variant(
@@ -241,7 +246,7 @@ def summary(framework: str, results: dict[str, Any]) -> dict[str, Any]:
         for kernel, by in results.items():
             if variant in by and "plain" in by:
                 kernel_ratios.append(by[variant]["kernel_ms"] / by["plain"]["kernel_ms"])
-                wall_ratios.append(by[variant]["wall_s"] / by["plain"]["wall_s"])
+                wall_ratios.append(by[variant]["wall_ms"] / by["plain"]["wall_ms"])
                 print(
                     f"  {framework:7} {kernel:15} {variant:13} kernel {kernel_ratios[-1]:6.3f}x"
                     f"  whole {wall_ratios[-1]:6.3f}x"
@@ -291,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frameworks", default="triton,cupy,numba")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--scale", type=float, default=1.0, help="problem sizes (1: ~1 ms+)")
+    parser.add_argument("--trace-gib", type=int, default=20, help="trace buffers' cap, GiB")
     args = parser.parse_args(argv)
+    TRACE_GIB[0] = args.trace_gib
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"reps": args.reps, "scale": args.scale}
     for framework in args.frameworks.split(","):
@@ -319,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         report["checks"] = CHECKS
         (args.out / "kernels.json").write_text(json.dumps(report, indent=1))  # as it goes
         del runner
+        if "torch" in sys.modules:  # the next framework gets the memory PyTorch cached
+            sys.modules["torch"].cuda.empty_cache()
     report["checks"] = CHECKS
     (args.out / "kernels.json").write_text(json.dumps(report, indent=1))
     failed = [c["check"] for c in CHECKS if not c["ok"]]
