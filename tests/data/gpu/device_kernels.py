@@ -10,7 +10,7 @@ Triton kernels in the process, through ``triton.compile``). Under pyrun:
 1. ``-e gpu=nvidia,trace``: pyrun's status, its summary, pyview ``--warps`` naming ``trips``
    and Inductor's kernels, the Perfetto export's per-SM/warp-slot tracks;
 2. ``-e gpu=nvidia,blocks=warps``: the warp metrics (``GPTX:BLK_WARP``) of ``trips``, its 3
-   counted launches, and its entry's thread count (64 programs × 128 threads × 3 launches);
+   counted launches, and the line that launched it above it;
 3. the same run: Inductor's ``triton_*`` kernels counted (``GPTX:BLK`` > 0) under the model
    call's line of app.py (item 4).
 
