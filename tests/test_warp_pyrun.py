@@ -193,3 +193,29 @@ def test_the_h100s_chunk_recording_replays_through_the_reader_unchanged() -> Non
         assert events.lost == expected.lost
         assert events.rows.tobytes() == expected.rows.tobytes()
     assert len(truth[0].rows) == 84_088 and monitor.skipped == []  # the recording's events
+
+
+def test_pyruns_summary_says_the_launches_traced_and_what_failed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    reader, memory, _, control = reader_with_bfs()
+    for correlation in (1, 2):
+        launch(reader, memory, control, correlation, [1, 2, 3, 0, 1, 2])
+    reader.stop()
+    assert capsys.readouterr().err == (
+        "pyrun: gpu: trace: 2 launches traced (chunks, a pool of 1 MiB)\n"
+    )
+    broken, memory, _, _ = reader_with_bfs()
+
+    def refuse(address: int, data: np.ndarray) -> None:
+        raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    memory.write = refuse  # type: ignore[method-assign]
+    broken.kernel_starting()
+    broken.kernel_ended(3)
+    broken.stop()
+    assert capsys.readouterr().err.splitlines() == [
+        "pyrun: gpu: trace: 0 launches traced (chunks, a pool of 1 MiB)",
+        "pyrun: gpu: trace: arming the trace buffers failed (CUDA_ERROR_ILLEGAL_ADDRESS); "
+        "later launches are not traced",
+    ]

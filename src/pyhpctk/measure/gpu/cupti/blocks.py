@@ -130,14 +130,18 @@ class BlockReader:
                 module.reset()
         return ran
 
-    def stop(self) -> None:
-        """Uninstall the hooks; say what was not instrumented, and why."""
+    def uninstall(self) -> None:
+        """Every hook uninstalled (a failure said, the others still uninstalled)."""
         for hook in reversed(self.hooks):
             try:
                 hook.uninstall()
             except Exception as error:
                 self.say(f"{hook.name}: uninstalling its hook failed ({error!r})")
         self.hooks.clear()
+
+    def stop(self) -> None:
+        """Uninstall the hooks; say what was not instrumented, and why."""
+        self.uninstall()
         monitor, collector = self.monitor, self.collector
         if monitor is not None and collector is not None:
             for skip in collector.skips:

@@ -22,6 +22,8 @@ CUPTI.
 
 from __future__ import annotations
 
+import sys
+
 from pyhpctk.measure.gpu.cupti.blocks import BlockReader
 from pyhpctk.measure.gpu.kernel_filter import KernelFilter
 
@@ -174,8 +176,23 @@ class TraceReader(BlockReader):
             ran.append((plan, decode_chunks(raw, pool.chunk_events, taken, lost)))
         return ran
 
+    def summary(self) -> list[str]:
+        """pyrun's lines at exit: launches traced, then what was not traced and why."""
+        collector = self.collector
+        lines = [f"pyrun: gpu: trace: {self.traced} launches traced (chunks, a pool of "
+                 f"{self.cap_bytes >> 20} MiB)"]  # fmt: skip
+        if collector is not None:
+            lines += [f"pyrun: gpu: trace: not traced: {skip.what}: {skip.framework}: "
+                      f"{skip.reason}" for skip in collector.skips]  # fmt: skip
+        return lines + [f"pyrun: gpu: trace: {line}" for line in self.lines]
+
     def stop(self) -> None:
-        """Uninstall the hooks, free the pool, say what was not traced."""
+        """Uninstall the hooks, free the pool, say what was traced and what was not."""
+        self.release()
+        sys.stderr.write("".join(line + "\n" for line in self.summary()))
+
+    def release(self) -> None:
+        """Every control block disarmed, the pool freed, the hooks uninstalled."""
         if self.pool is not None and self.memory is not None:
             try:
                 for _, control in self.armed:  # kernels still loaded write nothing from now on
@@ -184,4 +201,4 @@ class TraceReader(BlockReader):
             except Exception as error:  # the context may be gone at exit
                 self.say(f"freeing the trace pool failed ({error!r})")
             self.pool = None
-        super().stop()
+        self.uninstall()
