@@ -5,6 +5,7 @@ and ours, is cached under its own key, and after uninstall the same compile is t
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from elftools.elf.elffile import ELFFile
@@ -98,3 +99,25 @@ def test_triton_kernels_the_filter_leaves_out_are_not_instrumented(kernels) -> N
     # pyrun's summary says why the kernel ran uninstrumented (gpu=nvidia,kernel-name=...)
     (skip,) = collector.unreached(["stencil"])
     assert (skip.framework, skip.reason) == ("triton", "kernel-name=^matmul$ leaves it out")
+
+
+def test_inductor_launches_through_triton_while_installed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """torch.compile's kernels: Inductor's static CUDA launcher loads cubins where no Triton hook
+    sees them, so the hook turns it off while installed, and back on after."""
+    monkeypatch.delenv("TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER", raising=False)
+    hook = Triton()
+    hook.install(Collector(Mode.EDGES))
+    try:
+        assert os.environ["TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER"] == "0"
+        torch_config = pytest.importorskip("torch._inductor.config", reason="torch (torch-venv)")
+        assert torch_config.use_static_cuda_launcher is False  # imported after install
+    finally:
+        hook.uninstall()
+    assert "TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER" not in os.environ
+    torch_config.use_static_cuda_launcher = True  # imported before install: its value is set
+    hook.install(Collector(Mode.EDGES))
+    try:
+        assert torch_config.use_static_cuda_launcher is False
+    finally:
+        hook.uninstall()
+    assert torch_config.use_static_cuda_launcher is True

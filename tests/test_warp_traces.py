@@ -209,7 +209,9 @@ def test_a_database_without_warp_lines_says_so_in_one_line(
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        ("gpu=nvidia,trace", "gpu=nvidia: trace: per-warp tracing is not wired into pyrun's"),
+        ("gpu=nvidia,trace=exact", "gpu=nvidia: trace=exact runs each launch twice"),
+        ("gpu=nvidia,trace,blocks", "gpu=nvidia: trace and blocks exclude each other"),
+        ("gpu=nvidia,trace,pc", "gpu=nvidia: trace and pc exclude each other"),
         ("gpu=nvidia,trace=fast", "gpu=nvidia: trace='fast': say trace=chunks or trace=exact"),
         ("gpu=nvidia,tracebytes=5M", "gpu=nvidia: tracebytes= without trace caps nothing"),
         ("gpu=nvidia,trace=exact,tracebytes=1x", "gpu=nvidia: tracebytes='1X': say a number"),
@@ -224,6 +226,7 @@ def test_the_trace_option_is_listed_and_refused_in_one_line(
     assert pyrun_main(["-L"]) == 0
     listing = capsys.readouterr().out
     assert "trace[=chunks|exact]   per-warp traces of instrumented kernels" in listing
+    assert "chunks under pyrun; kernel-name= and the launch window" in listing
     assert "tracebytes=N[K|M|G]    cap on a launch's trace buffer (default 256M)" in listing
     out = tmp_path / "m"
     assert pyrun_main(["-e", event, "-o", str(out), sys.executable, "-c", "pass"]) == 2

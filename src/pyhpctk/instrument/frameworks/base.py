@@ -20,7 +20,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from pyhpctk.errors import PyhpctkError
-from pyhpctk.instrument.ptx import Buffer, Counts, Instrumented, Mode, PtxError, derive, instrument
+from pyhpctk.instrument.ptx import (
+    Buffer,
+    Counts,
+    Instrumented,
+    Mode,
+    PtxError,
+    Sites,
+    Strategy,
+    TracedModule,
+    derive,
+    instrument,
+    instrument_traces,
+)
 
 
 class FrameworkError(PyhpctkError):
@@ -37,6 +49,8 @@ NO_PTX = (
 LEFT_OUT = "kernel-name={} leaves it out"  # a kernel the filter did not choose (pyrun's)
 ReadGlobal = Callable[[str, int], np.ndarray]  # (symbol, bytes) -> its bytes as uint8
 ZeroGlobal = Callable[[str, int], None]
+LocateGlobal = Callable[[str], int]  # symbol -> its device address
+Rewritten = Instrumented | TracedModule  # counted (Mode) or traced (Strategy) PTX
 
 
 @dataclass
@@ -45,13 +59,25 @@ class LoadedModule:
     arrays, and how to read them back (after the launch has finished)."""
 
     framework: str
-    instrumented: Instrumented
+    rewritten: Rewritten
     read_global: ReadGlobal
     zero_global: ZeroGlobal
+    locate: LocateGlobal | None = None  # a global's device address (traced modules' control)
 
     @property
     def kernels(self) -> list[str]:
-        return sorted(self.instrumented.plans)
+        return sorted(self.rewritten.plans)
+
+    @property
+    def instrumented(self) -> Instrumented:
+        """The counted module (a traced one is a TypeError: it has no counters)."""
+        if not isinstance(self.rewritten, Instrumented):
+            raise TypeError(f"{self.framework}: a traced module has no counters")
+        return self.rewritten
+
+    @property
+    def traced(self) -> TracedModule | None:
+        return self.rewritten if isinstance(self.rewritten, TracedModule) else None
 
     def counters(self, kernel: str) -> np.ndarray:
         """The kernel's counters, shape (counters, 2): warps, threads; summed over every launch
@@ -65,6 +91,8 @@ class LoadedModule:
         return derive(self.instrumented.plans[kernel], self.counters(kernel))
 
     def reset(self) -> None:
+        if self.traced is not None:
+            return
         for kernel, plan in self.instrumented.plans.items():
             self.zero_global(self.instrumented.counter_globals[kernel], 16 * max(plan.counters, 1))
 
@@ -84,6 +112,11 @@ class Collector:
 
     mode: Mode = Mode.EDGES
     kernels: re.Pattern[str] | None = None  # instrument only kernels whose name matches
+    #: Trace instead of counting (``gpu=nvidia,trace``): per-warp events at every block's head.
+    traces: Strategy | None = None
+    #: Loops' counters in registers, added to the buffer at the kernel's exits (``registers``
+    #: of :func:`~pyhpctk.instrument.ptx.instrument`).
+    registers: bool = False
     loaded_modules: list[LoadedModule] = field(default_factory=list)
     skips: list[Skipped] = field(default_factory=list)
     #: Told of each module as it is loaded, before its kernels can run (pyrun's monitor).
@@ -94,9 +127,12 @@ class Collector:
     def key(self) -> str:
         """What sets instrumented kernels apart in a framework's cache."""
         pattern = self.kernels.pattern if self.kernels is not None else ""
-        return f"pyhpctk-ptx-{self.mode.value}-{pattern}"
+        if self.traces is not None:
+            return f"pyhpctk-ptx-trace-{self.traces.value}-{pattern}"
+        registers = "-registers" if self.registers else ""
+        return f"pyhpctk-ptx-{self.mode.value}{registers}-{pattern}"
 
-    def rewrite(self, framework: str, ptx: str) -> Instrumented | None:
+    def rewrite(self, framework: str, ptx: str) -> Rewritten | None:
         """``ptx`` instrumented, or None when it holds no kernel to instrument (or the pass
         refuses it: then it is recorded as skipped and the framework goes on with the original)."""
         if ".entry" not in ptx:
@@ -111,15 +147,24 @@ class Collector:
                 self.skipped(framework, left, LEFT_OUT.format(self.kernels.pattern))
             if not chosen:
                 return None
-            return instrument(ptx, self.mode, kernels=chosen, buffer=Buffer.GLOBAL)
+            if self.traces is not None:
+                return instrument_traces(ptx, self.traces, Sites.BLOCKS, kernels=chosen)
+            return instrument(
+                ptx, self.mode, kernels=chosen, buffer=Buffer.GLOBAL, registers=self.registers
+            )
         except PtxError as e:
             self.skipped(framework, ", ".join(sorted(names)) or "module", f"the PTX pass: {e}")
             return None
 
     def loaded(
-        self, framework: str, result: Instrumented, read: ReadGlobal, zero: ZeroGlobal
+        self,
+        framework: str,
+        result: Rewritten,
+        read: ReadGlobal,
+        zero: ZeroGlobal,
+        locate: LocateGlobal | None = None,
     ) -> LoadedModule:
-        record = LoadedModule(framework, result, read, zero)
+        record = LoadedModule(framework, result, read, zero, locate)
         with self._lock:
             self.loaded_modules.append(record)
         if self.listener is not None:
@@ -132,12 +177,12 @@ class Collector:
 
     def find(self, kernel: str) -> list[LoadedModule]:
         """The loaded modules holding an instrumented ``kernel``, oldest first."""
-        return [m for m in self.loaded_modules if kernel in m.instrumented.plans]
+        return [m for m in self.loaded_modules if kernel in m.rewritten.plans]
 
     def unreached(self, launched: Iterable[str]) -> list[Skipped]:
         """Each kernel of ``launched`` (names as the driver saw them launched) that no hook
         instrumented, once, with why: a reason a hook recorded, else that no PTX reached one."""
-        counted = {k for m in self.loaded_modules for k in m.instrumented.plans}
+        counted = {k for m in self.loaded_modules for k in m.rewritten.plans}
         out: dict[str, Skipped] = {}
         for kernel in launched:
             if kernel in counted or kernel in out:

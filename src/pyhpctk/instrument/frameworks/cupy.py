@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from pyhpctk.instrument.frameworks import driver
-from pyhpctk.instrument.frameworks.base import Collector, Patches, check_version
-from pyhpctk.instrument.ptx import Instrumented
+from pyhpctk.instrument.frameworks.base import Collector, Patches, Rewritten, check_version
 
 
 class _NoCache:
@@ -103,7 +102,7 @@ class CuPy:
         _forget_memos()
 
     @staticmethod
-    def _register(collector: Collector, module: Any, result: Instrumented) -> None:
+    def _register(collector: Collector, module: Any, result: Rewritten) -> None:
         # through the module's CUmodule (``ptr``): CuPy's get_global_var gives a bare address
         def read(symbol: str, nbytes: int) -> np.ndarray:
             return driver.read_global(int(module.ptr), symbol, nbytes)
@@ -111,7 +110,10 @@ class CuPy:
         def zero(symbol: str, nbytes: int) -> None:
             driver.zero_global(int(module.ptr), symbol, nbytes)
 
-        collector.loaded("cupy", result, read, zero)
+        def locate(symbol: str) -> int:
+            return driver.module_global(int(module.ptr), symbol)[0]
+
+        collector.loaded("cupy", result, read, zero, locate)
 
 
 def _forget_memos() -> None:

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pyhpctk.instrument.frameworks.base import Collector, Patches, check_version
-from pyhpctk.instrument.ptx import Instrumented
+from pyhpctk.instrument.frameworks.base import Collector, Patches, Rewritten, check_version
 
 _OWN = "_pyhpctk_caches"
 
@@ -47,7 +46,7 @@ class Numba:
         linking = self._linking
 
         def counted_add_ptx(linker: Any, ptx: Any, *args: Any, **kw: Any) -> Any:
-            done: list[Instrumented] | None = getattr(linking, "done", None)
+            done: list[Rewritten] | None = getattr(linking, "done", None)
             text = ptx.decode() if isinstance(ptx, bytes) else str(ptx)
             result = collector.rewrite("numba", text) if done is not None else None
             if result is None or done is None:
@@ -100,7 +99,7 @@ def _own(library: Any) -> dict[str, Any]:
     return own
 
 
-def _register(collector: Collector, module: Any, result: Instrumented) -> None:
+def _register(collector: Collector, module: Any, result: Rewritten) -> None:
     driver: Any = importlib.import_module("numba.cuda.cudadrv.driver")
 
     def read(symbol: str, nbytes: int) -> np.ndarray:
@@ -113,4 +112,8 @@ def _register(collector: Collector, module: Any, result: Instrumented) -> None:
         pointer, size = module.get_global_symbol(symbol)
         driver.device_memset(pointer, 0, min(nbytes, size))
 
-    collector.loaded("numba", result, read, zero)
+    def locate(symbol: str) -> int:
+        pointer, _ = module.get_global_symbol(symbol)
+        return int(driver.device_pointer(pointer))
+
+    collector.loaded("numba", result, read, zero, locate)

@@ -16,10 +16,17 @@ Hook points (private; the tests ran on Triton 3.6, 3.7, 3.8 and 3.9):
   back.
 - ``knobs.runtime.kernel_load_end_hook``: the loaded ``CUmodule``, whose counter arrays are
   read through ``cuModuleGetGlobal``.
+- PyTorch Inductor (``torch.compile``) compiles through ``triton.compile`` but by default loads
+  the cubins itself (its static CUDA launcher, torch >= 2.7), where no load hook is called:
+  while installed, ``TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER=0`` (unless the program set it) and,
+  where ``torch._inductor.config`` is already imported, its ``use_static_cuda_launcher`` off, so
+  Inductor launches through Triton's own launcher, whose loads the hook sees.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,7 @@ from pyhpctk.instrument.frameworks import driver
 from pyhpctk.instrument.frameworks.base import Collector, FrameworkError, Patches, check_version
 
 STAGE = "ptx_pyhpctk"
+STATIC_LAUNCHER = "TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER"
 
 
 class Triton:
@@ -40,6 +48,7 @@ class Triton:
         self._compiled: list[tuple[Any, int, Any]] = []  # (JITFunction, device, key)
         self._set_aside: list[tuple[dict[Any, Any], dict[Any, Any]]] = []  # (cache, entries)
         self._chained: Any = None
+        self._inductor: list[tuple[str, Any]] = []  # what was set aside: ("env"|"config", old)
 
     def install(self, collector: Collector) -> None:
         version = check_version(self)
@@ -65,6 +74,7 @@ class Triton:
         knobs.runtime.kernel_load_end_hook.add(self._loaded)
         if version.startswith("3.6."):
             self._set_aside = _set_aside_jit_caches()
+        self._inductor = _inductor_through_triton()
 
     def uninstall(self) -> None:
         if not self._patches:
@@ -79,6 +89,8 @@ class Triton:
             cache.update(entries)
         self._compiled.clear()
         self._set_aside.clear()
+        _inductor_restored(self._inductor)
+        self._inductor = []
         self._collector = None
 
     def _stages(self, *args: Any) -> Any:
@@ -125,6 +137,7 @@ class Triton:
             result,
             lambda symbol, n: driver.read_global(handle, symbol, n),
             lambda symbol, n: driver.zero_global(handle, symbol, n),
+            lambda symbol: driver.module_global(handle, symbol)[0],
         )
 
 
@@ -143,3 +156,27 @@ def _set_aside_jit_caches() -> list[tuple[dict[Any, Any], dict[Any, Any]]]:
                     aside.append((cache, dict(cache)))
                     cache.clear()
     return aside
+
+
+def _inductor_through_triton() -> list[tuple[str, Any]]:
+    """Inductor's kernels launched by Triton's launcher, not its static one (the module
+    docstring); what was there before, for :func:`_inductor_restored`."""
+    saved: list[tuple[str, Any]] = []
+    if STATIC_LAUNCHER not in os.environ:
+        os.environ[STATIC_LAUNCHER] = "0"
+        saved.append(("env", None))
+    config = sys.modules.get("torch._inductor.config")
+    old = getattr(config, "use_static_cuda_launcher", None)
+    if config is not None and old:
+        setattr(config, "use_static_cuda_launcher", False)  # noqa: B010 (a module of torch)
+        saved.append(("config", old))
+    return saved
+
+
+def _inductor_restored(saved: list[tuple[str, Any]]) -> None:
+    for what, old in saved:
+        if what == "env":
+            os.environ.pop(STATIC_LAUNCHER, None)
+        config = sys.modules.get("torch._inductor.config")
+        if what == "config" and config is not None:
+            setattr(config, "use_static_cuda_launcher", old)  # noqa: B010

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pyhpctk.instrument.ptx import cfg as cfgmod
 from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind
 from pyhpctk.instrument.ptx.errors import PtxError
-from pyhpctk.instrument.ptx.loops import find_loops
+from pyhpctk.instrument.ptx.loops import Loops, find_loops
 from pyhpctk.instrument.ptx.parse import Kind, PtxFunction, PtxModule, Statement, parse
 from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan, splittable
 
@@ -65,19 +65,37 @@ class Edits:
         where.setdefault(index, []).append(code)
 
 
+def _address(r: str, where: str, buffer: Buffer, guard: str = "") -> list[str]:
+    """The counter buffer's address into ``{r}_a``: loaded from the parameter ``where``, or the
+    ``.global`` array's own (a ``mov`` of it gives its address in the global window)."""
+    if buffer is Buffer.PARAM:
+        return [f"\t{guard}ld.param.u64 {r}_a, [{where}];",
+                f"\t{guard}cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
+    return [f"\t{guard}mov.u64 {r}_a, {where};"]
+
+
 def probe_code(
-    where: str, counter: int, tag: str, guard: str = "", buffer: Buffer = Buffer.PARAM
+    where: str,
+    counter: int,
+    tag: str,
+    guard: str = "",
+    buffer: Buffer = Buffer.PARAM,
+    into: tuple[str, str] | None = None,
 ) -> str:
     """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
     parameter) or is (a ``.global`` array); with a branch's ``guard`` (``@%p``, ``@!%p``), only
-    the threads for which it holds count."""
+    the threads for which it holds count. With ``into`` (a warp and a thread register, 64-bit)
+    it adds to those registers instead: no memory access; :func:`flush_code` adds them to the
+    buffer where the kernel ends."""
     r = f"%{tag}"
-    if buffer is Buffer.PARAM:
-        address = [f"\t@{r}_p ld.param.u64 {r}_a, [{where}];",
-                   f"\t@{r}_p cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
-    else:  # mov of a .global variable gives its address in the global window
-        address = [f"\t@{r}_p mov.u64 {r}_a, {where};"]
     off = 16 * counter
+    if into is None:
+        adds = [*_address(r, where, buffer, f"@{r}_p "),
+                f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
+                f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;"]  # fmt: skip
+    else:
+        adds = [f"\t@{r}_p add.u64 {into[0]}, {into[0]}, 1;",
+                f"\t@{r}_p add.u64 {into[1]}, {into[1]}, {r}_n;"]  # fmt: skip
     taking = []
     if guard:  # the takers: a ballot of the guard; the lowest taker must itself take
         taking = [
@@ -101,11 +119,45 @@ def probe_code(
         last,
         f"\t@{r}_p popc.b32 {r}_l, {r}_m;",
         f"\t@{r}_p cvt.u64.u32 {r}_n, {r}_l;",
-        *address,
-        f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
-        f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;",
+        *adds,
         "\t}",
     ])  # fmt: skip
+
+
+def flush_code(where: str, registers: dict[int, tuple[str, str]], tag: str, buffer: Buffer) -> str:
+    """Where threads leave the kernel: each adds its nonzero counter registers (``registers``:
+    counter → its warp and thread register) to the buffer. Only the lanes that were a warp's
+    lowest active lane hold counts, so a warp adds about once per register counter."""
+    r = f"%{tag}"
+    lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_address(r, where, buffer)]
+    for counter, (warps, threads) in sorted(registers.items()):
+        for slot, register in ((0, warps), (8, threads)):
+            at = f"{r}_a+{16 * counter + slot}"
+            lines += [f"\tsetp.ne.u64 {r}_p, {register}, 0;",
+                      f"\t@{r}_p red.global.add.u64 [{at}], {register};"]  # fmt: skip
+    return "\n".join([*lines, "\t}"])
+
+
+#: At most this many counters are kept in registers (two 64-bit registers each), those of the
+#: deepest loops first: more would cost the kernel occupancy.
+MAX_REGISTER_COUNTERS = 8
+
+
+def register_counters(cfg: Cfg, loops: Loops, plan: ProbePlan) -> tuple[int, ...]:
+    """The counters whose probes run inside a loop (an edge with both ends in one loop, or a
+    block of a loop), deepest loop first: kept in registers and flushed at exit, so a loop's
+    trips cost no atomic (hip-analyzer keeps its counters in registers the same way)."""
+
+    def depth(k: int) -> int:
+        probed = plan.probed[k]
+        if plan.mode is Mode.BLOCKS:
+            return loops.depth(probed)
+        edge = plan.edges[probed]
+        inside = [lp.depth for lp in loops.loops if {edge.src, edge.dst} <= lp.blocks]
+        return max(inside, default=0)
+
+    hot = sorted((k for k in range(plan.counters) if depth(k) > 0), key=lambda k: (-depth(k), k))
+    return tuple(sorted(hot[:MAX_REGISTER_COUNTERS]))
 
 
 def _head(cfg: Cfg, block: int) -> int:
@@ -200,17 +252,35 @@ def place_on_edge(
         split_edge(edits, cfg, edge_index, code, label)
 
 
-def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer) -> None:
+def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer,
+           in_registers: tuple[int, ...] = ()) -> None:  # fmt: skip
+    registers = {k: (f"%{tag}w{k}", f"%{tag}t{k}") for k in in_registers}
+    ends = [i for i, e in enumerate(cfg.edges)
+            if e.dst == len(cfg.blocks) and e.kind is not EdgeKind.VIRTUAL]  # fmt: skip
+    exits = ends if registers else []
+    flush = flush_code(where, registers, f"{tag}f", buffer) if registers else ""
+    if registers:  # declared and zeroed in the body's outermost scope, before anything runs
+        names = [name for pair in registers.values() for name in pair]
+        first = next(i for i, s in enumerate(cfg.function.body)
+                     if s.kind in (Kind.LABEL, Kind.INSTRUCTION))  # fmt: skip
+        zeroed = "\n".join(f"\tmov.u64 {name}, 0;" for name in names)
+        edits.add(edits.before, first, f"\t.reg .b64 {', '.join(names)};\n{zeroed}")
     for k, probed in enumerate(plan.probed):
-        code = probe_code(where, k, f"{tag}{k}", buffer=buffer)
+        into = registers.get(k)
+        code = probe_code(where, k, f"{tag}{k}", buffer=buffer, into=into)
         if plan.mode is Mode.BLOCKS:
             at_head(edits, cfg, probed, code)
             continue
+        if probed in exits:  # the counter first, then the flush: one placement on the edge
+            code = f"{code}\n{flush}"
+            exits.remove(probed)
 
-        def guarded(guard: str, k: int = k) -> str:
-            return probe_code(where, k, f"{tag}{k}", guard, buffer)
+        def guarded(guard: str, k: int = k, into: tuple[str, str] | None = into) -> str:
+            return probe_code(where, k, f"{tag}{k}", guard, buffer, into)
 
         place_on_edge(edits, cfg, probed, code, f"$L{tag}_split{k}", guarded)
+    for edge in exits:
+        place_on_edge(edits, cfg, edge, flush, f"$L{tag}_flush{edge}")
 
 
 def _statement_text(s: Statement) -> str:
@@ -295,9 +365,11 @@ def instrument(
     mode: Mode = Mode.EDGES,
     kernels: set[str] | None = None,
     buffer: Buffer = Buffer.PARAM,
+    registers: bool = False,
 ) -> Instrumented:
     """``ptx`` with counting probes in every kernel (or those named in ``kernels``), their
-    counters in ``buffer``."""
+    counters in ``buffer``; with ``registers``, the counters of loops kept in registers and
+    added to the buffer where threads leave the kernel (:func:`register_counters`)."""
     _, tag, chosen = prepare(ptx, kernels)
     pieces: list[str] = []
     plans: dict[str, ProbePlan] = {}
@@ -305,10 +377,12 @@ def instrument(
     arrays: dict[str, str] = {}
     done = 0
     for function, cfg in chosen:
-        plan = make_plan(cfg, find_loops(cfg), mode)
+        loops = find_loops(cfg)
+        plan = make_plan(cfg, loops, mode)
         name = f"{function.name}_{tag}_counters"
         edits = Edits()
-        _place(edits, cfg, plan, name, f"{tag}_", buffer)
+        in_registers = register_counters(cfg, loops, plan) if registers else ()
+        _place(edits, cfg, plan, name, f"{tag}_", buffer, in_registers)
         pieces.append(ptx[done : function.start])
         if buffer is Buffer.PARAM:
             pieces.append(emit(cfg, edits, _with_param(function, name)))

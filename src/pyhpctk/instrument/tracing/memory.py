@@ -129,3 +129,44 @@ def merge(regions: Iterable[Region]) -> list[Region]:
 def writable_regions(args: Sequence[Any]) -> list[Region]:
     """The device memory a launch with ``args`` may write (the module docstring)."""
     return merge(r for r in map(region_of, args) if r is not None)
+
+
+class HostMemory:
+    """:class:`DeviceMemory` in numpy on the host: the simulated backend's device, where a
+    recorded launch's buffers are put back as the GPU left them (addresses are made up)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, np.ndarray] = {}
+        self._next = 0x7000_0000_0000
+
+    def alloc(self, nbytes: int) -> int:
+        address = self._next
+        self._next += (max(nbytes, 1) + 0xFFFF) // 0x10000 * 0x10000
+        self.blocks[address] = np.zeros(max(nbytes, 1), np.uint8)
+        return address
+
+    def _at(self, address: int, nbytes: int) -> np.ndarray:
+        for base, block in self.blocks.items():
+            if base <= address and address + nbytes <= base + block.size:
+                view: np.ndarray = block[address - base : address - base + nbytes]
+                return view
+        raise ValueError(f"no allocation holds {nbytes} bytes at {address:#x}")
+
+    def free(self, address: int) -> None:
+        del self.blocks[address]
+
+    def zero(self, address: int, nbytes: int) -> None:
+        self._at(address, nbytes)[:] = 0
+
+    def read(self, address: int, nbytes: int) -> np.ndarray:
+        return self._at(address, nbytes).copy()
+
+    def write(self, address: int, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        self._at(address, raw.size)[:] = raw
+
+    def copy(self, target: int, source: int, nbytes: int) -> None:
+        self.write(target, self.read(source, nbytes))
+
+    def synchronize(self) -> None:
+        pass

@@ -112,5 +112,6 @@ def check_common(spec: GpuSpec) -> None:
     memory_tracking(spec.options, spec.backend)
     sync_option(spec)
     inst_counting(spec)
-    kernel_filter(spec, block_counting(spec))
+    traced = spec.backend == "nvidia" and any(key == "trace" for key, _ in spec.options)
+    kernel_filter(spec, traced or block_counting(spec))  # they choose what blocks or trace see
     pc_period(spec)

@@ -17,12 +17,6 @@ STRATEGIES = ("chunks", "exact")
 DEFAULT_TRACE_BYTES = 256 << 20
 MIN_TRACE_BYTES = 32 * 64  # one chunk of 64 events of 32 bytes
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-#: Why ``gpu=nvidia,trace`` is refused on this tree (docs/gpu.md, "Per-warp traces": limits).
-NOT_WIRED = (
-    "gpu=nvidia: trace: per-warp tracing is not wired into pyrun's launches yet (it needs the "
-    "framework hooks of gpu=nvidia,blocks); trace kernels with pyhpctk.instrument.tracing "
-    "(docs/gpu.md, 'Per-warp traces') or replay a recording with gpu=simulated,traces=FILE"
-)
 
 
 def trace_bytes(spec: GpuSpec) -> int:

@@ -15,6 +15,7 @@ from pyhpctk.measure.gpu import options
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyhpctk.measure.gpu.backend import Backend
+    from pyhpctk.measure.gpu.cupti.blocks import BlockReader
     from pyhpctk.measure.gpu.spec import GpuSpec
 
 
@@ -33,22 +34,43 @@ def check(spec: GpuSpec) -> None:
     """Refuse bad option values now (nothing loaded)."""
     options.check_common(spec)
     _modes(spec)
-    from pyhpctk.measure.gpu.warp_options import NOT_WIRED, trace_option
+    _tracing(spec)
 
-    if trace_option(spec) is not None:
-        raise UsageError(NOT_WIRED)
+
+def _tracing(spec: GpuSpec) -> tuple[str, int] | None:
+    """``trace[=chunks][,tracebytes=N]``: alone (it instruments the kernels blocks would count,
+    and pc or inst would read the traced kernels' SASS); ``trace=exact`` refused in one line."""
+    from pyhpctk.measure.gpu.warp_options import trace_option
+
+    traced = trace_option(spec)
+    if traced is None:
+        return None
+    keys = {key for key, _ in spec.options}
+    for other in ("blocks", "pc", "inst"):
+        if other in keys:
+            raise UsageError(f"gpu=nvidia: trace and {other} exclude each other (one per run)")
+    if traced[0] == "exact":
+        from pyhpctk.measure.gpu.cupti.warp_reader import EXACT_REFUSED
+
+        raise UsageError(EXACT_REFUSED)
+    return traced
 
 
 def make(spec: GpuSpec) -> Backend:
     from pyhpctk.measure.gpu.cupti.backend import CuptiBackend
+    from pyhpctk.measure.gpu.kernel_filter import kernel_filter
 
     records, pc_mode = _modes(spec)
-    blocks = None
-    if options.block_counting(spec):
-        from pyhpctk.measure.gpu.cupti.blocks import BlockReader
-        from pyhpctk.measure.gpu.kernel_filter import kernel_filter
+    blocks: BlockReader | None = None
+    traced = _tracing(spec)
+    if traced is not None:
+        from pyhpctk.measure.gpu.cupti.warp_reader import TraceReader
 
-        blocks = BlockReader(options.block_mode(spec), kernel_filter(spec, True))
+        blocks = TraceReader(traced[1], kernel_filter(spec, True))
+    elif options.block_counting(spec):
+        from pyhpctk.measure.gpu.cupti.blocks import BlockReader as Reader
+
+        blocks = Reader(options.block_mode(spec), kernel_filter(spec, True))
     return CuptiBackend(
         buffer_bytes=spec.int_option("buffer", 8 << 20),
         records=records,

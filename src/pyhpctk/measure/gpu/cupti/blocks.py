@@ -48,16 +48,10 @@ class BlockReader:
         self, monitor: MonitorPort, frameworks: dict[str, type[Framework]] | None = None
     ) -> None:
         """Install every hook whose framework is here (a version never tested: one line)."""
-        from pyhpctk.instrument.frameworks import (
-            FRAMEWORKS,
-            Collector,
-            FrameworkError,
-            installed_version,
-        )
-        from pyhpctk.instrument.ptx import Mode
+        from pyhpctk.instrument.frameworks import FRAMEWORKS, FrameworkError, installed_version
 
         self.monitor = monitor
-        self.collector = Collector(Mode(self.mode), self.filter.pattern)
+        self.collector = self.new_collector()
         self.collector.listener = self._loaded
         for name, kind in (frameworks or FRAMEWORKS).items():
             hook = kind()
@@ -71,6 +65,16 @@ class BlockReader:
                 self.say(f"{name}: its hook failed to install ({error!r}); not counted")
             else:
                 self.hooks.append(hook)
+
+    def new_collector(self) -> Collector:
+        """What the hooks feed: counters in ``self.mode``, kernels the filter names."""
+        from pyhpctk.instrument.frameworks import Collector
+        from pyhpctk.instrument.ptx import Mode
+
+        return Collector(Mode(self.mode), self.filter.pattern)
+
+    def kernel_starting(self) -> None:
+        """A launch's API call is entered (its kernel not yet queued): nothing to do here."""
 
     def _loaded(self, module: LoadedModule) -> None:
         """Told by the collector, inside the framework's load: nothing may raise into it."""
@@ -126,14 +130,18 @@ class BlockReader:
                 module.reset()
         return ran
 
-    def stop(self) -> None:
-        """Uninstall the hooks; say what was not instrumented, and why."""
+    def uninstall(self) -> None:
+        """Every hook uninstalled (a failure said, the others still uninstalled)."""
         for hook in reversed(self.hooks):
             try:
                 hook.uninstall()
             except Exception as error:
                 self.say(f"{hook.name}: uninstalling its hook failed ({error!r})")
         self.hooks.clear()
+
+    def stop(self) -> None:
+        """Uninstall the hooks; say what was not instrumented, and why."""
+        self.uninstall()
         monitor, collector = self.monitor, self.collector
         if monitor is not None and collector is not None:
             for skip in collector.skips:

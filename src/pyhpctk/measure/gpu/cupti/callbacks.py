@@ -247,6 +247,8 @@ class CallbackSubscriber:
                 self.fine.kernel_ended(context, correlation)
             return
         self.fine.context_seen(context)
+        if kind == act.KERNEL:
+            self.fine.kernel_starting()
         if kind is not None:
             self._operation(kind, correlation, key in self.api_multi)
 
@@ -284,6 +286,8 @@ class CallbackSubscriber:
                     self.fine.kernel_ended(context, int(data.correlation_id))
                 return
             self.fine.context_seen(context)
+            if self.api_kinds.get((domain, cbid)) == act.KERNEL:
+                self.fine.kernel_starting()
         elif data.callback_site != self._enter:
             return
         key = (domain, cbid)

@@ -77,6 +77,15 @@ class FineCounting:
         if context and not self.inst_counters:
             self._inst_enable(context)
 
+    def kernel_starting(self) -> None:
+        """A kernel launch's API call is entered: traced kernels get their buffers (#34)."""
+        if self.blocks is not None:
+            self._busy.on = True  # its copies are ours: left out
+            try:
+                self.blocks.kernel_starting()
+            finally:
+                self._busy.on = False
+
     def kernel_ended(self, context: int, correlation: int) -> None:
         """A kernel launch's API call returned: its PC samples are read, its launch counted."""
         if self.pc_period:

@@ -6,12 +6,15 @@ once) or instruction counts (summed over the counting window and sent once at th
 first launch's, the way CUPTI's SASS metrics come: ``sassmetrics``' docstring). With a warp
 trace recording (``traces=FILE``, :mod:`pyhpctk.instrument.tracing.recording`), each launch is
 the recorded kernel's, as long as the next recorded launch's events span, and its raw buffer is
-decoded and sent with it, as a traced launch on a GPU would be.
+decoded and sent with it, as a traced launch on a GPU would be: a chunk recording at block sites
+(what ``gpu=nvidia,trace`` records) through pyrun's own launch reader (:mod:`.trace_replay`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from pyhpctk.measure.gpu.simulated.trace_replay import ChunkReplay, replayable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,6 +46,9 @@ class FineReplay:
                 functions.append(recorded.kernel)
             self.function = functions.index(recorded.kernel)
         self._plan: TracePlan | None = traces.plan() if traces is not None else None
+        self._reader: ChunkReplay | None = None  # chunk recordings: through pyrun's reader
+        if traces is not None and replayable(traces):
+            self._reader = ChunkReplay(traces)
         self._decoded: list[WarpEvents] = [t.decode() for t in traces.launches] if traces else []
         self._trace_launch = 0
         self._pc_launch = 0
@@ -64,7 +70,10 @@ class FineReplay:
     def launched(self, monitor: MonitorPort, correlation: int) -> None:
         """A simulated kernel launch: its samples to the monitor, its counts to the window,
         its warp trace to the monitor."""
-        if self._decoded and self._plan is not None:
+        if self._reader is not None:
+            self._trace_launch += 1
+            self._reader.launched(monitor, correlation)
+        elif self._decoded and self._plan is not None:
             events = self._decoded[self._trace_launch % len(self._decoded)]
             self._trace_launch += 1
             monitor.warp_trace(correlation, self._plan, events)
@@ -102,6 +111,8 @@ class FineReplay:
         """The counting window's totals to the monitor (once, at the end)."""
         from pyhpctk.measure.gpu.cupti.sassmetrics import summed_rows
 
+        if self._reader is not None:
+            self._reader.stop()  # what the reader has to say, to the summary
         inst, parts = self.inst, self._inst_rows
         if monitor is None or inst is None or not parts:
             return

@@ -1,0 +1,99 @@
+"""The overhead benchmark's eight kernels (benchmarks/kernel_set_*.py, issue #34's Done-when) go
+through the PTX pass without a GPU: Triton compiles each for ``GPUTarget("cuda", 90, 32)``,
+NVRTC compiles the CUDA C ones for sm_90; every kernel is counted in both modes and traced in
+both strategies, and ptxas (the nvidia-cuda-nvcc wheel) assembles every result. Each kernel has
+the loop its truth counts (a loop of the PTX CFG), but CuPy's stencil (a thread a point)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyhpctk.instrument.ptx import (
+    Buffer,
+    Mode,
+    Strategy,
+    assemble,
+    build,
+    find_loops,
+    instrument,
+    instrument_traces,
+    parse,
+)
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+#: The issue's seven kinds and one more, in its order.
+SET = ("stencil", "reduce_branchy", "matmul_tiled", "bfs_step", "nw_wavefront", "histogram",
+       "softmax_rows", "kmeans_assign")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kernel_sets():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import kernel_set_cupy
+
+        yield kernel_set_cupy
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _cupy_ptx(source: str) -> str:
+    compiler = pytest.importorskip("cupy.cuda.compiler", reason="CuPy and NVRTC compile the set")
+    from cupy.cuda import nvrtc
+
+    program = compiler._NVRTCProgram(source, "set.cu", method="cubin")
+    program.compile(("-arch=sm_90", "-lineinfo"))
+    return bytes(nvrtc.getPTX(program.ptr)).decode().rstrip("\0")
+
+
+def _triton_ptx(name: str, tmp_path: Path) -> str:
+    triton = pytest.importorskip("triton", reason="Triton (the dev extra) compiles the set")
+    import os
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    os.environ["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    import kernel_set_triton
+
+    fn, signature, constants = kernel_set_triton.SIGNATURES[name]
+    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+    target = GPUTarget("cuda", 90, 32)
+    compiled = triton.compile(source, target=target, options={"num_warps": kernel_set_triton.WARPS})
+    return str(compiled.asm["ptx"])
+
+
+def _every_instrumentation_assembles(ptx: str, kernel: str, arch: str) -> None:
+    function = parse(ptx).function(kernel)
+    loops = find_loops(build(function)).loops
+    assert bool(loops) is (kernel != "stencil" or arch == "sm_90a"), kernel  # CuPy's: a point
+    plain = assemble(ptx, arch)
+    assert plain.cubin
+    for mode in Mode:
+        for registers in (False, True):
+            counted = instrument(ptx, mode, {kernel}, Buffer.GLOBAL, registers)
+            assert counted.plans[kernel].counters > 0
+            assert assemble(counted.ptx, arch).cubin, f"{kernel} {mode.value} {registers}"
+    for strategy in Strategy:
+        traced = instrument_traces(ptx, strategy, kernels={kernel})
+        assert traced.plans[kernel].sites
+        assert assemble(traced.ptx, arch).cubin, f"{kernel} traced {strategy.value}"
+
+
+def test_the_set_has_the_eight_kernels_the_issue_names(kernel_sets) -> None:  # type: ignore[no-untyped-def]
+    assert kernel_sets.NAMES == SET
+
+
+@pytest.mark.parametrize("name", SET)
+def test_each_cupy_kernel_of_the_set_is_instrumented_and_assembles(kernel_sets, name: str) -> None:  # type: ignore[no-untyped-def]
+    _every_instrumentation_assembles(_cupy_ptx(kernel_sets.SOURCE), name, "sm_90")
+
+
+@pytest.mark.parametrize("name", SET)
+def test_each_triton_kernel_of_the_set_is_instrumented_and_assembles(  # type: ignore[no-untyped-def]
+    kernel_sets, name: str, tmp_path: Path
+) -> None:
+    _every_instrumentation_assembles(_triton_ptx(name, tmp_path), name, "sm_90a")
