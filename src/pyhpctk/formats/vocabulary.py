@@ -175,3 +175,6 @@ __all__ = [
 #: mypyc compiled (``Vector.dot [mypyc wrapper]``; pystruct and pyprof name it, pyview leaves it
 #: out like the interpreter's own frames: issue #36).
 MYPYC_WRAPPER_MARK = " [mypyc wrapper]"
+#: The pseudo source file of a range's function (``pyrun --ranges``: a PyTorch module, a
+#: ``record_function`` or NVTX range as a context node; ``pyview --ranges`` keeps only them).
+RANGE_FILE = "<range>"
