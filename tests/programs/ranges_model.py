@@ -2,9 +2,10 @@
 under ``pyrun --ranges`` (issue #37 item 1).
 
 ``ranges_model.py OUT.json [STEPS]``: each step runs ``Net`` (``fc1`` and ``fc2``, Linear: one
-forward kernel, two backward kernels each; ``act``, ReLU: one and one; the net's own loss: one
-and one) forward on the main thread and backward on a worker thread, as autograd's device
-thread runs it; then spins on the CPU inside ``record_function("spin")``, inside
+forward kernel, two backward kernels each; ``act``, ReLU: one and one; the net's own last
+operation: one and one; the loss, outside the net: one and one) forward on the main thread and
+backward on a worker thread that lives as long as the process, as autograd's device thread;
+then spins on the CPU inside ``record_function("spin")``, inside
 ``torch.cuda.nvtx.range_push("nvtx spin")`` and outside any range (after a backward run on the
 main thread itself). ``OUT`` gets the truth: kernels per module and CPU seconds per range.
 """
@@ -45,8 +46,14 @@ class Net(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.fc2(self.act(self.fc1(x)))
-        gpu.launch()  # the loss
+        gpu.launch()  # the net's own operation
         return Tensor(Node(gpu.launch, 1, [y]))
+
+
+def cross_entropy(x: Tensor) -> Tensor:
+    """The loss, outside any module: one kernel forward, one backward."""
+    gpu.launch()
+    return Tensor(Node(gpu.launch, 1, [x]))
 
 
 def spin(seconds: float) -> float:
@@ -60,14 +67,14 @@ def main(out: str, steps: int) -> None:
     model = Net()
     spent = {"spin": 0.0, "nvtx spin": 0.0, "outside": 0.0}
     for _ in range(steps):
-        loss = model(Tensor())
+        loss = cross_entropy(model(Tensor()))
         torch.autograd.backward(loss)
         with torch.autograd.profiler.record_function("spin"):
             spent["spin"] += spin(0.02)
         torch.cuda.nvtx.range_push("nvtx spin")
         spent["nvtx spin"] += spin(0.01)
         torch.cuda.nvtx.range_pop()
-        torch.autograd.backward(model(Tensor()), worker=False)
+        torch.autograd.backward(cross_entropy(model(Tensor())), worker=False)
         spent["outside"] += spin(0.01)
     gpu.synchronize()
     kernels = {name: count * steps for name, count in KERNELS.items()}
@@ -75,6 +82,7 @@ def main(out: str, steps: int) -> None:
     kernels["fc2 (Linear)"] += steps * 3
     kernels["act (ReLU)"] += steps * 2
     kernels["Net"] += steps * 2
+    kernels["outside"] = steps * 4  # the losses, forward and backward
     with open(out, "w") as stream:
         json.dump({"kernels": kernels, "cpu": spent}, stream)
 

@@ -16,7 +16,9 @@ each opens and closes a range of :class:`~pyhpctk.measure.ranges.Ranges`:
   nodes that run are the module's own, and the hook that fires switches the thread's ranges to
   that chain. A node is hooked once, by the first module to see it: the innermost module that
   made it. ``torch.autograd.backward`` and ``grad`` (their common ``_engine_run_backward``)
-  restore the calling thread's ranges when they return.
+  pre-hook the pass's roots with a switch to no module (a loss computed outside the model: its
+  backward runs first, on a thread still in the last module of the pass before), and restore
+  the calling thread's ranges when they return.
   Why not the alternatives: full backward hooks (``register_module_full_backward_hook``)
   wrap every module's inputs and outputs in an extra autograd function, which refuses
   in-place operations on them (ResNet's ``ReLU(inplace=True)``) and costs a node per module;
@@ -154,9 +156,12 @@ class TorchRanges:
     def _wrap_backward(self, torch: Any) -> None:
         autograd = torch.autograd
         run = autograd._engine_run_backward
-        ranges, local = self.ranges, self.local
+        ranges, local, hook = self.ranges, self.local, self._hook
 
         def engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+            # The pass's roots (a loss computed outside any module) run under no module: the
+            # thread that runs them (autograd's, which outlives the pass) is told so first.
+            hook(args[0] if args else kwargs.get("t_outputs", ()), ())
             saved = ranges.save()
             outer = getattr(local, "base", None)
             local.base = len(saved)

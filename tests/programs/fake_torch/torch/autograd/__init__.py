@@ -1,3 +1,4 @@
+import queue
 import threading
 
 from torch.autograd import profiler
@@ -31,8 +32,21 @@ class Tensor:
         self.grad_fn = grad_fn
 
 
-def _engine_run_backward(root, worker=True):
-    """Run every node reachable from ``root``, newest first, on a worker thread."""
+_work = queue.Queue()
+_worker = []
+
+
+def _serve():
+    while True:
+        job, done = _work.get()
+        job()
+        done.set()
+
+
+def _engine_run_backward(roots, worker=True):
+    """Run every node reachable from ``roots``, newest first, on the worker thread (one for
+    the process, as autograd's device thread) or the calling thread."""
+    (root,) = roots
     seen, nodes, todo = set(), [], [root.grad_fn]
     while todo:
         node = todo.pop()
@@ -50,13 +64,16 @@ def _engine_run_backward(root, worker=True):
     if not worker:
         run()
         return
-    thread = threading.Thread(target=run, name="autograd")
-    thread.start()
-    thread.join()
+    if not _worker:
+        _worker.append(threading.Thread(target=_serve, name="autograd", daemon=True))
+        _worker[0].start()
+    done = threading.Event()
+    _work.put((run, done))
+    done.wait()
 
 
 def backward(root, worker=True):
-    _engine_run_backward(root, worker)
+    _engine_run_backward((root,), worker)
 
 
 __all__ = ["Node", "Tensor", "backward", "profiler"]
