@@ -16,7 +16,9 @@ alternates; the ratio on / off of each round, and their median, are printed last
 
 Workloads: ``cpu``, a small residual CNN on the CPU (one thread, batch 16 of 64² images, SGD:
 about as many module calls per step as ResNet-18, for machines without a GPU); ``resnet18`` and
-``gpt2``, the CUDA training steps of ``benchmarks/pyrun_gpu.py``.
+``gpt2``, the CUDA training steps of ``benchmarks/pyrun_gpu.py``; ``calls``, forward and
+backward passes through a chain of 64 tiny Linear modules, which prints the hooks' CPU cost per
+module call (what a GPU step pays per module on its launching threads).
 """
 
 from __future__ import annotations
@@ -74,12 +76,33 @@ def cpu_steps(steps: int) -> Callable[[], None]:
     return run
 
 
+#: ``calls``: modules of the chain, each called once per forward and backward
+CHAIN = 64
+
+
+def call_steps(steps: int) -> Callable[[], None]:
+    """``steps`` forward and backward passes through a chain of :data:`CHAIN` tiny Linear
+    modules (4 by 4, batch 1): as little work per module call as there can be, so that the
+    difference on / off is the hooks' cost per module call."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(*(torch.nn.Linear(4, 4) for _ in range(CHAIN)))
+    data = torch.randn(1, 4)
+
+    def run() -> None:
+        for _ in range(steps):
+            model(data).sum().backward()
+
+    return run
+
+
 def measure(workload: str, rounds: int, repeat: int, steps: int) -> list[tuple[float, float]]:
     """(best on, best off) of each round."""
     from pyhpctk.measure.launch import runtime
 
-    if workload == "cpu":
-        body = cpu_steps(steps)
+    if workload in ("cpu", "calls"):
+        body = cpu_steps(steps) if workload == "cpu" else call_steps(steps)
         event = None
     else:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -98,7 +121,7 @@ def measure(workload: str, rounds: int, repeat: int, steps: int) -> list[tuple[f
 
     # The CPU workload is timed on the process's CPU clock (pyrun's drain thread included):
     # other jobs of a shared machine stretch wall time at random. The GPU ones on the wall.
-    clock = time.process_time if workload == "cpu" else time.perf_counter
+    clock = time.perf_counter if event else time.process_time
 
     def timed() -> float:
         best = float("inf")
@@ -137,7 +160,7 @@ def measure(workload: str, rounds: int, repeat: int, steps: int) -> list[tuple[f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=("cpu", "resnet18", "gpt2"), default="cpu")
+    parser.add_argument("--workload", choices=("cpu", "calls", "resnet18", "gpt2"), default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
@@ -150,6 +173,9 @@ def main() -> None:
         f"median on {statistics.median(r[0] for r in results):.4f} s, "
         f"off {statistics.median(r[1] for r in results):.4f} s)"
     )
+    if args.workload == "calls":
+        extra = statistics.median(on - off for on, off in results) / (args.steps * CHAIN)
+        print(f"calls: {extra * 1e6:.1f} us of CPU per module call (forward and backward)")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def test_cpu_time_inside_a_range_is_under_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, measure: Callable[..., Path], sampler: str
 ) -> None:
     truth_file = tmp_path / "truth.json"
-    program = [str(PROGRAMS / "ranges_model.py"), str(truth_file), "12"]
+    program = [str(PROGRAMS / "ranges_model.py"), str(truth_file), "6"]
     options = ["-e", "gpu=simulated", "-e", "CPUTIME@1000"]
     database = measure(program, options)
     spent = json.loads(truth_file.read_text())["cpu"]

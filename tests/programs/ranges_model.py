@@ -70,12 +70,12 @@ def main(out: str, steps: int) -> None:
         loss = cross_entropy(model(Tensor()))
         torch.autograd.backward(loss)
         with torch.autograd.profiler.record_function("spin"):
-            spent["spin"] += spin(0.02)
+            spent["spin"] += spin(0.06)
         torch.cuda.nvtx.range_push("nvtx spin")
-        spent["nvtx spin"] += spin(0.01)
+        spent["nvtx spin"] += spin(0.04)
         torch.cuda.nvtx.range_pop()
         torch.autograd.backward(cross_entropy(model(Tensor())), worker=False)
-        spent["outside"] += spin(0.01)
+        spent["outside"] += spin(0.02)
     gpu.synchronize()
     kernels = {name: count * steps for name, count in KERNELS.items()}
     kernels["fc1 (Linear)"] += steps * 3  # the second pass, backward on the main thread

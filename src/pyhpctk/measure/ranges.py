@@ -57,7 +57,7 @@ _NATIVE_OR_TASK = 3 << 62  # the engine's native frames and task markers: not Py
 class ThreadRanges:
     """One thread's open ranges."""
 
-    __slots__ = ("drained", "log", "marks", "state")
+    __slots__ = ("drained", "log", "marks", "state", "switched")
 
     def __init__(self) -> None:
         #: (ip, depth, anchor frame) of each open range, outermost first
@@ -66,6 +66,8 @@ class ThreadRanges:
         #: (CLOCK_REALTIME ns, state) of each change since the last drain, for the engine
         self.log: list[tuple[int, State]] = []
         self.drained: State = EMPTY  # the state before the first change logged
+        #: the caller of the last :meth:`Ranges.switch`, and the anchor found from it
+        self.switched: tuple[object, FrameType | None, int] = (None, None, 0)
 
 
 class Ranges:
@@ -126,7 +128,12 @@ class Ranges:
         whose backward runs now, on the thread that runs it."""
         thread = self.thread()
         kept = thread.marks[:keep]
-        anchor, depth = self._anchor(thread, sys._getframe(1) if frame is None else frame, False)
+        start = sys._getframe(1) if frame is None else frame
+        # a backward pass switches once per hooked node, from the same frames: found once
+        caller, anchor, depth = thread.switched
+        if caller is not start.f_back or caller is None:
+            anchor, depth = self._anchor(thread, start, False)
+            thread.switched = (start.f_back, anchor, depth)
         ip_of = self.ip_of
         thread.marks = kept + [(ip_of(name), depth, anchor) for name in names]
         self._changed(thread)
@@ -138,6 +145,7 @@ class Ranges:
     def restore(self, saved: list[tuple[int, int, FrameType | None]]) -> None:
         """Reopen exactly the ranges :meth:`save` returned (after a backward pass)."""
         thread = self.thread()
+        thread.switched = (None, None, 0)  # no frame of the pass is held
         if thread.marks != saved:
             thread.marks = list(saved)
             self._changed(thread)
@@ -183,8 +191,9 @@ class Ranges:
                 thread.drained = log[LOG_LIMIT // 2 - 1][1]
                 del log[: LOG_LIMIT // 2]
             log.append((time.time_ns(), found))
-        for listener in self.listeners:
-            listener(found or None)
+        if self.listeners:
+            for listener in self.listeners:
+                listener(found or None)
 
     # -- the samplers' and the GPU monitor's side ---------------------------------------
 
