@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
     #: A thread's open ranges, outermost first: (anchor depth, range ip) each.
     State = tuple[tuple[int, int], ...]
+    #: An open range: (ip, anchor depth, anchor frame, the thread's state before it)
+    Mark = tuple[int, int, FrameType | None, State]
 
 #: A thread's ranges are logged (for the engine's drain) at most this many changes between two
 #: drains; beyond, the oldest half is folded into one (samples then land in fewer ranges).
@@ -60,8 +62,8 @@ class ThreadRanges:
     __slots__ = ("drained", "log", "marks", "state", "switched")
 
     def __init__(self) -> None:
-        #: (ip, depth, anchor frame) of each open range, outermost first
-        self.marks: list[tuple[int, int, FrameType | None]] = []
+        #: (ip, depth, anchor frame, the state before it) of each open range, outermost first
+        self.marks: list[Mark] = []
         self.state: State = EMPTY
         #: (CLOCK_REALTIME ns, state) of each change since the last drain, for the engine
         self.log: list[tuple[int, State]] = []
@@ -90,6 +92,7 @@ class Ranges:
         self._threads: dict[int, ThreadRanges] = {}
         self._ips: dict[str, int] = {}
         self._interned: dict[State, State] = {}
+        self._children: dict[tuple[int, int, int], State] = {}
 
     # -- the program's side: ranges opened and closed ------------------------------------
 
@@ -112,15 +115,16 @@ class Ranges:
         caller's; pyrun's own frames are looked through)."""
         thread = self.thread()
         anchor, depth = self._anchor(thread, sys._getframe(1) if frame is None else frame)
-        thread.marks.append((self.ip_of(name), depth, anchor))
-        self._changed(thread)
+        before = thread.state
+        ip = self.ip_of(name)
+        thread.marks.append((ip, depth, anchor, before))
+        self._set(thread, self._child(before, depth, ip))
 
     def pop(self) -> None:
         """Close the calling thread's innermost range (none open: nothing happens)."""
         thread = self.thread()
         if thread.marks:
-            thread.marks.pop()
-            self._changed(thread)
+            self._set(thread, thread.marks.pop()[3])
 
     def switch(self, names: Sequence[str], keep: int = 0, frame: FrameType | None = None) -> None:
         """Make ``names`` (outermost first) the calling thread's ranges above its ``keep``
@@ -134,21 +138,28 @@ class Ranges:
         if caller is not start.f_back or caller is None:
             anchor, depth = self._anchor(thread, start, False)
             thread.switched = (start.f_back, anchor, depth)
-        ip_of = self.ip_of
-        thread.marks = kept + [(ip_of(name), depth, anchor) for name in names]
-        self._changed(thread)
+        state = kept[-1][3] if kept else EMPTY
+        if kept:
+            state = self._child(state, kept[-1][1], kept[-1][0])
+        for name in names:
+            ip = self.ip_of(name)
+            kept.append((ip, depth, anchor, state))
+            state = self._child(state, depth, ip)
+        thread.marks = kept
+        self._set(thread, state)
 
-    def save(self) -> list[tuple[int, int, FrameType | None]]:
+    def save(self) -> list[Mark]:
         """The calling thread's open ranges, for :meth:`restore`."""
         return list(self.thread().marks)
 
-    def restore(self, saved: list[tuple[int, int, FrameType | None]]) -> None:
+    def restore(self, saved: list[Mark]) -> None:
         """Reopen exactly the ranges :meth:`save` returned (after a backward pass)."""
         thread = self.thread()
         thread.switched = (None, None, 0)  # no frame of the pass is held
         if thread.marks != saved:
             thread.marks = list(saved)
-            self._changed(thread)
+            last = saved[-1] if saved else None
+            self._set(thread, EMPTY if last is None else self._child(last[3], last[1], last[0]))
 
     def _anchor(
         self, thread: ThreadRanges, frame: FrameType | None, nested: bool = True
@@ -176,24 +187,32 @@ class Ranges:
             frame = frame.f_back
         return anchor, count
 
-    def _changed(self, thread: ThreadRanges) -> None:
-        state = tuple([(depth, ip) for ip, depth, _ in thread.marks])
-        interned = self._interned
-        found = interned.get(state)
+    def _child(self, parent: State, depth: int, ip: int) -> State:
+        """The state ``parent`` with one more range: the same object each time (the C hook
+        knows a thread's ranges by it), found without hashing the whole stack."""
+        key = (id(parent), depth, ip)
+        found = self._children.get(key)
         if found is None:
-            if len(interned) > LOG_LIMIT:
-                interned.clear()
-            found = interned[state] = state
-        thread.state = found
+            if len(self._children) > LOG_LIMIT:  # names made up at run time: start over
+                self._children.clear()
+                self._interned.clear()
+            state = (*parent, (depth, ip))
+            found = self._interned.setdefault(state, state)
+            self._children[key] = found
+            self._interned.setdefault(parent, parent)  # its id stays its own
+        return found
+
+    def _set(self, thread: ThreadRanges, state: State) -> None:
+        thread.state = state
         if self.timed:
             log = thread.log
             if len(log) >= LOG_LIMIT:
                 thread.drained = log[LOG_LIMIT // 2 - 1][1]
                 del log[: LOG_LIMIT // 2]
-            log.append((time.time_ns(), found))
+            log.append((time.time_ns(), state))
         if self.listeners:
             for listener in self.listeners:
-                listener(found or None)
+                listener(state or None)
 
     # -- the samplers' and the GPU monitor's side ---------------------------------------
 

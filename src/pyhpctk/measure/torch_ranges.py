@@ -185,34 +185,32 @@ class TorchRanges:
 
     def forward_pre(self, module: Any, args: Any) -> None:
         local = self.local
-        chain = getattr(local, "chain", None)
-        if chain is None:
-            chain = local.chain = []
-        if not chain:
+        outer: tuple[str, ...] = getattr(local, "chain", ())
+        if not outer:
             self.hooked.clear()  # a new forward pass: its nodes are new
-        outer = tuple(chain)
-        name = self.name_of(module)
-        chain.append(name)
+        name = self.names.get(module) or self.name_of(module)
+        local.chain = (*outer, name)
         self.ranges.push(name)
         if self.grad_enabled():
             self._hook(args, outer)
 
     def forward_post(self, module: Any, args: Any, output: Any) -> None:
-        chain = self.local.chain
+        local = self.local
+        chain: tuple[str, ...] = getattr(local, "chain", ())
         if self.grad_enabled():
-            self._hook(output, tuple(chain))
-        if chain:
-            chain.pop()
+            self._hook(output, chain)
+        local.chain = chain[:-1]
         self.ranges.pop()
 
     def _hook(self, value: Any, chain: tuple[str, ...]) -> None:
         """Pre-hook the autograd nodes of the tensors in ``value`` with a switch to
         ``chain`` (a node already hooked keeps its first)."""
+        hooked = self.hooked
         for tensor in _tensors(value):
             node = tensor.grad_fn
-            if node is None or id(node) in self.hooked:
+            if node is None or id(node) in hooked:
                 continue
-            self.hooked.add(id(node))
+            hooked.add(id(node))
             switch = self.switches.get(chain)
             if switch is None:
                 switch = self.switches[chain] = self._switch(chain)
@@ -231,11 +229,13 @@ def _nothing() -> None:
     pass
 
 
-def _tensors(value: Any) -> list[Any]:
+def _tensors(value: Any) -> Sequence[Any]:
     """The tensors of a module's arguments or output: itself, or those of a tuple, list or
     dict one level down (what ``grad_fn`` has meaning for)."""
+    if type(value) is tuple and len(value) == 1:  # the common case: one tensor
+        value = value[0]
     if hasattr(value, "grad_fn"):
-        return [value]
+        return (value,)
     if isinstance(value, dict):
         value = value.values()
     elif not isinstance(value, (tuple, list)):
