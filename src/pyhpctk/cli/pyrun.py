@@ -97,6 +97,14 @@ SUBCOMMANDS = ("ctl", "attach")
     "context node <task NAME>, instead of under the event loop's frames.",
 )
 @click.option(
+    "--ranges",
+    is_flag=True,
+    help="Put time and GPU work under the ranges they ran in, each a context node: PyTorch "
+    "modules by their path in the model (`layer1.0.conv1 (Conv2d)`, the backward pass's "
+    "kernels under the module whose forward made them), torch.profiler.record_function, "
+    "torch.cuda.nvtx and nvtx ranges (pyview --ranges folds the tree to them).",
+)
+@click.option(
     "--append",
     is_flag=True,
     help="Add this run to a measurement directory that already holds one (pyprof then merges "
@@ -124,6 +132,7 @@ def pyrun(
     start_paused: bool,
     control: bool,
     async_aware: bool,
+    ranges: bool,
     append: bool,
     install_pth: str | None,
     uninstall_pth: str | None,
@@ -166,6 +175,7 @@ def pyrun(
         control=control,
         start_paused=start_paused,
         async_aware=async_aware,
+        ranges=ranges,
     )
     return run(options).exit_status
 

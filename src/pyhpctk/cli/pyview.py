@@ -150,6 +150,13 @@ _FORCE_HELP = (
     "left out and their cost is shown in their callers.",
 )
 @click.option(
+    "--ranges",
+    is_flag=True,
+    help="Fold the tree to the ranges pyrun --ranges measured (PyTorch modules, "
+    "record_function and NVTX ranges): each range's exclusive cost is its own frames' and "
+    "kernels', a thread's the cost outside any range.",
+)
+@click.option(
     "--full",
     is_flag=True,
     help="The whole view: every scope expanded, functions and their lines as rows of their "
@@ -186,6 +193,7 @@ def pyview(
     width: int | None,
     exclusive: bool,
     show_internal: bool,
+    ranges: bool,
     full: bool,
     color: bool | None,
     tree: str | None,
@@ -247,6 +255,7 @@ def pyview(
         exclusive,
         show_internal,
         full,
+        ranges,
     )
     return run_pyview(opts, _names_as_bytes(sys.stdout))
 

@@ -180,3 +180,6 @@ MYPYC_WRAPPER_MARK = " [mypyc wrapper]"
 CYTHON_WRAPPER_MARK = " [cython wrapper]"
 #: Both marks: functions pyview leaves out (:mod:`pyhpctk.present.elide`).
 WRAPPER_MARKS = (MYPYC_WRAPPER_MARK, CYTHON_WRAPPER_MARK)
+#: The pseudo source file of a range's function (``pyrun --ranges``: a PyTorch module, a
+#: ``record_function`` or NVTX range as a context node; ``pyview --ranges`` keeps only them).
+RANGE_FILE = "<range>"

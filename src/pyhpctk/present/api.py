@@ -28,6 +28,7 @@ from pyhpctk.present.elide import internal_frames
 from pyhpctk.present.labels import context_label
 from pyhpctk.present.metrics import MetricCatalog
 from pyhpctk.present.model import Experiment
+from pyhpctk.present.ranges import ranges_view
 from pyhpctk.present.render import view_to_dict
 from pyhpctk.present.source import open_experiment
 from pyhpctk.present.viewmodel import HOT_PATH_SHARE, View, ViewOptions
@@ -86,13 +87,15 @@ class Database:
         exclusive: bool = False,
         show_internal: bool = False,
         hot_share: float = HOT_PATH_SHARE,
+        ranges: bool = False,
     ) -> View:
         """Build a view (``top-down``, ``bottom-up`` or ``flat``).
 
         ``exclusive``: order rows by the sort metric's exclusive value. Interpreter frames (the
         import system, runpy) are left out, their cost kept in their callers
         (:mod:`pyhpctk.present.elide`), unless ``show_internal``. ``hot_share``: the share of
-        its parent a child holds to be on the hot path.
+        its parent a child holds to be on the hot path. ``ranges``: the tree folded to the
+        ranges ``pyrun --ranges`` measured (:mod:`pyhpctk.present.ranges`).
         """
         names = self._metrics(metrics)
         sort_name = self.catalog.resolve(sort) if sort else None
@@ -110,6 +113,8 @@ class Database:
             )
         except ValueError as error:
             raise UsageError(str(error)) from None
+        if ranges:
+            return ranges_view(kind, self.catalog, options)
         elided = None if show_internal else self.internal_frames()
         return build_view(kind, self.catalog, options, elided)
 

@@ -46,6 +46,7 @@ class PyviewOptions:
     exclusive: bool = False
     show_internal: bool = False
     full: bool = False
+    ranges: bool = False  # the tree folded to pyrun --ranges' ranges
 
 
 @dataclass(slots=True)
@@ -71,6 +72,7 @@ class Job:
                 exclusive=opts.exclusive,
                 show_internal=opts.show_internal or opts.full,
                 hot_share=(50.0 if opts.hot_path is None else opts.hot_path) / 100.0,
+                ranges=opts.ranges,
             )
         return self.built
 

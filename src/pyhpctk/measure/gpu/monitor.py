@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.gpu.memory import MemoryTracker
     from pyhpctk.measure.gpu.operations import Batch, Operation
     from pyhpctk.measure.gpu.warps import WarpTraces
+    from pyhpctk.measure.ranges import Ranges
 
 __all__ = ["SKIP", "GpuMonitor", "GpuStats", "GpuThread", "transplant"]
 
@@ -143,6 +144,11 @@ class GpuMonitor:
         self._start_threads()
 
     @property
+    def ranges(self) -> Ranges | None:
+        """The threads' open ranges (pyrun --ranges): part of each operation's context."""
+        return getattr(self.session, "ranges", None)
+
+    @property
     def limits(self) -> act.DeviceLimits:
         return self.attributor.limits
 
@@ -153,6 +159,8 @@ class GpuMonitor:
     def attach_hook(self, hook: NativeHook) -> None:
         """Operations come through the C hook too: drain it before matching each buffer."""
         self.hook = self.matcher.hook = hook
+        if self.ranges is not None:  # each thread's ranges become part of its sites
+            self.ranges.listeners.append(hook.set_range)
 
     # -- threads of the monitor --
 
@@ -261,10 +269,12 @@ class GpuMonitor:
         while frame is not None and frame.f_code.co_filename.startswith(SKIP):
             frame = frame.f_back
         state = self._by_ident.get(ident) or self._thread_state(ident, frame is None)
-        # The fast path: same site as last time, and the session still has this thread's CCT
-        # (it may retire and replace it).
+        ranges = self.ranges
+        # The fast path: same site as last time, under the same ranges, and the session still
+        # has this thread's CCT (it may retire and replace it).
         if (
             frame is state.frame
+            and (ranges is None or state.ranges is ranges.current())
             and (state.own or self._live_cct(ident) is state.live)
             and (frame is None or frame.f_lasti == state.lasti)
         ):
@@ -288,21 +298,28 @@ class GpuMonitor:
             state = self._thread_state(state.ident, frame is None)
         if self.paused:
             return self._outside_operation(state, kind, correlation, multi)
+        open_ranges = self.ranges
+        ranges = open_ranges.current() if open_ranges is not None else None
         with session.lock:
             if state.own:  # the GPU layer's CCT: unwind into it ourselves
                 cct = state.cct
                 ips = python_frame_ips(frame, session.functions, session.functions.fid_of)
+                if ranges and open_ranges is not None:
+                    ips = open_ranges.under(ips)
                 call = cct.path(session.python_lm, ips) if ips else cct.fence
                 placeholder = -1
                 if kind not in DEFERRED:
                     placeholder = cct.placeholder(call, act.PLACEHOLDER_OF_KIND[kind])
-                if call == cct.fence and placeholder >= 0:
+                if frame is None and placeholder >= 0:  # the site is the ranges alone
+                    if state.ranges is not ranges or state.call != call:
+                        state.ranges, state.call, state.placeholders = ranges, call, {}
                     state.placeholders[kind] = placeholder
                 return (correlation, kind, call, placeholder, state, cct, multi)
             same_site = (
                 frame is state.frame
                 and (frame is None or frame.f_lasti == state.lasti)
                 and self._live_cct(state.ident) is state.live
+                and state.ranges is ranges
             )
             if same_site:
                 cct, call = state.cct, state.call
@@ -314,6 +331,7 @@ class GpuMonitor:
                 state.frame = UNCACHED if resumable else frame
                 state.lasti = frame.f_lasti if frame is not None else -1
                 state.call = call
+                state.ranges = ranges
                 state.placeholders = {}
             if kind in DEFERRED:  # placed when (if) an activity comes: see DEFERRED
                 placeholder = -1
@@ -706,6 +724,8 @@ class GpuMonitor:
         hook = self.hook
         if hook is not None:  # the hook's records are all here: free it
             self.hook = self.matcher.hook = None
+            if self.ranges is not None and hook.set_range in self.ranges.listeners:
+                self.ranges.listeners.remove(hook.set_range)
             try:
                 hook.reset()
             except RuntimeError as error:  # still subscribed: the backend did not stop

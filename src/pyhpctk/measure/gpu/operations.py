@@ -88,6 +88,7 @@ class GpuThread:
         "own",
         "placeholders",
         "push",
+        "ranges",
         "thread",
     )
 
@@ -109,6 +110,7 @@ class GpuThread:
         self.lasti = -1
         self.call = -1
         self.placeholders: dict[int, int] = {}
+        self.ranges: object = None  # ... and the thread's open ranges then (pyrun --ranges)
 
 
 UNCACHED = object()  # a "last frame" no frame (nor None) is: the next operation unwinds

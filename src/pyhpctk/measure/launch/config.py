@@ -55,7 +55,8 @@ class MeasureOptions:
     re-rendered ``gpu=...`` event ("" when none); ``report``: the abstract socket name pyrun
     listens on ("" when none, :mod:`pyhpctk.measure.losses`); ``settings``: what the user set
     in the environment, read when the options are built (:class:`RunSettings`); ``control``:
-    open a control socket that ``pyrun ctl`` reaches; ``async_aware``: asyncio-aware stacks.
+    open a control socket that ``pyrun ctl`` reaches; ``async_aware``: asyncio-aware stacks;
+    ``ranges``: PyTorch modules and annotated ranges as context nodes (``--ranges``).
 
     ``paused`` (sampling paused: ``--start-paused``, or a parent paused when it started this
     process) and ``mark`` (the phase a mark named, ``""``: none) are the window's state, not
@@ -74,6 +75,7 @@ class MeasureOptions:
         "native",
         "output_dir",
         "paused",
+        "ranges",
         "report",
         "settings",
         "trace",
@@ -93,6 +95,7 @@ class MeasureOptions:
         paused: bool = False,
         mark: str = "",
         async_aware: bool = False,
+        ranges: bool = False,
     ) -> None:
         self.output_dir = output_dir
         self.events = tuple(events)
@@ -106,6 +109,7 @@ class MeasureOptions:
         self.paused = paused
         self.mark = mark
         self.async_aware = async_aware
+        self.ranges = ranges
         check_options(self.events, self.checkpoint_s)
 
     def _carried(self) -> dict[str, str]:
@@ -120,6 +124,7 @@ class MeasureOptions:
             "report": self.report,
             "control": "1" if self.control else "0",
             "async_aware": "1" if self.async_aware else "0",
+            "ranges": "1" if self.ranges else "0",
         }
 
     def _compared(self) -> dict[str, str]:
@@ -164,6 +169,7 @@ class MeasureOptions:
                 paused=env.get(ENV_PAUSED, "") == "1",
                 mark=env.get(ENV_MARK, ""),
                 async_aware=carried.get("async_aware") == "1",
+                ranges=carried.get("ranges") == "1",
             )
         except (ValueError, KeyError) as error:
             raise UsageError(f"{ENV_OPTIONS} is not pyrun's options: {error!r}") from None

@@ -89,6 +89,7 @@ class RunOptions:
     control: bool = False  # every measured process listens for pyrun ctl
     start_paused: bool = False  # ... and samples only once pyrun ctl PID start says so
     async_aware: bool = False  # a coroutine's time under the tasks awaiting it
+    ranges: bool = False  # PyTorch modules and annotated ranges as context nodes
 
     def measure_options(
         self, output_dir: str, report: str, env: Mapping[str, str]
@@ -107,6 +108,7 @@ class RunOptions:
             control=self.control,
             paused=self.start_paused,
             async_aware=self.async_aware,
+            ranges=self.ranges,
         )
 
     def __post_init__(self) -> None:

@@ -34,6 +34,7 @@ def start_from_env() -> Session | None:
         session.gpu = gpu.install(session, options.gpu)
         if session.windows.paused:  # pyrun --start-paused: nothing of the GPU's until start
             session.gpu.window(paused=True)
+    _hook_ranges(session)
     if options.settings.debug:
         sys.stderr.write(f"pyrun: measuring pid {os.getpid()} into {options.output_dir}\n")
     return session
@@ -50,7 +51,9 @@ def attach(settings: Mapping[str, str]) -> Session:
     if hooks.current_session() is not None:
         raise UsageError("this process is already being measured")
     options.export(os.environ)
-    return hooks.start(Session(options))
+    session = hooks.start(Session(options))
+    _hook_ranges(session)
+    return session
 
 
 def start(
@@ -61,23 +64,54 @@ def start(
     install_hooks: bool = True,
     gpu_event: str | None = None,
     native: bool = True,
+    ranges: bool = False,
 ) -> Session:
     """Measure this process from now on, writing into ``output_dir`` (created if missing).
 
     ``gpu_event`` (``gpu=nvidia``, ``gpu=simulated,...``) also measures GPU work; ``native``:
-    samples record native frames (pyrun's ``--native``).
+    samples record native frames (pyrun's ``--native``); ``ranges``: PyTorch's modules and
+    annotated ranges as context nodes (pyrun's ``--ranges``; :func:`push_range` too).
     """
     if hooks.current_session() is not None:
         raise UsageError("this process is already being measured")
     os.makedirs(output_dir, exist_ok=True)
     options = MeasureOptions(
-        os.path.abspath(output_dir), events, trace, checkpoint_s, native, gpu_event or ""
+        os.path.abspath(output_dir),
+        events,
+        trace,
+        checkpoint_s,
+        native,
+        gpu_event or "",
+        ranges=ranges,
     )
     session = Session(options)
     hooks.start(session, install_hooks=install_hooks)
     if options.gpu:
         session.gpu = gpu.install(session, options.gpu)
+    _hook_ranges(session)
     return session
+
+
+def _hook_ranges(session: Session) -> None:
+    """With ``--ranges``: PyTorch's and nvtx's ranges are hooked (now, or at their import)."""
+    if session.ranges is not None:
+        from pyhpctk.measure import torch_ranges
+
+        session.ranges.hooks = torch_ranges.install(session.ranges)
+
+
+def push_range(name: str) -> None:
+    """Open the range ``name`` on the calling thread (measured with ranges: else nothing)."""
+    session = hooks.current_session()
+    if session is not None and session.ranges is not None:
+        session.ranges.push(name)
+
+
+def pop_range() -> None:
+    """Close the calling thread's innermost range."""
+    session = hooks.current_session()
+    if session is not None and session.ranges is not None:
+        session.ranges.pop()
 
 
 def stop(session: Session | None = None) -> None:

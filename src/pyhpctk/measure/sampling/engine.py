@@ -266,6 +266,7 @@ class EngineSampler:
 
             self.tasks = tasks.TaskChains(table)
         self._raw_paths: dict[int, list[int]] = {}
+        self._range_paths: dict[int, list[int]] = {}  # pyrun --ranges: each thread's last path
 
     def start(self) -> None:
         options = self.table.options
@@ -275,7 +276,7 @@ class EngineSampler:
         self.module.start(
             self.cpu_period_ns,
             self.wall_period_ns,
-            options.trace,
+            options.trace or self.table.ranges is not None,  # ranges: each sample's time
             perf,
             options.native,
             self.tasks is not None,
@@ -400,11 +401,17 @@ class EngineSampler:
         tasks = self.tasks
         if tasks is not None:
             tasks.refresh()
+        ranges = table.ranges
         for ident, tid, _python, ended, entries in batches:
             key = ident or -tid
             state = self._state_of(key, tid)
             seen.add(key)
             self.entries += len(entries)
+            if ranges is not None and ident:
+                full = self._range_paths.setdefault(key, [])
+                entries = ranges.engine_entries(ident, entries, full)
+                if ended:
+                    del self._range_paths[key]
             if tasks is not None:
                 entries = self._under_tasks(tasks, key, entries, ended)
             trace = (state.trace_times, state.trace_nodes) if tracing else None

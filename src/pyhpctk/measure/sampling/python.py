@@ -207,6 +207,7 @@ class PythonSampler:
             tasks = self.tasks
             if tasks is not None:
                 tasks.refresh()
+            ranges = table.ranges
             states = table.states
             sampler = self.sampler_ident
             skipped = table.skipped
@@ -256,6 +257,8 @@ class PythonSampler:
                         ips = python_frame_ips(frame, functions, fid_of)
                     else:
                         ips = tasks.thread_ips(frame, fid_of)
+                    if ranges is not None:
+                        ips = ranges.under(ips, ident)
                     if ips == state.last_ips:  # the same path as last time: a hot loop
                         leaf = state.last_path_leaf
                     else:

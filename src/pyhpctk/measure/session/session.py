@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from pyhpctk.measure.encode import ProfileIdentity
     from pyhpctk.measure.extension import Extension
     from pyhpctk.measure.launch.config import MeasureOptions
+    from pyhpctk.measure.ranges import Ranges
 
 __all__ = ["SAMPLER_KIND", "Clocks", "Session", "ThreadState", "thread_cpu_clock"]
 
@@ -106,6 +107,8 @@ class Session:
                     sys.stderr.write(
                         f"pyrun: {spec.name} needs the sampling engine; it is not measured\n"
                     )
+        # The threads' open ranges (pyrun --ranges: measure/ranges.py), or None.
+        self.ranges: Ranges | None = None
         self._reset_process_state()
         hold_reserve(options.output_dir)  # a descriptor for writing near the open-file limit
 
@@ -118,6 +121,13 @@ class Session:
         self._finish_lock = threading.RLock()
         self.ids = NodeIdAllocator()
         self.functions = FunctionTable(skip_prefixes=(_MEASURE_DIR,))
+        if self.options.ranges:
+            if self.ranges is None:
+                from pyhpctk.measure.ranges import Ranges
+
+                self.ranges = Ranges(self.functions, timed=self.engine is not None)
+            else:
+                self.ranges.reset(self.functions)
         self.kinds: list[MetricKind] = []
         self.sampling_kind.base = -1
         self.add_metric_kind(self.sampling_kind)
@@ -203,6 +213,8 @@ class Session:
             if state is None:
                 state = self.register_thread(threading.current_thread())
             ips = python_frame_ips(frame, self.functions, self.functions.fid_of)
+            if self.ranges is not None:  # under the ranges open on this thread
+                ips = self.ranges.under(ips)
             return state.cct, state.cct.path(self.python_lm, ips)
 
     def open_stream(self, number: int) -> ThreadCCT:
@@ -336,6 +348,7 @@ class Session:
                     if self.finished:
                         return
                     self.engine.drain()
+                    self._forget_ranges(ident)
                     state = self._states.pop(ident, None)
                     if state is None:
                         return
@@ -345,6 +358,7 @@ class Session:
                 self.engine.own_cpu(time.thread_time_ns() - began)
             return
         with self.lock:
+            self._forget_ranges(ident)
             state = self._states.pop(ident, None)
             if state is None or self.finished:
                 return
@@ -368,9 +382,15 @@ class Session:
     def retire(self, ident: int) -> None:
         """Thread ``ident`` ended without :meth:`thread_finished` (a C thread, a reused ident,
         a thread the engine saw end): write its files and forget it (ThreadTable)."""
+        self._forget_ranges(ident)
         state = self._states.pop(ident, None)
         if state is not None:
             self._write_thread(state)
+
+    def _forget_ranges(self, ident: int) -> None:
+        """A thread's open ranges end with it (its ident may be reused)."""
+        if self.ranges is not None:
+            self.ranges.forget(ident)
 
     def skipped(self, ident: int, thread: threading.Thread | None) -> bool:
         """Whether the Python sampler leaves thread ``ident`` alone: one of pyrun's own, or one

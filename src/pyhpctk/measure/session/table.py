@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from pyhpctk.measure.cct import FunctionTable, MetricKind
     from pyhpctk.measure.launch.config import MeasureOptions
+    from pyhpctk.measure.ranges import Ranges
     from pyhpctk.measure.thread_state import Clocks, ThreadState
 
 
@@ -50,6 +51,11 @@ class ThreadTable(Protocol):
     @property
     def finished(self) -> bool:
         """The files were written for good: nothing more is sampled."""
+        ...
+
+    @property
+    def ranges(self) -> Ranges | None:
+        """The threads' open ranges (``pyrun --ranges``), or None."""
         ...
 
     @property

@@ -265,7 +265,7 @@ static int64_t record_operation(int kind, int multi, uint64_t correlation) {
     int64_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
     Gil gil = {0, 0, PyGILState_LOCKED};
     PyThreadState *tstate = PyGILState_GetThisThreadState();
-    FrameKey frames[MAXDEPTH];
+    FrameKey frames[MAXDEPTH + 1]; /* + the thread's ranges */
     uint64_t hash = 0;
     int64_t token = -1;
     int depth = 0; /* a thread Python has never seen (a runtime's C++ worker): no frames */
@@ -275,6 +275,12 @@ static int64_t record_operation(int kind, int multi, uint64_t correlation) {
             gil_take(&gil);
             depth = hook_stack(tstate, 1, frames, &hash);
         }
+    }
+    if (depth >= 0 && hook_cache.range != NULL) { /* its ranges: one more (outermost) frame */
+        frames[depth].code = (uintptr_t)hook_cache.range;
+        frames[depth].instr = 1; /* odd: no instruction's address */
+        hash = ((hash ^ (uint64_t)(uintptr_t)hook_cache.range) * 0x9E3779B97F4A7C15ULL) | 1;
+        depth++;
     }
     if (depth == 0) { /* no program frame: the thread's one frameless site */
         if (frameless_hit(kind, correlation, now)) {
@@ -455,6 +461,21 @@ static PyObject *py_bump(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(__atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE));
 }
 
+/* The calling thread's open ranges (an object standing for them; None: none), part of each
+ * site from now on (pyhpctk.measure.ranges tells each change). */
+static PyObject *py_set_range(PyObject *self, PyObject *range) {
+    (void)self;
+    PyObject *old = hook_cache.range;
+    if (range == Py_None) {
+        hook_cache.range = NULL;
+    } else {
+        Py_INCREF(range);
+        hook_cache.range = range;
+    }
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -554,6 +575,8 @@ static PyMethodDef methods[] = {
      "subscribe(libcupti_path) -> callbacks CUPTI refused: the C callback becomes CUPTI's."},
     {"unsubscribe", py_unsubscribe, METH_NOARGS, "Stop receiving CUPTI callbacks."},
     {"bump", py_bump, METH_NOARGS, "Invalidate every thread's cached site (new epoch)."},
+    {"set_range", py_set_range, METH_O,
+     "The calling thread's open ranges (an object; None: none): part of its sites."},
     {"drain", hook_drain, METH_NOARGS, "bytes of (u64 correlation, i64 token) pairs."},
     {"take_modules", hook_take_modules, METH_NOARGS, "The cubins loaded since the last call."},
     {"stats", py_stats, METH_NOARGS,

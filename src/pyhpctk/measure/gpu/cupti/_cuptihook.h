@@ -110,6 +110,8 @@ typedef struct {
     uint64_t sync_correlation; /* the synchronization call the thread is inside (0: none) */
     uint64_t sync_start;       /* its CUPTI timestamp at entry */
     struct SyncRing *sync_ring;
+    PyObject *range;           /* the thread's open ranges (pyrun --ranges; set_range), or NULL:
+                                  part of every site, as one more frame (code = this object) */
 } ThreadCache;
 
 extern __thread ThreadCache hook_cache HOOK_HIDDEN;

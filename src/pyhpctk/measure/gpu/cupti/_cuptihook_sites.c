@@ -278,7 +278,7 @@ Site *hook_remember(const FrameKey *frames, int depth, uint64_t hash, int64_t no
 
 PyObject **hook_surrender(int *count) {
     ThreadCache *cache = &hook_cache;
-    size_t total = cache->arena_used + SKIP_WAYS + cache->ndoomed;
+    size_t total = cache->arena_used + SKIP_WAYS + cache->ndoomed + 1;
     PyObject **held = calloc(total ? total : 1, sizeof(PyObject *));
     int n = 0;
     if (held != NULL) { /* else leaked: never released without the GIL */
@@ -289,7 +289,10 @@ PyObject **hook_surrender(int *count) {
                 held[n++] = cache->skip_code[way];
         for (size_t i = 0; i < cache->ndoomed; i++)
             held[n++] = cache->doomed[i];
+        if (cache->range != NULL)
+            held[n++] = cache->range;
     }
+    cache->range = NULL;
     free(cache->sites);
     free(cache->arena);
     free(cache->doomed);

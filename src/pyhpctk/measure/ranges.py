@@ -1,0 +1,294 @@
+"""Ranges as calling contexts (``pyrun --ranges``, issue #37 item 1).
+
+A program marks parts of its run as ranges: PyTorch modules (each ``nn.Module`` call, named by
+its path in its model, ``layer1.0.conv1 (Conv2d)``), ``torch.profiler.record_function``,
+``torch.cuda.nvtx`` and the ``nvtx`` package's ranges (:mod:`pyhpctk.measure.torch_ranges`
+installs those hooks). Each thread keeps a stack of the ranges open on it; a range is a
+context node (a function named after the range, in the pseudo file :data:`RANGE_FILE`) placed
+right under the Python frame that opened it, above the frames and the GPU work inside it::
+
+    train → _call_impl → ResNet → forward → _call_impl → layer1.0.conv1 (Conv2d) → forward → …
+
+A range remembers its *anchor*: the innermost frame of the program (not pyrun's own) when it was
+pushed, and that frame's depth, counted in the frames :func:`~.cct.python_frame_ips` keeps. A
+sample or a GPU launch places each open range after that many Python frames of its own path:
+
+- the Python sampler and the GPU monitor read the thread's ranges as they are (:meth:`place`);
+- the engine samples in a signal handler, and its samples are drained later: each change of a
+  thread's ranges is logged with its time (``CLOCK_REALTIME``, the clock of the engine's sample
+  stamps), and the drain places each sample under the ranges open at its time
+  (:meth:`engine_entries`);
+- the CUPTI hook remembers launch sites by their frames: each change tells it the thread's
+  ranges (a :attr:`listeners` callback), which become part of the site.
+
+The backward pass of a module runs on autograd's threads, often without a Python frame of the
+program: :meth:`switch` sets a thread's whole stack (the chain of forward modules whose backward
+runs now), anchored at the thread's own frames (none: at the root of its path).
+
+Standard library only: this runs inside the measured program.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import time
+
+from pyhpctk.formats.hpcrun_constants import LOGICAL_FID_SHIFT as FID_SHIFT
+from pyhpctk.formats.vocabulary import RANGE_FILE
+
+TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import FrameType
+
+    from pyhpctk.measure.cct import FunctionTable
+
+    #: A thread's open ranges, outermost first: (anchor depth, range ip) each.
+    State = tuple[tuple[int, int], ...]
+    #: An open range: (ip, anchor depth, anchor frame, the thread's state before it)
+    Mark = tuple[int, int, FrameType | None, State]
+
+#: A thread's ranges are logged (for the engine's drain) at most this many changes between two
+#: drains; beyond, the oldest half is folded into one (samples then land in fewer ranges).
+LOG_LIMIT = 1 << 16
+EMPTY: State = ()
+_NATIVE_OR_TASK = 3 << 62  # the engine's native frames and task markers: not Python frames
+
+
+class ThreadRanges:
+    """One thread's open ranges."""
+
+    __slots__ = ("drained", "log", "marks", "state", "switched")
+
+    def __init__(self) -> None:
+        #: (ip, depth, anchor frame, the state before it) of each open range, outermost first
+        self.marks: list[Mark] = []
+        self.state: State = EMPTY
+        #: (CLOCK_REALTIME ns, state) of each change since the last drain, for the engine
+        self.log: list[tuple[int, State]] = []
+        self.drained: State = EMPTY  # the state before the first change logged
+        #: the caller of the last :meth:`Ranges.switch`, and the anchor found from it
+        self.switched: tuple[object, FrameType | None, int] = (None, None, 0)
+
+
+class Ranges:
+    """The open ranges of every thread of the measured process (see the module docstring).
+
+    ``functions``: the session's function table, which names the ranges' nodes; ``timed``: log
+    each change with its time (the engine drains its samples later)."""
+
+    def __init__(self, functions: FunctionTable, timed: bool = False) -> None:
+        self.timed = timed
+        #: told each new state of the calling thread (the CUPTI hook's ``set_range``)
+        self.listeners: list[Callable[[State | None], object]] = []
+        #: PyTorch's hooks (:class:`~.torch_ranges.TorchRanges`), once installed
+        self.hooks: object = None
+        self.reset(functions)
+
+    def reset(self, functions: FunctionTable) -> None:
+        """A new process (a forked child): no range is open, the names are numbered anew."""
+        self.functions = functions
+        self._threads: dict[int, ThreadRanges] = {}
+        self._ips: dict[str, int] = {}
+        self._interned: dict[State, State] = {}
+        self._children: dict[tuple[int, int, int], State] = {}
+
+    # -- the program's side: ranges opened and closed ------------------------------------
+
+    def ip_of(self, name: str) -> int:
+        """The ip of the node of the range named ``name``."""
+        ip = self._ips.get(name)
+        if ip is None:
+            ip = self._ips[name] = self.functions.named(name, RANGE_FILE) << FID_SHIFT
+        return ip
+
+    def thread(self) -> ThreadRanges:
+        ident = _thread.get_ident()
+        found = self._threads.get(ident)
+        if found is None:
+            found = self._threads[ident] = ThreadRanges()
+        return found
+
+    def push(self, name: str, frame: FrameType | None = None) -> None:
+        """Open the range ``name`` on the calling thread, under ``frame`` (default: the
+        caller's; pyrun's own frames are looked through)."""
+        thread = self.thread()
+        anchor, depth = self._anchor(thread, sys._getframe(1) if frame is None else frame)
+        before = thread.state
+        ip = self.ip_of(name)
+        thread.marks.append((ip, depth, anchor, before))
+        self._set(thread, self._child(before, depth, ip))
+
+    def pop(self) -> None:
+        """Close the calling thread's innermost range (none open: nothing happens)."""
+        thread = self.thread()
+        if thread.marks:
+            self._set(thread, thread.marks.pop()[3])
+
+    def switch(self, names: Sequence[str], keep: int = 0, frame: FrameType | None = None) -> None:
+        """Make ``names`` (outermost first) the calling thread's ranges above its ``keep``
+        outermost ones, all under ``frame`` (default: the caller's): the chain of modules
+        whose backward runs now, on the thread that runs it."""
+        thread = self.thread()
+        kept = thread.marks[:keep]
+        start = sys._getframe(1) if frame is None else frame
+        # a backward pass switches once per hooked node, from the same frames: found once
+        caller, anchor, depth = thread.switched
+        if caller is not start.f_back or caller is None:
+            anchor, depth = self._anchor(thread, start, False)
+            thread.switched = (start.f_back, anchor, depth)
+        state = kept[-1][3] if kept else EMPTY
+        if kept:
+            state = self._child(state, kept[-1][1], kept[-1][0])
+        for name in names:
+            ip = self.ip_of(name)
+            kept.append((ip, depth, anchor, state))
+            state = self._child(state, depth, ip)
+        thread.marks = kept
+        self._set(thread, state)
+
+    def save(self) -> list[Mark]:
+        """The calling thread's open ranges, for :meth:`restore`."""
+        return list(self.thread().marks)
+
+    def restore(self, saved: list[Mark]) -> None:
+        """Reopen exactly the ranges :meth:`save` returned (after a backward pass)."""
+        thread = self.thread()
+        thread.switched = (None, None, 0)  # no frame of the pass is held
+        if thread.marks != saved:
+            thread.marks = list(saved)
+            last = saved[-1] if saved else None
+            self._set(thread, EMPTY if last is None else self._child(last[3], last[1], last[0]))
+
+    def _anchor(
+        self, thread: ThreadRanges, frame: FrameType | None, nested: bool = True
+    ) -> tuple[FrameType | None, int]:
+        """The program's innermost frame from ``frame`` outwards, and its depth (frames kept,
+        counted from the outermost: 0 for no frame). Counted up to the innermost open range's
+        anchor when that frame is met (nested ranges: a few frames each)."""
+        fid_of = self.functions.fid_of
+        register = self.functions.register
+        outer = thread.marks[-1] if nested and thread.marks else None
+        stop = outer[2] if outer is not None else None
+        anchor: FrameType | None = None
+        count = 0
+        while frame is not None:
+            if frame is stop and outer is not None:
+                return (anchor or frame), count + outer[1]
+            code = frame.f_code
+            fid = fid_of.get(id(code))
+            if fid is None:
+                fid = register(code)
+            if fid:
+                count += 1
+                if anchor is None:
+                    anchor = frame
+            frame = frame.f_back
+        return anchor, count
+
+    def _child(self, parent: State, depth: int, ip: int) -> State:
+        """The state ``parent`` with one more range: the same object each time (the C hook
+        knows a thread's ranges by it), found without hashing the whole stack."""
+        key = (id(parent), depth, ip)
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) > LOG_LIMIT:  # names made up at run time: start over
+                self._children.clear()
+                self._interned.clear()
+            state = (*parent, (depth, ip))
+            found = self._interned.setdefault(state, state)
+            self._children[key] = found
+            self._interned.setdefault(parent, parent)  # its id stays its own
+        return found
+
+    def _set(self, thread: ThreadRanges, state: State) -> None:
+        thread.state = state
+        if self.timed:
+            log = thread.log
+            if len(log) >= LOG_LIMIT:
+                thread.drained = log[LOG_LIMIT // 2 - 1][1]
+                del log[: LOG_LIMIT // 2]
+            log.append((time.time_ns(), state))
+        if self.listeners:
+            for listener in self.listeners:
+                listener(state or None)
+
+    # -- the samplers' and the GPU monitor's side ---------------------------------------
+
+    def forget(self, ident: int) -> None:
+        """Thread ``ident`` ended: its ranges with it."""
+        self._threads.pop(ident, None)
+
+    def state_of(self, ident: int) -> State:
+        """Thread ``ident``'s open ranges now."""
+        thread = self._threads.get(ident)
+        return EMPTY if thread is None else thread.state
+
+    def current(self) -> State:
+        """The calling thread's open ranges now."""
+        thread = self._threads.get(_thread.get_ident())
+        return EMPTY if thread is None else thread.state
+
+    def under(self, ips: list[int], ident: int | None = None) -> list[int]:
+        """``ips`` (innermost first) under the ranges open now on thread ``ident`` (default:
+        the calling thread)."""
+        thread = self._threads.get(_thread.get_ident() if ident is None else ident)
+        return ips if thread is None or not thread.state else place_inner(ips, thread.state)
+
+    def engine_entries(self, ident: int, entries: list[Entry], full: list[int]) -> list[Entry]:
+        """The engine's drained ``entries`` of thread ``ident``, each a whole path (``common``
+        0) under the ranges open at its time (``full``: the thread's last path, which the
+        entries' ``common`` prefixes continue; updated)."""
+        thread = self._threads.get(ident)
+        log = thread.log if thread is not None else []
+        state = thread.drained if thread is not None else EMPTY
+        at = 0
+        out = []
+        for common, ips, timer, gil, cpu, wall, when in entries:
+            del full[common:]
+            full.extend(ips)
+            while at < len(log) and log[at][0] <= when:
+                state = log[at][1]
+                at += 1
+            path = place(full, state, _NATIVE_OR_TASK) if state else list(full)
+            out.append((0, tuple(path), timer, gil, cpu, wall, when))
+        if thread is not None:
+            thread.drained = state
+            del log[:at]  # in place: the program's thread may be appending to it
+        return out
+
+
+def place(path: Sequence[int], state: State, not_python: int = 0) -> list[int]:
+    """``path`` (outermost first) with each range of ``state`` after as many Python frames as
+    its anchor's depth (``not_python``: the bits that mark an ip as no Python frame); a range
+    deeper than the path's Python frames is left out (its frame has returned: a stale state,
+    as the engine's last samples of a thread can see)."""
+    out: list[int] = []
+    seen = 0
+    marks = iter(state)
+    depth, ip = next(marks, (-1, 0))
+    for frame in path:
+        while 0 <= depth <= seen:
+            out.append(ip)
+            depth, ip = next(marks, (-1, 0))
+        out.append(frame)
+        if not frame & not_python:
+            seen += 1
+    while 0 <= depth <= seen:
+        out.append(ip)
+        depth, ip = next(marks, (-1, 0))
+    return out
+
+
+def place_inner(ips: list[int], state: State) -> list[int]:
+    """As :func:`place`, for ips innermost first (:func:`~.cct.python_frame_ips`)."""
+    if not state:
+        return ips
+    return place(ips[::-1], state)[::-1]
+
+
+if TYPE_CHECKING:
+    Entry = tuple[int, tuple[int, ...], int, int, int, int, int]
+
+__all__ = ["RANGE_FILE", "Ranges", "place", "place_inner"]

@@ -1,0 +1,191 @@
+"""Issue #37 item 1 on the device: ResNet-18 and GPT-2 training steps under ``pyrun --ranges``,
+two modules' kernels (forward and backward) counted by pyrun and by ``torch.profiler``.
+
+    python3 ranges_device.py steps WORKLOAD STEPS             the steps (run it under pyrun)
+    python3 ranges_device.py profile WORKLOAD STEPS OUT.json  torch.profiler's counts
+    python3 ranges_device.py check WORKLOAD DATABASE OUT.json  PASS/FAIL per module
+
+``WORKLOAD``: ``resnet18`` (torchvision, batch 64 of 224² images) or ``gpt2``
+(``GPT2LMHeadModel`` built from ``GPT2Config(n_layer=6, n_embd=512, n_head=8)``, batch 8 of
+256 tokens: nothing downloaded), AdamW; the steps of ``benchmarks/pyrun_gpu.py``.
+
+torch.profiler's own count of a module's kernels, on a run of its own (record_shapes off, no
+Python stacks): the module's forward runs inside a ``record_function("TARGET <name>")`` (its
+``forward`` wrapped on that instance only); its forward kernels are the device kernels of the
+ops below that event; its backward kernels those of the ``autograd::engine::evaluate_function``
+events whose sequence number is one of those forward ops' (how torch.profiler links a backward
+op to the forward op that made its node). Copies and memsets are not kernels. pyrun's count is
+``GKER:COUNT`` of the module's rows in ``pyview --ranges`` (forward on the main thread,
+backward on autograd's), exclusive: the targets are leaf modules.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: Two leaf modules of each model whose input comes from one producer (no gradient sum of
+#: several branches that the backward pass would add in its producer's node)
+TARGETS = {
+    "resnet18": ("layer1.0.conv2 (Conv2d)", "fc (Linear)"),
+    "gpt2": ("transformer.h.0.attn.c_attn (Conv1D)", "transformer.h.0.mlp.c_fc (Conv1D)"),
+}
+
+
+def model_steps(workload: str, steps: int) -> tuple[Any, Callable[[], None]]:
+    """The model and a function that runs ``steps`` training steps (then synchronizes)."""
+    import torch
+
+    if workload == "resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(weights=None, num_classes=1000).cuda()
+        data = torch.randn(64, 3, 224, 224, device="cuda")
+        target = torch.randint(0, 1000, (64,), device="cuda")
+
+        def loss_of() -> Any:
+            return torch.nn.functional.cross_entropy(model(data), target)
+
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(n_layer=6, n_embd=512, n_head=8, n_positions=256, vocab_size=8192)
+        model = GPT2LMHeadModel(config).cuda()
+        tokens = torch.randint(0, config.vocab_size, (8, 256), device="cuda")
+
+        def loss_of() -> Any:
+            return model(input_ids=tokens, labels=tokens).loss
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def run() -> None:
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss_of().backward()
+            optimizer.step()
+        torch.cuda.synchronize()
+
+    return model, run
+
+
+def module_named(model: Any, label: str) -> Any:
+    path = label.split(" (", 1)[0]
+    return dict(model.named_modules())[path]
+
+
+def walk(event: Any) -> Iterator[Any]:
+    yield event
+    for child in event.cpu_children:
+        yield from walk(child)
+
+
+def is_kernel(name: str) -> bool:
+    return not name.startswith(("Memcpy", "Memset"))
+
+
+def profiler_counts(events: Any, label: str, counted: Callable[[Any], int]) -> dict[str, int]:
+    """torch.profiler's forward and backward count of the module ``label`` (``counted``: what
+    one event counts, its kernels on the GPU)."""
+    forward = 0
+    sequence: set[int] = set()
+    for event in events:
+        if event.name == f"TARGET {label}":
+            for inner in walk(event):
+                forward += counted(inner)
+                if getattr(inner, "sequence_nr", -1) >= 0 and inner is not event:
+                    sequence.add(inner.sequence_nr)
+    backward = 0
+    for event in events:
+        if event.name.startswith("autograd::engine::evaluate_function") and (
+            event.sequence_nr in sequence
+        ):
+            backward += sum(counted(inner) for inner in walk(event))
+    return {"forward": forward, "backward": backward, "total": forward + backward}
+
+
+def profile(workload: str, steps: int, out: str) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, record_function
+
+    model, run = model_steps(workload, steps)
+    for label in TARGETS[workload]:
+        module = module_named(model, label)
+        forward = module.forward
+
+        def wrapped(*args: Any, _f: Any = forward, _l: str = label, **kwargs: Any) -> Any:
+            with record_function(f"TARGET {_l}"):
+                return _f(*args, **kwargs)
+
+        module.forward = wrapped
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
+        run()
+    events = prof.events()
+
+    def kernels(event: Any) -> int:
+        return sum(1 for kernel in event.kernels if is_kernel(kernel.name))
+
+    counts = {label: profiler_counts(events, label, kernels) for label in TARGETS[workload]}
+    with open(out, "w") as stream:
+        json.dump(counts, stream, indent=1)
+    print(json.dumps(counts))
+
+
+def pyrun_counts(database: str) -> dict[str, float]:
+    """GKER:COUNT (exclusive) of each range's rows in ``pyview --ranges``, summed by name."""
+    command = [sys.executable, "-m", "pyhpctk.cli.pyview", "--ranges", "--metric", "GKER:COUNT"]
+    shown = subprocess.run([*command, "--json", "-", database], capture_output=True, text=True)
+    if shown.returncode:
+        sys.exit(f"pyview failed: {shown.stderr}")
+    counts: dict[str, float] = {}
+
+    def add(node: dict[str, Any]) -> None:
+        for child in node.get("children", []):
+            name = str(child["scope"])
+            counts[name] = counts.get(name, 0.0) + child["values"].get("GKER:COUNT (E)", 0.0)
+            add(child)
+
+    add(json.loads(shown.stdout)["root"])
+    return counts
+
+
+def check(workload: str, database: str, profiled: str) -> int:
+    with open(profiled) as stream:
+        truth = json.load(stream)
+    measured = pyrun_counts(database)
+    failed = 0
+    for label in TARGETS[workload]:
+        expected = truth[label]["total"]
+        got = measured.get(label, 0.0)
+        ok = got == expected and expected > 0
+        failed += not ok
+        print(
+            f"{'PASS' if ok else 'FAIL'} {workload} {label}: pyrun --ranges {got:.0f} kernels, "
+            f"torch.profiler {expected} (forward {truth[label]['forward']}, backward "
+            f"{truth[label]['backward']})"
+        )
+    modules = sorted((n for n in measured if "(" in n), key=lambda n: -measured[n])
+    print(
+        f"{workload}: {len(modules)} module rows; kernels (own) of the first: "
+        + ", ".join(f"{n} {measured[n]:.0f}" for n in modules[:6])
+    )
+    return 1 if failed else 0
+
+
+def main() -> int:
+    mode, workload = sys.argv[1], sys.argv[2]
+    if mode == "steps":
+        _, run = model_steps(workload, int(sys.argv[3]))
+        run()
+        return 0
+    if mode == "profile":
+        profile(workload, int(sys.argv[3]), sys.argv[4])
+        return 0
+    return check(workload, sys.argv[3], sys.argv[4])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from torch.nn.modules.module import Module
+
+__all__ = ["Module"]
