@@ -219,5 +219,10 @@ def test_mypyc_compiled_functions_are_named_as_the_source_names_them(
     # library's code past its last symbol may read ``symbol+0x… [lib]``: test_native_names).
     raw = re.compile(r"(^|\s|← )[\w.+-]+\.so[\w.]*\+0x[0-9a-f]+")
     assert not [row for row in rows if raw.search(row) or "CPyDef_" in row], rows
-    assert not [row for row in rows if "mypyc wrapper" in row or "frames folded" in row], rows
+    assert not [row for row in rows if "mypyc wrapper" in row], rows
+    # (a chain that is no method's may fold: the compiled module's import, PyInit_geometry →
+    # … → __top_level__, is on the screen when a loaded machine samples it long enough)
+    methods = [function.rsplit(".", 1)[-1] for function in top_three(mypyc_program)]
+    folded = [row for row in rows if "frames folded" in row]
+    assert not [row for row in folded if any(method in row for method in methods)], rows
     assert len(rows) <= BUDGET
