@@ -100,6 +100,12 @@ def _torch_steps(setup: tuple[object, ...], n: int = 50) -> None:
 
 def _model_steps(workload: str, steps: int) -> Callable[[], None]:
     """``steps`` training steps of ResNet-18 or the GPT-2 configuration (random, local)."""
+    return model_steps(workload, steps)[1]
+
+
+def model_steps(workload: str, steps: int) -> tuple[object, Callable[[], None]]:
+    """The model and a function that runs ``steps`` training steps of ResNet-18 or the GPT-2
+    configuration (random, local), then synchronizes (tests/data/gpu/ranges_device.py too)."""
     import torch
 
     if workload == "resnet18":
@@ -132,7 +138,7 @@ def _model_steps(workload: str, steps: int) -> Callable[[], None]:
             optimizer.step()
         torch.cuda.synchronize()
 
-    return run
+    return model, run
 
 
 #: pyrun's modes and the GPU event each installs (the C hook unless said).

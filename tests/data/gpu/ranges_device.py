@@ -25,7 +25,12 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+# the benchmark's own ResNet-18 and GPT-2 steps (benchmarks/pyrun_gpu.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+from pyrun_gpu import model_steps
 
 #: Two leaf modules of each model whose input comes from one producer (no gradient sum of
 #: several branches that the backward pass would add in its producer's node)
@@ -33,42 +38,6 @@ TARGETS = {
     "resnet18": ("layer1.0.conv2 (Conv2d)", "fc (Linear)"),
     "gpt2": ("transformer.h.0.attn.c_attn (Conv1D)", "transformer.h.0.mlp.c_fc (Conv1D)"),
 }
-
-
-def model_steps(workload: str, steps: int) -> tuple[Any, Callable[[], None]]:
-    """The model and a function that runs ``steps`` training steps (then synchronizes)."""
-    import torch
-
-    if workload == "resnet18":
-        import torchvision
-
-        model = torchvision.models.resnet18(weights=None, num_classes=1000).cuda()
-        data = torch.randn(64, 3, 224, 224, device="cuda")
-        target = torch.randint(0, 1000, (64,), device="cuda")
-
-        def loss_of() -> Any:
-            return torch.nn.functional.cross_entropy(model(data), target)
-
-    else:
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        config = GPT2Config(n_layer=6, n_embd=512, n_head=8, n_positions=256, vocab_size=8192)
-        model = GPT2LMHeadModel(config).cuda()
-        tokens = torch.randint(0, config.vocab_size, (8, 256), device="cuda")
-
-        def loss_of() -> Any:
-            return model(input_ids=tokens, labels=tokens).loss
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def run() -> None:
-        for _ in range(steps):
-            optimizer.zero_grad(set_to_none=True)
-            loss_of().backward()
-            optimizer.step()
-        torch.cuda.synchronize()
-
-    return model, run
 
 
 def module_named(model: Any, label: str) -> Any:
