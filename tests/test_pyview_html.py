@@ -44,7 +44,8 @@ AFTER = r"""<script>
 (function () {
   var out = {};
   try {
-    var rows = document.querySelectorAll("#tree-body tr");
+    var rows = document.querySelectorAll("#tree-body tr[data-id]");
+    var isShown = function (r) { return r.style.display !== "none"; };
     var visible = function () {
       return Array.prototype.filter.call(rows, function (r) { return r.style.display !== "none"; })
         .length;
@@ -66,6 +67,18 @@ AFTER = r"""<script>
       out.again = visible();
     }
     var scope = function (r) { return r.querySelector("td.scope").textContent; };
+    // The first screen: each visible row as [row, id, text], or [more, its parent's id, text].
+    out.screen = Array.prototype.filter.call(document.querySelectorAll("#tree-body tr"), isShown)
+      .map(function (r) {
+        return r.dataset.id !== undefined ? ["row", Number(r.dataset.id), scope(r)]
+                                          : ["more", Number(r.dataset.parent), scope(r)];
+      });
+    var firstMore = Array.prototype.filter.call(document.querySelectorAll("#tree-body tr.more"),
+                                                isShown)[0];
+    if (firstMore) {
+      firstMore.click();  // its rows take its place
+      out.moreOpened = [Number(firstMore.dataset.parent), visible(), isShown(firstMore)];
+    }
     out.scopes = Array.prototype.slice.call(rows, 0, 50).map(scope);
     out.last = rows.length ? scope(rows[rows.length - 1]) : null;
     out.flame = document.querySelectorAll("#flame .fl").length;
@@ -85,7 +98,7 @@ AFTER = r"""<script>
       b.click();
       var id = b.dataset.view === "top-down" ? "tree" : "view-" + b.dataset.view;
       var table = document.getElementById(id);
-      var trs = table.querySelectorAll("tbody tr");
+      var trs = table.querySelectorAll("tbody tr[data-id]");
       var seen = function () {
         return Array.prototype.filter.call(trs, function (r) { return r.style.display !== "none"; })
           .length;
@@ -99,6 +112,17 @@ AFTER = r"""<script>
       if (shut.length) { shut[0].click(); info.after = seen(); }
       out.tabs[b.dataset.view] = info;
     });
+    // Everything can be reached: click "smaller rows" rows and folded toggles until none is left.
+    for (var round = 0; window.__openAll && round < 100000; round++) {
+      var next = Array.prototype.filter.call(
+        document.querySelectorAll("#tree-body tr.more, #tree-body .toggle"), function (e) {
+          var r = e.closest("tr");
+          return isShown(r) && (e.tagName === "TR" || e.textContent === "\u25B8");
+        })[0];
+      if (!next) { break; }
+      next.click();
+    }
+    out.reachable = visible();
   } catch (e) { window.__errors.push("harness: " + e); }
   out.errors = window.__errors;
   // Chromium's --dump-dom dies (SIGILL) serialising a text node that holds a lone surrogate
@@ -122,10 +146,12 @@ def browser() -> str:
     pytest.fail("the browser tests need Chromium: apt-get install -y chromium (marker: browser)")
 
 
-def run_in_browser(page: str, tmp_path: Path) -> dict[str, Any]:
+def run_in_browser(page: str, tmp_path: Path, open_all: bool = False) -> dict[str, Any]:
+    """What the harness saw; ``open_all``: it also opens every row it can, by clicks."""
     html_file = tmp_path / "page.html"
+    before = BEFORE + ("<script>window.__openAll=true;</script>" if open_all else "")
     html_file.write_text(
-        page.replace("<head>", "<head>" + BEFORE, 1).replace("</body>", AFTER + "</body>", 1),
+        page.replace("<head>", "<head>" + before, 1).replace("</body>", AFTER + "</body>", 1),
         encoding="utf-8",
     )
     result = subprocess.run(
@@ -291,7 +317,7 @@ def test_deep_report_renders_in_chromium(tmp_path: Path) -> None:
     assert result["errors"] == [] and result["ready"] == "yes"
     assert result["rows"] == exp.tree.size and result["flame"] == exp.tree.size
     assert result["last"] == f"[depth {exp.tree.size - 1}] r.py: 9"
-    assert result["scopes"][TEXT_DEPTH_LIMIT].lstrip("\u25be") == "rec"  # depth 40: indented
+    assert result["scopes"][TEXT_DEPTH_LIMIT].lstrip("\u25be\u25b8") == "rec"  # depth 40: indented
 
 
 @pytest.mark.browser
@@ -299,7 +325,8 @@ def test_report_offers_bottom_up_and_flat_views_in_chromium(
     reference: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "report.html"
-    assert main([str(reference / "dbase" / "small.d"), "--html", str(target)]) == 0
+    # Three lines: the views of small.d would fit in a screen whole, with nothing folded.
+    assert main([str(reference / "dbase" / "small.d"), "--lines", "3", "--html", str(target)]) == 0
     result = run_in_browser(target.read_text(encoding="utf-8"), tmp_path)
     assert result["errors"] == [] and result["ready"] == "yes"
     db = open_database(reference / "dbase" / "small.d")
@@ -384,3 +411,64 @@ def test_timeline_has_a_time_axis_and_a_legend_in_chromium(quiet: Path, tmp_path
     assert result["axis"] == 1 and result["lanes"] == 2
     others = len(timeline["names"]) > len(timeline["legend"])
     assert result["legend"] == timeline["legend"] + (["other"] if others else [])
+
+
+def text_screen(capsys: pytest.CaptureFixture[str], database: Path, lines: int) -> list[str]:
+    """The scopes ``pyview --lines N`` prints, top to bottom, without marks or counts."""
+    assert main([str(database), "--lines", str(lines), "--tree", "indent"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    header = next(k for k, line in enumerate(printed) if line.endswith("Scope"))
+    column = printed[header].index("Scope")
+    scopes = []
+    for line in printed[header + 1 :]:
+        if line.startswith(("... ", "hottest self: ")):
+            break
+        scope = line[column:].strip().removeprefix("* ")
+        scopes.append(re.sub(r" \(\+\d+ hidden\)$", "", scope))
+    return scopes
+
+
+@pytest.mark.browser
+def test_report_opens_what_the_text_screen_shows_in_chromium(
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before (issue #36 item 1): every row on the hot path open with ALL its children shown, so
+    # a library's 40 rows of 0.1 % pushed the rest of the program below the fold.
+    database = reference / "dbase" / "loops-cputime-t.d"
+    target = tmp_path / "report.html"
+    assert main([str(database), "--lines", "16", "--html", str(target)]) == 0
+    page = target.read_text(encoding="utf-8")
+    result = run_in_browser(page, tmp_path, open_all=True)
+    assert result["errors"] == [] and result["ready"] == "yes"
+    screen = result["screen"]
+    rows = [text.lstrip("\u25be\u25b8") for what, _, text in screen if what == "row"]
+    more = [(parent, text) for what, parent, text in screen if what == "more"]
+    assert len(screen) <= 1 + 16 and more  # the root, then 16 lines
+    # The rows are those the text screen shows in as many rows, in its order.
+    assert rows == text_screen(capsys, database, len(rows) - 1)
+    # Each "smaller rows" row stands for its parent's children the screen leaves out: their
+    # count and their share of the total, from the condensed tree as the screen builds it.
+    nodes = json.loads(html.unescape(re.findall(r'id="report-data">(.*?)</script>', page)[0]))
+    nodes = nodes["tree"]["nodes"]
+    shown = {row for what, row, _ in screen if what == "row"}
+    view = condense(open_database(database).view("top-down"))
+    total = float(view.root.values[0])
+    for parent, text in more:
+        kept = {nodes[k]["l"] for k in shown if nodes[k]["p"] == parent}
+        path = []
+        while parent > 0:
+            path.append(nodes[parent]["l"])
+            parent = nodes[parent]["p"]
+        node = view.root
+        for label in reversed(path):
+            node = next(c for c in node.children if c.label == label)
+        cut = [c for c in node.children if c.label not in kept]
+        assert 0 < len(cut) < len(node.children)
+        share = 100.0 * sum(float(c.values[0]) for c in cut) / total
+        plural = "s" if len(cut) > 1 else ""
+        assert text == f"\u2026 {len(cut)} smaller row{plural} ({share:.1f} %)"
+    # A click on one shows its rows in its place; every row can be reached by clicks.
+    parent, after, still = result["moreOpened"]
+    first = next(text for p, text in more if p == parent)
+    assert after == len(rows) + int(re.findall(r"\d+", first)[0]) and not still
+    assert result["reachable"] == result["rows"] == len(nodes)

@@ -128,7 +128,8 @@ _FORCE_HELP = (
     type=click.IntRange(min=0),
     metavar="N",
     help="Show at most N rows, the largest; '… N more rows' says what was left out "
-    "(default: the terminal's height, 100 when not a terminal; 0: no limit).",
+    "(default: the terminal's height, 100 when not a terminal; 0: no limit). --html: the "
+    "tables open at first what fits in N lines (default 40), the rest as '… N smaller rows'.",
 )
 @click.option(
     "--width",

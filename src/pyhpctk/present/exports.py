@@ -28,9 +28,12 @@ class HtmlExport:
 
     def write(self, job: Job, stream: TextIO) -> None:
         # The report's module is imported only when a report is asked for.
-        from pyhpctk.present.html import report_views, write_html
+        from pyhpctk.present.html import HTML_LINES, report_views, write_html
 
         opts = job.options
+        # What the text screen shows in --lines rows is open at first (--full, --lines 0: the
+        # hot path, every row under it).
+        lines = None if opts.full or opts.lines == 0 else opts.lines or HTML_LINES
         report = report_views(
             job.db,
             job.metrics,
@@ -41,7 +44,7 @@ class HtmlExport:
             show_internal=opts.show_internal or opts.full,
             condensed=not opts.full,
         )
-        write_html(job.db, report, stream)
+        write_html(job.db, report, stream, lines)
 
 
 class CsvExport:

@@ -34,7 +34,8 @@ class Fitted:
     cut: int
 
 
-def _inclusive_column(view: View) -> int:
+def inclusive_column(view: View) -> int:
+    """The sort metric's inclusive column (the sort column where it has none)."""
     sort = view.columns[view.sort_column]
     for i, column in enumerate(view.columns):
         if column.metric == sort.metric and column.inclusive:
@@ -47,29 +48,26 @@ def _value(node: ViewNode, column: int) -> float:
     return -math.inf if math.isnan(value) else value
 
 
-def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
-    """``view`` with only its hot path expanded (``hot_share`` None: every row expanded) and
-    at most ``budget`` rows besides the root (None: no limit)."""
-    column = _inclusive_column(view)
+def chosen(view: View, hot_share: float | None, budget: int | None) -> tuple[set[int], int]:
+    """The rows :func:`fit_view` keeps, as the ``id`` of each (the root's among them), and how
+    many rows the expansion rule listed that the budget cut. The HTML report opens the same
+    rows (:mod:`pyhpctk.present.html`)."""
+    column = inclusive_column(view)
     # What the budget keeps first: the largest inclusive values; in the aggregating views the
     # values the rows are ordered by (-E: the functions that cost most themselves).
     ranked = column if view.kind == "top-down" else view.sort_column
     # Bottom-up, the functions that cost anything come before any caller, the callers before
     # what costs nothing: the budget goes to the functions first (issue #36 item 6).
     functions_first = view.kind == "bottom-up"
-    # Rows listed by the expansion rule, in pre-order: (copy, parent's index, (rank, priority)).
+    # Rows listed by the expansion rule, in pre-order: (row, parent's index, (rank, priority)).
     listed: list[tuple[ViewNode, int, tuple[int, float]]] = []
     stack: list[tuple[ViewNode, int, float, bool]] = [(view.root, -1, math.inf, True)]
     while stack:
         node, parent, priority, expanded = stack.pop()
         me = len(listed)
-        copy = node.copy()
         rank = (parent > 0) + 2 * (priority <= 0) if functions_first else 0
-        listed.append((copy, parent, (rank, priority)))
-        if not node.children:
-            continue
+        listed.append((node, parent, (rank, priority)))
         if not expanded:
-            copy.hidden += len(node.children)
             continue
         mine = _value(node, column)
         for child in reversed(node.children):
@@ -82,14 +80,24 @@ def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
     # The rows kept: largest priority first (a parent's priority is never below its child's),
     # ties in pre-order, so every kept row's parent is kept.
     order = sorted(range(len(listed)), key=lambda i: (listed[i][2][0], -listed[i][2][1], i))
-    kept = set(order[:keep])
-    for i, (copy, parent, _) in enumerate(listed):
-        if parent < 0:
-            continue
-        if i in kept:
-            listed[parent][0].children.append(copy)
-        elif parent in kept:
-            listed[parent][0].hidden += 1
-    root = listed[0][0]
+    return {id(listed[i][0]) for i in order[:keep]}, len(listed) - keep
+
+
+def fit_view(view: View, hot_share: float | None, budget: int | None) -> Fitted:
+    """``view`` with only its hot path expanded (``hot_share`` None: every row expanded) and
+    at most ``budget`` rows besides the root (None: no limit); a row's children left out are
+    counted in its ``hidden``."""
+    kept, cut = chosen(view, hot_share, budget)
+    root = view.root.copy()
+    stack = [(view.root, root)]
+    while stack:
+        node, copy = stack.pop()
+        for child in node.children:
+            if id(child) in kept:
+                mine = child.copy()
+                copy.children.append(mine)
+                stack.append((child, mine))
+            else:
+                copy.hidden += 1
     fitted = View(view.kind, view.title, view.columns, root, view.sort_column, view.notes)
-    return Fitted(fitted, len(listed) - keep)
+    return Fitted(fitted, cut)

@@ -3,13 +3,15 @@ traced kernels in one file.
 
 The report embeds its data as JSON and draws everything with a little inline JavaScript and CSS:
 no network access, no external scripts, fonts or images, so it opens anywhere (and passes a
-headless-browser test that watches for console errors). The tree starts with the hot path
-expanded; clicking a row's toggle expands or collapses it. The flame graph is drawn from the same
-tree (width = inclusive value of the sort metric); the timeline paints each trace line's function
-over time, merging consecutive samples of one function and capping the segments per line so a
-long trace still loads. Traced kernels' warp lines (issue #34) are drawn apart, for the first
-traced launch's window: a lane per SM and warp slot, coloured by PTX block, under the text of
-``pyview --warps``; the section is hidden without them.
+headless-browser test that watches for console errors). Each table starts with what the text
+screen shows (:func:`first_screen`), an open row's other children folded into one row ``… 13
+smaller rows (8.7 %)`` that a click opens; clicking a row's toggle expands or collapses it.
+The flame graph is drawn from the same tree (width = inclusive value of the sort metric); the
+timeline paints each trace line's function over time, merging consecutive samples of one
+function and capping the segments per line so a long trace still loads. Traced kernels' warp
+lines (issue #34) are drawn apart, for the first traced launch's window: a lane per SM and warp
+slot, coloured by PTX block, under the text of ``pyview --warps``; the section is hidden without
+them.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from pyhpctk.present import memory
+from pyhpctk.present import fit, memory
 from pyhpctk.present.api import Database
 from pyhpctk.present.condense import condense
 from pyhpctk.present.render import TEXT_DEPTH_LIMIT, column_totals, format_value
 from pyhpctk.present.traces import LineSummary, NoTraceError, function_of, summarize
-from pyhpctk.present.viewmodel import View, ViewNode
+from pyhpctk.present.viewmodel import HOT_PATH_SHARE, View, ViewNode
 from pyhpctk.present.warps import render_warp_summary, warp_summary
 
 MAX_SEGMENTS_PER_LINE = 20000
@@ -39,28 +41,83 @@ _RAW_FRAME = re.compile(r"(.+)\+0x[0-9a-f]+( \[.+\])?")
 _UNKNOWN_FUNCTION = re.compile(r"(\S+) @ 0x[0-9a-f]+")  # pyprof's libc.so.6 @ 0x85e50
 LARGE_TREE_ROWS = 20000  # above this many rows, pyview --html hides scopes below ...
 LARGE_TREE_THRESHOLD = 0.1  # ... this percentage of the total, unless told otherwise
+#: Lines (besides the root) a view's table fills at first, unless ``--lines`` says otherwise:
+#: about what a browser window shows of the table above the fold.
+HTML_LINES = 40
 
 
-def _tree_data(view: View) -> dict[str, Any]:
+def _cells(view: View, values: Any, totals: list[float]) -> list[str]:
+    return [
+        format_value(float(v), totals[i], c.format, c.percent)
+        for i, (c, v) in enumerate(zip(view.columns, values, strict=True))
+    ]
+
+
+def _smaller(view: View, cut: list[ViewNode], totals: list[float]) -> dict[str, Any]:
+    """The row standing for an open row's children the screen leaves out: ``… 23 smaller rows
+    (2.9 %)``, the share being theirs of the total (inclusive, sort metric), and the sums of
+    its columns that add up (a ratio does not)."""
+    sums = np.nansum([n.values for n in cut], axis=0)
+    values = [v if c.percent else math.nan for c, v in zip(view.columns, sums, strict=True)]
+    key = fit.inclusive_column(view)
+    share = 100.0 * float(values[key]) / totals[key] if totals[key] else 0.0
+    rows = f"{len(cut)} smaller row{'s' * (len(cut) > 1)}"
+    return {"l": f"… {rows} ({share:.1f} %)", "t": _cells(view, values, totals)}
+
+
+def _folds(view: View, kept: set[int]) -> int:
+    """How many "smaller rows" rows the page shows with the rows ``kept``."""
+    return sum(
+        0 < sum(id(c) in kept for c in node.children) < len(node.children)
+        for _, node in view.root.walk()
+        if id(node) in kept
+    )
+
+
+def first_screen(view: View, lines: int | None) -> set[int]:
+    """The rows a table shows at first, by ``id``: those the text screen shows (:func:`pyhpctk.
+    present.fit.chosen`) in the most rows that fit in ``lines`` lines together with the rows
+    standing for the children it cuts (:func:`_smaller`, one per open row); None: the hot path
+    open, every row under an open one shown."""
+    if lines is None:
+        return fit.chosen(view, HOT_PATH_SHARE, None)[0]
+    # Rows and "smaller rows" rows together never shrink as the screen grows (a row the screen
+    # adds opens a "smaller rows" row or closes one, never both): the largest that fits is
+    # found by bisection.
+    low, high = 0, lines
+    while low < high:
+        rows = (low + high + 1) // 2
+        if rows + _folds(view, fit.chosen(view, None, rows)[0]) <= lines:
+            low = rows
+        else:
+            high = rows - 1
+    return fit.chosen(view, None, low)[0]
+
+
+def _tree_data(view: View, lines: int | None) -> dict[str, Any]:
+    """The view's rows in pre-order, each with ``s`` when the page shows it at first
+    (:func:`first_screen`); an open row whose children the screen cuts has ``m``, the one row
+    that stands for them (:func:`_smaller`)."""
     totals = column_totals(view)
+    kept = first_screen(view, lines)
     nodes: list[dict[str, Any]] = []
     stack: list[tuple[ViewNode, int]] = [(view.root, -1)]
     while stack:
         node, parent = stack.pop()
         me = len(nodes)
-        nodes.append(
-            {
-                "p": parent,
-                "l": node.label,
-                "k": node.kind,
-                "h": node.hot,
-                "v": [None if math.isnan(v) else float(v) for v in node.values],
-                "t": [
-                    format_value(float(v), totals[i], c.format, c.percent)
-                    for i, (c, v) in enumerate(zip(view.columns, node.values, strict=True))
-                ],
-            }
-        )
+        row = {
+            "p": parent,
+            "l": node.label,
+            "k": node.kind,
+            "h": node.hot,
+            "s": id(node) in kept,
+            "v": [None if math.isnan(v) else float(v) for v in node.values],
+            "t": _cells(view, node.values, totals),
+        }
+        cut = [c for c in node.children if id(c) not in kept]
+        if row["s"] and cut and len(cut) < len(node.children):
+            row["m"] = _smaller(view, cut, totals)
+        nodes.append(row)
         stack.extend((c, me) for c in reversed(node.children))
     return {
         "columns": [c.label for c in view.columns],
@@ -300,14 +357,17 @@ def _hidden_note(view: View) -> str:
     return f" ({hidden} small scopes hidden)" if hidden else ""
 
 
-def report_data(db: Database, view: View, others: Sequence[View] = ()) -> dict[str, Any]:
+def report_data(
+    db: Database, view: View, others: Sequence[View] = (), lines: int | None = HTML_LINES
+) -> dict[str, Any]:
     """The report's data: ``tree`` (the main view, drawn as the flame graph too), ``views``
-    (the others, each a table of its own) and the trace ``timeline``."""
+    (the others, each a table of its own) and the trace ``timeline``; each table shows at first
+    what fits in ``lines`` lines (:func:`first_screen`)."""
     return {
         "title": db.experiment.title,
         "database": db.experiment.path,
-        "tree": _tree_data(view),
-        "views": [dict(_tree_data(other), kind=other.kind) for other in others],
+        "tree": _tree_data(view, lines),
+        "views": [dict(_tree_data(other, lines), kind=other.kind) for other in others],
         "timeline": _timeline_data(db),
         "warps": _warp_data(db),
     }
@@ -322,6 +382,7 @@ table{border-collapse:collapse;width:100%}td,th{padding:1px 6px;white-space:nowr
 th{text-align:right;border-bottom:1px solid #ccc;font-weight:600}th.scope{text-align:left}
 td.num{text-align:right;font-family:ui-monospace,monospace;color:#444}
 tr.hot td.scope{color:#b00;font-weight:600}
+tr.more{cursor:pointer;color:#666;font-style:italic}tr.more:hover{background:#f0f4f8}
 .toggle{display:inline-block;width:14px;cursor:pointer;color:#666;user-select:none}
 .depth{color:#888;font-size:11px}.k-loop{color:#077}.k-line{color:#666}.k-inlined{color:#807}.k-instruction{color:#850}
 #tabs{margin-bottom:6px}.tab{border:1px solid #bbb;background:#f4f4f4;padding:2px 10px;
@@ -357,32 +418,66 @@ _JS = """
     return e;
   }
   var OPEN = "\\u25BE", SHUT = "\\u25B8";
-  // One expandable table per view: rows open along the hot path; a toggle opens or folds a
-  // row's children. Every pass is one loop over the rows in pre-order.
+  // One expandable table per view. At first the rows the text screen keeps are shown (n.s)
+  // and open where it shows their children; an open row's children it cut are one row
+  // "\u2026 N smaller rows (X %)" (n.m), which a click replaces by them. A toggle opens or
+  // folds a row's children. Every pass is one loop over the rows in pre-order.
   function table(view, head, body) {
     var vnodes = view.nodes, vkids = vnodes.map(function () { return []; }), vdepth = [];
+    var chosenKid = vnodes.map(function () { return false; }), last = [];
     vnodes.forEach(function (n, i) {
       if (n.p >= 0) { vkids[n.p].push(i); }
+      if (n.p >= 0 && n.s) { chosenKid[n.p] = true; }
       vdepth.push(n.p >= 0 ? vdepth[n.p] + 1 : 0);
+      last.push(i);
     });
+    // The last row of each row's subtree: a row's "smaller rows" row comes after it.
+    for (var j = vnodes.length - 1; j > 0; j--) {
+      last[vnodes[j].p] = Math.max(last[vnodes[j].p], last[j]);
+    }
+    var closes = vnodes.map(function () { return []; });
+    for (j = vnodes.length - 1; j >= 0; j--) {
+      if (vnodes[j].m) { closes[last[j]].push(j); }  // the deepest row's first
+    }
     var tr = el("tr");
     view.columns.forEach(function (c) { tr.appendChild(el("th", "", c)); });
     tr.appendChild(el("th", "scope", "Scope"));
     head.appendChild(tr);
-    var rows = [], open = vnodes.map(function (n, i) { return i === 0 || n.h; });
+    var rows = [], more = [];
+    var open = vnodes.map(function (n, i) { return Boolean(n.s) && chosenKid[i]; });
+    // all[i]: every child of row i is shown when it is open, not only those the screen chose.
+    var all = chosenKid.map(function (c) { return !c; });
     function refresh() {
       var shown = [];
       vnodes.forEach(function (n, i) {
-        shown.push(n.p < 0 || (shown[n.p] && open[n.p]));
+        shown.push(n.p < 0 || (shown[n.p] && open[n.p] && (all[n.p] || Boolean(n.s))));
         rows[i].style.display = shown[i] ? "" : "none";
       });
+      more.forEach(function (m) {
+        m[1].style.display = shown[m[0]] && open[m[0]] && !all[m[0]] ? "" : "none";
+      });
+    }
+    function indent(td, d) {
+      td.style.paddingLeft = (6 + 16 * Math.min(d, view.depthLimit)) + "px";
+      if (d > view.depthLimit) { td.appendChild(el("span", "depth", "[depth " + d + "] ")); }
+    }
+    function smaller(p) {
+      var r = el("tr", "more"), td = el("td", "scope");
+      r.dataset.parent = p;
+      vnodes[p].m.t.forEach(function (t) { r.appendChild(el("td", "num", t)); });
+      td.appendChild(el("span", "toggle", ""));
+      indent(td, vdepth[p] + 1);
+      td.appendChild(el("span", "", vnodes[p].m.l));
+      r.appendChild(td);
+      r.addEventListener("click", function () { all[p] = true; refresh(); });
+      body.appendChild(r);
+      more.push([p, r]);
     }
     vnodes.forEach(function (n, i) {
       var r = el("tr", n.h ? "hot" : "");
       r.dataset.id = i;
       n.t.forEach(function (t) { r.appendChild(el("td", "num", t)); });
       var td = el("td", "scope");
-      td.style.paddingLeft = (6 + 16 * Math.min(vdepth[i], view.depthLimit)) + "px";
       var tg = el("span", "toggle", vkids[i].length ? (open[i] ? OPEN : SHUT) : "");
       tg.addEventListener("click", function () {
         open[i] = !open[i];
@@ -390,13 +485,12 @@ _JS = """
         refresh();
       });
       td.appendChild(tg);
-      if (vdepth[i] > view.depthLimit) {
-        td.appendChild(el("span", "depth", "[depth " + vdepth[i] + "] "));
-      }
+      indent(td, vdepth[i]);
       td.appendChild(el("span", "k-" + n.k, n.l));
       r.appendChild(td);
       body.appendChild(r);
       rows.push(r);
+      closes[i].forEach(smaller);
     });
     refresh();
   }
@@ -552,10 +646,13 @@ def _text(value: str) -> str:
     return html.escape(_SURROGATE.sub("\ufffd", value))
 
 
-def render_html(db: Database, view: View, others: Sequence[View] = ()) -> str:
+def render_html(
+    db: Database, view: View, others: Sequence[View] = (), lines: int | None = HTML_LINES
+) -> str:
     """The report as one HTML string: ``view`` (top-down) with a flame graph, and ``others``
-    (bottom-up, flat) as tables beside it, one tab each."""
-    data = embedded_json(report_data(db, view, others))
+    (bottom-up, flat) as tables beside it, one tab each, showing at first what the text screen
+    shows that fits in ``lines`` lines (None: the hot path open)."""
+    data = embedded_json(report_data(db, view, others, lines))
     title = _text(db.experiment.title or "pyview report")
     sort = _text(view.columns[view.sort_column].label)
     return f"""<!DOCTYPE html>
@@ -582,10 +679,12 @@ block)</h2><pre id="warp-summary"></pre><div id="warp-legend"></div><div id="war
 """
 
 
-def write_html(db: Database, views: View | dict[str, View], out: TextIO) -> None:
+def write_html(
+    db: Database, views: View | dict[str, View], out: TextIO, lines: int | None = HTML_LINES
+) -> None:
     """Write the report of one top-down view, or of :func:`report_views`' three."""
     if isinstance(views, View):
-        out.write(render_html(db, views))
+        out.write(render_html(db, views, lines=lines))
         return
     others = [v for kind, v in views.items() if kind != "top-down"]
-    out.write(render_html(db, views["top-down"], others))
+    out.write(render_html(db, views["top-down"], others, lines))
