@@ -125,7 +125,8 @@ class Session:
             if self.ranges is None:
                 from pyhpctk.measure.ranges import Ranges
 
-                self.ranges = Ranges(self.functions, timed=self.engine is not None)
+                engine = self.engine is not None
+                self.ranges = Ranges(self.functions, timed=engine, cpu_timed=not engine)
             else:
                 self.ranges.reset(self.functions)
         self.kinds: list[MetricKind] = []
