@@ -359,12 +359,13 @@ class Session:
                 self.engine.own_cpu(time.thread_time_ns() - began)
             return
         with self.lock:
-            self._forget_ranges(ident)
             state = self._states.pop(ident, None)
+            if state is not None and not self.finished:
+                self.python.final_delta(state)  # split at its ranges' changes: before forgetting
+            self._forget_ranges(ident)
             if state is None or self.finished:
                 return
             self._finished[ident] = state.thread
-            self.python.final_delta(state)
             data = self.writer.encode(state)
         self.writer.write(state, data)
 
