@@ -90,3 +90,46 @@ def test_collections_are_a_context_within_5_points_of_gc_callbacks_timing(
         if scope.startswith("<gc>")  # the whole tree's rows: function and line rows apart
     ]
     assert abs(sum(s for s, _ in everywhere) - gc_share) <= 1, (everywhere, gc_share)
+
+
+def test_a_collection_that_starts_while_a_function_is_named_does_not_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A collection can start at any allocation, that of a new function's record included,
+    while a thread names the frames it stands in (a range's anchor): the Python sampler's
+    ``gc.callbacks`` entry then names that thread's frames too, the one being named among
+    them, and must not wait for a lock its own thread holds (the measured program hung, every
+    thread waiting)."""
+    import threading
+
+    from pyhpctk.measure import cct
+    from pyhpctk.measure.gc_context import Collections
+
+    functions = cct.FunctionTable()
+    collections = Collections(functions)
+
+    collecting: list[bool] = []
+
+    class Stanza(cct.FunctionStanza):
+        __slots__ = ()
+
+        def __init__(self, *args: Any) -> None:
+            if not collecting:  # the collection its allocation starts (none inside one)
+                collecting.append(True)
+                collections("start", {})
+                collections("stop", {})
+                collecting.clear()
+            super().__init__(*args)
+
+    monkeypatch.setattr(cct, "FunctionStanza", Stanza)
+
+    def anchor() -> None:
+        functions.register(sys._getframe().f_code)  # as Ranges.push names its caller
+
+    worker = threading.Thread(target=anchor, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "a collection inside FunctionTable.register hung its thread"
+    names = [(s.funcname, s.filename, s.lineno) for s in functions.stanzas]
+    assert len(names) == len(set(names)), names  # each function named once
+    assert ("anchor", __file__, anchor.__code__.co_firstlineno) in names

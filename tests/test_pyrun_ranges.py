@@ -137,6 +137,49 @@ def test_cpu_time_inside_a_range_is_under_it(
     assert bare and all(not set(MODULES) & set(p) for p in bare), bare
 
 
+LATE_SAMPLES = """
+import json, sys, threading, time
+import torch
+
+def spin(seconds):
+    began = time.thread_time()
+    while time.thread_time() - began < seconds:
+        pass
+    return time.thread_time() - began
+
+# a second thread, and a switch interval that keeps the sampler from the GIL until the
+# program sleeps: each sample comes after both ranges have closed
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+sys.setswitchinterval(5.0)
+spent = {"first": 0.0, "second": 0.0}
+for _ in range(6):
+    time.sleep(0.005)
+    with torch.autograd.profiler.record_function("first"):
+        spent["first"] += spin(0.03)
+    torch.cuda.nvtx.range_push("second")
+    spent["second"] += spin(0.02)
+    torch.cuda.nvtx.range_pop()
+with open(sys.argv[1], "w") as stream:
+    json.dump(spent, stream)
+"""
+
+
+def test_cpu_time_of_ranges_that_closed_before_the_next_sample_is_under_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, measure: Callable[..., Path], sampler: str
+) -> None:
+    """A sample that comes late (the sampling thread waited for a CPU, for the GIL, or wrote
+    a checkpoint) must not give the time of the ranges that opened and closed meanwhile to
+    the stack it finds."""
+    program, truth_file = tmp_path / "late.py", tmp_path / "truth.json"
+    program.write_text(LATE_SAMPLES)
+    database = measure([str(program), str(truth_file)], ["-e", "CPUTIME@1000"])
+    spent = json.loads(truth_file.read_text())
+    rows = list(paths(view_tree(capsys, database, "--full"), "CPUTIME (sec)"))
+    for name in ("first", "second"):
+        measured = sum(inclusive for path, inclusive, _ in rows if path[-1] == name)
+        assert measured == pytest.approx(spent[name], rel=0.2), (name, sampler, rows)
+
+
 def test_pyview_ranges_of_a_measurement_without_ranges_says_so(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -228,13 +228,7 @@ class FunctionTable:
         module_level = code.co_name == "<module>"
         funcname = "" if module_level else frame_name(code.co_qualname)
         lineno = 0 if module_level else code.co_firstlineno
-        key = (funcname, filename, lineno)
-        with self._lock:
-            fid = self._by_key.get(key)
-            if fid is None:
-                fid = len(self.stanzas) + 1
-                self._by_key[key] = fid
-                self.stanzas.append(FunctionStanza(fid, funcname, filename, lineno))
+        fid = self.named(funcname, filename, lineno)
         self.fid_of[id(code)] = fid
         return fid
 
@@ -242,13 +236,22 @@ class FunctionTable:
         """The fid of a frame that is no code object: ``<unknown code>`` (a NULL file name), or
         a GPU kernel's function and its source file from the kernel's PTX (issue #34)."""
         key = (funcname, filename, lineno)
-        with self._lock:
-            fid = self._by_key.get(key)
-            if fid is None:
+        # A garbage collection can start at any allocation of a tracked object, and the Python
+        # sampler's gc.callbacks entry then names the collecting thread's frames (gc_context):
+        # nothing is allocated while the lock is held, or that thread waits for itself.
+        while True:
+            with self._lock:
+                fid = self._by_key.get(key)
+                if fid is not None:
+                    return fid
                 fid = len(self.stanzas) + 1
-                self._by_key[key] = fid
-                self.stanzas.append(FunctionStanza(fid, funcname, filename, lineno))
-        return fid
+            stanza = FunctionStanza(fid, funcname, filename, lineno)
+            with self._lock:
+                if key not in self._by_key and len(self.stanzas) + 1 == fid:
+                    self.stanzas.append(stanza)
+                    self._by_key[key] = fid
+                    return fid
+            # another name took that fid (or this one) meanwhile: look again
 
 
 class ThreadCCT:

@@ -14,6 +14,9 @@ pushed, and that frame's depth, counted in the frames :func:`~.cct.python_frame_
 sample or a GPU launch places each open range after that many Python frames of its own path:
 
 - the Python sampler and the GPU monitor read the thread's ranges as they are (:meth:`place`);
+  a late sample would give all the CPU time since the last one to the ranges open now, so each
+  change is also logged with the thread's CPU clock, where the sampler splits that time
+  (:meth:`changes_of`);
 - the engine samples in a signal handler, and its samples are drained later: each change of a
   thread's ranges is logged with its time (``CLOCK_REALTIME``, the clock of the engine's sample
   stamps), and the drain places each sample under the ranges open at its time
@@ -59,7 +62,7 @@ _NATIVE_OR_TASK = 3 << 62  # the engine's native frames and task markers: not Py
 class ThreadRanges:
     """One thread's open ranges."""
 
-    __slots__ = ("drained", "log", "marks", "state", "switched")
+    __slots__ = ("changes", "drained", "log", "marks", "state", "switched")
 
     def __init__(self) -> None:
         #: (ip, depth, anchor frame, the state before it) of each open range, outermost first
@@ -68,6 +71,9 @@ class ThreadRanges:
         #: (CLOCK_REALTIME ns, state) of each change since the last drain, for the engine
         self.log: list[tuple[int, State]] = []
         self.drained: State = EMPTY  # the state before the first change logged
+        #: (the thread's CPU clock, the state it left) of each change since the Python
+        #: sampler's last sample of it (:meth:`Ranges.changes_of`)
+        self.changes: list[tuple[float, State]] = []
         #: the caller of the last :meth:`Ranges.switch`, and the anchor found from it
         self.switched: tuple[object, FrameType | None, int] = (None, None, 0)
 
@@ -76,10 +82,12 @@ class Ranges:
     """The open ranges of every thread of the measured process (see the module docstring).
 
     ``functions``: the session's function table, which names the ranges' nodes; ``timed``: log
-    each change with its time (the engine drains its samples later)."""
+    each change with its time (the engine drains its samples later); ``cpu_timed``: log each
+    change with the thread's CPU clock (the Python sampler splits a sample's CPU time there)."""
 
-    def __init__(self, functions: FunctionTable, timed: bool = False) -> None:
+    def __init__(self, functions: FunctionTable, timed: bool = False, cpu_timed: bool = False):
         self.timed = timed
+        self.cpu_timed = cpu_timed
         #: told each new state of the calling thread (the CUPTI hook's ``set_range``)
         self.listeners: list[Callable[[State | None], object]] = []
         #: PyTorch's hooks (:class:`~.torch_ranges.TorchRanges`), once installed
@@ -203,6 +211,11 @@ class Ranges:
         return found
 
     def _set(self, thread: ThreadRanges, state: State) -> None:
+        if self.cpu_timed:
+            changes = thread.changes
+            if len(changes) >= LOG_LIMIT:  # a thread no sample reaches: its oldest go
+                del changes[: LOG_LIMIT // 2]
+            changes.append((time.thread_time(), thread.state))
         thread.state = state
         if self.timed:
             log = thread.log
@@ -229,6 +242,16 @@ class Ranges:
         """The calling thread's open ranges now."""
         thread = self._threads.get(_thread.get_ident())
         return EMPTY if thread is None else thread.state
+
+    def changes_of(self, ident: int) -> list[tuple[float, State]]:
+        """Thread ``ident``'s changes since the last call: (its CPU clock at the change, the
+        state it left), oldest first (``cpu_timed``; for the Python sampler, which holds the
+        GIL: the thread appends none meanwhile)."""
+        thread = self._threads.get(ident)
+        if thread is None or not thread.changes:
+            return []
+        changes, thread.changes = thread.changes, []
+        return changes
 
     def under(self, ips: list[int], ident: int | None = None) -> list[int]:
         """``ips`` (innermost first) under the ranges open now on thread ``ident`` (default:

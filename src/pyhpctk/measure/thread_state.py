@@ -57,6 +57,7 @@ class ThreadState:
         "idle",
         "is_stream",
         "last_cpu",
+        "last_frame_ips",
         "last_ips",
         "last_path_leaf",
         "last_wall",
@@ -94,6 +95,7 @@ class ThreadState:
         self.idle = False
         self.stem = ""
         self.last_ips: list[int] = []  # the last sampled path and its leaf (a fast path)
+        self.last_frame_ips: list[int] = []  # its Python frames alone (pyrun --ranges)
         self.last_path_leaf = cct.fence
         self.native_id: int | None = None  # the kernel thread id, once the engine sampled it
         self.path_nodes: list[int] = []  # the engine: the nodes of the last path, outermost first

@@ -24,9 +24,11 @@ import time
 from pyhpctk.measure.cct import python_frame_ips
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
 from pyhpctk.measure.gc_context import Collections, listen, stop_listening
+from pyhpctk.measure.ranges import place_inner
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
+    from pyhpctk.measure.ranges import State
     from pyhpctk.measure.sampling.tasks import TaskChains
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
@@ -226,6 +228,7 @@ class PythonSampler:
                     table.retire(ident)
                     state = self._adopt(ident, active.get(ident))
                 cpu_delta = 0.0
+                cpu_before = state.last_cpu
                 if cpu_metric >= 0 and state.clock_id is not None:
                     try:
                         cpu = thread_cpu(state.clock_id)
@@ -250,13 +253,15 @@ class PythonSampler:
                     leaf_done = frame.f_code.co_code[frame.f_lasti] in finished_opcodes
                 except IndexError:
                     leaf_done = False
+                frame_ips: list[int] | None = None
                 if leaf_done:
                     leaf = cct.last_leaf
                 else:
                     if tasks is None:
-                        ips = python_frame_ips(frame, functions, fid_of)
+                        ips = frame_ips = python_frame_ips(frame, functions, fid_of)
                     else:
-                        ips = tasks.thread_ips(frame, fid_of)
+                        ips = frame_ips = tasks.thread_ips(frame, fid_of)
+                    state.last_frame_ips = frame_ips
                     if ranges is not None:
                         ips = ranges.under(ips, ident)
                     if ips == state.last_ips:  # the same path as last time: a hot loop
@@ -266,6 +271,12 @@ class PythonSampler:
                         state.last_ips, state.last_path_leaf = ips, leaf
                     cct.last_leaf = leaf
                 values = cct.values_of(kind)
+                if ranges is not None and cpu_delta > 0.0:
+                    changes = ranges.changes_of(ident)
+                    if changes:
+                        cpu_delta = self._split_at_changes(
+                            state, changes, frame_ips, cpu_before, cpu_delta
+                        )
                 if cpu_delta > 0.0:
                     values.add(leaf, cpu_metric, cpu_delta)
                 if real_metric >= 0 and real_delta > 0.0:
@@ -285,6 +296,42 @@ class PythonSampler:
                         table.retire(ident)
             if sampler is not None:
                 self.tune_switch_interval(len(frames) - (sampler in frames))
+
+    def _split_at_changes(
+        self,
+        state: ThreadState,
+        changes: list[tuple[float, State]],
+        frame_ips: list[int] | None,
+        before: float,
+        cpu_delta: float,
+    ) -> float:
+        """Give the CPU time a thread spent before each change of its ranges since its last
+        sample (``before``: its CPU clock then) to the ranges it spent it under: up to the
+        first change, where the last sample saw it; between two, its frames now (``frame_ips``,
+        innermost first; None: those the last sample saw) under the ranges of that stretch.
+        Returns what is left of ``cpu_delta``: the time since the last change, the stack's now.
+
+        A sample comes late on a loaded machine (the sampling thread waits for a CPU, then for
+        the GIL), and all the CPU time since the last one would go to the stack it finds: the
+        whole of a range that ended meanwhile to the next one. The hooks know when each range
+        opened and closed, on the thread's own CPU clock: the time is split there."""
+        cct = state.cct
+        frames = state.last_frame_ips if frame_ips is None else frame_ips
+        spent_under: dict[State | None, float] = {}  # None: where the last sample saw it
+        start = before
+        for i, (at, left) in enumerate(changes):
+            spent = min(at - start, cpu_delta)
+            if spent > 0.0:
+                key = None if i == 0 else left
+                spent_under[key] = spent_under.get(key, 0.0) + spent
+                cpu_delta -= spent
+                start = at
+        values = cct.values_of(self.table.sampling_kind)
+        for key, spent in spent_under.items():  # a model's modules: a few states, many changes
+            path = None if key is None else place_inner(frames, key)
+            leaf = cct.last_leaf if path is None else cct.path(self.table.python_lm, path)
+            values.add(leaf, self.cpu_metric, spent)
+        return cpu_delta
 
     def _collected(
         self,
@@ -365,13 +412,20 @@ class PythonSampler:
         cct = state.cct
         values = cct.values_of(self.table.sampling_kind)
         clocks = self.table.clocks
+        ranges = self.table.ranges
         if self.cpu_metric >= 0 and state.clock_id is not None:
             try:
                 cpu = clocks.thread_cpu(state.clock_id)
             except OSError:
                 cpu = state.last_cpu
-            if cpu > state.last_cpu:
-                values.add(cct.last_leaf, self.cpu_metric, cpu - state.last_cpu)
+            spent, leaf = cpu - state.last_cpu, cct.last_leaf
+            changes = ranges.changes_of(state.ident) if ranges is not None else None
+            if changes and ranges is not None and spent > 0.0:  # its ranges changed since
+                spent = self._split_at_changes(state, changes, None, state.last_cpu, spent)
+                path = place_inner(state.last_frame_ips, ranges.state_of(state.ident))
+                leaf = cct.path(self.table.python_lm, path)
+            if spent > 0.0:
+                values.add(leaf, self.cpu_metric, spent)
             state.last_cpu = cpu
         if self.real_metric >= 0:
             now = clocks.wall()

@@ -125,7 +125,8 @@ class Session:
             if self.ranges is None:
                 from pyhpctk.measure.ranges import Ranges
 
-                self.ranges = Ranges(self.functions, timed=self.engine is not None)
+                engine = self.engine is not None
+                self.ranges = Ranges(self.functions, timed=engine, cpu_timed=not engine)
             else:
                 self.ranges.reset(self.functions)
         self.kinds: list[MetricKind] = []
@@ -358,12 +359,13 @@ class Session:
                 self.engine.own_cpu(time.thread_time_ns() - began)
             return
         with self.lock:
-            self._forget_ranges(ident)
             state = self._states.pop(ident, None)
+            if state is not None and not self.finished:
+                self.python.final_delta(state)  # split at its ranges' changes: before forgetting
+            self._forget_ranges(ident)
             if state is None or self.finished:
                 return
             self._finished[ident] = state.thread
-            self.python.final_delta(state)
             data = self.writer.encode(state)
         self.writer.write(state, data)
 
