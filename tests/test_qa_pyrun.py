@@ -45,6 +45,29 @@ def test_empty_output_name_is_named_in_the_message(capsys: pytest.CaptureFixture
     assert "-o: the measurement directory name is empty" in err
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "known"),
+    [
+        ("PYHPCTK_PYRUN_CPU_TIMER", "sigtrp", "signal, sigtrap, posix"),
+        ("PYHPCTK_PYRUN_SAMPLER", "python", "thread, engine"),
+    ],
+)
+def test_a_mistyped_setting_is_refused_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    value: str,
+    known: str,
+) -> None:
+    # Before: every measured process read the value and silently took the default.
+    monkeypatch.setenv(name, value)
+    out = tmp_path / "m"
+    err = _refused(capsys, ["-o", str(out), sys.executable, "-c", "1"])
+    assert f"{name}={value!r} is none of {known} (unset: the default)" in err
+    assert not out.exists()
+
+
 def test_command_killed_by_a_signal_is_not_called_unmeasurable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,6 +44,23 @@ ENV_RECORDING = "PYHPCTK_GPU_RECORDING"  # the default recording of gpu=simulate
 ENV_FALLBACK_SAID = "PYHPCTK_PYRUN_FALLBACK_SAID"
 
 
+#: The values each setting takes ("" is the default); pyrun refuses another in one line.
+CHOICES = {
+    ENV_SAMPLER: ("", "thread", "engine"),
+    ENV_CPU_TIMER: ("", "signal", "sigtrap", "posix"),
+}
+
+
+def unknown_setting(env: Mapping[str, str]) -> str:
+    """The one line for a setting in ``env`` that takes none of its values; '' if none."""
+    for name, values in CHOICES.items():
+        value = env.get(name, "").strip().lower()
+        if value not in values:
+            known = ", ".join(v for v in values if v)
+            return f"{name}={env[name]!r} is none of {known} (unset: the default)"
+    return ""
+
+
 class RunSettings:
     """The settings a user may set in the environment, read whole once: the sampler, the CPU
     timer, the drain period, debug output, the GPU hook's and recording's defaults, and whether

@@ -41,7 +41,7 @@ from pyhpctk.measure.launch.config import (
 )
 from pyhpctk.measure.launch.pythonargs import missing_script
 from pyhpctk.measure.losses import LossReport
-from pyhpctk.measure.settings import RunSettings
+from pyhpctk.measure.settings import RunSettings, unknown_setting
 
 #: Signals pyrun passes on to the command: every catchable one that would end pyrun, but SIGINT
 #: (a terminal's Ctrl-C reaches the command directly) and SIGPIPE/SIGXFSZ (pyrun's own writes).
@@ -117,6 +117,9 @@ class RunOptions:
         if self.output_dir == "":
             raise UsageError("-o: the measurement directory name is empty")
         check_options(self.events, self.checkpoint_s)  # before anything is created
+        unknown = unknown_setting(os.environ)
+        if unknown:  # (read by every measured process, which could only ignore it)
+            raise UsageError(unknown)
 
 
 @dataclass(slots=True)
