@@ -24,6 +24,7 @@ import pytest
 
 from pyhpctk.analysis import pipeline
 from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.sources import copy_gpu_memory
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.formats import gpu_memory
@@ -349,6 +350,30 @@ def test_tracking_keeps_no_frame_and_so_none_of_its_arrays(tmp_path: Path) -> No
     held = layer()
     assert held() is None  # the function returned: its arrays are freed, as without pyrun
     assert memory_files.site_frames(tracker, 0)[0].startswith("layer (")
+
+
+def test_pyprof_copies_only_pyruns_memory_files_never_through_a_link_nor_over_another(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("not the program's")
+    secret.chmod(0o600)
+    first, second, db = tmp_path / "m1" / "gpumem", tmp_path / "m2" / "gpumem", tmp_path / "db"
+    for folder, text in ((first, '{"first": 1}'), (second, '{"second": 2}')):
+        folder.mkdir(parents=True)
+        (folder / "memory-7.json").write_text(text)  # one pid on two hosts
+        (folder / "memory-7.json").chmod(0o600)
+    (first / "oom-7-1.txt").symlink_to(secret)  # a hand-made measurement
+    (first / "notes.txt").write_text("no file of pyrun's")
+    os.mkfifo(first / "oom-7-2.txt")  # would block a plain open
+    db.mkdir()
+    assert copy_gpu_memory([first.parent, second.parent], db) == 2
+    copied = {path.name: path for path in (db / "gpumem").iterdir()}
+    assert sorted(copied) == ["memory-7-2.json", "memory-7.json"]
+    assert copied["memory-7.json"].read_text() == '{"first": 1}'
+    assert copied["memory-7-2.json"].read_text() == '{"second": 2}'
+    assert all(path.stat().st_mode & 0o777 == 0o600 for path in copied.values())
+    assert gpu_memory.paths(db) == sorted(copied.values())  # both read back
 
 
 def test_a_damaged_memory_file_is_a_warning_and_the_report_is_still_written(

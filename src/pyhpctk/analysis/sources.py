@@ -27,6 +27,7 @@ import errno
 import hashlib
 import os
 import posixpath
+import re
 import stat
 import warnings
 from collections.abc import Iterable
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyhpctk.errors import FormatError, FormatWarning
+from pyhpctk.formats import gpu_memory
 from pyhpctk.formats import sources as loaded_sources
 
 NOT_LOADED = "not loaded by the program"
@@ -138,6 +140,49 @@ def copy_sources(
             report.refuse(name, reason)
     report.copied = len(copied)
     return copied, report
+
+
+#: The files pyrun writes into ``gpumem/`` (docs/formats.md, "GPU memory"): what pyprof copies.
+GPU_MEMORY_NAME = re.compile(r"(memory-(\d+)(?:-\d+)?\.json|oom-(\d+)-\d+\.txt)")
+
+
+def copy_gpu_memory(measurements: Iterable[Path], database: Path) -> int:
+    """Copy the measurements' ``gpumem/`` timelines and out-of-memory reports into the
+    database's ``gpumem/``; how many were copied. Only the names pyrun gives them, only regular
+    files, never through a symbolic link, never wider than their own mode (as sources are
+    copied); a name taken twice (one pid in two measurements, as on two hosts) is numbered on."""
+    copied = 0
+    for measurement in measurements:
+        folder = measurement / gpu_memory.DIRECTORY
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        for name in sorted(os.listdir(folder)):
+            if GPU_MEMORY_NAME.fullmatch(name):
+                copied += _copy_gpu_memory_file(folder / name, database)
+    return copied
+
+
+def _copy_gpu_memory_file(path: Path, database: Path) -> int:
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return 0  # gone, unreadable or a link
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return 0
+        found = GPU_MEMORY_NAME.fullmatch(path.name)
+        assert found is not None
+        pid = found.group(2) or found.group(3)
+        pattern = "memory-{}-{}.json" if found.group(2) else "oom-{}-{}.txt"
+        for name in [path.name, *(pattern.format(pid, n) for n in range(2, 1000))]:
+            if not (database / gpu_memory.DIRECTORY / name).exists():
+                relative = f"{gpu_memory.DIRECTORY}/{name}"
+                return int(_copy_into(database, relative, fd, status, None) is None)
+        return 0
+    finally:
+        os.close(fd)
 
 
 def _special_devices() -> set[int]:

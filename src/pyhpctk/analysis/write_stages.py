@@ -41,7 +41,7 @@ from pyhpctk.analysis.metrics import Partial
 from pyhpctk.analysis.planes import block_of
 from pyhpctk.analysis.screening import ProfileError
 from pyhpctk.analysis.slices import FileSlice
-from pyhpctk.analysis.sources import SourcesReport, copy_sources
+from pyhpctk.analysis.sources import SourcesReport, copy_gpu_memory, copy_sources
 from pyhpctk.analysis.state import Analysis, RunReport
 from pyhpctk.analysis.stats import SparseValues, TreeShape, metric_bases
 from pyhpctk.analysis.taxonomy import EXTRA_ROOTS, default_yaml
@@ -52,7 +52,7 @@ from pyhpctk.analysis.write import (
     prepare_output,
     write_taxonomy,
 )
-from pyhpctk.formats import cctdb, gpu_memory, metadb, profiledb, threads, tracedb
+from pyhpctk.formats import cctdb, metadb, profiledb, threads, tracedb
 from pyhpctk.formats.output import commit_directory
 
 META_DB_VALUES = 40
@@ -115,7 +115,7 @@ def write_meta_db(state: Analysis) -> None:
             write_taxonomy(staging, default_yaml(table.metrics, table.formulas, db.partials, extra))
             write_thread_names(state, staging)
             if state.sources.measurements:  # pyrun's GPU memory timelines (formats.md)
-                gpu_memory.copy_all(list(state.sources.measurements), staging)
+                copy_gpu_memory(state.sources.measurements, staging)
         except BaseException as error:  # re-raised by finish()
             state.output.meta_errors.append(error)
         state.timings["meta.db (thread)"] = round(time.perf_counter() - began, 3)

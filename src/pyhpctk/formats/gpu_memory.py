@@ -117,22 +117,3 @@ def paths(directory: Path) -> list[Path]:
 def read_all(directory: Path) -> list[MemoryFile]:
     """Every memory file of ``directory`` (a damaged one raises its FormatError)."""
     return [read(path) for path in paths(directory)]
-
-
-def copy_all(measurements: list[Path], database: Path) -> int:
-    """Copy every measurement's ``gpumem/`` files (timelines, out-of-memory reports) into the
-    database's ``gpumem/`` (pyprof); how many were copied."""
-    import shutil
-
-    copied = 0
-    for measurement in measurements:
-        folder = measurement / DIRECTORY
-        if not folder.is_dir():
-            continue
-        target = database / DIRECTORY
-        target.mkdir(exist_ok=True)
-        for path in sorted(folder.iterdir()):
-            if path.is_file() and path.suffix in (".json", ".txt"):
-                shutil.copyfile(path, target / path.name)
-                copied += 1
-    return copied
