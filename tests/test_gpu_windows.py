@@ -16,11 +16,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyhpctk.cli.pyprof import main as pyprof
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpctrace
+from pyhpctk.measure.gpu.matching import SiteOperations, issued_into
 from pyhpctk.present.api import open_database
 
 PYRUN = str(Path(sys.executable).parent / "pyrun")
@@ -69,9 +71,10 @@ def _ctl(capsys: pytest.CaptureFixture[str], pid: int, command: str) -> str:
     return capsys.readouterr().err
 
 
+@pytest.mark.parametrize("hook", ["c", "python"])
 @pytest.mark.parametrize("trace", [False, True], ids=["profile", "trace"])
 def test_kernels_launched_outside_the_window_are_left_out(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], trace: bool
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], trace: bool, hook: str
 ) -> None:
     program = tmp_path / "phases.py"
     program.write_text(PROGRAM)
@@ -79,7 +82,8 @@ def test_kernels_launched_outside_the_window_are_left_out(
     phase_line = {p: lines.index(f"launches({n})  # phase {p}") + 1 for p, n in
                   (("A", 5), ("B", 7), ("C", 3))}  # fmt: skip
     out, db = tmp_path / "m", tmp_path / "d"
-    command = [PYRUN, "--start-paused", *(["-t"] if trace else []), "-e", "gpu=simulated"]
+    event = f"gpu=simulated,hook={hook}"
+    command = [PYRUN, "--start-paused", *(["-t"] if trace else []), "-e", event]
     pyrun = subprocess.Popen(
         [*command, "-o", str(out), sys.executable, str(program), str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -114,3 +118,17 @@ def test_kernels_launched_outside_the_window_are_left_out(
         nodes = [int(n) for p in streams for n in hpctrace.read(p).records["node_id"]]
         idle = nodes[-1]
         assert sum(n != idle for n in nodes) == 7 + 1, nodes  # phase B's kernels, its sync
+
+
+def test_the_operations_issued_outside_are_told_per_site_or_per_activity() -> None:
+    # Which activities the window left out: the C hook's activities name their site by token
+    # (one look per site), the others carry their operation (None: not matched).
+    inside, outside = object(), object()
+    sites = np.empty(3, dtype=object)
+    for token, cct in enumerate((inside, outside, inside)):
+        sites[token] = (token, 0, 0, -1, None, cct, False)
+    tokens = np.array([0, 1, 1, 2, 1, 0])
+    expected = [False, True, True, False, True, False]
+    assert issued_into(outside, SiteOperations(sites, tokens)).tolist() == expected
+    listed = [sites[t] for t in tokens.tolist()]
+    assert issued_into(outside, [*listed, None]).tolist() == [*expected, False]

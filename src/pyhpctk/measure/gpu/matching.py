@@ -92,6 +92,18 @@ class SiteOperations(Sequence["Operation"]):
         return cast("list[Operation]", self.objects[self.tokens[indices]].tolist())
 
 
+def issued_into(cct: object, operations: Sequence[Operation | None]) -> np.ndarray:
+    """Which of ``operations`` were recorded into ``cct`` (a bool per operation): for the C
+    hook's :class:`SiteOperations`, one look per site, not per activity."""
+    if isinstance(operations, SiteOperations):
+        sites = [op is not None and op[OP_CCT] is cct for op in operations.objects.tolist()]
+        mask: np.ndarray = np.array(sites, dtype=bool)[operations.tokens]
+        return mask
+    return np.fromiter(
+        (op is not None and op[OP_CCT] is cct for op in operations), bool, len(operations)
+    )
+
+
 @dataclasses.dataclass(slots=True)
 class Matched:
     """One buffer's activities, each with its operation (or None), owner and token."""

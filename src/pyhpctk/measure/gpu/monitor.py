@@ -47,7 +47,7 @@ from pyhpctk.measure.gpu import activity as act
 from pyhpctk.measure.gpu.attribution import Attributor, KernelTable, transplant
 from pyhpctk.measure.gpu.cubin import kernel_entries, save_gpubin
 from pyhpctk.measure.gpu.instructions import FineAttribution
-from pyhpctk.measure.gpu.matching import Matcher, SiteOperations
+from pyhpctk.measure.gpu.matching import Matcher, SiteOperations, issued_into
 from pyhpctk.measure.gpu.operations import (
     DEFERRED,
     FIRST_FOREIGN_THREAD,
@@ -460,9 +460,7 @@ class GpuMonitor:
         away = self.attributor.outside
         if away is None:
             return records, operations
-        keep = np.fromiter(
-            (op is None or op[OP_CCT] is not away for op in operations), bool, len(operations)
-        )
+        keep = ~issued_into(away, operations)
         if keep.all():
             return records, operations
         self.stats.outside += int(len(keep) - keep.sum())
