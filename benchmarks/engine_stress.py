@@ -288,6 +288,8 @@ def main() -> int:
         parser.error("--jobs must be at least 1")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if os.sep in args.python:  # each run starts in a directory of its own
+        args.python = os.path.abspath(args.python)
     logs = Logs(output_directory(parser, args.out))
     failures = hung = done = 0
     started = time.monotonic()
