@@ -10,7 +10,6 @@ import os
 import sys
 import sysconfig
 import threading
-import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -664,26 +663,6 @@ def test_a_thread_missing_from_the_frames_is_kept_while_its_clock_runs(
     session.python.sample()
     assert (parked_thread.ident in session.states) is alive
     assert bool(list(tmp_path.glob(f"*-{state.number:03d}-*.hpcrun"))) is not alive
-
-
-def test_a_thread_threading_does_not_know_gets_no_clock_from_its_descriptor(
-    tmp_path: Path, parked_thread: threading.Thread, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The Python sampler found a thread threading does not know (it may be ending: a detached
-    thread's descriptor is freed when it ends): pthread_getcpuclockid would read it, and the
-    program died of SIGSEGV under make test. Its clock comes when the thread registers itself."""
-
-    def descriptor_read(ident: int) -> int:
-        raise AssertionError(f"pthread_getcpuclockid({ident}) on a thread that may have ended")
-
-    monkeypatch.setattr(time, "pthread_getcpuclockid", descriptor_read)
-    clocks = Clocks(thread_cpu=lambda clock_id: 1.0, current_frames=dict)
-    session = Session(MeasureOptions(str(tmp_path), checkpoint_s=0), clocks)
-    assert parked_thread.ident is not None and parked_thread.native_id is not None
-    state = session.register_thread(None, ident=parked_thread.ident)  # as _adopt does
-    assert state.clock_id is None
-    again = session.register_thread(parked_thread, ident=parked_thread.ident)
-    assert again is state and state.clock_id == thread_cpu_clock(parked_thread.native_id)
 
 
 def test_the_event_listing_names_every_gpu_backend_and_option() -> None:

@@ -77,17 +77,6 @@ SAMPLER_KIND = "sampling"
 _MEASURE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def _starting_native_id(ident: int) -> int | None:
-    """The kernel thread id of the thread ``ident`` if it is starting (in ``threading``'s
-    limbo with its ids set), else None."""
-    limbo = getattr(threading, "_limbo", {})
-    for thread in list(limbo):
-        if thread.ident == ident:
-            native: int | None = getattr(thread, "native_id", None)
-            return native
-    return None
-
-
 class Session:
     """Measurement of one process (see the module docstring); a
     :class:`~pyhpctk.measure.session.table.ThreadTable` to its samplers."""
@@ -295,13 +284,13 @@ class Session:
         native = getattr(thread, "native_id", None) if thread is not None else native_id
         if own:
             native = threading.get_native_id()
-        if native is None and not own and self.engine is None:
-            native = _starting_native_id(ident)
         if native is not None:
             clock_id = thread_cpu_clock(native)
-        # else no clock until the thread registers itself: pthread_getcpuclockid(ident) reads
-        # the thread's descriptor, freed once a detached thread (every Python thread) ended,
-        # and a thread threading no longer knows may be ending (the program died of SIGSEGV)
+        elif ident is not None and self.engine is None:
+            try:
+                clock_id = time.pthread_getcpuclockid(ident)
+            except OSError:
+                clock_id = None
         if own and not main:
             self.python.tune_switch_interval(2)  # a second Python thread: the program's interval
         with self.lock:
