@@ -21,8 +21,10 @@ stage() { echo "== $1: $(( $(date +%s) - began )) s since the start" | tee -a "$
 stage build
 { [ -d /tmp/site/cupti ] || { ls .whl/*.whl >/dev/null 2>&1 &&
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; }
-  rm -f src/pyhpctk/measure/gpu/cupti/_cuptihook*.so src/pyhpctk/measure/_engine*.so
-  bash tests/data/gpu/build_hook.sh python3  # the hook with set_range, from these sources
+  if [ -z "$PYHPCTK_BUILT" ]; then  # set where the caller built them (and a job may be using them)
+    rm -f src/pyhpctk/measure/gpu/cupti/_cuptihook*.so src/pyhpctk/measure/_engine*.so
+    bash tests/data/gpu/build_hook.sh python3  # the hook with set_range, from these sources
+  fi
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch, pyhpctk.measure.gpu.cupti._cuptihook as h; print("torch", torch.__version__, "hook set_range:", hasattr(h, "set_range"))'
 } > "$out/build.txt" 2>&1

@@ -13,12 +13,16 @@ Count without pyrun: torch.profiler and pyrun's CUPTI subscriber cannot share th
 """
 
 import json
+import os
 import sys
 import time
 
 import torch
 
 SLOT_SECONDS = 10
+# a data loader's pause after each step (s): the GPU idles a little; WINDOW_JOB_PAUSE sets a longer
+# one where other measurements share the card and should see little of the job
+PAUSE = float(os.environ.get("WINDOW_JOB_PAUSE", "0.002"))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the plumbing
 
 
@@ -68,7 +72,7 @@ def main() -> None:
         while time.monotonic() - began < min(seconds, (slot + 1) * SLOT_SECONDS):
             times[slot].append(time.time_ns())
             one_step()
-            time.sleep(0.002)  # a data loader's pause: the GPU idles a little
+            time.sleep(PAUSE)
         bounds[slot][1] = time.time_ns()
         return slot
 
