@@ -44,11 +44,20 @@ def test_pyrun_lists_blocks_and_its_kernel_filter(capsys: pytest.CaptureFixture[
     assert "blocks=FILE" in listing  # gpu=simulated's replay
 
 
+WHICH = "blocks counts or trace traces: add one of them"
+
+
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        ("gpu=nvidia,kernel-name=gemm", "kernel-name= chooses the kernels or launches blocks"),
-        ("gpu=simulated,launch-count=2", "launch-count= chooses the kernels or launches blocks"),
+        (
+            "gpu=nvidia,kernel-name=gemm",
+            "kernel-name= chooses the kernels or launches that " + WHICH,
+        ),
+        (
+            "gpu=simulated,launch-count=2",
+            "launch-count= chooses the kernels or launches that " + WHICH,
+        ),
         ("gpu=nvidia,blocks,launch-skip=-1", "launch-skip='-1': say a number >= 0"),
         ("gpu=nvidia,blocks,launch-count=two", "launch-count='two': say a number >= 0"),
         ("gpu=nvidia,blocks,kernel-name=a[", "kernel-name='a[' is no regular expression"),

@@ -60,12 +60,12 @@ class KernelFilter:
 
 def kernel_filter(spec: GpuSpec, counting: bool) -> KernelFilter:
     """The filter ``spec`` asks for; its values refused in one line, and the options refused
-    without ``blocks`` (``counting``): they choose what blocks counts."""
+    without ``blocks`` or ``trace`` (``counting``): they choose what those instrument."""
     said = [key for key, _ in spec.options if key in FILTER_OPTIONS]
     if said and not counting:
         raise UsageError(
-            f"gpu={spec.backend}: {said[0]}= chooses the kernels or launches blocks counts: "
-            "add blocks (pyrun -L)"
+            f"gpu={spec.backend}: {said[0]}= chooses the kernels or launches that blocks counts "
+            "or trace traces: add one of them (pyrun -L)"
         )
     numbers = []
     for key in FILTER_OPTIONS[1:]:
