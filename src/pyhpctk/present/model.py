@@ -251,6 +251,14 @@ class ProfileList(Sequence[Profile]):
         index = int(self.indices[position])
         return Profile(index, self._identify(index))
 
+    def find(self, index: int) -> Profile | None:
+        """The profile of profile.db index ``index`` among these, or None (a binary search:
+        ``indices`` ascend)."""
+        position = int(np.searchsorted(self.indices, index))
+        if position < len(self.indices) and int(self.indices[position]) == index:
+            return Profile(index, self._identify(index))
+        return None
+
     def where(self, kind: str) -> ProfileList:
         """The GPU streams (``gpu``) or the other profiles (``cpu``) among these."""
         gpu = self._gpu()[self.indices]

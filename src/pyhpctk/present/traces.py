@@ -38,6 +38,7 @@ from pyhpctk.present.model import (
     LEX_ENTRY,
     Experiment,
     Profile,
+    ProfileList,
     ThreadName,
     Timeline,
 )
@@ -56,10 +57,12 @@ def _lines(exp: Experiment) -> Sequence[Timeline]:
 
 
 def _profile(exp: Experiment, index: int) -> Profile:
-    for p in exp.profiles:
-        if p.index == index:
-            return p
-    return Profile(index, ())
+    """The profile of a trace line (a bare one where the database has none of that index); a
+    search, not a walk over all profiles: a GPU trace has a line per warp slot."""
+    if isinstance(exp.profiles, ProfileList):
+        found = exp.profiles.find(index)
+        return Profile(index, ()) if found is None else found
+    return next((p for p in exp.profiles if p.index == index), Profile(index, ()))
 
 
 def durations(line: Timeline) -> npt.NDArray[np.int64]:
