@@ -117,13 +117,17 @@ def minidebuginfo_symbols(library: Path) -> list[tuple[int, int, str]]:
 
 
 def shows(library: str, symbol: str, label: str) -> bool:
-    """Whether pyview's ``label`` is perf's function ``symbol`` of ``library``: ``name [lib]``,
-    or for a function Cython compiled its Python name (``sklearn.….Splitter.split_indices``,
-    written back as Cython names it to compare: ``…_8Splitter_2split_indices``; its counter
-    is any number or none, so ``…_10_predictor__fit`` is both ``_predictor._fit`` and
-    ``_predictor__fit``: the wrapper tells them apart, test_cython_names.py checks that)."""
+    """Whether pyview's ``label`` is perf's function ``symbol`` of ``library``: ``name [lib]``
+    (``name(parameters) [lib]`` for C++), or for a function Cython compiled its Python name
+    (``sklearn.….Splitter.split_indices``, written back as Cython names it to compare:
+    ``…_8Splitter_2split_indices``; its counter is any number or none, so
+    ``…_10_predictor__fit`` is both ``_predictor._fit`` and ``_predictor__fit``: the wrapper
+    tells them apart, test_cython_names.py checks that). Two names of one address (libc's
+    ``malloc``, pyview's ``__libc_malloc``) do not match."""
     if not symbol.startswith("__pyx_"):
-        return label == f"{symbol} [{library}]"
+        # perf writes a C++ function without its parameters: `sort_n_vec<zmm_vector<double>, …>`
+        whole = label.removesuffix(f" [{library}]")
+        return whole != label and (whole == symbol or whole.startswith(symbol + "("))
     base, _, tail = symbol.partition(".")
     omp = "." + tail if tail.startswith("_omp_fn") else ""
     if not label.endswith(omp) or "[" in label:
