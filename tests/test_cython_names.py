@@ -60,6 +60,15 @@ CASES = [
     ),
     (
         "sklearn",
+        "ensemble/_hist_gradient_boosting/_predictor.cpython-*.so",
+        "__pyx_pf_7sklearn_8ensemble_23_hist_gradient_boosting_10_predictor"
+        "__predict_from_raw_data._omp_fn.0",
+        # def 0 (its wrapper: def 1, ``_1_predict_from_raw_data``): Cython writes no counter 0;
+        # before, ``10`` was read as a counter (``_hist_gradient_boosting._predictor__predict…``)
+        f"{HGB}._predictor._predict_from_raw_data._omp_fn.0",
+    ),
+    (
+        "sklearn",
         "metrics/_dist_metrics.cpython-*.so",
         "__pyx_pw_7sklearn_7metrics_13_dist_metrics_21MahalanobisDistance32_1__init__",
         "sklearn.metrics._dist_metrics.MahalanobisDistance32.__init__" + CYTHON_WRAPPER_MARK,
@@ -124,6 +133,8 @@ def test_one_python_function_reads_once_through_its_wrapper() -> None:
         scope.format("w") + "1__init__",  # def 1, ``__init__``: not a scope ``_``
         scope.format("f") + "__init__",
         scope.format("w") + "5grow",  # no body of its own
+        "__pyx_pw_3pkg_10_predictor_1_fit",  # def 1 of pkg._predictor, ``_fit``...
+        "__pyx_pf_3pkg_10_predictor__fit",  # its body, def 0: not pkg's def 10 ``_predictor__fit``
         "__pyx_memview_slice",
         "memcpy",
     ]
@@ -133,6 +144,8 @@ def test_one_python_function_reads_once_through_its_wrapper() -> None:
         "pkg.m.Shape.__init__" + CYTHON_WRAPPER_MARK,
         "pkg.m.Shape.__init__",
         "pkg.m.Shape.grow",
+        "pkg._predictor._fit" + CYTHON_WRAPPER_MARK,
+        "pkg._predictor._fit",
         None,
         None,
     ]

@@ -31,7 +31,8 @@ from pyhpctk.errors import PyhpctkError
 from pyhpctk.formats.hpcstruct_model import StructureFile
 from pyhpctk.formats.output import write_bytes
 
-CACHE_FORMAT = "pystruct-2"  # 2: stripped libraries named from debug files, Cython names
+# 2: stripped libraries named from debug files, Cython names; 3: Cython bodies of def 0
+CACHE_FORMAT = "pystruct-3"
 
 
 def default_cache_dir() -> Path:

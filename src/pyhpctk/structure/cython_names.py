@@ -22,7 +22,10 @@ the C compiler adds after a ``.`` (``.isra.0``, ``.constprop.0``, ``.part.0``, `
 same function) is dropped, but an OpenMP region outlined from it keeps its ``._omp_fn.0``.
 The pieces between counters are ambiguous in a few cases (``1__init__`` could be a scope ``_``);
 the reading taken is the one with the most scopes whose own name is a counter and a name, or a
-special method's name.
+special method's name. A body's counter is its wrapper's less one, and a counter 0 is not
+written (``_10_predictor__fit`` is def 0, ``_fit``, of a module ``_predictor``: its wrapper is
+``…_10_predictor_1_fit``, not def 10 ``_predictor__fit``): a body whose wrapper is among the
+symbols is read as its wrapper is.
 """
 
 from __future__ import annotations
@@ -88,6 +91,30 @@ def _plain(text: str) -> tuple[list[str], str] | None:
     return None
 
 
+def _counted_readings(text: str) -> list[tuple[tuple[str, ...], str, int]]:
+    """Every reading of a wrapper's or body's name as (scopes, name, counter): counter 0 where
+    none is written."""
+    found = []
+    for scopes, rest in _scope_readings(text):
+        counted = _COUNTER_NAME.fullmatch(rest)
+        if counted is not None:
+            found.append((tuple(scopes), counted.group(2), int(counted.group(1))))
+        if scopes and _NAME.fullmatch(rest) and not rest[0].isdigit():
+            found.append((tuple(scopes), rest, 0))
+    return found
+
+
+def _wrapped(text: str, wrappers: set[tuple[tuple[str, ...], str, int]]) -> str | None:
+    """The dotted name of a body (its name less the prefix) whose wrapper is in ``wrappers``
+    (every reading of every wrapper's name), None if none reads as its wrapper."""
+    base, _, tail = text.partition(".")
+    suffix = "." + tail if tail.startswith("_omp_fn") else ""
+    for scopes, name, counter in _counted_readings(base):
+        if scopes and (scopes, name, counter + 1) in wrappers:
+            return ".".join([*scopes, name]) + suffix
+    return None
+
+
 def cython_name(symbol: str) -> tuple[str, bool] | None:
     """(the dotted Python name, whether it is a wrapper) of a Cython function symbol, None for
     any other symbol (Cython's own helpers: ``__pyx_memview_…``, ``__Pyx_…``)."""
@@ -121,6 +148,18 @@ def cython_names(symbols: Sequence[str]) -> list[str | None]:
     if not any(s.startswith("__pyx_") for s in symbols):
         return [None] * len(symbols)
     read = [cython_name(s) if s.startswith("__pyx_") else None for s in symbols]
+    plain = [_FUSED.sub("", s, count=1) for s in symbols]
+    wrappers = {
+        reading
+        for symbol in plain
+        if symbol.startswith("__pyx_pw_")
+        for reading in _counted_readings(symbol.removeprefix("__pyx_pw_"))
+    }
+    for at, symbol in enumerate(plain):
+        prefix = next((p for p in ("__pyx_pf_", "__pyx_gb_") if symbol.startswith(p)), None)
+        body = _wrapped(symbol.removeprefix(prefix), wrappers) if prefix else None
+        if body is not None:
+            read[at] = (body, False)
     bodies = {
         found[0]
         for symbol, found in zip(symbols, read, strict=True)

@@ -6,6 +6,7 @@ nothing else of Python's in between, so its thread CPU time is its self time. ``
 the totals (seconds, by qualified name) as JSON.
 """
 
+import gc
 import json
 import threading
 import time
@@ -33,6 +34,21 @@ def merge(parts: list[dict[str, float]]) -> None:
     for part in parts:
         for name, seconds in part.items():
             SELF[name] = SELF.get(name, 0.0) + seconds
+
+
+def time_collections() -> list[float]:
+    """Time every garbage collection from now on, on the collecting thread's CPU clock: the
+    list's first item is their total so far, in seconds (the truth of ``<gc>``)."""
+    total = [0.0, 0.0]  # the total, and the clock when the current collection began
+
+    def phase(name: str, info: dict[str, int]) -> None:
+        if name == "start":
+            total[1] = clock()
+        else:
+            total[0] += clock() - total[1]
+
+    gc.callbacks.append(phase)
+    return total
 
 
 def dump(path: str) -> None:

@@ -106,9 +106,12 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data) {
     memset(&m, 0, sizeof(m));
     m.bias = (uintptr_t)info->dlpi_addr;
     m.text_lo = UINTPTR_MAX;
+    uintptr_t image_lo = UINTPTR_MAX, image_hi = 0; /* what its PT_LOAD segments map */
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t lo = m.bias + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (ph->p_type == PT_LOAD && lo < image_lo) image_lo = lo;
+        if (ph->p_type == PT_LOAD && hi > image_hi) image_hi = hi;
         if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
             if (lo < m.text_lo) m.text_lo = lo;
             if (hi > m.text_hi) m.text_hi = hi;
@@ -120,6 +123,11 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data) {
         if (ph->p_type == PT_GNU_EH_FRAME) m.eh_hdr = (const uint8_t *)lo;
     }
     if (m.text_hi == 0) return 0;
+    /* The vDSO is the module whose image holds the ELF header the kernel names
+     * (AT_SYSINFO_EHDR); the loader often sits a few pages above it (its text 12 KiB past the
+     * vDSO's header here), so nearness is not enough: ld.so's frames were taken for the vDSO's
+     * and left out, their time given to their libc caller (issue #36, perf's comparison). */
+    if (c->vdso && image_lo <= c->vdso && c->vdso < image_hi) m.kind = MOD_VDSO;
     if (c->used == c->cap) {
         uint32_t cap = c->cap ? 2 * c->cap : 128;
         NativeModule *grown = realloc(c->mods, cap * sizeof(NativeModule));
@@ -150,11 +158,12 @@ static void name_modules(Collect *c) {
         } else if (realpath(path, real) != NULL) {
             path = real;
         }
+        int vdso = m.kind == MOD_VDSO; /* collect_module's finding */
         m.kind = (uint8_t)module_kind(path);
         const char *base = strrchr(path, '/');
         if (path == exe && strncmp(base ? base + 1 : path, "python", 6) == 0)
             m.kind = MOD_INTERPRETER; /* the interpreter's executable (libpython: by address) */
-        if (c->vdso && m.text_lo <= c->vdso + 0x10000 && m.text_hi > c->vdso) m.kind = MOD_VDSO;
+        if (vdso) m.kind = MOD_VDSO;
         pthread_mutex_lock(&registry_lock);
         m.id = registry_id(path, m.bias, m.kind);
         pthread_mutex_unlock(&registry_lock);
