@@ -10,9 +10,11 @@ sampler times them, since it cannot take the GIL a collection holds).
 
 from __future__ import annotations
 
+import _thread
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,23 @@ def test_a_collection_that_starts_while_a_function_is_named_does_not_hang(
     names = [(s.funcname, s.filename, s.lineno) for s in functions.stanzas]
     assert len(names) == len(set(names)), names  # each function named once
     assert ("anchor", __file__, anchor.__code__.co_firstlineno) in names
+
+
+def test_a_collection_that_starts_outside_any_python_frame_is_gc_under_the_threads_root() -> None:
+    """A collection can start where a thread runs no Python code (at its end in C, freeing its
+    thread-locals): the callback is then the thread's only frame. Before: ValueError ('call
+    stack is not deep enough') printed into the program's stderr, and the collection's time
+    went uncounted (test_pyrun_limits' 900 threads, once collections were held off during
+    samples)."""
+    from pyhpctk.measure import cct
+    from pyhpctk.measure.gc_context import Collections
+
+    collections = Collections(cct.FunctionTable())
+    ident = _thread.start_new_thread(collections, ("start", {}))  # no frame below the callback
+    deadline = time.monotonic() + 10
+    taken = None
+    while taken is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        taken = collections.take(ident, time.thread_time(), time.monotonic())
+    assert taken is not None, "the collection was not recorded"
+    assert list(taken) == [(collections.gc_ip,)]  # <gc> alone: right under the thread's root

@@ -32,6 +32,7 @@ from pyhpctk.measure.cct import python_frame_ips
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import FrameType
     from typing import Any
 
     from pyhpctk.measure.cct import FunctionTable
@@ -69,7 +70,11 @@ class Collections:
         ident = _thread.get_ident()
         if phase == "start":
             functions = self._functions
-            ips = python_frame_ips(sys._getframe(1), functions, functions.fid_of)
+            try:
+                caller: FrameType | None = sys._getframe(1)
+            except ValueError:  # started outside any Python frame (a thread's start or end in C)
+                caller = None
+            ips = python_frame_ips(caller, functions, functions.fid_of)
             path = (self.gc_ip, *ips)
             self._started[ident] = (time.thread_time(), time.monotonic(), path)
             return
