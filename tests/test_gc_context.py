@@ -10,9 +10,12 @@ sampler times them, since it cannot take the GIL a collection holds).
 
 from __future__ import annotations
 
+import _thread
+import gc
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.pipeline import run
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main as pyview_main
+from pyhpctk.measure.gc_context import HeldOff
 from pyhpctk.measure.sampling import engine
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "garbage.py"
@@ -133,3 +137,112 @@ def test_a_collection_that_starts_while_a_function_is_named_does_not_hang(
     names = [(s.funcname, s.filename, s.lineno) for s in functions.stanzas]
     assert len(names) == len(set(names)), names  # each function named once
     assert ("anchor", __file__, anchor.__code__.co_firstlineno) in names
+
+
+def test_collections_inside_the_python_samplers_reading_of_frames_do_not_crash_the_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``tests/programs/gc_frames.py`` starts a collection at each allocation and has its
+    ``gc.callbacks`` entry hand it the GIL when one runs on another thread: on CPython 3.11 one
+    then starts inside the frame object the Python sampler's ``sys._current_frames()`` or
+    ``f_back`` makes for the program's frame, and the program runs on meanwhile, out of that
+    frame and into its memory. The sampler took what was there for a frame: 8 runs of 8 failed
+    before collections were held off (``'int' object has no attribute 'f_code'``, SIGSEGV,
+    SIGABRT; test_pyrun's one-to-three split died of SIGSEGV so under load)."""
+    monkeypatch.setenv("PYHPCTK_PYRUN_SAMPLER", "thread")
+    program = [sys.executable, str(PROGRAM.parent / "gc_frames.py"), "2"]
+    assert pyrun_main(["-o", str(tmp_path / "m"), "-e", "CPUTIME@1000", *program]) == 0
+    out, err = capfd.readouterr()
+    assert out.splitlines()[-1:] == ["done"], (out, err)
+    assert "pyrun:" not in err, err  # no sample failed
+    run(ProfOptions.build([tmp_path / "m"], output=tmp_path / "db"))
+    assert pyview_main(["--lines", str(ROWS), str(tmp_path / "db")]) == 0
+    assert "big" in capfd.readouterr().out  # it was sampled
+
+
+class TestHeldOff:
+    """The Python sampler's holds of the collector (``gc_context.HeldOff``), and the program's
+    own switches during one (its ``gc.enable``/``gc.disable``/``gc.isenabled`` under pyrun)."""
+
+    @pytest.fixture(autouse=True)
+    def _collector_restored(self) -> Any:
+        was = gc.isenabled()
+        yield
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
+
+    def test_a_hold_stops_collections_and_gives_them_back(self) -> None:
+        held = HeldOff(needed=True)
+        gc.enable()
+        with held:
+            assert not gc.isenabled()
+            assert held.isenabled()  # what the program sees
+            with held:  # another hold (the main thread's, a nested one) shares it
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+
+    def test_a_program_that_disables_the_collector_during_a_hold_keeps_it_off(self) -> None:
+        held = HeldOff(needed=True)
+        gc.enable()
+        with held:
+            held.disable()  # the program's thread ran while the sampler held it
+            assert not held.isenabled()
+        assert not gc.isenabled()
+        with held:
+            pass
+        assert not gc.isenabled()  # a hold never switches on what the program switched off
+
+    def test_a_program_that_enables_the_collector_during_a_hold_gets_it_at_the_end(self) -> None:
+        held = HeldOff(needed=True)
+        gc.disable()
+        with held:
+            held.enable()
+            assert held.isenabled()
+            assert not gc.isenabled()  # not before the frames are read
+        assert gc.isenabled()
+
+    def test_outside_a_hold_the_programs_switches_act_at_once(self) -> None:
+        held = HeldOff(needed=True)
+        held.disable()
+        assert not gc.isenabled() and not held.isenabled()
+        held.enable()
+        assert gc.isenabled() and held.isenabled()
+
+    def test_a_forked_child_is_left_no_hold(self) -> None:
+        held = HeldOff(needed=True)
+        gc.enable()
+        held.__enter__()  # the fork came inside a hold: its thread is not in the child
+        held.forked()
+        assert gc.isenabled()
+        with held:
+            pass
+        assert gc.isenabled()
+
+    def test_where_collections_start_only_between_bytecodes_nothing_is_held(self) -> None:
+        held = HeldOff(needed=False)
+        gc.enable()
+        with held:
+            assert gc.isenabled()
+
+
+def test_a_collection_that_starts_outside_any_python_frame_is_gc_under_the_threads_root() -> None:
+    """A collection can start where a thread runs no Python code (at its end in C, freeing its
+    thread-locals): the callback is then the thread's only frame. Before: ValueError ('call
+    stack is not deep enough') printed into the program's stderr, and the collection's time
+    went uncounted (test_pyrun_limits' 900 threads, once collections were held off during
+    samples)."""
+    from pyhpctk.measure import cct
+    from pyhpctk.measure.gc_context import Collections
+
+    collections = Collections(cct.FunctionTable())
+    ident = _thread.start_new_thread(collections, ("start", {}))  # no frame below the callback
+    deadline = time.monotonic() + 10
+    taken = None
+    while taken is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        taken = collections.take(ident, time.thread_time(), time.monotonic())
+    assert taken is not None, "the collection was not recorded"
+    assert list(taken) == [(collections.gc_ip,)]  # <gc> alone: right under the thread's root

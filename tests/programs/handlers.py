@@ -3,6 +3,7 @@
 Exits 0 when everything behaved as it would without pyrun, 1 (with a message) otherwise.
 """
 
+import gc
 import os
 import signal
 import sys
@@ -33,10 +34,20 @@ worker = threading.Thread(target=lambda: results.append(sum(range(100_000))))
 worker.start()
 worker.join()
 
+gc.disable()  # the program's: pyrun's own holds of the collector (3.11) must not undo it
 end = time.monotonic() + 0.2
 while time.monotonic() < end:
     sum(range(1000))
+    cycle: list[object] = []
+    cycle.append(cycle)  # garbage only a collection frees
 signal.setitimer(signal.ITIMER_REAL, 0, 0)
+if gc.isenabled():
+    problems.append("gc.isenabled() is True after gc.disable()")
+if gc.get_count()[0] <= gc.get_threshold()[0]:
+    problems.append(f"the collector ran while the program had it disabled: {gc.get_count()}")
+gc.enable()
+if not gc.isenabled():
+    problems.append("gc.enable() did not stick")
 
 if len(ticks) < 5:
     problems.append(f"only {len(ticks)} SIGALRM ticks")

@@ -18,6 +18,9 @@
   with ``os._exit``).
 - **sys.setswitchinterval / getswitchinterval**: wrapped so the program sets and sees its own
   GIL switch interval while pyrun shortens it in one-thread programs (see the session).
+- **gc.enable / gc.disable / gc.isenabled** (CPython 3.11): wrapped so the program switches and
+  sees its own collector while the Python sampler holds collections off as it reads frames
+  (:class:`~pyhpctk.measure.gc_context.HeldOff`).
 - **fork**: ``os.register_at_fork``: the child gets a new pid, fresh CCTs and a new sampler.
 
 It must never change what the program observes beyond that: handlers, timers and threads of the
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import _thread
 import atexit
+import gc
 import os
 import signal
 import sys
@@ -35,6 +39,7 @@ import threading
 import time
 
 from pyhpctk.measure import signals
+from pyhpctk.measure.gc_context import COLLECTS_IN_ALLOCATIONS, held_off
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -63,6 +68,7 @@ _real_execve = os.execve
 _real_bootstrap_inner = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
 _real_setswitchinterval = sys.setswitchinterval
 _real_getswitchinterval = sys.getswitchinterval
+_real_gc_switches = (gc.enable, gc.disable, gc.isenabled)
 
 
 def current_session() -> Session | None:
@@ -280,6 +286,8 @@ def install(session: Session) -> None:
     os._exit = _exit
     sys.setswitchinterval = _setswitchinterval
     sys.getswitchinterval = _getswitchinterval
+    if COLLECTS_IN_ALLOCATIONS:
+        gc.enable, gc.disable, gc.isenabled = held_off.enable, held_off.disable, held_off.isenabled
     os.execv = _execv
     os.execve = _execve
     os.register_at_fork(
@@ -310,6 +318,7 @@ def uninstall() -> None:
     os._exit = _real_exit
     sys.setswitchinterval = _real_setswitchinterval
     sys.getswitchinterval = _real_getswitchinterval
+    gc.enable, gc.disable, gc.isenabled = _real_gc_switches
     os.execv = _real_execv
     os.execve = _real_execve
     if signal.signal is _signal:

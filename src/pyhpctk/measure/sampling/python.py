@@ -23,7 +23,7 @@ import time
 
 from pyhpctk.measure.cct import python_frame_ips
 from pyhpctk.measure.events import CLOCK_THREAD_CPU, CLOCK_WALL, READ_DELTA
-from pyhpctk.measure.gc_context import Collections, listen, stop_listening
+from pyhpctk.measure.gc_context import Collections, held_off, listen, stop_listening
 from pyhpctk.measure.ranges import place_inner
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
@@ -91,7 +91,8 @@ class PythonSampler:
         self.samples = 0
         self.sampler_ident: int | None = None  # the sampling thread's, once it runs
         # Threads alive when measuring began: any other the sampler finds was born since.
-        self._before_sampler: set[int] = set(sys._current_frames())
+        with held_off:  # frame objects of other threads are made (gc_context.HeldOff)
+            self._before_sampler: set[int] = set(sys._current_frames())
         self._window = self._next_wake = 0.0
         self._draw = 1
 
@@ -160,7 +161,8 @@ class PythonSampler:
                 except OSError:
                     pass  # it ended: the next sample retires it
             state.last_wall = now
-        self._before_sampler = set(sys._current_frames())
+        with held_off:
+            self._before_sampler = set(sys._current_frames())
         self.paused = False
 
     def forked(self) -> None:
@@ -168,6 +170,7 @@ class PythonSampler:
         self.running = False
         self._fast_switch = True
         self.tune_switch_interval(2)
+        held_off.forked()
         if self.collections is not None:
             stop_listening(self.collections)
             self.collections.reset()
@@ -198,7 +201,12 @@ class PythonSampler:
         active = threading._active  # type: ignore[attr-defined]
         finished_opcodes = _FINISHED_OPCODES
         collections = self.collections
-        with table.lock:
+        # No collection starts while the frames are read and walked (on 3.11, one started by
+        # the frame object made for another thread's frame could hand that thread the GIL; it
+        # left the frame and reused its memory: a SIGSEGV of the program; gc_context.HeldOff),
+        # nor until this sample is done: one held off would then run on the sampling thread,
+        # its time lost to the program's profile, where the program's next allocation runs it.
+        with table.lock, held_off:
             if table.finished:
                 return
             # The frames are taken once the lock is held: waiting for it lets other threads
