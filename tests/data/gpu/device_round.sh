@@ -9,7 +9,8 @@
 #        (device_kernels.py), the window job's end and check, the gpu-marked tests if time is left
 # Every log goes under /tmp/round/PHASE, packed into OUT/PHASE.tgz at the end (the device tool
 # brings back at most 8 files).
-#   bash tests/data/gpu/device_round.sh one OUT | two OUT [SECONDS]
+#   bash tests/data/gpu/device_round.sh one OUT [SECONDS] | two OUT [SECONDS]
+# (ROUND_WINDOW=0 bash ... one OUT SECONDS: without the window job, where one call is all)
 phase=${1:?one or two}
 out=${2:?output directory}
 work=/tmp/round/$phase
@@ -34,15 +35,18 @@ if [ "$phase" = one ]; then
       .whl/py_spy*.whl .whl/nvtx*.whl
     bash tests/data/gpu/build_hook.sh python3 && echo "build ok"
   } > "$work/env.txt" 2>&1
-  stage window
-  WINDOW_JOB_PAUSE=0.02 setsid bash tests/data/gpu/device_window.sh /tmp/round/win \
-    < /dev/null > /dev/null 2>&1 &
+  phase_s=${3:-565}
+  if [ "${ROUND_WINDOW:-1}" = 1 ]; then  # ROUND_WINDOW=0: no window job (one call alone)
+    stage window
+    WINDOW_JOB_PAUSE=0.02 setsid bash tests/data/gpu/device_window.sh /tmp/round/win \
+      < /dev/null > /dev/null 2>&1 &
+  fi
   stage memory
   timeout 150 bash tests/data/gpu/device_memory.sh "$work/memory" > "$work/memory.txt" 2>&1
   stage ranges
   timeout 220 bash tests/data/gpu/device_ranges.sh "$work/ranges" 3 > "$work/ranges.txt" 2>&1
   stage kernels
-  timeout "$(left 565)" python3 benchmarks/kernel_instrumentation.py "$work/bench" --scale 1.0 \
+  timeout "$(left "$phase_s")" python3 benchmarks/kernel_instrumentation.py "$work/bench" --scale 1.0 \
     --reps 8 --frameworks triton,cupy > "$work/bench.log" 2>&1
   echo "benchmark status $?" >> "$work/bench.log"
 else
