@@ -152,7 +152,7 @@ def _refit_misses(series: Series, options: FitOptions, negative: str, result: Fi
     sub = _columns(series, misses)
     changed = np.zeros(len(result.models), dtype=bool)
     several = len(series.params) > 1
-    # With one parameter, choosing by leave-one-out SMAPE cost 1 to 4 of 2400 synthetic series
+    # With one parameter, choosing by leave-one-out SMAPE cost 1 to 8 of 2400 synthetic series
     # on every seed tried (docs/pymodel.md); with several it changed none and closed three gaps.
     variants = [
         (replace(options, weighting=weighting, selection=selection), subtract)
