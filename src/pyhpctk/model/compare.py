@@ -89,14 +89,16 @@ def loo_smape(
     return 100.0 * float(np.mean(errors))
 
 
-def context_weights(series: Series, column: int) -> FloatArray:
-    """The least-squares weights pymodel fits context ``column`` of ``series`` with: the
-    weighting its runs' scatter calls for (:func:`~pyhpctk.model.fit.auto_weightings`) times the
-    run counts. Comparing two hypotheses refitted with the same weights is comparing them, not
-    their fitting."""
+def context_weights(series: Series, column: int, weighting: str | None = None) -> FloatArray:
+    """The least-squares weights pymodel fits context ``column`` of ``series`` with: its
+    ``weighting`` (:attr:`~pyhpctk.model.analyze.ContextModel.weighting`; None: the one its runs'
+    scatter calls for, :func:`~pyhpctk.model.fit.auto_weightings`) times the run counts.
+    Comparing two hypotheses refitted with the same weights is comparing them, not their
+    fitting."""
     y = series.mean[:, column : column + 1]
-    runs = Repetitions(series.repetitions, series.spread[:, column : column + 1])
-    (weighting,) = auto_weightings(y, runs)
+    if weighting is None:
+        runs = Repetitions(series.repetitions, series.spread[:, column : column + 1])
+        (weighting,) = auto_weightings(y, runs)
     return np.asarray(weights_of(y, weighting)[:, 0] * series.repetitions, dtype=np.float64)
 
 
@@ -137,8 +139,8 @@ def compare_with_extrap(
                 row["extrap"] = theirs.render(4)
                 row["same_lead"] = lead_factors(theirs) == lead_factors(context.final)
                 # Both hypotheses refitted alike: weighted as pymodel weighs this context (its
-                # runs' scatter: auto_weightings), the run counts included.
-                weights = context_weights(series, column)
+                # runs' scatter: auto_weightings, or its refit), the run counts included.
+                weights = context_weights(series, column, context.weighting)
                 ours = loo_smape(context.model.hypothesis, series.points, y, weights)
                 if segmentation is not None:  # each segment refitted without the point
                     split = segmentation.split

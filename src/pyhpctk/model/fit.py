@@ -46,7 +46,7 @@ _CHUNK_ELEMENTS = 8_000_000
 
 
 WEIGHTINGS = ("relative", "poisson", "absolute", "auto")
-SELECTIONS = ("f-test", "cv-smape")
+SELECTIONS = ("f-test", "cv-smape", "loo")
 
 # Relative size below which residuals are rounding, not noise: noise-free data then still tells
 # a true model (residual ~1e-15) from a wrong one.
@@ -67,7 +67,8 @@ class FitOptions:
     # f-test: prior weight, in the likeliest lead, of a model below zero where every parameter is
     # 1 (its constant plus its pure powers' coefficients; no run time is negative; 1: none)
     below_zero_prior: float = 0.1
-    selection: str = "f-test"  # f-test or cv-smape: see the module docstring
+    selection: str = "f-test"  # f-test or cv-smape: see the module docstring; loo: the lowest
+    # leave-one-out SMAPE of any size (the refit of a model that misses: analyze.fit_series)
     significance: float = 0.05  # f-test: chance that noise alone earns an extra term
     tie_tolerance: float = 1e-4  # cv-smape: SMAPE percentage points within which simpler wins
     term_ratio: float = 1.5  # cv-smape: an extra term must cut the CV-SMAPE below best * this
@@ -128,6 +129,7 @@ class FitResult:
     adjusted_r2: FloatArray
     rss: FloatArray
     notes: list[str] = field(default_factory=list)
+    weightings: list[str] = field(default_factory=list)  # per context, where told (fit_series)
 
 
 def smape(actual: FloatArray, predicted: FloatArray, axis: int = 0) -> FloatArray:
@@ -386,6 +388,8 @@ def choose_models(
     """The chosen hypothesis of every context (an index into ``scores.hypotheses``)."""
     if options.selection == "cv-smape":
         return _choose_cv_smape(scores, options)
+    if options.selection == "loo":
+        return _choose_cv_smape(scores, replace(options, term_ratio=1.0))
     return _choose_f_test(scores, options, y, repetitions)
 
 

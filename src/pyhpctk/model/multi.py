@@ -157,7 +157,7 @@ def _parameter_terms(
     non-constant factors after it). Least squares uses lines of ``MIN_LINE_VALUES`` (3) values
     or more, as Extra-P does on small designs; CV-SMAPE needs 4 to leave one out.
     """
-    least_squares = options.selection == "f-test"
+    least_squares = options.selection != "cv-smape"
     lines = design_lines(points, param, MIN_LINE_VALUES if least_squares else 4)
     if not lines:
         return None
