@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import importlib.abc
 import inspect
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -148,6 +149,26 @@ def torch_refusal(version: str) -> str:
     )
 
 
+UNKNOWN_ACTION = re.compile(r"Unknown TraceEntry action: (\w+)")
+
+
+def _record_skipping_what_it_knows(record: Any, arguments: dict[str, Any]) -> None:
+    """``record(**arguments)``, its ``skip_actions`` cut to the actions this release knows: one
+    that names an action it does not know refuses the whole call ("Unknown TraceEntry action:
+    annotate" from 2.11, which has no ``annotate``)."""
+    skipped = list(arguments.get("skip_actions", ()))
+    while True:
+        try:
+            record(**arguments)
+            return
+        except RuntimeError as error:
+            unknown = UNKNOWN_ACTION.search(str(error))
+            if unknown is None or unknown.group(1) not in skipped:
+                raise
+            skipped.remove(unknown.group(1))
+            arguments = {**arguments, "skip_actions": list(skipped)}
+
+
 class TorchAllocator:
     """PyTorch's caching allocator, read through its history (see the module docstring)."""
 
@@ -170,7 +191,9 @@ class TorchAllocator:
                 "skip_actions": TORCH_SKIPPED,  # (where known: the replay ignores them anyway)
             }
             known = inspect.signature(record).parameters
-            record(**{name: value for name, value in wanted.items() if name in known})
+            _record_skipping_what_it_knows(
+                record, {name: value for name, value in wanted.items() if name in known}
+            )
             c._cuda_attach_out_of_memory_observer(self.out_of_memory)
         except Exception as error:  # (raised here it would fail the program's CUDA start)
             self.tracker.problems.append(
