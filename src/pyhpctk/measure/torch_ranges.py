@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
     from pyhpctk.measure.ranges import Ranges
 
+#: The key of an autograd node's ``metadata`` that says pyrun hooked it.
+MARK = "pyhpctk.ranges"
+
 #: The name of a range the program gave no name (``nvtx.annotate()`` as a context manager).
 UNNAMED = "<unnamed range>"
 
@@ -109,7 +112,8 @@ class TorchRanges:
         self.local = threading.local()  # .chain: module names open; .base: kept in backward
         self.names: Any = None  # WeakKeyDictionary: module -> its range's name
         self.switches: dict[tuple[str, ...], Callable[..., None]] = {}
-        self.hooked: set[int] = set()  # ids of the autograd nodes hooked in this forward
+        #: ids of the nodes hooked in this forward, where nodes have no ``metadata``
+        self.hooked: set[int] = set()
         self._undo: list[Callable[[], object]] = []  # what uninstall() runs
 
     def install(self, torch: Any) -> None:
@@ -204,13 +208,25 @@ class TorchRanges:
 
     def _hook(self, value: Any, chain: tuple[str, ...]) -> None:
         """Pre-hook the autograd nodes of the tensors in ``value`` with a switch to
-        ``chain`` (a node already hooked keeps its first)."""
+        ``chain`` (a node already hooked keeps its first). A node is marked in its own
+        ``metadata``: ``grad_fn`` is a Python object PyTorch makes when asked and drops when no
+        one holds it, so its id is no node's (on the H100, a leaf module's output node met
+        again as its sibling's input got a second switch, to their parent, and the leaves'
+        backward kernels went to it)."""
         hooked = self.hooked
         for tensor in _tensors(value):
             node = tensor.grad_fn
-            if node is None or id(node) in hooked:
+            if node is None:
                 continue
-            hooked.add(id(node))
+            marks = getattr(node, "metadata", None)  # (a PyTorch without it: by id, as before)
+            if marks is None:
+                if id(node) in hooked:
+                    continue
+                hooked.add(id(node))
+            elif MARK in marks:
+                continue
+            else:
+                marks[MARK] = True
             switch = self.switches.get(chain)
             if switch is None:
                 switch = self.switches[chain] = self._switch(chain)

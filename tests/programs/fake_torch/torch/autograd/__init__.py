@@ -14,8 +14,9 @@ class Node:
         _sequence[0] += 1
         self.launch = launch
         self.kernels = kernels
-        self.inputs = [t.grad_fn for t in inputs if t.grad_fn is not None]
+        self.inputs = [t._node for t in inputs if t._node is not None]
         self.prehooks = []
+        self.metadata = {}
 
     def register_prehook(self, hook):
         self.prehooks.append(hook)
@@ -27,9 +28,29 @@ class Node:
             self.launch()
 
 
+class NodeWrapper:
+    """What ``tensor.grad_fn`` gives, as PyTorch's C++ nodes do: a Python object made when
+    asked for (PyTorch keeps it only while something holds it, then makes another: its id
+    says nothing of the node's), its pre-hooks and metadata the node's own."""
+
+    def __init__(self, node):
+        self._node = node
+
+    def register_prehook(self, hook):
+        self._node.register_prehook(hook)
+
+    @property
+    def metadata(self):
+        return self._node.metadata
+
+
 class Tensor:
     def __init__(self, grad_fn=None):
-        self.grad_fn = grad_fn
+        self._node = grad_fn
+
+    @property
+    def grad_fn(self):
+        return None if self._node is None else NodeWrapper(self._node)
 
 
 _work = queue.Queue()
@@ -47,7 +68,7 @@ def _engine_run_backward(roots, worker=True):
     """Run every node reachable from ``roots``, newest first, on the worker thread (one for
     the process, as autograd's device thread) or the calling thread."""
     (root,) = roots
-    seen, nodes, todo = set(), [], [root.grad_fn]
+    seen, nodes, todo = set(), [], [root._node]
     while todo:
         node = todo.pop()
         if node is None or id(node) in seen:
