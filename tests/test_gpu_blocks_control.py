@@ -137,6 +137,22 @@ def test_each_launch_is_read_after_it_and_zeroed_within_the_launch_window() -> N
     assert reader.index == 3
 
 
+@pytest.mark.parametrize("mode", ["edges", "blocks"])
+def test_pyruns_counters_keep_a_loops_counts_in_registers(mode: str) -> None:
+    """gpu=nvidia,blocks instruments as instrument(registers=True) does: no atomic in a loop
+    (on the H100 the Triton set's median kernel time was 4.31x plain with one per warp on every
+    trip, 1.07x with registers)."""
+    rewritten = BlockReader(mode).new_collector().rewrite("test", LOOP_PTX)
+    assert rewritten is not None
+    wanted = instrument(LOOP_PTX, Mode(mode), buffer=Buffer.GLOBAL, registers=True)
+    assert rewritten.ptx == wanted.ptx
+    if mode == "blocks":  # the loop's block counts itself
+        trip = rewritten.ptx.split("$L_loop:")[1].split("@%p1 bra $L_loop;")[0]
+    else:  # the back edge's count, in a block split off the loop's end
+        trip = rewritten.ptx.split("$L__pyhpctk__split0:")[1].split("bra $L_loop;")[0]
+    assert "red.global" not in trip and "add.u64 %__pyhpctk_w" in trip, trip
+
+
 def test_a_module_pyrun_cannot_save_is_said_and_never_raises_into_the_framework(
     tmp_path: Path,
 ) -> None:
