@@ -226,7 +226,9 @@ extern _Atomic uint64_t engine_fd_slot[ENGINE_FD_TABLE];
 
 /* -- native frames (unwind.c) ----------------------------------------------------------------- */
 
-enum { MOD_OTHER = 0, MOD_INTERPRETER = 1, MOD_SYSTEM = 2, MOD_VDSO = 3 };
+/* MOD_LOADER: the dynamic loader (ld.so), a system module whose frames the interpreter's own
+ * calls into it (__tls_get_addr for its thread-locals, lazy binding) are the interpreter's. */
+enum { MOD_OTHER = 0, MOD_INTERPRETER = 1, MOD_SYSTEM = 2, MOD_VDSO = 3, MOD_LOADER = 4 };
 #define ENGINE_MODULE_SEGS 6
 #define ENGINE_CFA_STACK 8
 #define NREGS 17 /* x86-64 DWARF registers 0-15 and the return address (16) */

@@ -232,20 +232,22 @@ static int read_stack(Slot *slot, PyThreadState *tstate, void *context, uint32_t
     Merge m = {slot, 0, slot->prev_depth, UINT32_MAX, np - 1, in_gc && np > 0 ? gc_at : -1};
     if (truncated) put(&m, CODE_TRUNCATED, 0, 0);
     for (int g = 0; g < groups - matched; g++) put_group(&m);
-    int started = m.depth > 0;
+    int started = m.depth > 0, interpreter_calls = 0; /* the frame outside is the interpreter's */
     for (int i = nn - 1; i >= 0; i--) {
         NativeFrame *f = &slot->native[i];
+        /* the loader called by the interpreter itself is its own work: a libpython's read of a
+         * thread-local (__tls_get_addr: the thread state, CPython 3.12+) or its lazy binding */
+        int own = f->kind == MOD_INTERPRETER || (f->kind == MOD_LOADER && interpreter_calls);
+        int entry = (f->kind == MOD_SYSTEM || f->kind == MOD_LOADER) && !started;
         if (f->eval) {
             if (unmatched_evals > 0) unmatched_evals--;
             else put_group(&m);
             started = 1;
-        } else if (f->kind == MOD_INTERPRETER || f->kind == MOD_VDSO ||
-                   (f->kind == MOD_SYSTEM && !started)) {
-            continue;
-        } else {
+        } else if (!own && !entry && f->kind != MOD_VDSO) {
             put(&m, CODE_NATIVE(f->offset), f->module, 0);
             started = 1;
         }
+        interpreter_calls = f->eval || own;
     }
     while (m.next_python >= 0) put_group(&m);
     if (in_gc && np == 0) put(&m, CODE_GC, 0, 0);

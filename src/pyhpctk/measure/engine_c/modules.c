@@ -91,8 +91,8 @@ typedef struct {
 static int module_kind(const char *path) {
     const char *name = strrchr(path, '/');
     name = name ? name + 1 : path;
-    static const char *system[] = {"libc.so", "libc-", "libpthread", "ld-linux", "ld-musl",
-                                   "libc.musl"};
+    if (strncmp(name, "ld-linux", 8) == 0 || strncmp(name, "ld-musl", 7) == 0) return MOD_LOADER;
+    static const char *system[] = {"libc.so", "libc-", "libpthread", "libc.musl"};
     for (size_t i = 0; i < sizeof(system) / sizeof(system[0]); i++)
         if (strncmp(name, system[i], strlen(system[i])) == 0) return MOD_SYSTEM;
     return MOD_OTHER;
