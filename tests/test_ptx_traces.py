@@ -55,8 +55,12 @@ def test_traced_ptx_assembles_with_its_control_block_and_warp_state(
     plain, done = assemble(text, arch), assemble(traced.ptx, arch)
     assert set(done.registers) == set(plain.registers)
     for kernel, plan in traced.plans.items():
-        # 16 bytes of shared state per warp of a CTA, 32 warps at most
-        assert _smem(done.log, kernel) == _smem(plain.log, kernel) + 512
+        # 16 bytes of shared state per warp of a CTA (32 warps at most), declared as 1024: the
+        # kernel's dynamic shared memory, placed after the static, keeps its 1024-byte
+        # alignment (with 512, Triton's matmul read its swizzled wgmma tiles from a shifted
+        # base and its traced output was wrong on the H100)
+        grown = _smem(done.log, kernel) - _smem(plain.log, kernel)
+        assert grown >= 512 and grown % 1024 == 0, grown
         assert plan.control.encode() in done.cubin  # the host finds it by name
         assert parse(traced.ptx).function(kernel).params == parse(text).function(kernel).params
 

@@ -10,10 +10,12 @@ split by a branch records each part that passes, each with its own mask.
 Each kernel gets a control block, a module-level ``.global .u64 <kernel>_<tag>_trace[8]`` the
 host fills before a launch (:data:`CONTROL` names the words; the framework's launcher passes only
 the arguments it compiled, so nothing is added to the signature), and 16 bytes of ``.shared``
-state per warp of a CTA (512 bytes), set by lane 0 of each warp in a prologue at the kernel's
-start. The warp's cursor is in shared memory and moved with ``atom.shared``: with independent
-thread scheduling, two parts of a diverged warp may both be inside a probe, so a cursor in a
-register, or a plain load and store, could hand them the same slot.
+state per warp of a CTA (512 bytes, declared as 1024 so that the kernel's own dynamic shared
+memory keeps its alignment: :data:`SHARED_STATE_BYTES`), set by lane 0 of each warp in a
+prologue at the kernel's start. The warp's cursor is in shared memory and moved with
+``atom.shared``: with independent thread scheduling, two parts of a diverged warp may both be
+inside a probe, so a cursor in a register, or a plain load and store, could hand them the same
+slot.
 
 Two ways to find room for the events (:class:`Strategy`):
 
@@ -62,6 +64,13 @@ EVENT_DTYPE = np.dtype(
 assert EVENT_DTYPE.itemsize == EVENT_BYTES
 WARP_STATE_BYTES = 16  # shared state per warp of a CTA
 MAX_WARPS_PER_CTA = 32
+#: The warps' state is declared this large (it needs 512 bytes): the kernel's dynamic shared
+#: memory begins after the static, and must begin where it did modulo the largest alignment
+#: Hopper's shared-memory operands need (1024 bytes: a 128-byte-swizzled wgmma or TMA tile).
+#: With 512 bytes Triton's matmul read its tiles from a 512-byte-shifted base and computed
+#: wrong results on the H100 (its counted variants, which add no shared memory, did not).
+SHARED_STATE_BYTES = 1024
+assert SHARED_STATE_BYTES >= WARP_STATE_BYTES * MAX_WARPS_PER_CTA
 NO_CHUNK = 0xFFFFFFFF
 
 
@@ -308,8 +317,7 @@ def instrument_traces(
             _place(edits, cfg, plan, f"{tag}_t")
         pieces.append(ptx[done : function.start])
         pieces.append(f".visible .global .align 8 .u64 {names[0]}[{len(CONTROL)}];\n")
-        pieces.append(f".shared .align 16 .b8 {names[1]}"
-                      f"[{WARP_STATE_BYTES * MAX_WARPS_PER_CTA}];\n")  # fmt: skip
+        pieces.append(f".shared .align 16 .b8 {names[1]}[{SHARED_STATE_BYTES}];\n")
         pieces.append(emit(cfg, edits, function.header.rstrip()))
         done = function.end
         plans[function.name] = plan
