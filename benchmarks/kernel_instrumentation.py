@@ -8,10 +8,11 @@ stencil, reduction with divergent branches, tiled matrix product, BFS step, Need
 wavefront, histogram with atomics, softmax, k-means assignment), each run in ONE process:
 
 - ``plain``: the framework's own kernel;
-- ``counts`` (edges mode, ``gpu=nvidia,blocks``), ``counts-registers`` (the same counters, a
-  loop's kept in registers and added at the kernel's exits: ``instrument(registers=True)``)
-  and ``counts-warps`` (blocks mode, ``blocks=warps``): compiled through the framework hooks,
-  the program's launch unchanged;
+- ``counts`` (edges mode, every probe an atomic: ``instrument()``'s default),
+  ``counts-registers`` (the same counters, a loop's kept in registers and added at the kernel's
+  exits: ``instrument(registers=True)``, what ``gpu=nvidia,blocks`` does under pyrun) and
+  ``counts-warps`` (blocks mode with atomic probes; pyrun's ``blocks=warps`` keeps a loop's in
+  registers too): compiled through the framework hooks, the program's launch unchanged;
 - ``trace-chunks`` and ``trace-exact``: traced through the same hooks, each launch run by
   :class:`~pyhpctk.instrument.tracing.launcher.TracedLauncher` (exact: both passes, the
   launch's writable memory saved and restored between them).

@@ -112,8 +112,6 @@ class TorchRanges:
         self.local = threading.local()  # .chain: module names open; .base: kept in backward
         self.names: Any = None  # WeakKeyDictionary: module -> its range's name
         self.switches: dict[tuple[str, ...], Callable[..., None]] = {}
-        #: ids of the nodes hooked in this forward, where nodes have no ``metadata``
-        self.hooked: set[int] = set()
         self._undo: list[Callable[[], object]] = []  # what uninstall() runs
 
     def install(self, torch: Any) -> None:
@@ -190,8 +188,6 @@ class TorchRanges:
     def forward_pre(self, module: Any, args: Any) -> None:
         local = self.local
         outer: tuple[str, ...] = getattr(local, "chain", ())
-        if not outer:
-            self.hooked.clear()  # a new forward pass: its nodes are new
         name = self.names.get(module) or self.name_of(module)
         local.chain = (*outer, name)
         self.ranges.push(name)
@@ -213,20 +209,12 @@ class TorchRanges:
         one holds it, so its id is no node's (on the H100, a leaf module's output node met
         again as its sibling's input got a second switch, to their parent, and the leaves'
         backward kernels went to it)."""
-        hooked = self.hooked
         for tensor in _tensors(value):
             node = tensor.grad_fn
-            if node is None:
+            marks = getattr(node, "metadata", None)  # every node has it (PyTorch 2.0 on)
+            if marks is None or MARK in marks:
                 continue
-            marks = getattr(node, "metadata", None)  # (a PyTorch without it: by id, as before)
-            if marks is None:
-                if id(node) in hooked:
-                    continue
-                hooked.add(id(node))
-            elif MARK in marks:
-                continue
-            else:
-                marks[MARK] = True
+            marks[MARK] = True
             switch = self.switches.get(chain)
             if switch is None:
                 switch = self.switches[chain] = self._switch(chain)
