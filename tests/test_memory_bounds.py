@@ -186,8 +186,10 @@ def test_pyprof_memory_does_not_grow_with_the_input_under_its_limit(
     grown = inputs[64][1] - inputs[16][1]
     more = peaks[64] - peaks[16]
     # 8 MiB of values, plus the call-path tree and contexts (the same in both), plus what one
-    # profile takes to read. Uncapped, pyprof held about 3x the input.
-    assert more < grown / 10, f"pyprof: +{more >> 20} MiB for +{grown >> 20} MiB of input"
+    # profile takes to read. Uncapped, pyprof held about 3x the input (+84 MiB here). One run's
+    # peak scatters by about 3 MiB (the allocator's arenas): +0.5 to +3.2 MiB in six runs on
+    # one machine, +2.9 MiB on CI's, where a bar of a tenth (2.8 MiB) failed.
+    assert more < grown / 5, f"pyprof: +{more >> 20} MiB for +{grown >> 20} MiB of input"
 
 
 def test_verify_still_finds_a_value_cct_db_lost(inputs: Inputs, tmp_path: Path) -> None:

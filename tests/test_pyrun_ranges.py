@@ -67,6 +67,18 @@ def paths(tree: dict[str, Any], column: str, above: tuple[str, ...] = ()) -> Ite
         yield from paths(child, column, path)
 
 
+def range_rows(
+    tree: dict[str, Any], column: str, above: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], float, dict[str, Any]]]:
+    """(path of scopes, inclusive value of ``column``, the node) of every range's node
+    (pyview's file ``<range>``: a function of the program may have the range's name)."""
+    for child in tree.get("children", []):
+        path = (*above, str(child["scope"]))
+        if child.get("file") == "<range>":
+            yield path, child["values"].get(f"{column} (I)", 0.0), child
+        yield from range_rows(child, column, path)
+
+
 def indent(row: str) -> int:
     """How deep a text row's scope is: the blanks before it (or before its "*" marker)."""
     scope = row.rsplit("%", 1)[-1]
@@ -116,6 +128,11 @@ def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return str(request.param)
 
 
+PROGRAM_NAME = "tests/programs/ranges_model.py"
+#: the lines of main in ranges_model.py inside each range, from the one that opens it
+OPENED_AT = {"spin": (72, 73), "nvtx spin": (74, 75, 76)}
+
+
 def test_cpu_time_inside_a_range_is_under_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, measure: Callable[..., Path], sampler: str
 ) -> None:
@@ -124,12 +141,27 @@ def test_cpu_time_inside_a_range_is_under_it(
     options = ["-e", "gpu=simulated", "-e", "CPUTIME@1000"]
     database = measure(program, options)
     spent = json.loads(truth_file.read_text())["cpu"]
-    rows = list(paths(view_tree(capsys, database, "--full"), "CPUTIME (sec)"))
+    tree = view_tree(capsys, database, "--full")
+    rows = list(paths(tree, "CPUTIME (sec)"))
     for name in ("spin", "nvtx spin"):
-        # the range's node right under the line that opened it, the spinning function below
-        under = [(path, inclusive) for path, inclusive, _ in rows if path[-2:] == (name, "spin")]
-        measured = sum(inclusive for _, inclusive in under)
-        assert measured == pytest.approx(spent[name], rel=0.2), (name, sampler, under)
+        # the range's node holds the range's time; below it only the spinning function ran.
+        # A late sample (the Python sampler waits for the GIL, which pyrun's GPU threads and
+        # the program's hand back and forth: 0.7 s at times) finds the thread past ranges that
+        # opened and closed meanwhile: their time is their own, under the line that opened
+        # them, no function below them.
+        ranges = [row for row in range_rows(tree, "CPUTIME (sec)") if row[0][-1] == name]
+        measured = sum(inclusive for _, inclusive, _ in ranges)
+        assert measured == pytest.approx(spent[name], rel=0.2), (name, sampler, ranges)
+        below = {
+            str(child["scope"])
+            for _, _, node in ranges
+            for child in node.get("children", [])
+            if child["values"].get("CPUTIME (sec) (I)")
+        }
+        assert below <= {"spin"}, (name, sampler, below)
+        # under a line of main inside it: the one that opened it, or where a sample saw it
+        lines = {path[-2] for path, inclusive, _ in ranges if inclusive}
+        assert lines <= {f"{PROGRAM_NAME}: {line}" for line in OPENED_AT[name]}, (name, lines)
     # the spin after a backward run on the main thread is under no range: that backward's
     # ranges ended with it
     outside = [path for path, inclusive, _ in rows if path[-1] == "spin" and inclusive]
@@ -151,9 +183,12 @@ def spin(seconds):
 # program sleeps: each sample comes after both ranges have closed
 threading.Thread(target=threading.Event().wait, daemon=True).start()
 sys.setswitchinterval(5.0)
+def pause():  # where each late sample finds the thread: a function that runs in no range
+    time.sleep(0.005)
+
 spent = {"first": 0.0, "second": 0.0}
 for _ in range(6):
-    time.sleep(0.005)
+    pause()
     with torch.autograd.profiler.record_function("first"):
         spent["first"] += spin(0.03)
     torch.cuda.nvtx.range_push("second")
@@ -169,7 +204,8 @@ def test_cpu_time_of_ranges_that_closed_before_the_next_sample_is_under_them(
 ) -> None:
     """A sample that comes late (the sampling thread waited for a CPU, for the GIL, or wrote
     a checkpoint) must not give the time of the ranges that opened and closed meanwhile to
-    the stack it finds."""
+    the stack it finds, nor put below them a function that never ran in them (``pause``,
+    where each sample finds the thread): such a stretch is the range's own time."""
     program, truth_file = tmp_path / "late.py", tmp_path / "truth.json"
     program.write_text(LATE_SAMPLES)
     database = measure([str(program), str(truth_file)], ["-e", "CPUTIME@1000"])
@@ -178,6 +214,12 @@ def test_cpu_time_of_ranges_that_closed_before_the_next_sample_is_under_them(
     for name in ("first", "second"):
         measured = sum(inclusive for path, inclusive, _ in rows if path[-1] == name)
         assert measured == pytest.approx(spent[name], rel=0.2), (name, sampler, rows)
+        below = {
+            path[path.index(name) + 1]
+            for path, inclusive, _ in rows
+            if inclusive > 0.0 and name in path[:-1]
+        }
+        assert below <= {"spin"}, (name, sampler, below)
 
 
 def test_pyview_ranges_of_a_measurement_without_ranges_says_so(

@@ -39,6 +39,7 @@ import time
 
 from pyhpctk.formats.hpcrun_constants import LOGICAL_FID_SHIFT as FID_SHIFT
 from pyhpctk.formats.vocabulary import RANGE_FILE
+from pyhpctk.measure.cct import python_frame_ips
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ if TYPE_CHECKING:
     State = tuple[tuple[int, int], ...]
     #: An open range: (ip, anchor depth, anchor frame, the thread's state before it)
     Mark = tuple[int, int, FrameType | None, State]
+    #: A change of a thread's ranges, for the Python sampler: (the thread's CPU clock then,
+    #: the state it left, the ips of the frames that opened that state's ranges, innermost
+    #: first, as they were when it was entered)
+    Change = tuple[float, State, list[int]]
 
 #: A thread's ranges are logged (for the engine's drain) at most this many changes between two
 #: drains; beyond, the oldest half is folded into one (samples then land in fewer ranges).
@@ -62,7 +67,7 @@ _NATIVE_OR_TASK = 3 << 62  # the engine's native frames and task markers: not Py
 class ThreadRanges:
     """One thread's open ranges."""
 
-    __slots__ = ("changes", "drained", "log", "marks", "state", "switched")
+    __slots__ = ("changes", "drained", "log", "marks", "openers", "state", "switched")
 
     def __init__(self) -> None:
         #: (ip, depth, anchor frame, the state before it) of each open range, outermost first
@@ -71,9 +76,11 @@ class ThreadRanges:
         #: (CLOCK_REALTIME ns, state) of each change since the last drain, for the engine
         self.log: list[tuple[int, State]] = []
         self.drained: State = EMPTY  # the state before the first change logged
-        #: (the thread's CPU clock, the state it left) of each change since the Python
-        #: sampler's last sample of it (:meth:`Ranges.changes_of`)
-        self.changes: list[tuple[float, State]] = []
+        #: (the thread's CPU clock, the state it left, that state's openers) of each change
+        #: since the Python sampler's last sample of it (:meth:`Ranges.changes_of`)
+        self.changes: list[Change] = []
+        #: the frames that opened :attr:`state`'s innermost range, as they were then
+        self.openers: list[int] = []
         #: the caller of the last :meth:`Ranges.switch`, and the anchor found from it
         self.switched: tuple[object, FrameType | None, int] = (None, None, 0)
 
@@ -215,7 +222,15 @@ class Ranges:
             changes = thread.changes
             if len(changes) >= LOG_LIMIT:  # a thread no sample reaches: its oldest go
                 del changes[: LOG_LIMIT // 2]
-            changes.append((time.thread_time(), thread.state))
+            changes.append((time.thread_time(), thread.state, thread.openers))
+            # A late sample cannot tell where in this state the thread ran, only that it did:
+            # under the frames that opened its ranges, as they are now (their lines move on).
+            marks = thread.marks
+            anchor = marks[-1][2] if state and marks else None
+            functions = self.functions
+            thread.openers = (
+                python_frame_ips(anchor, functions, functions.fid_of) if anchor is not None else []
+            )
         thread.state = state
         if self.timed:
             log = thread.log
@@ -243,10 +258,10 @@ class Ranges:
         thread = self._threads.get(_thread.get_ident())
         return EMPTY if thread is None else thread.state
 
-    def changes_of(self, ident: int) -> list[tuple[float, State]]:
-        """Thread ``ident``'s changes since the last call: (its CPU clock at the change, the
-        state it left), oldest first (``cpu_timed``; for the Python sampler, which holds the
-        GIL: the thread appends none meanwhile)."""
+    def changes_of(self, ident: int) -> list[Change]:
+        """Thread ``ident``'s changes since the last call (:data:`Change`), oldest first
+        (``cpu_timed``; for the Python sampler, which holds the GIL: the thread appends none
+        meanwhile)."""
         thread = self._threads.get(ident)
         if thread is None or not thread.changes:
             return []

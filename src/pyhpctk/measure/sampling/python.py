@@ -28,7 +28,7 @@ from pyhpctk.measure.ranges import place_inner
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
-    from pyhpctk.measure.ranges import State
+    from pyhpctk.measure.ranges import Change, State
     from pyhpctk.measure.sampling.tasks import TaskChains
     from pyhpctk.measure.session.table import ThreadTable
     from pyhpctk.measure.thread_state import ThreadState
@@ -308,16 +308,19 @@ class PythonSampler:
     def _split_at_changes(
         self,
         state: ThreadState,
-        changes: list[tuple[float, State]],
+        changes: list[Change],
         frame_ips: list[int] | None,
         before: float,
         cpu_delta: float,
     ) -> float:
         """Give the CPU time a thread spent before each change of its ranges since its last
         sample (``before``: its CPU clock then) to the ranges it spent it under: up to the
-        first change, where the last sample saw it; between two, its frames now (``frame_ips``,
-        innermost first; None: those the last sample saw) under the ranges of that stretch.
-        Returns what is left of ``cpu_delta``: the time since the last change, the stack's now.
+        first change, where the last sample saw it; between two, to the ranges of that stretch
+        themselves, under the frames that opened them (no sample saw where in them the thread
+        was: its frames now, ``frame_ips``, innermost first, were often a function that never
+        ran in them, and the line of another range), or, outside any range, its frames now
+        (None: those the last sample saw). Returns what is left of ``cpu_delta``: the time
+        since the last change, the stack's now.
 
         A sample comes late on a loaded machine (the sampling thread waits for a CPU, then for
         the GIL), and all the CPU time since the last one would go to the stack it finds: the
@@ -325,18 +328,19 @@ class PythonSampler:
         opened and closed, on the thread's own CPU clock: the time is split there."""
         cct = state.cct
         frames = state.last_frame_ips if frame_ips is None else frame_ips
-        spent_under: dict[State | None, float] = {}  # None: where the last sample saw it
+        # None: where the last sample saw it; else (the state, the frames that opened it)
+        spent_under: dict[tuple[State, tuple[int, ...]] | None, float] = {}
         start = before
-        for i, (at, left) in enumerate(changes):
+        for i, (at, left, openers) in enumerate(changes):
             spent = min(at - start, cpu_delta)
             if spent > 0.0:
-                key = None if i == 0 else left
+                key = None if i == 0 else (left, tuple(openers if left else frames))
                 spent_under[key] = spent_under.get(key, 0.0) + spent
                 cpu_delta -= spent
                 start = at
         values = cct.values_of(self.table.sampling_kind)
         for key, spent in spent_under.items():  # a model's modules: a few states, many changes
-            path = None if key is None else place_inner(frames, key)
+            path = None if key is None else place_inner(list(key[1]), key[0])
             leaf = cct.last_leaf if path is None else cct.path(self.table.python_lm, path)
             values.add(leaf, self.cpu_metric, spent)
         return cpu_delta
