@@ -74,6 +74,7 @@ class PythonSampler:
         self.program_switch_interval = _get_switch_interval()
         self._fast_interval = max(50e-6, table.options.period_s / 8)
         self._fast_switch = False
+        self._writing = False  # pyrun's thread writes a checkpoint (:meth:`writing`)
         self.running = False  # the sampling thread runs (started, not asked to stop)
         # The collections it cannot sample (gc_context), timed while it samples itself.
         self.collections: Collections | None = None
@@ -169,6 +170,7 @@ class PythonSampler:
         """In a forked child: no sampling thread, the program's switch interval."""
         self.running = False
         self._fast_switch = True
+        self._writing = False  # the parent's sampling thread was writing: not this process's
         self.tune_switch_interval(2)
         held_off.forked()
         if self.collections is not None:
@@ -388,15 +390,29 @@ class PythonSampler:
         )
         if fast != self._fast_switch:
             self._fast_switch = fast
-            interval = self.program_switch_interval
-            _set_switch_interval(min(interval, self._fast_interval) if fast else interval)
+            self._apply_switch_interval()
+
+    def writing(self, writes: bool) -> None:
+        """pyrun's own thread begins (``writes``) or ends writing files, a checkpoint.
+
+        Each write gives the GIL up, and taking it back waits a whole switch interval where
+        the program has a second thread: a checkpoint of a few files took 0.36 s of the
+        program's 1 s, the sampling thread's, no sample meanwhile. The short interval holds
+        while it writes (a few milliseconds so)."""
+        self._writing = writes
+        self._apply_switch_interval()
 
     def set_program_switch_interval(self, interval: float) -> None:
         """The program called ``sys.setswitchinterval(interval)``."""
         _set_switch_interval(interval)  # validates, as the program's call would
         self.program_switch_interval = interval
-        if self._fast_switch:
-            _set_switch_interval(min(interval, self._fast_interval))
+        self._apply_switch_interval()
+
+    def _apply_switch_interval(self) -> None:
+        interval = self.program_switch_interval
+        if self._fast_switch or self._writing:
+            interval = min(interval, self._fast_interval)
+        _set_switch_interval(interval)
 
     def _alive(self, state: ThreadState) -> bool:
         """Whether the thread still exists: a dead thread's CPU clock cannot be read."""

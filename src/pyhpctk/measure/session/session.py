@@ -547,8 +547,12 @@ class Session:
             if self.engine is not None:
                 self.engine.drain()
             encoded = [(state, self.writer.encode(state)) for state in self._all_states()]
-        for state, data in encoded:
-            self.writer.write(state, data)
+        self.python.writing(True)
+        try:
+            for state, data in encoded:
+                self.writer.write(state, data)
+        finally:
+            self.python.writing(False)
 
     def before_exec(self) -> None:
         """The process is about to ``exec``: stop sampling (a signal pending at the exec would
