@@ -3,7 +3,8 @@
     python3 benchmarks/kernel_instrumentation.py OUT [--frameworks triton,cupy,numba]
                                                  [--reps 15] [--scale 1.0]
 
-Eight kernels after Rodinia and HeCBench (``kernel_set_cupy.py``, ``kernel_set_triton.py``:
+Eight kernels after Rodinia and HeCBench (``kernel_set_cupy.py``, ``kernel_set_triton.py``,
+``kernel_set_numba.py``:
 stencil, reduction with divergent branches, tiled matrix product, BFS step, Needleman-Wunsch
 wavefront, histogram with atomics, softmax, k-means assignment), each run in ONE process:
 
@@ -94,10 +95,10 @@ def executions(counts: Any, ptx: str, kernel: str, prefix: str) -> int | list[in
     return total
 
 
-def check_truths(tag: str, loaded: LoadedModule, launch: Launch) -> None:
-    counts = loaded.counts(launch.kernel)
+def check_truths(tag: str, loaded: LoadedModule, launch: Launch, kernel: str) -> None:
+    counts = loaded.counts(kernel)
     for what, (prefix, expected) in launch.truths.items():
-        got = executions(counts, loaded.instrumented.source, launch.kernel, prefix)
+        got = executions(counts, loaded.instrumented.source, kernel, prefix)
         ok = expected in got if isinstance(got, list) else got == expected
         check(f"{tag}: {what}", ok, f"{expected}" + ("" if ok else f" (counted {got})"))
 
@@ -112,10 +113,12 @@ class Runner:
         launches: list[Launch],
         launch: Callable[[Launch, Any], None],
         fresh: Callable[[], Any],
+        entry: Callable[[str, Collector], str] = lambda name, _: name,
     ) -> None:
         self.framework, self.cp, self.launches = framework, cp, launches
         self.launch = launch  # (launch, kernels) -> None: the program's own launch
         self.fresh = fresh  # the kernels compiled anew (CuPy: a new RawModule; Triton: None)
+        self.entry = entry  # a kernel's PTX entry name, once loaded (Numba's are mangled)
 
     def outputs(self, launch: Launch) -> list[bytes]:
         self.cp.cuda.runtime.deviceSynchronize()
@@ -137,23 +140,23 @@ Measured = tuple[list[bytes], list[float], float, int]  # outputs, kernel ms, wa
 
 
 def measure_traced(
-    runner: Runner, launch: Launch, kernels: Any, module: LoadedModule, reps: int
+    runner: Runner, launch: Launch, kernels: Any, module: LoadedModule, reps: int, kernel: str
 ) -> Measured:
     """Traced launches through the tracing launcher: kernel time of its passes (both, exact)."""
     from pyhpctk.instrument.tracing.launcher import TracedLauncher
     from pyhpctk.instrument.tracing.memory import CudaMemory, writable_regions
 
     assert module.traced is not None and module.locate is not None
-    plan = module.traced.plans[launch.kernel]
+    plan = module.traced.plans[kernel]
     launcher = TracedLauncher(CudaMemory(), module.locate(plan.control), plan, TRACE_GIB[0] << 30)
     grid, block = (*launch.grid, 1, 1)[:3], (*launch.block, 1, 1)[:3]
     regions = writable_regions(launch.args) if plan.strategy is Strategy.EXACT else []
 
     def one(passes: list[float]) -> int:
-        def kernel() -> None:
+        def program_launch() -> None:
             passes.append(runner.timed(lambda: runner.launch(launch, kernels)))
 
-        return launcher.launch(kernel, grid, block, regions).lost
+        return launcher.launch(program_launch, grid, block, regions).lost
 
     launch.reset()
     lost = one([])
@@ -168,7 +171,13 @@ def measure_traced(
 
 
 def measure_counted(
-    runner: Runner, launch: Launch, kernels: Any, module: LoadedModule | None, reps: int, tag: str
+    runner: Runner,
+    launch: Launch,
+    kernels: Any,
+    module: LoadedModule | None,
+    reps: int,
+    tag: str,
+    kernel: str,
 ) -> Measured:
     """Plain or counted launches, the program's own; counts checked against the truths."""
     if module is not None:
@@ -177,14 +186,14 @@ def measure_counted(
     runner.launch(launch, kernels)
     got = runner.outputs(launch)
     if module is not None:
-        check_truths(tag, module, launch)
+        check_truths(tag, module, launch, kernel)
     times = [runner.timed(lambda: runner.launch(launch, kernels)) for _ in range(reps)]
     wall0 = time.perf_counter()
     for _ in range(reps):
         runner.launch(launch, kernels)
         if module is not None:  # what pyrun does after each counted launch
             runner.cp.cuda.runtime.deviceSynchronize()
-            module.counters(launch.kernel)
+            module.counters(kernel)
             module.reset()
     runner.cp.cuda.runtime.deviceSynchronize()
     return got, times, 1e3 * (time.perf_counter() - wall0) / reps, 0
@@ -197,17 +206,18 @@ def run_kernel(runner: Runner, variant: str, launch: Launch, kernels: Any, reps:
     launch.reset()
     runner.launch(launch, kernels)  # compiles and loads: the warm-up
     runner.cp.cuda.runtime.deviceSynchronize()
-    modules = collector.find(launch.kernel) if collector else []
+    kernel = runner.entry(launch.kernel, collector) if collector else launch.kernel
+    modules = collector.find(kernel) if collector else []
     if collector is not None and len(modules) != 1:
         detail = f"{len(modules)} loaded; skips {collector.skips}"
         check(f"{tag}: one instrumented module", False, detail)
         return
     module = modules[0] if modules else None
     if module is not None and module.traced is not None:
-        got, times, wall, lost = measure_traced(runner, launch, kernels, module, reps)
+        got, times, wall, lost = measure_traced(runner, launch, kernels, module, reps, kernel)
         check(f"{tag}: no trace event lost", lost == 0, f"{lost} lost")
     else:
-        got, times, wall, _ = measure_counted(runner, launch, kernels, module, reps, tag)
+        got, times, wall, _ = measure_counted(runner, launch, kernels, module, reps, tag, kernel)
     if variant == "plain":
         plain[launch.kernel] = got
     else:
@@ -291,6 +301,18 @@ def cupy_runner(scale: float) -> Runner:
     return Runner("cupy", cp, kernel_set_cupy.launches(cp, scale), launch, fresh)
 
 
+def numba_runner(scale: float) -> Runner:
+    import cupy as cp
+    import kernel_set_numba
+
+    def entry(name: str, collector: Collector) -> str:
+        loaded = (k for m in collector.loaded_modules for k in m.rewritten.plans)
+        return kernel_set_numba.entry(name, loaded) or name
+
+    launches = kernel_set_numba.launches(cp, scale)
+    return Runner("numba", cp, launches, kernel_set_numba.run, kernel_set_numba.kernels, entry)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -302,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     TRACE_GIB[0] = args.trace_gib
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"reps": args.reps, "scale": args.scale}
+    runners = {"triton": triton_runner, "cupy": cupy_runner, "numba": numba_runner}
     for framework in args.frameworks.split(","):
         if framework == "numba":
             try:
@@ -311,11 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"SKIP numba: numba-cuda does not import here ({error!r:.200}); "
                     "its kernels are not measured"
                 )
-            else:
-                print("SKIP numba: the kernel set has no Numba versions yet")
-            continue
+                continue
         try:
-            runner = {"triton": triton_runner, "cupy": cupy_runner}[framework](args.scale)
+            runner = runners[framework](args.scale)
         except Exception as error:
             check(f"{framework}: set up", False, repr(error)[:300])
             continue

@@ -1,8 +1,10 @@
 """The overhead benchmark's eight kernels (benchmarks/kernel_set_*.py, issue #34's Done-when) go
 through the PTX pass without a GPU: Triton compiles each for ``GPUTarget("cuda", 90, 32)``,
-NVRTC compiles the CUDA C ones for sm_90; every kernel is counted in both modes and traced in
-both strategies, and ptxas (the nvidia-cuda-nvcc wheel) assembles every result. Each kernel has
-the loop its truth counts (a loop of the PTX CFG), but CuPy's stencil (a thread a point)."""
+NVRTC compiles the CUDA C ones and Numba-CUDA (``compile_ptx``) its own for sm_90; every kernel
+is counted in both modes and traced in both strategies, and ptxas (the nvidia-cuda-nvcc wheel)
+assembles every result. Each kernel has the loop its truth counts (a loop of the PTX CFG), but
+CuPy's and Numba's stencils (a thread a point); each instruction kind a CUDA C truth counts is
+in the Numba kernel's PTX, which the device run checks against the same truths."""
 
 from __future__ import annotations
 
@@ -67,10 +69,24 @@ def _triton_ptx(name: str, tmp_path: Path) -> str:
     return str(compiled.asm["ptx"])
 
 
-def _every_instrumentation_assembles(ptx: str, kernel: str, arch: str) -> None:
+def _numba_ptx(kernel_sets, name: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """Numba's PTX of kernel ``name`` for sm_90, and its (mangled) entry."""
+    pytest.importorskip("numba.cuda", reason="numba-cuda (the dev extra) compiles the set")
+    import kernel_set_numba
+    from numba import cuda
+
+    function, signature = kernel_set_numba.FUNCTIONS[name], kernel_set_numba.SIGNATURES[name]
+    ptx, _ = cuda.compile_ptx(function, signature, cc=(9, 0), lineinfo=True)
+    entry = kernel_set_numba.entry(name, (f.name for f in parse(ptx).functions))
+    assert entry is not None, name
+    return ptx, entry
+
+
+def _every_instrumentation_assembles(ptx: str, kernel: str, arch: str, name: str = "") -> None:
     function = parse(ptx).function(kernel)
     loops = find_loops(build(function)).loops
-    assert bool(loops) is (kernel != "stencil" or arch == "sm_90a"), kernel  # CuPy's: a point
+    name = name or kernel
+    assert bool(loops) is (name != "stencil" or arch == "sm_90a"), name  # a thread a point
     plain = assemble(ptx, arch)
     assert plain.cubin
     for mode in Mode:
@@ -109,3 +125,30 @@ def test_each_triton_kernel_of_the_set_is_instrumented_and_assembles(  # type: i
     kernel_sets, name: str, tmp_path: Path
 ) -> None:
     _every_instrumentation_assembles(_triton_ptx(name, tmp_path), name, "sm_90a")
+
+
+@pytest.mark.parametrize("name", SET)
+def test_each_numba_kernel_of_the_set_is_instrumented_and_assembles(kernel_sets, name: str) -> None:  # type: ignore[no-untyped-def]
+    ptx, entry = _numba_ptx(kernel_sets, name)
+    _every_instrumentation_assembles(ptx, entry, "sm_90", name)
+
+
+def test_the_numba_kernels_have_the_instruction_kinds_their_truths_count(kernel_sets) -> None:  # type: ignore[no-untyped-def]
+    """The truths are CUDA C's (the same inputs, the same arithmetic): the kinds they count must
+    be in NVVM's code for Numba too, or the device check could only fail. The launches are made
+    on the host here (NumPy in CuPy's place, small sizes): their truths, not their arrays."""
+    pytest.importorskip("numba.cuda", reason="numba-cuda (the dev extra) compiles the set")
+    import kernel_set_numba
+    import numpy as np
+
+    launches = kernel_set_numba.launches(np, scale=1e-3)
+    assert [launch.kernel for launch in launches] == list(SET)
+    missing = []
+    for launch in launches:
+        ptx, entry = _numba_ptx(kernel_sets, launch.kernel)
+        cfg = build(parse(ptx).function(entry))
+        kinds = {cfg.statement(i).opcode for block in cfg.blocks for i in block.instructions}
+        for what, (prefix, _) in launch.truths.items():
+            if not any(kind.startswith(prefix) for kind in kinds):
+                missing.append((launch.kernel, what, prefix))
+    assert not missing

@@ -47,7 +47,7 @@ if [ "$phase" = one ]; then
   timeout 220 bash tests/data/gpu/device_ranges.sh "$work/ranges" 3 > "$work/ranges.txt" 2>&1
   stage kernels
   timeout "$(left "$phase_s")" python3 benchmarks/kernel_instrumentation.py "$work/bench" --scale 1.0 \
-    --reps 8 --frameworks triton,cupy > "$work/bench.log" 2>&1
+    --reps 8 --frameworks cupy,numba,triton > "$work/bench.log" 2>&1
   echo "benchmark status $?" >> "$work/bench.log"
 else
   phase_s=${3:-300}
