@@ -299,12 +299,12 @@ def test_every_h200_stall_reason_has_a_category() -> None:
     assert set(categories.values()) - {"?", ""} <= set(pcs.STALL_SUFFIXES)
 
 
-def _measure_h200_samples(tmp_path: Path) -> tuple[Path, int]:
+def _measure_h200_samples(tmp_path: Path, first: int | None = None) -> tuple[Path, int]:
     """pyrun (simulated GPU, PC samples) on the demo with the H200's ground-truth cubin.
 
-    Each instruction of ``.text.gt_kernel`` gets one synthetic "selected" sample per launch
-    (that session's CUPTI returned no samples, docs/gpu.md). Returns the measurement directory
-    and the number of sampled instructions.
+    Each instruction of ``.text.gt_kernel`` (``first``: its first so many) gets one synthetic
+    "selected" sample per launch (that session's CUPTI returned no samples, docs/gpu.md).
+    Returns the measurement directory and the number of sampled instructions.
     """
     from pyhpctk.cli.pyrun import main as pyrun_main
     from pyhpctk.measure.gpu.cubin import ELF64_HEADER, ELF64_SECTION, kernel_entries
@@ -317,7 +317,7 @@ def _measure_h200_samples(tmp_path: Path) -> tuple[Path, int]:
         cubin, ELF64_SECTION, count=int(header["e_shnum"]), offset=int(header["e_shoff"])
     )
     size = int(sections["sh_size"][sections["sh_offset"] == entry][0])
-    offsets = list(range(0, size, 16))  # one sample on every instruction
+    offsets = list(range(0, size, 16))[:first]  # one sample on every instruction
     selected = data["reasons"].index(SELECTED)
     data["functions"] = ["gt_kernel"]
     data["rows"] = {
@@ -329,6 +329,7 @@ def _measure_h200_samples(tmp_path: Path) -> tuple[Path, int]:
         "correlation": [1] * len(offsets),
         "range": [0] * len(offsets),
     }
+    tmp_path.mkdir(exist_ok=True)
     recording = tmp_path / "pc.json"
     recording.write_text(json.dumps(data))
     out = tmp_path / "m"
@@ -396,6 +397,50 @@ def test_without_structure_files_the_captured_cubins_line_map_names_device_code(
         label[2][0] for _, label in view.contexts.values() if label[0] != "entry" and label[2]
     }
     assert {"gt_kernel", "$gt_kernel$leaf", "$gt_kernel$shared_fn"} <= functions
+
+
+def test_pyprof_reads_the_lines_of_a_captured_cubins_named_functions_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A framework's cubin holds thousands of kernels, a run launches a few: pyprof read every
+    kernel's lines (PyTorch's 27 cubins of one measurement, 100 s). Only the functions that hold
+    an offset the profiles name are analyzed, each as the whole analysis gives it, the others
+    listed by their symbols."""
+    from pyhpctk.analysis import structures
+    from pyhpctk.analysis.options import ProfOptions
+    from pyhpctk.analysis.pipeline import aggregate
+    from pyhpctk.structure import cubin as cubin_structure
+
+    data = json.loads(H200.read_text())
+    image = base64.b64decode(data["cubins"][0]["base64"])
+    path = tmp_path / "gt.gpubin"
+    path.write_bytes(image)
+    full = structures.line_map_structure(path, "gpubins/gt.gpubin")
+    assert full is not None
+    kernel = full.procedure_at(min(full.procedures))
+    assert kernel is not None and kernel[-1].attrs["n"] == "gt_kernel"
+    entry = kernel[-1].ranges[0][0]
+    sampled = [entry + 16 * k for k in range(8)]
+    analyzed: list[str] = []
+    plain = cubin_structure.plain_scope
+
+    def counted(proc, info):  # type: ignore[no-untyped-def]
+        analyzed.append(proc.link_name)
+        return plain(proc, info)
+
+    monkeypatch.setattr(cubin_structure, "plain_scope", counted)
+    restricted = structures.line_map_structure(path, "gpubins/gt.gpubin", sampled)
+    assert restricted is not None and analyzed == ["gt_kernel"]
+    for address in sampled:  # each named address classified as the whole analysis does
+        got, want = restricted.lookup(address), full.lookup(address)
+        assert got is not None and want is not None
+        assert [(s.tag, s.attrs) for s in got] == [(s.tag, s.attrs) for s in want]
+    assert set(restricted.procedures) == set(full.procedures)  # the others by their symbols
+    # pyprof passes the offsets its profiles name: a measurement sampled in gt_kernel alone
+    out, _ = _measure_h200_samples(tmp_path / "run", first=len(sampled))
+    analyzed.clear()
+    aggregate(ProfOptions.build([str(out)]))
+    assert analyzed == ["gt_kernel"], analyzed
 
 
 # -- recordings of the ground-truth kernel with recursion (record_pc.py, device_pc.sh) --------

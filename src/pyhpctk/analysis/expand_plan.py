@@ -29,7 +29,7 @@ from pyhpctk.analysis.expand import Expansion, ModuleClassifiers, expand
 from pyhpctk.analysis.native_modules import recorded_identities
 from pyhpctk.analysis.options import ProfOptions
 from pyhpctk.analysis.screening import Loaded, ProfileBrief, screen
-from pyhpctk.analysis.structures import build_classifiers, load_structures
+from pyhpctk.analysis.structures import build_classifiers, captured_gpu, load_structures
 from pyhpctk.analysis.unify import RawTree, module_name
 from pyhpctk.errors import PyhpctkError
 
@@ -61,12 +61,15 @@ class ClassifierInputs:
     used: frozenset[str]  # load modules with frames in the tree
     module_dirs: tuple[tuple[str, Path], ...]  # each used module's first measurement directory
     measurements: tuple[Path, ...]  # of the usable profiles, in order
+    #: each captured GPU binary's offsets in the tree (a return address's call, its byte before)
+    gpu_offsets: tuple[tuple[str, frozenset[int]], ...] = ()
 
     @classmethod
     def of(
         cls, raw: RawTree, usable: list[ProfileBrief], sources: inputs.Listing
     ) -> ClassifierInputs:
-        codes = np.unique(raw.columns().code).tolist()
+        columns = raw.columns()
+        codes = np.unique(columns.code).tolist()
         used = frozenset(m for m in map(module_name, codes) if m is not None)
         module_dirs: dict[str, Path] = {}
         for brief in usable:
@@ -74,7 +77,15 @@ class ClassifierInputs:
                 if module in used:
                     module_dirs.setdefault(module, Path(measurement))
         measurements = dict.fromkeys(sources.measurement(b.index) for b in usable)
-        return cls(used, tuple(module_dirs.items()), tuple(measurements))
+        gpu_offsets = []
+        for code in codes:
+            name = module_name(code)
+            if name is not None and captured_gpu(name):
+                mine = columns.code == code
+                offsets = columns.offset[mine].astype(np.int64)
+                calls = offsets[columns.unwound[mine]] - 1
+                gpu_offsets.append((name, frozenset(np.concatenate([offsets, calls]).tolist())))
+        return cls(used, tuple(module_dirs.items()), tuple(measurements), tuple(gpu_offsets))
 
 
 def classifiers_for(
@@ -84,7 +95,13 @@ def classifiers_for(
     explicit, found = load_structures(options, given.measurements, given.used)
     identities = recorded_identities(given.measurements, problems)
     return build_classifiers(
-        given.module_dirs, explicit, found, problems, not options.ignore_structs, identities
+        given.module_dirs,
+        explicit,
+        found,
+        problems,
+        not options.ignore_structs,
+        identities,
+        dict(given.gpu_offsets),
     )
 
 

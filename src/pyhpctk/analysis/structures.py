@@ -12,7 +12,7 @@ driver's rank 0 calls this (:func:`.pipeline.expand_contexts`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -103,13 +103,17 @@ def build_classifiers(
     problems: list[str],
     line_maps: bool = True,
     identities: Identities | None = None,
+    offsets: Mapping[str, Collection[int]] | None = None,
 ) -> ModuleClassifiers:
     """Choose, for every load module the profiles use, how its frames are classified.
 
     ``line_maps``: captured binaries without a structure file get their DWARF line map, and
     native libraries pyrun recorded (``identities``: :func:`.native_modules.recorded_identities`)
     their ELF symbols (both off under ``--ignore-structs``, which asks for hpcrun's raw frames).
+    ``offsets``: the offsets the profiles name in captured GPU binaries (:func:`captured_gpu`),
+    the only functions whose lines their line maps are read for.
     """
+    named = offsets or {}
     recorded = identities or {}
     classifiers = ModuleClassifiers()
     used_explicit: set[int] = set()
@@ -158,7 +162,7 @@ def build_classifiers(
             # that ran: without a structure file, its DWARF line map still gives functions and
             # lines. Binaries found elsewhere by path are not used: the analysis machine's copy
             # may not be the one measured (pystruct MEAS analyzes them on purpose).
-            fallback = line_map_structure(captured, module)
+            fallback = line_map_structure(captured, module, named.get(module))
             if fallback is not None:
                 classifiers.structures[module] = fallback
                 problems.append(
@@ -245,6 +249,13 @@ def captured_binary(module: str, measurement: Path) -> Path | None:
 
 
 CAPTURED_DIRECTORIES = ("gpubins", "vdso", "cpubins", "ptxbins")
+
+
+def captured_gpu(module: str) -> bool:
+    """Whether ``module`` names a GPU binary captured in a measurement (``gpubins/``)."""
+    return Path(module).parent.name == "gpubins"
+
+
 PTX_SUFFIX = ".ptx"
 
 
@@ -260,21 +271,28 @@ def ptx_structure(path: Path, module: str, problems: list[str]) -> StructureInde
     return indexes[0] if indexes else None
 
 
-def line_map_structure(path: Path, module: str) -> StructureIndex | None:
+def line_map_structure(
+    path: Path, module: str, addresses: Collection[int] | None = None
+) -> StructureIndex | None:
     """Functions and lines of a captured binary from its DWARF line map, or None without one.
 
     pystruct's own analysis (``--gpucfg no``), so the contexts are those ``pystruct`` would give;
-    a cubin's functions come from its symbols even without line information.
+    a cubin's functions come from its symbols even without line information, and only those
+    that hold one of ``addresses`` (the offsets the profiles name) have their lines read.
     """
     try:
+        from pyhpctk.structure.cubin import analyze_cubin
         from pyhpctk.structure.driver import StructOptions, analyze_target
         from pyhpctk.structure.dwarf import read_debug_info
         from pyhpctk.structure.elfimage import open_image
 
         image = open_image(path)
-        if not image.is_cuda and not read_debug_info(image).has_lines:
+        if image.is_cuda:
+            structure = analyze_cubin(image, module, addresses=addresses)
+        elif not read_debug_info(image).has_lines:
             return None
-        structure = analyze_target(path, StructOptions(gpucfg=False), lm_name=module)
+        else:
+            structure = analyze_target(path, StructOptions(gpucfg=False), lm_name=module)
     except (ImportError, PyhpctkError, OSError):
         return None
     indexes = index_structure(structure)
@@ -301,6 +319,7 @@ __all__ = [
     "CAPTURED_DIRECTORIES",
     "build_classifiers",
     "captured_binary",
+    "captured_gpu",
     "line_map_structure",
     "load_structures",
     "named_sources",

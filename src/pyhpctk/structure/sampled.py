@@ -158,7 +158,7 @@ def analyze_sampled(
     procs = symbol_procedures(image, info)
     targets = gap_call_targets(image, procs, _unclaimed_gaps(image, procs, wanted))
     every = sorted(procs + unclaimed_procedures(image, info, procs, targets), key=lambda p: p.start)
-    chosen = [p for p in every if _holds_any(p, wanted)]
+    chosen = [p for p in every if holds_any(p, wanted)]
     if total is not None:
         total(len(chosen))
     analyzer = FunctionAnalyzer(image, info, every)
@@ -173,6 +173,7 @@ def analyze_sampled(
     return SampledStructure(assemble(name, every, scopes), len(chosen), len(every))
 
 
-def _holds_any(proc: Procedure, wanted: Sequence[int]) -> bool:
+def holds_any(proc: Procedure, wanted: Sequence[int]) -> bool:
+    """Whether ``proc`` holds one of the sorted addresses ``wanted``."""
     k = bisect.bisect_left(wanted, proc.start)
     return k < len(wanted) and wanted[k] < proc.end
