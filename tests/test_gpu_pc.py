@@ -443,6 +443,34 @@ def test_pyprof_reads_the_lines_of_a_captured_cubins_named_functions_only(
     assert analyzed == ["gt_kernel"], analyzed
 
 
+@pytest.mark.parametrize("gpucfg", ["no", "yes"])
+def test_pystruct_analyzes_a_cubin_in_its_sampled_functions_without_gpucfg(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], gpucfg: str
+) -> None:
+    """``--functions sampled`` (``auto`` for a cubin of more than 64 KiB of code) analyzes a cubin
+    in the functions that hold a sampled offset only, with symbols for the rest, as a large host
+    binary; not with ``--gpucfg yes``, whose call graph needs every caller's call sites."""
+    from pyhpctk.cli.pystruct import main as pystruct_main
+    from pyhpctk.formats import hpcstruct
+
+    out, _ = _measure_h200_samples(tmp_path, first=8)  # samples in gt_kernel alone
+    capsys.readouterr()
+    arguments = ["--functions", "sampled", "--gpucfg", gpucfg, "--no-cache", str(out)]
+    assert pystruct_main(arguments) == 0
+    written = capsys.readouterr().err
+    (path,) = (out / "structs").glob(f"*.gpubin*gpucfg-{gpucfg}.hpcstruct")
+    procedures = [s for s in hpcstruct.read(path).modules[0].walk() if s.tag == "P"]
+    with_lines = {
+        p.name for p in procedures if any(s.tag == "S" and s.attrs["l"] != "0" for s in p.walk())
+    }
+    assert len(procedures) == 8
+    if gpucfg == "no":
+        assert with_lines == {"gt_kernel"}, with_lines
+        assert "1 of 8 procedures analyzed" in written, written
+    else:
+        assert len(with_lines) == 8, with_lines
+
+
 # -- recordings of the ground-truth kernel with recursion (record_pc.py, device_pc.sh) --------
 
 DENSE = REPO / "tests" / "data" / "gpu" / "pc_gt_dense_h200.json"

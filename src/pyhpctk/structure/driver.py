@@ -350,8 +350,13 @@ def code_size(path: Path) -> int:
 
 
 def analyzes_sampled(target: Target, options: StructOptions) -> bool:
-    """Whether a target of a measurement directory is analyzed in its sampled procedures only."""
-    if target.kind != "elf" or options.functions == "all":
+    """Whether a target of a measurement directory is analyzed in its sampled procedures only.
+
+    A cubin only without ``--gpucfg``: the GPU call graph needs the call sites of callers no
+    sample reached."""
+    if target.kind not in ("elf", "cubin") or options.functions == "all":
+        return False
+    if target.kind == "cubin" and options.gpucfg:
         return False
     return options.functions == "sampled" or code_size(target.source) > FULL_ANALYSIS_MAX_CODE
 
@@ -548,7 +553,18 @@ def _sampled_structure(
             return "cached", cached, f"the cache covers its {len(wanted)} sampled addresses"
     every = wanted | known
     image = open_image(target.source)
-    result = analyze_sampled(image, every, target.lm_name, jobs, None, options.resolve_paths)
+    if image.is_cuda:
+        from pyhpctk.structure.cubin import analyze_cubin
+        from pyhpctk.structure.sampled import SampledStructure, holds_any
+
+        structure = analyze_cubin(
+            image, target.lm_name, resolve_paths=options.resolve_paths, addresses=every
+        )
+        ordered = sorted(every)
+        held = sum(1 for function in image.functions if holds_any(function, ordered))
+        result = SampledStructure(structure, held, len(image.functions))
+    else:
+        result = analyze_sampled(image, every, target.lm_name, jobs, None, options.resolve_paths)
     if options.cache is not None:
         struct_cache.store_sampled(options.cache, key, result.structure, every)
     note = (

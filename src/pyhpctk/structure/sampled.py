@@ -24,6 +24,7 @@ import bisect
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -173,7 +174,17 @@ def analyze_sampled(
     return SampledStructure(assemble(name, every, scopes), len(chosen), len(every))
 
 
-def holds_any(proc: Procedure, wanted: Sequence[int]) -> bool:
+class Span(Protocol):
+    """Code from ``start`` to ``end`` (a procedure, an ELF function symbol)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+def holds_any(proc: Span, wanted: Sequence[int]) -> bool:
     """Whether ``proc`` holds one of the sorted addresses ``wanted``."""
     k = bisect.bisect_left(wanted, proc.start)
     return k < len(wanted) and wanted[k] < proc.end
