@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from kernel_set_cupy import Launch
+from kernel_set_cupy import NAMES, Launch
 from kernel_set_cupy import launches as cupy_launches
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 overloads it at import; numpy 2.5 removed it
@@ -29,16 +29,6 @@ if not hasattr(np, "row_stack"):  # numba-cuda 0.30 overloads it at import; nump
 
 from numba import cuda, float32, int32, uint8, uint32
 
-NAMES = (
-    "stencil",
-    "reduce_branchy",
-    "matmul_tiled",
-    "bfs_step",
-    "nw_wavefront",
-    "histogram",
-    "softmax_rows",
-    "kmeans_assign",
-)
 TILE = 16
 FIFTH = float32(0.2)
 HALF = float32(0.5)
