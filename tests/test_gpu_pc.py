@@ -443,6 +443,21 @@ def test_pyprof_reads_the_lines_of_a_captured_cubins_named_functions_only(
     assert analyzed == ["gt_kernel"], analyzed
 
 
+def test_rank_0s_early_classifiers_serve_only_trees_whose_gpu_offsets_they_hold() -> None:
+    """pyprof-mpi classifies rank 0's frames while the other ranks read, then reuses those
+    classifiers for the merged tree: a captured cubin's lines were read for rank 0's offsets
+    only, so another rank's offset in that cubin (a PC sample elsewhere) needs new ones."""
+    from pyhpctk.analysis.expand_plan import ClassifierInputs
+
+    cubin = "gpubins/k.gpubin"
+    early = ClassifierInputs(frozenset({cubin}), (), (), ((cubin, frozenset({16, 32})),))
+    assert early.covers(ClassifierInputs(frozenset({cubin}), (), (), ((cubin, frozenset({16})),)))
+    assert not early.covers(
+        ClassifierInputs(frozenset({cubin}), (), (), ((cubin, frozenset({16, 48})),))
+    )
+    assert not early.covers(ClassifierInputs(frozenset({cubin, "lib.so"}), (), (), ()))
+
+
 @pytest.mark.parametrize("gpucfg", ["no", "yes"])
 def test_pystruct_analyzes_a_cubin_in_its_sampled_functions_without_gpucfg(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], gpucfg: str

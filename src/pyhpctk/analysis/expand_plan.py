@@ -18,7 +18,7 @@ dropped and everything is expanded again, as without it. It never changes a data
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +86,16 @@ class ClassifierInputs:
                 calls = offsets[columns.unwound[mine]] - 1
                 gpu_offsets.append((name, frozenset(np.concatenate([offsets, calls]).tolist())))
         return cls(used, tuple(module_dirs.items()), tuple(measurements), tuple(gpu_offsets))
+
+    def covers(self, other: ClassifierInputs) -> bool:
+        """Whether classifiers built from these inputs serve ``other``'s: the same modules and
+        measurements, and every GPU binary offset ``other`` names among these."""
+        if replace(self, gpu_offsets=()) != replace(other, gpu_offsets=()):
+            return False
+        mine = dict(self.gpu_offsets)
+        return all(
+            offsets <= mine.get(module, frozenset()) for module, offsets in other.gpu_offsets
+        )
 
 
 def classifiers_for(
@@ -159,7 +169,7 @@ def expand_frames(
     expansion continued over the frames it lacks when it is valid (module docstring), else
     all of them from the start."""
     given = ClassifierInputs.of(raw, usable, sources)
-    if early is not None and early.inputs == given and early.nodes <= len(raw):
+    if early is not None and early.inputs.covers(given) and early.nodes <= len(raw):
         mine = set(early.usable)
         if [b.index for b in usable if b.index in mine] == early.usable:
             problems.extend(early.problems)
