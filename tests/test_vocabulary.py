@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyhpctk
 from pyhpctk.analysis import context
 from pyhpctk.core import metrics
 from pyhpctk.formats import hpcrun, hpcrun_constants, hpcrun_model, metadb, vocabulary
@@ -46,12 +47,17 @@ def test_pyrun_writes_with_the_format_modules_constants() -> None:
 
 
 def test_the_vocabulary_is_cheap_to_import_inside_a_measured_process() -> None:
-    """No numpy, no typing: pyrun's bootstrap imports these in every measured process."""
+    """No numpy, no typing: pyrun's bootstrap imports these in every measured process.
+
+    The child runs without ``site`` (``-S``), its paths given: a ``.pth`` file of the
+    environment runs at every interpreter's start and may import anything (numba-cuda's, in the
+    dev extra, imports typing), which would hide what pyhpctk itself imports."""
     code = (
-        "import sys; import pyhpctk.formats.hpcrun_constants, pyhpctk.formats.vocabulary; "
+        "import sys, site; sys.path[:0] = [*SRC, *site.getsitepackages()]; "
+        "import pyhpctk.formats.hpcrun_constants, pyhpctk.formats.vocabulary; "
         "print(sorted({'numpy', 'typing'} & set(sys.modules)))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    ).replace("SRC", repr([str(Path(pyhpctk.__file__).resolve().parent.parent)]))
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
