@@ -448,3 +448,45 @@ def test_triton_compiles_under_pyrun_by_default(tmp_path: Path) -> None:
     assert json.loads(truth.read_text()) == {"failures": []}
     profiles = read_profiles(tmp_path / "m")
     assert sum(profile.total(CPU) for profile in profiles) > 0.5  # sampled all along
+
+
+OWN_THREADS_MASKS = """
+import json, os, sys, time
+from pyhpctk.measure.gpu import simulated_runtime
+
+gpu = simulated_runtime()  # pyrun's GPU threads too
+gpu.launch()
+gpu.synchronize()
+time.sleep(0.3)
+masks = {}
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/comm") as comm, open(f"/proc/self/task/{tid}/status") as st:
+        blocked = next(line for line in st if line.startswith("SigBlk:")).split()[1]
+        masks[f"{comm.read().strip()} {tid}"] = int(blocked, 16)
+json.dump(masks, open(sys.argv[1], "w"))
+"""
+
+
+def test_pyruns_own_threads_leave_the_programs_signals_to_its_threads(tmp_path: Path) -> None:
+    """A signal sent to the process goes to a thread that does not block it. One of pyrun's
+    took the program's SIGTRAP now and then (its handler then ran later in the main thread, and
+    a second SIGTRAP sent meanwhile merged with it: a program counted two of its three): each of
+    pyrun's threads blocks every signal but a fault's."""
+    program, truth, out = tmp_path / "masks.py", tmp_path / "masks.json", tmp_path / "m"
+    program.write_text(OWN_THREADS_MASKS)
+    command = ["-e", "gpu=simulated", "-o", str(out), sys.executable, str(program), str(truth)]
+    assert pyrun_main(command) == 0
+    masks = json.loads(truth.read_text())
+    own = {name: mask for name, mask in masks.items() if name.startswith("pyrun-")}
+    assert len(own) >= 3, masks  # the sampling thread, the GPU monitor and its tracer
+
+    def bit(signum: int) -> int:
+        return 1 << (signum - 1)
+
+    for name, mask in own.items():
+        for signum in (signal.SIGTRAP, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+            assert mask & bit(signum), (name, signum, hex(mask))
+        if not name.startswith("pyrun-monitor"):  # (the engine's C thread blocks them all)
+            assert not mask & bit(signal.SIGSEGV), (name, hex(mask))  # a crash is reported
+    program_threads = [mask for name, mask in masks.items() if not name.startswith("pyrun-")]
+    assert any(not mask & bit(signal.SIGTRAP) for mask in program_threads), masks

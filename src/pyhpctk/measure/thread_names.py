@@ -16,11 +16,20 @@ Standard library only: this runs inside the measured program.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 
 from pyhpctk.formats.hpcrun_constants import THREADS_BY_FILE
 from pyhpctk.measure.encode import encode_threads
+
+#: Signals a thread raises itself by a fault: never blocked (a blocked one kills the process,
+#: and faulthandler reports a crash of pyrun's own threads through them).
+_FAULTS = {
+    getattr(signal, name)
+    for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS")
+    if hasattr(signal, name)
+}
 
 TYPE_CHECKING = False  # typing costs every measured process milliseconds to import
 if TYPE_CHECKING:
@@ -33,7 +42,17 @@ OWN_THREAD_PREFIX = "pyrun-"
 
 def name_own_thread(name: str) -> None:
     """Give one of pyrun's own threads a kernel name (``pyrun-...``, at most 15 bytes): top,
-    ``ps -L`` and py-spy tell it from the program's threads; nothing if /proc is not there."""
+    ``ps -L`` and py-spy tell it from the program's threads; nothing if /proc is not there.
+
+    It also blocks in the calling thread every signal but a fault's: a signal sent to the
+    process (``kill(getpid(), SIGTRAP)``) then reaches one of the program's threads, as
+    without pyrun. Delivered to one of pyrun's, its handler ran later in the main thread,
+    and a second one sent meanwhile merged with it: a program that sent itself three SIGTRAPs
+    in a row counted two."""
+    try:  # noqa: SIM105  # contextlib: one more import in every measured process
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULTS)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+        pass
     try:
         with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as stream:
             stream.write(name[:15])
