@@ -614,7 +614,8 @@ def analyze_cubin(
     ``addresses`` (plain only): the procedures that hold none of them are listed by their
     symbol alone, as :mod:`.sampled` does for a large host binary. A framework's cubin holds
     thousands of kernels of which a run launches a few: PyTorch's 27 in one measurement took
-    pyprof 100 s, every kernel's lines read (a cubin of 1 500 small kernels, 4 s)."""
+    pyprof 100 s, every kernel's lines read (a cubin of 1 500 small kernels: 2.0 s whole, 0.5 s
+    for three of them; benchmarks/cubin_lines.py)."""
     info = read_cubin_debug(image, resolve_paths)
     procs = cubin_skeleton(image, info)
     if total is not None:
