@@ -98,3 +98,26 @@ def _terms_at(context: dict[str, Any], p: int) -> float:
         factors = tuple(Factor(0, Fraction(f["poly"]), int(f["log"])) for f in term["factors"])
         total += float(term["coefficient"]) * float(Term(factors).evaluate(x)[0])
     return total
+
+
+def test_an_inclusive_context_is_ranked_by_its_children_where_its_own_fit_grows_faster() -> None:
+    """A sum grows like its fastest part: ``step`` (the sum of the demo's phases) was fitted as
+    ``p^(9/4)`` on a loaded machine and ranked above ``all_to_all``, its ``p²`` part (a fresh
+    clone's CI). Its children, which hold nearly all of it, rank it; a context whose children
+    hold little of it keeps its own growth; the model shown is unchanged."""
+    from pyhpctk.model.analyze import ContextModel, rank
+
+    def context(path: tuple[str, ...], measured: float, growth: str) -> ContextModel:
+        lead = (Fraction(growth), 0)
+        return ContextModel(path, path, None, 1.0, 1.0, 1.0, measured, measured, lead)  # type: ignore[arg-type]
+
+    step = context(("main", "step"), 1.0, "9/4")
+    all_to_all = context(("main", "step", "all_to_all"), 0.7, "2")
+    allreduce = context(("main", "step", "allreduce"), 0.25, "1")
+    alone = context(("main", "solo"), 1.0, "9/4")  # its child holds a tenth of it
+    child = context(("main", "solo", "part"), 0.1, "1")
+    contexts = [step, allreduce, all_to_all, child, alone]
+    rank(contexts)
+    assert contexts[0] is alone, [c.path for c in contexts]
+    assert contexts.index(all_to_all) < contexts.index(step) < contexts.index(allreduce)
+    assert step.growth == (Fraction(9, 4), 0)
