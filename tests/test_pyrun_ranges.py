@@ -153,11 +153,11 @@ def test_cpu_time_inside_a_range_is_under_it(
     tree = view_tree(capsys, database, "--full")
     rows = list(paths(tree, "CPUTIME (sec)"))
     for name in ("spin", "nvtx spin"):
-        # the range's node holds the range's time; below it only the spinning function ran.
-        # A late sample (the Python sampler waits for the GIL, which pyrun's GPU threads and
-        # the program's hand back and forth: 0.7 s at times) finds the thread past ranges that
-        # opened and closed meanwhile: their time is their own, under the line that opened
-        # them, no function below them.
+        # the range's node holds the range's time; below it only what ran inside it. A late
+        # sample (the Python sampler's thread waits for a CPU on a loaded machine, and waited
+        # for the GIL through each write of a checkpoint: 0.4-0.7 s) finds the thread past
+        # ranges that opened and closed meanwhile: their time is their own, under the line
+        # that opened them, no function below them.
         ranges = [row for row in range_rows(tree, "CPUTIME (sec)") if row[0][-1] == name]
         measured = sum(inclusive for _, inclusive, _ in ranges)
         assert measured == pytest.approx(spent[name], rel=0.2), (name, sampler, ranges)
