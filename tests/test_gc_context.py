@@ -28,6 +28,10 @@ from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.measure.gc_context import HeldOff
 from pyhpctk.measure.sampling import engine
 
+#: Timing-sensitive (the samplers' accuracy, memory peaks): run alone, after the parallel tests
+#: (Makefile: unit), so that the other worker's load does not decide them.
+pytestmark = pytest.mark.timing
+
 PROGRAM = Path(__file__).resolve().parent / "programs" / "garbage.py"
 ROWS = 40
 

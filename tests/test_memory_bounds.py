@@ -32,6 +32,10 @@ from pyhpctk.cli import main as pyhpctk_main
 from pyhpctk.cli import pyprof as pyprof_cli
 from pyhpctk.formats import cctdb
 
+#: Timing-sensitive (the samplers' accuracy, memory peaks): run alone, after the parallel tests
+#: (Makefile: unit), so that the other worker's load does not decide them.
+pytestmark = pytest.mark.timing
+
 CAP = 3 << 30  # the children's address space: a runaway child fails instead of swapping
 
 # Each child runs under the budgets given here, where the code has them (imported by name, so

@@ -19,6 +19,10 @@ from pyhpctk.cli.pymodel import main as pymodel
 from pyhpctk.cli.pyrun import main as pyrun
 from pyhpctk.model.pmnf import Factor, Term, compare_growth, single
 
+#: Timing-sensitive (the samplers' accuracy, memory peaks): run alone, after the parallel tests
+#: (Makefile: unit), so that the other worker's load does not decide them.
+pytestmark = pytest.mark.timing
+
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "scaling_demo.py"
 SCALES = (2, 4, 8, 16, 32)
 # What examples/scaling_demo.py does at P ranks: the lead-order term of each phase.

@@ -31,10 +31,14 @@ from pyhpctk.measure import _engine  # type: ignore[attr-defined]
 from test_pyprof_workers import MARKER, Tree, _thread_totals
 from test_pyview_real import BUDGET, PROGRAMS
 
-pytestmark = pytest.mark.skipif(
-    not _engine.NATIVE_SUPPORTED or not Path("/proc/self/task").is_dir(),
-    reason="native frames are recorded on x86-64 Linux; the truth reads /proc",
-)
+#: Timing-sensitive: run alone, after the parallel tests (Makefile: unit).
+pytestmark = [
+    pytest.mark.timing,
+    pytest.mark.skipif(
+        not _engine.NATIVE_SUPPORTED or not Path("/proc/self/task").is_dir(),
+        reason="native frames are recorded on x86-64 Linux; the truth reads /proc",
+    ),
+]
 
 PROGRAM = """\
 import json, os, sys, threading, time

@@ -340,6 +340,7 @@ def test_cpu_time_attributed_equals_the_process_cpu_time(tmp_path: Path) -> None
     assert abs(attributed - process_cpu) <= 0.10 * process_cpu, (attributed, process_cpu)
 
 
+@pytest.mark.timing  # run alone, after the parallel tests (Makefile: unit)
 def test_a_one_to_three_split_of_cpu_time_comes_out_within_5_points(tmp_path: Path) -> None:
     out = tmp_path / "m"
     cpu_file = tmp_path / "process-cpu-seconds"

@@ -29,6 +29,10 @@ from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.cli.pyview import main as pyview_main
 from pyhpctk.measure.sampling import engine
 
+#: Timing-sensitive (the samplers' accuracy, memory peaks): run alone, after the parallel tests
+#: (Makefile: unit), so that the other worker's load does not decide them.
+pytestmark = pytest.mark.timing
+
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 FAKE_TORCH = PROGRAMS / "fake_torch"
 MODULES = ("Net", "fc1 (Linear)", "act (ReLU)", "fc2 (Linear)")

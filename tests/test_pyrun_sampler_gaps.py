@@ -19,6 +19,10 @@ import pytest
 from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.formats import hpctrace
 
+#: Timing-sensitive (the samplers' accuracy, memory peaks): run alone, after the parallel tests
+#: (Makefile: unit), so that the other worker's load does not decide them.
+pytestmark = pytest.mark.timing
+
 SPIN_WITH_IDLE_THREADS = """
 import queue, threading, time
 waiting = queue.Queue()

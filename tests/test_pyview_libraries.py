@@ -57,6 +57,7 @@ def self_shares(db: Path) -> dict[str, float]:
     }
 
 
+@pytest.mark.timing  # run alone, after the parallel tests (Makefile: unit)
 def test_sympys_hot_functions_are_on_the_first_screen_as_py_spy_measures_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
