@@ -36,6 +36,7 @@ from pyhpctk.formats import cctdb
 #: (Makefile: unit), so that the other worker's load does not decide them.
 pytestmark = pytest.mark.timing
 
+RUNS = 3  # runs of each capped pyprof: the least peak of them is compared
 CAP = 3 << 30  # the children's address space: a runaway child fails instead of swapping
 
 # Each child runs under the budgets given here, where the code has them (imported by name, so
@@ -179,20 +180,25 @@ def test_pyprof_memory_does_not_grow_with_the_input_under_its_limit(
 ) -> None:
     peaks = {}
     for profiles, (measurement, _, database, _) in inputs.items():
-        output = tmp_path / f"capped-{profiles}.d"
-        command = child_command("pyhpctk.cli.pyprof", [])
-        status, peaks[profiles], err = peak_of(
-            [*command, "--memory-limit", "8M", "-o", str(output), str(measurement)]
-        )
-        assert status == 0, err
-        for name in ("meta.db", "profile.db", "cct.db", "trace.db"):
-            assert (output / name).read_bytes() == (database / name).read_bytes(), name
+        runs = []
+        for attempt in range(RUNS):
+            output = tmp_path / f"capped-{profiles}-{attempt}.d"
+            command = child_command("pyhpctk.cli.pyprof", [])
+            status, peak, err = peak_of(
+                [*command, "--memory-limit", "8M", "-o", str(output), str(measurement)]
+            )
+            assert status == 0, err
+            for name in ("meta.db", "profile.db", "cct.db", "trace.db"):
+                assert (output / name).read_bytes() == (database / name).read_bytes(), name
+            runs.append(peak)
+        peaks[profiles] = min(runs)
     grown = inputs[64][1] - inputs[16][1]
     more = peaks[64] - peaks[16]
     # 8 MiB of values, plus the call-path tree and contexts (the same in both), plus what one
     # profile takes to read. Uncapped, pyprof held about 3x the input (+84 MiB here). One run's
-    # peak scatters by about 3 MiB (the allocator's arenas): +0.5 to +3.2 MiB in six runs on
-    # one machine, +2.9 MiB on CI's, where a bar of a tenth (2.8 MiB) failed.
+    # peak scatters by a few MiB (the allocator's arenas, the moment a collection runs): +0.5 to
+    # +3.2 MiB in six runs on one machine, +2.9 MiB on CI's, over +5.6 MiB once in about twenty
+    # runs; the least of three runs of each size is what the input costs.
     assert more < grown / 5, f"pyprof: +{more >> 20} MiB for +{grown >> 20} MiB of input"
 
 
