@@ -123,8 +123,9 @@ class TorchRanges:
         nn_module = torch.nn.modules.module
         self.names = weakref.WeakKeyDictionary()
         self.grad_enabled = torch.is_grad_enabled
-        pre = nn_module.register_module_forward_pre_hook(self.forward_pre)
-        post = nn_module.register_module_forward_hook(self.forward_post, always_call=True)
+        forward_pre, forward_post = self.module_hooks()
+        pre = nn_module.register_module_forward_pre_hook(forward_pre)
+        post = nn_module.register_module_forward_hook(forward_post, always_call=True)
         self._undo += [getattr(pre, "remove", _nothing), getattr(post, "remove", _nothing)]
         self._wrap_backward(torch)
         record = torch.autograd.profiler.record_function
@@ -188,22 +189,28 @@ class TorchRanges:
             name = names[module]
         return str(name)
 
-    def forward_pre(self, module: Any, args: Any) -> None:
-        local = self.local
-        outer: tuple[str, ...] = getattr(local, "chain", ())
-        name = self.names.get(module) or self.name_of(module)
-        local.chain = (*outer, name)
-        self.ranges.push(name)
-        if self.grad_enabled():
-            self._hook(args, outer)
+    def module_hooks(self) -> tuple[Callable[[Any, Any], None], Callable[[Any, Any, Any], None]]:
+        """The global forward pre- and post-hooks: closures, since every module call runs both
+        (what they would look up on ``self`` is looked up once here)."""
+        local, names, name_of, hook = self.local, self.names, self.name_of, self._hook
+        push, pop, grad_enabled = self.ranges.push, self.ranges.pop, self.grad_enabled
 
-    def forward_post(self, module: Any, args: Any, output: Any) -> None:
-        local = self.local
-        chain: tuple[str, ...] = getattr(local, "chain", ())
-        if self.grad_enabled():
-            self._hook(output, chain)
-        local.chain = chain[:-1]
-        self.ranges.pop()
+        def forward_pre(module: Any, args: Any) -> None:
+            outer: tuple[str, ...] = getattr(local, "chain", ())
+            name = names.get(module) or name_of(module)
+            local.chain = (*outer, name)
+            push(name)
+            if grad_enabled():
+                hook(args, outer)
+
+        def forward_post(module: Any, args: Any, output: Any) -> None:
+            chain: tuple[str, ...] = getattr(local, "chain", ())
+            if grad_enabled():
+                hook(output, chain)
+            local.chain = chain[:-1]
+            pop()
+
+        return forward_pre, forward_post
 
     def _hook(self, value: Any, chain: tuple[str, ...]) -> None:
         """Pre-hook the autograd nodes of the tensors in ``value`` with a switch to
