@@ -163,9 +163,12 @@ class Ranges:
         # A backward pass switches once per hooked node, from the same frames (autograd's
         # device thread: from none, and a caller of no frame is known by its code): the anchor
         # is found once, and what each chain of names makes under it is kept until it moves.
+        # Unless the anchor was the last switch's own frame (a call from the program's code).
         back = start.f_back
         caller, anchor, depth = thread.switched
-        if caller is not (back or start.f_code) or (back is None and anchor is not None):
+        if caller is not (back or start.f_code) or (
+            anchor is not None and (back is None or anchor.f_back is back)
+        ):
             found, depth = self._anchor(thread, start, False)
             if found is not anchor:
                 thread.switches.clear()  # (its ranges hold the frame)
