@@ -33,9 +33,9 @@ Standard library only: this runs inside the measured program.
 
 from __future__ import annotations
 
-import _thread
 import sys
 import time
+from _thread import get_ident as _get_ident
 
 from pyhpctk.formats.hpcrun_constants import LOGICAL_FID_SHIFT as FID_SHIFT
 from pyhpctk.formats.vocabulary import RANGE_FILE
@@ -56,6 +56,9 @@ if TYPE_CHECKING:
     #: the state it left, the ips of the frames that opened that state's ranges, innermost
     #: first, as they were when it was entered)
     Change = tuple[float, State, list[int]]
+    #: What a switch to a chain of names made: (the innermost range it kept, the anchor's
+    #: depth, the ranges it opened, the state they make)
+    Switched = tuple[Mark | None, int, list[Mark], State]
 
 #: A thread's ranges are logged (for the engine's drain) at most this many changes between two
 #: drains; beyond, the oldest half is folded into one (samples then land in fewer ranges).
@@ -67,7 +70,7 @@ _NATIVE_OR_TASK = 3 << 62  # the engine's native frames and task markers: not Py
 class ThreadRanges:
     """One thread's open ranges."""
 
-    __slots__ = ("changes", "drained", "log", "marks", "openers", "state", "switched")
+    __slots__ = ("changes", "drained", "log", "marks", "openers", "state", "switched", "switches")
 
     def __init__(self) -> None:
         #: (ip, depth, anchor frame, the state before it) of each open range, outermost first
@@ -83,6 +86,8 @@ class ThreadRanges:
         self.openers: list[int] = []
         #: the caller of the last :meth:`Ranges.switch`, and the anchor found from it
         self.switched: tuple[object, FrameType | None, int] = (None, None, 0)
+        #: what :meth:`Ranges.switch` made of each chain of names under that anchor
+        self.switches: dict[tuple[str, ...], Switched] = {}
 
 
 class Ranges:
@@ -108,6 +113,9 @@ class Ranges:
         self._ips: dict[str, int] = {}
         self._interned: dict[State, State] = {}
         self._children: dict[tuple[int, int, int], State] = {}
+        #: (names, id(state), depth) -> the (ip, state before it) of each name, the state after
+        self._steps: dict[tuple[tuple[str, ...], int, int], tuple[list[tuple[int, State]], State]]
+        self._steps = {}
 
     # -- the program's side: ranges opened and closed ------------------------------------
 
@@ -119,49 +127,94 @@ class Ranges:
         return ip
 
     def thread(self) -> ThreadRanges:
-        ident = _thread.get_ident()
+        ident = _get_ident()
         found = self._threads.get(ident)
         if found is None:
             found = self._threads[ident] = ThreadRanges()
         return found
 
+    # push, pop and switch run at every module call and hooked autograd node (a backward's on
+    # autograd's device thread, under the GIL): their common case takes no method call
+
     def push(self, name: str, frame: FrameType | None = None) -> None:
         """Open the range ``name`` on the calling thread, under ``frame`` (default: the
         caller's; pyrun's own frames are looked through)."""
-        thread = self.thread()
+        thread = self._threads.get(_get_ident()) or self.thread()
         anchor, depth = self._anchor(thread, sys._getframe(1) if frame is None else frame)
         before = thread.state
-        ip = self.ip_of(name)
+        ip = self._ips.get(name) or self.ip_of(name)
         thread.marks.append((ip, depth, anchor, before))
-        self._set(thread, self._child(before, depth, ip))
+        self._set(
+            thread, self._children.get((id(before), depth, ip)) or self._child(before, depth, ip)
+        )
 
     def pop(self) -> None:
         """Close the calling thread's innermost range (none open: nothing happens)."""
-        thread = self.thread()
+        thread = self._threads.get(_get_ident()) or self.thread()
         if thread.marks:
             self._set(thread, thread.marks.pop()[3])
 
-    def switch(self, names: Sequence[str], keep: int = 0, frame: FrameType | None = None) -> None:
+    def switch(self, names: tuple[str, ...], keep: int = 0, frame: FrameType | None = None) -> None:
         """Make ``names`` (outermost first) the calling thread's ranges above its ``keep``
         outermost ones, all under ``frame`` (default: the caller's): the chain of modules
         whose backward runs now, on the thread that runs it."""
-        thread = self.thread()
-        kept = thread.marks[:keep]
+        thread = self._threads.get(_get_ident()) or self.thread()
         start = sys._getframe(1) if frame is None else frame
-        # a backward pass switches once per hooked node, from the same frames: found once
+        # A backward pass switches once per hooked node, from the same frames (autograd's
+        # device thread: from none, and a caller of no frame is known by its code): the anchor
+        # is found once, and what each chain of names makes under it is kept until it moves.
+        # Unless the anchor was the last switch's own frame (a call from the program's code).
+        back = start.f_back
         caller, anchor, depth = thread.switched
-        if caller is not start.f_back or caller is None:
-            anchor, depth = self._anchor(thread, start, False)
-            thread.switched = (start.f_back, anchor, depth)
-        state = kept[-1][3] if kept else EMPTY
-        if kept:
-            state = self._child(state, kept[-1][1], kept[-1][0])
-        for name in names:
-            ip = self.ip_of(name)
-            kept.append((ip, depth, anchor, state))
-            state = self._child(state, depth, ip)
+        if caller is not (back or start.f_code) or (
+            anchor is not None and (back is None or anchor.f_back is back)
+        ):
+            found, depth = self._anchor(thread, start, False)
+            if found is not anchor:
+                thread.switches.clear()  # (its ranges hold the frame)
+            anchor = found
+            thread.switched = (back or start.f_code, anchor, depth)
+        kept = thread.marks[:keep]
+        last = kept[-1] if kept else None
+        made = thread.switches.get(names)
+        if made is None or made[0] is not last or made[1] != depth:
+            made = self._switched(thread, names, last, anchor, depth)
+        kept += made[2]
         thread.marks = kept
-        self._set(thread, state)
+        self._set(thread, made[3])
+
+    def _switched(
+        self,
+        thread: ThreadRanges,
+        names: tuple[str, ...],
+        last: Mark | None,
+        anchor: FrameType | None,
+        depth: int,
+    ) -> Switched:
+        """What :meth:`switch` makes of ``names`` above the kept range ``last``, under
+        ``anchor`` (kept for the thread: :attr:`ThreadRanges.switches`). The same states each
+        time: a pass on the calling thread is anchored anew, its chains are not."""
+        base = EMPTY if last is None else self._child(last[3], last[1], last[0])
+        key = (names, id(base), depth)
+        steps = self._steps.get(key)
+        if steps is None:
+            if len(self._steps) > LOG_LIMIT:
+                self._steps.clear()
+            opened: list[tuple[int, State]] = []
+            state = base
+            for name in names:
+                ip = self.ip_of(name)
+                opened.append((ip, state))
+                state = self._child(state, depth, ip)
+            steps = self._steps[key] = (opened, state)
+        switches = thread.switches
+        if len(switches) > LOG_LIMIT:  # chains made up at run time: start over
+            switches.clear()
+        marks = []
+        for ip, before in steps[0]:  # (a comprehension costs a function call in 3.11)
+            marks.append((ip, depth, anchor, before))
+        made = switches[names] = (last, depth, marks, steps[1])
+        return made
 
     def save(self) -> list[Mark]:
         """The calling thread's open ranges, for :meth:`restore`."""
@@ -171,6 +224,7 @@ class Ranges:
         """Reopen exactly the ranges :meth:`save` returned (after a backward pass)."""
         thread = self.thread()
         thread.switched = (None, None, 0)  # no frame of the pass is held
+        thread.switches.clear()
         if thread.marks != saved:
             thread.marks = list(saved)
             last = saved[-1] if saved else None
@@ -185,12 +239,12 @@ class Ranges:
         fid_of = self.functions.fid_of
         register = self.functions.register
         outer = thread.marks[-1] if nested and thread.marks else None
-        stop = outer[2] if outer is not None else None
+        stop, above = (outer[2], outer[1]) if outer is not None else (None, 0)
         anchor: FrameType | None = None
         count = 0
         while frame is not None:
-            if frame is stop and outer is not None:
-                return (anchor or frame), count + outer[1]
+            if frame is stop:
+                return (anchor or frame), count + above
             code = frame.f_code
             fid = fid_of.get(id(code))
             if fid is None:
@@ -211,6 +265,9 @@ class Ranges:
             if len(self._children) > LOG_LIMIT:  # names made up at run time: start over
                 self._children.clear()
                 self._interned.clear()
+                self._steps.clear()
+                for thread in list(self._threads.values()):  # their states: made anew too
+                    thread.switches.clear()
             state = (*parent, (depth, ip))
             found = self._interned.setdefault(state, state)
             self._children[key] = found
@@ -255,7 +312,7 @@ class Ranges:
 
     def current(self) -> State:
         """The calling thread's open ranges now."""
-        thread = self._threads.get(_thread.get_ident())
+        thread = self._threads.get(_get_ident())
         return EMPTY if thread is None else thread.state
 
     def changes_of(self, ident: int) -> list[Change]:
@@ -271,7 +328,7 @@ class Ranges:
     def under(self, ips: list[int], ident: int | None = None) -> list[int]:
         """``ips`` (innermost first) under the ranges open now on thread ``ident`` (default:
         the calling thread)."""
-        thread = self._threads.get(_thread.get_ident() if ident is None else ident)
+        thread = self._threads.get(_get_ident() if ident is None else ident)
         return ips if thread is None or not thread.state else place_inner(ips, thread.state)
 
     def engine_entries(self, ident: int, entries: list[Entry], full: list[int]) -> list[Entry]:

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 #: The key of an autograd node's ``metadata`` that says pyrun hooked it.
 MARK = "pyhpctk.ranges"
 
+#: What ``getattr(value, "grad_fn", ...)`` gives for a value that is no tensor.
+_NOT_A_TENSOR = object()
+
 #: The name of a range the program gave no name (``nvtx.annotate()`` as a context manager).
 UNNAMED = "<unnamed range>"
 
@@ -120,8 +123,9 @@ class TorchRanges:
         nn_module = torch.nn.modules.module
         self.names = weakref.WeakKeyDictionary()
         self.grad_enabled = torch.is_grad_enabled
-        pre = nn_module.register_module_forward_pre_hook(self.forward_pre)
-        post = nn_module.register_module_forward_hook(self.forward_post, always_call=True)
+        forward_pre, forward_post = self.module_hooks()
+        pre = nn_module.register_module_forward_pre_hook(forward_pre)
+        post = nn_module.register_module_forward_hook(forward_post, always_call=True)
         self._undo += [getattr(pre, "remove", _nothing), getattr(post, "remove", _nothing)]
         self._wrap_backward(torch)
         record = torch.autograd.profiler.record_function
@@ -185,66 +189,74 @@ class TorchRanges:
             name = names[module]
         return str(name)
 
-    def forward_pre(self, module: Any, args: Any) -> None:
-        local = self.local
-        outer: tuple[str, ...] = getattr(local, "chain", ())
-        name = self.names.get(module) or self.name_of(module)
-        local.chain = (*outer, name)
-        self.ranges.push(name)
-        if self.grad_enabled():
-            self._hook(args, outer)
+    def module_hooks(self) -> tuple[Callable[[Any, Any], None], Callable[[Any, Any, Any], None]]:
+        """The global forward pre- and post-hooks: closures, since every module call runs both
+        (what they would look up on ``self`` is looked up once here)."""
+        local, names, name_of, hook = self.local, self.names, self.name_of, self._hook
+        push, pop, grad_enabled = self.ranges.push, self.ranges.pop, self.grad_enabled
 
-    def forward_post(self, module: Any, args: Any, output: Any) -> None:
-        local = self.local
-        chain: tuple[str, ...] = getattr(local, "chain", ())
-        if self.grad_enabled():
-            self._hook(output, chain)
-        local.chain = chain[:-1]
-        self.ranges.pop()
+        def forward_pre(module: Any, args: Any) -> None:
+            outer: tuple[str, ...] = getattr(local, "chain", ())
+            name = names.get(module) or name_of(module)
+            local.chain = (*outer, name)
+            push(name)
+            if grad_enabled():
+                hook(args, outer)
+
+        def forward_post(module: Any, args: Any, output: Any) -> None:
+            chain: tuple[str, ...] = getattr(local, "chain", ())
+            if grad_enabled():
+                hook(output, chain)
+            local.chain = chain[:-1]
+            pop()
+
+        return forward_pre, forward_post
 
     def _hook(self, value: Any, chain: tuple[str, ...]) -> None:
         """Pre-hook the autograd nodes of the tensors in ``value`` with a switch to
-        ``chain`` (a node already hooked keeps its first). A node is marked in its own
-        ``metadata``: ``grad_fn`` is a Python object PyTorch makes when asked and drops when no
-        one holds it, so its id is no node's (on the H100, a leaf module's output node met
-        again as its sibling's input got a second switch, to their parent, and the leaves'
-        backward kernels went to it)."""
-        for tensor in _tensors(value):
-            node = tensor.grad_fn
-            marks = getattr(node, "metadata", None)  # every node has it (PyTorch 2.0 on)
-            if marks is None or MARK in marks:
-                continue
-            marks[MARK] = True
-            switch = self.switches.get(chain)
-            if switch is None:
-                switch = self.switches[chain] = self._switch(chain)
-            node.register_prehook(switch)
+        ``chain`` (a node already hooked keeps its first): ``value`` itself, or those of a
+        tuple, list or dict one level down (what ``grad_fn`` has meaning for)."""
+        if type(value) is tuple and len(value) == 1:  # the common case: one tensor
+            value = value[0]
+        node = getattr(value, "grad_fn", _NOT_A_TENSOR)  # a tensor's (made when asked): once
+        if node is not _NOT_A_TENSOR:
+            if node is not None:
+                self._hook_node(node, chain)
+            return
+        if isinstance(value, dict):
+            value = value.values()
+        elif not isinstance(value, (tuple, list)):
+            value = getattr(value, "values", tuple)()  # a ModelOutput (transformers)
+        for item in value:
+            node = getattr(item, "grad_fn", None)
+            if node is not None:
+                self._hook_node(node, chain)
+
+    def _hook_node(self, node: Any, chain: tuple[str, ...]) -> None:
+        """Pre-hook ``node`` with a switch to ``chain`` unless it was hooked. A node is marked
+        in its own ``metadata``: ``grad_fn`` is a Python object PyTorch makes when asked and
+        drops when no one holds it, so its id is no node's (on the H100, a leaf module's output
+        node met again as its sibling's input got a second switch, to their parent, and the
+        leaves' backward kernels went to it)."""
+        marks = getattr(node, "metadata", None)  # every node has it (PyTorch 2.0 on)
+        if marks is None or MARK in marks:
+            return
+        marks[MARK] = True
+        node.register_prehook(self.switches.get(chain) or self._switch(chain))
 
     def _switch(self, chain: tuple[str, ...]) -> Callable[..., None]:
-        ranges, local = self.ranges, self.local
+        """The pre-hook that switches a thread to ``chain`` (one per chain)."""
+        switch_to, local = self.ranges.switch, self.local
 
         def switch(grad_outputs: object) -> None:
-            ranges.switch(chain, getattr(local, "base", None) or 0)
+            switch_to(chain, getattr(local, "base", None) or 0)
 
+        self.switches[chain] = switch
         return switch
 
 
 def _nothing() -> None:
     pass
-
-
-def _tensors(value: Any) -> Sequence[Any]:
-    """The tensors of a module's arguments or output: itself, or those of a tuple, list or
-    dict one level down (what ``grad_fn`` has meaning for)."""
-    if type(value) is tuple and len(value) == 1:  # the common case: one tensor
-        value = value[0]
-    if hasattr(value, "grad_fn"):
-        return (value,)
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (tuple, list)):
-        value = getattr(value, "values", lambda: ())()  # a ModelOutput (transformers)
-    return [item for item in value if hasattr(item, "grad_fn")]
 
 
 def _pushing(ranges: Ranges, push: Callable[..., Any]) -> Callable[..., Any]:
