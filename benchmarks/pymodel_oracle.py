@@ -12,10 +12,11 @@ every parameter) as the one of largest posterior probability:
   digits), and the exact likelihood of its noise: each run is f(x)(1 + u), u ~ U(-noise, noise),
   the noise level known. A hypothesis's evidence integrates its coefficients out: the constant by
   Gauss-Legendre quadrature over the exact interval the runs allow, the term coefficients by
-  quasi-Monte-Carlo importance sampling over a region that holds every coefficient the runs allow
-  (the projection of the least-squares ellipsoid that contains the polytope of the uniform
-  likelihood), refined once around the samples that fit. No classifier can do better on
-  average: this is the ceiling for this generator.
+  quasi-Monte-Carlo importance sampling from a mixture of regions, one of which holds every
+  coefficient the runs allow (the projection of the least-squares ellipsoid that contains the
+  polytope of the uniform likelihood; with a box of the prior and a parallelepiped around a
+  hit-and-run walk inside the polytope, started from Lawson's minimax fit). No classifier can
+  do better on average: this is the ceiling for this generator.
 - the **Gaussian oracle**: the same priors, but a Gaussian likelihood of the means with the
   variance of a run estimated from the repetitions (pooled over points, relative to the mean,
   as multiplicative noise calls for): what a modeler that knows a sensible prior but not the
@@ -111,14 +112,14 @@ def families(group: Group, points: FloatArray, any_size: bool = False) -> list[F
         out = []
         for size in (1, 2) if any_size else (group.n_terms,):
             index = np.array(list(itertools.combinations(range(blocks), size)))
-            leads = [(max(EXTRAP_TERMS[i] for i in row),) for row in index]
+            leads: list[Lead] = [(max(EXTRAP_TERMS[i] for i in row),) for row in index]
             log_prior = -math.log(len(index)) - (math.log(2) if any_size else 0.0)
             out.append(Family(table, index, False, log_prior, leads))
         return out
     index = np.array(list(itertools.product(range(blocks), repeat=group.n_params)))
-    leads = [tuple(EXTRAP_TERMS[i] for i in row) for row in index]
+    multi: list[Lead] = [tuple(EXTRAP_TERMS[i] for i in row) for row in index]
     log_prior = math.log(0.5) - math.log(len(index))
-    return [Family(table, index, product, log_prior, leads) for product in (True, False)]
+    return [Family(table, index, product, log_prior, multi) for product in (True, False)]
 
 
 def _least_squares(
@@ -166,6 +167,9 @@ class Region:
     def log_volume(self) -> FloatArray:
         k = self.center.shape[1]
         return np.asarray(k * math.log(2.0) + np.linalg.slogdet(self.frame)[1])
+
+    def take(self, rows: npt.NDArray[np.bool_]) -> Region:
+        return Region(self.center[rows], self.frame[rows])
 
     def inside(self, beta: FloatArray) -> npt.NDArray[np.bool_]:
         v = np.einsum("hkj,hsj->hsk", np.linalg.inv(self.frame), beta - self.center[:, None])
@@ -281,39 +285,46 @@ def uniform_evidence(
     chol = np.linalg.cholesky(covariance[live][:, 1:, 1:])
     wide = Region(beta[live], radius[live, None, None] * chol)
     box = Region.box(box_low[live], box_high[live])
-    terms = basis[live]
 
-    def integrand(b: FloatArray) -> FloatArray:
-        c = np.einsum("hsk,hkn->hsn", b, terms)
-        a_low, a_high = _constant_range(b, share)
-        a_low = np.maximum(a_low, (low - c).max(axis=2))
-        a_high = np.minimum(a_high, (high - c).min(axis=2))
-        width = a_high - a_low
-        ok = width > 0
-        width = np.where(ok, width, 1.0)
-        alpha = a_low[..., None] + (NODES + 1) / 2 * width[..., None]
-        values = alpha[..., None] + c[:, :, None, :]
-        log_f = -runs * np.log(np.maximum(values, 1e-300)).sum(axis=3) + np.log(WEIGHTS / 2)
-        top = log_f.max(axis=2)
-        inner = top + np.log(np.exp(log_f - top[..., None]).sum(axis=2))
-        return np.where(ok, inner + np.log(width) + _coefficient_prior(b, share), -np.inf)
+    def integrand_of(terms: FloatArray) -> Integrand:
+        return lambda b: _uniform_integrand(b, terms, low, high, runs, share)
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        walked, found = _walk(terms, low, high, share, covariance[live], rng)
-        refined = _spanning(walked, box)
-        regions = [(wide, 0.1), (box, 0.1), (refined, 0.8)]
-        out[live] = _sample(integrand, regions, _kronecker(samples, wide.center.shape[1], rng))[0]
-        # Where no start that fits was found, two passes of the first regions instead.
-        lost = live[~found]
-        if len(lost):
-            keep = ~found
-            wide, box = (
-                Region(wide.center[keep], wide.frame[keep]),
-                Region(box.center[keep], box.frame[keep]),
+        walked, found = _walk(basis[live], low, high, share, covariance[live], rng)
+        regions = [(wide, 0.1), (box, 0.1), (_spanning(walked, box), 0.8)]
+        points = _kronecker(samples, wide.center.shape[1], rng)
+        out[live] = _sample(integrand_of(basis[live]), regions, points)[0]
+        if not found.all():  # no start that fits: two passes of the first two regions instead
+            lost = ~found
+            out[live[lost]] = _two_stages(
+                integrand_of(basis[live][lost]), wide.take(lost), box.take(lost), samples, rng
             )
-            terms = terms[keep]
-            out[lost] = _two_stages(integrand, wide, box, samples, rng)
     return out
+
+
+def _uniform_integrand(
+    b: FloatArray,
+    terms: FloatArray,
+    low: FloatArray,
+    high: FloatArray,
+    runs: int,
+    share: tuple[float, float],
+) -> FloatArray:
+    """log of the uniform likelihood times the prior, the constant integrated out by
+    Gauss-Legendre over the interval the runs and the prior allow, at term coefficients ``b``."""
+    c = np.einsum("hsk,hkn->hsn", b, terms)
+    a_low, a_high = _constant_range(b, share)
+    a_low = np.maximum(a_low, (low - c).max(axis=2))
+    a_high = np.minimum(a_high, (high - c).min(axis=2))
+    width = a_high - a_low
+    ok = width > 0
+    width = np.where(ok, width, 1.0)
+    alpha = a_low[..., None] + (NODES + 1) / 2 * width[..., None]
+    values = alpha[..., None] + c[:, :, None, :]
+    log_f = -runs * np.log(np.maximum(values, 1e-300)).sum(axis=3) + np.log(WEIGHTS / 2)
+    top = log_f.max(axis=2)
+    inner = top + np.log(np.exp(log_f - top[..., None]).sum(axis=2))
+    return np.where(ok, inner + np.log(width) + _coefficient_prior(b, share), -np.inf)
 
 
 def _constraints(
@@ -412,7 +423,7 @@ def _log_upper_tail(z: FloatArray) -> FloatArray:
     """log(1 − Φ(z)) for z >= 0, to a relative 1.2e-7 (erfc's Chebyshev fit, Numerical Recipes)."""
     x = z / math.sqrt(2.0)
     t = 1.0 / (1.0 + 0.5 * x)
-    poly = 0.17087277
+    poly: FloatArray = np.full_like(t, 0.17087277)
     for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418):
         poly = c + t * poly
     for c in (0.37409196, 1.00002368, -1.26551223):
@@ -465,7 +476,7 @@ def gaussian_evidence(
         inside = _log_gauss_interval((a_low - mu) / s, (a_high - mu) / s)
         return np.asarray(density + inside + _coefficient_prior(b, share))
 
-    wide = Region(beta_hat, GAUSS_SPAN * chol)
+    wide = Region(beta_hat, np.asarray(GAUSS_SPAN * chol, dtype=np.float64))
     reach = np.abs(wide.frame).sum(axis=2)
     box_low = np.maximum(beta_hat - reach, share[0] * CONSTANT[0])
     box_high = np.minimum(beta_hat + reach, share[1] * CONSTANT[1])
