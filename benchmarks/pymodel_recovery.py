@@ -106,6 +106,14 @@ def as_series(cases: list[Case]) -> Series:
     )
 
 
+def pymodel_hits(cases: list[Case], options: FitOptions) -> list[bool]:
+    """Whether pymodel (as ``pymodel FILE`` models the group's series) recovers each case's lead."""
+    result = fit_series(as_series(cases), options, negative="auto")
+    return [
+        lead_factors(m) == lead_factors(c.truth) for m, c in zip(result.models, cases, strict=True)
+    ]
+
+
 def run_extrap(extrap: str, series: Series) -> tuple[dict[str, str], float]:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "series.jsonl"
@@ -173,9 +181,8 @@ def main() -> None:
             selection=arguments.selection,
             lead_average=not arguments.no_lead_average,
         )
-        result = fit_series(series, options, negative="auto")
+        ours = float(np.mean(pymodel_hits(cases, options)))
         times[0] += time.perf_counter() - start
-        ours = np.mean([lead_factors(m) == t for m, t in zip(result.models, truth, strict=True)])
         theirs = float("nan")
         if arguments.extrap:
             models, elapsed = run_extrap(arguments.extrap, series)
