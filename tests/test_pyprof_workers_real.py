@@ -155,7 +155,7 @@ def percent_of_row(capsys: pytest.CaptureFixture[str], db: Path, ending: str) ->
     assert pyview_main([str(db), "--lines", str(BUDGET)]) == 0
     lines = capsys.readouterr().out.splitlines()
     found = [line for line in lines if line.rstrip().split(" (+")[0].endswith(ending)]
-    assert len(found) == 1, lines
+    assert len(found) == 1, "\n".join(lines)  # a string: pytest shows it whole, a list cut short
     return float(found[0].split()[1].rstrip("%"))
 
 
