@@ -39,8 +39,9 @@ class Checker:
     def verify(self, data: list[int]) -> bool:
         start = clock()
         total = 0
-        for b in data:
-            total += b & 7
+        for _ in range(3):
+            for b in data:
+                total += b & 7
         spent("Checker.verify", start)
         return total >= 0
 
