@@ -204,10 +204,11 @@ def kernels() -> dict[str, Any]:
 
 
 def launches(cp: Any, scale: float = 1.0) -> list[Launch]:
-    """CuPy's launches (the same inputs and truths), each array argument flat."""
+    """CuPy's launches (the same inputs and truths), each array argument flat and each scalar
+    a scalar (numpy scalars have ``ravel`` too: a one-element array Numba cannot ``range``)."""
     out = []
     for one in cupy_launches(cp, scale):
-        flat = tuple(a.ravel() if hasattr(a, "ravel") else a for a in one.args)
+        flat = tuple(a.ravel() if getattr(a, "ndim", 0) > 0 else a for a in one.args)
         out.append(dataclasses.replace(one, args=flat))
     return out
 

@@ -120,3 +120,37 @@ def test_each_numba_kernel_computes_what_its_cuda_c_twin_does(
     simulated: dict[str, bool], name: str
 ) -> None:
     assert simulated[name], name
+
+
+COMPILE = r"""
+import json
+import numpy as np
+import kernel_set_numba as k
+from numba import cuda, typeof
+
+failed = {}
+for launch in k.launches(np, scale=0.01):
+    types = tuple(typeof(arg) for arg in launch.args)
+    try:
+        cuda.compile_ptx(k.FUNCTIONS[launch.kernel], types, cc=(9, 0))
+    except Exception as error:  # the compiler's own error, one line of it
+        failed[launch.kernel] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+print(json.dumps(failed))
+"""
+
+
+def test_each_numba_kernel_compiles_for_the_arguments_the_benchmark_launches_it_with() -> None:
+    # The simulator runs the kernels as Python, where bool() and range() of a one-element array
+    # work; Numba's compiler types them and refuses. The first device run of the set failed all
+    # eight so: each scalar argument went in as a one-element array (numpy scalars have ravel()).
+    # compile_ptx needs no GPU (NVVM from the dev extra), so the launch types are checked here.
+    # (Without a driver, Numba's report of a typing error fails itself: before the fix every
+    # kernel read "CudaSupportError: Error at driver init" here, TypingError on the device.)
+    pytest.importorskip("numba.cuda", reason="numba-cuda (the dev extra) compiles the kernels")
+    env = dict(os.environ, PYTHONPATH=str(BENCHMARKS))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {}
