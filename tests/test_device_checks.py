@@ -1,0 +1,103 @@
+"""The device scripts' own checks (tests/data/gpu), on what a device run gives them but made here:
+a check that is wrong fails a device run that measured right (issue #37's device round), or
+passes one that did not.
+
+- ``window_check.py`` (item 3): the kernels of a window of a long job are the database's, every
+  thread's: a training step's backward kernels are launched by autograd's thread, which runs no
+  slot function; kernels leaked from outside the window fail it.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pyhpctk.present import api
+
+GPU_DATA = Path(__file__).resolve().parent / "data" / "gpu"
+SECOND = 1_000_000_000
+#: The window job's step as the device ran it: 8 kernels launched by the main thread (forward,
+#: loss, optimizer), 11 by autograd's (backward)
+FORWARD, BACKWARD = 8, 11
+
+
+class WindowDatabase:
+    """What ``open_database`` gives window_check.py: the root, the main thread with the slots
+    the window overlapped, autograd's thread (no slot frame), and ``leaked`` kernels of steps
+    outside the window on the main thread, in no slot."""
+
+    def __init__(self, steps_by_slot: dict[int, int], leaked: int = 0) -> None:
+        self.metric_names = ["REALTIME (sec)", "GKER:COUNT"]
+        steps = sum(steps_by_slot.values())
+        rows = [
+            ("python3", 0.0, 0.0),  # the root: filled below
+            ("main thread", 0.0, steps * FORWARD + leaked),
+            *(
+                (f"window_job.py: slot_{slot:03d}", count * 0.02, count * FORWARD)
+                for slot, count in steps_by_slot.items()
+            ),
+            ("autograd thread", 0.0, steps * BACKWARD),
+            ("<GPU kernel> volta_sgemm_128x64_nn", 0.0, steps),  # a kernel's own row
+        ]
+        seconds = sum(row[1] for row in rows)
+        kernels = steps * (FORWARD + BACKWARD) + leaked
+        rows[0] = ("python3", seconds, kernels)
+        self.rows = rows
+
+    def arrays(self, metrics: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"label": np.array([row[0] for row in self.rows], dtype=object)}
+        for column, name in ((1, "REALTIME (sec)"), (2, "GKER:COUNT")):
+            if name in metrics:
+                out[f"{name} (I)"] = np.array([float(row[column]) for row in self.rows])
+        return out
+
+
+def window_check(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    database: WindowDatabase,
+) -> tuple[int, str]:
+    """window_check.py run as device_window.sh runs it on a 30-second window from 225 s to
+    255 s of a job of 10-second slots and a step every 20 ms (slots 22 to 25)."""
+    slots = [(i * 10 * SECOND, (i + 1) * 10 * SECOND) for i in range(30)]
+    steps = [list(range(start, end, SECOND // 50)) for start, end in slots]
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps({"slots": slots, "steps": steps}))
+    monkeypatch.setattr(api, "open_database", lambda path: database)
+    argv = [str(GPU_DATA / "window_check.py"), "db", str(log)]
+    monkeypatch.setattr(sys, "argv", [*argv, str(225 * SECOND), str(255 * SECOND), "19"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(argv[0], run_name="__main__")
+    return int(exit_.value.code or 0), capsys.readouterr().out
+
+
+#: the window's 1500 steps, by the slot each started in
+WINDOW_STEPS = {22: 250, 23: 500, 24: 500, 25: 250}
+
+
+def test_the_window_check_counts_the_kernels_of_every_thread(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The device's window (30.3 s of 30.7 in the slots, every kernel kept) was failed for the
+    backward kernels autograd's thread launched outside the slots."""
+    failures, out = window_check(monkeypatch, capsys, tmp_path, WindowDatabase(WINDOW_STEPS))
+    assert "FAIL" not in out and failures == 0, out
+    assert "PASS: kernels 28500 (all threads), the window's 1500 steps x 19 = 28500" in out
+
+
+def test_the_window_check_fails_kernels_from_outside_the_window(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Kernels of the steps before the window (pyrun kept what it should have left out) in no
+    slot's context: only the whole database's count sees them."""
+    database = WindowDatabase(WINDOW_STEPS, leaked=20 * 1500 * 19)
+    failures, out = window_check(monkeypatch, capsys, tmp_path, database)
+    assert failures == 1, out
+    assert "FAIL: kernels 598500 (all threads), the window's 1500 steps x 19 = 28500" in out
