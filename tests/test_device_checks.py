@@ -5,19 +5,29 @@ passes one that did not.
 - ``window_check.py`` (item 3): the kernels of a window of a long job are the database's, every
   thread's: a training step's backward kernels are launched by autograd's thread, which runs no
   slot function; kernels leaked from outside the window fail it.
+- ``ranges_device.py`` (item 1): torch.profiler's kernels of a module are its ops' kernels, not
+  the ``record_function``'s own GPU user annotation (listed among the range's kernels under the
+  range's name); pyrun's kernels under a module's range, by thread and name, from ``pyview
+  --json``, are what the program launched there (the PyTorch stand-in on the simulated GPU).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from pyhpctk.analysis.options import ProfOptions
+from pyhpctk.analysis.pipeline import run
+from pyhpctk.cli.pyrun import main as pyrun_main
 from pyhpctk.present import api
 
 GPU_DATA = Path(__file__).resolve().parent / "data" / "gpu"
@@ -101,3 +111,75 @@ def test_the_window_check_fails_kernels_from_outside_the_window(
     failures, out = window_check(monkeypatch, capsys, tmp_path, database)
     assert failures == 1, out
     assert "FAIL: kernels 598500 (all threads), the window's 1500 steps x 19 = 28500" in out
+
+
+def ranges_device() -> dict[str, Any]:
+    return runpy.run_path(str(GPU_DATA / "ranges_device.py"), run_name="ranges_device")
+
+
+def event(
+    name: str, kernels: tuple[str, ...] = (), children: tuple[Any, ...] = (), **more: Any
+) -> Any:
+    found = [SimpleNamespace(name=kernel) for kernel in kernels]
+    fields = {"sequence_nr": -1, "is_user_annotation": False, **more}
+    return SimpleNamespace(name=name, kernels=found, cpu_children=list(children), **fields)
+
+
+def test_torch_profilers_count_of_a_module_leaves_out_its_ranges_gpu_annotation() -> None:
+    """As torch.profiler (kineto) gives a step of ``fc``: the TARGET range's event lists its
+    GPU user annotation (named as the range) among its kernels, beside the addmm's gemm and
+    a bias copy; the backward node of the addmm runs two gemms and a reduction."""
+    script = ranges_device()
+    gemm, reduce = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "reduce_kernel"
+    target = "TARGET fc (Linear)"
+    addmm = event("aten::addmm", (gemm, "Memcpy DtoD (Device -> Device)"), sequence_nr=7)
+    step = [
+        event(target, (target,), (event("aten::linear", (), (addmm,)),), is_user_annotation=True),
+        event(
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            (),
+            (event("aten::mm", (gemm,)), event("aten::mm", (gemm,)), event("aten::sum", (reduce,))),
+            sequence_nr=7,
+        ),
+        event(
+            "autograd::engine::evaluate_function: ReluBackward0",
+            (),
+            (event("aten::threshold_backward", ("elementwise_kernel",)),),
+            sequence_nr=6,
+        ),
+    ]
+    events = [*step, *step, *step]  # three steps
+    # (the events' list holds every event; walk() finds the children from the tops)
+    ranges = script["range_names"](events)
+    counts = script["profiler_counts"](
+        events, "fc (Linear)", lambda e: script["kernel_names"](e, ranges)
+    )
+    assert (counts["forward"], counts["backward"], counts["total"]) == (3, 9, 12)
+    assert counts["forward_kernels"] == {gemm: 3} and counts["forward_per_call"] == [1, 1, 1]
+    assert counts["backward_kernels"] == {gemm: 6, reduce: 3}
+
+
+def test_pyruns_kernels_under_a_modules_range_by_thread_and_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ranges_device.py's check lists pyrun's kernels under each target module: the stand-in
+    model's, whose truth the program writes (forward on the main thread, backward on the
+    worker thread)."""
+    programs = Path(__file__).resolve().parent / "programs"
+    monkeypatch.setenv("PYTHONPATH", str(programs / "fake_torch"))
+    truth_file, out, database = tmp_path / "truth.json", tmp_path / "m", tmp_path / "db"
+    command = ["--ranges", "-e", "gpu=simulated", "-o", str(out), sys.executable]
+    assert pyrun_main([*command, str(programs / "ranges_model.py"), str(truth_file), "3"]) == 0
+    run(ProfOptions.build([out], output=database))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    script = ranges_device()
+    labels = {"fc1 (Linear)", "act (ReLU)", "fc2 (Linear)"}
+    found = script["pyrun_kernels"](script["pyview_tree"](str(database)), labels)
+    truth = json.loads(truth_file.read_text())["kernels"]
+    for label in labels:
+        threads: dict[str, Counter[str]] = found[label]
+        assert sum(names.total() for names in threads.values()) == truth[label], (label, found)
+        assert "main thread" in threads, (label, found)  # the forward pass
+        assert len(threads) == 2, (label, found)  # and the backward's worker thread
+    counted = script["pyrun_counts"](str(database))  # pyview --ranges: the same totals
+    assert {label: counted[label] for label in labels} == {label: truth[label] for label in labels}

@@ -14,9 +14,15 @@ Python stacks): the module's forward runs inside a ``record_function("TARGET <na
 ``forward`` wrapped on that instance only); its forward kernels are the device kernels of the
 ops below that event; its backward kernels those of the ``autograd::engine::evaluate_function``
 events whose sequence number is one of those forward ops' (how torch.profiler links a backward
-op to the forward op that made its node). Copies and memsets are not kernels. pyrun's count is
-``GKER:COUNT`` of the module's rows in ``pyview --ranges`` (forward on the main thread,
-backward on autograd's), exclusive: the targets are leaf modules.
+op to the forward op that made its node). Copies and memsets are not kernels, nor is a range's
+own span on the GPU timeline: torch.profiler lists a ``record_function``'s GPU user annotation
+(named as the range) among the kernels of the range's event. pyrun's count is ``GKER:COUNT`` of
+the module's rows in ``pyview --ranges`` (forward on the main thread, backward on autograd's),
+exclusive: the targets are leaf modules.
+
+The check prints, for each target, the kernels by name on both sides (pyrun's: the kernel rows
+under the module's range nodes of ``pyview --json``, by thread), so that a difference says
+which kernels make it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,24 +62,56 @@ def is_kernel(name: str) -> bool:
     return not name.startswith(("Memcpy", "Memset"))
 
 
-def profiler_counts(events: Any, label: str, counted: Callable[[Any], int]) -> dict[str, int]:
-    """torch.profiler's forward and backward count of the module ``label`` (``counted``: what
-    one event counts, its kernels on the GPU)."""
-    forward = 0
+def range_names(events: Any) -> set[str]:
+    """The names of the profile's ranges (``record_function``, a module's scope): a range's GPU
+    user annotation is listed among its event's kernels under the range's name."""
+    return {
+        event.name
+        for event in events
+        if getattr(event, "is_user_annotation", False) or event.name.startswith("TARGET ")
+    }
+
+
+def kernel_names(event: Any, ranges: set[str]) -> Counter[str]:
+    """One event's own kernels on the GPU by name (copies, memsets and ranges left out)."""
+    return Counter(
+        kernel.name
+        for kernel in event.kernels
+        if is_kernel(kernel.name) and kernel.name not in ranges
+    )
+
+
+def profiler_counts(
+    events: Any, label: str, counted: Callable[[Any], Counter[str]]
+) -> dict[str, Any]:
+    """torch.profiler's forward and backward count of the module ``label``, and its kernels by
+    name (``counted``: one event's own kernels on the GPU by name)."""
+    forward: Counter[str] = Counter()
+    per_call: list[int] = []  # a first call's one-time work (cuBLAS's setup) stands out
     sequence: set[int] = set()
     for event in events:
         if event.name == f"TARGET {label}":
+            before = forward.total()
             for inner in walk(event):
                 forward += counted(inner)
                 if getattr(inner, "sequence_nr", -1) >= 0 and inner is not event:
                     sequence.add(inner.sequence_nr)
-    backward = 0
+            per_call.append(forward.total() - before)
+    backward: Counter[str] = Counter()
     for event in events:
         if event.name.startswith("autograd::engine::evaluate_function") and (
             event.sequence_nr in sequence
         ):
-            backward += sum(counted(inner) for inner in walk(event))
-    return {"forward": forward, "backward": backward, "total": forward + backward}
+            for inner in walk(event):
+                backward += counted(inner)
+    return {
+        "forward": forward.total(),
+        "backward": backward.total(),
+        "total": forward.total() + backward.total(),
+        "forward_per_call": per_call,
+        "forward_kernels": dict(forward.most_common()),
+        "backward_kernels": dict(backward.most_common()),
+    }
 
 
 def profile(workload: str, steps: int, out: str) -> None:
@@ -93,9 +132,10 @@ def profile(workload: str, steps: int, out: str) -> None:
     with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
         run()
     events = prof.events()
+    ranges = range_names(events)
 
-    def kernels(event: Any) -> int:
-        return sum(1 for kernel in event.kernels if is_kernel(kernel.name))
+    def kernels(event: Any) -> Counter[str]:
+        return kernel_names(event, ranges)
 
     counts = {label: profiler_counts(events, label, kernels) for label in TARGETS[workload]}
     with open(out, "w") as stream:
@@ -105,10 +145,6 @@ def profile(workload: str, steps: int, out: str) -> None:
 
 def pyrun_counts(database: str) -> dict[str, float]:
     """GKER:COUNT (exclusive) of each range's rows in ``pyview --ranges``, summed by name."""
-    command = [sys.executable, "-m", "pyhpctk.cli.pyview", "--ranges", "--metric", "GKER:COUNT"]
-    shown = subprocess.run([*command, "--json", "-", database], capture_output=True, text=True)
-    if shown.returncode:
-        sys.exit(f"pyview failed: {shown.stderr}")
     counts: dict[str, float] = {}
 
     def add(node: dict[str, Any]) -> None:
@@ -117,8 +153,43 @@ def pyrun_counts(database: str) -> dict[str, float]:
             counts[name] = counts.get(name, 0.0) + child["values"].get("GKER:COUNT (E)", 0.0)
             add(child)
 
-    add(json.loads(shown.stdout)["root"])
+    add(pyview_tree(database, "--ranges"))
     return counts
+
+
+def pyview_tree(database: str, *options: str) -> dict[str, Any]:
+    """The root of ``pyview --json`` with GKER:COUNT and ``options``."""
+    command = [sys.executable, "-m", "pyhpctk.cli.pyview", *options, "--metric", "GKER:COUNT"]
+    shown = subprocess.run([*command, "--json", "-", database], capture_output=True, text=True)
+    if shown.returncode:
+        sys.exit(f"pyview failed: {shown.stderr}")
+    root: dict[str, Any] = json.loads(shown.stdout)["root"]
+    return root
+
+
+def pyrun_kernels(root: dict[str, Any], labels: set[str]) -> dict[str, dict[str, Counter[str]]]:
+    """The kernels under each range named one of ``labels`` (not under a range inside it), by
+    thread and by name: the rows of the whole tree (``pyview --json``, not folded) with kernels
+    of their own."""
+    found: dict[str, dict[str, Counter[str]]] = {label: {} for label in labels}
+
+    def add(node: dict[str, Any], thread: str, inside: str | None) -> None:
+        for child in node.get("children", []):
+            scope = str(child["scope"])
+            here = thread if child.get("kind") != "entry" else scope
+            is_range = child.get("file") == "<range>"
+            within = (scope if scope in labels else None) if is_range else inside
+            own = child["values"].get("GKER:COUNT (E)", 0.0)
+            if within is not None and own and not is_range:
+                found[within].setdefault(here, Counter())[scope] += int(own)
+            add(child, here, within)
+
+    add(root, "", None)
+    return found
+
+
+def named(counts: dict[str, int], width: int = 110) -> str:
+    return "; ".join(f"{n} x {name[:width]}" for name, n in counts.items()) or "none"
 
 
 def check(workload: str, database: str, profiled: str) -> int:
@@ -136,6 +207,17 @@ def check(workload: str, database: str, profiled: str) -> int:
             f"torch.profiler {expected} (forward {truth[label]['forward']}, backward "
             f"{truth[label]['backward']})"
         )
+    kernels = pyrun_kernels(pyview_tree(database), set(TARGETS[workload]))
+    for label in TARGETS[workload]:
+        profiled = truth[label]
+        print(f"  {label} forward per call, torch.profiler: {profiled.get('forward_per_call')}")
+        for side in ("forward", "backward"):
+            print(f"  {label} {side}, torch.profiler: {named(profiled.get(f'{side}_kernels', {}))}")
+        for thread, names in sorted(kernels[label].items()):
+            print(
+                f"  {label} under the range, pyrun, {thread}: {names.total()} kernels:"
+                f" {named(dict(names.most_common()))}"
+            )
     modules = sorted((n for n in measured if "(" in n), key=lambda n: -measured[n])
     print(
         f"{workload}: {len(modules)} module rows; kernels (own) of the first: "
