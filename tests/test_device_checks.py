@@ -7,8 +7,8 @@ passes one that did not.
   slot function; kernels leaked from outside the window fail it.
 - ``ranges_device.py`` (item 1): torch.profiler's kernels of a module are its ops' kernels, not
   the ``record_function``'s own GPU user annotation (listed among the range's kernels under the
-  range's name); pyrun's kernels under a module's range, by thread and name, from ``pyview
-  --json``, are what the program launched there (the PyTorch stand-in on the simulated GPU).
+  range's name); pyrun's kernels under a module's range, by thread and name, from the
+  database's whole tree, are what the program launched there (the PyTorch stand-in on the simulated GPU).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def test_pyruns_kernels_under_a_modules_range_by_thread_and_name(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
     script = ranges_device()
     labels = {"fc1 (Linear)", "act (ReLU)", "fc2 (Linear)"}
-    found = script["pyrun_kernels"](script["pyview_tree"](str(database)), labels)
+    found = script["pyrun_kernels"](str(database), labels)
     truth = json.loads(truth_file.read_text())["kernels"]
     for label in labels:
         threads: dict[str, Counter[str]] = found[label]

@@ -20,8 +20,8 @@ own span on the GPU timeline: torch.profiler lists a ``record_function``'s GPU u
 the module's rows in ``pyview --ranges`` (forward on the main thread, backward on autograd's),
 exclusive: the targets are leaf modules.
 
-The check prints, for each target, the kernels by name on both sides (pyrun's: the kernel rows
-under the module's range nodes of ``pyview --json``, by thread), so that a difference says
+The check prints, for each target, the kernels by name on both sides (pyrun's: the kernel contexts
+under the module's range nodes of the database, by thread), so that a difference says
 which kernels make it.
 """
 
@@ -167,24 +167,40 @@ def pyview_tree(database: str, *options: str) -> dict[str, Any]:
     return root
 
 
-def pyrun_kernels(root: dict[str, Any], labels: set[str]) -> dict[str, dict[str, Counter[str]]]:
+def pyrun_kernels(database: str, labels: set[str]) -> dict[str, dict[str, Counter[str]]]:
     """The kernels under each range named one of ``labels`` (not under a range inside it), by
-    thread and by name: the rows of the whole tree (``pyview --json``, not folded) with kernels
-    of their own."""
-    found: dict[str, dict[str, Counter[str]]] = {label: {} for label in labels}
+    thread and by name: the whole calling context tree's rows with kernels of their own, each
+    named by the context below its ``<gpu kernel>`` placeholder (the kernel's function)."""
+    from pyhpctk.present.api import open_database
+    from pyhpctk.present.ranges import range_contexts
 
-    def add(node: dict[str, Any], thread: str, inside: str | None) -> None:
-        for child in node.get("children", []):
-            scope = str(child["scope"])
-            here = thread if child.get("kind") != "entry" else scope
-            is_range = child.get("file") == "<range>"
-            within = (scope if scope in labels else None) if is_range else inside
-            own = child["values"].get("GKER:COUNT (E)", 0.0)
-            if within is not None and own and not is_range:
-                found[within].setdefault(here, Counter())[scope] += int(own)
-            add(child, here, within)
+    db = open_database(database)
+    arrays = db.arrays(["GKER:COUNT"])
+    is_range = range_contexts(db.experiment.tree)
+    label, kind, parent = arrays["label"], arrays["kind"], arrays["parent"]
+    own = arrays["GKER:COUNT (E)"]
+    children: dict[int, list[int]] = {}
+    for row, up in enumerate(parent.tolist()):
+        children.setdefault(up, []).append(row)
 
-    add(root, "", None)
+    def above(row: int, stop: Callable[[int], bool]) -> int:
+        while row > 0 and not stop(row):
+            row = int(parent[row])
+        return row
+
+    found: dict[str, dict[str, Counter[str]]] = {name: {} for name in labels}
+    for top in (row for row in range(len(label)) if is_range[row] and label[row] in labels):
+        thread = str(label[above(top, lambda row: kind[row] == "entry")])
+        names = found[str(label[top])].setdefault(thread, Counter())
+        stack = list(children.get(top, []))
+        while stack:
+            row = stack.pop()
+            if is_range[row]:
+                continue
+            if own[row] > 0:
+                kernel = above(row, lambda r: r == 0 or label[parent[r]] == "<gpu kernel>")
+                names[str(label[kernel if kernel > 0 else row])] += int(own[row])
+            stack.extend(children.get(row, []))
     return found
 
 
@@ -207,7 +223,7 @@ def check(workload: str, database: str, profiled: str) -> int:
             f"torch.profiler {expected} (forward {truth[label]['forward']}, backward "
             f"{truth[label]['backward']})"
         )
-    kernels = pyrun_kernels(pyview_tree(database), set(TARGETS[workload]))
+    kernels = pyrun_kernels(database, set(TARGETS[workload]))
     for label in TARGETS[workload]:
         profiled = truth[label]
         print(f"  {label} forward per call, torch.profiler: {profiled.get('forward_per_call')}")
