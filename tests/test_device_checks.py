@@ -8,7 +8,8 @@ passes one that did not.
 - ``ranges_device.py`` (item 1): torch.profiler's kernels of a module are its ops' kernels, not
   the ``record_function``'s own GPU user annotation (listed among the range's kernels under the
   range's name); pyrun's kernels under a module's range, by thread and name, from the
-  database's whole tree, are what the program launched there (the PyTorch stand-in on the simulated GPU).
+  database's whole tree, are what the program launched there (the PyTorch stand-in on the
+  simulated GPU).
 """
 
 from __future__ import annotations
