@@ -160,6 +160,14 @@ def test_torch_profilers_count_of_a_module_leaves_out_its_ranges_gpu_annotation(
     assert counts["backward_kernels"] == {gemm: 6, reduce: 3}
 
 
+def test_kernel_names_of_both_sides_match_without_void_parameters_and_gpubin() -> None:
+    key = ranges_device()["kernel_key"]
+    template = "at::native::elementwise_kernel<128, 2, (anonymous namespace)::f<float> >"
+    assert key(f"void {template}(int, float (*)(float))") == template  # CUPTI's, kineto's
+    assert key(f"{template}(int, float (*)(float)) [3fa9.gpubin]") == template  # pyrun's
+    assert key("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n") == "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n"
+
+
 def test_pyruns_kernels_under_a_modules_range_by_thread_and_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,12 +183,16 @@ def test_pyruns_kernels_under_a_modules_range_by_thread_and_name(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
     script = ranges_device()
     labels = {"fc1 (Linear)", "act (ReLU)", "fc2 (Linear)"}
-    found = script["pyrun_kernels"](str(database), labels)
+    found = script["PyrunKernels"](str(database)).under(labels)
     truth = json.loads(truth_file.read_text())["kernels"]
     for label in labels:
         threads: dict[str, Counter[str]] = found[label]
         assert sum(names.total() for names in threads.values()) == truth[label], (label, found)
         assert "main thread" in threads, (label, found)  # the forward pass
         assert len(threads) == 2, (label, found)  # and the backward's worker thread
+    # where pyrun has kernels of a name, by range (the placeholder's name here: no gpubin)
+    elsewhere = script["PyrunKernels"](str(database)).elsewhere({"<gpu kernel>"})
+    assert elsewhere["<gpu kernel>", "fc1 (Linear)"] == truth["fc1 (Linear)"], elsewhere
+    assert sum(elsewhere.values()) == sum(truth.values()), (elsewhere, truth)
     counted = script["pyrun_counts"](str(database))  # pyview --ranges: the same totals
     assert {label: counted[label] for label in labels} == {label: truth[label] for label in labels}

@@ -20,9 +20,10 @@ own span on the GPU timeline: torch.profiler lists a ``record_function``'s GPU u
 the module's rows in ``pyview --ranges`` (forward on the main thread, backward on autograd's),
 exclusive: the targets are leaf modules.
 
-The check prints, for each target, the kernels by name on both sides (pyrun's: the kernel contexts
-under the module's range nodes of the database, by thread), so that a difference says
-which kernels make it.
+The check prints, for each target, the kernels by name on both sides (torch.profiler's forward
+per call too: a first call's one-time work stands out; pyrun's: the kernel contexts under the
+module's range nodes of the database, by thread), and where pyrun put the kernels of a name the
+profiler counts more of: a difference says which kernels make it, and which side is wrong.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 # the benchmark's own ResNet-18 and GPT-2 steps (benchmarks/pyrun_gpu.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
@@ -167,41 +170,80 @@ def pyview_tree(database: str, *options: str) -> dict[str, Any]:
     return root
 
 
-def pyrun_kernels(database: str, labels: set[str]) -> dict[str, dict[str, Counter[str]]]:
-    """The kernels under each range named one of ``labels`` (not under a range inside it), by
-    thread and by name: the whole calling context tree's rows with kernels of their own, each
+def kernel_key(name: str) -> str:
+    """A kernel's name as both sides can match it: no ``void``, no parameter list, no
+    ``[gpubin]`` (CUPTI's demangled names carry the first two, pyrun's rows may not)."""
+    name = name.strip().removeprefix("void ")
+    if name.endswith("]") and " [" in name:
+        name = name[: name.rindex(" [")]
+    if name.endswith(")"):
+        depth = 0
+        for at in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[at], 0)
+            if depth == 0:
+                return name[:at].strip()
+    return name
+
+
+class PyrunKernels:
+    """The kernels of a database's whole calling context tree: each row with kernels of its own,
     named by the context below its ``<gpu kernel>`` placeholder (the kernel's function)."""
-    from pyhpctk.present.api import open_database
-    from pyhpctk.present.ranges import range_contexts
 
-    db = open_database(database)
-    arrays = db.arrays(["GKER:COUNT"])
-    is_range = range_contexts(db.experiment.tree)
-    label, kind, parent = arrays["label"], arrays["kind"], arrays["parent"]
-    own = arrays["GKER:COUNT (E)"]
-    children: dict[int, list[int]] = {}
-    for row, up in enumerate(parent.tolist()):
-        children.setdefault(up, []).append(row)
+    def __init__(self, database: str) -> None:
+        from pyhpctk.present.api import open_database
+        from pyhpctk.present.ranges import range_contexts
 
-    def above(row: int, stop: Callable[[int], bool]) -> int:
+        db = open_database(database)
+        arrays = db.arrays(["GKER:COUNT"])
+        self.is_range = range_contexts(db.experiment.tree)
+        self.label, self.kind, self.parent = arrays["label"], arrays["kind"], arrays["parent"]
+        self.own = arrays["GKER:COUNT (E)"]
+        self.children: dict[int, list[int]] = {}
+        for row, up in enumerate(self.parent.tolist()):
+            self.children.setdefault(up, []).append(row)
+
+    def above(self, row: int, stop: Callable[[int], bool]) -> int:
         while row > 0 and not stop(row):
-            row = int(parent[row])
+            row = int(self.parent[row])
         return row
 
-    found: dict[str, dict[str, Counter[str]]] = {name: {} for name in labels}
-    for top in (row for row in range(len(label)) if is_range[row] and label[row] in labels):
-        thread = str(label[above(top, lambda row: kind[row] == "entry")])
-        names = found[str(label[top])].setdefault(thread, Counter())
-        stack = list(children.get(top, []))
-        while stack:
-            row = stack.pop()
-            if is_range[row]:
+    def name(self, row: int) -> str:
+        label, parent = self.label, self.parent
+        kernel = self.above(row, lambda r: label[parent[r]] == "<gpu kernel>")
+        return str(label[kernel if kernel > 0 else row])
+
+    def where(self, row: int) -> str:
+        """The range a row is in (the innermost), else its thread."""
+        return str(
+            self.label[self.above(row, lambda r: self.is_range[r] or self.kind[r] == "entry")]
+        )
+
+    def under(self, labels: set[str]) -> dict[str, dict[str, Counter[str]]]:
+        """The kernels under each range named one of ``labels`` (not under a range inside it),
+        by thread and by name."""
+        found: dict[str, dict[str, Counter[str]]] = {name: {} for name in labels}
+        for top in np.flatnonzero(self.is_range).tolist():
+            if self.label[top] not in labels:
                 continue
-            if own[row] > 0:
-                kernel = above(row, lambda r: r == 0 or label[parent[r]] == "<gpu kernel>")
-                names[str(label[kernel if kernel > 0 else row])] += int(own[row])
-            stack.extend(children.get(row, []))
-    return found
+            thread = str(self.label[self.above(top, lambda r: self.kind[r] == "entry")])
+            names = found[str(self.label[top])].setdefault(thread, Counter())
+            stack = list(self.children.get(top, []))
+            while stack:
+                row = stack.pop()
+                if not self.is_range[row]:
+                    if self.own[row] > 0:
+                        names[self.name(row)] += int(self.own[row])
+                    stack.extend(self.children.get(row, []))
+        return found
+
+    def elsewhere(self, keys: set[str]) -> Counter[tuple[str, str]]:
+        """Every kernel whose :func:`kernel_key` is one of ``keys``, by key and by where it is."""
+        found: Counter[tuple[str, str]] = Counter()
+        for row in np.flatnonzero(self.own > 0).tolist():
+            key = kernel_key(self.name(row))
+            if key in keys:
+                found[key, self.where(row)] += int(self.own[row])
+        return found
 
 
 def named(counts: dict[str, int], width: int = 110) -> str:
@@ -223,23 +265,42 @@ def check(workload: str, database: str, profiled: str) -> int:
             f"torch.profiler {expected} (forward {truth[label]['forward']}, backward "
             f"{truth[label]['backward']})"
         )
-    kernels = pyrun_kernels(database, set(TARGETS[workload]))
+    tree = PyrunKernels(database)
+    kernels = tree.under(set(TARGETS[workload]))
     for label in TARGETS[workload]:
-        profiled = truth[label]
-        print(f"  {label} forward per call, torch.profiler: {profiled.get('forward_per_call')}")
-        for side in ("forward", "backward"):
-            print(f"  {label} {side}, torch.profiler: {named(profiled.get(f'{side}_kernels', {}))}")
-        for thread, names in sorted(kernels[label].items()):
-            print(
-                f"  {label} under the range, pyrun, {thread}: {names.total()} kernels:"
-                f" {named(dict(names.most_common()))}"
-            )
+        print_names(label, truth[label], kernels[label], tree)
     modules = sorted((n for n in measured if "(" in n), key=lambda n: -measured[n])
     print(
         f"{workload}: {len(modules)} module rows; kernels (own) of the first: "
         + ", ".join(f"{n} {measured[n]:.0f}" for n in modules[:6])
     )
     return 1 if failed else 0
+
+
+def print_names(
+    label: str, profiled: dict[str, Any], ours: dict[str, Counter[str]], tree: PyrunKernels
+) -> None:
+    """Both sides' kernels of one module by name, and where pyrun put the kernels the profiler
+    counts more of than pyrun has under the module."""
+    print(f"  {label} forward per call, torch.profiler: {profiled.get('forward_per_call')}")
+    theirs: Counter[str] = Counter()
+    for side in ("forward", "backward"):
+        names = profiled.get(f"{side}_kernels", {})
+        theirs.update({kernel_key(name): n for name, n in names.items()})
+        print(f"  {label} {side}, torch.profiler: {named(names)}")
+    mine: Counter[str] = Counter()
+    for thread, names in sorted(ours.items()):
+        mine.update({kernel_key(name): n for name, n in names.items()})
+        counts = dict(names.most_common())
+        print(
+            f"  {label} under the range, pyrun, {thread}: {names.total()} kernels: {named(counts)}"
+        )
+    missing = {key for key, n in theirs.items() if n > mine[key]}
+    places = tree.elsewhere(missing)
+    for (key, where), n in places.most_common(10):
+        print(f"  {label}: pyrun has {n} x {key[:110]} under {where}")
+    if len(places) > 10:
+        print(f"  {label}: ... and in {len(places) - 10} more places")
 
 
 def main() -> int:
