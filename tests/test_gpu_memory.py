@@ -38,6 +38,7 @@ from pyhpctk.measure.gpu.simulated.backend import SimulatedBackend
 from pyhpctk.measure.launch.config import MeasureOptions
 from pyhpctk.measure.session import Session
 from pyhpctk.present.api import open_database
+from pyhpctk.present.memory import report_section
 
 PROGRAM = Path(__file__).resolve().parent / "data" / "gpu" / "fake_allocator.py"
 MIB = 1 << 20
@@ -184,6 +185,36 @@ def test_a_pools_own_cudamalloc_is_not_counted_twice() -> None:
     assert result.timelines[0][2][-1] == 12 * MIB  # reserved: the segment once, and NCCL's
     assert result.source_peaks == [4 * MIB, 0, 2 * MIB]  # torch, cupy, cuda
     assert result.unknown_frees == 1
+
+
+def test_a_site_allocating_through_two_allocators_keeps_each_ones_bytes_at_peak() -> None:
+    """A Python line whose PyTorch call also made cuBLAS cudaMalloc its workspace (the device's
+    conv.py:548 and linear.py:134): its bytes at the peak, by allocator, in the memory file."""
+    torch, raw = memory.Events(), memory.Events()
+    torch.add(1, memory.RESERVE, memory.TORCH, 0, 0x10000, 64 * MIB, -1)
+    torch.add(2, memory.ALLOC, memory.TORCH, 0, 0x10000, 32 * MIB, 0)  # the layer's output
+    raw.add(3, memory.RESERVE, memory.CUDA, 0, 0x90000, 3 * MIB, 0)  # cuBLAS's workspace
+    torch.add(4, memory.ALLOC, memory.TORCH, 0, 0x20000, 5 * MIB, 1)  # another line, torch only
+    torch.add(5, memory.ALLOC, memory.TORCH, 0, 0x30000, 7 * MIB, 0)  # freed before the peak
+    torch.add(6, memory.FREE, memory.TORCH, 0, 0x30000, 0, -1)
+    torch.add(7, memory.ALLOC, memory.TORCH, 0, 0x40000, 9 * MIB, 1)  # the peak: 49 MiB
+    torch.add(8, memory.FREE, memory.TORCH, 0, 0x40000, 0, -1)
+    result = memory.replay([torch, raw], 2)
+    assert result.peak_bytes == 49 * MIB
+    tracker: Any = SimpleNamespace(
+        sites=[memory.Site(1, ()), memory.Site(1, ())],
+        session=SimpleNamespace(functions=SimpleNamespace(stanzas=[])),
+    )
+    top = memory_files._top(tracker, result.at_peak, result)
+    assert [(site["at_peak"], site["sources"], site["at_peak_by_source"]) for site in top] == [
+        (35 * MIB, ["torch", "cuda"], {"torch": 32 * MIB, "cuda": 3 * MIB}),
+        (14 * MIB, ["torch"], {"torch": 14 * MIB}),
+    ]
+    # the HTML report's table says the split where a site has one
+    page = report_section([gpu_memory.MemoryFile(1, ["cuda", "torch"], 49 * MIB, 7, top_sites=top)])
+    assert page.count("<tr><td>") == 2
+    assert "<td>35.00 MiB<br>(torch 32.00 MiB, cuda 3.00 MiB)</td>" in page
+    assert "<td>14.00 MiB</td>" in page
 
 
 def test_only_the_pytorch_releases_known_are_hooked() -> None:

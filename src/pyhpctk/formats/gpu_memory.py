@@ -7,10 +7,10 @@ export and HTML report read it. JSON: ``format`` (``"pyhpctk gpu memory"``), ``v
 process's most allocated bytes at once, all devices, and when, epoch ns), ``source_peaks``
 (each allocator's own peak, by source name), ``devices`` (each ``device``, ``time_ns``,
 ``allocated``, ``reserved``: equal-length lists, the bytes from each time on), ``top_sites`` (at
-most 20, by bytes live at the peak: ``at_peak``, ``peak``, ``allocated``, ``count``, ``live`` (at
-exit), ``sources`` (the allocators it went through), ``stack``: ``function (file:line)``
-innermost first, empty for a thread without Python frames) and ``oom_reports`` (file names
-beside it).
+most 20, by bytes live at the peak: ``at_peak``, ``at_peak_by_source`` (``at_peak`` by source
+name), ``peak``, ``allocated``, ``count``, ``live`` (at exit), ``sources`` (the allocators it
+went through), ``stack``: ``function (file:line)`` innermost first, empty for a thread without
+Python frames) and ``oom_reports`` (file names beside it).
 """
 
 from __future__ import annotations

@@ -67,6 +67,14 @@ def _size(value: int) -> str:
     return f"{value} B"
 
 
+def _split(site: dict[str, object]) -> str:
+    """A site's bytes at the peak by allocator, where it went through more than one."""
+    split = site.get("at_peak_by_source")
+    if not isinstance(split, dict) or len(split) < 2:
+        return ""
+    return "<br>(" + ", ".join(f"{name} {_size(int(value))}" for name, value in split.items()) + ")"
+
+
 def _plot(line: gpu_memory.DeviceTimeline, width: int = 600, height: int = 120) -> str:
     """An inline SVG of allocated (filled) and reserved (line) bytes over time."""
     times, top = line.time_ns, max(max(line.reserved, default=0), max(line.allocated, default=0))
@@ -114,7 +122,7 @@ def report_section(files: list[gpu_memory.MemoryFile]) -> str:
                     "<br>".join(html.escape(str(frame)) for frame in frames) or "(no Python frames)"
                 )
                 parts.append(
-                    f"<tr><td>{_size(int(site.get('at_peak', 0)))}</td>"  # type: ignore[call-overload]
+                    f"<tr><td>{_size(int(site.get('at_peak', 0)))}{_split(site)}</td>"  # type: ignore[call-overload]
                     f"<td>{_size(int(site.get('peak', 0)))}</td>"  # type: ignore[call-overload]
                     f"<td>{_size(int(site.get('allocated', 0)))}</td><td>{where}</td></tr>"  # type: ignore[call-overload]
                 )

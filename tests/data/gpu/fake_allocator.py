@@ -5,7 +5,8 @@ would, through the same entry points (tests/test_gpu_memory.py knows the truth, 
 Sites (each a line marked ``# SITE``): weights 4 MiB kept; per step 3 x 1 MiB activations and a
 2 MiB workspace (the transient peak, 9 MiB); a raw 1 MiB cudaMalloc freed; then PyTorch's
 8 MiB block, kept (the process's peak, 12 MiB). With ``oom``: PyTorch's observer is told of an
-out-of-memory error, then the program dies of the exception; with ``cupy-oom``, CuPy's hook.
+out-of-memory error, then the program dies of the exception; with ``cupy-oom``, CuPy's hook (its
+cudaMalloc failing first, as CuPy tells it: ``alloc_postprocess`` with ``mem_ptr`` 0).
 """
 
 import sys
@@ -108,5 +109,7 @@ if sys.argv[1:] == ["oom"]:
     allocator.out_of_memory(0, 3 << 30, 12 * MIB, 0)  # as the allocator calls its observers
     raise MemoryError("CUDA out of memory. Tried to allocate 3.00 GiB")
 if sys.argv[1:] == ["cupy-oom"]:  # CuPy's pool tells its hook of the failure (mem_ptr 0)
+    for _ in range(3):  # its cudaMalloc fails (mem_ptr 0), again after freeing its cache
+        pool.alloc_postprocess(device_id=0, mem_size=3 << 30, mem_ptr=0)
     pool.malloc_postprocess(device_id=0, size=3 << 30, mem_size=3 << 30, mem_ptr=0, pmem_id=0)
     raise MemoryError("Out of memory allocating 3,221,225,472 bytes")

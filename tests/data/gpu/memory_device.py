@@ -193,11 +193,13 @@ def training_checks(out: Path, steps: int) -> float:
     with open(out / "train" / "snapshot.pickle", "rb") as file:
         snapshot = pickle.load(file)
     peak, at_peak = snapshot_replay(snapshot)
-    # PyTorch's sites only (the snapshot knows no other allocator), keyed as the snapshot's
+    # PyTorch's part of each site (the snapshot knows no other allocator: a line whose PyTorch
+    # call also made cuBLAS cudaMalloc its workspace keeps its torch bytes), keyed as the
+    # snapshot's
     our_values = {
-        stack_key(site): site["at_peak"]
+        stack_key(site): site["at_peak_by_source"]["torch"]
         for site in ours["top_sites"]
-        if site["sources"] == ["torch"]
+        if site["at_peak_by_source"].get("torch")
     }
     top_ours, top_theirs = top_with_ties(our_values, 5), top_with_ties(at_peak, 5)
     (out / "train_compare.json").write_text(

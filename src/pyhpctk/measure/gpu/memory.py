@@ -101,6 +101,9 @@ class Replayed:
     at_peak: np.ndarray
     live: np.ndarray  # bytes each site holds at the end of the events
     sources: np.ndarray  # the allocators each site allocated through: 1 << source, or-ed
+    #: ``at_peak`` split by allocator: a row per SOURCE_NAMES index (a Python line may allocate
+    #: through PyTorch's pool and, in a library it calls, raw cudaMalloc: cuBLAS's workspace)
+    at_peak_by_source: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     peak_bytes: int = 0  # the process's most allocated bytes at once (all devices)
     peak_time: int = 0
     timelines: dict[int, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
@@ -159,6 +162,7 @@ def replay(parts: Sequence[Events], sites: int) -> Replayed:
     }
     zeros = [np.zeros(sites, dtype=np.int64) for _ in range(6)]
     result = Replayed(zeros[0], zeros[1], zeros[2], zeros[3], zeros[4], zeros[5])
+    result.at_peak_by_source = np.zeros((len(SOURCE_NAMES), sites), dtype=np.int64)
     site_live = [0] * sites
     live: dict[tuple[int, int, int], tuple[int, int]] = {}  # (source, device, address) -> ...
     segments: dict[tuple[int, int, int], int] = {}
@@ -242,9 +246,10 @@ def _live_at(
             live[key] = (size[i], site[i])
         elif what == FREE or (src == CUDA and what == RELEASE):
             live.pop(key, None)
-    for bytes_, where in live.values():
+    for (src, _, _), (bytes_, where) in live.items():
         if where >= 0:
             result.at_peak[where] += bytes_
+            result.at_peak_by_source[src, where] += bytes_
 
 
 def _thinned(

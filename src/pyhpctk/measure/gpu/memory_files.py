@@ -42,14 +42,21 @@ def site_frames(tracker: MemoryTracker, site: int) -> list[str]:
 
 def _top(tracker: MemoryTracker, values: np.ndarray, result: Replayed) -> list[dict[str, object]]:
     order = np.argsort(-values, kind="stable")[:TOP_SITES]
+
+    def sources(i: int) -> list[int]:
+        return [bit for bit in range(len(SOURCE_NAMES)) if int(result.sources[i]) >> bit & 1]
+
     return [
         {
             "at_peak": int(result.at_peak[i]),
+            "at_peak_by_source": {
+                SOURCE_NAMES[bit]: int(result.at_peak_by_source[bit, i]) for bit in sources(i)
+            },
             "peak": int(result.peak[i]),
             "allocated": int(result.alloc_bytes[i]),
             "count": int(result.alloc_count[i]),
             "live": int(result.live[i]),
-            "sources": [n for b, n in enumerate(SOURCE_NAMES) if int(result.sources[i]) >> b & 1],
+            "sources": [SOURCE_NAMES[bit] for bit in sources(i)],
             "stack": site_frames(tracker, int(i)),
         }
         for i in order.tolist()

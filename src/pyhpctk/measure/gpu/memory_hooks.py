@@ -6,7 +6,8 @@ Each is installed when its framework is imported (now, if it already is; else by
 - **CuPy** (public API, ``cupy.cuda.MemoryHook``, any CuPy with it): a hook object entered on the
   importing thread (CuPy's hooks are per thread: allocations of other threads are not seen).
   ``malloc_postprocess``/``free_postprocess`` are the pool's blocks, ``alloc_postprocess`` the
-  pool's ``cudaMalloc`` (reserved; CuPy tells no hook when its pool frees a segment).
+  pool's ``cudaMalloc`` (reserved; CuPy tells no hook when its pool frees a segment, and tells
+  a failed ``cudaMalloc`` with ``mem_ptr`` 0: not reserved).
 - **PyTorch** (private API, pinned to the versions in :data:`TORCH_SUPPORTED`; another version
   is refused in one line and its memory left unmeasured): at CUDA's lazy initialization
   (``torch.cuda._lazy_call``: importing torch does not start CUDA), the caching allocator's own
@@ -120,9 +121,9 @@ class CupyPoolEvents:
         self.tracker.freed(CUPY, int(kwargs["device_id"]), int(kwargs["mem_ptr"]))
 
     def alloc_postprocess(self, **kwargs: Any) -> None:
-        self.tracker.reserved(
-            CUPY, int(kwargs["device_id"]), int(kwargs["mem_ptr"]), int(kwargs["mem_size"])
-        )
+        address = int(kwargs["mem_ptr"])
+        if address:  # 0: the pool's cudaMalloc failed (CuPy tells it too): nothing reserved
+            self.tracker.reserved(CUPY, int(kwargs["device_id"]), address, int(kwargs["mem_size"]))
 
 
 def _install_cupy(tracker: MemoryTracker, module: ModuleType) -> None:
