@@ -7,13 +7,8 @@
 # again at the end (OUT/summary.txt).
 # Usage (repository root; wheels in .whl/ as for device_pytorch.sh):
 #   bash tests/data/gpu/device_ranges.sh OUT [STEPS]
-# PROBE=1: only the cost (about 2 minutes), 4 rounds, each configuration of each round with the
-# line of what pyrun did meanwhile (pyrun_ranges.py --probe: threads' CPU and context switches,
-# the C hook's counters and epochs, the slow path, the collector, the tables' sizes), and again
-# with a switch interval of 0.5 ms (OUT/WORKLOAD.overhead_si.txt): waits for the GIL shrink.
 out=${1:?output directory}
 steps=${2:-3}
-probe=${PROBE:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export PATH=/tmp/site/bin:$PATH
@@ -36,34 +31,7 @@ stage build
 grep -q "hook set_range: True" "$out/build.txt" && say "PASS build: the C hook has set_range" ||
   say "FAIL build: no C hook with set_range (see build.txt)"
 
-# The cost of WORKLOAD (file suffix and extra options of pyrun_ranges.py after it).
-cost() {
-  local workload=$1 suffix=$2
-  shift 2
-  stage "$workload: overhead $*"
-  timeout 150 python3 benchmarks/pyrun_ranges.py --workload "$workload" --repeat 2 --steps 5 \
-    "$@" > "$out/$workload.overhead$suffix.txt" 2>&1
-  ratio=$(sed -n 's/.*median ratio \([0-9.]*\).*/\1/p' "$out/$workload.overhead$suffix.txt")
-  if [ -z "$ratio" ]; then
-    say "FAIL $workload overhead $*: no ratio (see $workload.overhead$suffix.txt)"
-  elif awk "BEGIN{exit !($ratio <= 1.03)}"; then
-    say "PASS $workload overhead $*: pyrun --ranges / pyrun = $ratio (<= 1.03)"
-  else
-    say "FAIL $workload overhead $*: pyrun --ranges / pyrun = $ratio (> 1.03)"
-  fi
-}
-
-overhead() {
-  if [ -z "$probe" ]; then
-    cost "$1" "" --rounds 3
-  else
-    cost "$1" "" --rounds 4 --probe
-    cost "$1" _si --rounds 4 --probe --switch-interval 0.0005
-  fi
-}
-
 for workload in resnet18 gpt2; do
-  [ -n "$probe" ] && { overhead "$workload"; continue; }
   stage "$workload: pyrun --ranges"
   rm -rf "/tmp/ranges.$workload.m" "/tmp/ranges.$workload.d"
   timeout 150 python3 -m pyhpctk.cli.pyrun --ranges -e gpu=nvidia -o "/tmp/ranges.$workload.m" \
@@ -87,7 +55,17 @@ for workload in resnet18 gpt2; do
     "$out/$workload.profiler.json" 2>&1 | tee "$out/$workload.check.txt" | grep -E "^(PASS|FAIL)" >> "$summary"
   cat "$out/$workload.check.txt"
 
-  overhead "$workload"
+  stage "$workload: overhead"
+  timeout 150 python3 benchmarks/pyrun_ranges.py --workload "$workload" --rounds 3 --repeat 2 \
+    --steps 5 > "$out/$workload.overhead.txt" 2>&1
+  ratio=$(sed -n 's/.*median ratio \([0-9.]*\).*/\1/p' "$out/$workload.overhead.txt")
+  if [ -z "$ratio" ]; then
+    say "FAIL $workload overhead: no ratio (see $workload.overhead.txt)"
+  elif awk "BEGIN{exit !($ratio <= 1.03)}"; then
+    say "PASS $workload overhead: pyrun --ranges / pyrun = $ratio (<= 1.03)"
+  else
+    say "FAIL $workload overhead: pyrun --ranges / pyrun = $ratio (> 1.03)"
+  fi
 done
 stage end
 echo "== summary"; cat "$summary"
