@@ -320,7 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--scale", type=float, default=1.0, help="problem sizes (1: ~1 ms+)")
     parser.add_argument("--trace-gib", type=int, default=20, help="trace buffers' cap, GiB")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS[1:]),
+        help="the instrumented variants to run, comma-separated (plain always runs first)",
+    )
     args = parser.parse_args(argv)
+    chosen = ("plain", *(v for v in VARIANTS[1:] if v in args.variants.split(",")))
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        parser.error(
+            f"unknown variant(s) {', '.join(sorted(unknown))}: one of {', '.join(VARIANTS[1:])}"
+        )
     TRACE_GIB[0] = args.trace_gib
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"reps": args.reps, "scale": args.scale}
@@ -342,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         results: dict[str, Any] = {}
         plain: dict[str, list[bytes]] = {}
-        for variant in VARIANTS:
+        for variant in chosen:
             run_variant(runner, variant, args.reps, plain, results)
         report[framework] = {"per_kernel": results, "medians": summary(framework, results)}
         report["checks"] = CHECKS
