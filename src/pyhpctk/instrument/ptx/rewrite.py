@@ -24,6 +24,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pyhpctk.instrument.ptx import cfg as cfgmod
 from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind
 from pyhpctk.instrument.ptx.errors import PtxError
@@ -33,6 +35,13 @@ from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan, splittable
 
 PREFIX = "__pyhpctk"
 _MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
+#: A ``.global`` counter array holds this many replicas of a kernel's counters, one an SM
+#: (``%smid`` modulo the count), each starting on a 128-byte line of its own: the warps of
+#: different SMs add to different lines, and the reader sums the replicas. One array for the
+#: whole grid made every warp's atomics queue on one L2 line (issue #34: CuPy's stencil, a
+#: thread a point and no loop, ran 24x its plain time with two probes a warp).
+REPLICAS = 128
+_LINE_ROWS = 8  # counters (16 bytes) in a 128-byte line
 
 
 class Buffer(enum.Enum):
@@ -51,6 +60,29 @@ class Instrumented:
     counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
     counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
     source: str = ""  # the PTX as it was before instrumenting (its blocks are the plans')
+    replicas: int = 1  # copies of each kernel's counters (REPLICAS in .global arrays)
+
+    def rows(self, kernel: str) -> int:
+        """Counters (16 bytes each) from one replica of ``kernel``'s to the next."""
+        return replica_rows(self.plans[kernel].counters, self.replicas)
+
+    def counter_bytes(self, kernel: str) -> int:
+        """The size of ``kernel``'s counter buffer: every replica."""
+        return 16 * self.replicas * self.rows(kernel)
+
+    def fold(self, kernel: str, raw: np.ndarray) -> np.ndarray:
+        """``kernel``'s counters, shape (counters, 2): warps, threads, from its buffer's bytes
+        (``counter_bytes`` of them), its replicas summed (modulo 2**64, as the atomics add)."""
+        replicas = raw.view(np.uint64).reshape(self.replicas, self.rows(kernel), 2)
+        total: np.ndarray = replicas.sum(axis=0, dtype=np.uint64)
+        return total[: self.plans[kernel].counters]
+
+
+def replica_rows(counters: int, replicas: int) -> int:
+    """Rows (counters) a replica takes: all of them, rounded up to whole 128-byte lines when
+    there are several replicas."""
+    rows = max(counters, 1)
+    return rows if replicas == 1 else -(-rows // _LINE_ROWS) * _LINE_ROWS
 
 
 @dataclass
@@ -65,13 +97,23 @@ class Edits:
         where.setdefault(index, []).append(code)
 
 
-def _address(r: str, where: str, buffer: Buffer, guard: str = "") -> list[str]:
+def _address(r: str, where: str, buffer: Buffer, guard: str = "", stride: int = 0) -> list[str]:
     """The counter buffer's address into ``{r}_a``: loaded from the parameter ``where``, or the
-    ``.global`` array's own (a ``mov`` of it gives its address in the global window)."""
+    ``.global`` array's own (a ``mov`` of it gives its address in the global window) plus the
+    offset of this SM's replica (``stride`` bytes apart; :data:`REPLICAS`)."""
     if buffer is Buffer.PARAM:
         return [f"\t{guard}ld.param.u64 {r}_a, [{where}];",
                 f"\t{guard}cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
-    return [f"\t{guard}mov.u64 {r}_a, {where};"]
+    return [f"\t{guard}mov.u64 {r}_a, {where};",
+            f"\t{guard}mov.u32 {r}_s, %smid;",
+            f"\t{guard}and.b32 {r}_s, {r}_s, {REPLICAS - 1};",
+            f"\t{guard}mul.wide.u32 {r}_o, {r}_s, {stride};",
+            f"\t{guard}add.u64 {r}_a, {r}_a, {r}_o;"]  # fmt: skip
+
+
+def _replica_registers(r: str, buffer: Buffer) -> list[str]:
+    """The registers :func:`_address` takes to find this SM's replica (``.global`` arrays)."""
+    return [] if buffer is Buffer.PARAM else [f"\t.reg .b32 {r}_s;", f"\t.reg .b64 {r}_o;"]
 
 
 def probe_code(
@@ -81,6 +123,7 @@ def probe_code(
     guard: str = "",
     buffer: Buffer = Buffer.PARAM,
     into: tuple[str, str] | None = None,
+    stride: int = 0,
 ) -> str:
     """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
     parameter) or is (a ``.global`` array); with a branch's ``guard`` (``@%p``, ``@!%p``), only
@@ -90,7 +133,7 @@ def probe_code(
     r = f"%{tag}"
     off = 16 * counter
     if into is None:
-        adds = [*_address(r, where, buffer, f"@{r}_p "),
+        adds = [*_address(r, where, buffer, f"@{r}_p ", stride),
                 f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
                 f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;"]  # fmt: skip
     else:
@@ -112,6 +155,7 @@ def probe_code(
         f"\t.reg .pred {r}_p, {r}_q;",
         f"\t.reg .b32 {r}_m, {r}_l;",
         f"\t.reg .b64 {r}_a, {r}_n;",
+        *_replica_registers(r, buffer),
         f"\tactivemask.b32 {r}_m;",
         *taking,
         f"\tmov.u32 {r}_l, %lanemask_lt;",
@@ -124,12 +168,15 @@ def probe_code(
     ])  # fmt: skip
 
 
-def flush_code(where: str, registers: dict[int, tuple[str, str]], tag: str, buffer: Buffer) -> str:
+def flush_code(
+    where: str, registers: dict[int, tuple[str, str]], tag: str, buffer: Buffer, stride: int = 0
+) -> str:
     """Where threads leave the kernel: each adds its nonzero counter registers (``registers``:
     counter → its warp and thread register) to the buffer. Only the lanes that were a warp's
     lowest active lane hold counts, so a warp adds about once per register counter."""
     r = f"%{tag}"
-    lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_address(r, where, buffer)]
+    lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_replica_registers(r, buffer),
+             *_address(r, where, buffer, stride=stride)]  # fmt: skip
     for counter, (warps, threads) in sorted(registers.items()):
         for slot, register in ((0, warps), (8, threads)):
             at = f"{r}_a+{16 * counter + slot}"
@@ -258,7 +305,9 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
     ends = [i for i, e in enumerate(cfg.edges)
             if e.dst == len(cfg.blocks) and e.kind is not EdgeKind.VIRTUAL]  # fmt: skip
     exits = ends if registers else []
-    flush = flush_code(where, registers, f"{tag}f", buffer) if registers else ""
+    replicas = 1 if buffer is Buffer.PARAM else REPLICAS
+    stride = 16 * replica_rows(plan.counters, replicas)
+    flush = flush_code(where, registers, f"{tag}f", buffer, stride) if registers else ""
     if registers:  # declared and zeroed in the body's outermost scope, before anything runs
         names = [name for pair in registers.values() for name in pair]
         first = next(i for i, s in enumerate(cfg.function.body)
@@ -267,7 +316,7 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
         edits.add(edits.before, first, f"\t.reg .b64 {', '.join(names)};\n{zeroed}")
     for k, probed in enumerate(plan.probed):
         into = registers.get(k)
-        code = probe_code(where, k, f"{tag}{k}", buffer=buffer, into=into)
+        code = probe_code(where, k, f"{tag}{k}", buffer=buffer, into=into, stride=stride)
         if plan.mode is Mode.BLOCKS:
             at_head(edits, cfg, probed, code)
             continue
@@ -276,7 +325,7 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
             exits.remove(probed)
 
         def guarded(guard: str, k: int = k, into: tuple[str, str] | None = into) -> str:
-            return probe_code(where, k, f"{tag}{k}", guard, buffer, into)
+            return probe_code(where, k, f"{tag}{k}", guard, buffer, into, stride)
 
         place_on_edge(edits, cfg, probed, code, f"$L{tag}_split{k}", guarded)
     for edge in exits:
@@ -388,11 +437,12 @@ def instrument(
             pieces.append(emit(cfg, edits, _with_param(function, name)))
             params[function.name] = name
         else:
-            size = 2 * max(plan.counters, 1)
+            size = 2 * REPLICAS * replica_rows(plan.counters, REPLICAS)
             pieces.append(f".visible .global .align 8 .u64 {name}[{size}];\n")
             pieces.append(emit(cfg, edits, function.header.rstrip()))
             arrays[function.name] = name
         done = function.end
         plans[function.name] = plan
     pieces.append(ptx[done:])
-    return Instrumented("".join(pieces), plans, params, arrays, ptx)
+    replicas = 1 if buffer is Buffer.PARAM else REPLICAS
+    return Instrumented("".join(pieces), plans, params, arrays, ptx, replicas)
