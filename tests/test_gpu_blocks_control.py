@@ -151,7 +151,7 @@ def test_pyruns_counters_keep_a_loops_counts_in_registers(mode: str) -> None:
         trip = rewritten.ptx.split("$L_loop:")[1].split("@%p1 bra $L_loop;")[0]
     else:  # the back edge's count, in a block split off the loop's end
         trip = rewritten.ptx.split("$L__pyhpctk__split0:")[1].split("bra $L_loop;")[0]
-    assert "red.global" not in trip and "add.u64 %__pyhpctk_w" in trip, trip
+    assert "red.global" not in trip and "add.u64 %__pyhpctk_t" in trip, trip
 
 
 def test_a_module_pyrun_cannot_save_is_said_and_never_raises_into_the_framework(

@@ -21,7 +21,16 @@ import pytest
 
 from ptx_helpers import NVCC_PTX, cupy_ptx
 from pyhpctk.instrument.frameworks.base import LoadedModule
-from pyhpctk.instrument.ptx import REPLICAS, Buffer, Instrumented, Mode, instrument, parse
+from pyhpctk.instrument.ptx import (
+    REPLICAS,
+    Buffer,
+    Instrumented,
+    Mode,
+    assemble,
+    find_ptxas,
+    instrument,
+    parse,
+)
 from pyhpctk.instrument.ptx.parse import Kind, Statement
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -126,7 +135,7 @@ def test_the_cupy_sets_warps_on_different_sms_add_to_different_lines(cupy_set, v
 def test_the_reader_sums_what_every_sms_warps_added() -> None:
     """Counts added where the PTX's atomics add on SM 0 and on the last replica's SM come back
     from the loaded module as their sum; a reset zeroes every replica."""
-    result = instrument(NVCC_PTX.read_text(), Mode.EDGES, buffer=Buffer.GLOBAL)
+    result = instrument(NVCC_PTX.read_text(), Mode.BLOCKS, buffer=Buffer.GLOBAL)
     kernel = next(k for k in result.plans if result.plans[k].counters >= 2)
     memory = {result.counter_globals[k]: np.zeros(result.counter_bytes(k), np.uint8)
               for k in result.plans}  # fmt: skip
@@ -149,3 +158,21 @@ def test_the_reader_sums_what_every_sms_warps_added() -> None:
     assert counters.tolist() == [[8, 200]] * result.plans[kernel].counters
     loaded.reset()
     assert not memory[result.counter_globals[kernel]].any()
+
+
+def test_edges_mode_adds_threads_only_and_keeps_the_softmax_at_full_occupancy(cupy_set) -> None:  # type: ignore[no-untyped-def]
+    """Edges mode derives every count from the thread slots, so its probes add no warp count:
+    one atomic a probe (the stencil's warps: 2, not 4) and, in registers, one 64-bit register a
+    loop counter, so the CuPy softmax (7 loop counters) fits 8 CTAs of 256 threads an SM on
+    sm_90 (32 registers a thread; 48 with the warp registers)."""
+    for registers in (False, True):
+        result = instrument(cupy_set, Mode.EDGES, buffer=Buffer.GLOBAL, registers=registers)
+        for kernel in result.plans:
+            found = atomics(result, kernel)
+            slots = {at % 16 for at in addresses(result, kernel, found, 0)}
+            assert slots == {8}, f"{kernel}: atomics at slots {sorted(slots)} of a counter"
+    if find_ptxas() is None:
+        pytest.skip("no ptxas (the nvidia-cuda-nvcc wheel of the dev extra)")
+    result = instrument(cupy_set, Mode.EDGES, buffer=Buffer.GLOBAL, registers=True)
+    used = assemble(result.ptx, "sm_90").registers["softmax_rows"]
+    assert used <= 32, f"softmax_rows: {used} registers a thread, {65536 // (used * 256)} CTAs"

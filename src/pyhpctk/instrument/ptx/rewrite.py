@@ -2,14 +2,16 @@
 
 A probe is a scope of its own (``{ .reg ...; ... }``), so its registers are fresh and shadow
 nothing the kernel uses, and it writes no register or predicate of the kernel. In it, the warp's
-lowest active lane (no active lane below it: ``%lanemask_lt & activemask == 0``) adds 1 to the
-counter's warp slot and ``popc(activemask)`` to its thread slot with ``red.global.add.u64``:
-one atomic pair per warp that passes, whatever its divergence. The counter buffer (16 bytes
-per counter) is either a ``.param .u64`` appended to the kernel's parameters, pointing at a
-zeroed device buffer the caller passes (``Buffer.PARAM``), or a module-level ``.global .u64``
-array of the kernel's own, zeroed when the module is loaded and read (or zeroed again) through
-``cuModuleGetGlobal`` (``Buffer.GLOBAL``): a framework's launcher passes only the arguments of
-the signature it compiled, so its kernels need the second.
+lowest active lane (no active lane below it: ``%lanemask_lt & activemask == 0``) adds
+``popc(activemask)`` to the counter's thread slot with ``red.global.add.u64`` and, in blocks
+mode, 1 to its warp slot: one atomic (blocks mode: a pair) per warp that passes, whatever its
+divergence. Edges mode derives every count from the thread slots, so it adds no warp count.
+The counter buffer (16 bytes per counter) is either a ``.param .u64`` appended to the kernel's
+parameters, pointing at a zeroed device buffer the caller passes (``Buffer.PARAM``), or a
+module-level ``.global .u64`` array of the kernel's own (one replica a SM), zeroed when the
+module is loaded and read (or zeroed again) through ``cuModuleGetGlobal`` (``Buffer.GLOBAL``): a
+framework's launcher passes only the arguments of the signature it compiled, so its kernels need
+the second.
 
 Where an edge's probe goes (edges mode): at the top of the body for the virtual edge; before
 the terminator of a block with one successor; at the head of a target with one predecessor;
@@ -122,23 +124,26 @@ def probe_code(
     tag: str,
     guard: str = "",
     buffer: Buffer = Buffer.PARAM,
-    into: tuple[str, str] | None = None,
+    into: tuple[str | None, str] | None = None,
     stride: int = 0,
+    warps: bool = True,
 ) -> str:
     """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
     parameter) or is (a ``.global`` array); with a branch's ``guard`` (``@%p``, ``@!%p``), only
     the threads for which it holds count. With ``into`` (a warp and a thread register, 64-bit)
     it adds to those registers instead: no memory access; :func:`flush_code` adds them to the
-    buffer where the kernel ends."""
+    buffer where the kernel ends. Without ``warps`` (or a warp register) only the thread slot
+    is added to."""
     r = f"%{tag}"
     off = 16 * counter
     if into is None:
         adds = [*_address(r, where, buffer, f"@{r}_p ", stride),
-                f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
+                *([f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;"] if warps else []),
                 f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;"]  # fmt: skip
     else:
-        adds = [f"\t@{r}_p add.u64 {into[0]}, {into[0]}, 1;",
-                f"\t@{r}_p add.u64 {into[1]}, {into[1]}, {r}_n;"]  # fmt: skip
+        w, t = into
+        adds = [*([f"\t@{r}_p add.u64 {w}, {w}, 1;"] if w is not None else []),
+                f"\t@{r}_p add.u64 {t}, {t}, {r}_n;"]  # fmt: skip
     taking = []
     if guard:  # the takers: a ballot of the guard; the lowest taker must itself take
         taking = [
@@ -169,16 +174,23 @@ def probe_code(
 
 
 def flush_code(
-    where: str, registers: dict[int, tuple[str, str]], tag: str, buffer: Buffer, stride: int = 0
+    where: str,
+    registers: dict[int, tuple[str | None, str]],
+    tag: str,
+    buffer: Buffer,
+    stride: int = 0,
 ) -> str:
     """Where threads leave the kernel: each adds its nonzero counter registers (``registers``:
-    counter → its warp and thread register) to the buffer. Only the lanes that were a warp's
-    lowest active lane hold counts, so a warp adds about once per register counter."""
+    counter → its warp register, if warps are counted, and its thread register) to the buffer.
+    Only the lanes that were a warp's lowest active lane hold counts, so a warp adds about once
+    per register counter."""
     r = f"%{tag}"
     lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_replica_registers(r, buffer),
              *_address(r, where, buffer, stride=stride)]  # fmt: skip
     for counter, (warps, threads) in sorted(registers.items()):
         for slot, register in ((0, warps), (8, threads)):
+            if register is None:
+                continue
             at = f"{r}_a+{16 * counter + slot}"
             lines += [f"\tsetp.ne.u64 {r}_p, {register}, 0;",
                       f"\t@{r}_p red.global.add.u64 [{at}], {register};"]  # fmt: skip
@@ -301,7 +313,8 @@ def place_on_edge(
 
 def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer,
            in_registers: tuple[int, ...] = ()) -> None:  # fmt: skip
-    registers = {k: (f"%{tag}w{k}", f"%{tag}t{k}") for k in in_registers}
+    warps = plan.mode is Mode.BLOCKS  # edges mode derives from thread counts alone
+    registers = {k: (f"%{tag}w{k}" if warps else None, f"%{tag}t{k}") for k in in_registers}
     ends = [i for i, e in enumerate(cfg.edges)
             if e.dst == len(cfg.blocks) and e.kind is not EdgeKind.VIRTUAL]  # fmt: skip
     exits = ends if registers else []
@@ -309,14 +322,14 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
     stride = 16 * replica_rows(plan.counters, replicas)
     flush = flush_code(where, registers, f"{tag}f", buffer, stride) if registers else ""
     if registers:  # declared and zeroed in the body's outermost scope, before anything runs
-        names = [name for pair in registers.values() for name in pair]
+        names = [name for pair in registers.values() for name in pair if name is not None]
         first = next(i for i, s in enumerate(cfg.function.body)
                      if s.kind in (Kind.LABEL, Kind.INSTRUCTION))  # fmt: skip
         zeroed = "\n".join(f"\tmov.u64 {name}, 0;" for name in names)
         edits.add(edits.before, first, f"\t.reg .b64 {', '.join(names)};\n{zeroed}")
     for k, probed in enumerate(plan.probed):
         into = registers.get(k)
-        code = probe_code(where, k, f"{tag}{k}", buffer=buffer, into=into, stride=stride)
+        code = probe_code(where, k, f"{tag}{k}", "", buffer, into, stride, warps)
         if plan.mode is Mode.BLOCKS:
             at_head(edits, cfg, probed, code)
             continue
@@ -324,8 +337,8 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
             code = f"{code}\n{flush}"
             exits.remove(probed)
 
-        def guarded(guard: str, k: int = k, into: tuple[str, str] | None = into) -> str:
-            return probe_code(where, k, f"{tag}{k}", guard, buffer, into, stride)
+        def guarded(guard: str, k: int = k, into: tuple[str | None, str] | None = into) -> str:
+            return probe_code(where, k, f"{tag}{k}", guard, buffer, into, stride, warps)
 
         place_on_edge(edits, cfg, probed, code, f"$L{tag}_split{k}", guarded)
     for edge in exits:
