@@ -48,7 +48,7 @@ def test_global_counters_keep_the_signature_and_assemble(path, arch, mode: Mode)
         assert name.startswith(kernel) and name.endswith("_counters")
         size, bind, section = symbols[name]
         assert (size, bind) == (result.counter_bytes(kernel), "STB_GLOBAL")
-        assert size >= 16 * plan.counters * REPLICAS
+        assert size == 16 * plan.counters * REPLICAS or REPLICAS * 128 <= size <= 64 * 1024
         assert section.startswith(".nv.global")  # zero-initialised at load, no .data to copy
 
 

@@ -77,11 +77,11 @@ def atomics(result: Instrumented, kernel: str) -> list[Atomic]:
     """Every ``red.global`` of ``kernel``: the statements of its probe's scope before it, its
     address register and offset, and what it adds."""
     body = parse(result.ptx).function(kernel).body
-    out = []
+    out, start = [], 0
     for i, s in enumerate(body):
+        start = i if s.kind is Kind.OPEN else start
         if s.kind is not Kind.INSTRUCTION or not s.opcode.startswith("red.global"):
             continue
-        start = max(j for j in range(i) if body[j].kind is Kind.OPEN)
         m = re.fullmatch(r"\[(%[\w$]+)\+(\d+)\]", s.operands[0])
         assert m, f"{kernel}: an atomic without a register+offset address: {s.text}"
         out.append((list(body[start:i]), m.group(1), int(m.group(2)), s.operands[1]))
@@ -176,3 +176,34 @@ def test_edges_mode_adds_threads_only_and_keeps_the_softmax_at_full_occupancy(cu
     result = instrument(cupy_set, Mode.EDGES, buffer=Buffer.GLOBAL, registers=True)
     used = assemble(result.ptx, "sm_90").registers["softmax_rows"]
     assert used <= 32, f"softmax_rows: {used} registers a thread, {65536 // (used * 256)} CTAs"
+
+
+def _triangles(n: int) -> str:
+    """A kernel of ``n`` guarded skips in a row: ``n`` counters in edges mode."""
+    body = []
+    for i in range(n):
+        body += [f"\tsetp.eq.u32 %p1, %r1, {i};", f"\t@%p1 bra $L_{i};",
+                 "\tadd.u32 %r1, %r1, 3;", f"$L_{i}:"]  # fmt: skip
+    return "\n".join([
+        ".version 7.0", ".target sm_80", ".address_size 64",
+        ".visible .entry many(.param .u32 many_n)", "{", "\t.reg .pred %p<2>;",
+        "\t.reg .b32 %r<2>;", "\tld.param.u32 %r1, [many_n];", *body, "\tret;", "}", "",
+    ])  # fmt: skip
+
+
+def test_a_kernel_of_many_counters_keeps_its_array_within_64_kib() -> None:
+    """pyrun reads and zeroes a kernel's whole array after each launch: 301 counters (4.9 KB a
+    copy) get 8 replicas, not 128 (623 KB), and still lines of their own for the SMs 0 to 7."""
+    result = instrument(_triangles(300), Mode.EDGES, buffer=Buffer.GLOBAL, registers=True)
+    assert result.plans["many"].counters == 301  # a skip each and the way in
+    size = result.counter_bytes("many")
+    assert 4816 * 8 <= size <= 64 * 1024, size
+    assert f".u64 {result.counter_globals['many']}[{size // 8}];" in result.ptx
+    found = atomics(result, "many")
+    owner: dict[int, int] = {}
+    for smid in range(16):
+        for at in addresses(result, "many", found, smid):
+            assert 0 <= at < size
+            assert owner.setdefault(at // LINE, smid % 8) == smid % 8, (smid, at)
+    small = instrument(_triangles(6), Mode.EDGES, buffer=Buffer.GLOBAL)
+    assert small.counter_bytes("many") == 16 * 8 * REPLICAS  # one line a copy, 128 copies

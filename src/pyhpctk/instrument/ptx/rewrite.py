@@ -43,6 +43,9 @@ _MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
 #: whole grid made every warp's atomics queue on one L2 line (issue #34: CuPy's stencil, a
 #: thread a point and no loop, ran 24x its plain time with two probes a warp).
 REPLICAS = 128
+#: Fewer replicas (a power of two) for a kernel of many counters, so that its array stays
+#: within this many bytes: pyrun reads and zeroes it after every launch.
+MAX_COUNTER_BYTES = 64 * 1024
 _LINE_ROWS = 8  # counters (16 bytes) in a 128-byte line
 
 
@@ -62,20 +65,24 @@ class Instrumented:
     counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
     counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
     source: str = ""  # the PTX as it was before instrumenting (its blocks are the plans')
-    replicas: int = 1  # copies of each kernel's counters (REPLICAS in .global arrays)
+    #: kernel -> copies of its counters in its .global array (:func:`replicas_for`; absent: 1)
+    replicas: dict[str, int] = field(default_factory=dict)
+
+    def copies(self, kernel: str) -> int:
+        return self.replicas.get(kernel, 1)
 
     def rows(self, kernel: str) -> int:
         """Counters (16 bytes each) from one replica of ``kernel``'s to the next."""
-        return replica_rows(self.plans[kernel].counters, self.replicas)
+        return replica_rows(self.plans[kernel].counters, self.copies(kernel))
 
     def counter_bytes(self, kernel: str) -> int:
         """The size of ``kernel``'s counter buffer: every replica."""
-        return 16 * self.replicas * self.rows(kernel)
+        return 16 * self.copies(kernel) * self.rows(kernel)
 
     def fold(self, kernel: str, raw: np.ndarray) -> np.ndarray:
         """``kernel``'s counters, shape (counters, 2): warps, threads, from its buffer's bytes
         (``counter_bytes`` of them), its replicas summed (modulo 2**64, as the atomics add)."""
-        replicas = raw.view(np.uint64).reshape(self.replicas, self.rows(kernel), 2)
+        replicas = raw.view(np.uint64).reshape(self.copies(kernel), self.rows(kernel), 2)
         total: np.ndarray = replicas.sum(axis=0, dtype=np.uint64)
         return total[: self.plans[kernel].counters]
 
@@ -85,6 +92,18 @@ def replica_rows(counters: int, replicas: int) -> int:
     there are several replicas."""
     rows = max(counters, 1)
     return rows if replicas == 1 else -(-rows // _LINE_ROWS) * _LINE_ROWS
+
+
+def replicas_for(counters: int, buffer: Buffer) -> int:
+    """How many replicas of ``counters`` counters a buffer holds: one in a parameter buffer;
+    in a ``.global`` array :data:`REPLICAS`, halved while it would pass
+    :data:`MAX_COUNTER_BYTES`."""
+    if buffer is Buffer.PARAM:
+        return 1
+    replicas = REPLICAS
+    while replicas > 1 and 16 * replicas * replica_rows(counters, replicas) > MAX_COUNTER_BYTES:
+        replicas //= 2
+    return replicas
 
 
 @dataclass
@@ -99,16 +118,21 @@ class Edits:
         where.setdefault(index, []).append(code)
 
 
-def _address(r: str, where: str, buffer: Buffer, guard: str = "", stride: int = 0) -> list[str]:
+def _address(
+    r: str, where: str, buffer: Buffer, guard: str = "", spread: tuple[int, int] = (1, 0)
+) -> list[str]:
     """The counter buffer's address into ``{r}_a``: loaded from the parameter ``where``, or the
     ``.global`` array's own (a ``mov`` of it gives its address in the global window) plus the
-    offset of this SM's replica (``stride`` bytes apart; :data:`REPLICAS`)."""
+    offset of this SM's replica (``spread``: how many replicas, how many bytes apart)."""
     if buffer is Buffer.PARAM:
         return [f"\t{guard}ld.param.u64 {r}_a, [{where}];",
                 f"\t{guard}cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
+    replicas, stride = spread
+    if replicas == 1:
+        return [f"\t{guard}mov.u64 {r}_a, {where};"]
     return [f"\t{guard}mov.u64 {r}_a, {where};",
             f"\t{guard}mov.u32 {r}_s, %smid;",
-            f"\t{guard}and.b32 {r}_s, {r}_s, {REPLICAS - 1};",
+            f"\t{guard}and.b32 {r}_s, {r}_s, {replicas - 1};",
             f"\t{guard}mul.wide.u32 {r}_o, {r}_s, {stride};",
             f"\t{guard}add.u64 {r}_a, {r}_a, {r}_o;"]  # fmt: skip
 
@@ -125,7 +149,7 @@ def probe_code(
     guard: str = "",
     buffer: Buffer = Buffer.PARAM,
     into: tuple[str | None, str] | None = None,
-    stride: int = 0,
+    spread: tuple[int, int] = (1, 0),
     warps: bool = True,
 ) -> str:
     """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
@@ -137,7 +161,7 @@ def probe_code(
     r = f"%{tag}"
     off = 16 * counter
     if into is None:
-        adds = [*_address(r, where, buffer, f"@{r}_p ", stride),
+        adds = [*_address(r, where, buffer, f"@{r}_p ", spread),
                 *([f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;"] if warps else []),
                 f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;"]  # fmt: skip
     else:
@@ -178,7 +202,7 @@ def flush_code(
     registers: dict[int, tuple[str | None, str]],
     tag: str,
     buffer: Buffer,
-    stride: int = 0,
+    spread: tuple[int, int] = (1, 0),
 ) -> str:
     """Where threads leave the kernel: each adds its nonzero counter registers (``registers``:
     counter → its warp register, if warps are counted, and its thread register) to the buffer.
@@ -186,7 +210,7 @@ def flush_code(
     per register counter."""
     r = f"%{tag}"
     lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_replica_registers(r, buffer),
-             *_address(r, where, buffer, stride=stride)]  # fmt: skip
+             *_address(r, where, buffer, spread=spread)]  # fmt: skip
     for counter, (warps, threads) in sorted(registers.items()):
         for slot, register in ((0, warps), (8, threads)):
             if register is None:
@@ -318,9 +342,9 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
     ends = [i for i, e in enumerate(cfg.edges)
             if e.dst == len(cfg.blocks) and e.kind is not EdgeKind.VIRTUAL]  # fmt: skip
     exits = ends if registers else []
-    replicas = 1 if buffer is Buffer.PARAM else REPLICAS
-    stride = 16 * replica_rows(plan.counters, replicas)
-    flush = flush_code(where, registers, f"{tag}f", buffer, stride) if registers else ""
+    replicas = replicas_for(plan.counters, buffer)
+    spread = (replicas, 16 * replica_rows(plan.counters, replicas))
+    flush = flush_code(where, registers, f"{tag}f", buffer, spread) if registers else ""
     if registers:  # declared and zeroed in the body's outermost scope, before anything runs
         names = [name for pair in registers.values() for name in pair if name is not None]
         first = next(i for i, s in enumerate(cfg.function.body)
@@ -329,7 +353,7 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
         edits.add(edits.before, first, f"\t.reg .b64 {', '.join(names)};\n{zeroed}")
     for k, probed in enumerate(plan.probed):
         into = registers.get(k)
-        code = probe_code(where, k, f"{tag}{k}", "", buffer, into, stride, warps)
+        code = probe_code(where, k, f"{tag}{k}", "", buffer, into, spread, warps)
         if plan.mode is Mode.BLOCKS:
             at_head(edits, cfg, probed, code)
             continue
@@ -338,7 +362,7 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
             exits.remove(probed)
 
         def guarded(guard: str, k: int = k, into: tuple[str | None, str] | None = into) -> str:
-            return probe_code(where, k, f"{tag}{k}", guard, buffer, into, stride, warps)
+            return probe_code(where, k, f"{tag}{k}", guard, buffer, into, spread, warps)
 
         place_on_edge(edits, cfg, probed, code, f"$L{tag}_split{k}", guarded)
     for edge in exits:
@@ -437,6 +461,7 @@ def instrument(
     plans: dict[str, ProbePlan] = {}
     params: dict[str, str] = {}
     arrays: dict[str, str] = {}
+    replicas: dict[str, int] = {}
     done = 0
     for function, cfg in chosen:
         loops = find_loops(cfg)
@@ -450,12 +475,12 @@ def instrument(
             pieces.append(emit(cfg, edits, _with_param(function, name)))
             params[function.name] = name
         else:
-            size = 2 * REPLICAS * replica_rows(plan.counters, REPLICAS)
+            replicas[function.name] = copies = replicas_for(plan.counters, buffer)
+            size = 2 * copies * replica_rows(plan.counters, copies)
             pieces.append(f".visible .global .align 8 .u64 {name}[{size}];\n")
             pieces.append(emit(cfg, edits, function.header.rstrip()))
             arrays[function.name] = name
         done = function.end
         plans[function.name] = plan
     pieces.append(ptx[done:])
-    replicas = 1 if buffer is Buffer.PARAM else REPLICAS
     return Instrumented("".join(pieces), plans, params, arrays, ptx, replicas)
