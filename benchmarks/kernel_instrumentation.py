@@ -2,6 +2,8 @@
 
     python3 benchmarks/kernel_instrumentation.py OUT [--frameworks triton,cupy,numba]
                                                  [--reps 15] [--scale 1.0]
+                                                 [--variants counts,counts-registers]
+                                                 [--kernels stencil,softmax_rows]
 
 Eight kernels after Rodinia and HeCBench (``kernel_set_cupy.py``, ``kernel_set_triton.py``,
 ``kernel_set_numba.py``:
@@ -24,7 +26,8 @@ run about a millisecond or more on an H100, so the launch's own cost does not do
 program: the wall time of those launches with what each variant does on the host per launch
 (counts: a synchronize, the counters read and zeroed, as pyrun does; traces: the buffers made,
 zeroed, read back and freed, as the tracing launcher does: pyrun's reader zeroes only the
-chunks handed out), against plain's over ``--reps`` launches, per launch. Printed
+chunks handed out), against plain's over ``--reps`` launches, per launch. ``--variants`` and
+``--kernels`` measure only those (plain always, first: the ratios' baseline). Printed
 per kernel and variant as ratios to plain, then the median over the set; targets: counts ≤
 1.15×, traces ≤ 1.3× kernel time, whole program ≤ 1.2×.
 
@@ -323,15 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants",
         default=",".join(VARIANTS[1:]),
-        help="the instrumented variants to run, comma-separated (plain always runs first)",
+        help="instrumented variants to measure (plain is always measured)",
     )
+    parser.add_argument("--kernels", default="", help="kernels of the set to run (default all)")
     args = parser.parse_args(argv)
-    chosen = ("plain", *(v for v in VARIANTS[1:] if v in args.variants.split(",")))
-    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    variants = ["plain", *(v for v in args.variants.split(",") if v and v != "plain")]
+    unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
-        parser.error(
-            f"unknown variant(s) {', '.join(sorted(unknown))}: one of {', '.join(VARIANTS[1:])}"
-        )
+        parser.error(f"unknown variant {unknown[0]!r}: say some of {', '.join(VARIANTS[1:])}")
+    chosen = [k for k in args.kernels.split(",") if k]
     TRACE_GIB[0] = args.trace_gib
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"reps": args.reps, "scale": args.scale}
@@ -351,9 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:
             check(f"{framework}: set up", False, repr(error)[:300])
             continue
+        missing = sorted(set(chosen) - {launch.kernel for launch in runner.launches})
+        if missing:
+            parser.error(f"{framework} has no kernel {missing[0]!r} in its set")
+        runner.launches = [x for x in runner.launches if not chosen or x.kernel in chosen]
         results: dict[str, Any] = {}
         plain: dict[str, list[bytes]] = {}
-        for variant in chosen:
+        for variant in variants:
             run_variant(runner, variant, args.reps, plain, results)
         report[framework] = {"per_kernel": results, "medians": summary(framework, results)}
         report["checks"] = CHECKS

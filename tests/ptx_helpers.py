@@ -32,3 +32,15 @@ def cuda_kernel_span(name: str) -> range:
     mine = source_lines(CUDA_SOURCE, rf"__global__ void {name}\(")[0]
     later = [s for s in starts if s > mine]
     return range(mine, later[0] if later else 10**6)
+
+
+def cupy_ptx(source: str) -> str:
+    """CUDA C ``source`` compiled by CuPy's NVRTC for sm_90 (no GPU needed); skips without CuPy."""
+    import pytest
+
+    compiler = pytest.importorskip("cupy.cuda.compiler", reason="CuPy and NVRTC compile the set")
+    from cupy.cuda import nvrtc
+
+    program = compiler._NVRTCProgram(source, "set.cu", method="cubin")
+    program.compile(("-arch=sm_90", "-lineinfo"))
+    return bytes(nvrtc.getPTX(program.ptr)).decode().rstrip("\0")

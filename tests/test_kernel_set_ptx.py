@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ptx_helpers import cupy_ptx
 from pyhpctk.instrument.ptx import (
     Buffer,
     Mode,
@@ -41,15 +42,6 @@ def kernel_sets():  # type: ignore[no-untyped-def]
         yield kernel_set_cupy
     finally:
         sys.path.remove(str(BENCHMARKS))
-
-
-def _cupy_ptx(source: str) -> str:
-    compiler = pytest.importorskip("cupy.cuda.compiler", reason="CuPy and NVRTC compile the set")
-    from cupy.cuda import nvrtc
-
-    program = compiler._NVRTCProgram(source, "set.cu", method="cubin")
-    program.compile(("-arch=sm_90", "-lineinfo"))
-    return bytes(nvrtc.getPTX(program.ptr)).decode().rstrip("\0")
 
 
 def _triton_ptx(name: str, tmp_path: Path) -> str:
@@ -117,7 +109,7 @@ def test_the_set_has_the_eight_kernels_the_issue_names(kernel_sets) -> None:  # 
 
 @pytest.mark.parametrize("name", SET)
 def test_each_cupy_kernel_of_the_set_is_instrumented_and_assembles(kernel_sets, name: str) -> None:  # type: ignore[no-untyped-def]
-    _every_instrumentation_assembles(_cupy_ptx(kernel_sets.SOURCE), name, "sm_90")
+    _every_instrumentation_assembles(cupy_ptx(kernel_sets.SOURCE), name, "sm_90")
 
 
 @pytest.mark.parametrize("name", SET)

@@ -150,7 +150,7 @@ def test_cupy_counters_are_read_and_zeroed_through_the_loaded_modules_handle(mon
 
     result = instrument(_plain_ptx(), Mode.EDGES, buffer=Buffer.GLOBAL)
     symbol = result.counter_globals["clamp_sum"]
-    size = 16 * result.plans["clamp_sum"].counters
+    size = result.counter_bytes("clamp_sum")
     device = {(0xC0DE, symbol): np.arange(size, dtype=np.uint8)}  # the global's bytes
 
     def read_global(module: int, name: str, nbytes: int) -> np.ndarray:
@@ -164,7 +164,7 @@ def test_cupy_counters_are_read_and_zeroed_through_the_loaded_modules_handle(mon
     collector = Collector(Mode.EDGES)
     CuPy._register(collector, _LoadedModule(), result)
     (loaded,) = collector.loaded_modules
-    want = np.arange(size, dtype=np.uint8).view(np.uint64).reshape(-1, 2)
+    want = result.fold("clamp_sum", np.arange(size, dtype=np.uint8))
     assert loaded.counters("clamp_sum").tolist() == want.tolist()
     loaded.reset()
     assert not loaded.counters("clamp_sum").any()

@@ -82,10 +82,9 @@ class LoadedModule:
     def counters(self, kernel: str) -> np.ndarray:
         """The kernel's counters, shape (counters, 2): warps, threads; summed over every launch
         since the module was loaded or last reset."""
-        plan = self.instrumented.plans[kernel]
-        size = 16 * max(plan.counters, 1)
-        raw = self.read_global(self.instrumented.counter_globals[kernel], size)
-        return raw.view(np.uint64).reshape(-1, 2)[: plan.counters]
+        module = self.instrumented
+        raw = self.read_global(module.counter_globals[kernel], module.counter_bytes(kernel))
+        return module.fold(kernel, raw)
 
     def counts(self, kernel: str) -> Counts:
         return derive(self.instrumented.plans[kernel], self.counters(kernel))
@@ -93,8 +92,9 @@ class LoadedModule:
     def reset(self) -> None:
         if self.traced is not None:
             return
-        for kernel, plan in self.instrumented.plans.items():
-            self.zero_global(self.instrumented.counter_globals[kernel], 16 * max(plan.counters, 1))
+        module = self.instrumented
+        for kernel in module.plans:
+            self.zero_global(module.counter_globals[kernel], module.counter_bytes(kernel))
 
 
 @dataclass(frozen=True)

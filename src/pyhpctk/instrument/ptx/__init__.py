@@ -17,7 +17,7 @@ from pyhpctk.instrument.ptx.lines import Location, block_lines
 from pyhpctk.instrument.ptx.loops import Loops, PtxLoop, find_loops
 from pyhpctk.instrument.ptx.parse import PtxFunction, PtxModule, parse
 from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan
-from pyhpctk.instrument.ptx.rewrite import Buffer, Instrumented, instrument
+from pyhpctk.instrument.ptx.rewrite import REPLICAS, Buffer, Instrumented, instrument
 from pyhpctk.instrument.ptx.sites import SiteKind, Sites, TraceSite, line_filter
 from pyhpctk.instrument.ptx.traces import (
     CONTROL,
@@ -31,6 +31,7 @@ from pyhpctk.instrument.ptx.traces import (
 __all__ = [
     "CONTROL",
     "EVENT_DTYPE",
+    "REPLICAS",
     "Assembled",
     "AssemblerError",
     "Buffer",

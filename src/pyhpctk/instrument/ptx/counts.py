@@ -27,7 +27,7 @@ class Counts:
     block_threads: tuple[int, ...]
     block_warps: tuple[int, ...] | None  # blocks mode only
     edge_threads: tuple[int, ...] | None  # edges mode only, every edge of plan.edges
-    probe_warps: tuple[int, ...]  # the warp slot of each counter as read
+    probe_warps: tuple[int, ...]  # the warp slot of each counter as read (edges mode: 0)
 
     @property
     def thread_instructions(self) -> int:

@@ -11,9 +11,10 @@ inside the deepest loops (the hottest) first, then those that would need a block
 
 Two modes:
 - ``edges``: counters on the non-tree edges; every edge's and every block's thread count is
-  derived exactly (:mod:`.counts`). A warp count is kept for each probed edge only: the warps
-  that take an edge do not form a flow (a warp split by a branch enters the join block once
-  but crosses both incoming edges), so warp counts of blocks cannot be derived.
+  derived exactly (:mod:`.counts`). The probes add no warp count (the warp slot stays 0): the
+  warps that take an edge do not form a flow (a warp split by a branch enters the join block
+  once but crosses both incoming edges), so warp counts of blocks cannot be derived, and the
+  probed edges' own would cost an atomic (or a register) each for nothing read.
 - ``blocks``: a counter at the head of every block; exact warp and thread counts of every block,
   no edge counts, no reduction.
 """

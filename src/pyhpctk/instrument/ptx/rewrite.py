@@ -2,14 +2,16 @@
 
 A probe is a scope of its own (``{ .reg ...; ... }``), so its registers are fresh and shadow
 nothing the kernel uses, and it writes no register or predicate of the kernel. In it, the warp's
-lowest active lane (no active lane below it: ``%lanemask_lt & activemask == 0``) adds 1 to the
-counter's warp slot and ``popc(activemask)`` to its thread slot with ``red.global.add.u64``:
-one atomic pair per warp that passes, whatever its divergence. The counter buffer (16 bytes
-per counter) is either a ``.param .u64`` appended to the kernel's parameters, pointing at a
-zeroed device buffer the caller passes (``Buffer.PARAM``), or a module-level ``.global .u64``
-array of the kernel's own, zeroed when the module is loaded and read (or zeroed again) through
-``cuModuleGetGlobal`` (``Buffer.GLOBAL``): a framework's launcher passes only the arguments of
-the signature it compiled, so its kernels need the second.
+lowest active lane (no active lane below it: ``%lanemask_lt & activemask == 0``) adds
+``popc(activemask)`` to the counter's thread slot with ``red.global.add.u64`` and, in blocks
+mode, 1 to its warp slot: one atomic (blocks mode: a pair) per warp that passes, whatever its
+divergence. Edges mode derives every count from the thread slots, so it adds no warp count.
+The counter buffer (16 bytes per counter) is either a ``.param .u64`` appended to the kernel's
+parameters, pointing at a zeroed device buffer the caller passes (``Buffer.PARAM``), or a
+module-level ``.global .u64`` array of the kernel's own (one replica a SM), zeroed when the
+module is loaded and read (or zeroed again) through ``cuModuleGetGlobal`` (``Buffer.GLOBAL``): a
+framework's launcher passes only the arguments of the signature it compiled, so its kernels need
+the second.
 
 Where an edge's probe goes (edges mode): at the top of the body for the virtual edge; before
 the terminator of a block with one successor; at the head of a target with one predecessor;
@@ -24,6 +26,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pyhpctk.instrument.ptx import cfg as cfgmod
 from pyhpctk.instrument.ptx.cfg import Cfg, EdgeKind
 from pyhpctk.instrument.ptx.errors import PtxError
@@ -33,6 +37,16 @@ from pyhpctk.instrument.ptx.probes import Mode, ProbePlan, make_plan, splittable
 
 PREFIX = "__pyhpctk"
 _MIN_VERSION = (6, 2)  # activemask.b32 (PTX ISA §9.7.13.6)
+#: A ``.global`` counter array holds this many replicas of a kernel's counters, one an SM
+#: (``%smid`` modulo the count), each starting on a 128-byte line of its own: the warps of
+#: different SMs add to different lines, and the reader sums the replicas. One array for the
+#: whole grid made every warp's atomics queue on one L2 line (issue #34: CuPy's stencil, a
+#: thread a point and no loop, ran 24x its plain time with two probes a warp).
+REPLICAS = 128
+#: Fewer replicas (a power of two) for a kernel of many counters, so that its array stays
+#: within this many bytes: pyrun reads and zeroes it after every launch.
+MAX_COUNTER_BYTES = 64 * 1024
+_LINE_ROWS = 8  # counters (16 bytes) in a 128-byte line
 
 
 class Buffer(enum.Enum):
@@ -51,6 +65,45 @@ class Instrumented:
     counter_params: dict[str, str]  # kernel -> the name of its appended counter parameter
     counter_globals: dict[str, str] = field(default_factory=dict)  # kernel -> its array symbol
     source: str = ""  # the PTX as it was before instrumenting (its blocks are the plans')
+    #: kernel -> copies of its counters in its .global array (:func:`replicas_for`; absent: 1)
+    replicas: dict[str, int] = field(default_factory=dict)
+
+    def copies(self, kernel: str) -> int:
+        return self.replicas.get(kernel, 1)
+
+    def rows(self, kernel: str) -> int:
+        """Counters (16 bytes each) from one replica of ``kernel``'s to the next."""
+        return replica_rows(self.plans[kernel].counters, self.copies(kernel))
+
+    def counter_bytes(self, kernel: str) -> int:
+        """The size of ``kernel``'s counter buffer: every replica."""
+        return 16 * self.copies(kernel) * self.rows(kernel)
+
+    def fold(self, kernel: str, raw: np.ndarray) -> np.ndarray:
+        """``kernel``'s counters, shape (counters, 2): warps, threads, from its buffer's bytes
+        (``counter_bytes`` of them), its replicas summed (modulo 2**64, as the atomics add)."""
+        replicas = raw.view(np.uint64).reshape(self.copies(kernel), self.rows(kernel), 2)
+        total: np.ndarray = replicas.sum(axis=0, dtype=np.uint64)
+        return total[: self.plans[kernel].counters]
+
+
+def replica_rows(counters: int, replicas: int) -> int:
+    """Rows (counters) a replica takes: all of them, rounded up to whole 128-byte lines when
+    there are several replicas."""
+    rows = max(counters, 1)
+    return rows if replicas == 1 else -(-rows // _LINE_ROWS) * _LINE_ROWS
+
+
+def replicas_for(counters: int, buffer: Buffer) -> int:
+    """How many replicas of ``counters`` counters a buffer holds: one in a parameter buffer;
+    in a ``.global`` array :data:`REPLICAS`, halved while it would pass
+    :data:`MAX_COUNTER_BYTES`."""
+    if buffer is Buffer.PARAM:
+        return 1
+    replicas = REPLICAS
+    while replicas > 1 and 16 * replicas * replica_rows(counters, replicas) > MAX_COUNTER_BYTES:
+        replicas //= 2
+    return replicas
 
 
 @dataclass
@@ -65,13 +118,28 @@ class Edits:
         where.setdefault(index, []).append(code)
 
 
-def _address(r: str, where: str, buffer: Buffer, guard: str = "") -> list[str]:
+def _address(
+    r: str, where: str, buffer: Buffer, guard: str = "", spread: tuple[int, int] = (1, 0)
+) -> list[str]:
     """The counter buffer's address into ``{r}_a``: loaded from the parameter ``where``, or the
-    ``.global`` array's own (a ``mov`` of it gives its address in the global window)."""
+    ``.global`` array's own (a ``mov`` of it gives its address in the global window) plus the
+    offset of this SM's replica (``spread``: how many replicas, how many bytes apart)."""
     if buffer is Buffer.PARAM:
         return [f"\t{guard}ld.param.u64 {r}_a, [{where}];",
                 f"\t{guard}cvta.to.global.u64 {r}_a, {r}_a;"]  # fmt: skip
-    return [f"\t{guard}mov.u64 {r}_a, {where};"]
+    replicas, stride = spread
+    if replicas == 1:
+        return [f"\t{guard}mov.u64 {r}_a, {where};"]
+    return [f"\t{guard}mov.u64 {r}_a, {where};",
+            f"\t{guard}mov.u32 {r}_s, %smid;",
+            f"\t{guard}and.b32 {r}_s, {r}_s, {replicas - 1};",
+            f"\t{guard}mul.wide.u32 {r}_o, {r}_s, {stride};",
+            f"\t{guard}add.u64 {r}_a, {r}_a, {r}_o;"]  # fmt: skip
+
+
+def _replica_registers(r: str, buffer: Buffer) -> list[str]:
+    """The registers :func:`_address` takes to find this SM's replica (``.global`` arrays)."""
+    return [] if buffer is Buffer.PARAM else [f"\t.reg .b32 {r}_s;", f"\t.reg .b64 {r}_o;"]
 
 
 def probe_code(
@@ -80,22 +148,26 @@ def probe_code(
     tag: str,
     guard: str = "",
     buffer: Buffer = Buffer.PARAM,
-    into: tuple[str, str] | None = None,
+    into: tuple[str | None, str] | None = None,
+    spread: tuple[int, int] = (1, 0),
+    warps: bool = True,
 ) -> str:
     """The PTX of one probe adding to counter ``counter`` of the buffer ``where`` points at (a
     parameter) or is (a ``.global`` array); with a branch's ``guard`` (``@%p``, ``@!%p``), only
     the threads for which it holds count. With ``into`` (a warp and a thread register, 64-bit)
     it adds to those registers instead: no memory access; :func:`flush_code` adds them to the
-    buffer where the kernel ends."""
+    buffer where the kernel ends. Without ``warps`` (or a warp register) only the thread slot
+    is added to."""
     r = f"%{tag}"
     off = 16 * counter
     if into is None:
-        adds = [*_address(r, where, buffer, f"@{r}_p "),
-                f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;",
+        adds = [*_address(r, where, buffer, f"@{r}_p ", spread),
+                *([f"\t@{r}_p red.global.add.u64 [{r}_a+{off}], 1;"] if warps else []),
                 f"\t@{r}_p red.global.add.u64 [{r}_a+{off + 8}], {r}_n;"]  # fmt: skip
     else:
-        adds = [f"\t@{r}_p add.u64 {into[0]}, {into[0]}, 1;",
-                f"\t@{r}_p add.u64 {into[1]}, {into[1]}, {r}_n;"]  # fmt: skip
+        w, t = into
+        adds = [*([f"\t@{r}_p add.u64 {w}, {w}, 1;"] if w is not None else []),
+                f"\t@{r}_p add.u64 {t}, {t}, {r}_n;"]  # fmt: skip
     taking = []
     if guard:  # the takers: a ballot of the guard; the lowest taker must itself take
         taking = [
@@ -112,6 +184,7 @@ def probe_code(
         f"\t.reg .pred {r}_p, {r}_q;",
         f"\t.reg .b32 {r}_m, {r}_l;",
         f"\t.reg .b64 {r}_a, {r}_n;",
+        *_replica_registers(r, buffer),
         f"\tactivemask.b32 {r}_m;",
         *taking,
         f"\tmov.u32 {r}_l, %lanemask_lt;",
@@ -124,14 +197,24 @@ def probe_code(
     ])  # fmt: skip
 
 
-def flush_code(where: str, registers: dict[int, tuple[str, str]], tag: str, buffer: Buffer) -> str:
+def flush_code(
+    where: str,
+    registers: dict[int, tuple[str | None, str]],
+    tag: str,
+    buffer: Buffer,
+    spread: tuple[int, int] = (1, 0),
+) -> str:
     """Where threads leave the kernel: each adds its nonzero counter registers (``registers``:
-    counter → its warp and thread register) to the buffer. Only the lanes that were a warp's
-    lowest active lane hold counts, so a warp adds about once per register counter."""
+    counter → its warp register, if warps are counted, and its thread register) to the buffer.
+    Only the lanes that were a warp's lowest active lane hold counts, so a warp adds about once
+    per register counter."""
     r = f"%{tag}"
-    lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_address(r, where, buffer)]
+    lines = ["\t{", f"\t.reg .pred {r}_p;", f"\t.reg .b64 {r}_a;", *_replica_registers(r, buffer),
+             *_address(r, where, buffer, spread=spread)]  # fmt: skip
     for counter, (warps, threads) in sorted(registers.items()):
         for slot, register in ((0, warps), (8, threads)):
+            if register is None:
+                continue
             at = f"{r}_a+{16 * counter + slot}"
             lines += [f"\tsetp.ne.u64 {r}_p, {register}, 0;",
                       f"\t@{r}_p red.global.add.u64 [{at}], {register};"]  # fmt: skip
@@ -254,20 +337,23 @@ def place_on_edge(
 
 def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer: Buffer,
            in_registers: tuple[int, ...] = ()) -> None:  # fmt: skip
-    registers = {k: (f"%{tag}w{k}", f"%{tag}t{k}") for k in in_registers}
+    warps = plan.mode is Mode.BLOCKS  # edges mode derives from thread counts alone
+    registers = {k: (f"%{tag}w{k}" if warps else None, f"%{tag}t{k}") for k in in_registers}
     ends = [i for i, e in enumerate(cfg.edges)
             if e.dst == len(cfg.blocks) and e.kind is not EdgeKind.VIRTUAL]  # fmt: skip
     exits = ends if registers else []
-    flush = flush_code(where, registers, f"{tag}f", buffer) if registers else ""
+    replicas = replicas_for(plan.counters, buffer)
+    spread = (replicas, 16 * replica_rows(plan.counters, replicas))
+    flush = flush_code(where, registers, f"{tag}f", buffer, spread) if registers else ""
     if registers:  # declared and zeroed in the body's outermost scope, before anything runs
-        names = [name for pair in registers.values() for name in pair]
+        names = [name for pair in registers.values() for name in pair if name is not None]
         first = next(i for i, s in enumerate(cfg.function.body)
                      if s.kind in (Kind.LABEL, Kind.INSTRUCTION))  # fmt: skip
         zeroed = "\n".join(f"\tmov.u64 {name}, 0;" for name in names)
         edits.add(edits.before, first, f"\t.reg .b64 {', '.join(names)};\n{zeroed}")
     for k, probed in enumerate(plan.probed):
         into = registers.get(k)
-        code = probe_code(where, k, f"{tag}{k}", buffer=buffer, into=into)
+        code = probe_code(where, k, f"{tag}{k}", "", buffer, into, spread, warps)
         if plan.mode is Mode.BLOCKS:
             at_head(edits, cfg, probed, code)
             continue
@@ -275,8 +361,8 @@ def _place(edits: Edits, cfg: Cfg, plan: ProbePlan, where: str, tag: str, buffer
             code = f"{code}\n{flush}"
             exits.remove(probed)
 
-        def guarded(guard: str, k: int = k, into: tuple[str, str] | None = into) -> str:
-            return probe_code(where, k, f"{tag}{k}", guard, buffer, into)
+        def guarded(guard: str, k: int = k, into: tuple[str | None, str] | None = into) -> str:
+            return probe_code(where, k, f"{tag}{k}", guard, buffer, into, spread, warps)
 
         place_on_edge(edits, cfg, probed, code, f"$L{tag}_split{k}", guarded)
     for edge in exits:
@@ -375,6 +461,7 @@ def instrument(
     plans: dict[str, ProbePlan] = {}
     params: dict[str, str] = {}
     arrays: dict[str, str] = {}
+    replicas: dict[str, int] = {}
     done = 0
     for function, cfg in chosen:
         loops = find_loops(cfg)
@@ -388,11 +475,12 @@ def instrument(
             pieces.append(emit(cfg, edits, _with_param(function, name)))
             params[function.name] = name
         else:
-            size = 2 * max(plan.counters, 1)
+            replicas[function.name] = copies = replicas_for(plan.counters, buffer)
+            size = 2 * copies * replica_rows(plan.counters, copies)
             pieces.append(f".visible .global .align 8 .u64 {name}[{size}];\n")
             pieces.append(emit(cfg, edits, function.header.rstrip()))
             arrays[function.name] = name
         done = function.end
         plans[function.name] = plan
     pieces.append(ptx[done:])
-    return Instrumented("".join(pieces), plans, params, arrays, ptx)
+    return Instrumented("".join(pieces), plans, params, arrays, ptx, replicas)
