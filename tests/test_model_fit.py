@@ -497,3 +497,29 @@ def test_models_below_zero_at_one_are_less_likely_leads() -> None:
     p = np.array(_FIVE_VALUES)
     (model,) = fit_single_parameter(p, (2.0 * p**2 - 5.0)[:, None]).models
     assert model.render(3) == "-5 + 2 * p^2"
+
+
+def test_integrated_evidence_finds_more_leads_of_two_term_functions() -> None:
+    """One parameter, two terms of Extra-P's building blocks, eight values, 5 % noise, five
+    runs: the F-test with Bonferroni over 1,540 pairs keeps one term in most of them, where the
+    two sizes weighed by their integrated evidence (``terms_by="evidence"``, a broad prior of the
+    terms' shares) keep the second term where the data support it. Measured on this seed: 74.0 %
+    against 71.3 % (docs/pymodel.md, "The ceiling"); an unknown rule is refused."""
+    from pyhpctk.model.synthetic import EXTRAP_TERMS
+
+    with pytest.raises(ValueError, match="terms_by must be one of f-test, evidence"):
+        FitOptions(terms_by="bic")
+    rng = np.random.default_rng(38)
+    values = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+    cases = [
+        make_case(
+            rng, random_model(rng, ("p",), 2, values, terms=EXTRAP_TERMS), 0.05, values=values
+        )
+        for _ in range(300)
+    ]
+    f_test, evidence = (
+        _lead_rate(cases, FitOptions(weighting="relative", terms_by=rule))
+        for rule in ("f-test", "evidence")
+    )
+    assert evidence >= f_test + 0.015, (f_test, evidence)
+    assert evidence >= 0.73, (f_test, evidence)

@@ -27,6 +27,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.model.evidence import evidence_choice, log_evidence
 from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
@@ -47,6 +48,7 @@ _CHUNK_ELEMENTS = 8_000_000
 
 WEIGHTINGS = ("relative", "poisson", "absolute", "auto")
 SELECTIONS = ("f-test", "cv-smape", "loo")
+TERMS_BY = ("f-test", "evidence")
 
 # Relative size below which residuals are rounding, not noise: noise-free data then still tells
 # a true model (residual ~1e-15) from a wrong one.
@@ -78,6 +80,9 @@ class FitOptions:
     allow_negative: bool = False  # accept negative term coefficients (Extra-P 4.2.5 does)
     negative_exponents: bool = False  # also p^-i: strong scaling, c0 + c1 * p^-1
     lead_average: bool = True  # f-test: the likeliest lead over its hypotheses (_likeliest_lead)
+    # f-test, one parameter: one term or two (and the lead) by the F-test, or by their
+    # integrated evidence under a broad prior of the terms' shares (model.evidence)
+    terms_by: str = "f-test"
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
@@ -92,6 +97,8 @@ class FitOptions:
             raise ValueError("below_zero_prior must be in (0, 1]")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
+        if self.terms_by not in TERMS_BY:
+            raise ValueError(f"terms_by must be one of {', '.join(TERMS_BY)}")
         if not 0 < self.significance < 1:
             raise ValueError("significance must be between 0 and 1")
 
@@ -161,6 +168,8 @@ class _Scores:
     cv_smape: FloatArray  # inf where the hypothesis is not eligible
     rss: FloatArray  # unweighted, of the means
     wrss: FloatArray  # weighted and run-counted: the least-squares objective; inf if not eligible
+    free_wrss: FloatArray | None = None  # the same whatever the coefficients' signs
+    x: FloatArray | None = None  # the points (n, params)
 
 
 def auto_weightings(y: FloatArray, repetitions: Repetitions | None) -> list[str]:
@@ -335,6 +344,7 @@ def score_hypotheses(
     cv = np.full((total, n_contexts), np.inf)
     rss = np.full((total, n_contexts), np.inf)
     wrss = np.full((total, n_contexts), np.inf)
+    free_wrss = np.full((total, n_contexts), np.inf)
     coefficients: list[FloatArray] = [np.zeros(0)] * total
     columns: dict[Term, FloatArray] = {}  # each term's design column, evaluated once
     for size, indices in by_size.items():
@@ -358,6 +368,7 @@ def score_hypotheses(
             fit[indices, part] = smape(y_part[None], predicted, axis=1)
             rss[indices, part] = (residual**2).sum(axis=1)
             wrss[indices, part] = (w_part[None] * residual**2).sum(axis=1)
+            free_wrss[indices, part] = wrss[indices, part]
             group_coefficients[:, :, part] = (beta / scale).transpose(0, 2, 1)
             if cross_validate:
                 loo = np.empty_like(predicted)
@@ -376,7 +387,7 @@ def score_hypotheses(
                 wrss[indices, part] = np.where(negative, np.inf, wrss[indices, part])
         for position, index in enumerate(indices):
             coefficients[index] = group_coefficients[position]
-    return _Scores(list(hypotheses), coefficients, fit, cv, rss, wrss)
+    return _Scores(list(hypotheses), coefficients, fit, cv, rss, wrss, free_wrss, x)
 
 
 def choose_models(
@@ -458,10 +469,42 @@ def _choose_f_test(
         prior = np.where(below, options.below_zero_prior, 1.0) * prior[:, None]
         likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor), prior)
         wrss = np.where(likeliest, wrss, np.inf)
+        if options.terms_by == "evidence" and _one_parameter(scores.hypotheses) and 2 in best:
+            among = _by_evidence(scores, weights, np.maximum(variance, floor), chosen >= 1, options)
+            wrss = np.where(among.any(axis=0), np.where(among, scores.wrss, np.inf), wrss)
     size_min = wrss.min(axis=0)
     eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
     rank = _complexity_rank(scores.hypotheses)
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
+
+
+def _one_parameter(hypotheses: Sequence[Hypothesis]) -> bool:
+    return all(len(t.factors) == 1 for h in hypotheses for t in h.terms) and all(
+        len(h.terms) <= 2 for h in hypotheses
+    )
+
+
+def _by_evidence(
+    scores: _Scores,
+    weights: FloatArray,
+    variance: FloatArray,
+    apply: npt.NDArray[np.bool_],
+    options: FitOptions,
+) -> npt.NDArray[np.bool_]:
+    """Where ``apply``, the hypotheses the model is chosen among by their integrated evidence
+    (:mod:`pyhpctk.model.evidence`): the likeliest lead's, of its likelier size; none elsewhere."""
+    if scores.free_wrss is None or scores.x is None:
+        return np.zeros(scores.wrss.shape, dtype=np.bool_)
+    log_ev = log_evidence(
+        scores.hypotheses, scores.coefficients, scores.free_wrss, scores.x, weights, variance, apply
+    )
+    outside = np.array([options.outside_prior ** _outside_blocks(h) for h in scores.hypotheses])
+    below = np.where(_below_zero_at_one(scores), options.below_zero_prior, 1.0)
+    among = evidence_choice(scores.hypotheses, log_ev, outside, below, np.isfinite(scores.wrss))
+    decided = (
+        apply & np.isfinite(log_ev).any(axis=0) & (among & np.isfinite(scores.wrss)).any(axis=0)
+    )
+    return np.asarray(among & decided[None, :])
 
 
 def _outside_blocks(hypothesis: Hypothesis) -> int:
