@@ -504,7 +504,8 @@ def test_integrated_evidence_finds_more_leads_of_two_term_functions() -> None:
     runs: the F-test with Bonferroni over 1,540 pairs keeps one term in most of them, where the
     two sizes weighed by their integrated evidence (``terms_by="evidence"``, a broad prior of the
     terms' shares) keep the second term where the data support it. Measured on this seed: 74.0 %
-    against 71.3 % (docs/pymodel.md, "The ceiling"); an unknown rule is refused."""
+    against 71.3 % (docs/pymodel.md, "One term or two by integrated evidence"); an unknown
+    rule is refused."""
     from pyhpctk.model.synthetic import EXTRAP_TERMS
 
     with pytest.raises(ValueError, match="terms_by must be one of f-test, evidence"):

@@ -82,7 +82,7 @@ class FitOptions:
     lead_average: bool = True  # f-test: the likeliest lead over its hypotheses (_likeliest_lead)
     # f-test, one parameter: one term or two (and the lead) by the F-test, or by their
     # integrated evidence under a broad prior of the terms' shares (model.evidence)
-    terms_by: str = "f-test"
+    terms_by: str = "evidence"
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
