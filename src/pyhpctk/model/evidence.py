@@ -35,8 +35,42 @@ _PRUNE = 80.0  # hypotheses this far (in wrss / variance) above the best are not
 _CHUNK = 20_000  # (hypothesis, context) pairs integrated at once: bounds the temporaries
 
 
-def _log_gauss_in_log(mean: FloatArray, var: FloatArray) -> FloatArray:
-    """log ∫ exp(-(e^l - mean)² / 2 var) dl over the prior's log-shares, elementwise."""
+def log_normal_cdf(z: FloatArray) -> FloatArray:
+    """log Φ(z), the standard normal's lower tail, to a relative 1.2e-7 in either tail (erfc by
+    its Chebyshev fit, W. J. Cody's form as Numerical Recipes gives it)."""
+    z = np.asarray(z, dtype=np.float64)
+    x = np.abs(z) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.5 * x)
+    poly = np.full_like(t, 0.17087277)
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418):
+        poly = c + t * poly
+    for c in (0.37409196, 1.00002368, -1.26551223):
+        poly = c + t * poly
+    log_tail = math.log(0.5) + np.log(t) - x * x + poly  # log Φ(-|z|)
+    with np.errstate(over="ignore"):
+        upper = np.log1p(-np.exp(np.minimum(log_tail, 0.0)))
+    return np.asarray(np.where(z < 0, log_tail, upper))
+
+
+# (a, b, ε): the constant is not negative with chance Φ(a - b·u) at share u; a negative constant
+# is ε as likely a priori (FitOptions.below_zero_prior)
+Cut = tuple[FloatArray, FloatArray, float]
+
+
+def _log_prior_of_constant(z: FloatArray, epsilon: float) -> FloatArray:
+    """log(Φ(z) + ε(1 - Φ(z))): the prior of a constant that is not negative with chance Φ(z),
+    a negative one ε times as likely."""
+    if epsilon >= 1.0:
+        return np.zeros_like(z)
+    log_phi = np.minimum(math.log(2.0) + log_normal_cdf(z), 0.0)
+    return np.asarray(np.logaddexp(math.log(epsilon), math.log1p(-epsilon) + log_phi))
+
+
+def _log_gauss_in_log(mean: FloatArray, var: FloatArray, cut: Cut) -> FloatArray:
+    """log ∫ exp(-(e^l - mean)² / 2 var) q(a - b e^l) dl over the prior's log-shares,
+    elementwise (``cut``: a, b and ε; q(z) = Φ(z) + ε(1 - Φ(z)), Φ the chance that the constant,
+    given the share, is not negative)."""
+    a, b, epsilon = cut
     sd = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
         upper = np.minimum(_HI, np.log(np.maximum(mean, 0.0) + _SPAN * sd))
@@ -44,12 +78,14 @@ def _log_gauss_in_log(mean: FloatArray, var: FloatArray) -> FloatArray:
         lower = np.maximum(_LO, flat_end)
         lower = np.maximum(lower, np.where(mean > _SPAN * sd, np.log(mean - _SPAN * sd), -np.inf))
         length = np.clip(np.minimum(flat_end, upper) - _LO, 0.0, None)
-        flat = -(mean**2) / (2.0 * var) + np.log(length)
+        flat = -(mean**2) / (2.0 * var) + np.log(length) + _log_prior_of_constant(a, epsilon)
         width = upper - lower
         ok = width > 0
         half = np.where(ok, width / 2.0, 0.0)
         nodes = lower[..., None] + half[..., None] * (_NODES + 1.0)
-        exponent = -((np.exp(nodes) - mean[..., None]) ** 2) / (2.0 * var[..., None])
+        u = np.exp(nodes)
+        exponent = -((u - mean[..., None]) ** 2) / (2.0 * var[..., None])
+        exponent = exponent + _log_prior_of_constant(a[..., None] - b[..., None] * u, epsilon)
         top = exponent.max(axis=-1)
         top = np.where(np.isfinite(top), top, 0.0)
         total = (np.exp(exponent - top[..., None]) * _WEIGHTS).sum(axis=-1)
@@ -65,6 +101,7 @@ def _log_outer(
     marginal: FloatArray,
     slope: FloatArray,
     var2: FloatArray,
+    cut: tuple[FloatArray, FloatArray, FloatArray, float],
 ) -> FloatArray:
     """The outer integral over the first log-share from ``lower`` to ``upper`` (Gauss-Legendre),
     the second integrated inside given the first."""
@@ -74,7 +111,12 @@ def _log_outer(
     nodes = lower[:, None] + half[:, None] * (_NODES + 1.0)  # (N, G)
     u1 = np.exp(nodes)
     conditional = m2[:, None] - slope[:, None] * (u1 - m1[:, None])
-    inner = _log_gauss_in_log(conditional, np.broadcast_to(var2[:, None], u1.shape))
+    a, b1, b2, epsilon = cut
+    inner = _log_gauss_in_log(
+        conditional,
+        np.broadcast_to(var2[:, None], u1.shape),
+        (a[:, None] - b1[:, None] * u1, np.broadcast_to(b2[:, None], u1.shape), epsilon),
+    )
     exponent = -marginal[:, None] * (u1 - m1[:, None]) ** 2 / 2.0 + inner
     top = exponent.max(axis=1)
     top = np.where(np.isfinite(top), top, 0.0)
@@ -82,8 +124,11 @@ def _log_outer(
     return np.asarray(np.where(ok, top + np.log(half * total), -np.inf))
 
 
-def _log_integral_two(mean: FloatArray, precision: FloatArray) -> FloatArray:
-    """log ∫∫ exp(-(u - mean)ᵀ P (u - mean) / 2) over both log-shares; mean (N, 2), P (N, 2, 2)."""
+def _log_integral_two(
+    mean: FloatArray, precision: FloatArray, cut: tuple[FloatArray, FloatArray, FloatArray, float]
+) -> FloatArray:
+    """log ∫∫ exp(-(u - mean)ᵀ P (u - mean) / 2) q(a - b1 u1 - b2 u2) over both log-shares;
+    mean (N, 2), P (N, 2, 2), ``cut`` (a, b1, b2, ε), q as in :func:`_log_gauss_in_log`."""
     a11, a12, a22 = precision[:, 0, 0], precision[:, 0, 1], precision[:, 1, 1]
     marginal = a11 - a12 * a12 / a22  # precision of the first share, the second integrated out
     m1, m2 = mean[:, 0], mean[:, 1]
@@ -97,7 +142,7 @@ def _log_integral_two(mean: FloatArray, precision: FloatArray) -> FloatArray:
             np.maximum(_LO, flat_end), np.where(m1 > _SPAN * sd, np.log(m1 - _SPAN * sd), -np.inf)
         )
         length = np.clip(np.minimum(flat_end, upper) - _LO, 0.0, None)
-        inner_at_zero = _log_gauss_in_log(m2 + a12 / a22 * m1, var2)
+        inner_at_zero = _log_gauss_in_log(m2 + a12 / a22 * m1, var2, (cut[0], cut[2], cut[3]))
         flat = -marginal * m1**2 / 2.0 + inner_at_zero + np.log(length)
         # Where the second share is buried (near 0) the first is pinned far more tightly than
         # its marginal says: a piece of nodes of its own around the mode on that edge.
@@ -106,7 +151,9 @@ def _log_integral_two(mean: FloatArray, precision: FloatArray) -> FloatArray:
         cuts = [lower, np.clip(low_edge, lower, upper), np.clip(high_edge, lower, upper), upper]
         peaked = np.full(m1.shape, -np.inf)
         for start, end in itertools.pairwise(cuts):
-            peaked = np.logaddexp(peaked, _log_outer(start, end, m1, m2, marginal, a12 / a22, var2))
+            peaked = np.logaddexp(
+                peaked, _log_outer(start, end, m1, m2, marginal, a12 / a22, var2, cut)
+            )
     return np.asarray(np.logaddexp(flat, peaked))
 
 
@@ -125,6 +172,7 @@ def _log_integral(
     anchor: FloatArray,
     beta: FloatArray,
     variance: FloatArray,
+    epsilon: float,
 ) -> FloatArray:
     """log of the Gaussian of the term coefficients (the constant integrated out) over the
     prior's log-shares, per (hypothesis, context) pair: terms ``cols`` (N, k, n), weights ``w``
@@ -141,14 +189,24 @@ def _log_integral(
     mean = terms * to_share
     inverse = 1.0 / to_share
     precision = schur * inverse[:, :, None] * inverse[:, None, :] / variance[:, None, None]
+    # The constant given the terms is Gaussian, mean alpha + sum g (b_hat - b) with g the terms'
+    # cross weights over the total weight, sd sqrt(variance / total weight): positive with
+    # chance Φ(a - sum b_j u_j).
+    gain = with_constant / total_weight[:, None]
+    spread = np.sqrt(variance / total_weight)
+    a = (beta[:, 0] + (gain * terms).sum(axis=1)) / spread
+    b = gain * inverse / spread[:, None]
     if cols.shape[1] == 1:
         ok = np.isfinite(precision[:, 0, 0]) & (precision[:, 0, 0] > 0)
         fine = np.where(ok, precision[:, 0, 0], 1.0)
-        return np.where(ok, _log_gauss_in_log(mean[:, 0], 1.0 / fine), -np.inf)
+        return np.where(
+            ok, _log_gauss_in_log(mean[:, 0], 1.0 / fine, (a, b[:, 0], epsilon)), -np.inf
+        )
     det = precision[:, 0, 0] * precision[:, 1, 1] - precision[:, 0, 1] ** 2
     ok = np.isfinite(det) & (det > 0) & (precision[:, 1, 1] > 0) & np.isfinite(mean).all(axis=1)
     fine = np.where(ok[:, None, None], precision, np.eye(2))
-    return np.where(ok, _log_integral_two(np.where(ok[:, None], mean, 1.0), fine), -np.inf)
+    cut = (a, b[:, 0], b[:, 1], epsilon)
+    return np.where(ok, _log_integral_two(np.where(ok[:, None], mean, 1.0), fine, cut), -np.inf)
 
 
 def log_evidence(
@@ -159,6 +217,7 @@ def log_evidence(
     weights: FloatArray,
     variance: FloatArray,
     apply: npt.NDArray[np.bool_],
+    negative_prior: float = 1.0,
 ) -> FloatArray:
     """Per hypothesis of one or two terms and context where ``apply``: the log marginal
     likelihood (up to a constant per context), -inf elsewhere. ``coefficients`` and
@@ -190,6 +249,7 @@ def log_evidence(
                 anchor[h_index],
                 beta[h_index, :, c_index],
                 variance[c_index],
+                negative_prior,
             )
             out[rows[h_index], c_index] = np.nan_to_num(
                 -free_wrss[rows[h_index], c_index] / (2.0 * variance[c_index])
@@ -204,7 +264,6 @@ def evidence_choice(
     hypotheses: Sequence[Hypothesis],
     log_evidence_: FloatArray,
     outside: FloatArray,
-    below: FloatArray,
     eligible: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.bool_]:
     """The hypotheses (x contexts) the model is chosen among: those of the lead of largest
@@ -225,7 +284,6 @@ def evidence_choice(
         share = float(outside[in_size].sum())
         if share > 0:
             log_post[in_size] += np.log(outside[in_size] / share)[:, None] + math.log(0.5)
-    log_post += np.log(below)
     top = log_post.max(axis=0)
     weight = np.exp(log_post - np.where(np.isfinite(top), top, 0.0))
     weight = np.where(np.isfinite(log_post), weight, 0.0)
