@@ -5,14 +5,17 @@ the best of 1,540 pairs (Bonferroni), and so keeps one term in most noisy two-te
 Here each hypothesis of one or two terms is weighed by its marginal likelihood instead: the
 Gaussian likelihood of the means (the variance of one run as the F-test estimates it), the
 constant integrated out analytically under a flat prior (the same for every hypothesis, so it
-cancels), and each term's coefficient integrated over a proper, broad prior — its share of the
-constant at the smallest point (the first where the term is not 0) log-uniform from 10^-6 to
-10^5, positive (the fitted constant, taken as at least 10^-4 of the largest term there). A pair
-whose second term the data do not need still has the evidence of the prior's part where that
-term is buried, so it pays an Occam factor, not a fixed bar. Each size gets half the prior,
-shared among its hypotheses as the outside-blocks prior weighs them. The integrals are over
-log-shares by Gauss-Legendre nodes placed where the Gaussian lies, with the flat part near zero
-in closed form; all contexts and hypotheses at once. This module does no I/O.
+cancels) — where it would fall below zero beyond its noise, a tenth as likely (given the terms'
+coefficients the constant is Gaussian: ``_log_prior_of_constant`` at every node of the outer
+share, and at the inner share's conditional mean) — and each term's coefficient integrated over
+a proper, broad prior — its share of the constant at the smallest point (the first where the
+term is not 0) log-uniform from 10^-6 to 10^5, positive (the fitted constant, taken as at least
+10^-4 of the largest term there). A pair whose second term the data do not need still has the
+evidence of the prior's part where that term is buried, so it pays an Occam factor, not a fixed
+bar. Each size gets half the prior, shared among its hypotheses as the outside-blocks prior
+weighs them. The integrals are over log-shares by Gauss-Legendre nodes placed where the Gaussian
+lies, with the flat part near zero in closed form; all contexts and hypotheses at once. This
+module does no I/O.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ _LO, _HI = math.log(SHARES[0]), math.log(SHARES[1])
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(16)
 _SPAN = 7.0  # standard deviations of the Gaussian the nodes cover
 _FLAT = 0.01  # below this many standard deviations a share's Gaussian is flat: closed form
-_PRUNE = 80.0  # hypotheses this far (in wrss / variance) above the best are not integrated
+_PRUNE = 40.0  # hypotheses this far (in wrss / variance) above the best (e^-20) are not integrated
 _CHUNK = 20_000  # (hypothesis, context) pairs integrated at once: bounds the temporaries
 
 
@@ -58,12 +61,15 @@ Cut = tuple[FloatArray, FloatArray, float]
 
 
 def _log_prior_of_constant(z: FloatArray, epsilon: float) -> FloatArray:
-    """log(Φ(z) + ε(1 - Φ(z))): the prior of a constant that is not negative with chance Φ(z),
-    a negative one ε times as likely."""
-    if epsilon >= 1.0:
-        return np.zeros_like(z)
-    log_phi = np.minimum(math.log(2.0) + log_normal_cdf(z), 0.0)
-    return np.asarray(np.logaddexp(math.log(epsilon), math.log1p(-epsilon) + log_phi))
+    """log(q + ε(1 - q)), q = min(1, 2Φ(z)): 0 where z >= 0 (a constant not below zero beyond
+    its noise), and Φ evaluated only where it is not."""
+    out = np.zeros(np.shape(z))
+    below = z < 0
+    if epsilon >= 1.0 or not below.any():
+        return out
+    log_q = math.log(2.0) + log_normal_cdf(z[below])
+    out[below] = np.logaddexp(math.log(epsilon), math.log1p(-epsilon) + log_q)
+    return out
 
 
 def _log_gauss_in_log(mean: FloatArray, var: FloatArray, cut: Cut) -> FloatArray:
@@ -115,7 +121,10 @@ def _log_outer(
     inner = _log_gauss_in_log(
         conditional,
         np.broadcast_to(var2[:, None], u1.shape),
-        (a[:, None] - b1[:, None] * u1, np.broadcast_to(b2[:, None], u1.shape), epsilon),
+        (np.zeros_like(u1), np.zeros_like(u1), 1.0),
+    )
+    inner = inner + _log_prior_of_constant(
+        a[:, None] - b1[:, None] * u1 - b2[:, None] * np.maximum(conditional, 0.0), epsilon
     )
     exponent = -marginal[:, None] * (u1 - m1[:, None]) ** 2 / 2.0 + inner
     top = exponent.max(axis=1)
