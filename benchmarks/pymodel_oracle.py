@@ -22,6 +22,13 @@ every parameter) as the one of largest posterior probability:
   as multiplicative noise calls for): what a modeler that knows a sensible prior but not the
   noise's shape could reach.
 
+What the Gaussian oracle's edge rests on (``--oracles``): ``2-both`` forgets the number of terms
+and widens the share prior to 0.001-100,000 times the constant; ``2-scale`` also forgets the
+constant's absolute range (flat from 1e-9 to 1e9: scale-free, as a rule for real programs must
+be); ``2-signed`` also lets coefficients take either sign; ``2-grid`` keeps them positive but
+searches pymodel's whole grid, a term outside Extra-P's blocks a tenth as likely (as pymodel's
+prior has it). ``2-grid`` knows nothing a rule for real programs could not.
+
 Reports per group the cases, pymodel's rate (as the benchmark computes it) and each oracle's,
 with the standard error of a rate; ``--groups`` picks groups by index (``--list``). Seeded, so
 ``--cases`` and ``--seed`` reproduce the benchmark's cases exactly: every group is drawn, in
@@ -51,7 +58,7 @@ from pymodel_recovery import Group, draw, groups, pymodel_hits
 
 from pyhpctk.model.compare import lead_factors
 from pyhpctk.model.fit import FitOptions
-from pyhpctk.model.pmnf import Factor
+from pyhpctk.model.pmnf import DEFAULT_LOG_EXPONENTS, DEFAULT_POLY_EXPONENTS, Factor
 from pyhpctk.model.synthetic import EXTRAP_TERMS
 
 FloatArray = npt.NDArray[np.float64]
@@ -67,6 +74,19 @@ NOISE_FREE = 1e-7  # the noise level that stands for none (the likelihood's limi
 NODES, WEIGHTS = np.polynomial.legendre.leggauss(6)
 ELEMENTS = 12_000_000  # floats per batch of (hypotheses x samples x points) temporaries
 GAUSS_SPAN = 5.0  # the Gaussian oracle samples term coefficients within this many sigmas
+WIDE_CONSTANT = (1e-9, 1e9)  # a flat prior of the constant that holds any run time's
+
+
+@dataclass(slots=True)
+class Knowledge:
+    """What the Gaussian oracle knows beyond its share prior (set per oracle by ``main``): the
+    constant's range, and whether term coefficients are positive (else either sign)."""
+
+    constant: tuple[float, float] = CONSTANT
+    signed: bool = False
+
+
+KNOWN = Knowledge()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,32 +114,54 @@ class Family:
         return np.stack(picks, axis=1)
 
 
-def families(group: Group, points: FloatArray, any_size: bool = False) -> list[Family]:
+def families(
+    group: Group, points: FloatArray, any_size: bool = False, space: str = "extrap"
+) -> list[Family]:
     """The generator's hypotheses for ``group`` (synthetic.random_model with EXTRAP_TERMS); with
-    ``any_size``, one-parameter groups have one or two terms, each size half likely a priori."""
+    ``any_size``, one-parameter groups have one or two terms, each size half likely a priori;
+    with ``space="grid"`` the terms are every pair of pymodel's exponents, a term outside
+    Extra-P's blocks 1/10 as likely a priori (FitOptions.outside_prior)."""
     anchor = np.full((1, group.n_params), min(group.values))
+    terms = list(EXTRAP_TERMS)
+    if space == "grid":
+        terms += [
+            (poly, log)
+            for poly in DEFAULT_POLY_EXPONENTS
+            for log in DEFAULT_LOG_EXPONENTS
+            if (poly or log) and (poly, log) not in EXTRAP_TERMS
+        ]
+    weight = np.array([1.0 if t in EXTRAP_TERMS else 0.1 for t in terms])
     table = np.array(
         [
             [
                 Factor(p, poly, log).evaluate(points) / Factor(p, poly, log).evaluate(anchor)[0]
-                for poly, log in EXTRAP_TERMS
+                for poly, log in terms
             ]
             for p in range(group.n_params)
         ]
     )
-    blocks = len(EXTRAP_TERMS)
+    blocks = len(terms)
+    out = []
     if group.n_params == 1:
-        out = []
-        for size in (1, 2) if any_size else (group.n_terms,):
+        shapes = [(size, False) for size in ((1, 2) if any_size else (group.n_terms,))]
+    else:
+        shapes = [(group.n_params, True), (group.n_params, False)]
+    for size, product in shapes:
+        if group.n_params == 1:
             index = np.array(list(itertools.combinations(range(blocks), size)))
-            leads: list[Lead] = [(max(EXTRAP_TERMS[i] for i in row),) for row in index]
-            log_prior = -math.log(len(index)) - (math.log(2) if any_size else 0.0)
-            out.append(Family(table, index, False, log_prior, leads))
-        return out
-    index = np.array(list(itertools.product(range(blocks), repeat=group.n_params)))
-    multi: list[Lead] = [tuple(EXTRAP_TERMS[i] for i in row) for row in index]
-    log_prior = math.log(0.5) - math.log(len(index))
-    return [Family(table, index, product, log_prior, multi) for product in (True, False)]
+        else:
+            index = np.array(list(itertools.product(range(blocks), repeat=size)))
+        prior = np.log(weight[index]).sum(axis=1)
+        log_total = math.log(np.exp(prior).sum())
+        share = math.log(2) if (any_size or group.n_params > 1) else 0.0
+        for value in sorted(set(prior.tolist())):
+            rows = index[prior == value]
+            if group.n_params == 1:
+                leads: list[Lead] = [(max(terms[i] for i in row),) for row in rows]
+            else:
+                leads = [tuple(terms[i] for i in row) for row in rows]
+            out.append(Family(table, rows, product, value - log_total - share, leads))
+    return out
 
 
 def _least_squares(
@@ -237,20 +279,26 @@ def _two_stages(
 
 
 def _coefficient_prior(beta: FloatArray, share: tuple[float, float]) -> FloatArray:
-    """log of the term coefficients' prior density, less the constant's share constraint."""
+    """log of the term coefficients' prior density, less the constant's share constraint
+    (``KNOWN.signed``: a term's size log-uniform, its sign either at even odds)."""
     k = beta.shape[2]
-    positive = (beta > 0).all(axis=2)
-    logs = np.log(np.where(beta > 0, beta, 1.0)).sum(axis=2)
+    size = np.abs(beta) if KNOWN.signed else beta
+    positive = (size > 0).all(axis=2)
+    logs = np.log(np.where(size > 0, size, 1.0)).sum(axis=2)
+    constant = KNOWN.constant
     value = (
-        -logs - k * math.log(math.log(share[1] / share[0])) - math.log(CONSTANT[1] - CONSTANT[0])
+        -logs - k * math.log(math.log(share[1] / share[0])) - math.log(constant[1] - constant[0])
     )
+    if KNOWN.signed:
+        value = value - k * math.log(2.0)
     return np.where(positive, value, -np.inf)
 
 
 def _constant_range(beta: FloatArray, share: tuple[float, float]) -> tuple[FloatArray, FloatArray]:
     """The constants the prior allows with these term coefficients (each term's share)."""
-    low = np.maximum(CONSTANT[0], beta.max(axis=2) / share[1])
-    high = np.minimum(CONSTANT[1], beta.min(axis=2) / share[0])
+    size = np.abs(beta) if KNOWN.signed else beta
+    low = np.maximum(KNOWN.constant[0], size.max(axis=2) / share[1])
+    high = np.minimum(KNOWN.constant[1], size.min(axis=2) / share[0])
     return low, high
 
 
@@ -478,8 +526,12 @@ def gaussian_evidence(
 
     wide = Region(beta_hat, np.asarray(GAUSS_SPAN * chol, dtype=np.float64))
     reach = np.abs(wide.frame).sum(axis=2)
-    box_low = np.maximum(beta_hat - reach, share[0] * CONSTANT[0])
-    box_high = np.minimum(beta_hat + reach, share[1] * CONSTANT[1])
+    constant = KNOWN.constant
+    if KNOWN.signed:
+        box_low = np.maximum(beta_hat - reach, -share[1] * constant[1])
+    else:
+        box_low = np.maximum(beta_hat - reach, share[0] * constant[0])
+    box_high = np.minimum(beta_hat + reach, share[1] * constant[1])
     ok = (box_low < box_high).all(axis=1)
     box_low, box_high = np.where(ok[:, None], box_low, 0.0), np.where(ok[:, None], box_high, 1.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -600,10 +652,14 @@ class Oracle:
     likelihood: str
     share: tuple[float, float] = SHARE
     any_size: bool = False
+    constant: tuple[float, float] = CONSTANT
+    signed: bool = False
+    space: str = "extrap"  # the hypotheses' terms: Extra-P's blocks or pymodel's grid (1/10)
 
 
-# The two oracles, then what the Gaussian one loses without the group's number of terms and
-# without the generator's term-share prior (--oracles picks among them).
+# The two oracles, then what the Gaussian one loses without the group's number of terms, the
+# generator's term-share prior, the constant's range, positivity, and Extra-P's blocks alone
+# (--oracles picks among them; the module docstring says what each knows).
 VARIANTS = {
     "1": Oracle("uniform"),
     "2": Oracle("gaussian"),
@@ -611,6 +667,13 @@ VARIANTS = {
     "2-wide": Oracle("gaussian", share=WIDE_SHARE),
     "2-both": Oracle("gaussian", share=WIDE_SHARE, any_size=True),
     "1-sizes": Oracle("uniform", any_size=True),
+    "2-scale": Oracle("gaussian", share=WIDE_SHARE, any_size=True, constant=WIDE_CONSTANT),
+    "2-signed": Oracle(
+        "gaussian", share=WIDE_SHARE, any_size=True, constant=WIDE_CONSTANT, signed=True
+    ),
+    "2-grid": Oracle(
+        "gaussian", share=WIDE_SHARE, any_size=True, constant=WIDE_CONSTANT, space="grid"
+    ),
 }
 
 
@@ -654,7 +717,8 @@ def main() -> None:
         row[:2] = len(cases), sum(pymodel_hits(cases, FitOptions(weighting="auto")))
         for j, name in enumerate(names):
             oracle = VARIANTS[name]
-            fams = families(group, cases[0].points, oracle.any_size)
+            KNOWN.constant, KNOWN.signed = oracle.constant, oracle.signed
+            fams = families(group, cases[0].points, oracle.any_size, oracle.space)
             for n, case in enumerate(cases):
                 args = (fams, case.repetitions, group.noise, oracle.likelihood)
                 post = lead_posterior(*args, arguments.samples, n, oracle.share)

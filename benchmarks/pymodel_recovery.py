@@ -154,6 +154,9 @@ def main() -> None:
         "--no-lead-average", action="store_true", help="pymodel: the best fit's lead alone"
     )
     parser.add_argument(
+        "--terms-by", default=FitOptions().terms_by, help="pymodel: f-test or evidence"
+    )
+    parser.add_argument(
         "--space",
         choices=("both", "pymodel"),
         default="both",
@@ -180,6 +183,7 @@ def main() -> None:
             max_terms=arguments.terms,
             selection=arguments.selection,
             lead_average=not arguments.no_lead_average,
+            terms_by=arguments.terms_by,
         )
         ours = float(np.mean(pymodel_hits(cases, options)))
         times[0] += time.perf_counter() - start

@@ -27,6 +27,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from pyhpctk.model.evidence import evidence_choice, log_evidence, log_normal_cdf
 from pyhpctk.model.fdist import f_critical
 from pyhpctk.model.pmnf import (
     DEFAULT_LOG_EXPONENTS,
@@ -47,6 +48,7 @@ _CHUNK_ELEMENTS = 8_000_000
 
 WEIGHTINGS = ("relative", "poisson", "absolute", "auto")
 SELECTIONS = ("f-test", "cv-smape", "loo")
+TERMS_BY = ("f-test", "evidence")
 
 # Relative size below which residuals are rounding, not noise: noise-free data then still tells
 # a true model (residual ~1e-15) from a wrong one.
@@ -64,8 +66,8 @@ class FitOptions:
     # f-test: prior weight of a term outside Extra-P's building blocks against one inside, in the
     # likeliest lead (1: none; Extra-P's own space is 0)
     outside_prior: float = 0.1
-    # f-test: prior weight, in the likeliest lead, of a model below zero where every parameter is
-    # 1 (its constant plus its pure powers' coefficients; no run time is negative; 1: none)
+    # f-test: prior weight, in the likeliest lead and the evidence, of a model whose constant is
+    # below zero beyond its noise (no fixed cost is negative; _constant_not_negative; 1: none)
     below_zero_prior: float = 0.1
     selection: str = "f-test"  # f-test or cv-smape: see the module docstring; loo: the lowest
     # leave-one-out SMAPE of any size (the refit of a model that misses: analyze.fit_series)
@@ -78,6 +80,9 @@ class FitOptions:
     allow_negative: bool = False  # accept negative term coefficients (Extra-P 4.2.5 does)
     negative_exponents: bool = False  # also p^-i: strong scaling, c0 + c1 * p^-1
     lead_average: bool = True  # f-test: the likeliest lead over its hypotheses (_likeliest_lead)
+    # f-test, one parameter: one term or two (and the lead) by the F-test, or by their
+    # integrated evidence under a broad prior of the terms' shares (model.evidence)
+    terms_by: str = "evidence"
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_terms <= 3:
@@ -92,6 +97,8 @@ class FitOptions:
             raise ValueError("below_zero_prior must be in (0, 1]")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
+        if self.terms_by not in TERMS_BY:
+            raise ValueError(f"terms_by must be one of {', '.join(TERMS_BY)}")
         if not 0 < self.significance < 1:
             raise ValueError("significance must be between 0 and 1")
 
@@ -161,6 +168,9 @@ class _Scores:
     cv_smape: FloatArray  # inf where the hypothesis is not eligible
     rss: FloatArray  # unweighted, of the means
     wrss: FloatArray  # weighted and run-counted: the least-squares objective; inf if not eligible
+    free_wrss: FloatArray | None = None  # the same whatever the coefficients' signs
+    constant_spread: FloatArray | None = None  # (M⁻¹)₀₀: the constant's variance per unit
+    x: FloatArray | None = None  # the points (n, params)
 
 
 def auto_weightings(y: FloatArray, repetitions: Repetitions | None) -> list[str]:
@@ -335,6 +345,8 @@ def score_hypotheses(
     cv = np.full((total, n_contexts), np.inf)
     rss = np.full((total, n_contexts), np.inf)
     wrss = np.full((total, n_contexts), np.inf)
+    free_wrss = np.full((total, n_contexts), np.inf)
+    constant_spread = np.full((total, n_contexts), np.inf)
     coefficients: list[FloatArray] = [np.zeros(0)] * total
     columns: dict[Term, FloatArray] = {}  # each term's design column, evaluated once
     for size, indices in by_size.items():
@@ -358,6 +370,10 @@ def score_hypotheses(
             fit[indices, part] = smape(y_part[None], predicted, axis=1)
             rss[indices, part] = (residual**2).sum(axis=1)
             wrss[indices, part] = (w_part[None] * residual**2).sum(axis=1)
+            free_wrss[indices, part] = wrss[indices, part]
+            unit = np.zeros_like(rhs)
+            unit[..., 0] = 1.0
+            constant_spread[indices, part] = _solve(normal, unit)[..., 0]
             group_coefficients[:, :, part] = (beta / scale).transpose(0, 2, 1)
             if cross_validate:
                 loo = np.empty_like(predicted)
@@ -376,7 +392,9 @@ def score_hypotheses(
                 wrss[indices, part] = np.where(negative, np.inf, wrss[indices, part])
         for position, index in enumerate(indices):
             coefficients[index] = group_coefficients[position]
-    return _Scores(list(hypotheses), coefficients, fit, cv, rss, wrss)
+    return _Scores(
+        list(hypotheses), coefficients, fit, cv, rss, wrss, free_wrss, constant_spread, x
+    )
 
 
 def choose_models(
@@ -454,14 +472,71 @@ def _choose_f_test(
             var, _ = _run_variance(best[size], pure, n_points, pure_dof, size + 1, options)
             variance = np.where(chosen == size, var, variance)
         prior = np.array([options.outside_prior ** _outside_blocks(h) for h in scores.hypotheses])
-        below = _below_zero_at_one(scores)
-        prior = np.where(below, options.below_zero_prior, 1.0) * prior[:, None]
+        ok = _constant_not_negative(scores, np.maximum(variance, floor))
+        prior = (ok + options.below_zero_prior * (1.0 - ok)) * prior[:, None]
         likeliest = _likeliest_lead(scores.hypotheses, wrss, np.maximum(variance, floor), prior)
         wrss = np.where(likeliest, wrss, np.inf)
+        if options.terms_by == "evidence" and _one_parameter(scores.hypotheses) and 2 in best:
+            apply = chosen >= 1
+            among = _by_evidence(scores, weights, np.maximum(variance, floor), apply, options)
+            wrss = np.where(among.any(axis=0), np.where(among, scores.wrss, np.inf), wrss)
     size_min = wrss.min(axis=0)
     eligible = np.isfinite(wrss) & (wrss <= size_min * (1 + 1e-9) + floor)
     rank = _complexity_rank(scores.hypotheses)
     return np.asarray(np.argmin(np.where(eligible, rank[:, None], np.inf), axis=0))
+
+
+def _constant_not_negative(scores: _Scores, variance: FloatArray) -> FloatArray:
+    """Per hypothesis and context, how plausible its constant is as a fixed cost, which is
+    never negative: 1 where the fitted constant c is not negative, else the chance 2Φ(c / sd)
+    that noise alone puts a constant of 0 that far below zero (sd: the variance of one run times
+    the constant's entry of the inverse normal matrix). At five noisy values two terms often buy
+    a closer fit with a constant far below zero (``-203 + 194·p^(1/2) + 14.2·n^(11/4)`` for
+    ``1.29 + 56.9·p^(1/3)·log2(p) + 14.2·n^(11/4)``); a constant of 0 (``13·p`` exactly) is not
+    held against its model, nor a negative one within its noise."""
+    if scores.constant_spread is None:
+        return np.ones_like(scores.wrss)
+    n_contexts = scores.wrss.shape[1]
+    constant = np.stack([c[0] if len(c) else np.zeros(n_contexts) for c in scores.coefficients])
+    spread = np.sqrt(variance[None, :] * scores.constant_spread)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(spread > 0, constant / spread, np.where(constant < 0, -np.inf, np.inf))
+    return np.minimum(2.0 * np.exp(log_normal_cdf(np.nan_to_num(z, nan=np.inf))), 1.0)
+
+
+def _one_parameter(hypotheses: Sequence[Hypothesis]) -> bool:
+    return all(len(t.factors) == 1 for h in hypotheses for t in h.terms) and all(
+        len(h.terms) <= 2 for h in hypotheses
+    )
+
+
+def _by_evidence(
+    scores: _Scores,
+    weights: FloatArray,
+    variance: FloatArray,
+    apply: npt.NDArray[np.bool_],
+    options: FitOptions,
+) -> npt.NDArray[np.bool_]:
+    """Where ``apply``, the hypotheses the model is chosen among by their integrated evidence
+    (:mod:`pyhpctk.model.evidence`): the likeliest lead's, of its likelier size; none elsewhere."""
+    if scores.free_wrss is None or scores.x is None:
+        return np.zeros(scores.wrss.shape, dtype=np.bool_)
+    log_ev = log_evidence(
+        scores.hypotheses,
+        scores.coefficients,
+        scores.free_wrss,
+        scores.x,
+        weights,
+        variance,
+        apply,
+        options.below_zero_prior,
+    )
+    outside = np.array([options.outside_prior ** _outside_blocks(h) for h in scores.hypotheses])
+    among = evidence_choice(scores.hypotheses, log_ev, outside, np.isfinite(scores.wrss))
+    decided = (
+        apply & np.isfinite(log_ev).any(axis=0) & (among & np.isfinite(scores.wrss)).any(axis=0)
+    )
+    return np.asarray(among & decided[None, :])
 
 
 def _outside_blocks(hypothesis: Hypothesis) -> int:
@@ -475,24 +550,6 @@ def _outside_blocks(hypothesis: Hypothesis) -> int:
 
 
 _BLOCKS = frozenset(EXTRAP_BLOCKS)
-
-
-def _below_zero_at_one(scores: _Scores) -> npt.NDArray[np.bool_]:
-    """Per hypothesis and context: the fitted model is negative where every parameter is 1,
-    its constant plus the coefficients of its terms without a logarithm (a logarithm is 0 there,
-    any power 1). No run takes negative time; at five noisy values a steep term often buys a
-    closer fit with a constant far below zero (``-36200 + 34922·p^(1/3) + 1663·p^(5/4)`` for
-    ``95 + 7570·p^(1/4)·log2(p) + 1100·p^(4/3)``)."""
-    below = np.zeros(scores.wrss.shape, dtype=np.bool_)
-    for index, hypothesis in enumerate(scores.hypotheses):
-        coefficients = scores.coefficients[index]
-        if coefficients.shape[0] < 2:
-            continue
-        powers = [0] + [
-            k + 1 for k, term in enumerate(hypothesis.terms) if not any(f.log for f in term.factors)
-        ]
-        below[index] = coefficients[powers].sum(axis=0) < 0
-    return below
 
 
 def _likeliest_lead(
