@@ -561,3 +561,21 @@ def test_log_normal_cdf_matches_erfc_in_both_tails() -> None:
     z = np.array([-30.0, -8.0, -3.0, -1.0, -0.1, 0.0, 0.5, 2.0, 8.0])
     want = np.array([math.log(0.5 * math.erfc(-v / math.sqrt(2.0))) for v in z])
     assert np.allclose(log_normal_cdf(z), want, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("weighting", ["relative", "poisson"])
+def test_a_context_that_is_zero_at_every_point_is_modelled_as_zero_without_infinite_weights(
+    weighting: str,
+) -> None:
+    # A context of a database series can read 0 at every scale (an exclusive cost nothing was
+    # sampled in). Its relative weights were 1/(1e-300)², infinite: the normal equations filled
+    # with NaN and CI's pymodel of a measured series died of "Singular matrix" (2026-12-08).
+    values = [2, 2, 4, 4, 8, 8, 16, 16, 32, 32]
+    x = np.asarray(values, dtype=np.float64)
+    y = np.stack([3.0 + 0.5 * x**2, np.zeros_like(x), 1.0 + 2.0 * x], axis=1)
+    with np.errstate(over="raise", invalid="raise"):
+        both = fit_single_parameter(values, y, FitOptions(weighting=weighting))
+    assert both.models[1].evaluate(np.array([[64.0]]))[0] == 0.0, str(both.models[1])
+    for column in (0, 2):
+        alone = fit_single_parameter(values, y[:, [column]], FitOptions(weighting=weighting))
+        assert str(both.models[column]) == str(alone.models[0])

@@ -248,7 +248,10 @@ def weights_of(y: FloatArray, weighting: str) -> FloatArray:
     if weighting == "absolute":
         return np.ones_like(y)
     magnitude = np.abs(y)
-    floor = np.maximum(magnitude.max(axis=0, keepdims=True) * 1e-9, 1e-300)
+    largest = magnitude.max(axis=0, keepdims=True)
+    # a context that is zero everywhere has no scale to be relative to: unit weights (before,
+    # 1/(1e-300)**2 overflowed, and its normal equations filled with NaN)
+    floor = np.where(largest > 0, np.maximum(largest * 1e-9, 1e-150), 1.0)
     power = 2.0 if weighting == "relative" else 1.0
     return np.asarray(1.0 / np.maximum(magnitude, floor) ** power, dtype=np.float64)
 
